@@ -1,0 +1,46 @@
+"""iotool: fast, safe input pipelines for PyTorch image training.
+
+Public API: :func:`open_dataset`, :func:`convert`, :data:`__version__`, and the error types.
+Heavy modules (torch) load on first use, so the CLI and conversion workers start quickly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import (
+    ConversionError, DecodeError, DestinationExistsError, FormatError, FormatVersionError,
+    IotoolError, SourceError, UnknownFormatError, UsageError,
+)
+
+__version__ = "0.1.0"
+
+# Imported eagerly so that the name ``iotool.convert`` is the function, not the submodule.
+from .convert import ConversionReport, convert  # noqa: E402
+
+_LAZY = {
+    "open_dataset": ("datasets", "open_dataset"),
+    "open_reader": ("datasets", "open_reader"),
+    "ImageDataset": ("datasets", "ImageDataset"),
+    "scan_imagefolder": ("sources", "scan_imagefolder"),
+    "fast_collate": ("collate", "fast_collate"),
+    "CUDAPrefetcher": ("prefetch", "CUDAPrefetcher"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f".{module}", __name__), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'iotool' has no attribute {name!r}")
+
+
+__all__ = [
+    "__version__", "open_dataset", "open_reader", "ImageDataset", "convert", "ConversionReport",
+    "scan_imagefolder", "fast_collate", "CUDAPrefetcher", "ConversionError", "DecodeError", "DestinationExistsError", "FormatError",
+    "FormatVersionError", "IotoolError", "SourceError", "UnknownFormatError", "UsageError",
+]

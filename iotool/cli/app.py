@@ -1,0 +1,44 @@
+"""Top-level Typer app: version flag and sub-commands."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import __version__
+from . import convert_cmd, info_cmd
+
+app = typer.Typer(
+    name="iotool",
+    help="Fast, safe input pipelines for PyTorch: convert ImageFolders to training formats, "
+    "inspect them, and benchmark the IO path.\n\nExample: iotool convert imagefolder lmdb "
+    "sample_data/imagefolder /tmp/sample.lmdb",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"iotool {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[Optional[bool], typer.Option(
+        "--version", callback=_version, is_eager=True, help="Show the version and exit.")] = None,
+) -> None:
+    """iotool command line."""
+
+
+app.command("convert", no_args_is_help=True)(convert_cmd.convert)
+app.command("info", no_args_is_help=True)(info_cmd.info)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

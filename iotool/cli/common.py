@@ -1,0 +1,54 @@
+"""Shared CLI helpers: consoles, error-to-exit-code mapping, byte formatting."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from typing import Any, Iterator
+
+import typer
+from rich.console import Console
+
+from ..errors import DestinationExistsError, IotoolError, UsageError
+
+console = Console()
+err_console = Console(stderr=True)
+
+EXIT_DATA_ERROR = 1
+EXIT_USAGE_ERROR = 2
+
+
+@contextlib.contextmanager
+def handle_errors() -> Iterator[None]:
+    """Turn iotool errors into a red message and exit code 1 (data) or 2 (usage)."""
+    try:
+        yield
+    except (UsageError, DestinationExistsError) as exc:
+        err_console.print(f"[bold red]Error:[/] {exc}", highlight=False, markup=True)
+        raise typer.Exit(EXIT_USAGE_ERROR) from None
+    except IotoolError as exc:
+        err_console.print(f"[bold red]Error:[/] {exc}", highlight=False)
+        raise typer.Exit(EXIT_DATA_ERROR) from None
+    except KeyboardInterrupt:
+        err_console.print("[bold red]Interrupted[/]; nothing was left at the destination.")
+        raise typer.Exit(130) from None
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def write_json(obj: Any, dest: str | None) -> None:
+    """Print ``obj`` as JSON to stdout (dest None or '-') or write it to a file."""
+    text = json.dumps(obj, indent=2, ensure_ascii=False, default=str)
+    if dest in (None, "-"):
+        sys.stdout.write(text + "\n")
+    else:
+        with open(dest, "w", encoding="utf-8") as f:
+            f.write(text + "\n")

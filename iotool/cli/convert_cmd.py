@@ -1,0 +1,109 @@
+"""``iotool convert``: parse options, run :func:`iotool.convert`, render progress and a summary."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ..convert import ConversionReport, convert as run_convert
+from ..formats import FORMATS
+from .common import console, err_console, handle_errors, human_bytes, write_json
+
+SourceFormat = Enum("SourceFormat", {n: n for n in ["imagefolder", *FORMATS]}, type=str)
+OutputFormat = Enum("OutputFormat", {n: n for n in FORMATS}, type=str)
+
+
+class OnError(str, Enum):
+    fail = "fail"
+    skip = "skip"
+
+
+def convert(
+    src_format: Annotated[SourceFormat, typer.Argument(help="What SRC is: imagefolder or an iotool format.")],
+    dst_format: Annotated[OutputFormat, typer.Argument(help="The format to write.")],
+    src: Annotated[Path, typer.Argument(help="Source: an ImageFolder root or an iotool dataset.")],
+    dst: Annotated[Path, typer.Argument(help="Destination path (must not exist unless --overwrite).")],
+    workers: Annotated[Optional[int], typer.Option(
+        "--workers", "-w", min=0, help="Reader/validator processes (default: CPU count).")] = None,
+    on_error: Annotated[OnError, typer.Option(
+        help="fail: stop at the first bad file, leave nothing at DST. skip: store the rest, list the bad ones.")] = OnError.fail,
+    validate: Annotated[bool, typer.Option(
+        "--validate/--no-validate", help="Fully decode every image before storing it.")] = True,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing DST.")] = False,
+    json_out: Annotated[Optional[str], typer.Option(
+        "--json", help="Also write the summary as JSON to this file ('-' for stdout, no table).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
+) -> None:
+    """Convert an ImageFolder (or an iotool dataset) into a training format.
+
+    Example:
+
+        iotool convert imagefolder lmdb sample_data/imagefolder /tmp/sample.lmdb --workers 2
+    """
+    show = not quiet and json_out != "-"
+    with handle_errors(), _progress_bar(show) as (bar, callback):
+        report = run_convert(src, dst, dst_format.value, src_format=src_format.value, workers=workers,
+                             on_error=on_error.value, validate=validate, overwrite=overwrite,
+                             progress=callback)
+        bar.stop()
+    if json_out:
+        write_json(report_dict(report), json_out)
+    if show:
+        console.print(summary_table(report))
+        for s in report.skipped:
+            err_console.print(f"[yellow]skipped[/] {s.path}: {s.reason}", highlight=False)
+
+
+class _progress_bar:
+    """A rich progress bar fed by the library's progress callback (or nothing when hidden)."""
+
+    def __init__(self, show: bool):
+        self.bar = Progress(
+            TextColumn("[bold]converting"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:>8.0f} img/s"), TextColumn("skipped {task.fields[skipped]}"),
+            TimeRemainingColumn(), console=err_console, disable=not show, transient=False,
+        )
+        self.task = None
+
+    def __enter__(self):
+        self.bar.start()
+        self.task = self.bar.add_task("convert", total=None, rate=0.0, skipped=0)
+        return self.bar, self.update
+
+    def update(self, p) -> None:
+        rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+        self.bar.update(self.task, completed=p.done, total=p.total, rate=rate, skipped=p.skipped)
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+
+def report_dict(report: ConversionReport) -> dict:
+    """The summary as plain JSON-able data."""
+    return {
+        "src": report.src, "dst": report.dst, "format": report.format, "images": report.count,
+        "classes": report.classes, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
+        "skipped": [vars(s) for s in report.skipped], "seconds": round(report.seconds, 3),
+        "images_per_s": round(report.images_per_s, 1),
+    }
+
+
+def summary_table(report: ConversionReport) -> Table:
+    """The end-of-run summary table."""
+    table = Table(title=f"iotool convert -> {report.format}: {report.dst}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    rows = [
+        ("images", f"{report.count:,}"), ("classes", str(report.classes)),
+        ("bytes in", human_bytes(report.bytes_in)), ("bytes out", human_bytes(report.bytes_out)),
+        ("skipped", str(len(report.skipped))), ("seconds", f"{report.seconds:.2f}"),
+        ("images/s", f"{report.images_per_s:,.0f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

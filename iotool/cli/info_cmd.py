@@ -1,0 +1,51 @@
+"""``iotool info``: what a dataset holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ..convert import _du
+from ..datasets import open_reader
+from .common import console, handle_errors, human_bytes, write_json
+
+
+def info(
+    path: Annotated[Path, typer.Argument(help="A dataset written by iotool convert.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Show a dataset's format, version, count, classes, size, options and skipped files.
+
+    Example:
+
+        iotool info /tmp/sample.lmdb --json
+    """
+    with handle_errors():
+        reader = open_reader(path)
+        meta = reader.meta
+        data = {
+            "path": reader.path, "format": meta.format, "format_version": meta.format_version,
+            "count": meta.count, "classes": meta.classes, "class_to_idx": meta.class_to_idx,
+            "bytes": _du(reader.path), "options": meta.options, "skipped": meta.skipped,
+            "checksum_algorithm": meta.checksum_algorithm, "created_by": meta.created_by,
+        }
+    if as_json:
+        write_json(data, None)
+        return
+    table = Table(title=f"{data['path']}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    table.add_row("format", f"{meta.format} (version {meta.format_version})")
+    table.add_row("images", f"{meta.count:,}")
+    table.add_row("classes", f"{len(meta.classes)}: {', '.join(meta.classes[:20])}"
+                  + (" ..." if len(meta.classes) > 20 else ""))
+    table.add_row("size on disk", human_bytes(data["bytes"]))
+    table.add_row("options", ", ".join(f"{k}={v}" for k, v in meta.options.items()))
+    table.add_row("skipped", str(len(meta.skipped)))
+    table.add_row("created by", meta.created_by)
+    console.print(table)
+    for s in meta.skipped:
+        console.print(f"  skipped {s.get('key')}: {s.get('reason')}", highlight=False)

@@ -1,0 +1,338 @@
+"""The conversion pipeline shared by every output format.
+
+source -> pool of worker processes (read, validate, optionally resize / re-encode) -> writer,
+in source order, into a temporary sibling of DST that is renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from .errors import ConversionError, DecodeError, DestinationExistsError, IotoolError, UsageError
+from .formats import FORMATS, FormatReader, detect_format, get_format
+from .records import DatasetMeta, Record, SkippedFile, checksum
+from .sources import SourceSample, scan_imagefolder
+
+log = logging.getLogger(__name__)
+
+ON_ERROR_CHOICES = ("fail", "skip")
+TMP_MARKER = ".iotool-tmp-"
+CHUNK = 16  # samples per task sent to a worker
+
+
+@dataclass
+class Progress:
+    """What the progress callback receives after each record."""
+
+    done: int
+    total: int
+    skipped: int
+    bytes_in: int
+    elapsed: float
+
+
+@dataclass
+class ConversionReport:
+    """The summary of a finished conversion."""
+
+    src: str
+    dst: str
+    format: str
+    count: int
+    classes: int
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    skipped: list[SkippedFile] = field(default_factory=list)
+
+    @property
+    def images_per_s(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else float("inf")
+
+
+# --- sources -----------------------------------------------------------------------------
+
+class ImageFolderSource:
+    """Samples of an ImageFolder tree; a task is a SourceSample, loading reads the file."""
+
+    def __init__(self, root: str):
+        self.scan = scan_imagefolder(root)
+        self.root = self.scan.root
+        self.classes = self.scan.classes
+        self.class_to_idx = self.scan.class_to_idx
+
+    def tasks(self) -> Sequence[SourceSample]:
+        return self.scan.samples
+
+    def worker_state(self) -> None:
+        return None
+
+    @staticmethod
+    def load(state: None, task: SourceSample) -> tuple[str, str, int, bytes]:
+        with open(task.path, "rb") as f:
+            return task.key, task.path, task.label, f.read()
+
+
+class DatasetSource:
+    """Records of an existing iotool dataset; a task is an index, loading reads the record."""
+
+    def __init__(self, path: str, expected_format: str | None = None):
+        spec = detect_format(path)
+        if expected_format and spec.name != expected_format:
+            raise UsageError(f"{path!r} holds a {spec.name} dataset, not {expected_format}.")
+        self.reader: FormatReader = spec.reader(path)
+        self.root = self.reader.path
+        self.classes = self.reader.classes
+        self.class_to_idx = self.reader.class_to_idx
+        self.keys = self.reader.keys
+
+    def tasks(self) -> Sequence[tuple[int, str]]:
+        return [(i, k) for i, k in enumerate(self.keys)]
+
+    def worker_state(self) -> FormatReader:
+        return self.reader
+
+    @staticmethod
+    def load(reader: FormatReader, task: tuple[int, str]) -> tuple[str, str, int, bytes]:
+        index, key = task
+        data, label = reader.read(index)
+        return key, f"{reader.path}#{key}", label, bytes(data)
+
+
+# --- worker side -------------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(load: Callable, state: Any, options: dict[str, Any]) -> None:
+    _WORKER.update(load=load, state=state, options=options)
+
+
+def _prepare(key: str, label: int, data: bytes, options: dict[str, Any]) -> tuple[bytes, str]:
+    """Validate (and later resize / re-encode) one payload; return (bytes to store, ext)."""
+    from .decode import decode, image_format
+
+    if options["validate"]:
+        decode(data, "auto", name=key)
+    ext = os.path.splitext(key)[1].lstrip(".").lower() or image_format(data)
+    return data, ext
+
+
+def _process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | SkippedFile, int]]:
+    """Load and prepare a chunk of (index, task); return (index, Record or SkippedFile, bytes read)."""
+    load, state, options = _WORKER["load"], _WORKER["state"], _WORKER["options"]
+    out = []
+    for index, task in chunk:
+        key = task.key if isinstance(task, SourceSample) else task[1]
+        where, size = getattr(task, "path", key), 0
+        try:
+            key, where, label, data = load(state, task)
+            size = len(data)
+            payload, ext = _prepare(key, label, data, options)
+            out.append((index, Record(index, key, label, payload, ext, checksum(payload)), size))
+        except (OSError, DecodeError, IotoolError, ValueError) as exc:
+            reason = str(exc) if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {exc}"
+            prefix = f"{key}: "
+            reason = reason[len(prefix):] if reason.startswith(prefix) else reason
+            out.append((index, SkippedFile(key, where, reason), size))
+    return out
+
+
+def _results(load, state, tasks: Sequence, options: dict, workers: int) -> Iterator[tuple[int, Any, int]]:
+    """Process tasks in order, in ``workers`` processes, with a bounded number in flight."""
+    chunks = (
+        [(i, tasks[i]) for i in range(start, min(start + CHUNK, len(tasks)))]
+        for start in range(0, len(tasks), CHUNK)
+    )
+    if workers <= 1:
+        _init_worker(load, state, options)
+        for chunk in chunks:
+            yield from _process_chunk(chunk)
+        return
+    with mp.get_context().Pool(workers, _init_worker, (load, state, options)) as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append(pool.apply_async(_process_chunk, (chunk,)))
+            if len(pending) >= 8 * workers:
+                yield from pending.popleft().get()
+        while pending:
+            yield from pending.popleft().get()
+
+
+# --- destination handling ----------------------------------------------------------------
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cleanup_stale_temporaries(dst: str) -> list[str]:
+    """Remove temporaries of DST left by conversions whose process no longer exists."""
+    parent, name = os.path.split(os.path.abspath(dst))
+    removed = []
+    prefix = f".{name}{TMP_MARKER}"
+    for entry in os.listdir(parent or "."):
+        if entry.startswith(prefix):
+            pid = entry[len(prefix):]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                _remove(os.path.join(parent, entry))
+                removed.append(entry)
+    return removed
+
+
+def _temporary_path(dst: str) -> str:
+    parent, name = os.path.split(os.path.abspath(dst))
+    return os.path.join(parent, f".{name}{TMP_MARKER}{os.getpid()}")
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _commit(tmp: str, dst: str, overwrite: bool) -> None:
+    """Rename the finished temporary into place; an old DST is replaced only with overwrite."""
+    old = None
+    if os.path.lexists(dst):
+        if not overwrite:
+            raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (--overwrite) to replace it.")
+        old = tmp + ".old"
+        os.rename(dst, old)
+    os.rename(tmp, dst)
+    _fsync_dir(os.path.dirname(os.path.abspath(dst)))
+    if old:
+        _remove(old)
+
+
+def _du(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+# --- public entry point ------------------------------------------------------------------
+
+def convert(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    to: str,
+    *,
+    src_format: str = "imagefolder",
+    workers: int | None = None,
+    on_error: str = "fail",
+    validate: bool = True,
+    overwrite: bool = False,
+    progress: Callable[[Progress], None] | None = None,
+    **format_options: Any,
+) -> ConversionReport:
+    """Convert an ImageFolder (or another iotool dataset) into format ``to`` at ``dst``.
+
+    Args:
+        src: the ImageFolder root, or the path of a dataset in another iotool format.
+        dst: the output path; written under a temporary name and renamed when complete.
+        to: the output format (``lmdb`` ...; see ``iotool.formats.FORMATS``).
+        src_format: ``imagefolder`` or the name of an iotool format.
+        workers: reader/validator processes (default: CPU count; 0 or 1 = in this process).
+        on_error: ``fail`` stops at the first bad file and leaves nothing at ``dst``;
+            ``skip`` stores every good file and lists each skipped one in the metadata.
+        validate: fully decode every image before storing it.
+        overwrite: replace an existing ``dst``.
+        progress: called with a :class:`Progress` after every record.
+        **format_options: options of the output format (e.g. ``shard_size`` for tar).
+
+    Returns:
+        A :class:`ConversionReport`.
+
+    Raises:
+        ConversionError: a bad file under ``on_error="fail"``; the message names it and why.
+        DestinationExistsError: ``dst`` exists and ``overwrite`` is false.
+        SourceError, UsageError: the source or an option is unusable.
+    """
+    from . import __version__
+
+    spec = get_format(to)
+    if on_error not in ON_ERROR_CHOICES:
+        raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR_CHOICES)}.")
+    if src_format != "imagefolder" and src_format not in FORMATS:
+        raise UsageError(f"Unknown source format {src_format!r}; choose imagefolder or one of: {', '.join(FORMATS)}.")
+    src, dst = os.fspath(src), os.path.abspath(os.fspath(dst))
+    if os.path.lexists(dst) and not overwrite:
+        raise DestinationExistsError(f"{dst!r} already exists; pass --overwrite to replace it.")
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if workers < 0:
+        raise UsageError(f"workers={workers}; use 0 or more.")
+    source = ImageFolderSource(src) if src_format == "imagefolder" else DatasetSource(src, src_format)
+    if os.path.abspath(source.root) == dst:
+        raise UsageError("The destination is the source; choose another DST.")
+    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+    cleanup_stale_temporaries(dst)
+
+    options = {"validate": validate, **format_options}
+    tasks = source.tasks()
+    tmp = _temporary_path(dst)
+    _remove(tmp)
+    start = time.perf_counter()
+    writer = spec.writer(tmp, options)
+    try:
+        count, bytes_in, skipped = _run(source, tasks, options, workers, on_error, writer, progress, start)
+        meta = DatasetMeta(
+            format=spec.name, format_version=spec.reader.format_versions[-1],
+            classes=source.classes, class_to_idx=source.class_to_idx, count=count,
+            options={"source": source.root, "source_format": src_format, "on_error": on_error, **options},
+            skipped=[vars(s) for s in skipped], created_by=f"iotool {__version__}",
+        )
+        writer.finish(meta)
+        bytes_out = _du(tmp)
+        _commit(tmp, dst, overwrite)
+    except BaseException:
+        writer.abort()
+        _remove(tmp)
+        raise
+    seconds = time.perf_counter() - start
+    return ConversionReport(source.root, dst, spec.name, count, len(source.classes), bytes_in,
+                            bytes_out, seconds, skipped)
+
+
+def _run(source, tasks, options, workers, on_error, writer, progress, start) -> tuple[int, int, list[SkippedFile]]:
+    """Feed the writer in source order; returns (records written, bytes read, skipped files)."""
+    count = bytes_in = 0
+    skipped: list[SkippedFile] = []
+    for _, item, size in _results(source.load, source.worker_state(), tasks, options, workers):
+        bytes_in += size
+        if isinstance(item, SkippedFile):
+            if on_error == "fail":
+                raise ConversionError(f"{item.path}: {item.reason}", item.path, item.reason)
+            log.warning("skipping %s: %s", item.path, item.reason)
+            skipped.append(item)
+        else:
+            item.index = count  # records are renumbered densely when files are skipped
+            writer.add(item)
+            count += 1
+        if progress is not None:
+            progress(Progress(count + len(skipped), len(tasks), len(skipped), bytes_in,
+                              time.perf_counter() - start))
+    if count == 0:
+        raise ConversionError(f"Every one of the {len(tasks)} source files was rejected; nothing to write.")
+    return count, bytes_in, skipped

@@ -1,0 +1,14 @@
+"""Image decoding behind one contract: RGB, HWC, uint8, C-contiguous, fully decoded.
+
+Backends: ``pil``, ``opencv``, ``simplejpeg`` and ``jpeg4py``, each detected lazily so a missing
+one never breaks import or the others. ``auto`` picks the fastest available backend for the
+payload's format (JPEG: a libjpeg-turbo backend; anything else: PIL, as torchvision does).
+"""
+
+from __future__ import annotations
+
+from .api import BACKENDS, AUTO, BackendStatus, available, decode, image_format, resolve_backend
+
+__all__ = [
+    "AUTO", "BACKENDS", "BackendStatus", "available", "decode", "image_format", "resolve_backend",
+]

@@ -1,0 +1,48 @@
+"""Exception types raised by iotool.
+
+Every error iotool raises on bad input derives from :class:`IotoolError`, so callers
+(and the CLI) can tell a data problem from a bug.
+"""
+
+from __future__ import annotations
+
+
+class IotoolError(Exception):
+    """Base class for every error iotool raises on bad input or bad usage."""
+
+
+class SourceError(IotoolError):
+    """The source tree cannot be used (missing, empty, no images)."""
+
+
+class DecodeError(IotoolError):
+    """An image could not be decoded; the message names the input."""
+
+
+class ConversionError(IotoolError):
+    """A conversion stopped on a bad input file; the message names the file and the reason."""
+
+    def __init__(self, message: str, path: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+
+
+class DestinationExistsError(IotoolError):
+    """The destination exists and overwriting was not asked for."""
+
+
+class FormatError(IotoolError):
+    """A dataset on disk is not a format iotool knows, or its metadata is invalid."""
+
+
+class UnknownFormatError(FormatError):
+    """A path holds no dataset in any registered format, or a format name is unknown."""
+
+
+class FormatVersionError(FormatError):
+    """A dataset was written with a format version this iotool does not read."""
+
+
+class UsageError(IotoolError):
+    """An option or argument value is invalid; the message names the value and the choices."""

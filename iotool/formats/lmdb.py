@@ -1,0 +1,194 @@
+"""LMDB format: one environment, payloads by zero-padded index, metadata under reserved keys.
+
+Layout (main database, no named sub-databases):
+
+    b"0000000000" .. b"%010d" % (count-1)   the payload bytes, unchanged
+    b"__iotool_meta__"                     metadata JSON (format, version, classes, options ...)
+    b"__iotool_keys__"                     JSON list of keys (relative source paths), by index
+    b"__iotool_labels__"                   labels, little-endian int64, by index
+    b"__iotool_checksums__"                SHA-256 digests, 32 raw bytes per record, by index
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from typing import Any
+
+import lmdb
+import numpy as np
+
+from ..errors import FormatError
+from ..records import DatasetMeta, Record
+from . import register
+from .base import FormatReader, FormatSpec, FormatWriter
+
+FORMAT_VERSION = 1
+META_KEY = b"__iotool_meta__"
+KEYS_KEY = b"__iotool_keys__"
+LABELS_KEY = b"__iotool_labels__"
+CHECKSUMS_KEY = b"__iotool_checksums__"
+INITIAL_MAP_SIZE = 1 << 28  # 256 MiB of address space; doubled whenever it fills
+COMMIT_RECORDS = 1024
+COMMIT_BYTES = 64 << 20
+
+
+def record_key(index: int) -> bytes:
+    """The LMDB key of record ``index``."""
+    return b"%010d" % index
+
+
+class LmdbWriter(FormatWriter):
+    """Writes records in batched transactions and grows the map when it fills."""
+
+    def __init__(self, path: str, options: dict[str, Any]):
+        super().__init__(path, options)
+        os.makedirs(path, exist_ok=True)
+        self.env = lmdb.open(path, map_size=INITIAL_MAP_SIZE, subdir=True, readahead=False,
+                             meminit=False, max_dbs=0, sync=False, metasync=False)
+        self.keys: list[str] = []
+        self.labels = array("q")
+        self.digests = bytearray()
+        self.pending: list[tuple[bytes, bytes]] = []
+        self.pending_bytes = 0
+
+    def add(self, record: Record) -> None:
+        self.pending.append((record_key(record.index), record.data))
+        self.pending_bytes += len(record.data)
+        self.keys.append(record.key)
+        self.labels.append(record.label)
+        self.digests += bytes.fromhex(record.checksum)
+        if len(self.pending) >= COMMIT_RECORDS or self.pending_bytes >= COMMIT_BYTES:
+            self._commit()
+
+    def _commit(self) -> None:
+        """Write the pending items in one transaction, doubling the map size until they fit."""
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    for key, value in self.pending:
+                        txn.put(key, value)
+                break
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+        self.pending.clear()
+        self.pending_bytes = 0
+
+    def finish(self, meta: DatasetMeta) -> None:
+        labels = np.asarray(self.labels, dtype="<i8").tobytes()
+        self.pending += [
+            (KEYS_KEY, json.dumps(self.keys, ensure_ascii=False).encode("utf-8")),
+            (LABELS_KEY, labels),
+            (CHECKSUMS_KEY, bytes(self.digests)),
+            (META_KEY, meta.to_json().encode("utf-8")),
+        ]
+        self._commit()
+        self.env.sync(True)
+        self.env.close()
+        lock = os.path.join(self.path, "lock.mdb")
+        if os.path.exists(lock):
+            os.remove(lock)  # readers open with lock=False; a stale lock file only confuses
+
+    def abort(self) -> None:
+        try:
+            self.env.close()
+        except lmdb.Error:
+            pass
+
+
+# One read-only environment per process and path: py-lmdb refuses to open the same
+# environment twice in a process, and a forked child must not use its parent's handle.
+_ENVS: dict[str, tuple[int, tuple[int, int], lmdb.Environment]] = {}
+
+
+def _data_file_id(path: str) -> tuple[int, int]:
+    st = os.stat(os.path.join(path, "data.mdb"))
+    return st.st_dev, st.st_ino
+
+
+def open_env(path: str) -> lmdb.Environment:
+    """This process's read-only environment for ``path`` (opened on first use)."""
+    pid, file_id = os.getpid(), _data_file_id(path)
+    cached = _ENVS.get(path)
+    if cached is not None:
+        if cached[0] == pid and cached[1] == file_id:
+            return cached[2]
+        del _ENVS[path]
+        try:
+            cached[2].close()  # inherited across fork, or the file was replaced: drop it first
+        except lmdb.Error:
+            pass
+    env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=False,
+                    meminit=False, max_readers=4096, max_spare_txns=4)
+    _ENVS[path] = (pid, file_id, env)
+    return env
+
+
+def close_env(path: str) -> None:
+    """Close this process's handle on ``path`` if one is open."""
+    cached = _ENVS.pop(os.path.abspath(path), None)
+    if cached is not None:
+        cached[2].close()
+
+
+class LmdbReader(FormatReader):
+    """Map-style reader of an iotool LMDB environment."""
+
+    format_name = "lmdb"
+    format_versions = (FORMAT_VERSION,)
+
+    def _get(self, key: bytes) -> bytes | None:
+        try:
+            with open_env(self.path).begin(buffers=False) as txn:
+                return txn.get(key)
+        except lmdb.Error as exc:
+            raise FormatError(f"{self.path}: cannot read LMDB environment ({exc}).") from None
+
+    def _get_required(self, key: bytes) -> bytes:
+        value = self._get(key)
+        if value is None:
+            raise FormatError(f"{self.path}: missing {key.decode()!r}; not a complete iotool LMDB dataset.")
+        return value
+
+    def _load_meta(self) -> DatasetMeta:
+        meta = DatasetMeta.from_json(self._get_required(META_KEY), self.path)
+        if meta.format != "lmdb":
+            raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'lmdb'.")
+        return meta
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        data = self._get(record_key(index))
+        if data is None:
+            raise FormatError(f"{self.path}: record {index} is missing.")
+        return data, self.labels[index]
+
+    def _load_keys(self) -> list[str]:
+        keys = json.loads(self._get_required(KEYS_KEY))
+        self._expect_count("keys", len(keys))
+        return keys
+
+    def _load_labels(self) -> list[int]:
+        raw = self._get_required(LABELS_KEY)
+        labels = np.frombuffer(raw, dtype="<i8")
+        self._expect_count("labels", len(labels))
+        return labels.tolist()
+
+    def _load_checksums(self) -> list[str]:
+        raw = self._get_required(CHECKSUMS_KEY)
+        self._expect_count("checksums", len(raw) // 32)
+        return [raw[i:i + 32].hex() for i in range(0, len(raw), 32)]
+
+    def _expect_count(self, what: str, n: int) -> None:
+        if n != self.meta.count:
+            raise FormatError(f"{self.path}: {n} {what} stored but metadata says {self.meta.count} records.")
+
+
+def detect(path: str) -> bool:
+    """An LMDB dataset is a directory holding data.mdb."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "data.mdb"))
+
+
+SPEC = register(FormatSpec("lmdb", LmdbWriter, LmdbReader, detect, "LMDB environment (directory)"))

@@ -1,0 +1,124 @@
+"""Scan an ImageFolder tree exactly as ``torchvision.datasets.ImageFolder`` does.
+
+Classes are the sorted names of the root's sub-folders (symlinked folders included),
+samples come from a sorted recursive walk of each class folder that follows symlinked
+folders, and files are kept by a case-insensitive extension check. torchvision is not
+imported; the rules are reimplemented and tested against hand-built trees.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SourceError
+
+IMG_EXTENSIONS: tuple[str, ...] = (
+    ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp",
+)
+
+
+@dataclass(frozen=True)
+class SourceSample:
+    """One image of the source: absolute path, key (relative POSIX path) and label."""
+
+    path: str
+    key: str
+    label: int
+
+
+@dataclass
+class SourceScan:
+    """The result of scanning an ImageFolder root."""
+
+    root: str
+    classes: list[str]
+    class_to_idx: dict[str, int]
+    samples: list[SourceSample] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+def has_image_extension(name: str) -> bool:
+    """True when ``name`` ends with one of :data:`IMG_EXTENSIONS`, ignoring case."""
+    return name.lower().endswith(IMG_EXTENSIONS)
+
+
+def find_classes(root: str | os.PathLike) -> tuple[list[str], dict[str, int]]:
+    """Return the sorted class folder names under ``root`` and their indices."""
+    root = os.fspath(root)
+    if not os.path.isdir(root):
+        raise SourceError(f"Source root {root!r} does not exist or is not a directory.")
+    with os.scandir(root) as it:
+        classes = sorted(entry.name for entry in it if entry.is_dir())
+    if not classes:
+        raise SourceError(
+            f"Found no class folders in {root!r}. An ImageFolder root holds one sub-folder per "
+            f"class, e.g. {root}/cat/001.jpg; accepted extensions: {', '.join(IMG_EXTENSIONS)}."
+        )
+    return classes, {name: i for i, name in enumerate(classes)}
+
+
+def _walk(top: str) -> list[tuple[str, list[str]]]:
+    """List (dirpath, filenames) under ``top``, following symlinked folders, without looping.
+
+    A folder whose (device, inode) is already on the path from ``top`` is a symlink loop and is
+    not entered again; torchvision would repeat it until the OS refuses the path.
+    """
+    found: list[tuple[str, list[str]]] = []
+
+    def visit(path: str, ancestors: frozenset) -> None:
+        try:
+            st = os.stat(path)
+            entries = list(os.scandir(path))
+        except OSError:
+            return  # os.walk ignores unreadable folders the same way
+        ident = (st.st_dev, st.st_ino)
+        if ident in ancestors:
+            return
+        ancestors = ancestors | {ident}
+        files, dirs = [], []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            (dirs if is_dir else files).append(entry.name)
+        found.append((path, files))
+        for name in dirs:
+            visit(os.path.join(path, name), ancestors)
+
+    visit(top, frozenset())
+    return found
+
+
+def scan_imagefolder(root: str | os.PathLike) -> SourceScan:
+    """Scan ``root`` and return classes, class_to_idx and samples in torchvision's order.
+
+    Raises:
+        SourceError: the root is missing, has no class folders, or holds no image files.
+    """
+    root = os.path.abspath(os.fspath(root))
+    classes, class_to_idx = find_classes(root)
+    samples: list[SourceSample] = []
+    empty: list[str] = []
+    for cls in classes:
+        before = len(samples)
+        # sorted() over (dirpath, files) mirrors torchvision's sorted(os.walk(...)).
+        for dirpath, fnames in sorted(_walk(os.path.join(root, cls))):
+            for fname in sorted(fnames):
+                if has_image_extension(fname):
+                    path = os.path.join(dirpath, fname)
+                    key = Path(os.path.relpath(path, root)).as_posix()
+                    samples.append(SourceSample(path, key, class_to_idx[cls]))
+        if len(samples) == before:
+            empty.append(cls)
+    if empty:
+        raise SourceError(
+            f"Found no valid image files in {len(empty)} class folder(s) of {root!r}: "
+            f"{', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''}. "
+            f"Accepted extensions (case-insensitive): {', '.join(IMG_EXTENSIONS)}."
+        )
+    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples)
