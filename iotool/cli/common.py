@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import DestinationExistsError, IotoolError, UsageError
 
@@ -25,10 +26,10 @@ def handle_errors() -> Iterator[None]:
     try:
         yield
     except (UsageError, DestinationExistsError) as exc:
-        err_console.print(f"[bold red]Error:[/] {exc}", highlight=False, markup=True)
+        err_console.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE_ERROR) from None
     except IotoolError as exc:
-        err_console.print(f"[bold red]Error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_DATA_ERROR) from None
     except KeyboardInterrupt:
         err_console.print("[bold red]Interrupted[/]; nothing was left at the destination.")

@@ -12,6 +12,8 @@ from rich.table import Table
 
 from ..convert import ConversionReport, convert as run_convert
 from ..formats import FORMATS
+from rich.markup import escape
+
 from .common import console, err_console, handle_errors, human_bytes, write_json
 
 SourceFormat = Enum("SourceFormat", {n: n for n in ["imagefolder", *FORMATS]}, type=str)
@@ -56,7 +58,7 @@ def convert(
     if show:
         console.print(summary_table(report))
         for s in report.skipped:
-            err_console.print(f"[yellow]skipped[/] {s.path}: {s.reason}", highlight=False)
+            err_console.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}", highlight=False, soft_wrap=True)
 
 
 class _progress_bar:

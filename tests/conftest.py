@@ -1,0 +1,68 @@
+"""Shared fixtures: seeded generated images and ImageFolder trees (real files, no mocks)."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "sample_data" / "imagefolder"
+
+
+def make_image(seed: int, size: tuple[int, int] = (96, 64), fmt: str = "JPEG", **save) -> bytes:
+    """A seeded, smooth-ish RGB image (width, height) encoded as ``fmt``."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    base = rng.integers(0, 256, size=(h // 8 + 1, w // 8 + 1, 3), dtype=np.uint8)
+    img = Image.fromarray(base).resize((w, h), Image.Resampling.BILINEAR)
+    noise = rng.integers(-12, 13, size=(h, w, 3))
+    arr = np.clip(np.asarray(img, dtype=np.int16) + noise, 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    if fmt == "JPEG":
+        save.setdefault("quality", 90)
+    Image.fromarray(arr).save(buf, fmt, **save)
+    return buf.getvalue()
+
+
+def write_tree(root: Path, layout: dict[str, int], seed: int = 0, png_every: int = 0) -> list[str]:
+    """Create root/<class>/<i>.jpg for each class; every ``png_every``-th image is a PNG."""
+    keys = []
+    n = seed
+    for cls, count in layout.items():
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            n += 1
+            is_png = png_every and i % png_every == png_every - 1
+            name = f"img_{i:03d}.{'png' if is_png else 'jpg'}"
+            size = (64 + 8 * (n % 5), 48 + 4 * (n % 3))
+            (root / cls / name).write_bytes(make_image(n, size, "PNG" if is_png else "JPEG"))
+            keys.append(f"{cls}/{name}")
+    return keys
+
+
+@pytest.fixture
+def imagefolder(tmp_path: Path) -> Path:
+    """A small generated ImageFolder: 3 classes, 13 images, one PNG per class."""
+    root = tmp_path / "src"
+    write_tree(root, {"ant": 4, "bee": 5, "cat": 4}, png_every=4)
+    return root
+
+
+@pytest.fixture(scope="session")
+def sample_lmdb(tmp_path_factory) -> Path:
+    """sample_data converted once to LMDB for read-side tests."""
+    import iotool
+
+    dst = tmp_path_factory.mktemp("sample") / "sample.lmdb"
+    iotool.convert(SAMPLE, dst, "lmdb", workers=0)
+    return dst
+
+
+def listdir_all(path: Path) -> list[str]:
+    """Every entry (hidden ones too) of a folder, sorted."""
+    return sorted(os.listdir(path))

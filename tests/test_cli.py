@@ -1,0 +1,90 @@
+"""The CLI through Typer's CliRunner, and once through the installed console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+import iotool
+from iotool.cli import app
+
+from .conftest import SAMPLE, make_image
+
+runner = CliRunner()
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"iotool {iotool.__version__}"
+
+
+def test_convert_then_info_json(imagefolder, tmp_path):
+    dst = tmp_path / "o.lmdb"
+    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(dst), "-w", "2"])
+    assert result.exit_code == 0, result.output
+    assert "images" in result.output and "13" in result.output
+    result = runner.invoke(app, ["info", str(dst), "--json"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    assert info["format"] == "lmdb" and info["count"] == 13 and info["classes"] == ["ant", "bee", "cat"]
+    assert info["bytes"] > 0 and info["skipped"] == []
+
+
+def test_convert_json_summary_to_stdout(imagefolder, tmp_path):
+    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "o"),
+                                 "--json", "-", "-w", "0"])
+    assert result.exit_code == 0
+    summary = json.loads(result.stdout)
+    assert summary["images"] == 13 and summary["format"] == "lmdb" and summary["images_per_s"] > 0
+
+
+def test_bad_file_exits_1_naming_it(imagefolder, tmp_path):
+    (imagefolder / "bee" / "broken.jpg").write_bytes(b"")
+    dst = tmp_path / "o.lmdb"
+    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(dst), "-w", "0"])
+    assert result.exit_code == 1
+    assert "broken.jpg" in result.stderr and not dst.exists()
+    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(dst), "-w", "0",
+                                 "--on-error", "skip"])
+    assert result.exit_code == 0 and "broken.jpg" in result.stderr
+    assert len(iotool.open_dataset(dst)) == 13
+
+
+def test_usage_errors_exit_2(imagefolder, tmp_path):
+    dst = tmp_path / "o.lmdb"
+    dst.mkdir()
+    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(dst)])
+    assert result.exit_code == 2 and "--overwrite" in result.stderr
+    result = runner.invoke(app, ["convert", "imagefolder", "parquet", str(imagefolder), str(dst)])
+    assert result.exit_code == 2
+    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(dst), "--on-error", "x"])
+    assert result.exit_code == 2
+
+
+def test_info_on_a_non_dataset_exits_1(tmp_path):
+    result = runner.invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == 1 and "not an iotool dataset" in result.stderr
+
+
+def test_help_shows_an_example():
+    for cmd in (["--help"], ["convert", "--help"], ["info", "--help"]):
+        result = runner.invoke(app, cmd)
+        assert result.exit_code == 0 and "iotool " in result.output and "Example" in result.output
+
+
+def test_installed_console_script(tmp_path):
+    script = Path(sys.executable).with_name("iotool")
+    assert script.exists(), "the package must be installed (pip install -e '.[test]')"
+    dst = tmp_path / "s.lmdb"
+    env = {**os.environ, "COLUMNS": "120"}
+    done = subprocess.run([str(script), "convert", "imagefolder", "lmdb", str(SAMPLE), str(dst), "-w", "2"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    info = subprocess.run([sys.executable, "-m", "iotool", "info", str(dst), "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert info.returncode == 0 and json.loads(info.stdout)["count"] == 24
