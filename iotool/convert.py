@@ -6,6 +6,7 @@ in source order, into a temporary sibling of DST that is renamed into place only
 
 from __future__ import annotations
 
+import io
 import logging
 import multiprocessing as mp
 import os
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .errors import ConversionError, DecodeError, DestinationExistsError, IotoolError, UsageError
-from .formats import FORMATS, FormatReader, detect_format, get_format
+from .formats import FORMATS, FormatReader, FormatSpec, detect_format, get_format
+from .imageops import EXTENSIONS, check_options, encode, resize_rgb, target_size
 from .records import DatasetMeta, Record, SkippedFile, checksum
 from .sources import SourceSample, scan_imagefolder
 
@@ -115,14 +117,47 @@ def _init_worker(load: Callable, state: Any, options: dict[str, Any]) -> None:
     _WORKER.update(load=load, state=state, options=options)
 
 
-def _prepare(key: str, label: int, data: bytes, options: dict[str, Any]) -> tuple[bytes, str]:
-    """Validate (and later resize / re-encode) one payload; return (bytes to store, ext)."""
+def _prepare(key: str, data: bytes, options: dict[str, Any]) -> tuple[bytes, str]:
+    """Validate, and resize / re-encode if asked, one payload; return (bytes to store, ext)."""
     from .decode import decode, image_format
 
-    if options["validate"]:
-        decode(data, "auto", name=key)
-    ext = os.path.splitext(key)[1].lstrip(".").lower() or image_format(data)
-    return data, ext
+    encoding = options["encode"]
+    if encoding == "keep":
+        if options["validate"]:
+            decode(data, "auto", name=key)
+        return data, payload_extension(key, image_format(data))
+    width, height = _image_size(data, key)
+    size = target_size(width, height, options["resize"], options["size"])
+    # Decode at the smallest JPEG DCT scale that still covers the target, then resize exactly.
+    image = decode(data, "auto", name=key, min_size=(size[1], size[0]))
+    image = resize_rgb(image, size)
+    return encode(image, encoding, options["quality"]), EXTENSIONS[encoding]
+
+
+_FORMAT_EXTENSIONS = {
+    "jpeg": ("jpg", "jpeg"), "png": ("png",), "bmp": ("bmp",), "webp": ("webp",),
+    "tiff": ("tif", "tiff"), "gif": ("gif",), "pnm": ("ppm", "pgm", "pbm", "pnm"),
+}
+
+
+def payload_extension(key: str, fmt: str) -> str:
+    """The key's extension when it names the payload's real format, else that format's own."""
+    ext = os.path.splitext(key)[1].lstrip(".").lower()
+    choices = _FORMAT_EXTENSIONS.get(fmt)
+    if choices is None or ext in choices:
+        return ext or "bin"
+    return choices[0]
+
+
+def _image_size(data: bytes, key: str) -> tuple[int, int]:
+    """(width, height) from the header, without decoding the pixels."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.size
+    except Exception as exc:  # PIL raises many types on garbage; the contract is DecodeError
+        raise DecodeError(f"{key}: not a readable image ({type(exc).__name__}: {exc}).") from None
 
 
 def _process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | SkippedFile, int]]:
@@ -135,7 +170,7 @@ def _process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Ski
         try:
             key, where, label, data = load(state, task)
             size = len(data)
-            payload, ext = _prepare(key, label, data, options)
+            payload, ext = _prepare(key, data, options)
             out.append((index, Record(index, key, label, payload, ext, checksum(payload)), size))
         except (OSError, DecodeError, IotoolError, ValueError) as exc:
             reason = str(exc) if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {exc}"
@@ -244,6 +279,10 @@ def convert(
     on_error: str = "fail",
     validate: bool = True,
     overwrite: bool = False,
+    resize: int | None = None,
+    size: tuple[int, int] | None = None,
+    encode: str | None = None,
+    quality: int = 90,
     progress: Callable[[Progress], None] | None = None,
     **format_options: Any,
 ) -> ConversionReport:
@@ -259,6 +298,12 @@ def convert(
             ``skip`` stores every good file and lists each skipped one in the metadata.
         validate: fully decode every image before storing it.
         overwrite: replace an existing ``dst``.
+        resize: resize each image so its shorter side is this many pixels (antialiased;
+            JPEGs are first decoded at a reduced DCT scale when the target allows).
+        size: resize each image to exactly (width, height) instead.
+        encode: ``keep`` (store the original bytes; the default without resize), ``jpeg``
+            (the default with resize), ``png`` or ``bmp``. The bmp format always stores BMP.
+        quality: JPEG quality when re-encoding.
         progress: called with a :class:`Progress` after every record.
         **format_options: options of the output format (e.g. ``shard_size`` for tar).
 
@@ -289,7 +334,8 @@ def convert(
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
     cleanup_stale_temporaries(dst)
 
-    options = {"validate": validate, **format_options}
+    options = _payload_options(spec, resize, size, encode, quality)
+    options = {"validate": validate, **options, **format_options}
     tasks = source.tasks()
     tmp = _temporary_path(dst)
     _remove(tmp)
@@ -313,6 +359,23 @@ def convert(
     seconds = time.perf_counter() - start
     return ConversionReport(source.root, dst, spec.name, count, len(source.classes), bytes_in,
                             bytes_out, seconds, skipped)
+
+
+def _payload_options(spec: FormatSpec, resize: int | None, size: tuple[int, int] | None,
+                     encoding: str | None, quality: int) -> dict[str, Any]:
+    """Resolve the resize / encode options for a format, refusing inconsistent ones."""
+    size = tuple(size) if size is not None else None
+    if spec.needs_resize and resize is None and size is None:
+        raise UsageError(f"The {spec.name} format stores resized images: give --resize N (shorter side) "
+                         f"or --size WxH.")
+    if spec.encoding:
+        if encoding not in (None, spec.encoding):
+            raise UsageError(f"The {spec.name} format stores {spec.encoding} only; --encode {encoding} does not apply.")
+        encoding = spec.encoding
+    if encoding is None:
+        encoding = "keep" if resize is None and size is None else "jpeg"
+    check_options(resize, size, encoding, quality)
+    return {"resize": resize, "size": list(size) if size else None, "encode": encoding, "quality": quality}
 
 
 def _run(source, tasks, options, workers, on_error, writer, progress, start) -> tuple[int, int, list[SkippedFile]]:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
-from torch.utils.data import Dataset
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .decode import AUTO, decode, resolve_backend
+from .errors import UsageError
 from .formats import FormatReader, detect_format
 
 
@@ -34,12 +38,20 @@ class ImageDataset(Dataset):
         if index < 0:
             index += len(self)
         data, label = self.reader.read(index)
+        return self._finish(index, data), label
+
+    def _finish(self, index: int, data: bytes) -> Any:
+        """Decode (unless decoder=None) and transform one payload."""
         image: Any = data
         if self.decoder is not None:
-            image = decode(data, self.decoder, name=f"{self.reader.path}[{index}]")
+            native = getattr(self.reader, "native_decode", None)
+            if native is not None and self.decoder == AUTO:
+                image = native(data)  # e.g. the BMP cache: numpy, no PIL
+            else:
+                image = decode(data, self.decoder, name=f"{self.reader.path}[{index}]")
         if self.transform is not None:
             image = self.transform(image)
-        return image, label
+        return image
 
     @property
     def classes(self) -> list[str]:
@@ -67,13 +79,151 @@ class ImageDataset(Dataset):
                 f"n={len(self)}, classes={len(self.classes)}, decoder={self.decoder!r})")
 
 
+@dataclass(frozen=True)
+class ShardEnv:
+    """Where this process sits: its DDP rank and world size, and its DataLoader worker."""
+
+    rank: int = 0
+    world_size: int = 1
+    worker_id: int = 0
+    num_workers: int = 1
+
+
+def current_env() -> ShardEnv:
+    """Rank/world from torch.distributed when initialised, else RANK/WORLD_SIZE; worker from the DataLoader."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    else:
+        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    info = get_worker_info()
+    worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    return ShardEnv(rank, world, worker_id, num_workers)
+
+
+class ShardedIterableDataset(IterableDataset):
+    """Streams a sharded dataset (tar shards) once per epoch across ranks and workers.
+
+    Shards are shuffled (when ``shuffle``) with the same ``(seed, epoch)`` on every rank, dealt
+    to ranks round-robin (``order[rank::world_size]``), and each rank's shards are dealt to its
+    DataLoader workers the same way, so every (rank, worker) reads distinct shards and every
+    sample is read exactly once per epoch. Within a worker, samples pass through a shuffle buffer
+    seeded from ``(seed, epoch, rank, worker)``.
+
+    With ``even=True`` every rank yields the same number of samples, as DDP needs: ranks with
+    fewer samples repeat their own samples from the start (like ``DistributedSampler``'s
+    padding), so nothing is dropped and at most ``shards_per_rank_imbalance`` samples repeat.
+    Use at least ``world_size * num_workers`` shards so that every worker has work.
+    """
+
+    def __init__(self, reader: FormatReader, decoder: str | None = AUTO,
+                 transform: Callable[[Any], Any] | None = None, *, shuffle: bool = False, seed: int = 0,
+                 buffer_size: int = 1000, even: bool = False, env: ShardEnv | None = None):
+        if decoder is not None:
+            resolve_backend(decoder, "jpeg")
+        if buffer_size < 1:
+            raise UsageError(f"buffer_size={buffer_size}: must be at least 1.")
+        self.maps = ImageDataset(reader, decoder, transform)
+        self.reader = reader
+        self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even
+        self.env = env
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds shuffling; call before each epoch's iteration."""
+        self.epoch = epoch
+
+    def _env(self) -> ShardEnv:
+        return self.env if self.env is not None else current_env()
+
+    def _rank_shards(self, rank: int, world: int) -> list[int]:
+        order = list(range(len(self.reader.shard_ranges())))
+        if self.shuffle:
+            random.Random(f"{self.seed}-{self.epoch}").shuffle(order)
+        return order[rank::world]
+
+    def _rank_total(self, rank: int, world: int) -> int:
+        ranges = self.reader.shard_ranges()
+        return sum(len(ranges[s]) for s in self._rank_shards(rank, world))
+
+    def _target(self, env: ShardEnv) -> int:
+        own = self._rank_total(env.rank, env.world_size)
+        if not self.even:
+            return own
+        return max(self._rank_total(r, env.world_size) for r in range(env.world_size))
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch (all workers together)."""
+        return self._target(self._env())
+
+    def _worker_indices(self, env: ShardEnv) -> list[int]:
+        """Record indices this (rank, worker) reads, padding included."""
+        ranges = self.reader.shard_ranges()
+        shards = self._rank_shards(env.rank, env.world_size)
+        mine = [i for s in shards[env.worker_id::env.num_workers] for i in ranges[s]]
+        pad = self._target(env) - self._rank_total(env.rank, env.world_size)
+        if pad > 0:
+            rank_indices = [i for s in shards for i in ranges[s]] or list(range(len(self.reader)))
+            share = pad // env.num_workers + (env.worker_id < pad % env.num_workers)
+            start = env.worker_id * (pad // env.num_workers) + min(env.worker_id, pad % env.num_workers)
+            mine += [rank_indices[(start + k) % len(rank_indices)] for k in range(share)]
+        return mine
+
+    def iter_indices(self) -> Iterator[int]:
+        """The record indices this process yields this epoch, in order (shuffled if asked)."""
+        env = self._env()
+        indices = self._worker_indices(env)
+        if not self.shuffle:
+            yield from indices
+            return
+        rng = random.Random(f"{self.seed}-{self.epoch}-{env.rank}-{env.worker_id}")
+        buffer: list[int] = []
+        for i in indices:
+            buffer.append(i)
+            if len(buffer) >= self.buffer_size:
+                j = rng.randrange(len(buffer))
+                buffer[j], buffer[-1] = buffer[-1], buffer[j]
+                yield buffer.pop()
+        rng.shuffle(buffer)
+        yield from buffer
+
+    def __iter__(self) -> Iterator[tuple[Any, int]]:
+        env = self._env()
+        if not self.shuffle:
+            for i, data, label in self.reader.read_many(self._worker_indices(env)):
+                yield self.maps._finish(i, data), label
+            return
+        for i in self.iter_indices():
+            data, label = self.reader.read(i)
+            yield self.maps._finish(i, data), label
+
+    @property
+    def classes(self) -> list[str]:
+        return self.reader.classes
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return self.reader.class_to_idx
+
+    @property
+    def keys(self) -> list[str]:
+        return self.reader.keys
+
+    @property
+    def meta(self):
+        return self.reader.meta
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.reader.path!r}, shards={len(self.reader.shard_ranges())}, "
+                f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even})")
+
+
 def open_reader(path: str | os.PathLike) -> FormatReader:
     """Open the format reader for the dataset at ``path`` (format detected)."""
     return detect_format(path).reader(path)
 
 
 def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
-                 transform: Callable[[Any], Any] | None = None) -> ImageDataset:
+                 transform: Callable[[Any], Any] | None = None, **iterable_options: Any):
     """Open an iotool dataset as a torch Dataset, detecting its format.
 
     Args:
@@ -81,8 +231,18 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
         decoder: ``"auto"`` (fastest available per image format), ``"pil"``, ``"opencv"``,
             ``"simplejpeg"``, ``"jpeg4py"``, or ``None`` for the stored bytes.
         transform: applied to each image last.
+        **iterable_options: for tar shards, :class:`ShardedIterableDataset` options
+            (``shuffle``, ``seed``, ``buffer_size``, ``even``).
 
     Returns:
-        A dataset with ``len``, ``ds[i] -> (image, label)``, ``classes``, ``class_to_idx``, ``keys``.
+        lmdb, hdf5, bmp: an :class:`ImageDataset` (``len``, ``ds[i] -> (image, label)``).
+        tar: a :class:`ShardedIterableDataset` (``for image, label in ds``, ``len``, ``set_epoch``).
+        Both have ``classes``, ``class_to_idx`` and ``keys``.
     """
-    return ImageDataset(open_reader(path), decoder=decoder, transform=transform)
+    spec = detect_format(path)
+    reader = spec.reader(path)
+    if spec.iterable:
+        return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **iterable_options)
+    if iterable_options:
+        raise UsageError(f"{', '.join(iterable_options)}: only for iterable formats (tar), not {spec.name}.")
+    return ImageDataset(reader, decoder=decoder, transform=transform)

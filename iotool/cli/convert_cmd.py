@@ -11,13 +11,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..convert import ConversionReport, convert as run_convert
+from ..errors import UsageError
 from ..formats import FORMATS
+from ..imageops import parse_size
 from rich.markup import escape
 
 from .common import console, err_console, handle_errors, human_bytes, write_json
 
 SourceFormat = Enum("SourceFormat", {n: n for n in ["imagefolder", *FORMATS]}, type=str)
 OutputFormat = Enum("OutputFormat", {n: n for n in FORMATS}, type=str)
+
+
+class Encoding(str, Enum):
+    keep = "keep"
+    jpeg = "jpeg"
+    png = "png"
+    bmp = "bmp"
 
 
 class OnError(str, Enum):
@@ -37,6 +46,17 @@ def convert(
     validate: Annotated[bool, typer.Option(
         "--validate/--no-validate", help="Fully decode every image before storing it.")] = True,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing DST.")] = False,
+    resize: Annotated[Optional[int], typer.Option(
+        min=1, help="Resize so the shorter side is N pixels (antialiased). Required for bmp.")] = None,
+    size: Annotated[Optional[str], typer.Option(help="Resize to exactly WIDTHxHEIGHT, e.g. 224x224.")] = None,
+    encode: Annotated[Optional[Encoding], typer.Option(
+        help="Payload encoding: keep the original bytes (default without resize) or re-encode "
+        "(jpeg is the default with resize).")] = None,
+    quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality when re-encoding.")] = 90,
+    shard_size: Annotated[Optional[int], typer.Option(
+        min=1, help="tar: samples per shard (default 1000).")] = None,
+    shard_bytes: Annotated[Optional[int], typer.Option(
+        min=1, help="tar: start a new shard before a shard's payloads exceed this many bytes.")] = None,
     json_out: Annotated[Optional[str], typer.Option(
         "--json", help="Also write the summary as JSON to this file ('-' for stdout, no table).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
@@ -46,12 +66,25 @@ def convert(
     Example:
 
         iotool convert imagefolder lmdb sample_data/imagefolder /tmp/sample.lmdb --workers 2
+
+        iotool convert imagefolder tar sample_data/imagefolder /tmp/shards --shard-size 10
+
+        iotool convert imagefolder bmp sample_data/imagefolder /tmp/cache --resize 256
+
+        iotool convert lmdb hdf5 /tmp/sample.lmdb /tmp/sample.h5
     """
     show = not quiet and json_out != "-"
+    format_options = {k: v for k, v in (("shard_size", shard_size), ("shard_bytes", shard_bytes)) if v}
+    with handle_errors():
+        if format_options and dst_format.value != "tar":
+            raise UsageError(f"--shard-size/--shard-bytes apply to the tar format, not {dst_format.value}.")
+        size_wh = parse_size(size) if size else None
     with handle_errors(), _progress_bar(show) as (bar, callback):
         report = run_convert(src, dst, dst_format.value, src_format=src_format.value, workers=workers,
                              on_error=on_error.value, validate=validate, overwrite=overwrite,
-                             progress=callback)
+                             resize=resize, size=size_wh,
+                             encode=encode.value if encode else None, quality=quality,
+                             progress=callback, **format_options)
         bar.stop()
     if json_out:
         write_json(report_dict(report), json_out)

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..convert import _du
-from ..datasets import open_reader
+from ..formats import detect_format
 from .common import console, handle_errors, human_bytes, write_json
 
 
@@ -24,7 +24,7 @@ def info(
         iotool info /tmp/sample.lmdb --json
     """
     with handle_errors():
-        reader = open_reader(path)
+        reader = detect_format(path).reader(path)
         meta = reader.meta
         data = {
             "path": reader.path, "format": meta.format, "format_version": meta.format_version,

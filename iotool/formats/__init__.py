@@ -40,6 +40,9 @@ def detect_format(path: str | os.PathLike) -> FormatSpec:
     )
 
 
-from . import lmdb as _lmdb  # noqa: E402,F401  (registers itself)
+from . import lmdb as _lmdb  # noqa: E402,F401  (each module registers itself)
+from . import hdf5 as _hdf5  # noqa: E402,F401
+from . import tar as _tar  # noqa: E402,F401
+from . import bmp as _bmp  # noqa: E402,F401
 
 __all__ = ["FORMATS", "FormatReader", "FormatSpec", "FormatWriter", "detect_format", "get_format", "register"]

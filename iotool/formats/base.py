@@ -138,3 +138,79 @@ class FormatSpec:
     reader: type[FormatReader]
     detect: Callable[[str], bool]
     description: str
+    encoding: str | None = None  # a payload encoding the format requires (bmp: "bmp")
+    needs_resize: bool = False  # the format stores resized images only (the BMP cache)
+    iterable: bool = False  # open_dataset returns an IterableDataset (tar shards)
+
+
+def write_json_file(path: str, obj: Any) -> None:
+    """Write JSON to ``path`` and fsync it (used for index files written last)."""
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_index(path: str, expected_format: str, max_bytes: int = 1 << 31) -> tuple[DatasetMeta, dict]:
+    """Read ``index.json`` of a directory format; return (metadata, the whole index)."""
+    import json
+
+    from ..errors import FormatError
+
+    index_path = os.path.join(path, "index.json")
+    try:
+        size = os.path.getsize(index_path)
+        if size > max_bytes:
+            raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
+        with open(index_path, "rb") as f:
+            raw = json.loads(f.read())
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot read index.json ({exc.strerror or exc}).") from None
+    except ValueError as exc:
+        raise FormatError(f"{index_path}: not valid JSON ({exc}).") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("meta"), dict):
+        raise FormatError(f"{index_path}: expected a JSON object with a 'meta' object.")
+    meta = DatasetMeta.from_dict(raw["meta"], index_path)
+    if meta.format != expected_format:
+        raise FormatError(f"{index_path}: metadata says format {meta.format!r}, expected {expected_format!r}.")
+    return meta, raw
+
+
+def index_list(raw: dict, name: str, count: int, item_type: type, where: str) -> list:
+    """A per-record list from an index, checked for length and item type."""
+    from ..errors import FormatError
+
+    values = raw.get(name)
+    if not isinstance(values, list) or len(values) != count:
+        raise FormatError(f"{where}: index field {name!r} must be a list of {count} items.")
+    if not all(isinstance(v, item_type) and not isinstance(v, bool) for v in values):
+        raise FormatError(f"{where}: index field {name!r} must hold {item_type.__name__} values only.")
+    return values
+
+
+def unique_stem(key: str, used: set[str], escape_dots: bool) -> str:
+    """The key without its extension, made unique within a dataset.
+
+    With ``escape_dots`` (WebDataset keys hold no dot in the name part) '%' and '.' in the
+    file name are written as %25 and %2E, so the name stays traceable to the source path.
+    Two files that differ only by extension (a.jpg, a.png) get the full name for the second;
+    the record index breaks any remaining tie.
+    """
+    folder, _, name = key.rpartition("/")
+    stem = name.rsplit(".", 1)[0] if "." in name else name
+
+    def esc(text: str) -> str:
+        return text.replace("%", "%25").replace(".", "%2E") if escape_dots else text
+
+    prefix = f"{folder}/" if folder else ""
+    for candidate in (prefix + esc(stem), prefix + esc(name)):
+        if candidate not in used:
+            used.add(candidate)
+            return candidate
+    n = 1
+    while f"{prefix}{esc(name)}%23{n}" in used:
+        n += 1
+    used.add(f"{prefix}{esc(name)}%23{n}")
+    return f"{prefix}{esc(name)}%23{n}"

@@ -1,0 +1,154 @@
+"""The pre-resized BMP cache: uncompressed 24-bit BMPs in a mirrored class tree, plus index.json.
+
+Images are resized once at conversion (``--resize N`` or ``--size WxH``), so reading costs a file
+read and a numpy view: :func:`decode_bmp` needs no PIL.
+
+Layout of DST_DIR::
+
+    <class>/<name>.bmp ...   one file per sample, mirroring the source tree
+    index.json               {"meta": {...}, "files": [...], "keys": [...], "labels": [...],
+                              "sizes": [[w, h], ...], "checksums": [...]}   (by index)
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..errors import DecodeError, FormatError
+from ..records import DatasetMeta, Record
+from . import register
+from .base import FormatReader, FormatSpec, FormatWriter, index_list, read_index, unique_stem, write_json_file
+
+FORMAT_VERSION = 1
+_FILE_HEADER = struct.Struct("<2sIHHI")
+_INFO_HEADER = struct.Struct("<IiiHHIIiiII")
+
+
+def encode_bmp(image: np.ndarray) -> bytes:
+    """Encode an RGB uint8 HWC array as a bottom-up, uncompressed 24-bit BMP."""
+    h, w = image.shape[:2]
+    stride = (w * 3 + 3) & ~3
+    rows = np.zeros((h, stride), dtype=np.uint8)
+    rows[:, : w * 3] = image[::-1, :, ::-1].reshape(h, w * 3)  # bottom-up rows, BGR
+    offset = _FILE_HEADER.size + _INFO_HEADER.size
+    header = _FILE_HEADER.pack(b"BM", offset + rows.nbytes, 0, 0, offset)
+    info = _INFO_HEADER.pack(_INFO_HEADER.size, w, h, 1, 24, 0, rows.nbytes, 2835, 2835, 0, 0)
+    return header + info + rows.tobytes()
+
+
+def decode_bmp(data: bytes | memoryview) -> np.ndarray:
+    """Decode an uncompressed 24-bit BMP with numpy only; RGB uint8 HWC, C-contiguous.
+
+    Raises:
+        DecodeError: not a 24-bit uncompressed BMP, or the data is shorter than its header says.
+    """
+    if len(data) < _FILE_HEADER.size + _INFO_HEADER.size:
+        raise DecodeError("too short for a BMP header")
+    magic, _, _, _, offset = _FILE_HEADER.unpack_from(data, 0)
+    _, w, h, planes, bpp, compression = _INFO_HEADER.unpack_from(data, _FILE_HEADER.size)[:6]
+    if magic != b"BM" or bpp != 24 or compression != 0 or planes != 1 or w <= 0 or h == 0:
+        raise DecodeError(f"not an uncompressed 24-bit BMP (bpp={bpp}, compression={compression})")
+    stride = (w * 3 + 3) & ~3
+    rows = abs(h)
+    if offset + stride * rows > len(data):
+        raise DecodeError(f"BMP data truncated: {len(data)} bytes for {w}x{rows}")
+    pixels = np.frombuffer(data, dtype=np.uint8, count=stride * rows, offset=offset).reshape(rows, stride)
+    image = pixels[:, : w * 3].reshape(rows, w, 3)[:, :, ::-1]
+    if h > 0:
+        image = image[::-1]  # positive height: bottom-up rows
+    return np.ascontiguousarray(image)
+
+
+class BmpWriter(FormatWriter):
+    """Writes one .bmp file per record in a mirrored tree; index.json last."""
+
+    def __init__(self, path: str, options: dict[str, Any]):
+        super().__init__(path, options)
+        os.makedirs(path, exist_ok=True)
+        self.used: set[str] = set()
+        self.files: list[str] = []
+        self.keys: list[str] = []
+        self.labels: list[int] = []
+        self.sizes: list[list[int]] = []
+        self.checksums: list[str] = []
+
+    def add(self, record: Record) -> None:
+        if record.data[:2] != b"BM":
+            raise FormatError(f"{record.key}: the bmp format stores BMP payloads only.")
+        rel = unique_stem(record.key, self.used, escape_dots=False) + ".bmp"
+        full = os.path.join(self.path, *rel.split("/"))
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(record.data)
+        w, h = _INFO_HEADER.unpack_from(record.data, _FILE_HEADER.size)[1:3]
+        self.files.append(rel)
+        self.keys.append(record.key)
+        self.labels.append(record.label)
+        self.sizes.append([w, abs(h)])
+        self.checksums.append(record.checksum)
+
+    def finish(self, meta: DatasetMeta) -> None:
+        os.sync()  # the many small files reach the disk before the index that vouches for them
+        write_json_file(os.path.join(self.path, "index.json"), {
+            "meta": _meta_dict(meta), "files": self.files, "keys": self.keys, "labels": self.labels,
+            "sizes": self.sizes, "checksums": self.checksums,
+        })
+
+
+def _meta_dict(meta: DatasetMeta) -> dict:
+    import json
+
+    return json.loads(meta.to_json())
+
+
+class BmpReader(FormatReader):
+    """Map-style reader of a BMP cache directory."""
+
+    format_name = "bmp"
+    format_versions = (FORMAT_VERSION,)
+
+    def _load_meta(self) -> DatasetMeta:
+        meta, raw = read_index(self.path, "bmp")
+        self._files = index_list(raw, "files", meta.count, str, self.path)
+        for rel in self._files:
+            if rel.startswith("/") or ".." in rel.split("/"):
+                raise FormatError(f"{self.path}: index names a file outside the dataset: {rel!r}.")
+        self._index_keys = index_list(raw, "keys", meta.count, str, self.path)
+        self._index_labels = index_list(raw, "labels", meta.count, int, self.path)
+        self._checksums = index_list(raw, "checksums", meta.count, str, self.path)
+        return meta
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        path = os.path.join(self.path, self._files[index])
+        try:
+            with open(path, "rb") as f:
+                return f.read(), self._index_labels[index]
+        except OSError as exc:
+            raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
+
+    native_decode = staticmethod(decode_bmp)
+
+    def _load_keys(self) -> list[str]:
+        return self._index_keys
+
+    def _load_labels(self) -> list[int]:
+        return self._index_labels
+
+    def _load_checksums(self) -> list[str]:
+        return self._checksums
+
+
+def detect(path: str) -> bool:
+    """A BMP cache is a directory with index.json and no tar shards."""
+    return os.path.isfile(os.path.join(path, "index.json")) and not os.path.exists(
+        os.path.join(path, "shard-000000.tar"))
+
+
+SPEC = register(FormatSpec("bmp", BmpWriter, BmpReader, detect, "pre-resized BMP cache (directory)",
+                           encoding="bmp", needs_resize=True))

@@ -1,0 +1,143 @@
+"""HDF5 format: one file with variable-length uint8 payloads, labels, keys and checksums.
+
+Layout (all readable with plain h5py)::
+
+    /images      (N,) variable-length uint8   the payload bytes, unchanged
+    /labels      (N,) int64
+    /keys        (N,) variable-length UTF-8 strings (relative source paths)
+    /checksums   (N,) 64-byte ASCII hex SHA-256
+    attrs["iotool_meta"]   the metadata JSON
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..errors import FormatError
+from ..records import DatasetMeta, Record
+from . import register
+from .base import FormatReader, FormatSpec, FormatWriter
+
+FORMAT_VERSION = 1
+META_ATTR = "iotool_meta"
+BATCH = 256
+_BYTES = h5py.vlen_dtype(np.uint8)
+_STR = h5py.string_dtype("utf-8")
+
+
+class Hdf5Writer(FormatWriter):
+    """Appends records in batches to resizable, chunked datasets."""
+
+    def __init__(self, path: str, options: dict[str, Any]):
+        super().__init__(path, options)
+        self.file = h5py.File(path, "w", libver="latest")
+        chunks = (BATCH,)
+        self.images = self.file.create_dataset("images", (0,), _BYTES, maxshape=(None,), chunks=chunks)
+        self.labels = self.file.create_dataset("labels", (0,), "<i8", maxshape=(None,), chunks=chunks)
+        self.keys = self.file.create_dataset("keys", (0,), _STR, maxshape=(None,), chunks=chunks)
+        self.checksums = self.file.create_dataset("checksums", (0,), "S64", maxshape=(None,), chunks=chunks)
+        self.pending: list[Record] = []
+        self.count = 0
+
+    def add(self, record: Record) -> None:
+        self.pending.append(record)
+        if len(self.pending) >= BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        n, k = self.count, len(self.pending)
+        payloads = np.empty(k, dtype=object)
+        payloads[:] = [np.frombuffer(r.data, dtype=np.uint8) for r in self.pending]
+        columns = {
+            self.images: payloads,
+            self.labels: np.array([r.label for r in self.pending], dtype="<i8"),
+            self.keys: np.array([r.key for r in self.pending], dtype=object),
+            self.checksums: np.array([r.checksum.encode("ascii") for r in self.pending], dtype="S64"),
+        }
+        for dataset, values in columns.items():
+            dataset.resize((n + k,))
+            dataset[n:n + k] = values
+        self.count += k
+        self.pending.clear()
+
+    def finish(self, meta: DatasetMeta) -> None:
+        self._flush()
+        self.file.attrs[META_ATTR] = meta.to_json()
+        self.file.flush()
+        self.file.close()
+        with open(self.path, "rb+") as f:
+            os.fsync(f.fileno())
+
+    def abort(self) -> None:
+        try:
+            self.file.close()
+        except Exception:  # h5py raises various errors on a half-written file; it is deleted anyway
+            pass
+
+
+class Hdf5Reader(FormatReader):
+    """Map-style reader; the h5py file opens lazily, once per process (never across a fork)."""
+
+    format_name = "hdf5"
+    format_versions = (FORMAT_VERSION,)
+
+    def _file(self) -> h5py.File:
+        pid = os.getpid()
+        if getattr(self, "_h_file", None) is None or self._h_pid != pid:
+            try:
+                self._h_file = h5py.File(self.path, "r")
+            except OSError as exc:
+                raise FormatError(f"{self.path}: cannot open as HDF5 ({exc}).") from None
+            self._h_pid = pid
+        return self._h_file
+
+    def _dataset(self, name: str) -> h5py.Dataset:
+        f = self._file()
+        if name not in f or not isinstance(f[name], h5py.Dataset):
+            raise FormatError(f"{self.path}: missing dataset '/{name}'; not a complete iotool HDF5 file.")
+        ds = f[name]
+        if ds.shape != (self.meta.count,):
+            raise FormatError(f"{self.path}: '/{name}' has shape {ds.shape}, expected ({self.meta.count},).")
+        return ds
+
+    def _load_meta(self) -> DatasetMeta:
+        raw = self._file().attrs.get(META_ATTR)
+        if raw is None:
+            raise FormatError(f"{self.path}: no '{META_ATTR}' attribute; not an iotool HDF5 file.")
+        meta = DatasetMeta.from_json(raw, self.path)
+        if meta.format != "hdf5":
+            raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'hdf5'.")
+        return meta
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        if getattr(self, "_h_images", None) is None or self._h_pid != os.getpid():
+            self._h_images = self._dataset("images")
+        return self._h_images[index].tobytes(), self.labels[index]
+
+    def _load_keys(self) -> list[str]:
+        return [k.decode("utf-8") if isinstance(k, bytes) else k for k in self._dataset("keys")[:]]
+
+    def _load_labels(self) -> list[int]:
+        return self._dataset("labels")[:].astype(np.int64).tolist()
+
+    def _load_checksums(self) -> list[str]:
+        return [c.decode("ascii") for c in self._dataset("checksums")[:]]
+
+
+def detect(path: str) -> bool:
+    """An HDF5 dataset is a file starting with the HDF5 signature."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89HDF\r\n\x1a\n"
+
+
+SPEC = register(FormatSpec("hdf5", Hdf5Writer, Hdf5Reader, detect, "HDF5 file"))

@@ -1,0 +1,209 @@
+"""WebDataset-compatible tar shards plus an index.
+
+Layout of DST_DIR::
+
+    shard-000000.tar, shard-000001.tar, ...   members <key>.<ext> (original bytes) and <key>.cls
+    index.json   {"meta": {...}, "shards": [{"name", "count", "bytes"}], and by record index:
+                  "keys" (source paths), "member_keys" (WebDataset keys), "labels", "checksums",
+                  "locations": [[shard, data offset, size], ...]}
+
+The ``webdataset`` package reads the shards as they are. iotool's reader uses the index's byte
+offsets instead of parsing tar headers, so records are also reachable by index.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from typing import Any, Iterator
+
+from ..errors import FormatError, UsageError
+from ..records import DatasetMeta, Record
+from . import register
+from .base import FormatReader, FormatSpec, FormatWriter, index_list, read_index, unique_stem, write_json_file
+
+FORMAT_VERSION = 1
+DEFAULT_SHARD_SIZE = 1000
+
+
+def shard_name(i: int) -> str:
+    """shard-000000.tar, shard-000001.tar, ..."""
+    return f"shard-{i:06d}.tar"
+
+
+class TarWriter(FormatWriter):
+    """Writes records into shards bounded by a sample count and/or a byte size."""
+
+    def __init__(self, path: str, options: dict[str, Any]):
+        super().__init__(path, options)
+        self.shard_size = int(options.get("shard_size") or DEFAULT_SHARD_SIZE)
+        self.shard_bytes = options.get("shard_bytes")
+        if self.shard_size <= 0 or (self.shard_bytes is not None and int(self.shard_bytes) <= 0):
+            raise UsageError(f"shard_size={self.shard_size}, shard_bytes={self.shard_bytes}: must be positive.")
+        os.makedirs(path, exist_ok=True)
+        self.tar: tarfile.TarFile | None = None
+        self.shards: list[dict[str, Any]] = []
+        self.used: set[str] = set()
+        self.keys: list[str] = []
+        self.member_keys: list[str] = []
+        self.labels: list[int] = []
+        self.checksums: list[str] = []
+        self.locations: list[list[int]] = []
+
+    def _needs_new_shard(self, size: int) -> bool:
+        if self.tar is None:
+            return True
+        current = self.shards[-1]
+        if current["count"] >= self.shard_size:
+            return True
+        return bool(self.shard_bytes) and current["count"] > 0 and current["bytes"] + size > int(self.shard_bytes)
+
+    def _open_next(self) -> None:
+        self._close_current()
+        name = shard_name(len(self.shards))
+        self.tar = tarfile.open(os.path.join(self.path, name), "w", format=tarfile.PAX_FORMAT)
+        self.shards.append({"name": name, "count": 0, "bytes": 0})
+
+    def _add_member(self, name: str, data: bytes) -> int:
+        """Append one member (fixed metadata for reproducible shards); return its data offset."""
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), 0o644, 0
+        self.tar.addfile(info, io.BytesIO(data))
+        return self.tar.offset - ((len(data) + tarfile.BLOCKSIZE - 1) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+    def add(self, record: Record) -> None:
+        if self._needs_new_shard(len(record.data)):
+            self._open_next()
+        member_key = unique_stem(record.key, self.used, escape_dots=True)
+        offset = self._add_member(f"{member_key}.{record.ext}", record.data)
+        self._add_member(f"{member_key}.cls", str(record.label).encode("ascii"))
+        shard = self.shards[-1]
+        shard["count"] += 1
+        shard["bytes"] += len(record.data)
+        self.keys.append(record.key)
+        self.member_keys.append(member_key)
+        self.labels.append(record.label)
+        self.checksums.append(record.checksum)
+        self.locations.append([len(self.shards) - 1, offset, len(record.data)])
+
+    def _close_current(self) -> None:
+        if self.tar is not None:
+            self.tar.close()
+            with open(os.path.join(self.path, self.shards[-1]["name"]), "rb+") as f:
+                os.fsync(f.fileno())
+            self.tar = None
+
+    def finish(self, meta: DatasetMeta) -> None:
+        self._close_current()
+        meta.options = {**meta.options, "shard_size": self.shard_size, "shard_bytes": self.shard_bytes}
+        write_json_file(os.path.join(self.path, "index.json"), {
+            "meta": json.loads(meta.to_json()),
+            "shards": [{k: s[k] for k in ("name", "count", "bytes")} for s in self.shards],
+            "keys": self.keys, "member_keys": self.member_keys, "labels": self.labels,
+            "checksums": self.checksums, "locations": self.locations,
+        })
+
+    def abort(self) -> None:
+        if self.tar is not None:
+            self.tar.close()
+
+
+class TarReader(FormatReader):
+    """Random and sequential access to tar shards through the index's byte offsets."""
+
+    format_name = "tar"
+    format_versions = (FORMAT_VERSION,)
+
+    def _load_meta(self) -> DatasetMeta:
+        meta, raw = read_index(self.path, "tar")
+        shards = raw.get("shards")
+        if not isinstance(shards, list) or not all(
+                isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("count"), int)
+                for s in shards):
+            raise FormatError(f"{self.path}: index field 'shards' must be a list of {{name, count}} objects.")
+        for s in shards:
+            if "/" in s["name"] or s["name"].startswith(".") or s["count"] < 0:
+                raise FormatError(f"{self.path}: invalid shard entry {s!r:.100}.")
+        if sum(s["count"] for s in shards) != meta.count:
+            raise FormatError(f"{self.path}: shard counts add up to {sum(s['count'] for s in shards)}, "
+                              f"but metadata says {meta.count} records.")
+        self.shards: list[dict] = [{"name": s["name"], "count": s["count"]} for s in shards]
+        self._index_keys = index_list(raw, "keys", meta.count, str, self.path)
+        self.member_keys = index_list(raw, "member_keys", meta.count, str, self.path)
+        self._index_labels = index_list(raw, "labels", meta.count, int, self.path)
+        self._checksums = index_list(raw, "checksums", meta.count, str, self.path)
+        self._locations = self._check_locations(index_list(raw, "locations", meta.count, list, self.path))
+        return meta
+
+    def _check_locations(self, locations: list) -> list:
+        for loc in locations:
+            if (len(loc) != 3 or not all(isinstance(v, int) and v >= 0 for v in loc)
+                    or loc[0] >= len(self.shards)):
+                raise FormatError(f"{self.path}: invalid record location {loc!r:.80} in index.json.")
+        return locations
+
+    def shard_path(self, shard: int) -> str:
+        return os.path.join(self.path, self.shards[shard]["name"])
+
+    def shard_ranges(self) -> list[range]:
+        """The record indices held by each shard, in shard order."""
+        ranges, start = [], 0
+        for s in self.shards:
+            ranges.append(range(start, start + s["count"]))
+            start += s["count"]
+        return ranges
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        shard, offset, size = self._locations[index]
+        with open(self.shard_path(shard), "rb") as f:
+            return self._read_at(f, shard, offset, size), self._index_labels[index]
+
+    def _read_at(self, f, shard: int, offset: int, size: int) -> bytes:
+        f.seek(offset)
+        data = f.read(size)
+        if len(data) != size:
+            raise FormatError(f"{self.shard_path(shard)}: truncated shard (record at byte {offset} "
+                              f"needs {size} bytes, found {len(data)}).")
+        return data
+
+    def read_many(self, indices: list[int]) -> Iterator[tuple[int, bytes, int]]:
+        """Yield (index, payload, label) for indices, reading each shard file sequentially."""
+        current, f = None, None
+        try:
+            for i in indices:
+                shard, offset, size = self._locations[i]
+                if shard != current:
+                    if f is not None:
+                        f.close()
+                    f, current = open(self.shard_path(shard), "rb", buffering=1 << 20), shard
+                yield i, self._read_at(f, shard, offset, size), self._index_labels[i]
+        finally:
+            if f is not None:
+                f.close()
+
+    def _load_keys(self) -> list[str]:
+        return self._index_keys
+
+    def _load_labels(self) -> list[int]:
+        return self._index_labels
+
+    def _load_checksums(self) -> list[str]:
+        return self._checksums
+
+    def shard_urls(self) -> list[str]:
+        """Local paths of every shard, e.g. for ``webdataset.WebDataset(urls)``."""
+        return [self.shard_path(i) for i in range(len(self.shards))]
+
+
+def detect(path: str) -> bool:
+    """Tar shards: a directory with index.json and shard-000000.tar."""
+    return os.path.isfile(os.path.join(path, "index.json")) and os.path.isfile(
+        os.path.join(path, shard_name(0)))
+
+
+SPEC = register(FormatSpec("tar", TarWriter, TarReader, detect, "WebDataset tar shards (directory)",
+                           iterable=True))
