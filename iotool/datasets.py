@@ -89,10 +89,20 @@ class ShardEnv:
     num_workers: int = 1
 
 
-def current_env() -> ShardEnv:
-    """Rank/world from torch.distributed when initialised, else RANK/WORLD_SIZE; worker from the DataLoader."""
+def distributed_rank() -> tuple[int, int] | None:
+    """(rank, world size) from torch.distributed when initialised in this process, else None."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return None
+
+
+def current_env(captured: tuple[int, int] | None = None) -> ShardEnv:
+    """This process's place: rank/world from torch.distributed when initialised, else ``captured``
+    (what the main process saw; DataLoader workers are not part of the group), else the
+    RANK/WORLD_SIZE variables; worker id and count from the DataLoader."""
+    dist = distributed_rank() or captured
+    if dist is not None:
+        rank, world = dist
     else:
         rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     info = get_worker_info()
@@ -127,13 +137,19 @@ class ShardedIterableDataset(IterableDataset):
         self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even
         self.env = env
         self.epoch = 0
+        self._dist = distributed_rank()
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch that seeds shuffling; call before each epoch's iteration."""
         self.epoch = epoch
+        self._dist = distributed_rank() or self._dist
 
     def _env(self) -> ShardEnv:
-        return self.env if self.env is not None else current_env()
+        if self.env is not None:
+            return self.env
+        if get_worker_info() is None:  # the main process: remember the rank for the workers
+            self._dist = distributed_rank() or self._dist
+        return current_env(self._dist)
 
     def _rank_shards(self, rank: int, world: int) -> list[int]:
         order = list(range(len(self.reader.shard_ranges())))

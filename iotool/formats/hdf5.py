@@ -52,10 +52,7 @@ class Hdf5Writer(FormatWriter):
         if not self.pending:
             return
         n, k = self.count, len(self.pending)
-        payloads = np.empty(k, dtype=object)
-        payloads[:] = [np.frombuffer(r.data, dtype=np.uint8) for r in self.pending]
         columns = {
-            self.images: payloads,
             self.labels: np.array([r.label for r in self.pending], dtype="<i8"),
             self.keys: np.array([r.key for r in self.pending], dtype=object),
             self.checksums: np.array([r.checksum.encode("ascii") for r in self.pending], dtype="S64"),
@@ -63,6 +60,9 @@ class Hdf5Writer(FormatWriter):
         for dataset, values in columns.items():
             dataset.resize((n + k,))
             dataset[n:n + k] = values
+        self.images.resize((n + k,))
+        for j, r in enumerate(self.pending):  # one by one: h5py reshapes equal-length object batches
+            self.images[n + j] = np.frombuffer(r.data, dtype=np.uint8)
         self.count += k
         self.pending.clear()
 
