@@ -88,3 +88,36 @@ def test_installed_console_script(tmp_path):
     info = subprocess.run([sys.executable, "-m", "iotool", "info", str(dst), "--json"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert info.returncode == 0 and json.loads(info.stdout)["count"] == 24
+
+
+def test_convert_every_format_and_between_formats(imagefolder, tmp_path):
+    cases = [
+        ["imagefolder", "tar", str(imagefolder), str(tmp_path / "t"), "--shard-size", "5"],
+        ["imagefolder", "hdf5", str(imagefolder), str(tmp_path / "h.h5"), "--resize", "20", "--encode", "png"],
+        ["imagefolder", "bmp", str(imagefolder), str(tmp_path / "b"), "--size", "16x12"],
+        ["tar", "lmdb", str(tmp_path / "t"), str(tmp_path / "l")],
+    ]
+    for args in cases:
+        result = runner.invoke(app, ["convert", *args, "-w", "0", "-q"])
+        assert result.exit_code == 0, (args, result.output)
+    assert len(list((tmp_path / "t").glob("shard-*.tar"))) == 3
+    assert iotool.open_dataset(tmp_path / "b")[0][0].shape == (12, 16, 3)
+    assert min(iotool.open_dataset(tmp_path / "h.h5")[0][0].shape[:2]) == 20
+    assert iotool.open_reader(tmp_path / "l").keys == iotool.open_reader(tmp_path / "t").keys
+    for name, fmt in [("t", "tar"), ("h.h5", "hdf5"), ("b", "bmp"), ("l", "lmdb")]:
+        info = json.loads(runner.invoke(app, ["info", str(tmp_path / name), "--json"]).output)
+        assert info["format"] == fmt and info["count"] == 13
+
+
+def test_format_option_mistakes_exit_2(imagefolder, tmp_path):
+    bad = [
+        ["imagefolder", "lmdb", str(imagefolder), str(tmp_path / "x"), "--shard-size", "5"],
+        ["imagefolder", "bmp", str(imagefolder), str(tmp_path / "x")],
+        ["imagefolder", "tar", str(imagefolder), str(tmp_path / "x"), "--size", "12by4"],
+        ["imagefolder", "tar", str(imagefolder), str(tmp_path / "x"), "--resize", "8", "--size", "4x4"],
+    ]
+    for args in bad:
+        result = runner.invoke(app, ["convert", *args, "-w", "0"])
+        assert result.exit_code == 2, (args, result.output)
+        assert "Error" in result.stderr or "Invalid" in result.stderr
+    assert not (tmp_path / "x").exists()
