@@ -66,3 +66,36 @@ def sample_lmdb(tmp_path_factory) -> Path:
 def listdir_all(path: Path) -> list[str]:
     """Every entry (hidden ones too) of a folder, sorted."""
     return sorted(os.listdir(path))
+
+
+def rewrite_meta(fmt: str, path: Path, **changes) -> None:
+    """Change stored metadata fields and re-sign them, as a (future) writer would."""
+    import hashlib
+    import json
+
+    import h5py
+    import lmdb
+
+    from iotool.formats.base import write_index
+
+    if fmt == "lmdb":
+        env = lmdb.open(str(path), lock=False)
+        with env.begin(write=True) as txn:
+            meta = {**json.loads(txn.get(b"__iotool_meta__")), **changes}
+            raw = json.dumps(meta).encode()
+            integrity = {**json.loads(txn.get(b"__iotool_integrity__")),
+                         "__iotool_meta__": hashlib.sha256(raw).hexdigest()}
+            txn.put(b"__iotool_meta__", raw)
+            txn.put(b"__iotool_integrity__", json.dumps(integrity).encode())
+        env.close()
+    elif fmt == "hdf5":
+        with h5py.File(path, "a") as f:
+            raw = json.dumps({**json.loads(f.attrs["iotool_meta"]), **changes})
+            integrity = {**json.loads(f.attrs["iotool_integrity"]), "meta": hashlib.sha256(raw.encode()).hexdigest()}
+            f.attrs["iotool_meta"] = raw
+            f.attrs["iotool_integrity"] = json.dumps(integrity)
+    else:
+        index = json.loads((path / "index.json").read_text())
+        index.pop("integrity")
+        index["meta"].update(changes)
+        write_index(str(path), index)

@@ -7,7 +7,6 @@ import hashlib
 import json
 import pickle
 
-import lmdb
 import numpy as np
 import pytest
 import torch
@@ -16,9 +15,8 @@ from torch.utils.data import DataLoader
 
 import iotool
 from iotool.errors import FormatVersionError, UnknownFormatError, UsageError
-from iotool.formats.lmdb import META_KEY
 
-from .conftest import SAMPLE
+from .conftest import SAMPLE, rewrite_meta
 
 
 def test_pil_and_opencv_give_identical_pixels_on_jpegs(sample_lmdb):
@@ -91,19 +89,10 @@ def test_decoded_batches_through_workers(sample_lmdb):
     assert torch.cat([b[1] for b in batches]).tolist() == ds.targets
 
 
-def _rewrite_meta(path, **changes):
-    env = lmdb.open(str(path), lock=False)
-    with env.begin(write=True) as txn:
-        meta = json.loads(txn.get(META_KEY))
-        meta.update(changes)
-        txn.put(META_KEY, json.dumps(meta).encode())
-    env.close()
-
-
 def test_unknown_format_version_is_refused(imagefolder, tmp_path):
     dst = tmp_path / "o.lmdb"
     iotool.convert(imagefolder, dst, "lmdb", workers=0)
-    _rewrite_meta(dst, format_version=99)
+    rewrite_meta("lmdb", dst, format_version=99)
     with pytest.raises(FormatVersionError, match="version 99"):
         iotool.open_dataset(dst)
 
@@ -111,7 +100,7 @@ def test_unknown_format_version_is_refused(imagefolder, tmp_path):
 def test_metadata_with_wrong_types_is_refused(imagefolder, tmp_path):
     dst = tmp_path / "o.lmdb"
     iotool.convert(imagefolder, dst, "lmdb", workers=0)
-    _rewrite_meta(dst, count="13")
+    rewrite_meta("lmdb", dst, count="13")
     with pytest.raises(iotool.FormatError, match="'count'"):
         iotool.open_dataset(dst)
 

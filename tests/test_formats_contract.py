@@ -7,8 +7,6 @@ import hashlib
 import json
 import pickle
 
-import h5py
-import lmdb
 import numpy as np
 import pytest
 from PIL import Image
@@ -19,7 +17,7 @@ from iotool.errors import ConversionError, DestinationExistsError, FormatVersion
 from iotool.formats import FORMATS
 from iotool.sources import scan_imagefolder
 
-from .conftest import listdir_all, make_image, write_tree
+from .conftest import listdir_all, make_image, rewrite_meta, write_tree
 
 ALL = sorted(FORMATS)
 OPTIONS = {"bmp": {"resize": 40}, "tar": {"shard_size": 4}}
@@ -105,31 +103,11 @@ def test_pickled_dataset_reads_the_same(fmt, converted):
     assert first[1] == again[1]
 
 
-def set_format_version(fmt, path, version):
-    """Rewrite the stored format version with each format's plain library."""
-    if fmt == "lmdb":
-        env = lmdb.open(str(path), lock=False)
-        with env.begin(write=True) as txn:
-            meta = json.loads(txn.get(b"__iotool_meta__"))
-            meta["format_version"] = version
-            txn.put(b"__iotool_meta__", json.dumps(meta).encode())
-        env.close()
-    elif fmt == "hdf5":
-        with h5py.File(path, "a") as f:
-            meta = json.loads(f.attrs["iotool_meta"])
-            meta["format_version"] = version
-            f.attrs["iotool_meta"] = json.dumps(meta)
-    else:
-        index = json.loads((path / "index.json").read_text())
-        index["meta"]["format_version"] = version
-        (path / "index.json").write_text(json.dumps(index))
-
-
 @pytest.mark.parametrize("fmt", ALL)
 def test_unknown_format_version_is_refused(fmt, source, tmp_path):
     dst = tmp_path / DST_NAME.get(fmt, "out")
     iotool.convert(source, dst, fmt, workers=0, **OPTIONS.get(fmt, {}))
-    set_format_version(fmt, dst, 7)
+    rewrite_meta(fmt, dst, format_version=7)
     with pytest.raises(FormatVersionError, match=f"{fmt} format version 7 is not supported"):
         iotool.open_dataset(dst)
 

@@ -70,8 +70,12 @@ class FormatReader(ABC):
     def _load_checksums(self) -> list[str]:
         """Return every record's hex checksum, in index order."""
 
-    def _drop_handles(self) -> None:
-        """Forget open handles (called when pickling)."""
+    def integrity_problems(self) -> list[str]:
+        """Check the stored metadata/index against their digests and the container's structure.
+
+        Used by ``iotool verify``; returns a reason per problem (empty when intact).
+        """
+        return []
 
     # -- shared ---------------------------------------------------------------------------
     def _check_version(self) -> None:
@@ -143,12 +147,26 @@ class FormatSpec:
     iterable: bool = False  # open_dataset returns an IterableDataset (tar shards)
 
 
-def write_json_file(path: str, obj: Any) -> None:
-    """Write JSON to ``path`` and fsync it (used for index files written last)."""
+def canonical_json(obj: Any) -> bytes:
+    """The one byte form of a JSON value that integrity digests are taken over."""
     import json
 
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False)
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_index(path: str, index: dict[str, Any]) -> None:
+    """Write ``index.json`` with an ``integrity`` digest over the rest, and fsync it."""
+    body = dict(index)
+    body["integrity"] = sha256_hex(canonical_json(index))
+    with open(os.path.join(path, "index.json"), "wb") as f:
+        f.write(canonical_json(body))
         f.flush()
         os.fsync(f.fileno())
 
@@ -172,6 +190,10 @@ def read_index(path: str, expected_format: str, max_bytes: int = 1 << 31) -> tup
         raise FormatError(f"{index_path}: not valid JSON ({exc}).") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("meta"), dict):
         raise FormatError(f"{index_path}: expected a JSON object with a 'meta' object.")
+    stored = raw.pop("integrity", None)
+    if stored != sha256_hex(canonical_json(raw)):
+        raise FormatError(f"{index_path}: the index does not match its integrity digest; it was modified "
+                          f"or corrupted after conversion. Re-convert the dataset.")
     meta = DatasetMeta.from_dict(raw["meta"], index_path)
     if meta.format != expected_format:
         raise FormatError(f"{index_path}: metadata says format {meta.format!r}, expected {expected_format!r}.")

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import DecodeError, FormatError
 from ..records import DatasetMeta, Record
 from . import register
-from .base import FormatReader, FormatSpec, FormatWriter, index_list, read_index, unique_stem, write_json_file
+from .base import FormatReader, FormatSpec, FormatWriter, index_list, read_index, unique_stem, write_index
 
 FORMAT_VERSION = 1
 _FILE_HEADER = struct.Struct("<2sIHHI")
@@ -93,7 +93,7 @@ class BmpWriter(FormatWriter):
 
     def finish(self, meta: DatasetMeta) -> None:
         os.sync()  # the many small files reach the disk before the index that vouches for them
-        write_json_file(os.path.join(self.path, "index.json"), {
+        write_index(self.path, {
             "meta": _meta_dict(meta), "files": self.files, "keys": self.keys, "labels": self.labels,
             "sizes": self.sizes, "checksums": self.checksums,
         })

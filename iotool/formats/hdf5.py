@@ -11,6 +11,7 @@ Layout (all readable with plain h5py)::
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -20,10 +21,11 @@ import numpy as np
 from ..errors import FormatError
 from ..records import DatasetMeta, Record
 from . import register
-from .base import FormatReader, FormatSpec, FormatWriter
+from .base import FormatReader, FormatSpec, FormatWriter, canonical_json, sha256_hex
 
 FORMAT_VERSION = 1
 META_ATTR = "iotool_meta"
+INTEGRITY_ATTR = "iotool_integrity"
 BATCH = 256
 _BYTES = h5py.vlen_dtype(np.uint8)
 _STR = h5py.string_dtype("utf-8")
@@ -68,7 +70,12 @@ class Hdf5Writer(FormatWriter):
 
     def finish(self, meta: DatasetMeta) -> None:
         self._flush()
-        self.file.attrs[META_ATTR] = meta.to_json()
+        meta_json = meta.to_json()
+        self.file.attrs[META_ATTR] = meta_json
+        self.file.attrs[INTEGRITY_ATTR] = json.dumps({
+            "meta": sha256_hex(meta_json.encode("utf-8")),
+            **_column_digests(self.labels[:], self.keys[:], self.checksums[:]),
+        })
         self.file.flush()
         self.file.close()
         with open(self.path, "rb+") as f:
@@ -79,6 +86,16 @@ class Hdf5Writer(FormatWriter):
             self.file.close()
         except Exception:  # h5py raises various errors on a half-written file; it is deleted anyway
             pass
+
+
+def _column_digests(labels: np.ndarray, keys, checksums: np.ndarray) -> dict[str, str]:
+    """Digests of the index columns, as stored in the integrity attribute."""
+    keys = [k.decode("utf-8") if isinstance(k, bytes) else k for k in keys]
+    return {
+        "labels": sha256_hex(np.asarray(labels, dtype="<i8").tobytes()),
+        "keys": sha256_hex(canonical_json(keys)),
+        "checksums": sha256_hex(np.asarray(checksums, dtype="S64").tobytes()),
+    }
 
 
 class Hdf5Reader(FormatReader):
@@ -107,9 +124,17 @@ class Hdf5Reader(FormatReader):
         return ds
 
     def _load_meta(self) -> DatasetMeta:
-        raw = self._file().attrs.get(META_ATTR)
-        if raw is None:
-            raise FormatError(f"{self.path}: no '{META_ATTR}' attribute; not an iotool HDF5 file.")
+        try:
+            raw = self._file().attrs.get(META_ATTR)
+            digests = json.loads(self._file().attrs.get(INTEGRITY_ATTR, "null"))
+        except (OSError, ValueError, RuntimeError, KeyError) as exc:
+            raise FormatError(f"{self.path}: cannot read the metadata attributes ({exc}).") from None
+        if not isinstance(raw, str) or not isinstance(digests, dict):
+            raise FormatError(f"{self.path}: no '{META_ATTR}'/'{INTEGRITY_ATTR}' attributes; not an iotool HDF5 file.")
+        if digests.get("meta") != sha256_hex(raw.encode("utf-8")):
+            raise FormatError(f"{self.path}: the metadata does not match its integrity digest; it was modified "
+                              f"or corrupted after conversion. Re-convert the dataset.")
+        self._digests = digests
         meta = DatasetMeta.from_json(raw, self.path)
         if meta.format != "hdf5":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'hdf5'.")
@@ -121,6 +146,15 @@ class Hdf5Reader(FormatReader):
         if getattr(self, "_h_images", None) is None or self._h_pid != os.getpid():
             self._h_images = self._dataset("images")
         return self._h_images[index].tobytes(), self.labels[index]
+
+    def integrity_problems(self) -> list[str]:
+        try:
+            actual = _column_digests(self._dataset("labels")[:], self._dataset("keys")[:],
+                                     self._dataset("checksums")[:])
+        except (OSError, ValueError, RuntimeError, TypeError) as exc:
+            return [f"{self.path}: cannot read the index columns ({exc})."]
+        return [f"{self.path}: '/{name}' does not match its integrity digest."
+                for name, digest in actual.items() if self._digests.get(name) != digest]
 
     def _load_keys(self) -> list[str]:
         return [k.decode("utf-8") if isinstance(k, bytes) else k for k in self._dataset("keys")[:]]

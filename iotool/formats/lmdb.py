@@ -22,13 +22,15 @@ import numpy as np
 from ..errors import FormatError
 from ..records import DatasetMeta, Record
 from . import register
-from .base import FormatReader, FormatSpec, FormatWriter
+from .base import FormatReader, FormatSpec, FormatWriter, sha256_hex
 
 FORMAT_VERSION = 1
 META_KEY = b"__iotool_meta__"
 KEYS_KEY = b"__iotool_keys__"
 LABELS_KEY = b"__iotool_labels__"
 CHECKSUMS_KEY = b"__iotool_checksums__"
+INTEGRITY_KEY = b"__iotool_integrity__"
+RESERVED = (META_KEY, KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY, INTEGRITY_KEY)
 INITIAL_MAP_SIZE = 1 << 28  # 256 MiB of address space; doubled whenever it fills
 COMMIT_RECORDS = 1024
 COMMIT_BYTES = 64 << 20
@@ -76,13 +78,14 @@ class LmdbWriter(FormatWriter):
         self.pending_bytes = 0
 
     def finish(self, meta: DatasetMeta) -> None:
-        labels = np.asarray(self.labels, dtype="<i8").tobytes()
-        self.pending += [
-            (KEYS_KEY, json.dumps(self.keys, ensure_ascii=False).encode("utf-8")),
-            (LABELS_KEY, labels),
-            (CHECKSUMS_KEY, bytes(self.digests)),
-            (META_KEY, meta.to_json().encode("utf-8")),
-        ]
+        parts = {
+            KEYS_KEY: json.dumps(self.keys, ensure_ascii=False).encode("utf-8"),
+            LABELS_KEY: np.asarray(self.labels, dtype="<i8").tobytes(),
+            CHECKSUMS_KEY: bytes(self.digests),
+            META_KEY: meta.to_json().encode("utf-8"),
+        }
+        integrity = {key.decode(): sha256_hex(value) for key, value in parts.items()}
+        self.pending += [*parts.items(), (INTEGRITY_KEY, json.dumps(integrity).encode())]
         self._commit()
         self.env.sync(True)
         self.env.close()
@@ -142,6 +145,8 @@ class LmdbReader(FormatReader):
         try:
             with open_env(self.path).begin(buffers=False) as txn:
                 return txn.get(key)
+        except FileNotFoundError:
+            raise FormatError(f"{self.path}: data.mdb is missing.") from None
         except lmdb.Error as exc:
             raise FormatError(f"{self.path}: cannot read LMDB environment ({exc}).") from None
 
@@ -151,8 +156,28 @@ class LmdbReader(FormatReader):
             raise FormatError(f"{self.path}: missing {key.decode()!r}; not a complete iotool LMDB dataset.")
         return value
 
+    def _digests(self) -> dict:
+        try:
+            digests = json.loads(self._get_required(INTEGRITY_KEY))
+        except ValueError:
+            digests = None
+        if not isinstance(digests, dict):
+            raise FormatError(f"{self.path}: the integrity record is corrupted. Re-convert the dataset.")
+        return digests
+
+    def _check_digest(self, key: bytes, value: bytes, digests: dict) -> None:
+        if digests.get(key.decode()) != sha256_hex(value):
+            raise FormatError(f"{self.path}: {key.decode()!r} does not match its integrity digest; it was "
+                              f"modified or corrupted after conversion. Re-convert the dataset.")
+
     def _load_meta(self) -> DatasetMeta:
-        meta = DatasetMeta.from_json(self._get_required(META_KEY), self.path)
+        raw = self._get_required(META_KEY)
+        self._check_digest(META_KEY, raw, self._digests())
+        meta = DatasetMeta.from_json(raw, self.path)
+        entries = open_env(self.path).stat()["entries"]
+        if meta.count + len(RESERVED) != entries:
+            raise FormatError(f"{self.path}: metadata says {meta.count} records but the environment holds "
+                              f"{entries - len(RESERVED)}.")
         if meta.format != "lmdb":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'lmdb'.")
         return meta
@@ -165,8 +190,23 @@ class LmdbReader(FormatReader):
             raise FormatError(f"{self.path}: record {index} is missing.")
         return data, self.labels[index]
 
+    def integrity_problems(self) -> list[str]:
+        problems = []
+        digests = self._digests()
+        for key in (KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY):
+            try:
+                self._check_digest(key, self._get_required(key), digests)
+            except FormatError as exc:
+                problems.append(str(exc))
+        return problems
+
     def _load_keys(self) -> list[str]:
-        keys = json.loads(self._get_required(KEYS_KEY))
+        try:
+            keys = json.loads(self._get_required(KEYS_KEY))
+        except ValueError:
+            raise FormatError(f"{self.path}: the keys record is not valid JSON.") from None
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise FormatError(f"{self.path}: the keys record must be a JSON list of strings.")
         self._expect_count("keys", len(keys))
         return keys
 

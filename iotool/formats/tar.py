@@ -22,7 +22,7 @@ from typing import Any, Iterator
 from ..errors import FormatError, UsageError
 from ..records import DatasetMeta, Record
 from . import register
-from .base import FormatReader, FormatSpec, FormatWriter, index_list, read_index, unique_stem, write_json_file
+from .base import FormatReader, FormatSpec, FormatWriter, index_list, read_index, unique_stem, write_index
 
 FORMAT_VERSION = 1
 DEFAULT_SHARD_SIZE = 1000
@@ -98,7 +98,7 @@ class TarWriter(FormatWriter):
     def finish(self, meta: DatasetMeta) -> None:
         self._close_current()
         meta.options = {**meta.options, "shard_size": self.shard_size, "shard_bytes": self.shard_bytes}
-        write_json_file(os.path.join(self.path, "index.json"), {
+        write_index(self.path, {
             "meta": json.loads(meta.to_json()),
             "shards": [{k: s[k] for k in ("name", "count", "bytes")} for s in self.shards],
             "keys": self.keys, "member_keys": self.member_keys, "labels": self.labels,
