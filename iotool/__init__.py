@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import (
     ConversionError, DecodeError, DestinationExistsError, FormatError, FormatVersionError,
-    IotoolError, SourceError, UnknownFormatError, UsageError,
+    IotoolError, RecordError, SourceError, UnknownFormatError, UsageError,
 )
 
 __version__ = "0.1.0"
@@ -23,6 +23,7 @@ _LAZY = {
     "open_reader": ("datasets", "open_reader"),
     "ImageDataset": ("datasets", "ImageDataset"),
     "scan_imagefolder": ("sources", "scan_imagefolder"),
+    "verify": ("verify", "verify"),
     "fast_collate": ("collate", "fast_collate"),
     "CUDAPrefetcher": ("prefetch", "CUDAPrefetcher"),
 }
@@ -41,6 +42,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "__version__", "open_dataset", "open_reader", "ImageDataset", "convert", "ConversionReport",
-    "scan_imagefolder", "fast_collate", "CUDAPrefetcher", "ConversionError", "DecodeError", "DestinationExistsError", "FormatError",
-    "FormatVersionError", "IotoolError", "SourceError", "UnknownFormatError", "UsageError",
+    "scan_imagefolder", "verify", "fast_collate", "CUDAPrefetcher", "ConversionError", "DecodeError", "DestinationExistsError", "FormatError",
+    "FormatVersionError", "IotoolError", "RecordError", "SourceError", "UnknownFormatError", "UsageError",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import random
 from dataclasses import dataclass
@@ -11,8 +13,11 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .decode import AUTO, decode, resolve_backend
-from .errors import UsageError
+from .errors import IotoolError, RecordError, UsageError
 from .formats import FormatReader, detect_format
+
+log = logging.getLogger(__name__)
+ON_ERROR = ("raise", "skip")
 
 
 class ImageDataset(Dataset):
@@ -24,12 +29,19 @@ class ImageDataset(Dataset):
     """
 
     def __init__(self, reader: FormatReader, decoder: str | None = AUTO,
-                 transform: Callable[[Any], Any] | None = None):
+                 transform: Callable[[Any], Any] | None = None, *, on_error: str = "raise",
+                 max_skips: int = 100, check_checksums: bool = False):
         if decoder is not None:
             resolve_backend(decoder, "jpeg")  # fail now, not in a worker, on a bad name
+        if on_error not in ON_ERROR:
+            raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR)}.")
         self.reader = reader
         self.decoder = decoder
         self.transform = transform
+        self.on_error = on_error
+        self.max_skips = max_skips
+        self.check_checksums = check_checksums
+        self.skipped = 0  # bad records skipped in this process
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -37,21 +49,53 @@ class ImageDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[Any, int]:
         if index < 0:
             index += len(self)
-        data, label = self.reader.read(index)
-        return self._finish(index, data), label
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} records")
+        for _ in range(len(self)):
+            loaded = self.load(index)
+            if loaded is not None:
+                return self._transform(loaded[0]), loaded[1]
+            index = (index + 1) % len(self)  # on_error="skip": serve the next record instead
+        raise RecordError(f"{self.reader.path}: no readable record left.")
 
-    def _finish(self, index: int, data: bytes) -> Any:
-        """Decode (unless decoder=None) and transform one payload."""
-        image: Any = data
-        if self.decoder is not None:
-            native = getattr(self.reader, "native_decode", None)
-            if native is not None and self.decoder == AUTO:
-                image = native(data)  # e.g. the BMP cache: numpy, no PIL
-            else:
-                image = decode(data, self.decoder, name=f"{self.reader.path}[{index}]")
-        if self.transform is not None:
-            image = self.transform(image)
-        return image
+    def load(self, index: int, data: bytes | None = None, label: int | None = None) -> tuple[Any, int] | None:
+        """Read (unless given) and decode record ``index``; None when it is bad and skipped."""
+        try:
+            if data is None:
+                data, label = self.reader.read(index)
+            if self.check_checksums and hashlib.sha256(data).hexdigest() != self.reader.checksums[index]:
+                raise RecordError("checksum mismatch: the stored bytes were modified or corrupted")
+            return self._decode(index, data), label
+        except (IotoolError, OSError, ValueError) as exc:
+            return self._bad_record(index, exc)
+
+    def _bad_record(self, index: int, exc: BaseException) -> None:
+        """Raise a RecordError naming the dataset and key, or count a skip (bounded)."""
+        try:
+            key = self.reader.keys[index]
+        except Exception:  # the key index itself may be what is broken
+            key = "?"
+        error = RecordError(f"{self.reader.path}: record {index} ({key}): {exc}")
+        if self.on_error == "raise":
+            raise error from None
+        self.skipped += 1
+        if self.skipped > self.max_skips:
+            raise RecordError(f"{self.reader.path}: more than max_skips={self.max_skips} bad records in "
+                              f"this process; the last: record {index} ({key}): {exc}") from None
+        log.warning("skipping %s", error)
+        return None
+
+    def _decode(self, index: int, data: bytes) -> Any:
+        """Decode one payload (unless decoder=None)."""
+        if self.decoder is None:
+            return data
+        native = getattr(self.reader, "native_decode", None)
+        if native is not None and self.decoder == AUTO:
+            return native(data)  # e.g. the BMP cache: numpy, no PIL
+        return decode(data, self.decoder, name=f"{self.reader.path}[{index}]")
+
+    def _transform(self, image: Any) -> Any:
+        return self.transform(image) if self.transform is not None else image
 
     @property
     def classes(self) -> list[str]:
@@ -127,12 +171,12 @@ class ShardedIterableDataset(IterableDataset):
 
     def __init__(self, reader: FormatReader, decoder: str | None = AUTO,
                  transform: Callable[[Any], Any] | None = None, *, shuffle: bool = False, seed: int = 0,
-                 buffer_size: int = 1000, even: bool = False, env: ShardEnv | None = None):
-        if decoder is not None:
-            resolve_backend(decoder, "jpeg")
+                 buffer_size: int = 1000, even: bool = False, env: ShardEnv | None = None,
+                 on_error: str = "raise", max_skips: int = 100, check_checksums: bool = False):
         if buffer_size < 1:
             raise UsageError(f"buffer_size={buffer_size}: must be at least 1.")
-        self.maps = ImageDataset(reader, decoder, transform)
+        self.maps = ImageDataset(reader, decoder, transform, on_error=on_error, max_skips=max_skips,
+                                 check_checksums=check_checksums)
         self.reader = reader
         self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even
         self.env = env
@@ -203,14 +247,14 @@ class ShardedIterableDataset(IterableDataset):
         yield from buffer
 
     def __iter__(self) -> Iterator[tuple[Any, int]]:
-        env = self._env()
-        if not self.shuffle:
-            for i, data, label in self.reader.read_many(self._worker_indices(env)):
-                yield self.maps._finish(i, data), label
-            return
-        for i in self.iter_indices():
-            data, label = self.reader.read(i)
-            yield self.maps._finish(i, data), label
+        if self.shuffle:
+            records = ((i, None, None) for i in self.iter_indices())
+        else:  # one sequential pass over each shard file
+            records = self.reader.read_many(self._worker_indices(self._env()))
+        for i, data, label in records:
+            loaded = self.maps.load(i, data, label)
+            if loaded is not None:
+                yield self.maps._transform(loaded[0]), loaded[1]
 
     @property
     def classes(self) -> list[str]:
@@ -239,7 +283,8 @@ def open_reader(path: str | os.PathLike) -> FormatReader:
 
 
 def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
-                 transform: Callable[[Any], Any] | None = None, **iterable_options: Any):
+                 transform: Callable[[Any], Any] | None = None, *, on_error: str = "raise",
+                 max_skips: int = 100, check_checksums: bool = False, **iterable_options: Any):
     """Open an iotool dataset as a torch Dataset, detecting its format.
 
     Args:
@@ -247,6 +292,13 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
         decoder: ``"auto"`` (fastest available per image format), ``"pil"``, ``"opencv"``,
             ``"simplejpeg"``, ``"jpeg4py"``, or ``None`` for the stored bytes.
         transform: applied to each image last.
+        on_error: ``"raise"`` (default): a record that cannot be read or decoded raises
+            :class:`~iotool.RecordError` naming the dataset, index and key. ``"skip"``: log a
+            warning and serve the next record instead (iterable: leave it out), at most
+            ``max_skips`` times per process, then raise.
+        max_skips: the bound on skipped records per process under ``on_error="skip"``.
+        check_checksums: verify each record's SHA-256 as it is read (about 0.1 ms per 100 KB),
+            so silently corrupted bytes raise (or skip) instead of decoding to wrong pixels.
         **iterable_options: for tar shards, :class:`ShardedIterableDataset` options
             (``shuffle``, ``seed``, ``buffer_size``, ``even``).
 
@@ -257,8 +309,9 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
     """
     spec = detect_format(path)
     reader = spec.reader(path)
+    common = {"on_error": on_error, "max_skips": max_skips, "check_checksums": check_checksums}
     if spec.iterable:
-        return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **iterable_options)
+        return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)
     if iterable_options:
         raise UsageError(f"{', '.join(iterable_options)}: only for iterable formats (tar), not {spec.name}.")
-    return ImageDataset(reader, decoder=decoder, transform=transform)
+    return ImageDataset(reader, decoder=decoder, transform=transform, **common)

@@ -44,5 +44,9 @@ class FormatVersionError(FormatError):
     """A dataset was written with a format version this iotool does not read."""
 
 
+class RecordError(IotoolError):
+    """A stored record cannot be read or decoded; the message names the dataset, index and key."""
+
+
 class UsageError(IotoolError):
     """An option or argument value is invalid; the message names the value and the choices."""

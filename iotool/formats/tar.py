@@ -135,6 +135,9 @@ class TarReader(FormatReader):
         self._index_labels = index_list(raw, "labels", meta.count, int, self.path)
         self._checksums = index_list(raw, "checksums", meta.count, str, self.path)
         self._locations = self._check_locations(index_list(raw, "locations", meta.count, list, self.path))
+        for key in self.member_keys:
+            if unsafe_member_name(key):
+                raise FormatError(f"{self.path}: index names an unsafe tar member key {key!r}.")
         return meta
 
     def _check_locations(self, locations: list) -> list:
@@ -180,7 +183,12 @@ class TarReader(FormatReader):
                     if f is not None:
                         f.close()
                     f, current = open(self.shard_path(shard), "rb", buffering=1 << 20), shard
-                yield i, self._read_at(f, shard, offset, size), self._index_labels[i]
+                try:
+                    data = self._read_at(f, shard, offset, size)
+                except (OSError, FormatError):
+                    yield i, None, None  # the caller re-reads with read(i) to get (or skip) the error
+                    continue
+                yield i, data, self._index_labels[i]
         finally:
             if f is not None:
                 f.close()
@@ -194,9 +202,45 @@ class TarReader(FormatReader):
     def _load_checksums(self) -> list[str]:
         return self._checksums
 
+    def integrity_problems(self) -> list[str]:
+        """Parse every shard's tar headers and check them against the index."""
+        problems = []
+        for shard, indices in enumerate(self.shard_ranges()):
+            try:
+                problems += self._shard_problems(shard, indices)
+            except (tarfile.TarError, OSError, ValueError, UnicodeDecodeError) as exc:
+                problems.append(f"{self.shard_path(shard)}: unreadable tar ({type(exc).__name__}: {exc}).")
+        return problems
+
+    def _shard_problems(self, shard: int, indices: range) -> list[str]:
+        where = self.shard_path(shard)
+        with tarfile.open(where, "r:") as tf:
+            members = tf.getmembers()
+            expected = 2 * len(indices)
+            if len(members) != expected:
+                return [f"{where}: {len(members)} members, the index expects {expected}."]
+            problems = []
+            for j, i in enumerate(indices):
+                payload, cls = members[2 * j], members[2 * j + 1]
+                mk, (_, offset, size) = self.member_keys[i], self._locations[i]
+                for m in (payload, cls):
+                    if not m.isreg() or unsafe_member_name(m.name):
+                        problems.append(f"{where}: member {m.name!r} is a link, special file or unsafe path.")
+                ok_name = payload.name.startswith(mk + ".") and "/" not in payload.name[len(mk) + 1:]
+                if not ok_name or payload.offset_data != offset or payload.size != size:
+                    problems.append(f"{where}: member {payload.name!r} does not match the index entry of {mk!r}.")
+                if cls.name != f"{mk}.cls" or tf.extractfile(cls).read().strip() != str(self._index_labels[i]).encode():
+                    problems.append(f"{where}: label member {cls.name!r} does not match the index for {mk!r}.")
+            return problems
+
     def shard_urls(self) -> list[str]:
         """Local paths of every shard, e.g. for ``webdataset.WebDataset(urls)``."""
         return [self.shard_path(i) for i in range(len(self.shards))]
+
+
+def unsafe_member_name(name: str) -> bool:
+    """True for absolute names, names with '..' components or NUL: never extract or trust those."""
+    return name.startswith("/") or ".." in name.split("/") or "\0" in name or name == ""
 
 
 def detect(path: str) -> bool:
