@@ -6,7 +6,9 @@ in source order, into a temporary sibling of DST that is renamed into place only
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .errors import ConversionError, DecodeError, DestinationExistsError, IotoolError, UsageError
-from .formats import FORMATS, FormatReader, FormatSpec, detect_format, get_format
+from .formats import FORMATS, FormatReader, FormatSpec, FormatWriter, detect_format, get_format
 from .imageops import EXTENSIONS, check_options, encode, resize_rgb, target_size
 from .records import DatasetMeta, Record, SkippedFile, checksum
 from .sources import SourceSample, scan_imagefolder
@@ -54,6 +56,7 @@ class ConversionReport:
     bytes_out: int
     seconds: float
     skipped: list[SkippedFile] = field(default_factory=list)
+    resumed_from: int = 0  # source files already done by the interrupted run that was resumed
 
     @property
     def images_per_s(self) -> float:
@@ -183,11 +186,12 @@ def _process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Ski
     return out
 
 
-def _results(load, state, tasks: Sequence, options: dict, workers: int) -> Iterator[tuple[int, Any, int]]:
-    """Process tasks in order, in ``workers`` processes, with a bounded number in flight."""
+def _results(load, state, tasks: Sequence, options: dict, workers: int,
+             first: int = 0) -> Iterator[tuple[int, Any, int]]:
+    """Process tasks[first:] in order, in ``workers`` processes, with a bounded number in flight."""
     chunks = (
         [(i, tasks[i]) for i in range(start, min(start + CHUNK, len(tasks)))]
-        for start in range(0, len(tasks), CHUNK)
+        for start in range(first, len(tasks), CHUNK)
     )
     if workers <= 1:
         _init_worker(load, state, options)
@@ -223,17 +227,24 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _stale_temporaries(dst: str) -> list[str]:
+    """Temporaries of DST whose conversion process no longer exists, newest first."""
+    parent, name = os.path.split(os.path.abspath(dst))
+    prefix = f".{name}{TMP_MARKER}"
+    found = []
+    for entry in os.listdir(parent or "."):
+        rest = entry[len(prefix):]
+        if entry.startswith(prefix) and rest.isdigit() and not _pid_alive(int(rest)):
+            found.append(os.path.join(parent, entry))
+    return sorted(found, key=lambda p: os.lstat(p).st_mtime, reverse=True)
+
+
 def cleanup_stale_temporaries(dst: str) -> list[str]:
     """Remove temporaries of DST left by conversions whose process no longer exists."""
-    parent, name = os.path.split(os.path.abspath(dst))
     removed = []
-    prefix = f".{name}{TMP_MARKER}"
-    for entry in os.listdir(parent or "."):
-        if entry.startswith(prefix):
-            pid = entry[len(prefix):]
-            if pid.isdigit() and not _pid_alive(int(pid)):
-                _remove(os.path.join(parent, entry))
-                removed.append(entry)
+    for path in _stale_temporaries(dst):
+        _remove(path)
+        removed.append(os.path.basename(path))
     return removed
 
 
@@ -286,6 +297,7 @@ def convert(
     size: tuple[int, int] | None = None,
     encode: str | None = None,
     quality: int = 90,
+    resume: bool = False,
     progress: Callable[[Progress], None] | None = None,
     **format_options: Any,
 ) -> ConversionReport:
@@ -307,6 +319,8 @@ def convert(
         encode: ``keep`` (store the original bytes; the default without resize), ``jpeg``
             (the default with resize), ``png`` or ``bmp``. The bmp format always stores BMP.
         quality: JPEG quality when re-encoding.
+        resume: continue the partial output of a killed or interrupted conversion to the same
+            ``dst`` (lmdb and tar) from its last commit, instead of starting over.
         progress: called with a :class:`Progress` after every record.
         **format_options: options of the output format (e.g. ``shard_size`` for tar).
 
@@ -336,31 +350,93 @@ def convert(
     if os.path.abspath(source.root) == dst:
         raise UsageError("The destination is the source; choose another DST.")
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-    cleanup_stale_temporaries(dst)
+    if not resume:
+        cleanup_stale_temporaries(dst)
 
     tasks = source.tasks()
     tmp = _temporary_path(dst)
     _remove(tmp)
+    checkpoint = Checkpoint(_fingerprint(src_format, source.root, tasks, options, spec.name))
+    adopted = _adopt_partial(dst, tmp, spec) if resume else None
     start = time.perf_counter()
     writer = spec.writer(tmp, options)
     try:
-        count, bytes_in, skipped = _run(source, tasks, options, workers, on_error, writer, progress, start)
+        if adopted:
+            _restore(writer, checkpoint, adopted)
+        writer.checkpoint = checkpoint
+        bytes_in = _run(source, tasks, options, workers, on_error, writer, progress, start, checkpoint)
+        skipped = [SkippedFile(*entry[1:]) for entry in checkpoint.skipped]
         meta = DatasetMeta(
             format=spec.name, format_version=spec.reader.format_versions[-1],
-            classes=source.classes, class_to_idx=source.class_to_idx, count=count,
+            classes=source.classes, class_to_idx=source.class_to_idx, count=checkpoint.count,
             options={"source": source.root, "source_format": src_format, "on_error": on_error, **options},
             skipped=[vars(s) for s in skipped], created_by=f"iotool {__version__}",
         )
         writer.finish(meta)
         bytes_out = _du(tmp)
         _commit(tmp, dst, overwrite)
+    except KeyboardInterrupt:
+        writer.abort()
+        if not spec.resumable:
+            _remove(tmp)  # a resumable partial stays for --resume; the next plain run removes it
+        raise
     except BaseException:
         writer.abort()
         _remove(tmp)
         raise
     seconds = time.perf_counter() - start
-    return ConversionReport(source.root, dst, spec.name, count, len(source.classes), bytes_in,
-                            bytes_out, seconds, skipped)
+    return ConversionReport(source.root, dst, spec.name, checkpoint.count, len(source.classes), bytes_in,
+                            bytes_out, seconds, skipped, resumed_from=adopted["source_done"] if adopted else 0)
+
+
+@dataclass
+class Checkpoint:
+    """Where a conversion stands; resumable writers store it with every commit.
+
+    ``source_done`` counts the source positions fully handled (stored or skipped) by the records
+    committed so far; ``skipped`` holds ``[source position, key, path, reason]`` entries.
+    """
+
+    fingerprint: str
+    source_done: int = 0
+    count: int = 0
+    skipped: list[list] = field(default_factory=list)
+
+    def state(self, count: int, source_done: int) -> dict[str, Any]:
+        """The state to store when ``count`` records, covering ``source_done`` source positions,
+        are committed (skips past that point are redone on resume)."""
+        return {"fingerprint": self.fingerprint, "source_done": source_done, "count": count,
+                "skipped": [s for s in self.skipped if s[0] < source_done]}
+
+
+def _fingerprint(src_format: str, root: str, tasks: Sequence, options: dict, fmt: str) -> str:
+    """Identifies the job: a partial output is resumed only by the same job."""
+    keys = [t.key if isinstance(t, SourceSample) else t[1] for t in tasks]
+    job = {"src_format": src_format, "root": root, "format": fmt, "options": options, "keys": keys}
+    return hashlib.sha256(json.dumps(job, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _adopt_partial(dst: str, tmp: str, spec: FormatSpec) -> dict[str, Any] | None:
+    """Take over the newest partial output of a dead run of DST; return its checkpoint."""
+    if not spec.resumable:
+        raise UsageError(f"--resume works for the lmdb and tar formats, not {spec.name}.")
+    for candidate in _stale_temporaries(dst):
+        state = spec.writer.read_checkpoint(candidate)
+        if state is not None:
+            os.rename(candidate, tmp)
+            return state
+    log.info("no partial output of %s to resume; starting from the beginning", dst)
+    return None
+
+
+def _restore(writer: FormatWriter, checkpoint: Checkpoint, state: dict[str, Any]) -> None:
+    """Check that the partial output belongs to this job and continue from its checkpoint."""
+    if state.get("fingerprint") != checkpoint.fingerprint:
+        raise UsageError("The partial output was made from a different source or with different options; "
+                         "run again without --resume to start over.")
+    checkpoint.source_done, checkpoint.count = state["source_done"], state["count"]
+    checkpoint.skipped = list(state["skipped"])
+    writer.resume(state)
 
 
 def _payload_options(spec: FormatSpec, resize: int | None, size: tuple[int, int] | None,
@@ -380,24 +456,26 @@ def _payload_options(spec: FormatSpec, resize: int | None, size: tuple[int, int]
     return {"resize": resize, "size": list(size) if size else None, "encode": encoding, "quality": quality}
 
 
-def _run(source, tasks, options, workers, on_error, writer, progress, start) -> tuple[int, int, list[SkippedFile]]:
-    """Feed the writer in source order; returns (records written, bytes read, skipped files)."""
-    count = bytes_in = 0
-    skipped: list[SkippedFile] = []
-    for _, item, size in _results(source.load, source.worker_state(), tasks, options, workers):
+def _run(source, tasks, options, workers, on_error, writer, progress, start, checkpoint: Checkpoint) -> int:
+    """Feed the writer in source order from the checkpoint on; return the bytes read."""
+    bytes_in = 0
+    first = checkpoint.source_done
+    for position, item, size in _results(source.load, source.worker_state(), tasks, options, workers, first):
         bytes_in += size
         if isinstance(item, SkippedFile):
             if on_error == "fail":
                 raise ConversionError(f"{item.path}: {item.reason}", item.path, item.reason)
             log.warning("skipping %s: %s", item.path, item.reason)
-            skipped.append(item)
+            checkpoint.skipped.append([position, item.key, item.path, item.reason])
         else:
-            item.index = count  # records are renumbered densely when files are skipped
+            item.index, item.position = checkpoint.count, position  # dense indices despite skips
             writer.add(item)
-            count += 1
+            checkpoint.count += 1
+            checkpoint.source_done = position + 1
         if progress is not None:
-            progress(Progress(count + len(skipped), len(tasks), len(skipped), bytes_in,
+            progress(Progress(position + 1, len(tasks), len(checkpoint.skipped), bytes_in,
                               time.perf_counter() - start))
-    if count == 0:
+    checkpoint.source_done = len(tasks)
+    if checkpoint.count == 0:
         raise ConversionError(f"Every one of the {len(tasks)} source files was rejected; nothing to write.")
-    return count, bytes_in, skipped
+    return bytes_in

@@ -31,6 +31,7 @@ class Record:
     data: bytes
     ext: str
     checksum: str
+    position: int = -1  # the sample's position in the source order
 
 
 @dataclass

@@ -46,6 +46,8 @@ def convert(
     validate: Annotated[bool, typer.Option(
         "--validate/--no-validate", help="Fully decode every image before storing it.")] = True,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing DST.")] = False,
+    resume: Annotated[bool, typer.Option(
+        help="lmdb, tar: continue the partial output of a killed or interrupted run from its last commit.")] = False,
     resize: Annotated[Optional[int], typer.Option(
         min=1, help="Resize so the shorter side is N pixels (antialiased). Required for bmp.")] = None,
     size: Annotated[Optional[str], typer.Option(help="Resize to exactly WIDTHxHEIGHT, e.g. 224x224.")] = None,
@@ -83,12 +85,14 @@ def convert(
         report = run_convert(src, dst, dst_format.value, src_format=src_format.value, workers=workers,
                              on_error=on_error.value, validate=validate, overwrite=overwrite,
                              resize=resize, size=size_wh,
-                             encode=encode.value if encode else None, quality=quality,
+                             encode=encode.value if encode else None, quality=quality, resume=resume,
                              progress=callback, **format_options)
         bar.stop()
     if json_out:
         write_json(report_dict(report), json_out)
     if show:
+        if report.resumed_from:
+            console.print(f"resumed after {report.resumed_from:,} source files done by the interrupted run")
         console.print(summary_table(report))
         for s in report.skipped:
             err_console.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}", highlight=False, soft_wrap=True)

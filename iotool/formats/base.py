@@ -18,9 +18,21 @@ class FormatWriter(ABC):
     metadata; on any failure it calls ``abort`` and removes the temporary path itself.
     """
 
+    resumable = False  # writers that can continue a killed run override read_checkpoint/resume
+
     def __init__(self, path: str, options: dict[str, Any]):
         self.path = path
         self.options = options
+        self.checkpoint: Any = None  # the pipeline's Checkpoint; resumable writers store its state
+
+    @classmethod
+    def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
+        """The committed state of a partial output at ``path``, or None if it has none."""
+        return None
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continue after the committed records described by ``state``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot resume")
 
     @abstractmethod
     def add(self, record: Record) -> None:
@@ -145,6 +157,11 @@ class FormatSpec:
     encoding: str | None = None  # a payload encoding the format requires (bmp: "bmp")
     needs_resize: bool = False  # the format stores resized images only (the BMP cache)
     iterable: bool = False  # open_dataset returns an IterableDataset (tar shards)
+
+    @property
+    def resumable(self) -> bool:
+        """Whether ``convert(..., resume=True)`` can continue a partial output of this format."""
+        return self.writer.resumable
 
 
 def canonical_json(obj: Any) -> bytes:

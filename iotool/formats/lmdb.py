@@ -30,6 +30,8 @@ KEYS_KEY = b"__iotool_keys__"
 LABELS_KEY = b"__iotool_labels__"
 CHECKSUMS_KEY = b"__iotool_checksums__"
 INTEGRITY_KEY = b"__iotool_integrity__"
+PROGRESS_KEY = b"__iotool_progress__"  # only in a partial output
+PART_KEY = b"__iotool_part_%08d__"  # only in a partial output
 RESERVED = (META_KEY, KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY, INTEGRITY_KEY)
 INITIAL_MAP_SIZE = 1 << 28  # 256 MiB of address space; doubled whenever it fills
 COMMIT_RECORDS = 1024
@@ -42,18 +44,28 @@ def record_key(index: int) -> bytes:
 
 
 class LmdbWriter(FormatWriter):
-    """Writes records in batched transactions and grows the map when it fills."""
+    """Writes records in batched transactions and grows the map when it fills.
+
+    Every transaction also stores the pipeline's checkpoint under ``__iotool_progress__`` and the
+    batch's keys, labels and checksums under ``__iotool_part_NNNNNNNN__``, so a killed run can be
+    resumed from its last commit; both are removed when the dataset is finished.
+    """
+
+    resumable = True
 
     def __init__(self, path: str, options: dict[str, Any]):
         super().__init__(path, options)
         os.makedirs(path, exist_ok=True)
-        self.env = lmdb.open(path, map_size=INITIAL_MAP_SIZE, subdir=True, readahead=False,
-                             meminit=False, max_dbs=0, sync=False, metasync=False)
+        self.env = _open_writable(path)
         self.keys: list[str] = []
         self.labels = array("q")
         self.digests = bytearray()
         self.pending: list[tuple[bytes, bytes]] = []
         self.pending_bytes = 0
+        self.part_start = 0  # first record of the uncommitted batch
+        self.parts = 0
+        self.committed = (0, 0)  # (records, source positions) covered by the last added record
+        self.commit_records = int(options.get("commit_every") or COMMIT_RECORDS)
 
     def add(self, record: Record) -> None:
         self.pending.append((record_key(record.index), record.data))
@@ -61,21 +73,61 @@ class LmdbWriter(FormatWriter):
         self.keys.append(record.key)
         self.labels.append(record.label)
         self.digests += bytes.fromhex(record.checksum)
-        if len(self.pending) >= COMMIT_RECORDS or self.pending_bytes >= COMMIT_BYTES:
-            self._commit()
+        self.committed = (record.index + 1, record.position + 1)
+        if len(self.pending) >= self.commit_records or self.pending_bytes >= COMMIT_BYTES:
+            self._commit_batch()
 
-    def _commit(self) -> None:
-        """Write the pending items in one transaction, doubling the map size until they fit."""
+    def _commit_batch(self) -> None:
+        """Commit the pending records with their part of the index and the checkpoint."""
+        start, end = self.part_start, len(self.keys)
+        part = {"keys": self.keys[start:end], "labels": self.labels[start:end].tolist(),
+                "checksums": self.digests[32 * start:32 * end].hex()}
+        self.pending.append((PART_KEY % self.parts, json.dumps(part, ensure_ascii=False).encode()))
+        if self.checkpoint is not None:
+            state = {**self.checkpoint.state(*self.committed), "parts": self.parts + 1}
+            self.pending.append((PROGRESS_KEY, json.dumps(state, ensure_ascii=False).encode()))
+        self._write(self.pending)
+        self.parts += 1
+        self.part_start = end
+        self.pending, self.pending_bytes = [], 0
+
+    def _write(self, puts: list[tuple[bytes, bytes]], deletes: tuple[bytes, ...] = ()) -> None:
+        """Write in one transaction, doubling the map size until it fits."""
         while True:
             try:
                 with self.env.begin(write=True) as txn:
-                    for key, value in self.pending:
+                    for key, value in puts:
                         txn.put(key, value)
-                break
+                    for key in deletes:
+                        txn.delete(key)
+                return
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
-        self.pending.clear()
-        self.pending_bytes = 0
+
+    @classmethod
+    def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
+        if not os.path.isfile(os.path.join(path, "data.mdb")):
+            return None
+        env = _open_writable(path)
+        try:
+            with env.begin() as txn:
+                raw = txn.get(PROGRESS_KEY)
+        finally:
+            env.close()
+        return json.loads(raw) if raw else None
+
+    def resume(self, state: dict[str, Any]) -> None:
+        with self.env.begin() as txn:
+            for n in range(state["parts"]):
+                part = json.loads(txn.get(PART_KEY % n))
+                self.keys += part["keys"]
+                self.labels.extend(part["labels"])
+                self.digests += bytes.fromhex(part["checksums"])
+            stale = [key for key, _ in txn.cursor() if key.startswith(b"0") and int(key) >= state["count"]]
+        if len(self.keys) != state["count"]:
+            raise FormatError(f"{self.path}: the partial output's index does not match its checkpoint.")
+        self._write([], tuple(stale))
+        self.parts, self.part_start = state["parts"], len(self.keys)
 
     def finish(self, meta: DatasetMeta) -> None:
         parts = {
@@ -85,8 +137,11 @@ class LmdbWriter(FormatWriter):
             META_KEY: meta.to_json().encode("utf-8"),
         }
         integrity = {key.decode(): sha256_hex(value) for key, value in parts.items()}
-        self.pending += [*parts.items(), (INTEGRITY_KEY, json.dumps(integrity).encode())]
-        self._commit()
+        puts = self.pending + [*parts.items(), (INTEGRITY_KEY, json.dumps(integrity).encode())]
+        with self.env.begin() as txn:
+            has_progress = txn.get(PROGRESS_KEY) is not None
+        deletes = tuple(PART_KEY % n for n in range(self.parts)) + ((PROGRESS_KEY,) if has_progress else ())
+        self._write(puts, deletes)
         self.env.sync(True)
         self.env.close()
         lock = os.path.join(self.path, "lock.mdb")
@@ -98,6 +153,11 @@ class LmdbWriter(FormatWriter):
             self.env.close()
         except lmdb.Error:
             pass
+
+
+def _open_writable(path: str) -> lmdb.Environment:
+    return lmdb.open(path, map_size=INITIAL_MAP_SIZE, subdir=True, readahead=False,
+                     meminit=False, max_dbs=0, sync=False, metasync=False)
 
 
 # One read-only environment per process and path: py-lmdb refuses to open the same

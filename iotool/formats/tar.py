@@ -34,7 +34,14 @@ def shard_name(i: int) -> str:
 
 
 class TarWriter(FormatWriter):
-    """Writes records into shards bounded by a sample count and/or a byte size."""
+    """Writes records into shards bounded by a sample count and/or a byte size.
+
+    When a shard is complete, its part of the index and the pipeline's checkpoint are written
+    beside it as ``shard-NNNNNN.json`` (atomically), so a killed run resumes after the last
+    complete shard; the side files are removed when index.json is written.
+    """
+
+    resumable = True
 
     def __init__(self, path: str, options: dict[str, Any]):
         super().__init__(path, options)
@@ -60,8 +67,8 @@ class TarWriter(FormatWriter):
             return True
         return bool(self.shard_bytes) and current["count"] > 0 and current["bytes"] + size > int(self.shard_bytes)
 
-    def _open_next(self) -> None:
-        self._close_current()
+    def _open_next(self, record: Record) -> None:
+        self._close_current(progress=(record.index, record.position))
         name = shard_name(len(self.shards))
         self.tar = tarfile.open(os.path.join(self.path, name), "w", format=tarfile.PAX_FORMAT)
         self.shards.append({"name": name, "count": 0, "bytes": 0})
@@ -75,7 +82,7 @@ class TarWriter(FormatWriter):
 
     def add(self, record: Record) -> None:
         if self._needs_new_shard(len(record.data)):
-            self._open_next()
+            self._open_next(record)
         member_key = unique_stem(record.key, self.used, escape_dots=True)
         offset = self._add_member(f"{member_key}.{record.ext}", record.data)
         self._add_member(f"{member_key}.cls", str(record.label).encode("ascii"))
@@ -88,12 +95,43 @@ class TarWriter(FormatWriter):
         self.checksums.append(record.checksum)
         self.locations.append([len(self.shards) - 1, offset, len(record.data)])
 
-    def _close_current(self) -> None:
-        if self.tar is not None:
-            self.tar.close()
-            with open(os.path.join(self.path, self.shards[-1]["name"]), "rb+") as f:
-                os.fsync(f.fileno())
-            self.tar = None
+    def _close_current(self, progress: tuple[int, int] | None = None) -> None:
+        """Close the open shard; with ``progress`` (records, source positions done), checkpoint it."""
+        if self.tar is None:
+            return
+        self.tar.close()
+        self.tar = None
+        shard = len(self.shards) - 1
+        with open(os.path.join(self.path, self.shards[shard]["name"]), "rb+") as f:
+            os.fsync(f.fileno())
+        if progress is not None and self.checkpoint is not None:
+            start = progress[0] - self.shards[shard]["count"]
+            part = {"shard": self.shards[shard], "state": self.checkpoint.state(*progress),
+                    **{name: getattr(self, name)[start:progress[0]] for name in _COLUMNS}}
+            side = os.path.join(self.path, _side_name(shard))
+            with open(side + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(part, f, ensure_ascii=False)
+            os.replace(side + ".tmp", side)
+
+    @classmethod
+    def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
+        parts = _side_parts(path)
+        if not parts:
+            return None
+        return {**parts[-1]["state"], "parts": parts}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        for part in state["parts"]:
+            self.shards.append(part["shard"])
+            for name in _COLUMNS:
+                getattr(self, name).extend(part[name])
+        self.used.update(self.member_keys)
+        keep = {s["name"] for s in self.shards} | {_side_name(i) for i in range(len(self.shards))}
+        for entry in os.listdir(self.path):
+            if entry not in keep:
+                os.remove(os.path.join(self.path, entry))  # the shard that was being written
+        if len(self.keys) != state["count"]:
+            raise FormatError(f"{self.path}: the partial output's shards do not match its checkpoint.")
 
     def finish(self, meta: DatasetMeta) -> None:
         self._close_current()
@@ -101,13 +139,32 @@ class TarWriter(FormatWriter):
         write_index(self.path, {
             "meta": json.loads(meta.to_json()),
             "shards": [{k: s[k] for k in ("name", "count", "bytes")} for s in self.shards],
-            "keys": self.keys, "member_keys": self.member_keys, "labels": self.labels,
-            "checksums": self.checksums, "locations": self.locations,
+            **{name: getattr(self, name) for name in _COLUMNS},
         })
+        for i in range(len(self.shards)):
+            side = os.path.join(self.path, _side_name(i))
+            if os.path.exists(side):
+                os.remove(side)
 
     def abort(self) -> None:
         if self.tar is not None:
             self.tar.close()
+
+
+_COLUMNS = ("keys", "member_keys", "labels", "checksums", "locations")
+
+
+def _side_name(shard: int) -> str:
+    return f"shard-{shard:06d}.json"
+
+
+def _side_parts(path: str) -> list[dict[str, Any]]:
+    """The checkpoint side files of a partial output, in order, up to the first gap."""
+    parts = []
+    while os.path.isfile(os.path.join(path, _side_name(len(parts)))):
+        with open(os.path.join(path, _side_name(len(parts))), encoding="utf-8") as f:
+            parts.append(json.load(f))
+    return parts
 
 
 class TarReader(FormatReader):

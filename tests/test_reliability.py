@@ -1,0 +1,108 @@
+"""Crash safety (SIGKILL at random moments), resume, and long-run resource use."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import iotool
+from iotool.convert import TMP_MARKER
+
+from .conftest import write_tree
+
+DRIVER = """
+import sys, json, iotool
+src, dst, fmt, resume, opts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", json.loads(sys.argv[5])
+def progress(p):
+    if p.done % 10 == 0:
+        print(p.done, flush=True)
+report = iotool.convert(src, dst, fmt, workers=1, resume=resume, progress=progress, **opts)
+print("done", report.resumed_from, flush=True)
+"""
+OPTIONS = {"lmdb": {"commit_every": 20}, "tar": {"shard_size": 20}, "hdf5": {}, "bmp": {"resize": 16}}
+NAMES = {"hdf5": "out.h5"}
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    root = tmp_path_factory.mktemp("many") / "src"
+    write_tree(root, {"a": 100, "b": 100, "c": 100}, seed=9)
+    driver = root.parent / "driver.py"
+    driver.write_text(DRIVER)
+    return root, driver
+
+
+def run_and_kill(driver, src, dst, fmt, kill_after_lines, resume=False):
+    """Start a conversion and SIGKILL it after it reports ``kill_after_lines`` progress lines."""
+    proc = subprocess.Popen([sys.executable, str(driver), str(src), str(dst), fmt, "1" if resume else "0",
+                             json.dumps(OPTIONS[fmt])], stdout=subprocess.PIPE, text=True)
+    lines = 0
+    for line in proc.stdout:
+        if line.startswith("done"):
+            break
+        lines += 1
+        if lines >= kill_after_lines:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=120)
+    proc.stdout.close()
+    return proc.returncode
+
+
+def temporaries(parent: Path) -> list[str]:
+    return [e for e in os.listdir(parent) if TMP_MARKER in e]
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "bmp"])
+def test_sigkill_never_leaves_an_incomplete_destination(fmt, many, tmp_path):
+    src, driver = many
+    rng = random.Random(f"kill-{fmt}")
+    dst = tmp_path / NAMES.get(fmt, "out")
+    for _ in range(10):
+        code = run_and_kill(driver, src, dst, fmt, rng.randint(1, 29))
+        assert code == -signal.SIGKILL
+        assert not dst.exists()  # killed before the rename: nothing at DST
+    assert len(temporaries(tmp_path)) >= 1  # what the killed runs left, under a temporary name
+    report = iotool.convert(src, dst, fmt, workers=2, **OPTIONS[fmt])
+    assert report.count == 300 and iotool.verify(dst).ok
+    assert temporaries(tmp_path) == []  # the next run removed every stale temporary
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "tar"])
+def test_resume_after_sigkill_gives_the_same_records(fmt, many, tmp_path):
+    src, driver = many
+    reference = tmp_path / "reference"
+    iotool.convert(src, reference, fmt, workers=0, **OPTIONS[fmt])
+    dst = tmp_path / "out"
+    assert run_and_kill(driver, src, dst, fmt, 13) == -signal.SIGKILL
+    assert run_and_kill(driver, src, dst, fmt, 8, resume=True) == -signal.SIGKILL  # killed again
+    report = iotool.convert(src, dst, fmt, workers=2, resume=True, **OPTIONS[fmt])
+    assert report.resumed_from >= 100  # started from the last commit, not from zero
+    a, b = iotool.open_reader(reference), iotool.open_reader(dst)
+    assert (a.keys, a.labels, a.checksums) == (b.keys, b.labels, b.checksums)
+    assert [a.read(i)[0] for i in range(300)] == [b.read(i)[0] for i in range(300)]
+    assert iotool.verify(dst).ok and temporaries(tmp_path) == []
+    if fmt == "tar":
+        assert sorted(os.listdir(dst)) == ["index.json"] + [f"shard-{i:06d}.tar" for i in range(15)]
+
+
+def test_resume_refuses_a_partial_output_of_another_job(many, tmp_path):
+    src, driver = many
+    dst = tmp_path / "out"
+    assert run_and_kill(driver, src, dst, "lmdb", 12) == -signal.SIGKILL
+    with pytest.raises(iotool.UsageError, match="different source or with different options"):
+        iotool.convert(src, dst, "lmdb", workers=0, resume=True, commit_every=20, validate=False)
+
+
+def test_resume_without_a_partial_output_starts_over_and_other_formats_refuse(imagefolder, tmp_path):
+    report = iotool.convert(imagefolder, tmp_path / "o", "lmdb", workers=0, resume=True)
+    assert report.resumed_from == 0 and report.count == 13
+    with pytest.raises(iotool.UsageError, match="lmdb and tar"):
+        iotool.convert(imagefolder, tmp_path / "h.h5", "hdf5", workers=0, resume=True)
