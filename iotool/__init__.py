@@ -1,6 +1,7 @@
 """iotool: fast, safe input pipelines for PyTorch image training.
 
-Public API: :func:`open_dataset`, :func:`convert`, :data:`__version__`, and the error types.
+Public API: :func:`open_dataset`, :func:`convert`, :func:`verify`, :func:`fast_collate`,
+:class:`CUDAPrefetcher`, :data:`__version__`, and the error types.
 Heavy modules (torch) load on first use, so the CLI and conversion workers start quickly.
 """
 
@@ -15,15 +16,16 @@ from .errors import (
 
 __version__ = "0.1.0"
 
-# Imported eagerly so that the name ``iotool.convert`` is the function, not the submodule.
+# Imported eagerly so that ``iotool.convert`` and ``iotool.verify`` are the functions, not the
+# submodules of the same name (importing a submodule later would rebind the package attribute).
 from .convert import ConversionReport, convert  # noqa: E402
+from .verify import VerifyReport, verify  # noqa: E402
 
 _LAZY = {
     "open_dataset": ("datasets", "open_dataset"),
     "open_reader": ("datasets", "open_reader"),
     "ImageDataset": ("datasets", "ImageDataset"),
     "scan_imagefolder": ("sources", "scan_imagefolder"),
-    "verify": ("verify", "verify"),
     "fast_collate": ("collate", "fast_collate"),
     "CUDAPrefetcher": ("prefetch", "CUDAPrefetcher"),
 }
@@ -42,6 +44,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "__version__", "open_dataset", "open_reader", "ImageDataset", "convert", "ConversionReport",
-    "scan_imagefolder", "verify", "fast_collate", "CUDAPrefetcher", "ConversionError", "DecodeError", "DestinationExistsError", "FormatError",
+    "scan_imagefolder", "verify", "VerifyReport", "fast_collate", "CUDAPrefetcher", "ConversionError", "DecodeError", "DestinationExistsError", "FormatError",
     "FormatVersionError", "IotoolError", "RecordError", "SourceError", "UnknownFormatError", "UsageError",
 ]

@@ -266,7 +266,7 @@ def _commit(tmp: str, dst: str, overwrite: bool) -> None:
     old = None
     if os.path.lexists(dst):
         if not overwrite:
-            raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (--overwrite) to replace it.")
+            raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (CLI: --overwrite) to replace it.")
         old = tmp + ".old"
         os.rename(dst, old)
     os.rename(tmp, dst)
@@ -341,7 +341,7 @@ def convert(
         raise UsageError(f"Unknown source format {src_format!r}; choose imagefolder or one of: {', '.join(FORMATS)}.")
     src, dst = os.fspath(src), os.path.abspath(os.fspath(dst))
     if os.path.lexists(dst) and not overwrite:
-        raise DestinationExistsError(f"{dst!r} already exists; pass --overwrite to replace it.")
+        raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (CLI: --overwrite) to replace it.")
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")

@@ -123,7 +123,7 @@ class LmdbWriter(FormatWriter):
                 self.keys += part["keys"]
                 self.labels.extend(part["labels"])
                 self.digests += bytes.fromhex(part["checksums"])
-            stale = [key for key, _ in txn.cursor() if key.startswith(b"0") and int(key) >= state["count"]]
+            stale = [key for key, _ in txn.cursor() if key.isdigit() and int(key) >= state["count"]]
         if len(self.keys) != state["count"]:
             raise FormatError(f"{self.path}: the partial output's index does not match its checkpoint.")
         self._write([], tuple(stale))
@@ -170,10 +170,17 @@ def _data_file_id(path: str) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def open_env(path: str) -> lmdb.Environment:
-    """This process's read-only environment for ``path`` (opened on first use)."""
-    pid, file_id = os.getpid(), _data_file_id(path)
+def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
+    """This process's read-only environment for ``path`` (opened on first use).
+
+    With ``check_file`` (when a reader opens), a handle on a data.mdb that has since been
+    replaced, e.g. by ``--overwrite``, is dropped and reopened.
+    """
+    pid = os.getpid()
     cached = _ENVS.get(path)
+    if cached is not None and cached[0] == pid and not check_file:
+        return cached[2]
+    file_id = _data_file_id(path)
     if cached is not None:
         if cached[0] == pid and cached[1] == file_id:
             return cached[2]
@@ -231,6 +238,10 @@ class LmdbReader(FormatReader):
                               f"modified or corrupted after conversion. Re-convert the dataset.")
 
     def _load_meta(self) -> DatasetMeta:
+        try:
+            open_env(self.path, check_file=True)
+        except (OSError, lmdb.Error) as exc:
+            raise FormatError(f"{self.path}: cannot open the LMDB environment ({exc}).") from None
         raw = self._get_required(META_KEY)
         self._check_digest(META_KEY, raw, self._digests())
         meta = DatasetMeta.from_json(raw, self.path)
