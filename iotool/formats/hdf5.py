@@ -136,6 +136,10 @@ class Hdf5Reader(FormatReader):
                               f"or corrupted after conversion. Re-convert the dataset.")
         self._digests = digests
         meta = DatasetMeta.from_json(raw, self.path)
+        images = self._file().get("images")
+        if not isinstance(images, h5py.Dataset) or images.shape != (meta.count,):
+            raise FormatError(f"{self.path}: metadata says {meta.count} records but '/images' has shape "
+                              f"{getattr(images, 'shape', None)}.")
         if meta.format != "hdf5":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'hdf5'.")
         return meta

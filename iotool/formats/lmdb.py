@@ -191,8 +191,20 @@ def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
             pass
     env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=False,
                     meminit=False, max_readers=4096, max_spare_txns=4)
+    _check_file_size(path, env)
     _ENVS[path] = (pid, file_id, env)
     return env
+
+
+def _check_file_size(path: str, env: lmdb.Environment) -> None:
+    """Refuse a data.mdb shorter than its own meta page says: reading past the end of the
+    memory map would kill the process with SIGBUS (a truncated copy, a full disk)."""
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    actual = os.path.getsize(os.path.join(path, "data.mdb"))
+    if actual < needed:
+        env.close()
+        raise FormatError(f"{path}: data.mdb is truncated ({actual} bytes, the environment needs "
+                          f"{needed}); copy or convert the dataset again.")
 
 
 def close_env(path: str) -> None:

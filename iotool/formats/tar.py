@@ -265,7 +265,7 @@ class TarReader(FormatReader):
         for shard, indices in enumerate(self.shard_ranges()):
             try:
                 problems += self._shard_problems(shard, indices)
-            except (tarfile.TarError, OSError, ValueError, UnicodeDecodeError) as exc:
+            except (tarfile.TarError, OSError, ValueError, KeyError) as exc:
                 problems.append(f"{self.shard_path(shard)}: unreadable tar ({type(exc).__name__}: {exc}).")
         return problems
 
@@ -280,9 +280,10 @@ class TarReader(FormatReader):
             for j, i in enumerate(indices):
                 payload, cls = members[2 * j], members[2 * j + 1]
                 mk, (_, offset, size) = self.member_keys[i], self._locations[i]
-                for m in (payload, cls):
-                    if not m.isreg() or unsafe_member_name(m.name):
-                        problems.append(f"{where}: member {m.name!r} is a link, special file or unsafe path.")
+                bad = [m for m in (payload, cls) if not m.isreg() or unsafe_member_name(m.name)]
+                if bad:
+                    problems += [f"{where}: member {m.name!r} is a link, special file or unsafe path." for m in bad]
+                    continue
                 ok_name = payload.name.startswith(mk + ".") and "/" not in payload.name[len(mk) + 1:]
                 if not ok_name or payload.offset_data != offset or payload.size != size:
                     problems.append(f"{where}: member {payload.name!r} does not match the index entry of {mk!r}.")
