@@ -106,3 +106,50 @@ def test_resume_without_a_partial_output_starts_over_and_other_formats_refuse(im
     assert report.resumed_from == 0 and report.count == 13
     with pytest.raises(iotool.UsageError, match="lmdb and tar"):
         iotool.convert(imagefolder, tmp_path / "h.h5", "hdf5", workers=0, resume=True)
+
+
+def _shape_and_pid(image):
+    return image.shape, os.getpid()
+
+
+def _list_collate(batch):
+    return batch
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "bmp"])
+def test_long_runs_keep_descriptors_and_memory_flat(fmt, many, tmp_path):
+    """Five epochs with persistent workers: open files stay equal, RSS grows < 8 MiB after epoch 1."""
+    from torch.utils.data import DataLoader
+
+    src, _ = many
+    dst = tmp_path / NAMES.get(fmt, "out")
+    iotool.convert(src, dst, fmt, workers=2, **OPTIONS[fmt])
+    ds = iotool.open_dataset(dst, transform=_shape_and_pid)
+    loader = DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True, collate_fn=_list_collate,
+                        shuffle=not isinstance(ds, torch_iterable()))
+    per_epoch = []
+    for _ in range(5):
+        items = [item for batch in loader for item in batch]
+        assert len(items) == 300
+        pids = sorted({pid for (_, pid), _ in items})
+        per_epoch.append({"pids": pids, "fds": [_fds(p) for p in pids] + [_fds(os.getpid())],
+                          "rss": [_rss_kib(p) for p in pids]})
+    assert all(e["pids"] == per_epoch[0]["pids"] for e in per_epoch)  # the same persistent workers
+    assert all(e["fds"] == per_epoch[0]["fds"] for e in per_epoch[1:])
+    growth = [b - a for a, b in zip(per_epoch[0]["rss"], per_epoch[-1]["rss"])]
+    assert max(growth) < 8 * 1024, per_epoch
+
+
+def torch_iterable():
+    from torch.utils.data import IterableDataset
+
+    return IterableDataset
