@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import __version__
-from . import convert_cmd, info_cmd
+from . import convert_cmd, info_cmd, verify_cmd
 
 app = typer.Typer(
     name="iotool",
@@ -37,6 +37,7 @@ def _root(
 
 app.command("convert", no_args_is_help=True)(convert_cmd.convert)
 app.command("info", no_args_is_help=True)(info_cmd.info)
+app.command("verify", no_args_is_help=True)(verify_cmd.verify)
 
 
 def main() -> None:
