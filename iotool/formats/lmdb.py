@@ -35,7 +35,7 @@ PART_KEY = b"__iotool_part_%08d__"  # only in a partial output
 RESERVED = (META_KEY, KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY, INTEGRITY_KEY)
 INITIAL_MAP_SIZE = 1 << 28  # 256 MiB of address space; doubled whenever it fills
 COMMIT_RECORDS = 1024
-COMMIT_BYTES = 64 << 20
+COMMIT_BYTES = 16 << 20  # bounds the writer's dirty pages (RSS) per transaction
 
 
 def record_key(index: int) -> bytes:
