@@ -1,7 +1,8 @@
 """iotool: fast, safe input pipelines for PyTorch image training.
 
 Public API: :func:`open_dataset`, :func:`convert`, :func:`verify`, :func:`fast_collate`,
-:class:`CUDAPrefetcher`, :data:`__version__`, and the error types.
+:class:`CUDAPrefetcher`, :data:`__version__`, the error types, and the submodules
+``iotool.transforms`` (crop/resize on uint8 arrays) and ``iotool.decode`` (decoder backends).
 Heavy modules (torch) load on first use, so the CLI and conversion workers start quickly.
 """
 
@@ -32,6 +33,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("transforms", "decode", "formats"):  # submodules, importable as iotool.transforms
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
         import importlib
 

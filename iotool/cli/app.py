@@ -8,6 +8,7 @@ import typer
 
 from .. import __version__
 from . import convert_cmd, info_cmd, verify_cmd
+from . import bench_cmd
 
 app = typer.Typer(
     name="iotool",
@@ -38,6 +39,7 @@ def _root(
 app.command("convert", no_args_is_help=True)(convert_cmd.convert)
 app.command("info", no_args_is_help=True)(info_cmd.info)
 app.command("verify", no_args_is_help=True)(verify_cmd.verify)
+app.add_typer(bench_cmd.app, name="bench")
 
 
 def main() -> None:

@@ -1,0 +1,260 @@
+"""``bench loader``: torchvision-style ImageFolder loading against every iotool format, side by side.
+
+The baseline reimplements ``torchvision.datasets.ImageFolder`` with its default loader (open the
+file, ``PIL.Image.open``, ``convert("RGB")``); each contestant then runs the same pipeline:
+decode -> center crop + resize (OpenCV, one thread) -> stack into a uint8 NCHW batch. Each
+iotool format is built from SRC in a temporary folder. One warm-up epoch each, then ``rounds``
+timed epochs, interleaved with the order rotated per round.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import IotoolError, UsageError
+from .common import ProgressFn, Stats, disk_usage, environment, no_progress, rotated, \
+    single_threaded, summarize
+from .read import make_loader, run_epoch
+
+BASELINE = "torchvision-style (PIL)"
+
+
+def conversion_options(fmt: str, size: int) -> dict[str, Any]:
+    """Options a format needs to be built: a pre-resized cache (bmp) gets shorter side 256 for 224."""
+    from ..formats import FORMATS
+
+    spec = FORMATS.get(fmt)
+    if spec is not None and getattr(spec, "needs_resize", False):
+        return {"resize": round(size * 256 / 224)}
+    return {}
+
+
+class CenterCropResize:
+    """Crop the largest centered square and resize it to ``size`` x ``size`` (OpenCV, bilinear)."""
+
+    def __init__(self, size: int = 224):
+        self.size = size
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        import cv2
+
+        h, w = image.shape[:2]
+        side = min(h, w)
+        top, left = (h - side) // 2, (w - side) // 2
+        crop = image[top:top + side, left:left + side]
+        return cv2.resize(crop, (self.size, self.size), interpolation=cv2.INTER_LINEAR)
+
+
+def stack_collate(batch: list[tuple[np.ndarray, int]]):
+    """Stack HWC uint8 images into a uint8 NCHW tensor, labels into int64."""
+    import torch
+
+    images = torch.from_numpy(np.stack([item[0] for item in batch])).permute(0, 3, 1, 2)
+    labels = torch.tensor([int(item[1]) for item in batch], dtype=torch.int64)
+    return images, labels
+
+
+def _one_thread_worker(_worker_id: int) -> None:
+    """DataLoader worker init: OpenCV on one thread, as in the main process."""
+    import cv2
+
+    cv2.setNumThreads(1)
+
+
+class TorchvisionStyleFolder:
+    """``torchvision.datasets.ImageFolder`` with the default PIL loader, reimplemented.
+
+    Same samples and labels (``iotool.scan_imagefolder`` matches torchvision's order).
+    """
+
+    def __init__(self, root: str | os.PathLike, transform: Any = None):
+        from ..sources import scan_imagefolder
+
+        scan = scan_imagefolder(root)
+        self.samples = [(s.path, s.label) for s in scan.samples]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        from PIL import Image
+
+        path, label = self.samples[index]
+        with open(path, "rb") as f:
+            image = np.asarray(Image.open(f).convert("RGB"))
+        if self.transform is not None:
+            image = self.transform(image)
+        return image, label
+
+
+@dataclass
+class LoaderResult:
+    """One contestant: its name, format, throughput over the rounds and ratio to the baseline."""
+
+    name: str
+    format: str
+    images: int
+    images_per_s: Stats
+    vs_baseline: float | None = None
+    convert_seconds: float | None = None
+    bytes: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        out = asdict(self)
+        out["images_per_s"] = self.images_per_s.to_dict()
+        return out
+
+
+@dataclass
+class LoaderBenchResult:
+    """The side-by-side run: conditions, one row per contestant, and formats that failed."""
+
+    src: str
+    images: int
+    decoder: str
+    workers: int
+    batch_size: int
+    size: int
+    rounds: int
+    results: list[LoaderResult] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return {
+            "benchmark": "loader", "src": self.src, "images": self.images, "decoder": self.decoder,
+            "workers": self.workers, "batch_size": self.batch_size, "size": self.size,
+            "rounds": self.rounds, "results": [r.to_dict() for r in self.results],
+            "failed": self.failed, "environment": self.environment,
+        }
+
+
+def _build_formats(src: str, workdir: str, formats: Sequence[str], size: int, progress: ProgressFn,
+                   failed: dict[str, str]) -> dict[str, tuple[str, float]]:
+    """Convert SRC into each format under ``workdir``; returns name -> (path, seconds)."""
+    from ..convert import convert
+
+    built = {}
+    for i, fmt in enumerate(formats):
+        progress(f"converting to {fmt}", i, len(formats))
+        dst = os.path.join(workdir, f"data-{fmt}")
+        start = time.perf_counter()
+        try:
+            convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, size))
+        except (IotoolError, OSError, ValueError, TypeError) as exc:
+            failed[fmt] = f"conversion failed: {type(exc).__name__}: {exc}"
+            continue
+        built[fmt] = (dst, time.perf_counter() - start)
+    return built
+
+
+def _contestants(src: str, built: dict[str, tuple[str, float]], decoder: str, transform: Any,
+                 failed: dict[str, str]) -> dict[str, tuple[str, Any]]:
+    """name -> (format, dataset) for the baseline and every built format."""
+    from ..datasets import open_dataset
+
+    out: dict[str, tuple[str, Any]] = {BASELINE: ("imagefolder", TorchvisionStyleFolder(src, transform))}
+    for fmt, (path, _) in built.items():
+        try:
+            out[f"iotool {fmt}"] = (fmt, open_dataset(path, decoder=decoder, transform=transform))
+        except (IotoolError, OSError) as exc:
+            failed[fmt] = f"open failed: {type(exc).__name__}: {exc}"
+    return out
+
+
+def _check_options(formats: Sequence[str] | None, workers: int, batch_size: int, size: int,
+                   rounds: int, decoder: str) -> list[str]:
+    """Validate the options; returns the formats to build."""
+    from ..decode import resolve_backend
+    from ..formats import FORMATS
+
+    if workers < 0 or batch_size < 1 or size < 1 or rounds < 1:
+        raise UsageError(f"workers must be >= 0; batch_size, size and rounds >= 1 "
+                         f"(got {workers}, {batch_size}, {size}, {rounds}).")
+    resolve_backend(decoder, "jpeg")
+    names = list(formats) if formats else list(FORMATS)
+    unknown = [f for f in names if f not in FORMATS]
+    if unknown:
+        raise UsageError(f"Unknown format {unknown[0]!r}; choose from: {', '.join(sorted(FORMATS))}.")
+    return names
+
+
+def bench_loader(
+    src: str | os.PathLike,
+    *,
+    formats: Sequence[str] | None = None,
+    decoder: str = "auto",
+    workers: int = 0,
+    batch_size: int = 64,
+    size: int = 224,
+    rounds: int = 3,
+    workdir: str | os.PathLike | None = None,
+    progress: ProgressFn | None = None,
+) -> LoaderBenchResult:
+    """Run the torchvision-style baseline and every iotool format on the same ImageFolder.
+
+    Args:
+        src: an ImageFolder root.
+        formats: formats to build and read (default: every registered format).
+        decoder: the iotool decoder for the formats (the baseline always uses PIL).
+        workers: DataLoader workers for every contestant (0: this process).
+        batch_size: samples per batch.
+        size: the side of the square crop every contestant produces.
+        rounds: timed epochs per contestant, interleaved; the table shows their median.
+        workdir: where to build the formats (default: a temporary folder, removed after).
+        progress: called with (what, done, total).
+
+    Returns:
+        A :class:`LoaderBenchResult`; each row has images/s and the ratio to the baseline.
+    """
+    progress = progress or no_progress
+    names = _check_options(formats, workers, batch_size, size, rounds, decoder)
+    src = os.path.abspath(os.fspath(src))
+    result = LoaderBenchResult(src, 0, decoder, workers, batch_size, size, rounds)
+    with tempfile.TemporaryDirectory(prefix="iotool-bench-", dir=workdir) as tmp, single_threaded():
+        built = _build_formats(src, tmp, names, size, progress, result.failed)
+        contestants = _contestants(src, built, decoder, CenterCropResize(size), result.failed)
+        result.images = len(contestants[BASELINE][1])
+        tallies = _run_rounds(contestants, batch_size, workers, rounds, progress)
+        result.environment = environment()
+        for name, (fmt, _) in contestants.items():
+            path, seconds = built.get(fmt, (src, None))
+            result.results.append(LoaderResult(name, fmt, result.images, summarize(tallies[name]),
+                                               convert_seconds=seconds, bytes=disk_usage(path),
+                                               options=conversion_options(fmt, size)))
+    base = result.results[0].images_per_s.median
+    for r in result.results:
+        r.vs_baseline = r.images_per_s.median / base if base else None
+    return result
+
+
+def _run_rounds(contestants: dict[str, tuple[str, Any]], batch_size: int, workers: int,
+                rounds: int, progress: ProgressFn) -> dict[str, list[float]]:
+    """One warm-up epoch each, then ``rounds`` timed epochs, rotated; returns images/s lists."""
+    loaders = {name: make_loader(ds, batch_size, workers, shuffle=False, collate_fn=stack_collate,
+                                 worker_init_fn=_one_thread_worker)
+               for name, (_, ds) in contestants.items()}
+    tallies: dict[str, list[float]] = {name: [] for name in loaders}
+    total, done = (rounds + 1) * len(loaders), 0
+    try:
+        for r in range(rounds + 1):
+            for name in rotated(list(loaders), r):
+                progress(f"{'warm-up' if r == 0 else f'round {r}/{rounds}'}: {name}", done, total)
+                n, seconds = run_epoch(loaders[name], r)
+                if r > 0:
+                    tallies[name].append(n / seconds if seconds else 0.0)
+                done += 1
+    finally:
+        loaders.clear()  # drops persistent workers before the folder is removed
+    progress("done", total, total)
+    return tallies

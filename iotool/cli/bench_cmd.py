@@ -1,0 +1,278 @@
+"""``iotool bench decode|read|loader``: parse options, run :mod:`iotool.bench`, render tables."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..errors import UsageError
+from .common import console, err_console, handle_errors, human_bytes, write_json
+
+app = typer.Typer(
+    name="bench",
+    help="Measure the IO path: decoders, a converted dataset through a DataLoader, or the whole "
+    "loader against a torchvision-style baseline.\n\nExample: iotool bench decode --json decode.json",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+DEFAULT_PATH = Path("sample_data/imagefolder")
+
+
+class Mode(str, Enum):
+    memory = "memory"
+    file = "file"
+
+
+class Scale(str, Enum):
+    full = "1"
+    half = "1/2"
+    quarter = "1/4"
+    eighth = "1/8"
+
+
+def _split(names: str | None) -> list[str] | None:
+    """'pil, opencv' -> ['pil', 'opencv']; None stays None."""
+    if not names:
+        return None
+    return [n.strip() for n in names.split(",") if n.strip()]
+
+
+class _progress:
+    """A rich progress line fed by the library's (what, done, total) callback."""
+
+    def __init__(self, show: bool, label: str):
+        self.bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=err_console, disable=not show, transient=True)
+        self.task: Any = None
+
+    def __enter__(self):
+        self.bar.start()
+        self.task = self.bar.add_task("", total=None)
+        return self.update
+
+    def update(self, what: str, done: int, total: int) -> None:
+        self.bar.update(self.task, description=escape(what), completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+
+def _fmt_stats(stats: Any, digits: int = 0) -> str:
+    """'1,234 ±5%' from a Stats (spread as half the min-max range)."""
+    return f"{stats.median:,.{digits}f} ±{stats.spread * 50:.0f}%"
+
+
+def _ratio(value: float | None) -> str:
+    """'1.62x' or '-'."""
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+# --- decode ------------------------------------------------------------------------------
+
+def decode_table(result: Any) -> Table:
+    """The decode results as a rich table."""
+    env = result.environment
+    table = Table(
+        title=f"iotool bench decode: {result.images} images, {result.megapixels:.1f} MP, "
+        f"{human_bytes(result.bytes)}, scale 1/{result.scale}, mode {result.mode}",
+        caption=f"median ±half-range of {result.repeat} passes x >={result.min_time:g} s, one thread; "
+        f"{env.get('cpu_model', '')}, {env.get('cpus_usable')} CPUs, load {env.get('load_average')}; "
+        f"auto -> {', '.join(f'{k}: {v}' for k, v in result.auto.items())}",
+    )
+    for col, justify in (("backend", "left"), ("version", "left"), ("libjpeg", "left"),
+                         ("images/s", "right"), ("MP/s", "right"), ("MB/s", "right"),
+                         ("vs PIL", "right"), ("vs fastest", "right"), ("note", "left")):
+        table.add_column(col, justify=justify, overflow="fold")
+    for r in result.results:
+        table.add_row(r.name, r.version, r.jpeg_library, _fmt_stats(r.images_per_s),
+                      _fmt_stats(r.megapixels_per_s, 1), _fmt_stats(r.mb_per_s, 1),
+                      _ratio(r.vs_pil), _ratio(r.vs_fastest), r.note)
+    return table
+
+
+def _print_decode_notes(result: Any) -> None:
+    """List unavailable backends and every image a backend did not decode."""
+    for name, reason in result.unavailable.items():
+        err_console.print(f"[yellow]unavailable[/] {name}: {escape(reason)}", highlight=False)
+    for s in result.skipped:
+        err_console.print(f"[yellow]not timed[/] {escape(s.path)} ({s.backend}): {escape(s.reason)}",
+                          highlight=False, soft_wrap=True)
+
+
+def decode(
+    paths: Annotated[Optional[list[Path]], typer.Argument(
+        help="Image files or folders (searched recursively). Default: sample_data/imagefolder.",
+        show_default=False)] = None,
+    backends: Annotated[Optional[str], typer.Option(
+        "--backends", "-b", help="Comma-separated backends: pil,opencv,simplejpeg,jpeg4py (default: all).")] = None,
+    mode: Annotated[Mode, typer.Option(
+        help="memory: bytes loaded before timing. file: each decode also reads its file.")] = Mode.memory,
+    scale: Annotated[Scale, typer.Option(help="Decode JPEGs at this DCT scale.")] = Scale.full,
+    min_time: Annotated[float, typer.Option(min=0.0, help="Seconds per backend per pass.")] = 1.0,
+    repeat: Annotated[int, typer.Option(min=1, help="Timed passes (median and spread reported).")] = 5,
+    tjbench: Annotated[bool, typer.Option(
+        "--tjbench/--no-tjbench", help="Add libjpeg-turbo's tjbench row when it is installed.")] = True,
+    tjbench_files: Annotated[int, typer.Option(
+        min=1, help="Run tjbench on at most N files per pass (a seeded sample of the JPEGs).")] = 64,
+    json_out: Annotated[Optional[str], typer.Option(
+        "--json", help="Write results, versions and CPU as JSON to FILE ('-' for stdout, no table).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        help="Draw a bar chart to FILE.png (needs matplotlib: pip install matplotlib).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+) -> None:
+    """Decode speed of every backend on the same images, one thread, interleaved passes.
+
+    Example:
+
+        iotool bench decode
+
+        iotool bench decode /data/imagenet/val --min-time 2 --repeat 7 --json decode.json --plot decode.png
+
+        iotool bench decode photo.jpg --backends pil,simplejpeg --scale 1/2
+    """
+    from ..bench.decode import bench_decode
+
+    show = json_out != "-"
+    with handle_errors():
+        if plot is not None:
+            from ..bench.plot import require_matplotlib
+
+            require_matplotlib()
+        with _progress(show and not quiet, "bench decode") as callback:
+            result = bench_decode([str(p) for p in paths] if paths else [str(DEFAULT_PATH)],
+                                  _split(backends), mode=mode.value, scale=scale.value,
+                                  min_time=min_time, repeat=repeat, tjbench=tjbench,
+                                  tjbench_files=tjbench_files, progress=callback)
+        if plot is not None:
+            from ..bench.plot import plot_decode
+
+            plot_decode(result, plot)
+    if json_out:
+        write_json(result.to_dict(), json_out)
+    if show:
+        console.print(decode_table(result))
+        _print_decode_notes(result)
+
+
+# --- read --------------------------------------------------------------------------------
+
+def read_table(result: Any) -> Table:
+    """Per-epoch read results as a rich table."""
+    table = Table(
+        title=f"iotool bench read: {result.path} ({result.format}, {result.count:,} images, "
+        f"{human_bytes(result.bytes)})",
+        caption=f"decoder {result.decoder}, workers {result.workers}, batch {result.batch_size}"
+        f"{', shuffled' if result.shuffle else ''}; MB/s = dataset bytes on disk per second",
+    )
+    for col in ("epoch", "images", "seconds", "images/s", "MB/s"):
+        table.add_column(col, justify="right")
+    for e in result.epochs:
+        table.add_row(str(e.epoch), f"{e.images:,}", f"{e.seconds:.2f}", f"{e.images_per_s:,.0f}",
+                      f"{e.mb_per_s:,.1f}")
+    return table
+
+
+def read(
+    path: Annotated[Path, typer.Argument(help="A dataset written by iotool convert.")],
+    decoder: Annotated[str, typer.Option(
+        help="auto, pil, opencv, simplejpeg, jpeg4py, or none for the stored bytes.")] = "auto",
+    workers: Annotated[int, typer.Option("--workers", "-w", min=0, help="DataLoader workers.")] = 0,
+    batch_size: Annotated[int, typer.Option(min=1, help="Samples per batch.")] = 64,
+    epochs: Annotated[int, typer.Option(min=1, help="Timed epochs.")] = 2,
+    shuffle: Annotated[bool, typer.Option(help="Random order (map-style formats).")] = False,
+    json_out: Annotated[Optional[str], typer.Option(
+        "--json", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+) -> None:
+    """Throughput of a converted dataset through a torch DataLoader, per epoch.
+
+    Example:
+
+        iotool bench read /tmp/sample.lmdb --workers 2 --epochs 3
+
+        iotool bench read /tmp/sample.lmdb --decoder none --batch-size 256 --json read.json
+    """
+    from ..bench.read import bench_read
+
+    show = json_out != "-"
+    with handle_errors(), _progress(show and not quiet, "bench read") as callback:
+        result = bench_read(path, decoder=decoder, workers=workers, batch_size=batch_size,
+                            epochs=epochs, shuffle=shuffle, progress=callback)
+    if json_out:
+        write_json(result.to_dict(), json_out)
+    if show:
+        console.print(read_table(result))
+
+
+# --- loader ------------------------------------------------------------------------------
+
+def loader_table(result: Any) -> Table:
+    """The side-by-side loader results as a rich table."""
+    table = Table(
+        title=f"iotool bench loader: {result.src} ({result.images:,} images) -> {result.size}x{result.size} batches",
+        caption=f"median ±half-range of {result.rounds} interleaved epochs after a warm-up; decoder "
+        f"{result.decoder}, workers {result.workers}, batch {result.batch_size}",
+    )
+    for col, justify in (("pipeline", "left"), ("images/s", "right"), ("vs baseline", "right"),
+                         ("on disk", "right"), ("build s", "right"), ("options", "left")):
+        table.add_column(col, justify=justify)
+    for r in result.results:
+        table.add_row(r.name, _fmt_stats(r.images_per_s), _ratio(r.vs_baseline),
+                      human_bytes(r.bytes or 0),
+                      f"{r.convert_seconds:.1f}" if r.convert_seconds is not None else "-",
+                      ", ".join(f"{k}={v}" for k, v in r.options.items()))
+    return table
+
+
+def loader(
+    src: Annotated[Path, typer.Argument(help="An ImageFolder root.")],
+    formats: Annotated[Optional[str], typer.Option(
+        help="Comma-separated formats to build and read (default: every registered format).")] = None,
+    decoder: Annotated[str, typer.Option(help="iotool decoder for the formats (baseline: PIL).")] = "auto",
+    workers: Annotated[int, typer.Option("--workers", "-w", min=0, help="DataLoader workers.")] = 0,
+    batch_size: Annotated[int, typer.Option(min=1, help="Samples per batch.")] = 64,
+    size: Annotated[int, typer.Option(min=1, help="Side of the square center crop.")] = 224,
+    rounds: Annotated[int, typer.Option(min=1, help="Timed epochs per pipeline, interleaved.")] = 3,
+    workdir: Annotated[Optional[Path], typer.Option(
+        help="Where to build the formats (default: the system temp folder; removed after).")] = None,
+    json_out: Annotated[Optional[str], typer.Option(
+        "--json", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+) -> None:
+    """torchvision-style ImageFolder loading vs every iotool format built from SRC, side by side.
+
+    Example:
+
+        iotool bench loader sample_data/imagefolder
+
+        iotool bench loader /data/imagenet-1k-subset --workers 2 --rounds 5 --json loader.json
+    """
+    from ..bench.loader import bench_loader
+
+    show = json_out != "-"
+    with handle_errors():
+        if workdir is not None and not workdir.is_dir():
+            raise UsageError(f"--workdir {str(workdir)!r} is not an existing folder.")
+        with _progress(show and not quiet, "bench loader") as callback:
+            result = bench_loader(src, formats=_split(formats), decoder=decoder, workers=workers,
+                                  batch_size=batch_size, size=size, rounds=rounds, workdir=workdir,
+                                  progress=callback)
+    if json_out:
+        write_json(result.to_dict(), json_out)
+    if show:
+        console.print(loader_table(result))
+        for fmt, reason in result.failed.items():
+            err_console.print(f"[yellow]failed[/] {fmt}: {escape(reason)}", highlight=False, soft_wrap=True)
+
+
+app.command("decode")(decode)
+app.command("read", no_args_is_help=True)(read)
+app.command("loader", no_args_is_help=True)(loader)

@@ -1,0 +1,257 @@
+"""`iotool bench decode|read|loader`: the library results and the CLI's JSON, on tiny inputs."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+import iotool
+from iotool.bench import bench_decode, bench_loader, bench_read, parse_scale
+from iotool.bench.common import collect_images, rotated, summarize
+from iotool.bench.tjbench import parse_fps, tjbench_path
+from iotool.cli.app import app
+from iotool.decode import BACKENDS, available
+from iotool.errors import UsageError
+from iotool.formats import FORMATS
+
+runner = CliRunner()
+FAST = ["--min-time", "0.01", "--repeat", "2", "--quiet"]
+STATS_KEYS = {"median", "min", "max", "values", "spread"}
+
+
+def _image(seed: int, size=(64, 48), fmt="JPEG", mode="RGB") -> bytes:
+    rng = np.random.default_rng(seed)
+    arr = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    im = Image.fromarray(arr).convert(mode)
+    buf = io.BytesIO()
+    im.save(buf, fmt, **({"quality": 85} if fmt == "JPEG" else {}))
+    return buf.getvalue()
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    """An ImageFolder of 2 classes x 3 JPEGs (one progressive-free, varied sizes)."""
+    root = tmp_path / "tiny"
+    for c, cls in enumerate(("ant", "bee")):
+        (root / cls).mkdir(parents=True)
+        for i in range(3):
+            (root / cls / f"{i}.jpg").write_bytes(_image(10 * c + i, (64 + 8 * i, 48)))
+    return root
+
+
+@pytest.fixture
+def mixed(tiny: Path) -> Path:
+    """``tiny`` plus a PNG and a CMYK JPEG, which the JPEG-only backends do not decode natively."""
+    (tiny / "bee" / "z.png").write_bytes(_image(99, fmt="PNG"))
+    (tiny / "bee" / "cmyk.jpg").write_bytes(_image(98, mode="CMYK"))
+    return tiny
+
+
+def run_json(args: list[str], tmp_path: Path) -> dict:
+    """Run the CLI with --json FILE and return the parsed JSON."""
+    out = tmp_path / "out.json"
+    result = runner.invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
+def check_stats(obj: dict) -> None:
+    assert STATS_KEYS <= set(obj) and obj["min"] <= obj["median"] <= obj["max"]
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+def test_summarize_and_rotation():
+    s = summarize([3.0, 1.0, 2.0])
+    assert (s.median, s.min, s.max) == (2.0, 1.0, 3.0) and s.spread == pytest.approx(1.0)
+    assert rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
+
+
+@pytest.mark.parametrize("text,want", [("1", 1), ("1/2", 2), ("1/4", 4), ("1/8", 8), (4, 4)])
+def test_parse_scale(text, want):
+    assert parse_scale(text) == want
+
+
+def test_parse_scale_rejects_other_values():
+    with pytest.raises(UsageError, match=r"'1/3'.*1/2, 1/4, 1/8"):
+        parse_scale("1/3")
+
+
+def test_collect_images(tiny):
+    files = collect_images([tiny, tiny / "ant" / "0.jpg"])
+    assert len(files) == 7 and files[0].endswith("ant/0.jpg")
+    with pytest.raises(UsageError, match="does not exist"):
+        collect_images([tiny / "nope"])
+
+
+TJBENCH_OUTPUT = """
+Warmup time = 0.1 seconds
+
+>>>>>  JPEG 4:2:0 --> RGB (Top-down)  <<<<<
+
+Image size: 405 x 354
+Decompress    --> Frame rate:         3138.521395 fps
+                  Throughput:         449.969812 Megapixels/sec
+"""
+
+
+def test_parse_tjbench_output():
+    assert parse_fps(TJBENCH_OUTPUT) == pytest.approx(3138.521395)
+    with pytest.raises(ValueError, match="Frame rate"):
+        parse_fps("Usage: tjbench ...")
+
+
+# --- bench decode --------------------------------------------------------------------------
+
+def test_bench_decode_library_returns_data_and_never_prints(tiny, capsys):
+    seen = []
+    result = bench_decode([str(tiny)], ["pil"], min_time=0.01, repeat=2, tjbench=False,
+                          progress=lambda what, done, total: seen.append((what, done, total)))
+    assert capsys.readouterr() == ("", "")
+    assert seen and seen[-1][1] == seen[-1][2]
+    row = result.row("pil")
+    assert row.images == 6 and len(row.images_per_s.values) == 2 and row.vs_pil == pytest.approx(1.0)
+
+
+def test_bench_decode_json_schema(mixed, tmp_path):
+    data = run_json(["bench", "decode", str(mixed), *FAST], tmp_path)
+    assert data["benchmark"] == "decode" and data["mode"] == "memory" and data["scale"] == "1/1"
+    assert data["files"] == 8 and data["images"] == 6  # the PNG and the CMYK JPEG are listed
+    usable = [n for n in BACKENDS if available()[n].available]
+    names = [r["name"] for r in data["results"]]
+    assert set(usable) <= set(names)
+    for row in data["results"]:
+        for key in ("images_per_s", "megapixels_per_s", "mb_per_s"):
+            check_stats(row[key])
+        assert {"name", "version", "jpeg_library", "images", "vs_pil", "vs_fastest", "note"} <= set(row)
+        assert 0 < row["vs_fastest"] <= 1.0 + 1e-9
+    assert max(r["vs_fastest"] for r in data["results"]) == pytest.approx(1.0)
+    skipped = {(Path(s["path"]).name, s["backend"]) for s in data["skipped"]}
+    for name in ("simplejpeg", "jpeg4py"):
+        if name in usable:
+            assert ("z.png", name) in skipped and ("cmyk.jpg", name) in skipped
+    env = data["environment"]
+    assert {"cpu_model", "cpus_logical", "threads", "libraries", "decoders", "python"} <= set(env)
+    assert "numpy" in env["libraries"] and "pil" in env["decoders"]
+    assert env["decoders"]["pil"]["jpeg_library"]
+    assert data["auto"]["jpeg"] in BACKENDS
+
+
+@pytest.mark.skipif(tjbench_path() is None, reason="tjbench not installed (apt-get install libjpeg-turbo-progs)")
+def test_bench_decode_has_a_tjbench_row(tiny, tmp_path):
+    data = run_json(["bench", "decode", str(tiny / "ant"), "--backends", "pil", *FAST], tmp_path)
+    row = next(r for r in data["results"] if r["name"] == "tjbench")
+    assert row["images"] == 3 and row["images_per_s"]["median"] > 0
+
+
+def test_bench_decode_scale_and_file_mode(tiny, tmp_path):
+    full = run_json(["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench", *FAST], tmp_path)
+    half = run_json(["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench", "--scale", "1/2",
+                     "--mode", "file", *FAST], tmp_path)
+    assert half["scale"] == "1/2" and half["mode"] == "file"
+    assert half["megapixels"] == pytest.approx(full["megapixels"] / 4, rel=0.05)
+    assert [r["name"] for r in half["results"]] == ["pil", "opencv"]
+
+
+def test_bench_decode_table_output(tiny):
+    result = runner.invoke(app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", *FAST])
+    assert result.exit_code == 0, result.output
+    assert "iotool bench decode" in result.output and "pil" in result.output
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--backends", "nope"], "nope"),
+    (["--scale", "1/3"], "1/3"),
+    (["--repeat", "0"], "repeat"),
+])
+def test_bench_decode_usage_errors_exit_2(tiny, args, needle):
+    result = runner.invoke(app, ["bench", "decode", str(tiny), *args, *FAST[:2]])
+    assert result.exit_code == 2
+    assert needle in result.output
+
+
+def test_bench_decode_missing_path_exits_2(tmp_path):
+    result = runner.invoke(app, ["bench", "decode", str(tmp_path / "nope"), *FAST])
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_bench_decode_plot(tiny, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "decode.png"
+    result = runner.invoke(app, ["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench",
+                                 "--plot", str(png), *FAST])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_decode_plot_without_matplotlib_says_how(tiny, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = runner.invoke(app, ["bench", "decode", str(tiny), "--plot", str(tmp_path / "x.png"), *FAST])
+    assert result.exit_code == 2
+    assert "pip install matplotlib" in result.output
+
+
+# --- bench read ----------------------------------------------------------------------------
+
+@pytest.fixture
+def tiny_lmdb(tiny, tmp_path) -> Path:
+    dst = tmp_path / "tiny.lmdb"
+    iotool.convert(tiny, dst, "lmdb", workers=0)
+    return dst
+
+
+def test_bench_read_raw_bytes_json(tiny_lmdb, tmp_path):
+    data = run_json(["bench", "read", str(tiny_lmdb), "--decoder", "none", "--batch-size", "4",
+                     "--epochs", "2", "--quiet"], tmp_path)
+    assert data["benchmark"] == "read" and data["format"] == "lmdb" and data["decoder"] == "none"
+    assert data["count"] == 6 and data["bytes"] > 0
+    assert [e["epoch"] for e in data["epochs"]] == [1, 2]
+    for e in data["epochs"]:
+        assert e["images"] == 6 and e["images_per_s"] > 0 and e["mb_per_s"] > 0
+    check_stats(data["images_per_s"])
+    assert "cpu_model" in data["environment"]
+
+
+def test_bench_read_decoded_with_a_worker(tiny_lmdb):
+    result = bench_read(tiny_lmdb, decoder="auto", workers=1, batch_size=4, epochs=1)
+    assert result.epochs[0].images == 6 and result.workers == 1
+
+
+def test_bench_read_bad_decoder_exits_2(tiny_lmdb):
+    result = runner.invoke(app, ["bench", "read", str(tiny_lmdb), "--decoder", "nope"])
+    assert result.exit_code == 2 and "nope" in result.output
+
+
+# --- bench loader --------------------------------------------------------------------------
+
+def test_bench_loader_covers_every_format_json(tiny, tmp_path):
+    data = run_json(["bench", "loader", str(tiny), "--rounds", "1", "--batch-size", "4", "--size", "32",
+                     "--quiet"], tmp_path)
+    assert data["benchmark"] == "loader" and data["images"] == 6 and data["size"] == 32
+    rows = {r["name"]: r for r in data["results"]}
+    baseline = data["results"][0]
+    assert baseline["name"].startswith("torchvision") and baseline["vs_baseline"] == pytest.approx(1.0)
+    covered = {r["format"] for r in data["results"][1:]} | set(data["failed"])
+    assert covered == set(FORMATS)
+    assert not data["failed"], data["failed"]
+    for row in rows.values():
+        check_stats(row["images_per_s"])
+        assert row["images"] == 6 and row["vs_baseline"] > 0
+
+
+def test_bench_loader_library_same_batches(tiny):
+    result = bench_loader(tiny, formats=["lmdb"], rounds=1, batch_size=3, size=16)
+    assert [r.name for r in result.results] == ["torchvision-style (PIL)", "iotool lmdb"]
+    assert result.results[1].bytes > 0 and result.results[1].convert_seconds is not None
+
+
+def test_bench_loader_unknown_format_exits_2(tiny):
+    result = runner.invoke(app, ["bench", "loader", str(tiny), "--formats", "zip"])
+    assert result.exit_code == 2 and "zip" in result.output
