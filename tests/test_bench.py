@@ -239,16 +239,26 @@ def test_bench_loader_covers_every_format_json(tiny, tmp_path):
     baseline = data["results"][0]
     assert baseline["name"].startswith("torchvision") and baseline["vs_baseline"] == pytest.approx(1.0)
     covered = {r["format"] for r in data["results"][1:]} | set(data["failed"])
-    assert covered == set(FORMATS)
+    assert covered == set(FORMATS) | {"webdataset"}
     assert not data["failed"], data["failed"]
+    assert data["pipeline"] == "rrc" and data["epochs"] == 1
     for row in rows.values():
         check_stats(row["images_per_s"])
         assert row["images"] == 6 and row["vs_baseline"] > 0
 
 
 def test_bench_loader_library_same_batches(tiny):
-    result = bench_loader(tiny, formats=["lmdb"], rounds=1, batch_size=3, size=16)
+    result = bench_loader(tiny, formats=["lmdb"], rounds=1, batch_size=3, size=16, webdataset=False)
     assert [r.name for r in result.results] == ["torchvision-style (PIL)", "iotool lmdb"]
+
+
+def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
+    result = bench_loader(tiny, formats=["tar", "bmp"], rounds=2, epochs=2, batch_size=4, size=16,
+                          pipeline="center")
+    assert [r.name for r in result.results] == ["torchvision-style (PIL)", "webdataset (PIL)", "iotool tar",
+                                                "iotool bmp"]
+    assert all(len(r.images_per_s.to_dict()) > 0 and r.images_per_s.median > 0 for r in result.results)
+    assert result.results[2].options == {"shard_size": 1}  # 6 images over about 8 shards
     assert result.results[1].bytes > 0 and result.results[1].convert_seconds is not None
 
 

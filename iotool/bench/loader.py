@@ -1,10 +1,18 @@
 """``bench loader``: torchvision-style ImageFolder loading against every iotool format, side by side.
 
 The baseline reimplements ``torchvision.datasets.ImageFolder`` with its default loader (open the
-file, ``PIL.Image.open``, ``convert("RGB")``); each contestant then runs the same pipeline:
-decode -> center crop + resize (OpenCV, one thread) -> stack into a uint8 NCHW batch. Each
-iotool format is built from SRC in a temporary folder. One warm-up epoch each, then ``rounds``
-timed epochs, interleaved with the order rotated per round.
+file, ``PIL.Image.open``, ``convert("RGB")``); optionally ``webdataset`` with PIL decoding reads
+the same tar shards. Every contestant runs the same pipeline after decoding:
+
+* ``rrc`` (default): ``RandomResizedCrop(size)`` with antialiasing (:mod:`iotool.transforms`) to a
+  uint8 CHW tensor, collated by :func:`iotool.fast_collate`. iotool's JPEG formats feed the
+  encoded bytes to ``DecodeRandomResizedCrop``, which decodes at a reduced DCT scale when the
+  crop allows; the BMP cache decodes with numpy.
+* ``center``: center crop + resize (OpenCV), stacked into a uint8 NCHW batch.
+
+Each iotool format is built from SRC in a temporary folder. One warm-up epoch each, then
+``rounds`` rounds, interleaved with the order rotated per round; in each round every contestant
+runs ``epochs`` epochs and keeps its best; the table shows the median over rounds.
 """
 
 from __future__ import annotations
@@ -25,13 +33,21 @@ from .read import make_loader, run_epoch
 BASELINE = "torchvision-style (PIL)"
 
 
-def conversion_options(fmt: str, size: int) -> dict[str, Any]:
-    """Options a format needs to be built: a pre-resized cache (bmp) gets shorter side 256 for 224."""
+WEBDATASET = "webdataset (PIL)"
+PIPELINES = ("rrc", "center")
+SHARDS = 8  # tar shards built for the contestants, so every DataLoader worker gets some
+
+
+def conversion_options(fmt: str, size: int, images: int = 0) -> dict[str, Any]:
+    """Options a format needs to be built: a pre-resized cache (bmp) gets shorter side 256 for 224;
+    tar gets about SHARDS shards."""
     from ..formats import FORMATS
 
     spec = FORMATS.get(fmt)
     if spec is not None and getattr(spec, "needs_resize", False):
         return {"resize": round(size * 256 / 224)}
+    if fmt == "tar" and images:
+        return {"shard_size": max(1, -(-images // SHARDS))}
     return {}
 
 
@@ -128,19 +144,22 @@ class LoaderBenchResult:
     results: list[LoaderResult] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    pipeline: str = "rrc"
+    epochs: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
         return {
             "benchmark": "loader", "src": self.src, "images": self.images, "decoder": self.decoder,
             "workers": self.workers, "batch_size": self.batch_size, "size": self.size,
-            "rounds": self.rounds, "results": [r.to_dict() for r in self.results],
+            "rounds": self.rounds, "epochs": self.epochs, "pipeline": self.pipeline,
+            "results": [r.to_dict() for r in self.results],
             "failed": self.failed, "environment": self.environment,
         }
 
 
 def _build_formats(src: str, workdir: str, formats: Sequence[str], size: int, progress: ProgressFn,
-                   failed: dict[str, str]) -> dict[str, tuple[str, float]]:
+                   failed: dict[str, str], images: int) -> dict[str, tuple[str, float]]:
     """Convert SRC into each format under ``workdir``; returns name -> (path, seconds)."""
     from ..convert import convert
 
@@ -150,7 +169,7 @@ def _build_formats(src: str, workdir: str, formats: Sequence[str], size: int, pr
         dst = os.path.join(workdir, f"data-{fmt}")
         start = time.perf_counter()
         try:
-            convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, size))
+            convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, size, images))
         except (IotoolError, OSError, ValueError, TypeError) as exc:
             failed[fmt] = f"conversion failed: {type(exc).__name__}: {exc}"
             continue
@@ -158,29 +177,77 @@ def _build_formats(src: str, workdir: str, formats: Sequence[str], size: int, pr
     return built
 
 
-def _contestants(src: str, built: dict[str, tuple[str, float]], decoder: str, transform: Any,
-                 failed: dict[str, str]) -> dict[str, tuple[str, Any]]:
-    """name -> (format, dataset) for the baseline and every built format."""
+def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str | None, Any]:
+    """(dataset decoder, transform) for a contestant of ``pipeline``."""
+    if pipeline == "center":
+        return decoder, CenterCropResize(size)
+    from ..transforms import DecodeRandomResizedCrop, RandomResizedCrop
+
+    if fmt in ("imagefolder", "webdataset", "bmp"):
+        return decoder, RandomResizedCrop(size, seed=0)
+    return None, DecodeRandomResizedCrop(size, decoder=decoder, seed=0)
+
+
+def _contestants(src: str, built: dict[str, tuple[str, float]], decoder: str, pipeline: str, size: int,
+                 webdataset: bool, failed: dict[str, str]) -> dict[str, tuple[str, Any]]:
+    """name -> (format, dataset) for the baseline, webdataset and every built format."""
     from ..datasets import open_dataset
 
-    out: dict[str, tuple[str, Any]] = {BASELINE: ("imagefolder", TorchvisionStyleFolder(src, transform))}
+    out: dict[str, tuple[str, Any]] = {
+        BASELINE: ("imagefolder", TorchvisionStyleFolder(src, _transforms(pipeline, size, "imagefolder", decoder)[1]))}
+    if webdataset:
+        if "tar" not in built:
+            failed[WEBDATASET] = "needs the tar format in --formats"
+        else:
+            try:
+                out[WEBDATASET] = ("webdataset", WebDatasetPIL(built["tar"][0], _transforms(pipeline, size,
+                                                                                         "webdataset", decoder)[1]))
+            except ImportError as exc:
+                failed[WEBDATASET] = f"webdataset is not installed ({exc}); pip install webdataset"
     for fmt, (path, _) in built.items():
         try:
-            out[f"iotool {fmt}"] = (fmt, open_dataset(path, decoder=decoder, transform=transform))
+            fmt_decoder, transform = _transforms(pipeline, size, fmt, decoder)
+            out[f"iotool {fmt}"] = (fmt, open_dataset(path, decoder=fmt_decoder, transform=transform))
         except (IotoolError, OSError) as exc:
             failed[fmt] = f"open failed: {type(exc).__name__}: {exc}"
     return out
 
 
+class WebDatasetPIL:
+    """``webdataset.WebDataset`` over iotool's tar shards, decoding with PIL ("rgb8"), as users do."""
+
+    def __init__(self, shard_dir: str, transform: Any):
+        import webdataset  # noqa: F401  (fail early when it is missing)
+
+        from ..formats.tar import TarReader
+
+        reader = TarReader(shard_dir)
+        self.urls = reader.shard_urls()
+        self.count = len(reader)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return self.count
+
+    def dataset(self) -> Any:
+        """The webdataset pipeline: PIL decode to HWC uint8, then the shared transform."""
+        import webdataset as wds
+
+        return (wds.WebDataset(self.urls, shardshuffle=False, empty_check=False)
+                .decode("rgb8").to_tuple("jpg;jpeg;png", "cls").map_tuple(self.transform, int))
+
+
 def _check_options(formats: Sequence[str] | None, workers: int, batch_size: int, size: int,
-                   rounds: int, decoder: str) -> list[str]:
+                   rounds: int, decoder: str, pipeline: str = "rrc", epochs: int = 1) -> list[str]:
     """Validate the options; returns the formats to build."""
     from ..decode import resolve_backend
     from ..formats import FORMATS
 
-    if workers < 0 or batch_size < 1 or size < 1 or rounds < 1:
-        raise UsageError(f"workers must be >= 0; batch_size, size and rounds >= 1 "
-                         f"(got {workers}, {batch_size}, {size}, {rounds}).")
+    if workers < 0 or batch_size < 1 or size < 1 or rounds < 1 or epochs < 1:
+        raise UsageError(f"workers must be >= 0; batch_size, size, rounds and epochs >= 1 "
+                         f"(got {workers}, {batch_size}, {size}, {rounds}, {epochs}).")
+    if pipeline not in PIPELINES:
+        raise UsageError(f"pipeline={pipeline!r}; choose one of: {', '.join(PIPELINES)}.")
     resolve_backend(decoder, "jpeg")
     names = list(formats) if formats else list(FORMATS)
     unknown = [f for f in names if f not in FORMATS]
@@ -198,6 +265,9 @@ def bench_loader(
     batch_size: int = 64,
     size: int = 224,
     rounds: int = 3,
+    epochs: int = 1,
+    pipeline: str = "rrc",
+    webdataset: bool = True,
     workdir: str | os.PathLike | None = None,
     progress: ProgressFn | None = None,
 ) -> LoaderBenchResult:
@@ -210,7 +280,10 @@ def bench_loader(
         workers: DataLoader workers for every contestant (0: this process).
         batch_size: samples per batch.
         size: the side of the square crop every contestant produces.
-        rounds: timed epochs per contestant, interleaved; the table shows their median.
+        rounds: interleaved rounds; the table shows the median over rounds.
+        epochs: epochs per contestant in each round; the best one counts for the round.
+        pipeline: ``rrc`` (RandomResizedCrop, fast_collate) or ``center`` (center crop + resize).
+        webdataset: also read the tar shards with the ``webdataset`` package and PIL.
         workdir: where to build the formats (default: a temporary folder, removed after).
         progress: called with (what, done, total).
 
@@ -218,42 +291,51 @@ def bench_loader(
         A :class:`LoaderBenchResult`; each row has images/s and the ratio to the baseline.
     """
     progress = progress or no_progress
-    names = _check_options(formats, workers, batch_size, size, rounds, decoder)
+    names = _check_options(formats, workers, batch_size, size, rounds, decoder, pipeline, epochs)
     src = os.path.abspath(os.fspath(src))
-    result = LoaderBenchResult(src, 0, decoder, workers, batch_size, size, rounds)
+    result = LoaderBenchResult(src, 0, decoder, workers, batch_size, size, rounds, pipeline=pipeline,
+                               epochs=epochs)
     with tempfile.TemporaryDirectory(prefix="iotool-bench-", dir=workdir) as tmp, single_threaded():
-        built = _build_formats(src, tmp, names, size, progress, result.failed)
-        contestants = _contestants(src, built, decoder, CenterCropResize(size), result.failed)
+        from ..sources import scan_imagefolder
+
+        built = _build_formats(src, tmp, names, size, progress, result.failed, len(scan_imagefolder(src)))
+        contestants = _contestants(src, built, decoder, pipeline, size, webdataset, result.failed)
         result.images = len(contestants[BASELINE][1])
-        tallies = _run_rounds(contestants, batch_size, workers, rounds, progress)
+        tallies = _run_rounds(contestants, batch_size, workers, rounds, epochs, pipeline, progress)
         result.environment = environment()
         for name, (fmt, _) in contestants.items():
-            path, seconds = built.get(fmt, (src, None))
+            path, seconds = built.get("tar" if fmt == "webdataset" else fmt, (src, None))
             result.results.append(LoaderResult(name, fmt, result.images, summarize(tallies[name]),
                                                convert_seconds=seconds, bytes=disk_usage(path),
-                                               options=conversion_options(fmt, size)))
+                                               options=conversion_options(fmt, size, result.images)))
     base = result.results[0].images_per_s.median
     for r in result.results:
         r.vs_baseline = r.images_per_s.median / base if base else None
     return result
 
 
-def _run_rounds(contestants: dict[str, tuple[str, Any]], batch_size: int, workers: int,
-                rounds: int, progress: ProgressFn) -> dict[str, list[float]]:
-    """One warm-up epoch each, then ``rounds`` timed epochs, rotated; returns images/s lists."""
-    loaders = {name: make_loader(ds, batch_size, workers, shuffle=False, collate_fn=stack_collate,
-                                 worker_init_fn=_one_thread_worker)
+def _run_rounds(contestants: dict[str, tuple[str, Any]], batch_size: int, workers: int, rounds: int,
+                epochs: int, pipeline: str, progress: ProgressFn) -> dict[str, list[float]]:
+    """One warm-up epoch each, then ``rounds`` rounds of ``epochs`` epochs (best kept), rotated."""
+    from ..collate import fast_collate
+
+    collate = fast_collate if pipeline == "rrc" else stack_collate
+    loaders = {name: make_loader(ds.dataset() if isinstance(ds, WebDatasetPIL) else ds, batch_size, workers,
+                                 shuffle=False, collate_fn=collate, worker_init_fn=_one_thread_worker)
                for name, (_, ds) in contestants.items()}
     tallies: dict[str, list[float]] = {name: [] for name in loaders}
-    total, done = (rounds + 1) * len(loaders), 0
+    total, done = rounds * epochs * len(loaders) + len(loaders), 0
     try:
         for r in range(rounds + 1):
             for name in rotated(list(loaders), r):
-                progress(f"{'warm-up' if r == 0 else f'round {r}/{rounds}'}: {name}", done, total)
-                n, seconds = run_epoch(loaders[name], r)
+                best = 0.0
+                for e in range(1 if r == 0 else epochs):
+                    progress(f"{'warm-up' if r == 0 else f'round {r}/{rounds}'}: {name}", done, total)
+                    n, seconds = run_epoch(loaders[name], r * epochs + e)
+                    best = max(best, n / seconds if seconds else 0.0)
+                    done += 1
                 if r > 0:
-                    tallies[name].append(n / seconds if seconds else 0.0)
-                done += 1
+                    tallies[name].append(best)
     finally:
         loaders.clear()  # drops persistent workers before the folder is removed
     progress("done", total, total)

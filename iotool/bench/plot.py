@@ -56,3 +56,16 @@ def plot_decode(result: Any, dest: str | os.PathLike) -> None:
         f"iotool bench decode: {result.images} images, scale 1/{result.scale}, {result.mode}, 1 thread",
         "images/s (median, min-max over passes)", dest,
     )
+
+
+def plot_loader(result: Any, dest: str | os.PathLike) -> None:
+    """Images/s per loader pipeline (median, min-max over rounds) from a LoaderBenchResult."""
+    rows = result.results
+    plot_bars(
+        [f"{r.name} ({r.vs_baseline:.2f}x)" if r.vs_baseline else r.name for r in rows],
+        [r.images_per_s.median for r in rows],
+        [r.images_per_s.min for r in rows], [r.images_per_s.max for r in rows],
+        f"iotool bench loader: {result.images} images, {result.pipeline} {result.size}, "
+        f"{result.workers} workers, batch {result.batch_size}",
+        "images/s (median of rounds, each the best of its epochs; min-max over rounds)", dest,
+    )

@@ -218,8 +218,9 @@ def loader_table(result: Any) -> Table:
     """The side-by-side loader results as a rich table."""
     table = Table(
         title=f"iotool bench loader: {result.src} ({result.images:,} images) -> {result.size}x{result.size} batches",
-        caption=f"median ±half-range of {result.rounds} interleaved epochs after a warm-up; decoder "
-        f"{result.decoder}, workers {result.workers}, batch {result.batch_size}",
+        caption=f"median ±half-range of {result.rounds} interleaved rounds (best of {result.epochs} epochs each) "
+        f"after a warm-up; pipeline {result.pipeline}, decoder {result.decoder}, workers {result.workers}, "
+        f"batch {result.batch_size}",
     )
     for col, justify in (("pipeline", "left"), ("images/s", "right"), ("vs baseline", "right"),
                          ("on disk", "right"), ("build s", "right"), ("options", "left")):
@@ -240,11 +241,17 @@ def loader(
     workers: Annotated[int, typer.Option("--workers", "-w", min=0, help="DataLoader workers.")] = 0,
     batch_size: Annotated[int, typer.Option(min=1, help="Samples per batch.")] = 64,
     size: Annotated[int, typer.Option(min=1, help="Side of the square center crop.")] = 224,
-    rounds: Annotated[int, typer.Option(min=1, help="Timed epochs per pipeline, interleaved.")] = 3,
+    rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds; the table shows their median.")] = 3,
+    epochs: Annotated[int, typer.Option(min=1, help="Epochs per pipeline in each round; the best counts.")] = 1,
+    pipeline: Annotated[str, typer.Option(
+        help="rrc: RandomResizedCrop + fast_collate; center: center crop + resize.")] = "rrc",
+    webdataset: Annotated[bool, typer.Option(
+        "--webdataset/--no-webdataset", help="Also read the tar shards with the webdataset package + PIL.")] = True,
     workdir: Annotated[Optional[Path], typer.Option(
         help="Where to build the formats (default: the system temp folder; removed after).")] = None,
     json_out: Annotated[Optional[str], typer.Option(
         "--json", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Draw a bar chart to this PNG (needs matplotlib).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """torchvision-style ImageFolder loading vs every iotool format built from SRC, side by side.
@@ -263,8 +270,13 @@ def loader(
             raise UsageError(f"--workdir {str(workdir)!r} is not an existing folder.")
         with _progress(show and not quiet, "bench loader") as callback:
             result = bench_loader(src, formats=_split(formats), decoder=decoder, workers=workers,
-                                  batch_size=batch_size, size=size, rounds=rounds, workdir=workdir,
+                                  batch_size=batch_size, size=size, rounds=rounds, epochs=epochs,
+                                  pipeline=pipeline, webdataset=webdataset, workdir=workdir,
                                   progress=callback)
+        if plot is not None:
+            from ..bench.plot import plot_loader
+
+            plot_loader(result, plot)
     if json_out:
         write_json(result.to_dict(), json_out)
     if show:

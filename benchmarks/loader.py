@@ -1,0 +1,74 @@
+"""The DataLoader feed, side by side: what users pick today against iotool's formats.
+
+One run, interleaved rounds, the same images and the same pipeline for every contestant:
+decode -> RandomResizedCrop(224) with antialiasing -> uint8 CHW tensor -> ``iotool.fast_collate``,
+``DataLoader(num_workers=2, batch_size=64)``; in each round every contestant runs several epochs
+and keeps its best; the table shows the median over rounds and the ratio to the baseline.
+
+Contestants: torchvision-style ImageFolder with PIL (torchvision's default loader, reimplemented),
+``webdataset`` with PIL decoding on the same tar shards, and iotool's lmdb, hdf5, tar and bmp
+(resized to 256) formats with their default decoder (JPEG formats decode at a reduced DCT scale
+when the crop allows, through ``iotool.transforms.DecodeRandomResizedCrop``).
+
+Example:
+
+    python benchmarks/make_imagenet_like.py /tmp/imagenet-like --images 1000 --classes 10
+    python benchmarks/loader.py /tmp/imagenet-like --json loader.json --plot loader.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from iotool.bench.loader import bench_loader
+from iotool.bench.plot import plot_loader
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("src", nargs="?", type=Path, help="an ImageFolder (default: generate 1,000 images)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--formats", default="lmdb,hdf5,tar,bmp")
+    parser.add_argument("--json", type=Path, default=Path("loader.json"))
+    parser.add_argument("--plot", type=Path, default=Path("loader.png"))
+    args = parser.parse_args()
+    src = args.src
+    if src is None:
+        src = Path(tempfile.mkdtemp(prefix="iotool-imagenet-like-")) / "data"
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_imagenet_like.py"), str(src),
+                        "--images", "1000", "--classes", "10"], check=True)
+    result = bench_loader(src, formats=args.formats.split(","), workers=args.workers,
+                          batch_size=args.batch_size, rounds=args.rounds, epochs=args.epochs,
+                          progress=lambda what, done, total: print(f"\r[{done}/{total}] {what:60}", end="",
+                                                                   file=sys.stderr, flush=True))
+    print(file=sys.stderr)
+    print(f"{result.images} images, {result.workers} workers, batch {result.batch_size}, "
+          f"median of {result.rounds} rounds (best of {result.epochs} epochs each)")
+    print(f"{'pipeline':26} {'images/s':>10} {'min':>8} {'max':>8} {'vs baseline':>12}")
+    for r in result.results:
+        s = r.images_per_s
+        print(f"{r.name:26} {s.median:10.0f} {s.min:8.0f} {s.max:8.0f} {r.vs_baseline:11.2f}x")
+    web = next((r for r in result.results if r.format == "webdataset"), None)
+    if web:
+        for r in result.results:
+            if r.format in ("lmdb", "hdf5", "tar"):
+                print(f"{r.name} vs webdataset: {r.images_per_s.median / web.images_per_s.median:.2f}x")
+    for name, reason in result.failed.items():
+        print(f"failed: {name}: {reason}")
+    args.json.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    plot_loader(result, args.plot)
+    print(f"wrote {args.json} and {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
