@@ -282,7 +282,8 @@ def mutate(file, kind: str, where: float, value: int) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "bmp"])
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(mutation, min_size=1, max_size=3), pick=st.integers(0, 1000))
 def test_mutated_files_give_a_clean_error_or_success(fmt, pristine_small, tmp_path, mutations, pick):
     case = tmp_path / f"case{pick}-{len(os.listdir(tmp_path))}"

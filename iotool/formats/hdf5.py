@@ -131,7 +131,7 @@ class Hdf5Reader(FormatReader):
             raise FormatError(f"{self.path}: cannot read the metadata attributes ({exc}).") from None
         if not isinstance(raw, str) or not isinstance(digests, dict):
             raise FormatError(f"{self.path}: no '{META_ATTR}'/'{INTEGRITY_ATTR}' attributes; not an iotool HDF5 file.")
-        if digests.get("meta") != sha256_hex(raw.encode("utf-8")):
+        if digests.get("meta") != sha256_hex(raw.encode("utf-8", "surrogateescape")):  # h5py keeps bad UTF-8 as surrogates
             raise FormatError(f"{self.path}: the metadata does not match its integrity digest; it was modified "
                               f"or corrupted after conversion. Re-convert the dataset.")
         self._digests = digests
