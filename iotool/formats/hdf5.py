@@ -38,10 +38,11 @@ class Hdf5Writer(FormatWriter):
         super().__init__(path, options)
         self.file = h5py.File(path, "w", libver="latest")
         chunks = (BATCH,)
-        self.images = self.file.create_dataset("images", (0,), _BYTES, maxshape=(None,), chunks=chunks)
-        self.labels = self.file.create_dataset("labels", (0,), "<i8", maxshape=(None,), chunks=chunks)
-        self.keys = self.file.create_dataset("keys", (0,), _STR, maxshape=(None,), chunks=chunks)
-        self.checksums = self.file.create_dataset("checksums", (0,), "S64", maxshape=(None,), chunks=chunks)
+        column = {"maxshape": (None,), "chunks": chunks, "track_times": False}  # no timestamps: same input, same bytes
+        self.images = self.file.create_dataset("images", (0,), _BYTES, **column)
+        self.labels = self.file.create_dataset("labels", (0,), "<i8", **column)
+        self.keys = self.file.create_dataset("keys", (0,), _STR, **column)
+        self.checksums = self.file.create_dataset("checksums", (0,), "S64", **column)
         self.pending: list[Record] = []
         self.count = 0
 
