@@ -18,11 +18,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from . import engines, storage
 from .errors import ConversionError, DecodeError, DestinationExistsError, IotoolError, UsageError
 from .formats import FORMATS, FormatReader, FormatSpec, FormatWriter, detect_format, get_format
 from .imageops import EXTENSIONS, check_options, encode, resize_rgb, target_size
 from .records import DatasetMeta, Record, SkippedFile, checksum
 from .sources import SourceSample, scan_imagefolder
+from .storage import StorageConfig
 
 log = logging.getLogger(__name__)
 
@@ -66,22 +68,29 @@ class ConversionReport:
 # --- sources -----------------------------------------------------------------------------
 
 class ImageFolderSource:
-    """Samples of an ImageFolder tree; a task is a SourceSample, loading reads the file."""
+    """Samples of an ImageFolder tree; a task is a SourceSample, loading reads the file.
 
-    def __init__(self, root: str):
-        self.scan = scan_imagefolder(root)
+    The root may be a listable fsspec URL (``s3://``, ``gs://``); its files are then read
+    through :mod:`iotool.storage` with retries (the worker state is the storage config).
+    """
+
+    def __init__(self, root: str, config: StorageConfig | None = None):
+        self.scan = scan_imagefolder(root, config)
         self.root = self.scan.root
         self.classes = self.scan.classes
         self.class_to_idx = self.scan.class_to_idx
+        self.config = config if storage.is_url(self.root) else None
 
     def tasks(self) -> Sequence[SourceSample]:
         return self.scan.samples
 
-    def worker_state(self) -> None:
-        return None
+    def worker_state(self) -> StorageConfig | None:
+        return self.config
 
     @staticmethod
-    def load(state: None, task: SourceSample) -> tuple[str, str, int, bytes]:
+    def load(state: StorageConfig | None, task: SourceSample) -> tuple[str, str, int, bytes]:
+        if state is not None:
+            return task.key, task.path, task.label, storage.read_bytes(task.path, state)
         with open(task.path, "rb") as f:
             return task.key, task.path, task.label, f.read()
 
@@ -89,11 +98,11 @@ class ImageFolderSource:
 class DatasetSource:
     """Records of an existing iotool dataset; a task is an index, loading reads the record."""
 
-    def __init__(self, path: str, expected_format: str | None = None):
-        spec = detect_format(path)
+    def __init__(self, path: str, expected_format: str | None = None, config: StorageConfig | None = None):
+        spec = detect_format(path, config)
         if expected_format and spec.name != expected_format:
             raise UsageError(f"{path!r} holds a {spec.name} dataset, not {expected_format}.")
-        self.reader: FormatReader = spec.reader(path)
+        self.reader: FormatReader = spec.reader(path, storage=config)
         self.root = self.reader.path
         self.classes = self.reader.classes
         self.class_to_idx = self.reader.class_to_idx
@@ -299,16 +308,23 @@ def convert(
     quality: int = 90,
     resume: bool = False,
     progress: Callable[[Progress], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
     **format_options: Any,
 ) -> ConversionReport:
     """Convert an ImageFolder (or another iotool dataset) into format ``to`` at ``dst``.
 
     Args:
-        src: the ImageFolder root, or the path of a dataset in another iotool format.
-        dst: the output path; written under a temporary name and renamed when complete.
+        src: the ImageFolder root, or the path of a dataset in another iotool format; also an
+            fsspec URL (an ImageFolder on ``s3://`` or ``gs://``, tar shards on any URL).
+        dst: the output path; written under a temporary name and renamed when complete. For tar
+            also a URL (``s3://bucket/shards``): each shard is uploaded under a temporary name
+            and renamed, and ``index.json`` is written last, so readers trust only a finished run.
         to: the output format (``lmdb`` ...; see ``iotool.formats.FORMATS``).
         src_format: ``imagefolder`` or the name of an iotool format.
-        workers: reader/validator processes (default: CPU count; 0 or 1 = in this process).
+        workers: reader/validator processes (default: CPU count; 0 or 1 = in this process);
+            not used with ``engine="ray"``, where Ray runs one task per CPU of the cluster.
         on_error: ``fail`` stops at the first bad file and leaves nothing at ``dst``;
             ``skip`` stores every good file and lists each skipped one in the metadata.
         validate: fully decode every image before storing it.
@@ -321,7 +337,13 @@ def convert(
         quality: JPEG quality when re-encoding.
         resume: continue the partial output of a killed or interrupted conversion to the same
             ``dst`` (lmdb and tar) from its last commit, instead of starting over.
-        progress: called with a :class:`Progress` after every record.
+        progress: called with a :class:`Progress` after every record (Ray: after every task).
+        engine: ``local`` (a process pool on this machine) or ``ray`` (tar and bmp only:
+            shard-sized tasks on a Ray cluster, see :mod:`iotool.engines`).
+        ray_address: the Ray cluster to join (``auto``, ``ray://host:10001`` ...); default: the
+            one this process is connected to, else Ray's own choice (``$RAY_ADDRESS``, a cluster
+            started with ``ray start`` on this machine, or a new local one).
+        storage_options: fsspec options for URL sources and destinations (e.g. S3 ``endpoint_url``).
         **format_options: options of the output format (e.g. ``shard_size`` for tar).
 
     Returns:
@@ -332,23 +354,33 @@ def convert(
         DestinationExistsError: ``dst`` exists and ``overwrite`` is false.
         SourceError, UsageError: the source or an option is unusable.
     """
-    from . import __version__
-
     spec = get_format(to)
     if on_error not in ON_ERROR_CHOICES:
         raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR_CHOICES)}.")
     if src_format != "imagefolder" and src_format not in FORMATS:
         raise UsageError(f"Unknown source format {src_format!r}; choose imagefolder or one of: {', '.join(FORMATS)}.")
-    src, dst = os.fspath(src), os.path.abspath(os.fspath(dst))
-    if os.path.lexists(dst) and not overwrite:
+    src = os.fspath(src)
+    if storage.is_url(src) or src.lower().startswith("file://"):
+        src = storage.normalize(src)
+    dst = storage.normalize(dst)
+    engines.check_engine(engine, spec, dst, resume, format_options)
+    config = StorageConfig(options=dict(storage_options or {}))
+    out = storage.OutputDir(dst, config) if storage.is_url(dst) else None
+    if (out.exists("index.json") if out else os.path.lexists(dst)) and not overwrite:
         raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (CLI: --overwrite) to replace it.")
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")
     options = {"validate": validate, **_payload_options(spec, resize, size, encode, quality), **format_options}
-    source = ImageFolderSource(src) if src_format == "imagefolder" else DatasetSource(src, src_format)
-    if os.path.abspath(source.root) == dst:
+    source = (ImageFolderSource(src, config) if src_format == "imagefolder"
+              else DatasetSource(src, src_format, config))
+    if storage.normalize(source.root) == dst:
         raise UsageError("The destination is the source; choose another DST.")
+    job = _Job(source, spec, src_format, options, on_error, overwrite, progress, time.perf_counter())
+    if out is not None:
+        return _convert_to_url(job, out, engine, ray_address, workers)
+    if engine == "ray":
+        return _convert_with_ray(job, dst, ray_address)
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
     if not resume:
         cleanup_stale_temporaries(dst)
@@ -366,12 +398,7 @@ def convert(
         writer.checkpoint = checkpoint
         bytes_in = _run(source, tasks, options, workers, on_error, writer, progress, start, checkpoint)
         skipped = [SkippedFile(*entry[1:]) for entry in checkpoint.skipped]
-        meta = DatasetMeta(
-            format=spec.name, format_version=spec.reader.format_versions[-1],
-            classes=source.classes, class_to_idx=source.class_to_idx, count=checkpoint.count,
-            options={"source": source.root, "source_format": src_format, "on_error": on_error, **options},
-            skipped=[vars(s) for s in skipped], created_by=f"iotool {__version__}",
-        )
+        meta = job.meta(checkpoint.count, skipped)
         writer.finish(meta)
         bytes_out = _du(tmp)
         _commit(tmp, dst, overwrite)
@@ -387,6 +414,122 @@ def convert(
     seconds = time.perf_counter() - start
     return ConversionReport(source.root, dst, spec.name, checkpoint.count, len(source.classes), bytes_in,
                             bytes_out, seconds, skipped, resumed_from=adopted["source_done"] if adopted else 0)
+
+
+@dataclass
+class _Job:
+    """What every conversion path shares: the source, format, options and how to report."""
+
+    source: Any
+    spec: FormatSpec
+    src_format: str
+    options: dict[str, Any]
+    on_error: str
+    overwrite: bool
+    progress: Callable[[Progress], None] | None
+    start: float
+
+    def meta(self, count: int, skipped: list[SkippedFile], **extra: Any) -> DatasetMeta:
+        """The dataset metadata for ``count`` stored records."""
+        from . import __version__
+
+        return DatasetMeta(
+            format=self.spec.name, format_version=self.spec.reader.format_versions[-1],
+            classes=self.source.classes, class_to_idx=self.source.class_to_idx, count=count,
+            options={"source": self.source.root, "source_format": self.src_format, "on_error": self.on_error,
+                     **self.options, **extra},
+            skipped=[vars(s) for s in skipped], created_by=f"iotool {__version__}",
+        )
+
+    def report(self, dst: str, count: int, bytes_in: int, bytes_out: int,
+               skipped: list[SkippedFile]) -> ConversionReport:
+        return ConversionReport(self.source.root, dst, self.spec.name, count, len(self.source.classes), bytes_in,
+                                bytes_out, time.perf_counter() - self.start, skipped)
+
+    def task_progress(self, total: int) -> Callable[[int, int, int], None] | None:
+        """The engines' (done, skipped, bytes in) callback, turned into :class:`Progress` calls."""
+        if self.progress is None:
+            return None
+        return lambda done, skipped, bytes_in: self.progress(
+            Progress(done, total, skipped, bytes_in, time.perf_counter() - self.start))
+
+
+def _convert_with_ray(job: _Job, dst: str, address: str | None) -> ConversionReport:
+    """Ray tasks write into a temporary sibling of a local (shared) DST; index last, then rename."""
+    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+    cleanup_stale_temporaries(dst)
+    tmp = _temporary_path(dst)
+    _remove(tmp)
+    os.makedirs(tmp)
+    tasks = job.source.tasks()
+    try:
+        out = storage.OutputDir(tmp)
+        result = engines.run_ray(job.source, tasks, job.spec, out, job.options, job.on_error, address=address,
+                                 progress=job.task_progress(len(tasks)))
+        stale = out.remove_temporaries()  # left by attempts that died
+        if stale:
+            log.info("removed %d partial files of failed task attempts: %s", len(stale), ", ".join(stale))
+        out.write_bytes("index.json", engines.index_for(job.spec, job.meta(result.count, result.skipped,
+                                                                           engine="ray"), result, job.options))
+        _fsync_dir(tmp)
+        bytes_out = _du(tmp)
+        _commit(tmp, dst, job.overwrite)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return job.report(dst, result.count, result.bytes_in, bytes_out, result.skipped)
+
+
+def _convert_to_url(job: _Job, out: storage.OutputDir, engine: str, address: str | None,
+                    workers: int) -> ConversionReport:
+    """Write tar shards to a URL: each shard published whole under its name, index.json last."""
+    engines.begin_output(out, job.overwrite)
+    tasks = job.source.tasks()
+    try:
+        if engine == "ray":
+            result = engines.run_ray(job.source, tasks, job.spec, out, job.options, job.on_error, address=address,
+                                     progress=job.task_progress(len(tasks)))
+            index = engines.index_for(job.spec, job.meta(result.count, result.skipped, engine="ray"), result,
+                                      job.options)
+            names = [s["name"] for s in result.shards]
+        else:
+            result, index, names = _publish_from_local_pool(job, out, tasks, workers)
+        bytes_out = result.bytes_out + engines.finish_output(out, names, index)
+    except BaseException:
+        engines.abort_output(out)
+        raise
+    return job.report(out.location, result.count, result.bytes_in, bytes_out, result.skipped)
+
+
+def _publish_from_local_pool(job: _Job, out: storage.OutputDir, tasks: Sequence,
+                             workers: int) -> tuple[engines.EngineResult, bytes, list[str]]:
+    """The local pipeline into a local staging folder; each shard is published as it closes."""
+    import tempfile
+
+    result, names = engines.EngineResult(), []
+
+    def publish(local: str, name: str) -> None:
+        result.bytes_out += out.publish(local, name)
+        names.append(name)
+
+    staging = tempfile.mkdtemp(prefix="iotool-stage-")
+    writer = job.spec.writer(staging, job.options)
+    writer.on_shard_closed = publish
+    checkpoint = Checkpoint("")  # counts only: a URL destination is not resumed
+    try:
+        result.bytes_in = _run(job.source, tasks, job.options, workers, job.on_error, writer, job.progress,
+                               job.start, checkpoint)
+        result.skipped = [SkippedFile(*entry[1:]) for entry in checkpoint.skipped]
+        result.count = checkpoint.count
+        writer.finish(job.meta(checkpoint.count, result.skipped))
+        with open(os.path.join(staging, "index.json"), "rb") as f:
+            index = f.read()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result, index, names
 
 
 @dataclass

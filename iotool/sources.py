@@ -11,8 +11,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import SourceError
+
+if TYPE_CHECKING:
+    from .storage import StorageConfig
 
 IMG_EXTENSIONS: tuple[str, ...] = (
     ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp",
@@ -94,12 +98,22 @@ def _walk(top: str) -> list[tuple[str, list[str]]]:
     return found
 
 
-def scan_imagefolder(root: str | os.PathLike) -> SourceScan:
+def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = None) -> SourceScan:
     """Scan ``root`` and return classes, class_to_idx and samples in torchvision's order.
+
+    ``root`` may also be an fsspec URL that can be listed (``s3://``, ``gs://``): class folders
+    are the prefixes directly under it, and files are ordered as a sorted walk would order them.
+    Sample paths are then URLs.
 
     Raises:
         SourceError: the root is missing, has no class folders, or holds no image files.
     """
+    from .storage import is_url, normalize
+
+    if is_url(root) or os.fspath(root).lower().startswith("file://"):
+        root = normalize(root)
+    if is_url(root):
+        return _scan_remote(root, storage)
     root = os.path.abspath(os.fspath(root))
     classes, class_to_idx = find_classes(root)
     samples: list[SourceSample] = []
@@ -115,10 +129,41 @@ def scan_imagefolder(root: str | os.PathLike) -> SourceScan:
                     samples.append(SourceSample(path, key, class_to_idx[cls]))
         if len(samples) == before:
             empty.append(cls)
+    _check_not_empty(root, empty)
+    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples)
+
+
+def _scan_remote(root: str, storage: "StorageConfig | None") -> SourceScan:
+    """The ImageFolder scan over a listable fsspec URL (object stores have no symlinks)."""
+    from .storage import StorageConfig, StorageError, list_tree
+
+    try:
+        classes, files = list_tree(root, storage or StorageConfig())
+    except StorageError as exc:
+        raise SourceError(f"Source root {root!r} cannot be listed: {exc}") from None
+    if not classes:
+        raise SourceError(
+            f"Found no class folders in {root!r}. An ImageFolder root holds one sub-folder per "
+            f"class, e.g. {root}/cat/001.jpg; accepted extensions: {', '.join(IMG_EXTENSIONS)}."
+        )
+    class_to_idx = {name: i for i, name in enumerate(classes)}
+    by_class: dict[str, list[tuple[str, str]]] = {cls: [] for cls in classes}
+    for rel in files:
+        folder, _, name = rel.rpartition("/")
+        cls = rel.split("/", 1)[0]
+        if folder and cls in by_class and has_image_extension(name):
+            by_class[cls].append((folder, name))
+    samples = [SourceSample(f"{root}/{folder}/{name}", f"{folder}/{name}", class_to_idx[cls])
+               for cls in classes for folder, name in sorted(by_class[cls])]  # = sorted(os.walk) order
+    _check_not_empty(root, [cls for cls in classes if not by_class[cls]])
+    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples)
+
+
+def _check_not_empty(root: str, empty: list[str]) -> None:
+    """Refuse class folders without images, as torchvision does."""
     if empty:
         raise SourceError(
             f"Found no valid image files in {len(empty)} class folder(s) of {root!r}: "
             f"{', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''}. "
             f"Accepted extensions (case-insensitive): {', '.join(IMG_EXTENSIONS)}."
         )
-    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples)

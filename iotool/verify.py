@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from .decode import AUTO, decode
 from .errors import IotoolError
 from .formats import detect_format
+from .storage import StorageConfig, normalize
 
 
 @dataclass
@@ -42,24 +43,28 @@ def _describe(exc: BaseException) -> str:
 
 
 def verify(path: str | os.PathLike, decode_images: bool = False,
-           progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+           progress: Callable[[int, int], None] | None = None, *,
+           storage_options: dict[str, Any] | None = None, cache_dir: str | None = None) -> VerifyReport:
     """Check a dataset's format version, metadata, index and every record's checksum.
 
     Args:
         path: a dataset written by ``iotool convert``.
         decode_images: also fully decode every image.
         progress: called with (records checked, total) as the check advances.
+        storage_options: fsspec options when ``path`` is a URL of tar shards.
+        cache_dir: keep the downloaded shards in this folder (see :func:`iotool.open_dataset`).
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is true when nothing is wrong. Problems are
         reported, not raised, so one run lists every bad record.
     """
-    path = os.path.abspath(os.fspath(path))
+    path = normalize(path)
     report = VerifyReport(path, None, 0, 0, decode_images)
     try:
-        spec = detect_format(path)
+        config = StorageConfig(options=dict(storage_options or {}), cache_dir=cache_dir)
+        spec = detect_format(path, config)
         report.format = spec.name
-        reader = spec.reader(path)
+        reader = spec.reader(path, storage=config)
         report.count = len(reader)
         keys, checksums = reader.keys, reader.checksums
         reader.labels  # noqa: B018  (loads and checks the label column)
@@ -67,8 +72,8 @@ def verify(path: str | os.PathLike, decode_images: bool = False,
         report.problems.append(Problem(None, None, _describe(exc)))
         return report
     report.problems += [Problem(None, None, reason) for reason in reader.integrity_problems()]
-    for i in range(report.count):
-        problem = _check_record(reader, i, keys[i], checksums[i], decode_images)
+    for i, data in _records(reader, report.count):
+        problem = _check_record(reader, i, keys[i], checksums[i], decode_images, data)
         if problem:
             report.problems.append(Problem(i, keys[i], problem))
         report.checked += 1
@@ -77,10 +82,29 @@ def verify(path: str | os.PathLike, decode_images: bool = False,
     return report
 
 
-def _check_record(reader, index: int, key: str, expected: str, decode_images: bool) -> str | None:
+def _records(reader, count: int) -> Iterator[tuple[int, bytes | None]]:
+    """(index, payload or None) for every record: tar shards are streamed once each (remote ones
+    too); a record that fails there, and every record after a failure to open a shard, comes with
+    None and is read again by index, which names the error."""
+    done = 0
+    many = getattr(reader, "read_many", None)
+    if many is not None:
+        try:
+            for i, data, _ in many(range(count)):
+                yield i, data
+                done = i + 1
+        except Exception:  # noqa: BLE001  (reported record by record below)
+            pass
+    for i in range(done, count):
+        yield i, None
+
+
+def _check_record(reader, index: int, key: str, expected: str, decode_images: bool,
+                  data: bytes | None = None) -> str | None:
     """Return why record ``index`` is bad, or None when it is intact."""
     try:
-        data, _ = reader.read(index)
+        if data is None:
+            data, _ = reader.read(index)
     except Exception as exc:  # unreadable record: report and go on
         return f"cannot read: {_describe(exc)}"
     actual = hashlib.sha256(data).hexdigest()

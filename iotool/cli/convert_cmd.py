@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from enum import Enum
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -34,11 +33,18 @@ class OnError(str, Enum):
     skip = "skip"
 
 
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 def convert(
     src_format: Annotated[SourceFormat, typer.Argument(help="What SRC is: imagefolder or an iotool format.")],
     dst_format: Annotated[OutputFormat, typer.Argument(help="The format to write.")],
-    src: Annotated[Path, typer.Argument(help="Source: an ImageFolder root or an iotool dataset.")],
-    dst: Annotated[Path, typer.Argument(help="Destination path (must not exist unless --overwrite).")],
+    src: Annotated[str, typer.Argument(
+        help="Source: an ImageFolder root or an iotool dataset; a path or a URL (s3://, gs://, ...).")],
+    dst: Annotated[str, typer.Argument(
+        help="Destination (must not exist unless --overwrite): a path, or for tar a URL (s3://bucket/shards).")],
     workers: Annotated[Optional[int], typer.Option(
         "--workers", "-w", min=0, help="Reader/validator processes (default: CPU count).")] = None,
     on_error: Annotated[OnError, typer.Option(
@@ -59,6 +65,12 @@ def convert(
         min=1, help="tar: samples per shard (default 1000).")] = None,
     shard_bytes: Annotated[Optional[int], typer.Option(
         min=1, help="tar: start a new shard before a shard's payloads exceed this many bytes.")] = None,
+    engine: Annotated[Engine, typer.Option(
+        help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (tar, bmp; "
+        "pip install 'iotool[ray]').")] = Engine.local,
+    ray_address: Annotated[Optional[str], typer.Option(
+        help="--engine ray: the cluster to join, e.g. auto or ray://HEAD:10001 (default: $RAY_ADDRESS, else a "
+        "cluster started with `ray start` on this machine, else a new local one).")] = None,
     json_out: Annotated[Optional[str], typer.Option(
         "--json", help="Also write the summary as JSON to this file ('-' for stdout, no table).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
@@ -74,6 +86,8 @@ def convert(
         iotool convert imagefolder bmp sample_data/imagefolder /tmp/cache --resize 256
 
         iotool convert lmdb hdf5 /tmp/sample.lmdb /tmp/sample.h5
+
+        iotool convert imagefolder tar s3://bucket/train s3://bucket/shards --engine ray --ray-address auto
     """
     show = not quiet and json_out != "-"
     format_options = {k: v for k, v in (("shard_size", shard_size), ("shard_bytes", shard_bytes)) if v}
@@ -86,7 +100,7 @@ def convert(
                              on_error=on_error.value, validate=validate, overwrite=overwrite,
                              resize=resize, size=size_wh,
                              encode=encode.value if encode else None, quality=quality, resume=resume,
-                             progress=callback, **format_options)
+                             progress=callback, engine=engine.value, ray_address=ray_address, **format_options)
         bar.stop()
     if json_out:
         write_json(report_dict(report), json_out)

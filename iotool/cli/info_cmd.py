@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from ..convert import _du
-from ..formats import detect_format
+from .. import storage
+from ..formats import FormatReader, detect_format
 from .common import console, handle_errors, human_bytes, write_json
 
 
 def info(
-    path: Annotated[Path, typer.Argument(help="A dataset written by iotool convert.")],
+    path: Annotated[str, typer.Argument(
+        help="A dataset written by iotool convert: a path, or a URL of tar shards (s3://, https://, ...).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Show a dataset's format, version, count, classes, size, options and skipped files.
@@ -22,6 +23,8 @@ def info(
     Example:
 
         iotool info /tmp/sample.lmdb --json
+
+        iotool info s3://bucket/shards      (endpoint and keys: AWS_* or FSSPEC_S3_* variables)
     """
     with handle_errors():
         reader = detect_format(path).reader(path)
@@ -29,7 +32,7 @@ def info(
         data = {
             "path": reader.path, "format": meta.format, "format_version": meta.format_version,
             "count": meta.count, "classes": meta.classes, "class_to_idx": meta.class_to_idx,
-            "bytes": _du(reader.path), "options": meta.options, "skipped": meta.skipped,
+            "bytes": _dataset_bytes(reader), "options": meta.options, "skipped": meta.skipped,
             "checksum_algorithm": meta.checksum_algorithm, "created_by": meta.created_by,
         }
     if as_json:
@@ -49,3 +52,11 @@ def info(
     console.print(table)
     for s in meta.skipped:
         console.print(f"  skipped {s.get('key')}: {s.get('reason')}", highlight=False)
+
+
+def _dataset_bytes(reader: FormatReader) -> int:
+    """Bytes on disk; for remote shards the sizes of index.json and every shard."""
+    if not reader.remote:
+        return _du(reader.path)
+    urls = [storage.join(reader.path, "index.json"), *reader.shard_urls()]
+    return sum(storage.size(url, reader.storage) for url in urls)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,7 +13,8 @@ from .common import EXIT_DATA_ERROR, console, err_console, write_json
 
 
 def verify(
-    path: Annotated[Path, typer.Argument(help="A dataset written by iotool convert.")],
+    path: Annotated[str, typer.Argument(
+        help="A dataset written by iotool convert: a path, or a URL of tar shards (s3://, https://, ...).")],
     decode: Annotated[bool, typer.Option("--decode", help="Also fully decode every image.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ..errors import FormatVersionError
+from ..errors import FormatVersionError, UsageError
 from ..records import DatasetMeta, Record
+
+if TYPE_CHECKING:
+    from ..storage import StorageConfig
 
 
 class FormatWriter(ABC):
@@ -56,8 +59,17 @@ class FormatReader(ABC):
     format_name: str = ""
     format_versions: tuple[int, ...] = (1,)
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = os.path.abspath(os.fspath(path))
+    remote_ok = False  # readers that can read an fsspec URL (tar shards) set this
+
+    def __init__(self, path: str | os.PathLike, *, storage: "StorageConfig | None" = None):
+        from ..storage import StorageConfig, is_url, normalize
+
+        self.path = normalize(path)
+        self.storage = storage or StorageConfig()
+        self.remote = is_url(self.path)
+        if self.remote and not self.remote_ok:
+            raise UsageError(f"{self.path}: {self.format_name} datasets are read from local paths only; "
+                             f"copy it to local disk, or convert it to tar shards for remote reading.")
         self.meta: DatasetMeta = self._load_meta()
         self._check_version()
 
@@ -178,29 +190,48 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_index(path: str, index: dict[str, Any]) -> None:
-    """Write ``index.json`` with an ``integrity`` digest over the rest, and fsync it."""
+def index_bytes(index: dict[str, Any]) -> bytes:
+    """The bytes of ``index.json``: the index plus an ``integrity`` digest over the rest."""
     body = dict(index)
     body["integrity"] = sha256_hex(canonical_json(index))
+    return canonical_json(body)
+
+
+def write_index(path: str, index: dict[str, Any]) -> None:
+    """Write ``index.json`` with an ``integrity`` digest over the rest, and fsync it."""
     with open(os.path.join(path, "index.json"), "wb") as f:
-        f.write(canonical_json(body))
+        f.write(index_bytes(index))
         f.flush()
         os.fsync(f.fileno())
 
 
-def read_index(path: str, expected_format: str, max_bytes: int = 1 << 31) -> tuple[DatasetMeta, dict]:
-    """Read ``index.json`` of a directory format; return (metadata, the whole index)."""
+def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> bytes:
+    """The bytes of ``path``/index.json, from local disk or through fsspec."""
+    from ..errors import FormatError
+    from .. import storage as st
+
+    index_path = st.join(path, "index.json")
+    if st.is_url(path):
+        return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes)
+    size = os.path.getsize(index_path)
+    if size > max_bytes:
+        raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
+    with open(index_path, "rb") as f:
+        return f.read()
+
+
+def read_index(path: str, expected_format: str, max_bytes: int = 1 << 31,
+               storage: "StorageConfig | None" = None) -> tuple[DatasetMeta, dict]:
+    """Read ``index.json`` of a directory format (a local path or a URL); return (metadata, the whole
+    index, whose ``integrity`` field holds the verified digest)."""
     import json
 
     from ..errors import FormatError
+    from ..storage import join
 
-    index_path = os.path.join(path, "index.json")
+    index_path = join(path, "index.json")
     try:
-        size = os.path.getsize(index_path)
-        if size > max_bytes:
-            raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
-        with open(index_path, "rb") as f:
-            raw = json.loads(f.read())
+        raw = json.loads(_index_raw(path, max_bytes, storage))
     except OSError as exc:
         raise FormatError(f"{path}: cannot read index.json ({exc.strerror or exc}).") from None
     except ValueError as exc:
@@ -211,6 +242,7 @@ def read_index(path: str, expected_format: str, max_bytes: int = 1 << 31) -> tup
     if stored != sha256_hex(canonical_json(raw)):
         raise FormatError(f"{index_path}: the index does not match its integrity digest; it was modified "
                           f"or corrupted after conversion. Re-convert the dataset.")
+    raw["integrity"] = stored
     meta = DatasetMeta.from_dict(raw["meta"], index_path)
     if meta.format != expected_format:
         raise FormatError(f"{index_path}: metadata says format {meta.format!r}, expected {expected_format!r}.")

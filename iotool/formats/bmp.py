@@ -57,10 +57,17 @@ def decode_bmp(data: bytes | memoryview) -> np.ndarray:
     if offset + stride * rows > len(data):
         raise DecodeError(f"BMP data truncated: {len(data)} bytes for {w}x{rows}")
     pixels = np.frombuffer(data, dtype=np.uint8, count=stride * rows, offset=offset).reshape(rows, stride)
-    image = pixels[:, : w * 3].reshape(rows, w, 3)[:, :, ::-1]
-    if h > 0:
-        image = image[::-1]  # positive height: bottom-up rows
-    return np.ascontiguousarray(image)
+    bgr = pixels[:, : w * 3].reshape(rows, w, 3)  # a view; rows keep their padding
+    # OpenCV's channel swap is ~25x faster than numpy's copy of a [..., ::-1] view; flipping
+    # the rows of the contiguous result is then a plain memcpy per row.
+    rgb = _cv2().cvtColor(bgr, _cv2().COLOR_BGR2RGB)
+    return np.ascontiguousarray(rgb[::-1]) if h > 0 else rgb  # positive height: bottom-up rows
+
+
+def _cv2():
+    import cv2
+
+    return cv2
 
 
 class BmpWriter(FormatWriter):
@@ -84,19 +91,29 @@ class BmpWriter(FormatWriter):
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "wb") as f:
             f.write(record.data)
-        w, h = _INFO_HEADER.unpack_from(record.data, _FILE_HEADER.size)[1:3]
         self.files.append(rel)
         self.keys.append(record.key)
         self.labels.append(record.label)
-        self.sizes.append([w, abs(h)])
+        self.sizes.append(bmp_size(record.data))
         self.checksums.append(record.checksum)
 
     def finish(self, meta: DatasetMeta) -> None:
         os.sync()  # the many small files reach the disk before the index that vouches for them
-        write_index(self.path, {
-            "meta": _meta_dict(meta), "files": self.files, "keys": self.keys, "labels": self.labels,
-            "sizes": self.sizes, "checksums": self.checksums,
-        })
+        write_index(self.path, bmp_index(meta, {name: getattr(self, name) for name in COLUMNS}))
+
+
+COLUMNS = ("files", "keys", "labels", "sizes", "checksums")
+
+
+def bmp_size(data: bytes) -> list[int]:
+    """[width, height] from a BMP header."""
+    w, h = _INFO_HEADER.unpack_from(data, _FILE_HEADER.size)[1:3]
+    return [w, abs(h)]
+
+
+def bmp_index(meta: DatasetMeta, columns: dict[str, list]) -> dict[str, Any]:
+    """The content of index.json (before its integrity digest) for these columns."""
+    return {"meta": _meta_dict(meta), **{name: columns[name] for name in COLUMNS}}
 
 
 def _meta_dict(meta: DatasetMeta) -> dict:

@@ -13,13 +13,16 @@ offsets instead of parsing tar headers, so records are also reachable by index.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import tarfile
-from typing import Any, Iterator
+import tempfile
+from typing import IO, Any, Callable, Iterator
 
-from ..errors import FormatError, UsageError
+from .. import storage
+from ..errors import FormatError, IotoolError, UsageError
 from ..records import DatasetMeta, Record
 from . import register
 from .base import FormatReader, FormatSpec, FormatWriter, index_list, read_index, unique_stem, write_index
@@ -31,6 +34,23 @@ DEFAULT_SHARD_SIZE = 1000
 def shard_name(i: int) -> str:
     """shard-000000.tar, shard-000001.tar, ..."""
     return f"shard-{i:06d}.tar"
+
+
+def append_member(tar: tarfile.TarFile, name: str, data: bytes) -> int:
+    """Append one member (fixed metadata for reproducible shards); return its data offset."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), 0o644, 0
+    tar.addfile(info, io.BytesIO(data))
+    return tar.offset - ((len(data) + tarfile.BLOCKSIZE - 1) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+
+def tar_index(meta: DatasetMeta, shards: list[dict[str, Any]], columns: dict[str, list]) -> dict[str, Any]:
+    """The content of index.json (before its integrity digest) for these shards and columns."""
+    return {
+        "meta": json.loads(meta.to_json()),
+        "shards": [{k: s[k] for k in ("name", "count", "bytes")} for s in shards],
+        **{name: columns[name] for name in COLUMNS},
+    }
 
 
 class TarWriter(FormatWriter):
@@ -58,6 +78,7 @@ class TarWriter(FormatWriter):
         self.labels: list[int] = []
         self.checksums: list[str] = []
         self.locations: list[list[int]] = []
+        self.on_shard_closed: Callable[[str, str], None] | None = None  # (local path, shard name)
 
     def _needs_new_shard(self, size: int) -> bool:
         if self.tar is None:
@@ -74,11 +95,7 @@ class TarWriter(FormatWriter):
         self.shards.append({"name": name, "count": 0, "bytes": 0})
 
     def _add_member(self, name: str, data: bytes) -> int:
-        """Append one member (fixed metadata for reproducible shards); return its data offset."""
-        info = tarfile.TarInfo(name)
-        info.size, info.mode, info.mtime = len(data), 0o644, 0
-        self.tar.addfile(info, io.BytesIO(data))
-        return self.tar.offset - ((len(data) + tarfile.BLOCKSIZE - 1) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+        return append_member(self.tar, name, data)
 
     def add(self, record: Record) -> None:
         if self._needs_new_shard(len(record.data)):
@@ -107,11 +124,13 @@ class TarWriter(FormatWriter):
         if progress is not None and self.checkpoint is not None:
             start = progress[0] - self.shards[shard]["count"]
             part = {"shard": self.shards[shard], "state": self.checkpoint.state(*progress),
-                    **{name: getattr(self, name)[start:progress[0]] for name in _COLUMNS}}
+                    **{name: getattr(self, name)[start:progress[0]] for name in COLUMNS}}
             side = os.path.join(self.path, _side_name(shard))
             with open(side + ".tmp", "w", encoding="utf-8") as f:
                 json.dump(part, f, ensure_ascii=False)
             os.replace(side + ".tmp", side)
+        if self.on_shard_closed is not None:
+            self.on_shard_closed(os.path.join(self.path, self.shards[shard]["name"]), self.shards[shard]["name"])
 
     @classmethod
     def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
@@ -123,7 +142,7 @@ class TarWriter(FormatWriter):
     def resume(self, state: dict[str, Any]) -> None:
         for part in state["parts"]:
             self.shards.append(part["shard"])
-            for name in _COLUMNS:
+            for name in COLUMNS:
                 getattr(self, name).extend(part[name])
         self.used.update(self.member_keys)
         keep = {s["name"] for s in self.shards} | {_side_name(i) for i in range(len(self.shards))}
@@ -136,11 +155,7 @@ class TarWriter(FormatWriter):
     def finish(self, meta: DatasetMeta) -> None:
         self._close_current()
         meta.options = {**meta.options, "shard_size": self.shard_size, "shard_bytes": self.shard_bytes}
-        write_index(self.path, {
-            "meta": json.loads(meta.to_json()),
-            "shards": [{k: s[k] for k in ("name", "count", "bytes")} for s in self.shards],
-            **{name: getattr(self, name) for name in _COLUMNS},
-        })
+        write_index(self.path, tar_index(meta, self.shards, {name: getattr(self, name) for name in COLUMNS}))
         for i in range(len(self.shards)):
             side = os.path.join(self.path, _side_name(i))
             if os.path.exists(side):
@@ -151,7 +166,7 @@ class TarWriter(FormatWriter):
             self.tar.close()
 
 
-_COLUMNS = ("keys", "member_keys", "labels", "checksums", "locations")
+COLUMNS = ("keys", "member_keys", "labels", "checksums", "locations")
 
 
 def _side_name(shard: int) -> str:
@@ -172,9 +187,11 @@ class TarReader(FormatReader):
 
     format_name = "tar"
     format_versions = (FORMAT_VERSION,)
+    remote_ok = True  # shards and index may be fsspec URLs (streamed, optionally cached on disk)
 
     def _load_meta(self) -> DatasetMeta:
-        meta, raw = read_index(self.path, "tar")
+        meta, raw = read_index(self.path, "tar", storage=self.storage)
+        self._digest = str(raw.get("integrity", ""))  # names this version of the shards in a cache
         shards = raw.get("shards")
         if not isinstance(shards, list) or not all(
                 isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("count"), int)
@@ -205,7 +222,7 @@ class TarReader(FormatReader):
         return locations
 
     def shard_path(self, shard: int) -> str:
-        return os.path.join(self.path, self.shards[shard]["name"])
+        return storage.join(self.path, self.shards[shard]["name"])
 
     def shard_ranges(self) -> list[range]:
         """The record indices held by each shard, in shard order."""
@@ -219,6 +236,8 @@ class TarReader(FormatReader):
         if not 0 <= index < self.meta.count:
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
         shard, offset, size = self._locations[index]
+        if self.remote:
+            return self._read_remote(shard, offset, size), self._index_labels[index]
         with open(self.shard_path(shard), "rb") as f:
             return self._read_at(f, shard, offset, size), self._index_labels[index]
 
@@ -232,6 +251,9 @@ class TarReader(FormatReader):
 
     def read_many(self, indices: list[int]) -> Iterator[tuple[int, bytes, int]]:
         """Yield (index, payload, label) for indices, reading each shard file sequentially."""
+        if self.remote:
+            yield from self._read_many_remote(indices)
+            return
         current, f = None, None
         try:
             for i in indices:
@@ -250,6 +272,89 @@ class TarReader(FormatReader):
             if f is not None:
                 f.close()
 
+    # -- remote shards -------------------------------------------------------------------
+    def _cache(self) -> storage.ShardCache | None:
+        cfg = self.storage
+        return storage.ShardCache(cfg.cache_dir, cfg.cache_max_bytes) if cfg.cache_dir else None
+
+    def _min_size(self, shard: int) -> int:
+        """The bytes a complete copy of ``shard`` has at least (the end of its last payload)."""
+        records = self.shard_ranges()[shard]
+        if not records:
+            return 0
+        _, offset, size = self._locations[records[-1]]
+        return offset + size
+
+    def _open_cached(self, shard: int, cache: storage.ShardCache) -> IO[bytes]:
+        return cache.open(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
+
+    def _read_remote(self, shard: int, offset: int, size: int) -> bytes:
+        """One record of a remote shard: from the local cache, else one ranged request."""
+        failed = (getattr(self, "_h_stream_errors", None) or {}).get(shard)
+        if failed is not None:  # the running read_many gave up on this shard after its retries
+            raise failed.with_traceback(None)
+        cache = self._cache()
+        if cache is None:
+            return storage.read_range(self.shard_path(shard), offset, size, self.storage)
+        with self._open_cached(shard, cache) as f:
+            return self._read_at(f, shard, offset, size)
+
+    def _read_many_remote(self, indices: list[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
+        """Stream each remote shard once, in order (or read it from the cache).
+
+        When a shard fails after the retries, it and its remaining records yield None; the
+        caller's read(i) then raises the same error at once (not after new retries per record)
+        while this pass runs.
+        """
+        cache = self._cache()
+        self._h_stream_errors: dict[int, Exception] = {}
+        current, handle = None, None
+        try:
+            for i in indices:
+                shard, offset, size = self._locations[i]
+                if shard != current:
+                    if handle is not None:
+                        handle.close()
+                    current, handle = shard, None
+                    try:
+                        handle = (self._open_cached(shard, cache) if cache is not None
+                                  else storage.RemoteStream(self.shard_path(shard), self.storage))
+                    except (OSError, IotoolError) as exc:
+                        self._h_stream_errors[shard] = exc
+                if shard in self._h_stream_errors:
+                    yield i, None, None
+                    continue
+                try:
+                    data = (handle.read_at(offset, size) if cache is None
+                            else self._read_at(handle, shard, offset, size))
+                except (OSError, IotoolError) as exc:
+                    self._h_stream_errors[shard] = exc
+                    yield i, None, None
+                    continue
+                yield i, data, self._index_labels[i]
+        finally:
+            self._h_stream_errors = {}
+            if handle is not None:
+                handle.close()
+
+    @contextlib.contextmanager
+    def _local_copy(self, shard: int) -> Iterator[str]:
+        """A local file holding ``shard``: the shard itself, its cached copy, or a temporary download."""
+        if not self.remote:
+            yield self.shard_path(shard)
+            return
+        cache = self._cache()
+        if cache is not None:
+            yield cache.fetch(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
+            return
+        fd, tmp = tempfile.mkstemp(prefix="iotool-verify-", suffix=".tar")
+        os.close(fd)
+        try:
+            storage.download(self.shard_path(shard), tmp, self.storage)
+            yield tmp
+        finally:
+            os.remove(tmp)
+
     def _load_keys(self) -> list[str]:
         return self._index_keys
 
@@ -264,14 +369,17 @@ class TarReader(FormatReader):
         problems = []
         for shard, indices in enumerate(self.shard_ranges()):
             try:
-                problems += self._shard_problems(shard, indices)
+                with self._local_copy(shard) as local:
+                    problems += self._shard_problems(shard, indices, local)
+            except storage.StorageError as exc:
+                problems.append(f"{self.shard_path(shard)}: unreadable ({exc}).")
             except (tarfile.TarError, OSError, ValueError, KeyError) as exc:
                 problems.append(f"{self.shard_path(shard)}: unreadable tar ({type(exc).__name__}: {exc}).")
         return problems
 
-    def _shard_problems(self, shard: int, indices: range) -> list[str]:
+    def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
         where = self.shard_path(shard)
-        with tarfile.open(where, "r:") as tf:
+        with tarfile.open(local, "r:") as tf:
             members = tf.getmembers()
             expected = 2 * len(indices)
             if len(members) != expected:
@@ -292,7 +400,7 @@ class TarReader(FormatReader):
             return problems
 
     def shard_urls(self) -> list[str]:
-        """Local paths of every shard, e.g. for ``webdataset.WebDataset(urls)``."""
+        """Paths (or URLs, for a remote dataset) of every shard, e.g. for ``webdataset.WebDataset(urls)``."""
         return [self.shard_path(i) for i in range(len(self.shards))]
 
 
