@@ -16,7 +16,7 @@ import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from . import engines, storage
 from .errors import ConversionError, DecodeError, DestinationExistsError, IotoolError, UsageError

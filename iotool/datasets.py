@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .decode import AUTO, decode, resolve_backend
-from .errors import IotoolError, RecordError, UsageError
+from .errors import DecodeError, IotoolError, RecordError, UsageError
 from .formats import FormatReader, detect_format
 from .storage import StorageConfig
 
@@ -21,7 +21,35 @@ log = logging.getLogger(__name__)
 ON_ERROR = ("raise", "skip")
 
 
-class ImageDataset(Dataset):
+class _ReaderInfo:
+    """What every dataset tells about its stored data, as torchvision's ImageFolder does."""
+
+    reader: FormatReader
+
+    @property
+    def classes(self) -> list[str]:
+        return self.reader.classes
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return self.reader.class_to_idx
+
+    @property
+    def keys(self) -> list[str]:
+        """Record keys: the source paths relative to the ImageFolder root."""
+        return self.reader.keys
+
+    @property
+    def targets(self) -> list[int]:
+        """Labels by index, as torchvision's ``ImageFolder.targets``."""
+        return self.reader.labels
+
+    @property
+    def meta(self):
+        return self.reader.meta
+
+
+class ImageDataset(_ReaderInfo, Dataset):
     """Map-style dataset over a format reader: ``ds[i] -> (image, label)``.
 
     Images are RGB uint8 HWC numpy arrays (or the stored bytes with ``decoder=None``);
@@ -53,9 +81,9 @@ class ImageDataset(Dataset):
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} records")
         for _ in range(len(self)):
-            loaded = self.load(index)
-            if loaded is not None:
-                return self._transform(loaded[0]), loaded[1]
+            sample = self.sample(index)
+            if sample is not None:
+                return sample
             index = (index + 1) % len(self)  # on_error="skip": serve the next record instead
         raise RecordError(f"{self.reader.path}: no readable record left.")
 
@@ -68,6 +96,20 @@ class ImageDataset(Dataset):
                 raise RecordError("checksum mismatch: the stored bytes were modified or corrupted")
             return self._decode(index, data), label
         except (IotoolError, OSError, ValueError) as exc:
+            return self._bad_record(index, exc)
+
+    def sample(self, index: int, data: bytes | None = None, label: int | None = None) -> tuple[Any, int] | None:
+        """Load, decode and transform record ``index``; None when it is bad and skipped.
+
+        A :class:`~iotool.DecodeError` raised by the transform (a decoding transform such as
+        ``DecodeRandomResizedCrop`` fed the stored bytes) counts as a bad record too.
+        """
+        loaded = self.load(index, data, label)
+        if loaded is None:
+            return None
+        try:
+            return self._transform(loaded[0]), loaded[1]
+        except DecodeError as exc:
             return self._bad_record(index, exc)
 
     def _bad_record(self, index: int, exc: BaseException) -> None:
@@ -97,27 +139,6 @@ class ImageDataset(Dataset):
 
     def _transform(self, image: Any) -> Any:
         return self.transform(image) if self.transform is not None else image
-
-    @property
-    def classes(self) -> list[str]:
-        return self.reader.classes
-
-    @property
-    def class_to_idx(self) -> dict[str, int]:
-        return self.reader.class_to_idx
-
-    @property
-    def keys(self) -> list[str]:
-        return self.reader.keys
-
-    @property
-    def targets(self) -> list[int]:
-        """Labels by index, as torchvision's ``ImageFolder.targets``."""
-        return self.reader.labels
-
-    @property
-    def meta(self):
-        return self.reader.meta
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.reader.path!r}, format={self.reader.format_name}, "
@@ -155,7 +176,7 @@ def current_env(captured: tuple[int, int] | None = None) -> ShardEnv:
     return ShardEnv(rank, world, worker_id, num_workers)
 
 
-class ShardedIterableDataset(IterableDataset):
+class ShardedIterableDataset(_ReaderInfo, IterableDataset):
     """Streams a sharded dataset (tar shards) once per epoch across ranks and workers.
 
     Shards are shuffled (when ``shuffle``) with the same ``(seed, epoch)`` on every rank, dealt
@@ -253,25 +274,9 @@ class ShardedIterableDataset(IterableDataset):
         else:  # one sequential pass over each shard file
             records = self.reader.read_many(self._worker_indices(self._env()))
         for i, data, label in records:
-            loaded = self.maps.load(i, data, label)
-            if loaded is not None:
-                yield self.maps._transform(loaded[0]), loaded[1]
-
-    @property
-    def classes(self) -> list[str]:
-        return self.reader.classes
-
-    @property
-    def class_to_idx(self) -> dict[str, int]:
-        return self.reader.class_to_idx
-
-    @property
-    def keys(self) -> list[str]:
-        return self.reader.keys
-
-    @property
-    def meta(self):
-        return self.reader.meta
+            sample = self.maps.sample(i, data, label)
+            if sample is not None:
+                yield sample
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.reader.path!r}, shards={len(self.reader.shard_ranges())}, "

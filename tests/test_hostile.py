@@ -328,3 +328,15 @@ def test_mutated_files_give_a_clean_error_or_success(fmt, pristine_small, tmp_pa
     except IotoolError:
         pass  # a clean, named error is the other allowed outcome
     shutil.rmtree(case)
+
+
+def test_decoding_transform_errors_are_bad_records(tmp_path):
+    from iotool.transforms import DecodeRandomResizedCrop
+
+    dst = lmdb_with_garbage_record(tmp_path, index=2)
+    ds = iotool.open_dataset(dst, decoder=None, transform=DecodeRandomResizedCrop(16, seed=0))
+    with pytest.raises(RecordError, match="a/img_002.jpg"):
+        ds[2]
+    skipping = iotool.open_dataset(dst, decoder=None, transform=DecodeRandomResizedCrop(16, seed=0),
+                                   on_error="skip")
+    assert tuple(skipping[2][0].shape) == (3, 16, 16) and skipping.skipped == 1
