@@ -24,7 +24,7 @@ from .formats import FORMATS, FormatReader, FormatSpec, FormatWriter, detect_for
 from .imageops import EXTENSIONS, check_options, encode, resize_rgb, target_size
 from .records import DatasetMeta, Record, SkippedFile, checksum
 from .sources import SourceSample, scan_imagefolder
-from .storage import StorageConfig
+from .storage import StorageConfig, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -226,16 +226,6 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stale_temporaries(dst: str) -> list[str]:
     """Temporaries of DST whose conversion process no longer exists, newest first."""
     parent, name = os.path.split(os.path.abspath(dst))
@@ -243,7 +233,7 @@ def _stale_temporaries(dst: str) -> list[str]:
     found = []
     for entry in os.listdir(parent or "."):
         rest = entry[len(prefix):]
-        if entry.startswith(prefix) and rest.isdigit() and not _pid_alive(int(rest)):
+        if entry.startswith(prefix) and rest.isdigit() and not pid_alive(int(rest)):
             found.append(os.path.join(parent, entry))
     return sorted(found, key=lambda p: os.lstat(p).st_mtime, reverse=True)
 

@@ -367,7 +367,8 @@ def download(url: str, dest: str, config: StorageConfig, min_size: int = 0) -> i
 
 # --- the shard cache ---------------------------------------------------------------------
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True when a process with this id exists (on this machine)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -443,7 +444,7 @@ class ShardCache:
                 continue
             if TMP_TAG in entry.name:
                 pid = entry.name.rsplit(TMP_TAG, 1)[1].split("-", 1)[0]
-                if pid.isdigit() and not _pid_alive(int(pid)):
+                if pid.isdigit() and not pid_alive(int(pid)):
                     _unlink(entry.path, removed)
                 continue
             files.append((st.st_mtime, st.st_size, entry.path))

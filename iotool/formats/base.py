@@ -157,6 +157,24 @@ class FormatReader(ABC):
         self.__dict__.update(state)
 
 
+class IndexedReader(FormatReader):
+    """A reader whose keys, labels and checksums come from its index.json (tar, bmp);
+    ``_load_meta`` sets ``_index_keys``, ``_index_labels`` and ``_checksums``."""
+
+    _index_keys: list[str]
+    _index_labels: list[int]
+    _checksums: list[str]
+
+    def _load_keys(self) -> list[str]:
+        return self._index_keys
+
+    def _load_labels(self) -> list[int]:
+        return self._index_labels
+
+    def _load_checksums(self) -> list[str]:
+        return self._checksums
+
+
 @dataclass(frozen=True)
 class FormatSpec:
     """A registered format: its name, writer, reader and how to recognise it on disk."""

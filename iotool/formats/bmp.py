@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import DecodeError, FormatError
 from ..records import DatasetMeta, Record
 from . import register
-from .base import FormatReader, FormatSpec, FormatWriter, index_list, read_index, unique_stem, write_index
+from .base import FormatSpec, FormatWriter, IndexedReader, index_list, read_index, unique_stem, write_index
 
 FORMAT_VERSION = 1
 _FILE_HEADER = struct.Struct("<2sIHHI")
@@ -122,7 +122,7 @@ def _meta_dict(meta: DatasetMeta) -> dict:
     return json.loads(meta.to_json())
 
 
-class BmpReader(FormatReader):
+class BmpReader(IndexedReader):
     """Map-style reader of a BMP cache directory."""
 
     format_name = "bmp"
@@ -150,15 +150,6 @@ class BmpReader(FormatReader):
             raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
 
     native_decode = staticmethod(decode_bmp)
-
-    def _load_keys(self) -> list[str]:
-        return self._index_keys
-
-    def _load_labels(self) -> list[int]:
-        return self._index_labels
-
-    def _load_checksums(self) -> list[str]:
-        return self._checksums
 
 
 def detect(path: str) -> bool:

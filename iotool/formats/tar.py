@@ -25,7 +25,7 @@ from .. import storage
 from ..errors import FormatError, IotoolError, UsageError
 from ..records import DatasetMeta, Record
 from . import register
-from .base import FormatReader, FormatSpec, FormatWriter, index_list, read_index, unique_stem, write_index
+from .base import FormatSpec, FormatWriter, IndexedReader, index_list, read_index, unique_stem, write_index
 
 FORMAT_VERSION = 1
 DEFAULT_SHARD_SIZE = 1000
@@ -182,7 +182,7 @@ def _side_parts(path: str) -> list[dict[str, Any]]:
     return parts
 
 
-class TarReader(FormatReader):
+class TarReader(IndexedReader):
     """Random and sequential access to tar shards through the index's byte offsets."""
 
     format_name = "tar"
@@ -354,15 +354,6 @@ class TarReader(FormatReader):
             yield tmp
         finally:
             os.remove(tmp)
-
-    def _load_keys(self) -> list[str]:
-        return self._index_keys
-
-    def _load_labels(self) -> list[int]:
-        return self._index_labels
-
-    def _load_checksums(self) -> list[str]:
-        return self._checksums
 
     def integrity_problems(self) -> list[str]:
         """Parse every shard's tar headers and check them against the index."""
