@@ -5,32 +5,17 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
 import iotool
+from iotool.transforms import CenterCrop, Compose, Resize
 from iotool import UsageError, fast_collate
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
 SIZE = 64
-
-
-class CenterCropResize:
-    """Resize the shorter side to ``size`` (INTER_AREA), then center-crop ``size`` x ``size`` (a view)."""
-
-    def __init__(self, size: int):
-        self.size = size
-
-    def __call__(self, image: np.ndarray) -> np.ndarray:
-        h, w = image.shape[:2]
-        scale = self.size / min(h, w)
-        nh, nw = max(self.size, round(h * scale)), max(self.size, round(w * scale))
-        image = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA)
-        top, left = (nh - self.size) // 2, (nw - self.size) // 2
-        return image[top:top + self.size, left:left + self.size]
 
 
 def collate_reporting_shared(samples):
@@ -43,7 +28,7 @@ def collate_reporting_shared(samples):
 def dataset(tmp_path_factory):
     dst = tmp_path_factory.mktemp("collate") / "sample.lmdb"
     iotool.convert(SAMPLE_DATA, dst, "lmdb", workers=0)
-    return iotool.open_dataset(dst, decoder="opencv", transform=CenterCropResize(SIZE))
+    return iotool.open_dataset(dst, decoder="opencv", transform=center_crop(SIZE))
 
 
 def random_hwc(rng: np.random.Generator, n: int, h: int = 5, w: int = 7, c: int = 3) -> list[np.ndarray]:
@@ -175,3 +160,8 @@ def test_in_a_worker_the_batch_is_built_in_shared_memory(dataset):
     assert [shared for _, _, shared in loader] == [True, True, True]
     # In the main process a plain allocation is used.
     assert not fast_collate([dataset[0]])[0].is_shared()
+
+
+def center_crop(size: int) -> Compose:
+    """Shorter side to ``size``, then the central ``size`` x ``size``, as an HWC uint8 array."""
+    return Compose([Resize(size, output="hwc_array"), CenterCrop(size, output="hwc_array")])

@@ -7,13 +7,13 @@ import warnings
 from collections import namedtuple
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
 import iotool
+from iotool.transforms import CenterCrop, Compose, Resize
 from iotool import CUDAPrefetcher, UsageError, fast_collate
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
@@ -25,21 +25,6 @@ HAS_CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 
 Pair = namedtuple("Pair", "images labels")
-
-
-class CenterCropResize:
-    """Resize the shorter side to ``size`` (INTER_AREA), then center-crop ``size`` x ``size``."""
-
-    def __init__(self, size: int):
-        self.size = size
-
-    def __call__(self, image: np.ndarray) -> np.ndarray:
-        h, w = image.shape[:2]
-        scale = self.size / min(h, w)
-        nh, nw = max(self.size, round(h * scale)), max(self.size, round(w * scale))
-        image = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA)
-        top, left = (nh - self.size) // 2, (nw - self.size) // 2
-        return image[top:top + self.size, left:left + self.size]
 
 
 def dict_collate(samples):
@@ -66,7 +51,7 @@ def reference(images: torch.Tensor, mean=None, std=None, dtype=torch.float32) ->
 def dataset(tmp_path_factory):
     dst = tmp_path_factory.mktemp("prefetch") / "sample.lmdb"
     iotool.convert(SAMPLE_DATA, dst, "lmdb", workers=0)
-    return iotool.open_dataset(dst, decoder="opencv", transform=CenterCropResize(SIZE))
+    return iotool.open_dataset(dst, decoder="opencv", transform=center_crop(SIZE))
 
 
 @pytest.fixture(scope="module")
@@ -372,3 +357,8 @@ def test_cuda_warns_once_when_the_loader_does_not_pin(pin_memory, warnings_expec
         for _ in range(2):
             assert len(list(prefetcher)) == 3
     assert sum("pin_memory=True" in str(w.message) for w in caught) == warnings_expected
+
+
+def center_crop(size: int) -> Compose:
+    """Shorter side to ``size``, then the central ``size`` x ``size``, as an HWC uint8 array."""
+    return Compose([Resize(size, output="hwc_array"), CenterCrop(size, output="hwc_array")])
