@@ -137,7 +137,10 @@ class FormatReader(ABC):
 
     @property
     def checksums(self) -> list[str]:
-        return self._load_checksums()
+        """Record checksums (hex SHA-256), loaded on first use; ``check_checksums`` reads them per record."""
+        if getattr(self, "_checksum_list", None) is None:
+            self._checksum_list = self._load_checksums()
+        return self._checksum_list
 
     def iter_records(self) -> Iterator[tuple[int, str, int, bytes]]:
         """Yield (index, key, label, payload) in order; used by conversion and verify."""
@@ -149,7 +152,7 @@ class FormatReader(ABC):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for name in list(state):
-            if name.startswith("_h_") or name in ("_keys", "_labels"):
+            if name.startswith("_h_") or name in ("_keys", "_labels", "_checksum_list"):
                 state[name] = None
         return state
 
