@@ -138,7 +138,8 @@ def test_bench_decode_json_schema(mixed, tmp_path):
         if name in usable:
             assert ("z.png", name) in skipped and ("cmyk.jpg", name) in skipped
     env = data["environment"]
-    assert {"cpu_model", "cpus_logical", "threads", "libraries", "decoders", "python"} <= set(env)
+    assert {"cpu_model", "cpus_logical", "threads", "libraries", "decoders", "python", "region_decoder"} <= set(env)
+    assert env["region_decoder"].startswith(("libjpeg", "not built"))
     assert "numpy" in env["libraries"] and "pil" in env["decoders"]
     assert env["decoders"]["pil"]["jpeg_library"]
     assert data["auto"]["jpeg"] in BACKENDS

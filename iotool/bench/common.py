@@ -174,6 +174,7 @@ def _thread_counts() -> dict[str, Any]:
 def environment() -> dict[str, Any]:
     """Where a benchmark ran: CPU, cores, load, Python, library and libjpeg-turbo versions."""
     from ..decode import available
+    from ..decode.region import region_status
 
     try:
         cpus_usable = len(os.sched_getaffinity(0))
@@ -193,4 +194,5 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "libraries": library_versions(),
         "decoders": {name: asdict(s) for name, s in available().items()},
+        "region_decoder": region_status(),
     }
