@@ -198,7 +198,12 @@ def _resize_chw(chw: torch.Tensor, size: tuple[int, int], antialias: bool, backe
     if tuple(chw.shape[1:]) == tuple(size):
         return chw  # the caller's _emit copies it
     if backend == "torch" or (backend == "auto" and torch_uint8_resize_available()):
-        out = torch.nn.functional.interpolate(chw[None], size=size, mode="bilinear",
+        batch = chw[None]
+        if chw.shape[0] in (3, 4) and not batch.is_contiguous(memory_format=torch.channels_last):
+            # torch's vectorised uint8 kernel wants dense NHWC input: a crop view or a CHW
+            # tensor resizes 1.2-2.3x slower than this copy plus the kernel (same pixels).
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        out = torch.nn.functional.interpolate(batch, size=size, mode="bilinear",
                                               antialias=antialias, align_corners=False)
         return out[0]
     return _resize_opencv(chw, size, antialias)
