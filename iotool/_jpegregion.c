@@ -1,16 +1,18 @@
 /*
  * Region-of-interest JPEG decoding with libjpeg(-turbo)'s scanline API.
  *
- * decode_region(data, scale_num, top, left, height, width) decodes only what a crop needs:
+ * decode_region(data, scale_num, top, left, height, width, margin) decodes only what a crop needs:
  * the image is decoded at scale_num/8 of its size (libjpeg's scaled IDCT), the rows above the
  * crop are skipped (jpeg_skip_scanlines: entropy-decoded, not inverse-transformed), only the
  * iMCU columns that cover the crop are inverse-transformed (jpeg_crop_scanline), and decoding
  * stops after the crop's last row. Coordinates are in the scaled image.
  *
- * Returns (pixels, x, rows, columns): `pixels` is a bytearray of rows x columns x 3 (RGB),
- * `x` the scaled column of its first pixel (libjpeg aligns the left edge down to an iMCU
- * boundary, so x <= left and columns >= width). Every libjpeg warning is an error (strict, as
- * the rest of iotool's decoders): a corrupt stream raises ValueError with libjpeg's message.
+ * libjpeg replicates the edge pixels of a cropped region when it upsamples chroma, so the columns
+ * are decoded `margin` pixels wider on each side (where the image has them) and each row is cut
+ * back to the crop: the result is pixel-identical to the same box of a full decode.
+ *
+ * Returns a dense bytearray of height x width x 3 (RGB). Every libjpeg warning is an error
+ * (strict, as iotool's other decoders): a corrupt stream raises ValueError with libjpeg's message.
  *
  * Nothing is kept between calls; the GIL is released while libjpeg works.
  */
@@ -19,6 +21,7 @@
 
 #include <setjmp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jpeglib.h>
@@ -47,12 +50,16 @@ static void on_message(j_common_ptr cinfo, int level)
 struct job {
     struct jpeg_decompress_struct cinfo;
     struct strict_error_mgr err;
-    unsigned char *out;
+    unsigned char *out;  /* height x width x 3, owned by the caller */
+    unsigned char *row;  /* one decoded row of the widened region, owned by the job */
+};
+
+struct region {
+    JDIMENSION top, left, height, width, margin;
 };
 
 static const char *run(struct job *job, const unsigned char *data, size_t size, int scale_num,
-                       JDIMENSION top, JDIMENSION left, JDIMENSION height, JDIMENSION width,
-                       size_t out_capacity, JDIMENSION *x, JDIMENSION *columns)
+                       const struct region *r)
 {
     struct jpeg_decompress_struct *cinfo = &job->cinfo;
 
@@ -66,20 +73,26 @@ static const char *run(struct job *job, const unsigned char *data, size_t size, 
     jpeg_start_decompress(cinfo);
     if (cinfo->output_components != 3)
         return "unexpected number of output components";
-    if (top + height > cinfo->output_height || left + width > cinfo->output_width)
+    if (r->top + r->height > cinfo->output_height || r->left + r->width > cinfo->output_width)
         return "region outside the scaled image";
 
-    *x = left;
-    *columns = width;
-    jpeg_crop_scanline(cinfo, x, columns);
-    if ((size_t)height * (size_t)(*columns) * 3 > out_capacity)
-        return "region larger than the output buffer";
-    if (top > 0 && jpeg_skip_scanlines(cinfo, top) != top)
+    JDIMENSION start = r->left > r->margin ? r->left - r->margin : 0;
+    JDIMENSION stop = r->left + r->width + r->margin;
+    if (stop > cinfo->output_width)
+        stop = cinfo->output_width;
+    JDIMENSION x = start, columns = stop - start;
+    jpeg_crop_scanline(cinfo, &x, &columns);  /* x moves left to an iMCU boundary */
+    job->row = malloc((size_t)columns * 3);
+    if (job->row == NULL)
+        return "out of memory";
+    if (r->top > 0 && jpeg_skip_scanlines(cinfo, r->top) != r->top)
         return "could not skip to the region";
-    while (cinfo->output_scanline < top + height) {
-        JSAMPROW row = job->out + (size_t)(cinfo->output_scanline - top) * (*columns) * 3;
+    size_t offset = (size_t)(r->left - x) * 3, length = (size_t)r->width * 3;
+    for (JDIMENSION y = 0; y < r->height; y++) {
+        JSAMPROW row = job->row;
         if (jpeg_read_scanlines(cinfo, &row, 1) != 1)
             return "the stream ended before the region";
+        memcpy(job->out + y * length, job->row + offset, length);
     }
     return NULL;
 }
@@ -89,17 +102,17 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
     (void)self;
     Py_buffer view;
     int scale_num;
-    unsigned int top, left, height, width;
-    if (!PyArg_ParseTuple(args, "y*iIIII", &view, &scale_num, &top, &left, &height, &width))
+    struct region r;
+    if (!PyArg_ParseTuple(args, "y*iIIIII", &view, &scale_num, &r.top, &r.left, &r.height, &r.width,
+                          &r.margin))
         return NULL;
-    if (scale_num < 1 || scale_num > 16 || height == 0 || width == 0) {
+    if (scale_num < 1 || scale_num > 16 || r.height == 0 || r.width == 0) {
         PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "bad region: scale_num=%d height=%u width=%u", scale_num, height, width);
+        PyErr_Format(PyExc_ValueError, "bad region: scale_num=%d height=%u width=%u", scale_num, r.height,
+                     r.width);
         return NULL;
     }
-    /* The aligned region is at most one iMCU column (<= 32 scaled pixels at 2x) wider on each side. */
-    size_t capacity = (size_t)height * ((size_t)width + 2 * 64) * 3;
-    PyObject *pixels = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)capacity);
+    PyObject *pixels = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)r.height * r.width * 3);
     if (pixels == NULL) {
         PyBuffer_Release(&view);
         return NULL;
@@ -111,7 +124,6 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
     job.cinfo.err = jpeg_std_error(&job.err.pub);
     job.err.pub.error_exit = on_error;
     job.err.pub.emit_message = on_message;
-    JDIMENSION x = 0, columns = 0;
     const char *problem = NULL;
     int failed = 0;
 
@@ -120,10 +132,10 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
         failed = 1;
     } else {
         jpeg_create_decompress(&job.cinfo);
-        problem = run(&job, (const unsigned char *)view.buf, (size_t)view.len, scale_num, top, left,
-                      height, width, capacity, &x, &columns);
+        problem = run(&job, (const unsigned char *)view.buf, (size_t)view.len, scale_num, &r);
     }
     jpeg_destroy_decompress(&job.cinfo);
+    free(job.row);
     Py_END_ALLOW_THREADS
 
     PyBuffer_Release(&view);
@@ -132,16 +144,12 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, failed ? job.err.message : problem);
         return NULL;
     }
-    if (PyByteArray_Resize(pixels, (Py_ssize_t)height * columns * 3) < 0) {
-        Py_DECREF(pixels);
-        return NULL;
-    }
-    return Py_BuildValue("(NIII)", pixels, x, height, columns);
+    return pixels;
 }
 
 static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS,
-     "decode_region(data, scale_num, top, left, height, width) -> (rgb bytearray, x, rows, columns)\n\n"
+     "decode_region(data, scale_num, top, left, height, width, margin) -> bytearray (height x width x 3 RGB)\n\n"
      "Decode the region of a JPEG at scale_num/8 of its size; coordinates are in the scaled image."},
     {NULL, NULL, 0, NULL},
 };

@@ -88,7 +88,7 @@ def test_region_equals_the_box_of_a_full_decode(jpeg, scale):
     assert full.shape[:2] == (-(-header.height // scale), -(-header.width // scale))
     for top, left, h, w in boxes(*full.shape[:2], random.Random(scale)):
         got = R.decode_jpeg_region(jpeg, header, (top, left, h, w), scale)
-        assert got.shape == (h, w, 3) and got.dtype == np.uint8
+        assert got.shape == (h, w, 3) and got.dtype == np.uint8 and got.flags.c_contiguous and got.flags.writeable
         np.testing.assert_array_equal(got, full[top:top + h, left:left + w], err_msg=f"box {(top, left, h, w)}")
 
 

@@ -10,7 +10,7 @@ libjpeg headers are present (Debian/Ubuntu: ``apt-get install libjpeg-dev``), an
 
 The region is pixel-identical to the same box cut from a full decode at the same scale: libjpeg
 replicates the edge pixels of a cropped region when it upsamples the chroma planes, so the region
-is decoded :data:`MARGIN` pixels wider on each side and the margin is cut off.
+is decoded :data:`MARGIN` pixels wider on each side and the extension cuts each row back.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, 
         name: what to call the input in error messages.
 
     Returns:
-        An ``(height, width, 3)`` RGB uint8 array (a view into the decoded rows).
+        An ``(height, width, 3)`` RGB uint8 array, C-contiguous and writable.
 
     Raises:
         DecodeError: the data is truncated or corrupt (every libjpeg warning is an error), or
@@ -84,9 +84,8 @@ def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, 
     check_pixels(header.height, header.width)
     if not _b.jpeg_is_complete(data):  # rows below the region are never read: check the end here
         raise DecodeError(f"{name}: truncated JPEG (no end-of-image marker after the last scan)")
-    start, stop = max(0, left - MARGIN), min(full_w, left + width + MARGIN)
     try:
-        pixels, x, rows, columns = _jpegregion.decode_region(data, 8 // scale, top, start, height, stop - start)
+        pixels = _jpegregion.decode_region(data, 8 // scale, top, left, height, width, MARGIN)
     except ValueError as exc:
         raise DecodeError(f"{name}: corrupt JPEG ({exc})") from None
-    return np.frombuffer(pixels, np.uint8).reshape(rows, columns, 3)[:, left - x:left - x + width]
+    return np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
