@@ -177,3 +177,14 @@ def test_decode_crop_of_a_cmyk_jpeg_falls_back_to_a_full_decode():
     fast = T.DecodeRandomResizedCrop(40, seed=1)
     slow = T.RandomResizedCrop(40, seed=1)
     assert torch.equal(fast(cmyk), slow(decode(cmyk)))
+
+
+def test_region_decoder_takes_only_8_bit_huffman_dct_jpegs():
+    baseline = encode(photo(6, 64, 48), quality=90)
+    progressive = encode(photo(6, 64, 48), quality=90, progressive=True)
+    assert R.supports(parse_jpeg_header(baseline)) and R.supports(parse_jpeg_header(progressive))
+    sof = baseline.index(b"\xff\xc0")
+    for marker in (0xC3, 0xC9, 0xCA):  # lossless, arithmetic sequential, arithmetic progressive
+        other = baseline[:sof + 1] + bytes([marker]) + baseline[sof + 2:]
+        header = parse_jpeg_header(other)
+        assert header.marker == marker and not R.supports(header)

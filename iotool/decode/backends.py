@@ -38,6 +38,7 @@ class JpegHeader:
     components: int
     precision: int
     progressive: bool
+    marker: int = 0xC0  # the SOFn marker: 0xC0 baseline, 0xC1 extended, 0xC2 progressive, 0xC3 lossless, ...
 
 
 def parse_jpeg_header(data: bytes) -> JpegHeader:
@@ -62,7 +63,7 @@ def parse_jpeg_header(data: bytes) -> JpegHeader:
             precision, height, width, comps = struct.unpack_from(">BHHB", data, pos + 4)
             if height == 0 or width == 0:
                 raise DecodeError(f"JPEG frame header gives a {width}x{height} image")
-            return JpegHeader(height, width, comps, precision, marker in _PROGRESSIVE_SOF)
+            return JpegHeader(height, width, comps, precision, marker in _PROGRESSIVE_SOF, marker)
         pos += 2 + length
     raise DecodeError("truncated JPEG: the data ends before the frame header")
 

@@ -48,9 +48,16 @@ def region_status() -> str:
     return f"libjpeg-turbo {v // 1000000}.{v // 1000 % 1000}.{v % 1000}" if v else "libjpeg (not turbo)"
 
 
+HUFFMAN_DCT = (0xC0, 0xC1, 0xC2)  # baseline, extended sequential, progressive: what cameras and encoders write
+
+
 def supports(header: _b.JpegHeader) -> bool:
-    """True for the JPEGs the region decoder handles: 8-bit grayscale or YCbCr/RGB (not CMYK)."""
-    return header.components in (1, 3) and header.precision == 8
+    """True for the JPEGs the region decoder handles: 8-bit Huffman-coded DCT, grayscale or YCbCr/RGB.
+
+    CMYK/YCCK, 12-bit, lossless and arithmetic-coded files are decoded in full by the regular
+    decoders instead (whose libjpeg-turbo may be newer than the system one linked here).
+    """
+    return header.marker in HUFFMAN_DCT and header.components in (1, 3) and header.precision == 8
 
 
 def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1,
