@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import cv2
 import numpy as np
 import pytest
 from PIL import Image
@@ -24,6 +25,9 @@ def test_numpy_bmp_codec_matches_pil_for_even_and_odd_widths(width):
     image = rng.integers(0, 256, size=(7, width, 3), dtype=np.uint8)
     ours = encode_bmp(image)
     np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(ours))), image)  # PIL reads ours
+    opencv = cv2.imdecode(np.frombuffer(ours, np.uint8), cv2.IMREAD_COLOR)  # and OpenCV (top-down rows)
+    np.testing.assert_array_equal(opencv[:, :, ::-1], image)
+    np.testing.assert_array_equal(decode_bmp(ours), image)
     buf = io.BytesIO()
     Image.fromarray(image).save(buf, "BMP")
     decoded = decode_bmp(buf.getvalue())  # we read PIL's
@@ -34,7 +38,8 @@ def test_numpy_bmp_codec_matches_pil_for_even_and_odd_widths(width):
 def test_top_down_bmp_and_bad_bmps():
     image = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
     data = bytearray(encode_bmp(image))
-    data[22:26] = (-2).to_bytes(4, "little", signed=True)  # negative height: top-down rows
+    assert int.from_bytes(data[22:26], "little", signed=True) == -2  # written top-down
+    data[22:26] = (2).to_bytes(4, "little", signed=True)  # positive height: bottom-up rows (older caches, PIL)
     np.testing.assert_array_equal(decode_bmp(bytes(data)), image[::-1])
     with pytest.raises(DecodeError, match="truncated"):
         decode_bmp(encode_bmp(image)[:-4])

@@ -29,14 +29,18 @@ _INFO_HEADER = struct.Struct("<IiiHHIIiiII")
 
 
 def encode_bmp(image: np.ndarray) -> bytes:
-    """Encode an RGB uint8 HWC array as a bottom-up, uncompressed 24-bit BMP."""
+    """Encode an RGB uint8 HWC array as a top-down, uncompressed 24-bit BMP.
+
+    Top-down (a negative height in the header, which PIL, OpenCV and browsers read) keeps the
+    rows in reading order, so :func:`decode_bmp` needs no flipping copy.
+    """
     h, w = image.shape[:2]
     stride = (w * 3 + 3) & ~3
     rows = np.zeros((h, stride), dtype=np.uint8)
-    rows[:, : w * 3] = image[::-1, :, ::-1].reshape(h, w * 3)  # bottom-up rows, BGR
+    rows[:, : w * 3] = image[:, :, ::-1].reshape(h, w * 3)  # BGR
     offset = _FILE_HEADER.size + _INFO_HEADER.size
     header = _FILE_HEADER.pack(b"BM", offset + rows.nbytes, 0, 0, offset)
-    info = _INFO_HEADER.pack(_INFO_HEADER.size, w, h, 1, 24, 0, rows.nbytes, 2835, 2835, 0, 0)
+    info = _INFO_HEADER.pack(_INFO_HEADER.size, w, -h, 1, 24, 0, rows.nbytes, 2835, 2835, 0, 0)
     return header + info + rows.tobytes()
 
 
@@ -144,12 +148,27 @@ class BmpReader(IndexedReader):
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
         path = os.path.join(self.path, self._files[index])
         try:
-            with open(path, "rb") as f:
-                return f.read(), self._index_labels[index]
+            return _read_file(path), self._index_labels[index]
         except OSError as exc:
             raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
 
     native_decode = staticmethod(decode_bmp)
+
+
+def _read_file(path: str) -> bytes:
+    """A whole file with three system calls (half the time of ``open().read()`` for these sizes)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size + 1)  # one more byte: a file that grew is read in full below
+        if len(data) <= size:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def detect(path: str) -> bool:
