@@ -174,3 +174,22 @@ def test_real_gloo_group_two_ranks_two_workers(shards, tmp_path):
         padding = sum(union.values()) - sum(expected.values())
         assert padding == 3  # 9 shards of 3 over 2 ranks: 15 vs 12 samples, so 3 repeat on one rank
     assert [x for x in results[0]["0"]] != [x for x in results[0]["1"]]  # reshuffled per epoch
+
+
+@pytest.mark.parametrize("name", ["a", "cat/x" * 20, "cat/x" * 20 + "y", "dog/é.jpg", "eel/100%25.cls",
+                                  "tab\tname.jpg"])
+def test_shard_writer_bytes_are_tarfiles_own(name, tmp_path):
+    """The writer fills headers from a template; the shard must still be byte for byte what
+    tarfile writes in PAX format (long and non-ASCII names take tarfile's pax path)."""
+    from iotool.formats.tar import ShardFile, append_member
+
+    members = [(f"{name}{i}", bytes(range(256)) * i + b"x" * (i * 37)) for i in range(12)]
+    shard = ShardFile(str(tmp_path / "ours.tar"))
+    offsets = [shard.add(n, d) for n, d in members]
+    shard.close()
+    with tarfile.open(tmp_path / "theirs.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+        expected = [append_member(tar, n, d) for n, d in members]
+    assert (tmp_path / "ours.tar").read_bytes() == (tmp_path / "theirs.tar").read_bytes()
+    assert offsets == expected
+    with tarfile.open(tmp_path / "ours.tar") as tar:
+        assert [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()] == members

@@ -36,12 +36,80 @@ def shard_name(i: int) -> str:
     return f"shard-{i:06d}.tar"
 
 
+def _member_info(name: str, size: int) -> tarfile.TarInfo:
+    """The TarInfo of a member: a regular file with fixed metadata, for reproducible shards."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = size, 0o644, 0
+    return info
+
+
 def append_member(tar: tarfile.TarFile, name: str, data: bytes) -> int:
     """Append one member (fixed metadata for reproducible shards); return its data offset."""
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), 0o644, 0
-    tar.addfile(info, io.BytesIO(data))
+    tar.addfile(_member_info(name, len(data)), io.BytesIO(data))
     return tar.offset - ((len(data) + tarfile.BLOCKSIZE - 1) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+
+def _header_template() -> bytes:
+    """The header block of an empty-named, empty member, with its checksum field blank."""
+    block = _member_info("", 0).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    return block[:148] + b" " * 8 + block[156:]
+
+
+_TEMPLATE = _header_template()
+_MAX_USTAR_SIZE = 8 ** 11  # larger sizes need a pax record
+
+
+def member_header(name: str, size: int) -> bytes:
+    """The header of a member exactly as ``tarfile`` writes it in PAX format with
+    :func:`append_member`'s metadata; a short ASCII name is filled into a template
+    (no per-member TarInfo), anything else goes through ``TarInfo.tobuf``."""
+    raw = name.encode("ascii", "ignore")
+    if len(raw) != len(name) or not 0 < len(raw) <= tarfile.LENGTH_NAME or b"\0" in raw \
+            or not 0 <= size < _MAX_USTAR_SIZE:
+        return _member_info(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    block = bytearray(_TEMPLATE)
+    block[:len(raw)] = raw
+    block[124:136] = b"%011o\0" % size
+    block[148:155] = b"%06o\0" % sum(block)
+    return bytes(block)
+
+
+def _padding(size: int) -> bytes:
+    """The NULs that fill a member's data up to a whole block."""
+    return tarfile.NUL * (-size % tarfile.BLOCKSIZE)
+
+
+class ShardFile:
+    """One tar shard written member by member with no per-member ``tarfile`` objects; the
+    bytes are those of ``tarfile`` in PAX format with :func:`append_member`."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.f = open(path, "wb", buffering=1 << 20)
+        self.offset = 0
+
+    def add(self, name: str, data: bytes) -> int:
+        """Append a member; return the offset of its data."""
+        header = member_header(name, len(data))
+        self.f.write(header)
+        self.f.write(data)
+        self.f.write(_padding(len(data)))
+        start = self.offset + len(header)
+        self.offset = start + len(data) + (-len(data) % tarfile.BLOCKSIZE)
+        return start
+
+    def close(self, sync: bool = True) -> None:
+        """End the archive as tarfile does (two zero blocks, then up to a whole record), fsync, close."""
+        if self.f.closed:
+            return
+        try:
+            end = self.offset + 2 * tarfile.BLOCKSIZE
+            self.f.write(tarfile.NUL * (2 * tarfile.BLOCKSIZE + -end % tarfile.RECORDSIZE))
+            self.f.flush()
+            if sync:
+                os.fsync(self.f.fileno())
+        finally:
+            self.f.close()
 
 
 def tar_index(meta: DatasetMeta, shards: list[dict[str, Any]], columns: dict[str, list]) -> dict[str, Any]:
@@ -70,7 +138,7 @@ class TarWriter(FormatWriter):
         if self.shard_size <= 0 or (self.shard_bytes is not None and int(self.shard_bytes) <= 0):
             raise UsageError(f"shard_size={self.shard_size}, shard_bytes={self.shard_bytes}: must be positive.")
         os.makedirs(path, exist_ok=True)
-        self.tar: tarfile.TarFile | None = None
+        self.tar: ShardFile | None = None
         self.shards: list[dict[str, Any]] = []
         self.used: set[str] = set()
         self.keys: list[str] = []
@@ -91,11 +159,11 @@ class TarWriter(FormatWriter):
     def _open_next(self, record: Record) -> None:
         self._close_current(progress=(record.index, record.position))
         name = shard_name(len(self.shards))
-        self.tar = tarfile.open(os.path.join(self.path, name), "w", format=tarfile.PAX_FORMAT)
+        self.tar = ShardFile(os.path.join(self.path, name))
         self.shards.append({"name": name, "count": 0, "bytes": 0})
 
     def _add_member(self, name: str, data: bytes) -> int:
-        return append_member(self.tar, name, data)
+        return self.tar.add(name, data)
 
     def add(self, record: Record) -> None:
         if self._needs_new_shard(len(record.data)):
@@ -119,8 +187,6 @@ class TarWriter(FormatWriter):
         self.tar.close()
         self.tar = None
         shard = len(self.shards) - 1
-        with open(os.path.join(self.path, self.shards[shard]["name"]), "rb+") as f:
-            os.fsync(f.fileno())
         if progress is not None and self.checkpoint is not None:
             start = progress[0] - self.shards[shard]["count"]
             part = {"shard": self.shards[shard], "state": self.checkpoint.state(*progress),
@@ -163,7 +229,7 @@ class TarWriter(FormatWriter):
 
     def abort(self) -> None:
         if self.tar is not None:
-            self.tar.close()
+            self.tar.close(sync=False)
 
 
 COLUMNS = ("keys", "member_keys", "labels", "checksums", "locations")
