@@ -153,3 +153,25 @@ def torch_iterable():
     from torch.utils.data import IterableDataset
 
     return IterableDataset
+
+
+def test_a_worker_that_dies_is_an_error_naming_its_files_not_a_hang(many, tmp_path):
+    """SIGKILL one pool worker mid-run (as the OOM killer or a crashing decoder would)."""
+    import multiprocessing
+
+    src, _ = many
+    dst = tmp_path / "out"
+    killed = []
+
+    def kill_a_worker(progress):
+        if not killed:
+            victim = multiprocessing.active_children()[0]
+            os.kill(victim.pid, signal.SIGKILL)
+            killed.append(victim.pid)
+
+    with pytest.raises(iotool.ConversionError) as err:
+        iotool.convert(src, dst, "tar", workers=2, shard_size=20, progress=kill_a_worker)
+    assert f"pid {killed[0]}" in str(err.value) and "exited with code -9" in str(err.value)
+    assert err.value.path.startswith(str(src)) and err.value.path.endswith(".jpg")
+    assert not dst.exists() and temporaries(tmp_path) == []
+    assert multiprocessing.active_children() == []  # the other worker was stopped too
