@@ -40,3 +40,22 @@ def test_handle_reopens_in_a_forked_child(imagefolder, tmp_path):
     os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1"
     assert ds.reader._h_pid == os.getpid()
+
+
+def test_batches_of_equal_length_payloads_stay_one_record_each(tmp_path):
+    """Payloads are written a batch at a time: a batch of equal lengths (which h5py would turn into
+    a 2-D array) and mixed batches must both store every payload as its own record."""
+    src = tmp_path / "src"
+    payloads = {}
+    for cls in ("a", "b"):
+        (src / cls).mkdir(parents=True)
+        for i in range(300):  # more than one write batch; class a: all 64 bytes, class b: mixed
+            payloads[f"{cls}/{i:03d}.jpg"] = os.urandom(64 if cls == "a" else 64 + i % 3)
+            (src / cls / f"{i:03d}.jpg").write_bytes(payloads[f"{cls}/{i:03d}.jpg"])
+    dst = tmp_path / "o.h5"
+    iotool.convert(src, dst, "hdf5", workers=0, validate=False)
+    with h5py.File(dst, "r") as f:
+        assert f["images"].shape == (600,)
+        stored = {k.decode(): bytes(v) for k, v in zip(f["keys"][:], f["images"][:])}
+    assert stored == payloads
+    assert iotool.verify(dst).ok

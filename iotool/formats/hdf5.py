@@ -64,8 +64,14 @@ class Hdf5Writer(FormatWriter):
             dataset.resize((n + k,))
             dataset[n:n + k] = values
         self.images.resize((n + k,))
-        for j, r in enumerate(self.pending):  # one by one: h5py reshapes equal-length object batches
-            self.images[n + j] = np.frombuffer(r.data, dtype=np.uint8)
+        if len({len(r.data) for r in self.pending}) > 1:
+            payloads = np.empty(k, dtype=object)
+            for j, r in enumerate(self.pending):
+                payloads[j] = np.frombuffer(r.data, dtype=np.uint8)
+            self.images[n:n + k] = payloads  # one write per batch, not per record
+        else:  # h5py turns a batch of equal-length arrays into a 2-D array and refuses it
+            for j, r in enumerate(self.pending):
+                self.images[n + j] = np.frombuffer(r.data, dtype=np.uint8)
         self.count += k
         self.pending.clear()
 
