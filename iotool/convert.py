@@ -241,6 +241,15 @@ def _worker_main(conn: Any, load: Callable, state: Any, options: dict[str, Any])
             conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
 
 
+def _preload_jpeg_decoder() -> None:
+    """Import the JPEG decoder and PIL (whose pixel limit every decode checks) once here, so
+    that forked workers share them instead of each importing them on its first image."""
+    from .decode import check_pixels, resolve_backend
+
+    resolve_backend("auto", "jpeg")
+    check_pixels(1, 1)
+
+
 class _WorkerPool:
     """``workers`` processes, each fed over its own pipe; chunk k goes to worker k % workers.
 
@@ -254,6 +263,8 @@ class _WorkerPool:
 
     def __init__(self, workers: int, load: Callable, state: Any, options: dict[str, Any]):
         ctx = mp.get_context()
+        if ctx.get_start_method() == "fork" and (options.get("validate") or options.get("encode") != "keep"):
+            _preload_jpeg_decoder()
         self.procs: list[Any] = []
         self.conns: list[Any] = []
         try:
