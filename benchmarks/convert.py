@@ -2,7 +2,9 @@
 
 Reports, on a generated ImageNet-like ImageFolder:
   * images/s of ``iotool convert imagefolder {lmdb,hdf5,tar}`` with validation, 1 and 2 workers
-    (interleaved rounds, median), and the 2-worker / 1-worker ratio;
+    (interleaved rounds, median), and the 2-worker / 1-worker ratio; also the CPU seconds of each
+    conversion (its process and its workers), whose 1-worker / 2-worker ratio times 2 is the
+    speed-up two free cores would allow: on a shared machine the wall-clock ratio alone can mislead;
   * ``--no-validate`` conversion to tar against ``tar cf`` of the same folder (the floor for
     packing the same bytes), as a time ratio;
   * peak RSS of converting 1,000 and 10,000 images (each in a fresh process, 1 worker, so the
@@ -29,11 +31,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 FORMATS = ("lmdb", "hdf5", "tar")
 CHILD = """
-import sys, time, iotool
+import resource, sys, time, iotool
+def cpu():
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 src, dst, fmt, workers, validate = sys.argv[1:6]
-t = time.perf_counter()
+c, t = cpu(), time.perf_counter()
 r = iotool.convert(src, dst, fmt, workers=int(workers), validate=validate == "1")
-print(r.count / (time.perf_counter() - t), time.perf_counter() - t)
+print(r.count / (time.perf_counter() - t), time.perf_counter() - t, cpu() - c)
 """
 
 
@@ -45,8 +49,9 @@ def generate(root: Path, images: int) -> Path:
     return root
 
 
-def run_child(src: Path, dst: Path, fmt: str, workers: int, validate: bool) -> tuple[float, float, int]:
-    """Convert in a fresh process; return (images/s, seconds, peak RSS in KiB of that process)."""
+def run_child(src: Path, dst: Path, fmt: str, workers: int, validate: bool) -> tuple[float, float, int, float]:
+    """Convert in a fresh process; return (images/s, seconds, peak RSS in KiB of that process,
+    CPU seconds of the conversion: that process and its workers)."""
     if dst.exists():
         shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(src), str(dst), fmt, str(workers),
@@ -56,8 +61,8 @@ def run_child(src: Path, dst: Path, fmt: str, workers: int, validate: bool) -> t
     proc.stdout.close()
     if status != 0:
         raise SystemExit(f"conversion failed: {fmt} workers={workers}")
-    rate, seconds = (float(v) for v in out.split())
-    return rate, seconds, usage.ru_maxrss
+    rate, seconds, cpu_s = (float(v) for v in out.split())
+    return rate, seconds, usage.ru_maxrss, cpu_s
 
 
 def tar_cf_seconds(src: Path, dst: Path) -> float:
@@ -72,11 +77,15 @@ def tar_cf_seconds(src: Path, dst: Path) -> float:
 def speed(src: Path, work: Path, rounds: int) -> dict:
     """Interleaved rounds of every (format, workers) pair with validation."""
     rates: dict[str, list[float]] = {f"{fmt}/{w}": [] for fmt in FORMATS for w in (1, 2)}
+    cpu: dict[str, list[float]] = {k: [] for k in rates}
     for _ in range(rounds):
         for fmt in FORMATS:
             for w in (1, 2):
-                rates[f"{fmt}/{w}"].append(run_child(src, work / f"out.{fmt}", fmt, w, True)[0])
-    return {k: statistics.median(v) for k, v in rates.items()} | {"rounds": rates}
+                rate, _, _, cpu_s = run_child(src, work / f"out.{fmt}", fmt, w, True)
+                rates[f"{fmt}/{w}"].append(rate)
+                cpu[f"{fmt}/{w}"].append(cpu_s)
+    return ({k: statistics.median(v) for k, v in rates.items()} | {"rounds": rates}
+            | {"cpu_s": {k: statistics.median(v) for k, v in cpu.items()}, "cpu_rounds": cpu})
 
 
 def packing(src: Path, work: Path, rounds: int) -> dict:
@@ -112,9 +121,12 @@ def main() -> None:
               "packing": packing(src, work, args.rounds),
               "peak_rss_kib": memory(work, args.rss_images) if args.rss_images else {}}
     s = result["speed"]
-    print(f"{'format':8} {'1 worker':>10} {'2 workers':>10} {'ratio':>7}   (images/s, median of {args.rounds})")
+    print(f"{'format':8} {'1 worker':>10} {'2 workers':>10} {'ratio':>7}   (images/s, median of {args.rounds})"
+          f"   {'CPU s 1w':>8} {'CPU s 2w':>8} {'2 x CPU ratio':>13}")
     for fmt in FORMATS:
-        print(f"{fmt:8} {s[f'{fmt}/1']:10.0f} {s[f'{fmt}/2']:10.0f} {s[f'{fmt}/2'] / s[f'{fmt}/1']:6.2f}x")
+        c1, c2 = s["cpu_s"][f"{fmt}/1"], s["cpu_s"][f"{fmt}/2"]
+        print(f"{fmt:8} {s[f'{fmt}/1']:10.0f} {s[f'{fmt}/2']:10.0f} {s[f'{fmt}/2'] / s[f'{fmt}/1']:6.2f}x"
+              f"   {c1:8.2f} {c2:8.2f} {2 * c1 / c2:12.2f}x")
     p = result["packing"]
     print(f"\n--no-validate to tar: {p['iotool_no_validate_s']:.2f} s; tar cf: {p['tar_cf_s']:.2f} s; "
           f"ratio {p['iotool_no_validate_s'] / p['tar_cf_s']:.2f}x")
