@@ -193,3 +193,18 @@ def test_shard_writer_bytes_are_tarfiles_own(name, tmp_path):
     assert offsets == expected
     with tarfile.open(tmp_path / "ours.tar") as tar:
         assert [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()] == members
+
+
+def test_shard_writer_hands_data_to_the_disk_as_it_goes_and_keeps_the_bytes(tmp_path):
+    from iotool.formats.tar import WRITEBACK_BYTES, ShardFile, append_member
+
+    members = [(f"m/{i}.bin", os.urandom(WRITEBACK_BYTES // 3 + i)) for i in range(7)]  # > 2 writebacks
+    shard = ShardFile(str(tmp_path / "ours.tar"))
+    offsets = [shard.add(n, d) for n, d in members]
+    assert shard.handed_over >= 2 * WRITEBACK_BYTES  # flushed and handed over while writing
+    assert os.path.getsize(tmp_path / "ours.tar") >= shard.handed_over
+    shard.close()
+    with tarfile.open(tmp_path / "theirs.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+        expected = [append_member(tar, n, d) for n, d in members]
+    assert (tmp_path / "ours.tar").read_bytes() == (tmp_path / "theirs.tar").read_bytes()
+    assert offsets == expected
