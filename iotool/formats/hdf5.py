@@ -27,6 +27,7 @@ FORMAT_VERSION = 1
 META_ATTR = "iotool_meta"
 INTEGRITY_ATTR = "iotool_integrity"
 BATCH = 256
+WRITE_RECORDS = 32  # payloads per h5py write call
 _BYTES = h5py.vlen_dtype(np.uint8)
 _STR = h5py.string_dtype("utf-8")
 
@@ -64,16 +65,22 @@ class Hdf5Writer(FormatWriter):
             dataset.resize((n + k,))
             dataset[n:n + k] = values
         self.images.resize((n + k,))
-        if len({len(r.data) for r in self.pending}) > 1:
-            payloads = np.empty(k, dtype=object)
-            for j, r in enumerate(self.pending):
-                payloads[j] = np.frombuffer(r.data, dtype=np.uint8)
-            self.images[n:n + k] = payloads  # one write per batch, not per record
-        else:  # h5py turns a batch of equal-length arrays into a 2-D array and refuses it
-            for j, r in enumerate(self.pending):
-                self.images[n + j] = np.frombuffer(r.data, dtype=np.uint8)
+        for start in range(0, k, WRITE_RECORDS):
+            self._write_payloads(n + start, self.pending[start:start + WRITE_RECORDS])
         self.count += k
         self.pending.clear()
+
+    def _write_payloads(self, at: int, records: list[Record]) -> None:
+        """Store payloads from row ``at`` on with one write (h5py copies them all into one buffer,
+        hence WRITE_RECORDS per call, which bounds that copy)."""
+        if len({len(r.data) for r in records}) > 1:
+            payloads = np.empty(len(records), dtype=object)
+            for j, r in enumerate(records):
+                payloads[j] = np.frombuffer(r.data, dtype=np.uint8)
+            self.images[at:at + len(records)] = payloads
+        else:  # h5py turns a batch of equal-length arrays into a 2-D array and refuses it
+            for j, r in enumerate(records):
+                self.images[at + j] = np.frombuffer(r.data, dtype=np.uint8)
 
     def finish(self, meta: DatasetMeta) -> None:
         self._flush()
