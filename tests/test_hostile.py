@@ -278,7 +278,8 @@ def hdf5_position(path, where: float) -> float:
 
     blob = path.read_bytes()
     with h5py.File(path, "r") as f:
-        pieces = [bytes(f["images"][i]) for i in range(f["images"].shape[0])]
+        offsets = f["offsets"][:]
+        pieces = [f["images"][a:b].tobytes() for a, b in zip(offsets[:-1], offsets[1:])]
         pieces += [f.attrs["iotool_meta"].encode(), f["checksums"][0], f["checksums"][-1]]
     spans = [(blob.find(p), len(p)) for p in pieces if blob.find(p) >= 0]
     total = sum(n for _, n in spans)

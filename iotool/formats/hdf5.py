@@ -1,16 +1,25 @@
-"""HDF5 format: one file with variable-length uint8 payloads, labels, keys and checksums.
+"""HDF5 format: one file with every payload concatenated in one byte array, plus index columns.
 
-Layout (all readable with plain h5py)::
+Layout (version 2, all readable with plain h5py)::
 
-    /images      (N,) variable-length uint8   the payload bytes, unchanged
+    /images      (total bytes,) uint8, chunked, unfiltered   every payload, unchanged, back to back
+    /offsets     (N + 1,) int64      record i is images[offsets[i]:offsets[i + 1]]
     /labels      (N,) int64
     /keys        (N,) variable-length UTF-8 strings (relative source paths)
     /checksums   (N,) 64-byte ASCII hex SHA-256
-    attrs["iotool_meta"]   the metadata JSON
+    attrs["iotool_meta"]        the metadata JSON
+    attrs["iotool_integrity"]   SHA-256 digests of the metadata and the index columns
+
+Reading a record costs one ``pread`` (two when it straddles a chunk): the reader maps each
+chunk of ``/images`` to its place in the file once per process (``H5Dchunk_iter``), then reads the
+bytes itself, which is about 10x faster than h5py's slicing and 100x faster than the
+variable-length elements of version 1 (still read). A file whose ``/images`` was rewritten with
+filters (say, ``h5repack`` with compression) is read through h5py instead.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 from typing import Any
@@ -23,72 +32,80 @@ from ..records import DatasetMeta, Record
 from . import register
 from .base import FormatReader, FormatSpec, FormatWriter, canonical_json, sha256_hex
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+VLEN_VERSION = 1  # /images as (N,) variable-length uint8; read, no longer written
 META_ATTR = "iotool_meta"
 INTEGRITY_ATTR = "iotool_integrity"
 BATCH = 256
-WRITE_RECORDS = 32  # payloads per h5py write call
-_BYTES = h5py.vlen_dtype(np.uint8)
+CHUNK_BYTES = 1 << 20  # /images chunk: large enough that most records lie in one chunk
 _STR = h5py.string_dtype("utf-8")
 
 
 class Hdf5Writer(FormatWriter):
-    """Appends records in batches to resizable, chunked datasets."""
+    """Appends payloads to one chunked byte array and records in batches to resizable columns."""
 
     def __init__(self, path: str, options: dict[str, Any]):
         super().__init__(path, options)
-        self.file = h5py.File(path, "w", libver="latest")
-        chunks = (BATCH,)
-        column = {"maxshape": (None,), "chunks": chunks, "track_times": False}  # no timestamps: same input, same bytes
-        self.images = self.file.create_dataset("images", (0,), _BYTES, **column)
+        # A chunk cache of several chunks keeps the chunk being filled in memory between batches.
+        self.file = h5py.File(path, "w", libver="latest", rdcc_nbytes=4 * CHUNK_BYTES)
+        column = {"maxshape": (None,), "chunks": (BATCH,), "track_times": False}  # no timestamps: same input, same bytes
+        self.images = self.file.create_dataset("images", (0,), "u1", maxshape=(None,), chunks=(CHUNK_BYTES,),
+                                               track_times=False)
         self.labels = self.file.create_dataset("labels", (0,), "<i8", **column)
         self.keys = self.file.create_dataset("keys", (0,), _STR, **column)
         self.checksums = self.file.create_dataset("checksums", (0,), "S64", **column)
-        self.pending: list[Record] = []
+        self.offsets = [0]
+        self.pending: list[tuple[int, str, str]] = []  # (label, key, checksum) not written yet
+        self.unwritten: list[bytes] = []  # payloads not written yet, at most about one chunk
         self.count = 0
 
     def add(self, record: Record) -> None:
-        self.pending.append(record)
+        self.pending.append((record.label, record.key, record.checksum))
+        self.offsets.append(self.offsets[-1] + len(record.data))
+        self.unwritten.append(record.data)
+        if self.offsets[-1] - self.images.shape[0] >= CHUNK_BYTES:
+            self._write_payloads()
         if len(self.pending) >= BATCH:
             self._flush()
 
+    def _write_payloads(self) -> None:
+        """Append the unwritten payloads to ``/images`` with one write (memory stays about one chunk)."""
+        if not self.unwritten:
+            return
+        payload = b"".join(self.unwritten)
+        start = self.images.shape[0]
+        self.images.resize((start + len(payload),))
+        if payload:
+            self.images[start:] = np.frombuffer(payload, dtype=np.uint8)
+        self.unwritten.clear()
+
     def _flush(self) -> None:
+        """Write the index columns of the pending records."""
         if not self.pending:
             return
         n, k = self.count, len(self.pending)
+        labels, keys, checksums = zip(*self.pending)
         columns = {
-            self.labels: np.array([r.label for r in self.pending], dtype="<i8"),
-            self.keys: np.array([r.key for r in self.pending], dtype=object),
-            self.checksums: np.array([r.checksum.encode("ascii") for r in self.pending], dtype="S64"),
+            self.labels: np.array(labels, dtype="<i8"),
+            self.keys: np.array(keys, dtype=object),
+            self.checksums: np.array([c.encode("ascii") for c in checksums], dtype="S64"),
         }
         for dataset, values in columns.items():
             dataset.resize((n + k,))
             dataset[n:n + k] = values
-        self.images.resize((n + k,))
-        for start in range(0, k, WRITE_RECORDS):
-            self._write_payloads(n + start, self.pending[start:start + WRITE_RECORDS])
         self.count += k
         self.pending.clear()
 
-    def _write_payloads(self, at: int, records: list[Record]) -> None:
-        """Store payloads from row ``at`` on with one write (h5py copies them all into one buffer,
-        hence WRITE_RECORDS per call, which bounds that copy)."""
-        if len({len(r.data) for r in records}) > 1:
-            payloads = np.empty(len(records), dtype=object)
-            for j, r in enumerate(records):
-                payloads[j] = np.frombuffer(r.data, dtype=np.uint8)
-            self.images[at:at + len(records)] = payloads
-        else:  # h5py turns a batch of equal-length arrays into a 2-D array and refuses it
-            for j, r in enumerate(records):
-                self.images[at + j] = np.frombuffer(r.data, dtype=np.uint8)
-
     def finish(self, meta: DatasetMeta) -> None:
+        self._write_payloads()
         self._flush()
+        offsets = np.asarray(self.offsets, dtype="<i8")
+        self.file.create_dataset("offsets", data=offsets, track_times=False)
         meta_json = meta.to_json()
         self.file.attrs[META_ATTR] = meta_json
         self.file.attrs[INTEGRITY_ATTR] = json.dumps({
             "meta": sha256_hex(meta_json.encode("utf-8")),
-            **_column_digests(self.labels[:], self.keys[:], self.checksums[:]),
+            **_column_digests(self.labels[:], self.keys[:], self.checksums[:], offsets),
         })
         self.file.flush()
         self.file.close()
@@ -102,21 +119,64 @@ class Hdf5Writer(FormatWriter):
             pass
 
 
-def _column_digests(labels: np.ndarray, keys, checksums: np.ndarray) -> dict[str, str]:
-    """Digests of the index columns, as stored in the integrity attribute."""
+def _column_digests(labels: np.ndarray, keys, checksums: np.ndarray,
+                    offsets: np.ndarray | None = None) -> dict[str, str]:
+    """Digests of the index columns, as stored in the integrity attribute (offsets: version 2)."""
     keys = [k.decode("utf-8") if isinstance(k, bytes) else k for k in keys]
-    return {
+    digests = {
         "labels": sha256_hex(np.asarray(labels, dtype="<i8").tobytes()),
         "keys": sha256_hex(canonical_json(keys)),
         "checksums": sha256_hex(np.asarray(checksums, dtype="S64").tobytes()),
     }
+    if offsets is not None:
+        digests["offsets"] = sha256_hex(np.asarray(offsets, dtype="<i8").tobytes())
+    return digests
+
+
+class _Extents:
+    """Where the bytes of ``/images`` lie in the file: one extent per chunk (or one, if contiguous)."""
+
+    def __init__(self, starts: list[int], file_offsets: list[int], sizes: list[int]):
+        self.starts, self.file_offsets, self.sizes = starts, file_offsets, sizes
+
+    @classmethod
+    def of(cls, images: h5py.Dataset) -> "_Extents | None":
+        """The map for an unfiltered dataset; None when h5py must read it (filters, compact layout)."""
+        if images.dtype != np.uint8 or images.ndim != 1 or images.id.get_create_plist().get_nfilters():
+            return None
+        if images.chunks is None:  # contiguous (after h5repack, say)
+            offset = images.id.get_offset()
+            return None if offset is None else cls([0], [offset], [images.shape[0]])
+        chunk = images.chunks[0]
+        extents: list[tuple[int, int]] = []
+        images.id.chunk_iter(lambda info: extents.append((info.chunk_offset[0], info.byte_offset)))
+        extents.sort()
+        starts = [start for start, _ in extents]
+        sizes = [min(chunk, images.shape[0] - start) for start in starts]
+        return cls(starts, [offset for _, offset in extents], sizes)
+
+    def read(self, fd: int, start: int, stop: int) -> bytes:
+        """Bytes [start, stop) of ``/images``; FormatError when a chunk is missing or the file is short."""
+        parts, pos = [], start
+        k = bisect.bisect_right(self.starts, pos) - 1
+        while pos < stop:
+            if k < 0 or k >= len(self.starts) or not self.starts[k] <= pos < self.starts[k] + self.sizes[k]:
+                raise FormatError(f"the bytes at {pos} of '/images' are not stored in the file")
+            take = min(stop, self.starts[k] + self.sizes[k]) - pos
+            data = os.pread(fd, take, self.file_offsets[k] + pos - self.starts[k])
+            if len(data) != take:
+                raise FormatError(f"the file ends inside '/images' (wanted {take} bytes, got {len(data)})")
+            parts.append(data)
+            pos += take
+            k += 1
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 class Hdf5Reader(FormatReader):
-    """Map-style reader; the h5py file opens lazily, once per process (never across a fork)."""
+    """Map-style reader; the h5py file and the payload file open lazily, once per process (never across a fork)."""
 
     format_name = "hdf5"
-    format_versions = (FORMAT_VERSION,)
+    format_versions = (VLEN_VERSION, FORMAT_VERSION)
 
     def _file(self) -> h5py.File:
         pid = os.getpid()
@@ -126,15 +186,17 @@ class Hdf5Reader(FormatReader):
             except OSError as exc:
                 raise FormatError(f"{self.path}: cannot open as HDF5 ({exc}).") from None
             self._h_pid = pid
+            self._h_payload = None
         return self._h_file
 
-    def _dataset(self, name: str) -> h5py.Dataset:
+    def _dataset(self, name: str, length: int | None = None) -> h5py.Dataset:
         f = self._file()
         if name not in f or not isinstance(f[name], h5py.Dataset):
             raise FormatError(f"{self.path}: missing dataset '/{name}'; not a complete iotool HDF5 file.")
         ds = f[name]
-        if ds.shape != (self.meta.count,):
-            raise FormatError(f"{self.path}: '/{name}' has shape {ds.shape}, expected ({self.meta.count},).")
+        expected = self.meta.count if length is None else length
+        if expected >= 0 and ds.shape != (expected,):
+            raise FormatError(f"{self.path}: '/{name}' has shape {ds.shape}, expected ({expected},).")
         return ds
 
     def _load_meta(self) -> DatasetMeta:
@@ -150,26 +212,40 @@ class Hdf5Reader(FormatReader):
                               f"or corrupted after conversion. Re-convert the dataset.")
         self._digests = digests
         meta = DatasetMeta.from_json(raw, self.path)
-        images = self._file().get("images")
-        if not isinstance(images, h5py.Dataset) or images.shape != (meta.count,):
-            raise FormatError(f"{self.path}: metadata says {meta.count} records but '/images' has shape "
-                              f"{getattr(images, 'shape', None)}.")
         if meta.format != "hdf5":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'hdf5'.")
+        column, length = ("images", meta.count) if meta.format_version == VLEN_VERSION else ("offsets", meta.count + 1)
+        found = self._file().get(column)
+        if not isinstance(found, h5py.Dataset) or found.shape != (length,):
+            raise FormatError(f"{self.path}: metadata says {meta.count} records but '/{column}' has shape "
+                              f"{getattr(found, 'shape', None)}.")
         return meta
 
     def read(self, index: int) -> tuple[bytes, int]:
         if not 0 <= index < self.meta.count:
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
-        if getattr(self, "_h_images", None) is None or self._h_pid != os.getpid():
-            self._h_images = self._dataset("images")
-        return self._h_images[index].tobytes(), self.labels[index]
+        self._file()  # (re)opens after a fork, resetting the per-process state
+        if self.meta.format_version == VLEN_VERSION:
+            if getattr(self, "_h_images", None) is None or self._h_images_pid != self._h_pid:
+                self._h_images, self._h_images_pid = self._dataset("images"), self._h_pid
+            return self._h_images[index].tobytes(), self.labels[index]
+        payload = self._h_payload or self._open_payload()
+        return payload.read(index), self.labels[index]
+
+    def _open_payload(self) -> "_Payload":
+        self._h_payload = _Payload(self.path, self._dataset("images", -1),
+                                   self._dataset("offsets", self.meta.count + 1))
+        return self._h_payload
 
     def integrity_problems(self) -> list[str]:
         try:
+            offsets = self._dataset("offsets", self.meta.count + 1)[:] if self.meta.format_version != VLEN_VERSION \
+                else None
             actual = _column_digests(self._dataset("labels")[:], self._dataset("keys")[:],
-                                     self._dataset("checksums")[:])
-        except (OSError, ValueError, RuntimeError, TypeError) as exc:
+                                     self._dataset("checksums")[:], offsets)
+            if offsets is not None:
+                self._open_payload()  # checks the offsets against /images
+        except (OSError, ValueError, RuntimeError, TypeError, FormatError) as exc:
             return [f"{self.path}: cannot read the index columns ({exc})."]
         return [f"{self.path}: '/{name}' does not match its integrity digest."
                 for name, digest in actual.items() if self._digests.get(name) != digest]
@@ -182,6 +258,30 @@ class Hdf5Reader(FormatReader):
 
     def _load_checksums(self) -> list[str]:
         return [c.decode("ascii") for c in self._dataset("checksums")[:]]
+
+
+class _Payload:
+    """Reads record payloads of a version-2 file: offsets checked once, bytes by pread (or h5py)."""
+
+    def __init__(self, path: str, images: h5py.Dataset, offsets: h5py.Dataset):
+        self.path = path
+        self.offsets = np.asarray(offsets[:], dtype=np.int64)
+        if len(self.offsets) == 0 or self.offsets[0] != 0 or np.any(np.diff(self.offsets) < 0) \
+                or self.offsets[-1] != images.shape[0]:
+            raise FormatError(f"{path}: '/offsets' does not describe '/images' ({images.shape[0]} bytes); "
+                              f"the file was modified or corrupted after conversion.")
+        self.images = images
+        self.extents = _Extents.of(images)
+        self.raw = open(path, "rb", buffering=0) if self.extents is not None else None  # closed with this object
+
+    def read(self, index: int) -> bytes:
+        start, stop = int(self.offsets[index]), int(self.offsets[index + 1])
+        try:
+            if self.extents is None:
+                return self.images[start:stop].tobytes()
+            return self.extents.read(self.raw.fileno(), start, stop)
+        except FormatError as exc:
+            raise FormatError(f"{self.path}: record {index}: {exc}.") from None
 
 
 def detect(path: str) -> bool:
