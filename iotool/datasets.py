@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import os
 import random
 from dataclasses import dataclass
@@ -202,12 +203,23 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
         self.reader = reader
         self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even
         self.env = env
-        self.epoch = 0
+        # In shared memory, so DataLoader workers that persist across epochs
+        # (persistent_workers=True) see set_epoch too; their copy of the dataset is made once.
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._dist = distributed_rank()
 
+    @property
+    def epoch(self) -> int:
+        """The epoch that seeds shuffling (see :meth:`set_epoch`)."""
+        return int(self._epoch)
+
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch that seeds shuffling; call before each epoch's iteration."""
-        self.epoch = epoch
+        """Set the epoch that seeds shuffling; call before each epoch's iteration.
+
+        Works with ``persistent_workers=True``: the value lives in shared memory, and a
+        persistent worker starts its next epoch's pass only when the next ``iter(loader)`` begins.
+        """
+        self._epoch.fill_(operator.index(epoch))
         self._dist = distributed_rank() or self._dist
 
     def _env(self) -> ShardEnv:

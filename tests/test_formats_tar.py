@@ -118,6 +118,30 @@ def test_shuffle_is_deterministic_per_seed_and_epoch(shards):
     assert a != list(range(27))
 
 
+def _labels_collate(batch):
+    return [label for _, label in batch]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_set_epoch_reaches_persistent_workers(shards, context):
+    """persistent_workers keep the copy of the dataset made when they start; set_epoch must still reach them."""
+    ds = iotool.open_dataset(shards, decoder=None, shuffle=True, seed=5, buffer_size=4)
+
+    def orders(persistent: bool) -> list[list[int]]:
+        loader = DataLoader(ds, batch_size=3, num_workers=2, collate_fn=_labels_collate,
+                            persistent_workers=persistent, multiprocessing_context=context)
+        out = []
+        for epoch in range(3):
+            ds.set_epoch(epoch)
+            out.append([label for batch in loader for label in batch])
+        return out
+
+    persistent, fresh = orders(True), orders(False)
+    assert persistent == fresh  # the same order per epoch, however the workers live
+    assert persistent[0] != persistent[1] != persistent[2]
+    assert ds.epoch == 2
+
+
 @pytest.mark.parametrize("world,workers", [(2, 2), (4, 1), (4, 2)])
 def test_even_gives_every_rank_the_same_count_and_loses_nothing(shards, world, workers):
     ds = ShardedIterableDataset(iotool.open_reader(shards), decoder=None, even=True)
