@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from iotool.bench.loader import bench_loader
+from iotool.bench.loader import bench_loader, per_round_ratio
 from iotool.bench.plot import plot_loader
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,15 +54,18 @@ def main() -> None:
     print(file=sys.stderr)
     print(f"{result.images} images, {result.workers} workers, batch {result.batch_size}, "
           f"median of {result.rounds} rounds (best of {result.epochs} epochs each)")
-    print(f"{'pipeline':26} {'images/s':>10} {'min':>8} {'max':>8} {'vs baseline':>12}")
+    print(f"{'pipeline':26} {'images/s':>10} {'min':>8} {'max':>8} {'vs baseline':>12} {'per round':>10}")
     for r in result.results:
         s = r.images_per_s
-        print(f"{r.name:26} {s.median:10.0f} {s.min:8.0f} {s.max:8.0f} {r.vs_baseline:11.2f}x")
+        print(f"{r.name:26} {s.median:10.0f} {s.min:8.0f} {s.max:8.0f} {r.vs_baseline:11.2f}x "
+              f"{r.vs_baseline_per_round:9.2f}x")
+    print("(per round: the median over rounds of the ratio measured within each round)")
     web = next((r for r in result.results if r.format == "webdataset"), None)
     if web:
         for r in result.results:
             if r.format in ("lmdb", "hdf5", "tar"):
-                print(f"{r.name} vs webdataset: {r.images_per_s.median / web.images_per_s.median:.2f}x")
+                print(f"{r.name} vs webdataset: {r.images_per_s.median / web.images_per_s.median:.2f}x, "
+                      f"per round {per_round_ratio(r.images_per_s, web.images_per_s):.2f}x")
     for name, reason in result.failed.items():
         print(f"failed: {name}: {reason}")
     args.json.write_text(json.dumps(result.to_dict(), indent=2, default=str))

@@ -246,6 +246,17 @@ def test_bench_loader_covers_every_format_json(tiny, tmp_path):
     for row in rows.values():
         check_stats(row["images_per_s"])
         assert row["images"] == 6 and row["vs_baseline"] > 0
+        assert row["vs_baseline_per_round"] == pytest.approx(row["vs_baseline"])  # one round: the same ratio
+
+
+def test_per_round_ratio_pairs_the_rounds():
+    from iotool.bench.common import Stats
+    from iotool.bench.loader import per_round_ratio
+
+    base = Stats(100.0, 50.0, 200.0, [100.0, 50.0, 200.0])
+    fast = Stats(200.0, 150.0, 300.0, [200.0, 150.0, 300.0])  # 2x, 3x, 1.5x round by round
+    assert per_round_ratio(fast, base) == pytest.approx(2.0)
+    assert per_round_ratio(fast, Stats(0.0, 0.0, 0.0, [])) is None
 
 
 def test_bench_loader_library_same_batches(tiny):

@@ -18,6 +18,7 @@ runs ``epochs`` epochs and keeps its best; the table shows the median over round
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -119,6 +120,9 @@ class LoaderResult:
     images: int
     images_per_s: Stats
     vs_baseline: float | None = None
+    # median over rounds of (this / baseline) within each round: steadier than the ratio of medians
+    # on a shared machine, since both were measured minutes apart at most
+    vs_baseline_per_round: float | None = None
     convert_seconds: float | None = None
     bytes: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
@@ -308,10 +312,17 @@ def bench_loader(
             result.results.append(LoaderResult(name, fmt, result.images, summarize(tallies[name]),
                                                convert_seconds=seconds, bytes=disk_usage(path),
                                                options=conversion_options(fmt, size, result.images)))
-    base = result.results[0].images_per_s.median
+    base = result.results[0].images_per_s
     for r in result.results:
-        r.vs_baseline = r.images_per_s.median / base if base else None
+        r.vs_baseline = r.images_per_s.median / base.median if base.median else None
+        r.vs_baseline_per_round = per_round_ratio(r.images_per_s, base)
     return result
+
+
+def per_round_ratio(stats: Stats, base: Stats) -> float | None:
+    """Median over rounds of ``stats / base`` measured in the same round (None without rounds)."""
+    pairs = [(x, y) for x, y in zip(stats.values, base.values) if y]
+    return statistics.median(x / y for x, y in pairs) if pairs else None
 
 
 def _run_rounds(contestants: dict[str, tuple[str, Any]], batch_size: int, workers: int, rounds: int,

@@ -223,10 +223,10 @@ def loader_table(result: Any) -> Table:
         f"batch {result.batch_size}",
     )
     for col, justify in (("pipeline", "left"), ("images/s", "right"), ("vs baseline", "right"),
-                         ("on disk", "right"), ("build s", "right"), ("options", "left")):
+                         ("per round", "right"), ("on disk", "right"), ("build s", "right"), ("options", "left")):
         table.add_column(col, justify=justify)
     for r in result.results:
-        table.add_row(r.name, _fmt_stats(r.images_per_s), _ratio(r.vs_baseline),
+        table.add_row(r.name, _fmt_stats(r.images_per_s), _ratio(r.vs_baseline), _ratio(r.vs_baseline_per_round),
                       human_bytes(r.bytes or 0),
                       f"{r.convert_seconds:.1f}" if r.convert_seconds is not None else "-",
                       ", ".join(f"{k}={v}" for k, v in r.options.items()))
