@@ -75,13 +75,13 @@ static const char *run(struct job *job, const unsigned char *data, size_t size, 
     jpeg_start_decompress(cinfo);
     if (cinfo->output_components != 3)
         return "unexpected number of output components";
-    if (r->top + r->height > cinfo->output_height || r->left + r->width > cinfo->output_width)
+    if ((unsigned long long)r->top + r->height > cinfo->output_height ||
+        (unsigned long long)r->left + r->width > cinfo->output_width)
         return "region outside the scaled image";
 
     JDIMENSION start = r->left > r->margin ? r->left - r->margin : 0;
-    JDIMENSION stop = r->left + r->width + r->margin;
-    if (stop > cinfo->output_width)
-        stop = cinfo->output_width;
+    unsigned long long wide = (unsigned long long)r->left + r->width + r->margin;
+    JDIMENSION stop = wide > cinfo->output_width ? cinfo->output_width : (JDIMENSION)wide;
     JDIMENSION x = start, columns = stop - start;
     jpeg_crop_scanline(cinfo, &x, &columns);  /* x moves left to an iMCU boundary */
     size_t stride = (size_t)columns * 3, offset = (size_t)(r->left - x) * 3, length = (size_t)r->width * 3;
@@ -114,7 +114,8 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*iIIIII", &view, &scale_num, &r.top, &r.left, &r.height, &r.width,
                           &r.margin))
         return NULL;
-    if (scale_num < 1 || scale_num > 16 || r.height == 0 || r.width == 0) {
+    if (scale_num < 1 || scale_num > 16 || r.height == 0 || r.width == 0 || r.height > JPEG_MAX_DIMENSION ||
+        r.width > JPEG_MAX_DIMENSION || r.margin > JPEG_MAX_DIMENSION) {
         PyBuffer_Release(&view);
         PyErr_Format(PyExc_ValueError, "bad region: scale_num=%d height=%u width=%u", scale_num, r.height,
                      r.width);

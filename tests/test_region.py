@@ -125,6 +125,19 @@ def test_region_decoding_is_strict_about_damage():
 
 
 @needs_region
+def test_the_extension_refuses_out_of_range_regions_without_touching_memory():
+    """Called directly (the Python wrapper checks boxes first), huge or wrapping values are errors."""
+    from iotool import _jpegregion
+
+    data = encode(photo(8, 100, 80), quality=90)
+    for args in [(2**32 - 1, 0, 1, 10, 2), (0, 2**32 - 10, 10, 20, 2), (0, 0, 2**31, 2**31, 2),
+                 (0, 0, 10, 10, 2**32 - 1), (70, 90, 11, 10, 2)]:
+        with pytest.raises(ValueError, match="region"):
+            _jpegregion.decode_region(data, 8, *args)
+    assert len(_jpegregion.decode_region(data, 8, 70, 90, 10, 10, 2)) == 10 * 10 * 3
+
+
+@needs_region
 def test_region_keeps_the_decompression_bomb_limit(monkeypatch):
     data = encode(photo(4, 200, 100), quality=80)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 5_000)
