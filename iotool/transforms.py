@@ -21,7 +21,7 @@ machine, ``torch.set_num_threads(1)`` avoids OpenMP stalls that made this tiny o
 
 :class:`DecodeRandomResizedCrop` takes the encoded bytes (``open_dataset(..., decoder=None)``),
 draws the crop from the JPEG header alone, decodes only the crop's region when iotool's region
-decoder is built (:mod:`iotool.decode.region`; pixel-identical, about a quarter less decode time on
+decoder is built (:mod:`iotool.decode.region`; pixel-identical, 22% less decode time on
 500x375 photos), and decodes at the smallest DCT scale (1/2, 1/4, 1/8) whose reduced crop still
 covers the output size: 1.5x faster on 900-1800 px JPEGs, where crops allow such a reduction.
 
@@ -547,8 +547,8 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
     :class:`RandomResizedCrop`). When iotool's region decoder is built
     (:mod:`iotool.decode.region`), only the crop is decoded: rows above it are skipped, columns
     outside it are not inverse-transformed, rows below it are not read. The pixels are identical to
-    the same box of a full decode, and about a quarter of the decode time is saved on ImageNet-sized
-    photos (``benchmarks/loader.py``). The image is decoded at the largest DCT reduction
+    the same box of a full decode, and 22% of the decode time is saved on ImageNet-sized photos
+    (``benchmarks/pipeline_costs.py``). The image is decoded at the largest DCT reduction
     ``s`` in {8, 4, 2} with ``h / s >= reducing_gap * out_h`` and ``w / s >= reducing_gap * out_w``
     (else in full), the box is mapped to the reduced image (``round(i / s)`` ... ``round((i + h) / s)``,
     at most half a reduced pixel off, which is at most half an output pixel) and resized to
