@@ -201,14 +201,23 @@ def _validate_min_size(min_size: object) -> tuple[int, int] | None:
     return mh, mw
 
 
+def check_jpeg(data: bytes, header: _b.JpegHeader, warn: bool = True) -> None:
+    """The checks every JPEG decode makes before allocating pixels: bomb guard, then truncation.
+
+    Raises:
+        DecodeError: too many pixels, or no end-of-image marker after the last scan.
+    """
+    check_pixels(header.height, header.width, warn=warn)
+    if not _b.jpeg_is_complete(data):
+        raise DecodeError("truncated JPEG (no end-of-image marker after the last scan)")
+
+
 def _prepare(data: bytes, fmt: str, chosen: str,
              min_size: tuple[int, int] | None) -> tuple[_b.JpegHeader | None, int, str]:
     """Header checks before any pixel is allocated: bomb guard, truncation, scale, fallback."""
     if fmt == "jpeg":
         header = _b.parse_jpeg_header(data)
-        check_pixels(header.height, header.width, warn=chosen != "pil")
-        if not _b.jpeg_is_complete(data):
-            raise DecodeError("truncated JPEG (no end-of-image marker after the last scan)")
+        check_jpeg(data, header, warn=chosen != "pil")
         if header.components not in (1, 3) or header.precision != 8:
             chosen = "pil"  # CMYK/YCCK and 12-bit: one converter for every backend
         return header, _b.reduction((header.height, header.width), min_size), chosen

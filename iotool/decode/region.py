@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import DecodeError
 from . import backends as _b
-from .api import check_pixels
+from .api import check_jpeg
 
 try:
     from .. import _jpegregion
@@ -88,11 +88,11 @@ def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, 
     if scale not in SCALES or height <= 0 or width <= 0 or top < 0 or left < 0 \
             or top + height > full_h or left + width > full_w:
         raise ValueError(f"box {box} at scale 1/{scale} is outside the {full_w}x{full_h} image")
-    check_pixels(header.height, header.width)
-    if not _b.jpeg_is_complete(data):  # rows below the region are never read: check the end here
-        raise DecodeError(f"{name}: truncated JPEG (no end-of-image marker after the last scan)")
     try:
+        check_jpeg(data, header)  # rows below the region are never read: the end is checked here
         pixels = _jpegregion.decode_region(data, 8 // scale, top, left, height, width, MARGIN)
+    except DecodeError as exc:
+        raise DecodeError(f"{name}: {exc}") from None
     except ValueError as exc:
         raise DecodeError(f"{name}: corrupt JPEG ({exc})") from None
     return np.frombuffer(pixels, np.uint8).reshape(height, width, 3)

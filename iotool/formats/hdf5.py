@@ -186,7 +186,7 @@ class Hdf5Reader(FormatReader):
             except OSError as exc:
                 raise FormatError(f"{self.path}: cannot open as HDF5 ({exc}).") from None
             self._h_pid = pid
-            self._h_payload = None
+            self._h_images = self._h_payload = None  # per-process readers of the datasets
         return self._h_file
 
     def _dataset(self, name: str, length: int | None = None) -> h5py.Dataset:
@@ -226,8 +226,8 @@ class Hdf5Reader(FormatReader):
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
         self._file()  # (re)opens after a fork, resetting the per-process state
         if self.meta.format_version == VLEN_VERSION:
-            if getattr(self, "_h_images", None) is None or self._h_images_pid != self._h_pid:
-                self._h_images, self._h_images_pid = self._dataset("images"), self._h_pid
+            if self._h_images is None:
+                self._h_images = self._dataset("images")
             return self._h_images[index].tobytes(), self.labels[index]
         payload = self._h_payload or self._open_payload()
         return payload.read(index), self.labels[index]
