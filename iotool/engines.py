@@ -320,29 +320,30 @@ def _inject(fault: tuple[str, str] | None, f: Any) -> None:
 def _tar_task(shard: int, chunk: list, member_keys: list[str], load: Callable, state: Any, options: dict,
               out: storage.OutputDir, on_error: str, fault: tuple[str, str] | None) -> dict[str, Any]:
     """Write shard ``shard`` from ``chunk`` (source positions and tasks); return its index part."""
-    import tarfile
-
-    from .formats.tar import append_member, shard_name
+    from .formats.tar import ShardFile, shard_name
 
     part = _new_part(shard, chunk)
     part.update(name=shard_name(shard), member_keys=[], offsets=[], sizes=[], bytes=0)
     local = out.scratch_path(part["name"])
+    tar = ShardFile(local)  # the local writer's shard bytes, so both engines write the same files
     try:
-        with open(local, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for j, record in _prepared(chunk, load, state, options, on_error, part):
-                if part["count"] == len(chunk) // 2:
-                    _inject(fault, f)
-                part["offsets"].append(append_member(tar, f"{member_keys[j]}.{record.ext}", record.data))
-                append_member(tar, f"{member_keys[j]}.cls", str(record.label).encode("ascii"))
-                _add_record(part, record)
-                part["member_keys"].append(member_keys[j])
-                part["sizes"].append(len(record.data))
-                part["bytes"] += len(record.data)
+        for j, record in _prepared(chunk, load, state, options, on_error, part):
+            if part["count"] == len(chunk) // 2:
+                _inject(fault, tar.f)
+            part["offsets"].append(tar.add(f"{member_keys[j]}.{record.ext}", record.data))
+            tar.add(f"{member_keys[j]}.cls", str(record.label).encode("ascii"))
+            _add_record(part, record)
+            part["member_keys"].append(member_keys[j])
+            part["sizes"].append(len(record.data))
+            part["bytes"] += len(record.data)
+        tar.close()
     except _BadFile as bad:
+        tar.close(sync=False)
         _discard(local)
         part["failed"] = bad.args[0]
         return part
     except BaseException:
+        tar.close(sync=False)
         _discard(local)
         raise
     part["bytes_out"] = out.publish(local, part["name"])

@@ -14,7 +14,6 @@ offsets instead of parsing tar headers, so records are also reachable by index.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import tarfile
@@ -43,12 +42,6 @@ def _member_info(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-def append_member(tar: tarfile.TarFile, name: str, data: bytes) -> int:
-    """Append one member (fixed metadata for reproducible shards); return its data offset."""
-    tar.addfile(_member_info(name, len(data)), io.BytesIO(data))
-    return tar.offset - ((len(data) + tarfile.BLOCKSIZE - 1) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-
-
 def _header_template() -> bytes:
     """The header block of an empty-named, empty member, with its checksum field blank."""
     block = _member_info("", 0).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
@@ -61,7 +54,7 @@ _MAX_USTAR_SIZE = 8 ** 11  # larger sizes need a pax record
 
 def member_header(name: str, size: int) -> bytes:
     """The header of a member exactly as ``tarfile`` writes it in PAX format with
-    :func:`append_member`'s metadata; a short ASCII name is filled into a template
+    :func:`_member_info`'s metadata; a short ASCII name is filled into a template
     (no per-member TarInfo), anything else goes through ``TarInfo.tobuf``."""
     raw = name.encode("ascii", "ignore")
     if len(raw) != len(name) or not 0 < len(raw) <= tarfile.LENGTH_NAME or b"\0" in raw \
@@ -84,7 +77,7 @@ WRITEBACK_BYTES = 8 << 20  # a shard's data is handed to the disk this often, no
 
 class ShardFile:
     """One tar shard written member by member with no per-member ``tarfile`` objects; the
-    bytes are those of ``tarfile`` in PAX format with :func:`append_member`.
+    bytes are those ``tarfile`` writes in PAX format for :func:`_member_info` members.
 
     Every :data:`WRITEBACK_BYTES` the written range is flushed and, where the OS has
     ``posix_fadvise``, its writeback is started (``POSIX_FADV_DONTNEED``), so the disk works
