@@ -1,0 +1,37 @@
+"""Local paths and fsspec URLs behind one small interface, with retries and a shard cache.
+
+Plain paths (and ``file://`` URLs, which become plain paths) never go through fsspec: callers keep
+their ``open``/``os`` code for them and use this module only when :func:`is_url` is true.
+Everything else (``s3://``, ``gs://``, ``http(s)://`` ...) is opened through fsspec, imported on
+first use; a missing filesystem package raises :class:`MissingExtraError` naming the extra to
+install (``pip install 'iotool[s3]'``).
+
+Remote reads are retried a bounded number of times (:class:`StorageConfig` ``retries``) with
+exponential backoff; after the last attempt :class:`RetriesExhaustedError` names the URL.
+:class:`ShardCache` keeps whole remote files on local disk, bounded in size (least recently used
+evicted first, by mtime), and is safe when several processes fill it at once: each download goes
+to a temporary name and is renamed into place when complete.
+
+The modules, by job: ``config`` (settings, errors, names), ``retries``, ``remote`` (fsspec reads
+and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`).
+"""
+
+from __future__ import annotations
+
+from .cache import ShardCache, pid_alive
+from .config import (DEFAULT_CACHE_BYTES, READ_CHUNK, STREAM_CHUNK, TMP_TAG, MissingExtraError,
+                     RetriesExhaustedError, StorageConfig, StorageError, basename, is_url, join, normalize,
+                     protocol)
+from .output import OutputDir, temporary_name
+from .remote import (EXTRAS, RemoteStream, download, exists, filesystem, list_tree, open_stream, read_bytes,
+                     read_exact, read_range, size)
+from .retries import ShortReadError, is_transient, with_retries
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES", "EXTRAS", "READ_CHUNK", "STREAM_CHUNK", "TMP_TAG",
+    "StorageError", "RetriesExhaustedError", "MissingExtraError", "ShortReadError", "StorageConfig",
+    "is_url", "normalize", "join", "basename", "protocol", "filesystem",
+    "is_transient", "with_retries",
+    "exists", "size", "read_bytes", "read_range", "open_stream", "read_exact", "RemoteStream", "download",
+    "list_tree", "pid_alive", "ShardCache", "temporary_name", "OutputDir",
+]

@@ -1,0 +1,94 @@
+"""Storage settings, its errors, and the names of local paths and URLs (no I/O, no fsspec)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import IotoolError, UsageError
+
+DEFAULT_CACHE_BYTES = 20 << 30
+STREAM_CHUNK = 4 << 20  # bytes per read when downloading a whole file
+READ_CHUNK = 1 << 20  # bytes per read when streaming records
+TMP_TAG = ".tmp-"
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+class StorageError(IotoolError):
+    """A read or write of a local path or URL failed; the message names it and the reason."""
+
+
+class RetriesExhaustedError(StorageError):
+    """A remote operation kept failing with transient errors after every allowed attempt."""
+
+
+class MissingExtraError(UsageError):
+    """A URL needs an optional filesystem package that is not installed; the message names the extra."""
+
+
+@dataclass
+class StorageConfig:
+    """How remote files are reached. Picklable, so it travels into DataLoader workers and Ray tasks.
+
+    Attributes:
+        options: keyword arguments for the fsspec filesystem, e.g. ``{"endpoint_url": ...,
+            "key": ..., "secret": ...}`` for S3. fsspec's own ``FSSPEC_<PROTOCOL>_<OPTION>``
+            environment variables (e.g. ``FSSPEC_S3_ENDPOINT_URL``) apply as well.
+        retries: how many times a failed remote operation is retried (so ``retries + 1`` attempts).
+        backoff: seconds before the first retry; doubled for each further one, at most 10 s.
+        cache_dir: a local folder where whole remote shards are kept; None: stream, keep nothing.
+        cache_max_bytes: the size bound of ``cache_dir``; least recently used shards go first.
+        block_size: bytes per ranged request when streaming from an object store.
+    """
+
+    options: dict[str, Any] = field(default_factory=dict)
+    retries: int = 3
+    backoff: float = 0.5
+    cache_dir: str | None = None
+    cache_max_bytes: int = DEFAULT_CACHE_BYTES
+    block_size: int = 16 << 20
+
+    def __post_init__(self) -> None:
+        if self.retries < 0 or self.backoff < 0:
+            raise UsageError(f"retries={self.retries}, backoff={self.backoff}: must be 0 or more.")
+        if self.cache_max_bytes <= 0:
+            raise UsageError(f"cache_max_bytes={self.cache_max_bytes}: must be positive.")
+        if self.cache_dir is not None:
+            self.cache_dir = os.path.abspath(os.path.expanduser(os.fspath(self.cache_dir)))
+
+
+# --- names -------------------------------------------------------------------------------
+
+def is_url(path: str | os.PathLike) -> bool:
+    """True for ``scheme://...`` locations other than ``file://`` (those are local paths)."""
+    text = os.fspath(path)
+    return bool(_URL.match(text)) and not text.lower().startswith("file://")
+
+
+def normalize(path: str | os.PathLike) -> str:
+    """A URL unchanged (without a trailing slash); ``file://`` URLs and paths as absolute paths."""
+    text = os.fspath(path)
+    if text.lower().startswith("file://"):
+        text = text[len("file://"):]
+    if is_url(text):
+        return text.rstrip("/") if not text.endswith("://") else text
+    return os.path.abspath(text)
+
+
+def join(base: str, *names: str) -> str:
+    """``base/name`` for a URL (always ``/``) or a local path (``os.path.join``)."""
+    if is_url(base):
+        return "/".join([base.rstrip("/"), *(n.strip("/") for n in names)])
+    return os.path.join(base, *names)
+
+
+def basename(location: str) -> str:
+    """The last component of a URL or path."""
+    return location.rstrip("/").rsplit("/", 1)[-1] if is_url(location) else os.path.basename(location)
+
+
+def protocol(url: str) -> str:
+    """``s3`` for ``s3://bucket/key``."""
+    return url.split("://", 1)[0].lower()
