@@ -1,0 +1,83 @@
+"""The resize kernels: torch's uint8 antialiased bilinear, OpenCV where torch lacks it."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from .images import Image, _as_chw, _check_backend, _check_output, _emit, _size_pair
+
+
+@functools.lru_cache(maxsize=None)
+def torch_uint8_resize_available() -> bool:
+    """True when torch resizes uint8 tensors with antialiased bilinear interpolation (torch >= 2.1)."""
+    try:
+        probe = torch.zeros((1, 3, 8, 8), dtype=torch.uint8)
+        torch.nn.functional.interpolate(probe, size=(3, 5), mode="bilinear", antialias=True)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
+    return True
+
+
+def resize(image: Image, size: tuple[int, int], *, antialias: bool = True, backend: str = "auto",
+           output: str = "chw_tensor") -> Image:
+    """Resize an image to exactly ``size=(height, width)`` with bilinear interpolation.
+
+    Args:
+        image: an HxWxC uint8 array or a CxHxW uint8 tensor.
+        size: the output (height, width).
+        antialias: widen the bilinear filter when shrinking (as PIL and torchvision do), so fine
+            detail averages instead of aliasing. Enlarging is plain bilinear either way.
+        backend: ``"auto"`` (torch's uint8 kernel when available, else OpenCV), ``"torch"`` or
+            ``"opencv"`` (``INTER_AREA`` when shrinking an axis, ``INTER_LINEAR`` otherwise).
+        output: ``"chw_tensor"`` or ``"hwc_array"``.
+
+    Returns:
+        The resized image in the ``output`` layout, in new memory.
+
+    Raises:
+        UsageError: a bad image type, size, backend or output.
+    """
+    chw = _as_chw(image)
+    out = _resize_chw(chw, _size_pair(size, "size"), antialias, _check_backend(backend))
+    return _emit(out, _check_output(output), fresh=out is not chw)
+
+
+def _resize_chw(chw: torch.Tensor, size: tuple[int, int], antialias: bool, backend: str) -> torch.Tensor:
+    """Resize a CxHxW uint8 tensor of any strides; a new contiguous tensor unless sizes match."""
+    if tuple(chw.shape[1:]) == tuple(size):
+        return chw  # the caller's _emit copies it
+    if backend == "torch" or (backend == "auto" and torch_uint8_resize_available()):
+        batch = chw[None]
+        if chw.shape[0] in (3, 4) and not batch.is_contiguous(memory_format=torch.channels_last):
+            # torch's vectorised uint8 kernel wants dense NHWC input: a crop view or a CHW
+            # tensor resizes 1.2-2.3x slower than this copy plus the kernel (same pixels).
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        out = torch.nn.functional.interpolate(batch, size=size, mode="bilinear",
+                                              antialias=antialias, align_corners=False)
+        return out[0]
+    return _resize_opencv(chw, size, antialias)
+
+
+def _resize_opencv(chw: torch.Tensor, size: tuple[int, int], antialias: bool) -> torch.Tensor:
+    """OpenCV resize of a CxHxW tensor: INTER_AREA on the axes that shrink, INTER_LINEAR otherwise."""
+    import cv2
+
+    hwc = np.ascontiguousarray(chw.permute(1, 2, 0).numpy())
+    (height, width), (out_h, out_w) = hwc.shape[:2], size
+    if antialias and (out_h < height) != (out_w < width):  # shrink one axis, enlarge the other
+        shrunk = (out_h, width) if out_h < height else (height, out_w)
+        hwc = _cv2_resize(hwc, shrunk, cv2.INTER_AREA)
+    shrinking = antialias and out_h <= hwc.shape[0] and out_w <= hwc.shape[1]
+    out = _cv2_resize(hwc, size, cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+    return torch.from_numpy(out).permute(2, 0, 1)
+
+
+def _cv2_resize(hwc: np.ndarray, size: tuple[int, int], interpolation: int) -> np.ndarray:
+    """cv2.resize to (height, width), keeping a channel axis (OpenCV drops a single one)."""
+    import cv2
+
+    out = cv2.resize(hwc, (size[1], size[0]), interpolation=interpolation)
+    return np.ascontiguousarray(out.reshape(size[0], size[1], hwc.shape[2]))
