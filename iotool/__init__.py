@@ -1,45 +1,46 @@
 """iotool: fast, safe input pipelines for PyTorch image training.
 
-Public API: :func:`open_dataset`, :func:`convert`, :func:`verify`, :func:`fast_collate`,
-:class:`CUDAPrefetcher`, :data:`__version__`, the error types, and the submodules
-``iotool.transforms`` (crop/resize on uint8 arrays) and ``iotool.decode`` (decoder backends).
-Heavy modules (torch) load on first use, so the CLI and conversion workers start quickly.
+Public API: :func:`open_dataset`, :func:`open_reader`, :func:`convert`, :func:`verify`,
+:func:`fast_collate`, :class:`CUDAPrefetcher`, :data:`__version__`, the error types, and the
+submodules ``iotool.transforms`` (crop/resize on uint8 arrays), ``iotool.decode`` (decoder
+backends) and ``iotool.formats`` (the format registry).
+
+Importing iotool is light: torch, lmdb, h5py, fsspec, Ray and every format module load on
+first use of what needs them.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
+from ._version import __version__
 from .errors import (
     ConversionError, DecodeError, DestinationExistsError, FormatError, FormatVersionError,
     IotoolError, RecordError, SourceError, UnknownFormatError, UsageError,
 )
 
-__version__ = "0.1.0"
-
-# Imported eagerly so that ``iotool.convert`` and ``iotool.verify`` are the functions, not the
-# submodules of the same name (importing a submodule later would rebind the package attribute).
-from .convert import ConversionReport, convert  # noqa: E402
-from .verify import VerifyReport, verify  # noqa: E402
-
 _LAZY = {
+    "convert": ("pipeline.run", "convert"),
+    "ConversionReport": ("pipeline.job", "ConversionReport"),
+    "Progress": ("pipeline.job", "Progress"),
+    "verify": ("verification", "verify"),
+    "VerifyReport": ("verification", "VerifyReport"),
     "open_dataset": ("datasets", "open_dataset"),
     "open_reader": ("datasets", "open_reader"),
     "ImageDataset": ("datasets", "ImageDataset"),
-    "scan_imagefolder": ("sources", "scan_imagefolder"),
+    "ShardedIterableDataset": ("datasets", "ShardedIterableDataset"),
+    "scan_imagefolder": ("pipeline.sources", "scan_imagefolder"),
     "fast_collate": ("collate", "fast_collate"),
     "CUDAPrefetcher": ("prefetch", "CUDAPrefetcher"),
 }
+_SUBMODULES = ("transforms", "decode", "formats")
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("transforms", "decode", "formats"):  # submodules, importable as iotool.transforms
-        import importlib
-
+    if name in _SUBMODULES:  # importable as iotool.transforms without an explicit import
         return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
-        import importlib
-
         module, attr = _LAZY[name]
         value = getattr(importlib.import_module(f".{module}", __name__), attr)
         globals()[name] = value
@@ -47,8 +48,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'iotool' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY, *_SUBMODULES])
+
+
 __all__ = [
-    "__version__", "open_dataset", "open_reader", "ImageDataset", "convert", "ConversionReport",
-    "scan_imagefolder", "verify", "VerifyReport", "fast_collate", "CUDAPrefetcher", "ConversionError", "DecodeError", "DestinationExistsError", "FormatError",
-    "FormatVersionError", "IotoolError", "RecordError", "SourceError", "UnknownFormatError", "UsageError",
+    "__version__", "open_dataset", "open_reader", "ImageDataset", "ShardedIterableDataset", "convert",
+    "ConversionReport", "Progress", "scan_imagefolder", "verify", "VerifyReport", "fast_collate", "CUDAPrefetcher",
+    "ConversionError", "DecodeError", "DestinationExistsError", "FormatError", "FormatVersionError", "IotoolError",
+    "RecordError", "SourceError", "UnknownFormatError", "UsageError",
 ]

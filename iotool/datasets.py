@@ -15,7 +15,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .decode import AUTO, decode, resolve_backend
 from .errors import DecodeError, IotoolError, RecordError, UsageError
-from .formats import FormatReader, detect_format
+from .formats import FormatReader, ShardedReader, detect_format
 from .storage import StorageConfig
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class ImageDataset(_ReaderInfo, Dataset):
         """Decode one payload (unless decoder=None)."""
         if self.decoder is None:
             return data
-        native = getattr(self.reader, "native_decode", None)
+        native = self.reader.native_decode
         if native is not None and self.decoder == AUTO:
             return native(data)  # e.g. the BMP cache: numpy, no PIL
         return decode(data, self.decoder, name=f"{self.reader.path}[{index}]")
@@ -178,7 +178,7 @@ def current_env(captured: tuple[int, int] | None = None) -> ShardEnv:
 
 
 class ShardedIterableDataset(_ReaderInfo, IterableDataset):
-    """Streams a sharded dataset (tar shards) once per epoch across ranks and workers.
+    """Streams a sharded dataset (tar shards, ...) once per epoch across ranks and workers.
 
     Shards are shuffled (when ``shuffle``) with the same ``(seed, epoch)`` on every rank, dealt
     to ranks round-robin (``order[rank::world_size]``), and each rank's shards are dealt to its
@@ -192,7 +192,7 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
     Use at least ``world_size * num_workers`` shards so that every worker has work.
     """
 
-    def __init__(self, reader: FormatReader, decoder: str | None = AUTO,
+    def __init__(self, reader: ShardedReader, decoder: str | None = AUTO,
                  transform: Callable[[Any], Any] | None = None, *, shuffle: bool = False, seed: int = 0,
                  buffer_size: int = 1000, even: bool = False, env: ShardEnv | None = None,
                  on_error: str = "raise", max_skips: int = 100, check_checksums: bool = False):
@@ -308,7 +308,7 @@ def open_reader(path: str | os.PathLike, *, storage_options: dict[str, Any] | No
                 retries: int = 3) -> FormatReader:
     """Open the format reader for the dataset at ``path`` (format detected).
 
-    ``path`` may be an fsspec URL of tar shards; the keyword arguments are those of
+    ``path`` may be an fsspec URL of a format read remotely (tar shards); the keyword arguments are those of
     :func:`open_dataset`.
     """
     config = _storage_config(storage_options, cache_dir, cache_max_bytes, retries)
@@ -323,8 +323,8 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
     """Open an iotool dataset as a torch Dataset, detecting its format.
 
     Args:
-        path: a dataset written by ``iotool convert``: a local path, or for tar shards also an
-            fsspec URL of the shard folder (``https://``, ``s3://``, ``gs://``, ``file://``).
+        path: a dataset written by ``iotool convert``: a local path, or for formats read remotely
+            (tar shards) also an fsspec URL of the shard folder (``https://``, ``s3://``, ``gs://``, ``file://``).
             Remote shards are streamed (one sequential read per shard); ``index.json`` names them,
             so no listing is needed. ``s3://`` needs ``pip install 'iotool[s3]'``, ``gs://``
             ``iotool[gcs]``, ``http(s)://`` ``iotool[http]``.
@@ -346,12 +346,12 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
             used shards are removed first.
         retries: how many times a failed remote read is retried (with backoff) before a
             :class:`~iotool.storage.StorageError` naming the URL is raised.
-        **iterable_options: for tar shards, :class:`ShardedIterableDataset` options
+        **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
             (``shuffle``, ``seed``, ``buffer_size``, ``even``).
 
     Returns:
         lmdb, hdf5, bmp: an :class:`ImageDataset` (``len``, ``ds[i] -> (image, label)``).
-        tar: a :class:`ShardedIterableDataset` (``for image, label in ds``, ``len``, ``set_epoch``).
+        sharded formats (tar): a :class:`ShardedIterableDataset` (``for image, label in ds``, ``len``, ``set_epoch``).
         Both have ``classes``, ``class_to_idx`` and ``keys``.
     """
     config = _storage_config(storage_options, cache_dir, cache_max_bytes, retries)
@@ -361,5 +361,5 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
     if spec.iterable:
         return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)
     if iterable_options:
-        raise UsageError(f"{', '.join(iterable_options)}: only for iterable formats (tar), not {spec.name}.")
+        raise UsageError(f"{', '.join(iterable_options)}: only for sharded formats, not {spec.name}.")
     return ImageDataset(reader, decoder=decoder, transform=transform, **common)

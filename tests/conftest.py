@@ -76,7 +76,7 @@ def rewrite_meta(fmt: str, path: Path, **changes) -> None:
     import h5py
     import lmdb
 
-    from iotool.formats.base import write_index
+    from iotool.formats.index import write_index
 
     if fmt == "lmdb":
         env = lmdb.open(str(path), lock=False)

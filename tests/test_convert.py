@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import iotool
-from iotool.convert import TMP_MARKER, cleanup_stale_temporaries
+from iotool.pipeline.destination import TMP_MARKER, cleanup_stale_temporaries
 from iotool.errors import ConversionError, DestinationExistsError, UsageError
 from iotool.formats import lmdb as lmdb_format
-from iotool.sources import scan_imagefolder
+from iotool.pipeline.sources import scan_imagefolder
 
 from .conftest import listdir_all, make_image
 
@@ -65,9 +65,8 @@ def test_layout_readable_with_plain_lmdb(imagefolder, tmp_path):
 
 def test_map_size_grows_as_needed(imagefolder, tmp_path, monkeypatch):
     monkeypatch.setattr(lmdb_format, "INITIAL_MAP_SIZE", 64 << 10)  # far smaller than the data
-    monkeypatch.setattr(lmdb_format, "COMMIT_RECORDS", 3)
     dst = tmp_path / "out.lmdb"
-    iotool.convert(imagefolder, dst, "lmdb", workers=0)
+    iotool.convert(imagefolder, dst, "lmdb", workers=0, commit_every=3)
     assert len(read_all(dst)) == 13
 
 

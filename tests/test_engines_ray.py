@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import iotool
-from iotool.engines import FAULT_ENV
+from iotool.engines.ray import FAULT_ENV
 from iotool.errors import ConversionError, UsageError
 
 from .conftest import make_image, write_tree
@@ -85,7 +85,7 @@ def test_ray_tar_conversion_equals_a_local_one(cluster, source, tmp_path):
 
 @needs_ray
 def test_ray_bmp_conversion_equals_a_local_one(cluster, source, tmp_path, monkeypatch):
-    monkeypatch.setattr("iotool.engines.BMP_TASK_SIZE", 7)
+    monkeypatch.setattr("iotool.formats.bmp.TASK_SIZE", 7)
     iotool.convert(source, tmp_path / "ray", "bmp", engine="ray", resize=16)
     iotool.convert(source, tmp_path / "local", "bmp", workers=2, resize=16)
     a, b = index(tmp_path / "ray"), index(tmp_path / "local")

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import iotool
-from iotool.convert import REDUCING_GAP, _prepare
+from iotool.pipeline.prepare import REDUCING_GAP, PayloadOptions, prepare
 from iotool.decode import decode
 from iotool.errors import DecodeError, UsageError
 from iotool.formats.bmp import decode_bmp, encode_bmp
@@ -62,8 +62,8 @@ def test_reduced_dct_decode_then_resize_stays_close_to_full_decode(name):
     size = target_size(w, h, 64, None)
     reduced = decode(data, "auto", min_size=(size[1] * REDUCING_GAP, size[0] * REDUCING_GAP))
     assert reduced.shape[0] < h and reduced.shape[1] < w  # the DCT-scaled path was taken
-    options = {"encode": "bmp", "resize": 64, "size": None, "quality": 90, "validate": True}
-    fast = decode_bmp(_prepare(name, data, options)[0])
+    options = PayloadOptions(validate=True, resize=64, size=None, encode="bmp", quality=90)
+    fast = decode_bmp(prepare(name, data, options)[0])
     full = resize_rgb(full_image, size)
     assert fast.shape == full.shape and min(fast.shape[:2]) == 64
     diff = np.abs(fast.astype(int) - full.astype(int))

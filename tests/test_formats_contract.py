@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset
 import iotool
 from iotool.errors import ConversionError, DestinationExistsError, FormatVersionError
 from iotool.formats import FORMATS
-from iotool.sources import scan_imagefolder
+from iotool.pipeline.sources import scan_imagefolder
 
 from .conftest import listdir_all, make_image, rewrite_meta, write_tree
 

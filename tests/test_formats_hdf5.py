@@ -14,7 +14,7 @@ import pytest
 
 import iotool
 from iotool.errors import IotoolError, RecordError
-from iotool.sources import scan_imagefolder
+from iotool.pipeline.sources import scan_imagefolder
 
 
 def test_layout_with_plain_h5py(imagefolder, tmp_path):

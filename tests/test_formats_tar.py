@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 import iotool
 from iotool.datasets import ShardEnv, ShardedIterableDataset
-from iotool.formats.base import unique_stem
+from iotool.formats.index import unique_stem
 
 from .conftest import make_image, write_tree
 

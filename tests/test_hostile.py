@@ -203,7 +203,7 @@ def test_tar_index_with_unsafe_member_names_is_refused(tmp_path, evil):
     index = json.loads((dst / "index.json").read_text())
     index.pop("integrity")
     index["member_keys"][0] = evil
-    from iotool.formats.base import write_index
+    from iotool.formats.index import write_index
 
     write_index(str(dst), index)
     with pytest.raises(FormatError, match="unsafe"):

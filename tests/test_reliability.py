@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import iotool
-from iotool.convert import TMP_MARKER
+from iotool.pipeline.destination import TMP_MARKER
 
 from .conftest import write_tree
 
@@ -104,7 +104,7 @@ def test_resume_refuses_a_partial_output_of_another_job(many, tmp_path):
 def test_resume_without_a_partial_output_starts_over_and_other_formats_refuse(imagefolder, tmp_path):
     report = iotool.convert(imagefolder, tmp_path / "o", "lmdb", workers=0, resume=True)
     assert report.resumed_from == 0 and report.count == 13
-    with pytest.raises(iotool.UsageError, match="lmdb and tar"):
+    with pytest.raises(iotool.UsageError, match="formats that can resume"):
         iotool.convert(imagefolder, tmp_path / "h.h5", "hdf5", workers=0, resume=True)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from iotool.errors import SourceError
-from iotool.sources import IMG_EXTENSIONS, scan_imagefolder
+from iotool.pipeline.sources import IMG_EXTENSIONS, scan_imagefolder
 
 
 def touch(path: Path, data: bytes = b"x") -> None:

@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import UsageError
-from ..sources import IMG_EXTENSIONS
+from ..pipeline.sources import IMG_EXTENSIONS
 
 # A progress callback receives (what is being done, steps done, steps in all).
 ProgressFn = Callable[[str, int, int], None]

@@ -91,7 +91,7 @@ class TorchvisionStyleFolder:
     """
 
     def __init__(self, root: str | os.PathLike, transform: Any = None):
-        from ..sources import scan_imagefolder
+        from ..pipeline.sources import scan_imagefolder
 
         scan = scan_imagefolder(root)
         self.samples = [(s.path, s.label) for s in scan.samples]
@@ -165,7 +165,7 @@ class LoaderBenchResult:
 def _build_formats(src: str, workdir: str, formats: Sequence[str], size: int, progress: ProgressFn,
                    failed: dict[str, str], images: int) -> dict[str, tuple[str, float]]:
     """Convert SRC into each format under ``workdir``; returns name -> (path, seconds)."""
-    from ..convert import convert
+    from ..pipeline.run import convert
 
     built = {}
     for i, fmt in enumerate(formats):
@@ -300,7 +300,7 @@ def bench_loader(
     result = LoaderBenchResult(src, 0, decoder, workers, batch_size, size, rounds, pipeline=pipeline,
                                epochs=epochs)
     with tempfile.TemporaryDirectory(prefix="iotool-bench-", dir=workdir) as tmp, single_threaded():
-        from ..sources import scan_imagefolder
+        from ..pipeline.sources import scan_imagefolder
 
         built = _build_formats(src, tmp, names, size, progress, result.failed, len(scan_imagefolder(src)))
         contestants = _contestants(src, built, decoder, pipeline, size, webdataset, result.failed)

@@ -6,9 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import __version__
-from . import convert_cmd, info_cmd, verify_cmd
-from . import bench_cmd
+from .._version import __version__
+from . import bench_cmd, convert_cmd, formats_cmd, info_cmd, verify_cmd
 
 app = typer.Typer(
     name="iotool",
@@ -39,6 +38,7 @@ def _root(
 app.command("convert", no_args_is_help=True)(convert_cmd.convert)
 app.command("info", no_args_is_help=True)(info_cmd.info)
 app.command("verify", no_args_is_help=True)(verify_cmd.verify)
+app.command("formats")(formats_cmd.formats)
 app.add_typer(bench_cmd.app, name="bench")
 
 

@@ -9,16 +9,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..convert import ConversionReport, convert as run_convert
-from ..errors import UsageError
-from ..formats import FORMATS
-from ..imageops import parse_size
 from rich.markup import escape
 
+from ..errors import UsageError
+from ..formats import format_names
+from ..imageops import parse_size
+from ..pipeline.job import ConversionReport
+from ..pipeline.run import convert as run_convert
 from .common import console, err_console, handle_errors, human_bytes, write_json
 
-SourceFormat = Enum("SourceFormat", {n: n for n in ["imagefolder", *FORMATS]}, type=str)
-OutputFormat = Enum("OutputFormat", {n: n for n in FORMATS}, type=str)
+SourceFormat = Enum("SourceFormat", {n: n for n in ["imagefolder", *format_names()]}, type=str)
+OutputFormat = Enum("OutputFormat", {n: n for n in format_names()}, type=str)
 
 
 class Encoding(str, Enum):
@@ -44,7 +45,7 @@ def convert(
     src: Annotated[str, typer.Argument(
         help="Source: an ImageFolder root or an iotool dataset; a path or a URL (s3://, gs://, ...).")],
     dst: Annotated[str, typer.Argument(
-        help="Destination (must not exist unless --overwrite): a path, or for tar a URL (s3://bucket/shards).")],
+        help="Destination (must not exist unless --overwrite): a path, or a URL (s3://bucket/shards) for formats written to URLs.")],
     workers: Annotated[Optional[int], typer.Option(
         "--workers", "-w", min=0, help="Reader/validator processes (default: CPU count).")] = None,
     on_error: Annotated[OnError, typer.Option(
@@ -53,7 +54,8 @@ def convert(
         "--validate/--no-validate", help="Fully decode every image before storing it.")] = True,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing DST.")] = False,
     resume: Annotated[bool, typer.Option(
-        help="lmdb, tar: continue the partial output of a killed or interrupted run from its last commit.")] = False,
+        help="Continue the partial output of a killed or interrupted run from its last commit (formats "
+        "that can resume: see `iotool formats`).")] = False,
     resize: Annotated[Optional[int], typer.Option(
         min=1, help="Resize so the shorter side is N pixels (antialiased). Required for bmp.")] = None,
     size: Annotated[Optional[str], typer.Option(help="Resize to exactly WIDTHxHEIGHT, e.g. 224x224.")] = None,
@@ -62,11 +64,14 @@ def convert(
         "(jpeg is the default with resize).")] = None,
     quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality when re-encoding.")] = 90,
     shard_size: Annotated[Optional[int], typer.Option(
-        min=1, help="tar: samples per shard (default 1000).")] = None,
+        min=1, help="Sharded formats (tar): samples per shard (default 1000).")] = None,
     shard_bytes: Annotated[Optional[int], typer.Option(
-        min=1, help="tar: start a new shard before a shard's payloads exceed this many bytes.")] = None,
+        min=1, help="Sharded formats (tar): start a new shard before its payloads exceed this many bytes.")] = None,
+    option: Annotated[Optional[list[str]], typer.Option(
+        "--option", "-o", help="A format option as KEY=VALUE (repeatable), e.g. -o commit_every=512 for lmdb; "
+        "`iotool formats` lists each format's options.")] = None,
     engine: Annotated[Engine, typer.Option(
-        help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (tar, bmp; "
+        help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
         "pip install 'iotool[ray]').")] = Engine.local,
     ray_address: Annotated[Optional[str], typer.Option(
         help="--engine ray: the cluster to join, e.g. auto or ray://HEAD:10001 (default: $RAY_ADDRESS, else a "
@@ -90,10 +95,9 @@ def convert(
         iotool convert imagefolder tar s3://bucket/train s3://bucket/shards --engine ray --ray-address auto
     """
     show = not quiet and json_out != "-"
-    format_options = {k: v for k, v in (("shard_size", shard_size), ("shard_bytes", shard_bytes)) if v}
     with handle_errors():
-        if format_options and dst_format.value != "tar":
-            raise UsageError(f"--shard-size/--shard-bytes apply to the tar format, not {dst_format.value}.")
+        format_options = {k: v for k, v in (("shard_size", shard_size), ("shard_bytes", shard_bytes)) if v}
+        format_options.update(parse_options(option or []))
         size_wh = parse_size(size) if size else None
     with handle_errors(), _progress_bar(show) as (bar, callback):
         report = run_convert(src, dst, dst_format.value, src_format=src_format.value, workers=workers,
@@ -110,6 +114,17 @@ def convert(
         console.print(summary_table(report))
         for s in report.skipped:
             err_console.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}", highlight=False, soft_wrap=True)
+
+
+def parse_options(items: list[str]) -> dict[str, str]:
+    """['commit_every=512'] -> {'commit_every': '512'}; the format converts and checks the values."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--option {item!r}: expected KEY=VALUE, e.g. -o commit_every=512.")
+        options[key.strip().replace("-", "_")] = value
+    return options
 
 
 class _progress_bar:

@@ -7,9 +7,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..convert import _du
 from .. import storage
 from ..formats import FormatReader, detect_format
+from ..pipeline.destination import du
 from .common import console, handle_errors, human_bytes, write_json
 
 
@@ -55,8 +55,7 @@ def info(
 
 
 def _dataset_bytes(reader: FormatReader) -> int:
-    """Bytes on disk; for remote shards the sizes of index.json and every shard."""
+    """Bytes on disk; for a remote dataset the sizes of each of its files."""
     if not reader.remote:
-        return _du(reader.path)
-    urls = [storage.join(reader.path, "index.json"), *reader.shard_urls()]
-    return sum(storage.size(url, reader.storage) for url in urls)
+        return du(reader.path)
+    return sum(storage.size(url, reader.storage) for url in reader.files())

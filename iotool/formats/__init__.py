@@ -1,4 +1,9 @@
-"""Format registry: name -> FormatSpec (writer, reader, detect). One module per format."""
+"""Storage formats: the registry, detection, and the base classes every format implements.
+
+A format is one module (or sub-package) defining a :class:`FormatSpec` named ``SPEC`` that
+owns its writer and its reader; see :mod:`iotool.formats.base` and
+:mod:`iotool.formats.registry`.
+"""
 
 from __future__ import annotations
 
@@ -6,67 +11,65 @@ import os
 from typing import TYPE_CHECKING
 
 from ..errors import UnknownFormatError
-from .base import FormatReader, FormatSpec, FormatWriter
+from .base import (
+    FormatOptions, FormatReader, FormatSpec, FormatWriter, ShardedReader, ShardPlan, ShardUnit, WriterHooks,
+)
+from .registry import FORMATS, all_formats, format_names, get_format, register
 
 if TYPE_CHECKING:
     from ..storage import StorageConfig
 
-FORMATS: dict[str, FormatSpec] = {}
-
-
-def register(spec: FormatSpec) -> FormatSpec:
-    """Add a format to the registry (each format module calls this at import)."""
-    FORMATS[spec.name] = spec
-    return spec
-
-
-def get_format(name: str) -> FormatSpec:
-    """Look a format up by name; the error lists the known ones."""
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise UnknownFormatError(
-            f"Unknown format {name!r}; choose one of: {', '.join(sorted(FORMATS))}."
-        ) from None
-
 
 def detect_format(path: str | os.PathLike, storage: "StorageConfig | None" = None) -> FormatSpec:
-    """Return the spec of the dataset stored at ``path`` (a local path or, for tar shards, a URL)."""
-    from ..storage import is_url, normalize
+    """The spec of the dataset at ``path`` (a local path or a URL), from the ``format`` field of
+    its own metadata."""
+    from ..storage import StorageConfig, is_url, normalize
 
     path = os.fspath(path)
     if is_url(path) or path.lower().startswith("file://"):
         path = normalize(path)
     if is_url(path):
-        return _detect_remote(path, storage)
+        return _detect_remote(path, storage or StorageConfig())
     if not os.path.exists(path):
         raise UnknownFormatError(f"{path!r} does not exist.")
-    for spec in FORMATS.values():
-        if spec.detect(path):
-            return spec
+    for spec in all_formats():
+        declared = spec.sniff(path)
+        if declared is not None:
+            return _declared_spec(path, declared)
     raise UnknownFormatError(
-        f"{path!r} is not an iotool dataset in any known format ({', '.join(sorted(FORMATS))}). "
+        f"{path!r} is not an iotool dataset in any known format ({', '.join(format_names())}). "
         f"Create one with `iotool convert imagefolder FORMAT SRC DST`."
     )
 
 
-def _detect_remote(url: str, storage: "StorageConfig | None") -> FormatSpec:
-    """Remote datasets are tar shards: index.json plus shard-000000.tar (no listing needed)."""
-    from .. import storage as st
-
-    config = storage or st.StorageConfig()
-    if not st.exists(st.join(url, "index.json"), config):
-        raise UnknownFormatError(f"{url!r} holds no index.json: not an iotool dataset (remote datasets are tar "
-                                 f"shards written by `iotool convert imagefolder tar SRC DST`).")
-    if not st.exists(st.join(url, "shard-000000.tar"), config):
-        raise UnknownFormatError(f"{url!r} has an index.json but no shard-000000.tar; only tar shards are read "
-                                 f"from URLs. Copy other formats to local disk first.")
-    return FORMATS["tar"]
+def _declared_spec(path: str, declared: str) -> FormatSpec:
+    """The registered spec of the format a dataset's metadata names."""
+    if declared not in format_names():
+        raise UnknownFormatError(
+            f"{path!r}: its metadata says format {declared!r}, which this installation does not know "
+            f"(known: {', '.join(format_names())}); install the package that provides it.")
+    return get_format(declared)
 
 
-from . import lmdb as _lmdb  # noqa: E402,F401  (each module registers itself)
-from . import hdf5 as _hdf5  # noqa: E402,F401
-from . import tar as _tar  # noqa: E402,F401
-from . import bmp as _bmp  # noqa: E402,F401
+def _detect_remote(url: str, config: "StorageConfig") -> FormatSpec:
+    """A URL dataset: asked of each format that reads URLs."""
+    remote = [spec for spec in all_formats() if spec.remote_read]
+    for spec in remote:
+        declared = spec.sniff_remote(url, config)
+        if declared is not None:
+            found = _declared_spec(url, declared)
+            if not found.remote_read:
+                raise UnknownFormatError(
+                    f"{url!r} holds a {found.name} dataset, which is read from local paths only; copy it to "
+                    f"local disk first, or convert it to a format read from URLs "
+                    f"({', '.join(s.name for s in remote)}).")
+            return found
+    raise UnknownFormatError(f"{url!r} holds no index.json of an iotool dataset readable from a URL (formats read remotely: "
+                             f"{', '.join(s.name for s in remote)}); write one with `iotool convert imagefolder "
+                             f"FORMAT SRC URL`.")
 
-__all__ = ["FORMATS", "FormatReader", "FormatSpec", "FormatWriter", "detect_format", "get_format", "register"]
+
+__all__ = [
+    "FORMATS", "FormatOptions", "FormatReader", "FormatSpec", "FormatWriter", "ShardPlan", "ShardUnit",
+    "ShardedReader", "WriterHooks", "all_formats", "detect_format", "format_names", "get_format", "register",
+]

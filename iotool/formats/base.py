@@ -1,32 +1,114 @@
-"""The small base classes every storage format implements: a writer and a map-style reader."""
+"""What a storage format is: its spec (capabilities), typed options, writer and readers.
+
+A format is one module (or sub-package) that defines a :class:`FormatSpec` named ``SPEC``;
+the registry (:mod:`iotool.formats.registry`) finds it by module path or through the
+``iotool.formats`` entry-point group. Nothing outside the format's module needs its name:
+the pipeline, the engines, ``verify``, ``info`` and the datasets read the spec.
+"""
 
 from __future__ import annotations
 
 import os
+import typing
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
 
 from ..errors import FormatVersionError, UsageError
 from ..records import DatasetMeta, Record
 
 if TYPE_CHECKING:
-    from ..storage import StorageConfig
+    from ..storage import OutputDir, StorageConfig
+
+
+# --- options ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FormatOptions:
+    """A format's options: subclass as a frozen dataclass; validate in ``__post_init__``.
+
+    The base class is the options of a format that takes none.
+    """
+
+    @classmethod
+    def parse(cls, format_name: str, given: Mapping[str, Any]) -> "FormatOptions":
+        """Build the options from keyword arguments (or ``KEY=VALUE`` strings from the CLI);
+        unknown names are refused with the format's choices."""
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            choices = ", ".join(names) if names else "none"
+            raise UsageError(f"The {format_name} format has no option {', '.join(unknown)}; "
+                             f"its options: {choices}.")
+        values = {name: _coerce(format_name, name, value, hints[name]) for name, value in given.items()}
+        return cls(**values)
+
+
+def _coerce(format_name: str, name: str, value: Any, hint: Any) -> Any:
+    """A CLI string turned into the option's type (int, float, bool; None for 'none')."""
+    if not isinstance(value, str):
+        return value
+    kinds = [t for t in typing.get_args(hint) or (hint,) if t is not type(None)]
+    if value.lower() == "none" and len(kinds) < len(typing.get_args(hint) or (hint,)):
+        return None
+    for kind in kinds:
+        try:
+            if kind is bool:
+                if value.lower() in ("1", "true", "yes", "0", "false", "no"):
+                    return value.lower() in ("1", "true", "yes")
+                continue
+            if kind in (int, float, str):
+                return kind(value)
+        except ValueError:
+            continue
+    raise UsageError(f"The {format_name} format's option {name}={value!r} is not a valid {hint}.")
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+class CheckpointState(Protocol):
+    """The pipeline's view of its progress, which resumable writers store with each commit."""
+
+    def state(self, count: int, source_done: int) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class WriterHooks:
+    """The pipeline's collaborators, handed to a writer at construction.
+
+    ``checkpoint``: where the conversion stands (resumable writers store its ``state`` with
+    every commit). ``on_unit_closed(local_path, name)``: called when a self-contained output
+    unit (a shard) is complete, so a URL destination can publish it before the run ends.
+    """
+
+    checkpoint: CheckpointState | None = None
+    on_unit_closed: Callable[[str, str], None] | None = None
 
 
 class FormatWriter(ABC):
     """Writes records, in order, into a temporary path that the pipeline renames into place.
 
-    The pipeline calls ``add`` once per record in source order, then ``finish`` with the
-    metadata; on any failure it calls ``abort`` and removes the temporary path itself.
+    The pipeline calls ``add`` once per record in source order (``record.index`` is dense,
+    ``record.position`` is its place in the source), then ``finish`` with the metadata; on
+    any failure it calls ``abort`` and removes (or, for resume, keeps) the temporary path.
+
+    Resume contract (formats with ``resumable = True``): at every durable commit the writer
+    stores ``hooks.checkpoint.state(records committed, source positions covered)`` inside its
+    output. ``read_checkpoint(path)`` returns the last stored state of a partial output (or
+    None); the pipeline checks its fingerprint against the new job, builds a writer on the
+    same path and calls ``resume(state)``, which must drop anything written after that commit;
+    then ``add`` continues with record ``state["count"]`` from source position
+    ``state["source_done"]``. ``finish`` removes every checkpoint trace, so a finished output
+    is byte-identical to one written without interruption.
     """
 
-    resumable = False  # writers that can continue a killed run override read_checkpoint/resume
+    resumable = False
 
-    def __init__(self, path: str, options: dict[str, Any]):
+    def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
         self.path = path
         self.options = options
-        self.checkpoint: Any = None  # the pipeline's Checkpoint; resumable writers store its state
+        self.hooks = hooks
 
     @classmethod
     def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
@@ -49,17 +131,22 @@ class FormatWriter(ABC):
         """Close handles after a failure; the pipeline deletes the temporary output."""
 
 
+# --- reading ---------------------------------------------------------------------------------
+
 class FormatReader(ABC):
     """Reads one stored dataset. Holds a path; handles open lazily, once per process.
 
-    Subclasses load :attr:`meta` in ``__init__`` and implement ``read``. Pickling keeps only
-    the path and the metadata, so a reader crosses into DataLoader workers under fork and spawn.
+    Subclasses load :attr:`meta` in ``_load_meta`` and implement ``read``. Pickling keeps
+    only the path and the metadata, so a reader crosses into DataLoader workers under fork
+    and spawn.
     """
 
     format_name: str = ""
     format_versions: tuple[int, ...] = (1,)
-
-    remote_ok = False  # readers that can read an fsspec URL (tar shards) set this
+    remote_ok = False  # readers that can read an fsspec URL set this
+    # A decoder for the payloads this format stores, used instead of the generic one when the
+    # dataset's decoder is "auto" (the BMP cache: numpy only). None: the generic decoders.
+    native_decode: Callable[[bytes], Any] | None = None
 
     def __init__(self, path: str | os.PathLike, *, storage: "StorageConfig | None" = None):
         from ..storage import StorageConfig, is_url, normalize
@@ -69,11 +156,10 @@ class FormatReader(ABC):
         self.remote = is_url(self.path)
         if self.remote and not self.remote_ok:
             raise UsageError(f"{self.path}: {self.format_name} datasets are read from local paths only; "
-                             f"copy it to local disk, or convert it to tar shards for remote reading.")
+                             f"copy it to local disk first.")
         self.meta: DatasetMeta = self._load_meta()
         self._check_version()
 
-    # -- to implement ---------------------------------------------------------------------
     @abstractmethod
     def _load_meta(self) -> DatasetMeta:
         """Read and validate the metadata."""
@@ -101,7 +187,10 @@ class FormatReader(ABC):
         """
         return []
 
-    # -- shared ---------------------------------------------------------------------------
+    def files(self) -> list[str]:
+        """Every file (or URL) the dataset consists of, for sizes and copies."""
+        return [self.path]
+
     def _check_version(self) -> None:
         if self.meta.format_version not in self.format_versions:
             raise FormatVersionError(
@@ -137,17 +226,22 @@ class FormatReader(ABC):
 
     @property
     def checksums(self) -> list[str]:
-        """Record checksums (hex SHA-256), loaded on first use; ``check_checksums`` reads them per record."""
+        """Record checksums (hex SHA-256), loaded on first use."""
         if getattr(self, "_checksum_list", None) is None:
             self._checksum_list = self._load_checksums()
         return self._checksum_list
 
-    def iter_records(self) -> Iterator[tuple[int, str, int, bytes]]:
-        """Yield (index, key, label, payload) in order; used by conversion and verify."""
-        keys = self.keys
-        for i in range(len(self)):
-            data, label = self.read(i)
-            yield i, keys[i], label, data
+    def read_many(self, indices: "typing.Iterable[int]") -> Iterator[tuple[int, bytes | None, int | None]]:
+        """Yield (index, payload, label) for ``indices`` in order; a record that fails comes as
+        (index, None, None) and the caller reads it again with ``read`` to get (or skip) the
+        error. Formats with a faster sequential path override this."""
+        for i in indices:
+            try:
+                data, label = self.read(i)
+            except Exception:  # noqa: BLE001  (re-read by the caller, which reports it)
+                yield i, None, None
+                continue
+            yield i, data, label
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -160,149 +254,141 @@ class FormatReader(ABC):
         self.__dict__.update(state)
 
 
-class IndexedReader(FormatReader):
-    """A reader whose keys, labels and checksums come from its index.json (tar, bmp);
-    ``_load_meta`` sets ``_index_keys``, ``_index_labels`` and ``_checksums``."""
+class ShardedReader(FormatReader):
+    """A reader of a dataset stored as shards read sequentially: ``open_dataset`` gives an
+    IterableDataset that splits each epoch's records over ranks and workers."""
 
-    _index_keys: list[str]
-    _index_labels: list[int]
-    _checksums: list[str]
+    @abstractmethod
+    def shard_ranges(self) -> list[range]:
+        """The record indices held by each shard, in shard order."""
 
-    def _load_keys(self) -> list[str]:
-        return self._index_keys
+    @abstractmethod
+    def shard_urls(self) -> list[str]:
+        """Paths (or URLs) of every shard, e.g. for ``webdataset.WebDataset(urls)``."""
 
-    def _load_labels(self) -> list[int]:
-        return self._index_labels
+    @abstractmethod
+    def read_many(self, indices: "typing.Iterable[int]") -> Iterator[tuple[int, bytes | None, int | None]]:
+        """Yield (index, payload, label), reading each shard sequentially (see FormatReader)."""
 
-    def _load_checksums(self) -> list[str]:
-        return self._checksums
 
+# --- distributed conversion ------------------------------------------------------------------
+
+class ShardUnit(ABC):
+    """One shard task's output, written by a Ray task into the destination."""
+
+    @abstractmethod
+    def add(self, name: str, record: Record) -> None:
+        """Store ``record`` under its planned ``name``."""
+
+    @abstractmethod
+    def publish(self) -> int:
+        """Make the unit visible at the destination; return the bytes published."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Remove whatever this attempt wrote (a failed or cancelled task)."""
+
+    def sync(self) -> None:
+        """Flush what is written so far to disk (fault-injection tests kill a task after it)."""
+
+    @abstractmethod
+    def columns(self) -> dict[str, list]:
+        """This unit's part of the index columns."""
+
+    def unit(self) -> dict[str, Any] | None:
+        """This unit's entry in the index's list of units (shards), if the format keeps one."""
+        return None
+
+
+class ShardPlan(ABC):
+    """How a distributable format splits a conversion into independent shard tasks.
+
+    Task k takes the source samples at positions ``[k * S, (k + 1) * S)``, S = ``task_size``;
+    names (member keys, file names) are decided on the driver from every source key, so
+    tasks agree without talking to each other. The driver merges the parts in order and
+    writes the index last.
+    """
+
+    @abstractmethod
+    def task_size(self, options: FormatOptions) -> int:
+        """Source samples per task."""
+
+    def check(self, options: FormatOptions) -> None:
+        """Refuse options this plan cannot honour (UsageError naming the alternative)."""
+
+    @abstractmethod
+    def plan_names(self, keys: list[str]) -> list[str]:
+        """The stored name of each source key, by source position."""
+
+    @abstractmethod
+    def open_unit(self, task: int, out: "OutputDir") -> ShardUnit:
+        """The output of task ``task``, written into ``out``."""
+
+    @abstractmethod
+    def merge(self, columns: dict[str, list], units: list[dict[str, Any]], part: dict[str, Any]) -> None:
+        """Append one task's part (``part["columns"]``, ``part["unit"]``) to the index being built."""
+
+    @abstractmethod
+    def index(self, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
+              options: FormatOptions) -> bytes:
+        """The bytes of the dataset's index for the merged parts."""
+
+
+# --- the spec ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class FormatSpec:
-    """A registered format: its name, writer, reader and how to recognise it on disk."""
+    """A format's declaration: what it is, what it can do, and its implementation.
+
+    Attributes:
+        name: the name used on the command line and stored in the metadata's ``format`` field.
+        description: one line for help texts.
+        writer, reader: the classes; ``reader`` subclasses :class:`ShardedReader` when the
+            dataset is read as an IterableDataset.
+        sniff: ``sniff(local_path)`` returns the format name the dataset's own metadata declares
+            when ``path`` is a container of the kind this format writes, else None. Detection
+            trusts what it says, never which files happen to exist.
+        sniff_remote: the same for a URL (``sniff_remote(url, storage_config)``), for formats
+            read remotely.
+        options: the typed, frozen options class (unknown options are refused).
+        sharded: how the Ray engine splits a conversion into shard tasks (None: one writer).
+        remote_write: the writer reports closed units (``on_unit_closed``), so a conversion can
+            publish them to a URL destination; ``unit_glob`` matches their file names.
+        encoding: a payload encoding the format requires (the BMP cache: ``bmp``).
+        needs_resize: the format stores resized images only.
+        example_options: options for a tiny dataset that still has several units (shards,
+            commits); the shared test suites and docs use them.
+    """
 
     name: str
+    description: str
     writer: type[FormatWriter]
     reader: type[FormatReader]
-    detect: Callable[[str], bool]
-    description: str
-    encoding: str | None = None  # a payload encoding the format requires (bmp: "bmp")
-    needs_resize: bool = False  # the format stores resized images only (the BMP cache)
-    iterable: bool = False  # open_dataset returns an IterableDataset (tar shards)
+    sniff: Callable[[str], str | None]
+    sniff_remote: Callable[[str, Any], str | None] | None = None
+    options: type[FormatOptions] = FormatOptions
+    sharded: ShardPlan | None = None
+    remote_write: bool = False
+    unit_glob: str | None = None
+    encoding: str | None = None
+    needs_resize: bool = False
+    example_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def resumable(self) -> bool:
         """Whether ``convert(..., resume=True)`` can continue a partial output of this format."""
         return self.writer.resumable
 
+    @property
+    def remote_read(self) -> bool:
+        """Whether datasets of this format are read from URLs."""
+        return self.reader.remote_ok and self.sniff_remote is not None
 
-def canonical_json(obj: Any) -> bytes:
-    """The one byte form of a JSON value that integrity digests are taken over."""
-    import json
+    @property
+    def iterable(self) -> bool:
+        """Whether ``open_dataset`` returns an IterableDataset (sharded reading)."""
+        return issubclass(self.reader, ShardedReader)
 
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-
-def sha256_hex(data: bytes) -> str:
-    """Hex SHA-256 of ``data``."""
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
-
-
-def index_bytes(index: dict[str, Any]) -> bytes:
-    """The bytes of ``index.json``: the index plus an ``integrity`` digest over the rest."""
-    body = dict(index)
-    body["integrity"] = sha256_hex(canonical_json(index))
-    return canonical_json(body)
-
-
-def write_index(path: str, index: dict[str, Any]) -> None:
-    """Write ``index.json`` with an ``integrity`` digest over the rest, and fsync it."""
-    with open(os.path.join(path, "index.json"), "wb") as f:
-        f.write(index_bytes(index))
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> bytes:
-    """The bytes of ``path``/index.json, from local disk or through fsspec."""
-    from ..errors import FormatError
-    from .. import storage as st
-
-    index_path = st.join(path, "index.json")
-    if st.is_url(path):
-        return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes)
-    size = os.path.getsize(index_path)
-    if size > max_bytes:
-        raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
-    with open(index_path, "rb") as f:
-        return f.read()
-
-
-def read_index(path: str, expected_format: str, max_bytes: int = 1 << 31,
-               storage: "StorageConfig | None" = None) -> tuple[DatasetMeta, dict]:
-    """Read ``index.json`` of a directory format (a local path or a URL); return (metadata, the whole
-    index, whose ``integrity`` field holds the verified digest)."""
-    import json
-
-    from ..errors import FormatError
-    from ..storage import join
-
-    index_path = join(path, "index.json")
-    try:
-        raw = json.loads(_index_raw(path, max_bytes, storage))
-    except OSError as exc:
-        raise FormatError(f"{path}: cannot read index.json ({exc.strerror or exc}).") from None
-    except ValueError as exc:
-        raise FormatError(f"{index_path}: not valid JSON ({exc}).") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("meta"), dict):
-        raise FormatError(f"{index_path}: expected a JSON object with a 'meta' object.")
-    stored = raw.pop("integrity", None)
-    if stored != sha256_hex(canonical_json(raw)):
-        raise FormatError(f"{index_path}: the index does not match its integrity digest; it was modified "
-                          f"or corrupted after conversion. Re-convert the dataset.")
-    raw["integrity"] = stored
-    meta = DatasetMeta.from_dict(raw["meta"], index_path)
-    if meta.format != expected_format:
-        raise FormatError(f"{index_path}: metadata says format {meta.format!r}, expected {expected_format!r}.")
-    return meta, raw
-
-
-def index_list(raw: dict, name: str, count: int, item_type: type, where: str) -> list:
-    """A per-record list from an index, checked for length and item type."""
-    from ..errors import FormatError
-
-    values = raw.get(name)
-    if not isinstance(values, list) or len(values) != count:
-        raise FormatError(f"{where}: index field {name!r} must be a list of {count} items.")
-    if not all(isinstance(v, item_type) and not isinstance(v, bool) for v in values):
-        raise FormatError(f"{where}: index field {name!r} must hold {item_type.__name__} values only.")
-    return values
-
-
-def unique_stem(key: str, used: set[str], escape_dots: bool) -> str:
-    """The key without its extension, made unique within a dataset.
-
-    With ``escape_dots`` (WebDataset keys hold no dot in the name part) '%' and '.' in the
-    file name are written as %25 and %2E, so the name stays traceable to the source path.
-    Two files that differ only by extension (a.jpg, a.png) get the full name for the second;
-    the record index breaks any remaining tie.
-    """
-    folder, _, name = key.rpartition("/")
-    stem = name.rsplit(".", 1)[0] if "." in name else name
-
-    def esc(text: str) -> str:
-        return text.replace("%", "%25").replace(".", "%2E") if escape_dots else text
-
-    prefix = f"{folder}/" if folder else ""
-    for candidate in (prefix + esc(stem), prefix + esc(name)):
-        if candidate not in used:
-            used.add(candidate)
-            return candidate
-    n = 1
-    while f"{prefix}{esc(name)}%23{n}" in used:
-        n += 1
-    used.add(f"{prefix}{esc(name)}%23{n}")
-    return f"{prefix}{esc(name)}%23{n}"
+    def parse_options(self, given: Mapping[str, Any]) -> FormatOptions:
+        """This format's typed options from keyword arguments; unknown ones are refused."""
+        return self.options.parse(self.name, given)

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import DecodeError, FormatError
 from ..records import DatasetMeta, Record
-from . import register
-from .base import FormatSpec, FormatWriter, IndexedReader, index_list, read_index, unique_stem, write_index
+from .base import FormatOptions, FormatSpec, FormatWriter, ShardPlan, ShardUnit, WriterHooks
+from .index import IndexedReader, index_list, meta_dict, read_index, sniff_index, unique_stem, write_index
+
+if TYPE_CHECKING:
+    from ..storage import OutputDir
 
 FORMAT_VERSION = 1
+TASK_SIZE = 256  # BMP files per Ray task
 _FILE_HEADER = struct.Struct("<2sIHHI")
 _INFO_HEADER = struct.Struct("<IiiHHIIiiII")
 
@@ -77,8 +81,8 @@ def _cv2():
 class BmpWriter(FormatWriter):
     """Writes one .bmp file per record in a mirrored tree; index.json last."""
 
-    def __init__(self, path: str, options: dict[str, Any]):
-        super().__init__(path, options)
+    def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
+        super().__init__(path, options, hooks)
         os.makedirs(path, exist_ok=True)
         self.used: set[str] = set()
         self.files: list[str] = []
@@ -117,13 +121,7 @@ def bmp_size(data: bytes) -> list[int]:
 
 def bmp_index(meta: DatasetMeta, columns: dict[str, list]) -> dict[str, Any]:
     """The content of index.json (before its integrity digest) for these columns."""
-    return {"meta": _meta_dict(meta), **{name: columns[name] for name in COLUMNS}}
-
-
-def _meta_dict(meta: DatasetMeta) -> dict:
-    import json
-
-    return json.loads(meta.to_json())
+    return {"meta": meta_dict(meta), **{name: columns[name] for name in COLUMNS}}
 
 
 class BmpReader(IndexedReader):
@@ -171,11 +169,61 @@ def _read_file(path: str) -> bytes:
         os.close(fd)
 
 
-def detect(path: str) -> bool:
-    """A BMP cache is a directory with index.json and no tar shards."""
-    return os.path.isfile(os.path.join(path, "index.json")) and not os.path.exists(
-        os.path.join(path, "shard-000000.tar"))
+class _BmpUnit(ShardUnit):
+    """A Ray task's BMP files, each under a temporary name until the task publishes them."""
+
+    def __init__(self, out: "OutputDir"):
+        self.out = out
+        self.written: list[tuple[str, str]] = []  # (local temporary, final name)
+        self.cols: dict[str, list] = {name: [] for name in COLUMNS}
+
+    def add(self, name: str, record: Record) -> None:
+        local = self.out.scratch_path(name)
+        self.written.append((local, name))
+        with open(local, "wb") as f:
+            f.write(record.data)
+        for column, value in zip(COLUMNS, (name, record.key, record.label, bmp_size(record.data),
+                                           record.checksum)):
+            self.cols[column].append(value)
+
+    def publish(self) -> int:
+        os.sync()  # every file of this task reaches the disk before it is renamed into place
+        return sum(self.out.publish(local, name, sync=False) for local, name in self.written)
+
+    def discard(self) -> None:
+        for local, _ in self.written:
+            if os.path.exists(local):
+                os.remove(local)
+
+    def columns(self) -> dict[str, list]:
+        return self.cols
 
 
-SPEC = register(FormatSpec("bmp", BmpWriter, BmpReader, detect, "pre-resized BMP cache (directory)",
-                           encoding="bmp", needs_resize=True))
+class BmpShardPlan(ShardPlan):
+    """Ray tasks of :data:`TASK_SIZE` files each, written straight into the mirrored tree."""
+
+    def task_size(self, options: FormatOptions) -> int:
+        return TASK_SIZE
+
+    def plan_names(self, keys: list[str]) -> list[str]:
+        used: set[str] = set()
+        return [unique_stem(key, used, escape_dots=False) + ".bmp" for key in keys]
+
+    def open_unit(self, task: int, out: "OutputDir") -> ShardUnit:
+        return _BmpUnit(out)
+
+    def merge(self, columns: dict[str, list], units: list[dict[str, Any]], part: dict[str, Any]) -> None:
+        for name in COLUMNS:
+            columns.setdefault(name, []).extend(part["columns"][name])
+
+    def index(self, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
+              options: FormatOptions) -> bytes:
+        from .index import index_bytes
+
+        return index_bytes(bmp_index(meta, columns))
+
+
+SPEC = FormatSpec(
+    "bmp", "pre-resized BMP cache (directory)", BmpWriter, BmpReader, sniff_index, sharded=BmpShardPlan(),
+    encoding="bmp", needs_resize=True,
+)

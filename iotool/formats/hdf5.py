@@ -29,8 +29,8 @@ import numpy as np
 
 from ..errors import FormatError
 from ..records import DatasetMeta, Record
-from . import register
-from .base import FormatReader, FormatSpec, FormatWriter, canonical_json, sha256_hex
+from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
+from .index import canonical_json, sha256_hex
 
 FORMAT_VERSION = 2
 VLEN_VERSION = 1  # /images as (N,) variable-length uint8; read, no longer written
@@ -44,8 +44,8 @@ _STR = h5py.string_dtype("utf-8")
 class Hdf5Writer(FormatWriter):
     """Appends payloads to one chunked byte array and records in batches to resizable columns."""
 
-    def __init__(self, path: str, options: dict[str, Any]):
-        super().__init__(path, options)
+    def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
+        super().__init__(path, options, hooks)
         # A chunk cache of several chunks keeps the chunk being filled in memory between batches.
         self.file = h5py.File(path, "w", libver="latest", rdcc_nbytes=4 * CHUNK_BYTES)
         column = {"maxshape": (None,), "chunks": (BATCH,), "track_times": False}  # no timestamps: same input, same bytes
@@ -284,12 +284,21 @@ class _Payload:
             raise FormatError(f"{self.path}: record {index}: {exc}.") from None
 
 
-def detect(path: str) -> bool:
-    """An HDF5 dataset is a file starting with the HDF5 signature."""
+def sniff(path: str) -> str | None:
+    """The format an HDF5 file's metadata attribute declares (None: not an HDF5 file)."""
     if not os.path.isfile(path):
-        return False
+        return None
     with open(path, "rb") as f:
-        return f.read(8) == b"\x89HDF\r\n\x1a\n"
+        if f.read(8) != b"\x89HDF\r\n\x1a\n":
+            return None
+    try:
+        with h5py.File(path, "r") as f:
+            raw = f.attrs.get(META_ATTR)
+    except (OSError, RuntimeError, KeyError) as exc:
+        raise FormatError(f"{path}: cannot open as HDF5 ({exc}).") from None
+    if not isinstance(raw, str):
+        raise FormatError(f"{path}: no '{META_ATTR}' attribute; not an iotool HDF5 file.")
+    return DatasetMeta.from_json(raw, path).format
 
 
-SPEC = register(FormatSpec("hdf5", Hdf5Writer, Hdf5Reader, detect, "HDF5 file"))
+SPEC = FormatSpec("hdf5", "HDF5 file", Hdf5Writer, Hdf5Reader, sniff)

@@ -14,15 +14,16 @@ from __future__ import annotations
 import json
 import os
 from array import array
+from dataclasses import dataclass
 from typing import Any
 
 import lmdb
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, UsageError
 from ..records import DatasetMeta, Record
-from . import register
-from .base import FormatReader, FormatSpec, FormatWriter, sha256_hex
+from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
+from .index import sha256_hex
 
 FORMAT_VERSION = 1
 META_KEY = b"__iotool_meta__"
@@ -36,6 +37,17 @@ RESERVED = (META_KEY, KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY, INTEGRITY_KEY)
 INITIAL_MAP_SIZE = 1 << 28  # 256 MiB of address space; doubled whenever it fills
 COMMIT_RECORDS = 1024
 COMMIT_BYTES = 16 << 20  # bounds the writer's dirty pages (RSS) per transaction
+
+
+@dataclass(frozen=True)
+class LmdbOptions(FormatOptions):
+    """Options of the lmdb format."""
+
+    commit_every: int = COMMIT_RECORDS  # records per write transaction (and resume checkpoint)
+
+    def __post_init__(self) -> None:
+        if self.commit_every <= 0:
+            raise UsageError(f"The lmdb format's commit_every={self.commit_every}: must be positive.")
 
 
 def record_key(index: int) -> bytes:
@@ -53,8 +65,8 @@ class LmdbWriter(FormatWriter):
 
     resumable = True
 
-    def __init__(self, path: str, options: dict[str, Any]):
-        super().__init__(path, options)
+    def __init__(self, path: str, options: LmdbOptions, hooks: WriterHooks = WriterHooks()):
+        super().__init__(path, options, hooks)
         os.makedirs(path, exist_ok=True)
         self.env = _open_writable(path)
         self.keys: list[str] = []
@@ -65,7 +77,7 @@ class LmdbWriter(FormatWriter):
         self.part_start = 0  # first record of the uncommitted batch
         self.parts = 0
         self.committed = (0, 0)  # (records, source positions) covered by the last added record
-        self.commit_records = int(options.get("commit_every") or COMMIT_RECORDS)
+        self.commit_records = options.commit_every
 
     def add(self, record: Record) -> None:
         self.pending.append((record_key(record.index), record.data))
@@ -83,8 +95,8 @@ class LmdbWriter(FormatWriter):
         part = {"keys": self.keys[start:end], "labels": self.labels[start:end].tolist(),
                 "checksums": self.digests[32 * start:32 * end].hex()}
         self.pending.append((PART_KEY % self.parts, json.dumps(part, ensure_ascii=False).encode()))
-        if self.checkpoint is not None:
-            state = {**self.checkpoint.state(*self.committed), "parts": self.parts + 1}
+        if self.hooks.checkpoint is not None:
+            state = {**self.hooks.checkpoint.state(*self.committed), "parts": self.parts + 1}
             self.pending.append((PROGRESS_KEY, json.dumps(state, ensure_ascii=False).encode()))
         self._write(self.pending)
         self.parts += 1
@@ -309,9 +321,21 @@ class LmdbReader(FormatReader):
             raise FormatError(f"{self.path}: {n} {what} stored but metadata says {self.meta.count} records.")
 
 
-def detect(path: str) -> bool:
-    """An LMDB dataset is a directory holding data.mdb."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "data.mdb"))
+def sniff(path: str) -> str | None:
+    """The format an LMDB environment's metadata record declares (None: not an environment)."""
+    if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "data.mdb"))):
+        return None
+    try:
+        with open_env(path, check_file=True).begin() as txn:
+            raw = txn.get(META_KEY)
+    except (OSError, lmdb.Error) as exc:
+        raise FormatError(f"{path}: cannot open the LMDB environment ({exc}).") from None
+    if raw is None:
+        raise FormatError(f"{path}: missing {META_KEY.decode()!r}; not a complete iotool LMDB dataset.")
+    return DatasetMeta.from_json(raw, path).format
 
 
-SPEC = register(FormatSpec("lmdb", LmdbWriter, LmdbReader, detect, "LMDB environment (directory)"))
+SPEC = FormatSpec(
+    "lmdb", "LMDB environment (directory)", LmdbWriter, LmdbReader, sniff, options=LmdbOptions,
+    example_options={"commit_every": 4},
+)

@@ -1,6 +1,6 @@
-"""Scan an ImageFolder tree exactly as ``torchvision.datasets.ImageFolder`` does.
+"""Where conversion reads from: an ImageFolder tree, or an existing iotool dataset.
 
-Classes are the sorted names of the root's sub-folders (symlinked folders included),
+The ImageFolder scan follows ``torchvision.datasets.ImageFolder`` exactly. Classes are the sorted names of the root's sub-folders (symlinked folders included),
 samples come from a sorted recursive walk of each class folder that follows symlinked
 folders, and files are kept by a case-insensitive extension check. torchvision is not
 imported; the rules are reimplemented and tested against hand-built trees.
@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
-from .errors import SourceError
+from ..errors import SourceError, UsageError
+from ..storage import StorageConfig
 
 if TYPE_CHECKING:
-    from .storage import StorageConfig
+    from ..formats import FormatReader
 
 IMG_EXTENSIONS: tuple[str, ...] = (
     ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp",
@@ -108,7 +109,7 @@ def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = 
     Raises:
         SourceError: the root is missing, has no class folders, or holds no image files.
     """
-    from .storage import is_url, normalize
+    from ..storage import is_url, normalize
 
     if is_url(root) or os.fspath(root).lower().startswith("file://"):
         root = normalize(root)
@@ -135,7 +136,7 @@ def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = 
 
 def _scan_remote(root: str, storage: "StorageConfig | None") -> SourceScan:
     """The ImageFolder scan over a listable fsspec URL (object stores have no symlinks)."""
-    from .storage import StorageConfig, StorageError, list_tree
+    from ..storage import StorageConfig, StorageError, list_tree
 
     try:
         classes, files = list_tree(root, storage or StorageConfig())
@@ -167,3 +168,80 @@ def _check_not_empty(root: str, empty: list[str]) -> None:
             f"{', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''}. "
             f"Accepted extensions (case-insensitive): {', '.join(IMG_EXTENSIONS)}."
         )
+
+
+# --- conversion sources ------------------------------------------------------------------------
+
+class DatasetTask(NamedTuple):
+    """One record of an iotool dataset to convert: its index, key and where it is (for errors)."""
+
+    index: int
+    key: str
+    path: str
+
+
+class ImageFolderSource:
+    """Samples of an ImageFolder tree; a task is a SourceSample, loading reads the file.
+
+    The root may be a listable fsspec URL (``s3://``, ``gs://``); its files are then read
+    through :mod:`iotool.storage` with retries (the worker state is the storage config).
+    """
+
+    def __init__(self, root: str, config: StorageConfig | None = None):
+        from .. import storage
+
+        self.scan = scan_imagefolder(root, config)
+        self.root = self.scan.root
+        self.classes = self.scan.classes
+        self.class_to_idx = self.scan.class_to_idx
+        self.config = config if storage.is_url(self.root) else None
+
+    def tasks(self) -> Sequence[SourceSample]:
+        return self.scan.samples
+
+    def worker_state(self) -> StorageConfig | None:
+        return self.config
+
+    @staticmethod
+    def load(state: StorageConfig | None, task: SourceSample) -> tuple[str, str, int, bytes]:
+        """(key, path, label, bytes) of one source file."""
+        if state is not None:
+            from .. import storage
+
+            return task.key, task.path, task.label, storage.read_bytes(task.path, state)
+        with open(task.path, "rb") as f:
+            return task.key, task.path, task.label, f.read()
+
+
+class DatasetSource:
+    """Records of an existing iotool dataset; a task is a DatasetTask, loading reads the record."""
+
+    def __init__(self, path: str, expected_format: str | None = None, config: StorageConfig | None = None):
+        from ..formats import detect_format
+
+        spec = detect_format(path, config)
+        if expected_format and spec.name != expected_format:
+            raise UsageError(f"{path!r} holds a {spec.name} dataset, not {expected_format}.")
+        self.reader: "FormatReader" = spec.reader(path, storage=config)
+        self.root = self.reader.path
+        self.classes = self.reader.classes
+        self.class_to_idx = self.reader.class_to_idx
+
+    def tasks(self) -> Sequence[DatasetTask]:
+        return [DatasetTask(i, key, f"{self.root}#{key}") for i, key in enumerate(self.reader.keys)]
+
+    def worker_state(self) -> "FormatReader":
+        return self.reader
+
+    @staticmethod
+    def load(reader: Any, task: DatasetTask) -> tuple[str, str, int, bytes]:
+        """(key, path, label, bytes) of one stored record."""
+        data, label = reader.read(task.index)
+        return task.key, task.path, label, bytes(data)
+
+
+def open_source(src: str, src_format: str, config: StorageConfig) -> ImageFolderSource | DatasetSource:
+    """The source for ``src``: an ImageFolder root, or a dataset of format ``src_format``."""
+    if src_format == "imagefolder":
+        return ImageFolderSource(src, config)
+    return DatasetSource(src, src_format, config)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 from .decode import AUTO, decode
 from .errors import IotoolError
-from .formats import detect_format
+from .formats import FormatReader, detect_format
 from .storage import StorageConfig, normalize
 
 
@@ -82,19 +82,17 @@ def verify(path: str | os.PathLike, decode_images: bool = False,
     return report
 
 
-def _records(reader, count: int) -> Iterator[tuple[int, bytes | None]]:
-    """(index, payload or None) for every record: tar shards are streamed once each (remote ones
-    too); a record that fails there, and every record after a failure to open a shard, comes with
-    None and is read again by index, which names the error."""
+def _records(reader: FormatReader, count: int) -> Iterator[tuple[int, bytes | None]]:
+    """(index, payload or None) for every record, read in order by the format's ``read_many``
+    (shards streamed once each, remote ones too); a record that fails there, and every record
+    after a failure, comes with None and is read again by index, which names the error."""
     done = 0
-    many = getattr(reader, "read_many", None)
-    if many is not None:
-        try:
-            for i, data, _ in many(range(count)):
-                yield i, data
-                done = i + 1
-        except Exception:  # noqa: BLE001  (reported record by record below)
-            pass
+    try:
+        for i, data, _ in reader.read_many(range(count)):
+            yield i, data
+            done = i + 1
+    except Exception:  # noqa: BLE001  (reported record by record below)
+        pass
     for i in range(done, count):
         yield i, None
 
@@ -112,7 +110,7 @@ def _check_record(reader, index: int, key: str, expected: str, decode_images: bo
         return f"checksum mismatch (stored {expected[:12]}..., computed {actual[:12]}...)"
     if decode_images:
         try:
-            native = getattr(reader, "native_decode", None)
+            native = reader.native_decode
             native(data) if native is not None else decode(data, AUTO, name=key)
         except Exception as exc:
             return f"does not decode: {_describe(exc)}"

@@ -1,0 +1,27 @@
+"""Where conversion work runs: ``local`` (a process pool) or ``ray`` (one task per shard).
+
+Every engine implements :class:`~iotool.engines.base.Engine` over the same destinations.
+"""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from .base import Engine, EngineResult
+
+ENGINES = ("local", "ray")
+
+
+def get_engine(name: str) -> Engine:
+    """The engine called ``name``; the error lists the choices."""
+    if name == "local":
+        from .local import LocalEngine
+
+        return LocalEngine()
+    if name == "ray":
+        from .ray import RayEngine
+
+        return RayEngine()
+    raise UsageError(f"engine={name!r}; choose one of: {', '.join(ENGINES)}.")
+
+
+__all__ = ["ENGINES", "Engine", "EngineResult", "get_engine"]

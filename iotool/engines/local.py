@@ -1,0 +1,70 @@
+"""The local engine: a pool of worker processes on this machine feeding one writer in order."""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from ..errors import ConversionError, UsageError
+from ..formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks, all_formats
+from ..pipeline.destination import Destination
+from ..pipeline.job import Job
+from ..pipeline.pool import results
+from ..pipeline.resume import Checkpoint, fingerprint, restore
+from ..records import SkippedFile
+from .base import Engine, EngineResult
+
+log = logging.getLogger(__name__)
+
+
+class LocalEngine(Engine):
+    """Reads, validates and prepares in ``job.workers`` processes; one writer stores in source order."""
+
+    name = "local"
+    keeps_partial = True
+
+    def check(self, spec: FormatSpec, options: FormatOptions, remote: bool, resume: bool) -> None:
+        if resume and not spec.resumable:
+            can = ", ".join(s.name for s in all_formats() if s.resumable)
+            raise UsageError(f"--resume works for the formats that can resume ({can}), not {spec.name}.")
+
+    def run(self, job: Job, dest: Destination) -> EngineResult:
+        tasks = job.source.tasks()
+        checkpoint = Checkpoint(fingerprint(job.src_format, job.source.root, tasks, job.options(), job.spec.name))
+        adopted = dest.adopt() if job.resume else None
+        writer = job.spec.writer(dest.work_path, job.format_options, WriterHooks(checkpoint, dest.on_unit_closed))
+        try:
+            if adopted:
+                restore(writer, checkpoint, adopted)
+            bytes_in = feed(job, tasks, writer, checkpoint)
+            skipped = [SkippedFile(*entry[1:]) for entry in checkpoint.skipped]
+            writer.finish(job.meta(checkpoint.count, skipped))
+        except BaseException:
+            writer.abort()
+            raise
+        return EngineResult(checkpoint.count, bytes_in, skipped,
+                            resumed_from=adopted["source_done"] if adopted else 0)
+
+
+def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint) -> int:
+    """Feed the writer in source order from the checkpoint on; return the bytes read."""
+    bytes_in = 0
+    source = job.source
+    for position, item, size in results(source.load, source.worker_state(), tasks, job.payload, job.workers,
+                                        checkpoint.source_done):
+        bytes_in += size
+        if isinstance(item, SkippedFile):
+            if job.on_error == "fail":
+                raise ConversionError(f"{item.path}: {item.reason}", item.path, item.reason)
+            log.warning("skipping %s: %s", item.path, item.reason)
+            checkpoint.skipped.append([position, item.key, item.path, item.reason])
+        else:
+            item.index, item.position = checkpoint.count, position  # dense indices despite skips
+            writer.add(item)
+            checkpoint.count += 1
+            checkpoint.source_done = position + 1
+        job.report_progress(position + 1, len(tasks), len(checkpoint.skipped), bytes_in)
+    checkpoint.source_done = len(tasks)
+    if checkpoint.count == 0:
+        raise ConversionError(f"Every one of the {len(tasks)} source files was rejected; nothing to write.")
+    return bytes_in

@@ -1,0 +1,191 @@
+"""``index.json``: the metadata and per-record columns of directory formats (tar, bmp, ...).
+
+The file is canonical JSON with an ``integrity`` digest over the rest, so any change after
+conversion is detected. Formats that keep their index here share the helpers below: writing,
+reading and checking it, sniffing the declared format, and :class:`IndexedReader`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FormatError
+from ..records import DatasetMeta
+from .base import FormatReader
+
+if TYPE_CHECKING:
+    from ..storage import StorageConfig
+
+INDEX_NAME = "index.json"
+MAX_INDEX_BYTES = 1 << 31
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The one byte form of a JSON value that integrity digests are taken over."""
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def meta_dict(meta: DatasetMeta) -> dict:
+    """The metadata as the plain JSON object an index stores."""
+    return json.loads(meta.to_json())
+
+
+def index_bytes(index: dict[str, Any]) -> bytes:
+    """The bytes of ``index.json``: the index plus an ``integrity`` digest over the rest."""
+    body = dict(index)
+    body["integrity"] = sha256_hex(canonical_json(index))
+    return canonical_json(body)
+
+
+def write_index(path: str, index: dict[str, Any]) -> None:
+    """Write ``index.json`` with an ``integrity`` digest over the rest, and fsync it."""
+    with open(os.path.join(path, INDEX_NAME), "wb") as f:
+        f.write(index_bytes(index))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> bytes:
+    """The bytes of ``path``/index.json, from local disk or through fsspec."""
+    from .. import storage as st
+
+    index_path = st.join(path, INDEX_NAME)
+    if st.is_url(path):
+        return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes)
+    size = os.path.getsize(index_path)
+    if size > max_bytes:
+        raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
+    with open(index_path, "rb") as f:
+        return f.read()
+
+
+def read_index(path: str, expected_format: str, max_bytes: int = MAX_INDEX_BYTES,
+               storage: "StorageConfig | None" = None) -> tuple[DatasetMeta, dict]:
+    """Read ``index.json`` of a directory format (a local path or a URL); return (metadata, the whole
+    index, whose ``integrity`` field holds the verified digest)."""
+    from ..storage import join
+
+    index_path = join(path, INDEX_NAME)
+    try:
+        raw = json.loads(_index_raw(path, max_bytes, storage))
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot read index.json ({exc.strerror or exc}).") from None
+    except ValueError as exc:
+        raise FormatError(f"{index_path}: not valid JSON ({exc}).") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("meta"), dict):
+        raise FormatError(f"{index_path}: expected a JSON object with a 'meta' object.")
+    stored = raw.pop("integrity", None)
+    if stored != sha256_hex(canonical_json(raw)):
+        raise FormatError(f"{index_path}: the index does not match its integrity digest; it was modified "
+                          f"or corrupted after conversion. Re-convert the dataset.")
+    raw["integrity"] = stored
+    meta = DatasetMeta.from_dict(raw["meta"], index_path)
+    if meta.format != expected_format:
+        raise FormatError(f"{index_path}: metadata says format {meta.format!r}, expected {expected_format!r}.")
+    return meta, raw
+
+
+def _declared_format(raw: bytes, where: str) -> str:
+    """The ``meta.format`` field of index.json bytes; FormatError when it has none."""
+    try:
+        index = json.loads(raw)
+    except ValueError as exc:
+        raise FormatError(f"{where}: not valid JSON ({exc}).") from None
+    meta = index.get("meta") if isinstance(index, dict) else None
+    declared = meta.get("format") if isinstance(meta, dict) else None
+    if not isinstance(declared, str):
+        raise FormatError(f"{where}: expected a JSON object with a 'meta' object naming its format.")
+    return declared
+
+
+_SNIFFED: dict[tuple[str, int, int], str] = {}
+
+
+def sniff_index(path: str) -> str | None:
+    """The format a local directory's index.json declares (None: no index.json there).
+    Cached per file version, so every index-based format can ask at little cost."""
+    index_path = os.path.join(path, INDEX_NAME)
+    if not os.path.isdir(path) or not os.path.isfile(index_path):
+        return None
+    try:
+        st = os.stat(index_path)
+        key = (os.path.abspath(index_path), st.st_mtime_ns, st.st_size)
+        if key not in _SNIFFED:
+            declared = _declared_format(_index_raw(path, MAX_INDEX_BYTES, None), index_path)
+            _SNIFFED.clear()  # one entry: the index just asked about
+            _SNIFFED[key] = declared
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot read index.json ({exc.strerror or exc}).") from None
+    return _SNIFFED[key]
+
+
+def sniff_index_remote(url: str, config: "StorageConfig") -> str | None:
+    """The format the index.json at a URL declares (None when there is no index.json)."""
+    from .. import storage as st
+
+    index_url = st.join(url, INDEX_NAME)
+    if not st.exists(index_url, config):
+        return None
+    return _declared_format(_index_raw(url, MAX_INDEX_BYTES, config), index_url)
+
+
+def index_list(raw: dict, name: str, count: int, item_type: type, where: str) -> list:
+    """A per-record list from an index, checked for length and item type."""
+    values = raw.get(name)
+    if not isinstance(values, list) or len(values) != count:
+        raise FormatError(f"{where}: index field {name!r} must be a list of {count} items.")
+    if not all(isinstance(v, item_type) and not isinstance(v, bool) for v in values):
+        raise FormatError(f"{where}: index field {name!r} must hold {item_type.__name__} values only.")
+    return values
+
+
+def unique_stem(key: str, used: set[str], escape_dots: bool) -> str:
+    """The key without its extension, made unique within a dataset.
+
+    With ``escape_dots`` (WebDataset keys hold no dot in the name part) '%' and '.' in the
+    file name are written as %25 and %2E, so the name stays traceable to the source path.
+    Two files that differ only by extension (a.jpg, a.png) get the full name for the second;
+    the record index breaks any remaining tie.
+    """
+    folder, _, name = key.rpartition("/")
+    stem = name.rsplit(".", 1)[0] if "." in name else name
+
+    def esc(text: str) -> str:
+        return text.replace("%", "%25").replace(".", "%2E") if escape_dots else text
+
+    prefix = f"{folder}/" if folder else ""
+    for candidate in (prefix + esc(stem), prefix + esc(name)):
+        if candidate not in used:
+            used.add(candidate)
+            return candidate
+    n = 1
+    while f"{prefix}{esc(name)}%23{n}" in used:
+        n += 1
+    used.add(f"{prefix}{esc(name)}%23{n}")
+    return f"{prefix}{esc(name)}%23{n}"
+
+
+class IndexedReader(FormatReader):
+    """A reader whose keys, labels and checksums come from its index.json;
+    ``_load_meta`` sets ``_index_keys``, ``_index_labels`` and ``_checksums``."""
+
+    _index_keys: list[str]
+    _index_labels: list[int]
+    _checksums: list[str]
+
+    def _load_keys(self) -> list[str]:
+        return self._index_keys
+
+    def _load_labels(self) -> list[int]:
+        return self._index_labels
+
+    def _load_checksums(self) -> list[str]:
+        return self._checksums

@@ -1,0 +1,116 @@
+"""The format registry: names map to module paths, imported on first use.
+
+Built-in formats are listed here by module path; other packages add formats through the
+standard entry-point group ``iotool.formats`` (``name = "package.module:SPEC"``, or just the
+module, whose ``SPEC`` is taken), as fsspec and pytest plugins do. Nothing is imported until a
+format is asked for, so ``import iotool`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Iterator, Mapping
+
+from ..errors import UnknownFormatError
+from .base import FormatSpec
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "iotool.formats"
+BUILTIN: dict[str, str] = {
+    "lmdb": "iotool.formats.lmdb:SPEC",
+    "hdf5": "iotool.formats.hdf5:SPEC",
+    "tar": "iotool.formats.tar:SPEC",
+    "bmp": "iotool.formats.bmp:SPEC",
+}
+
+_loaded: dict[str, FormatSpec] = {}
+_registered: dict[str, FormatSpec] = {}  # added at run time with register()
+_plugins: dict[str, str] | None = None
+
+
+def _entry_points() -> dict[str, str]:
+    """name -> "module:attr" of the formats other installed packages declare."""
+    global _plugins
+    if _plugins is None:
+        from importlib.metadata import entry_points
+
+        _plugins = {}
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name in BUILTIN:
+                log.warning("ignoring the %s entry point %r: a built-in format has that name", ENTRY_POINT_GROUP,
+                            ep.name)
+                continue
+            _plugins.setdefault(ep.name, ep.value)
+    return _plugins
+
+
+def _targets() -> dict[str, str]:
+    return {**BUILTIN, **_entry_points()}
+
+
+def format_names() -> list[str]:
+    """Every registered format name, without importing any format (built-ins first)."""
+    names = list(_targets())
+    return names + [n for n in _registered if n not in names]
+
+
+def _load(name: str, target: str) -> FormatSpec:
+    module_name, _, attr = target.partition(":")
+    try:
+        spec = getattr(importlib.import_module(module_name), attr or "SPEC")
+    except (ImportError, AttributeError) as exc:
+        raise UnknownFormatError(f"Format {name!r} is registered as {target!r}, which cannot be loaded "
+                                 f"({type(exc).__name__}: {exc}).") from exc
+    if not isinstance(spec, FormatSpec) or spec.name != name:
+        raise UnknownFormatError(f"Format {name!r}: {target!r} is not a FormatSpec named {name!r}.")
+    return spec
+
+
+def get_format(name: str) -> FormatSpec:
+    """The spec of format ``name`` (imported on first use); the error lists the known ones."""
+    if name in _registered:
+        return _registered[name]
+    if name not in _loaded:
+        target = _targets().get(name)
+        if target is None:
+            raise UnknownFormatError(f"Unknown format {name!r}; choose one of: {', '.join(format_names())}.")
+        _loaded[name] = _load(name, target)
+    return _loaded[name]
+
+
+def register(spec: FormatSpec) -> FormatSpec:
+    """Add a format at run time (an installed package uses the entry-point group instead)."""
+    _registered[spec.name] = spec
+    return spec
+
+
+def all_formats() -> list[FormatSpec]:
+    """Every registered spec (imports each format)."""
+    return [get_format(name) for name in format_names()]
+
+
+class _Formats(Mapping[str, FormatSpec]):
+    """``FORMATS``: a read-only name -> spec mapping that imports a format when it is looked up."""
+
+    def __getitem__(self, name: str) -> FormatSpec:
+        try:
+            return get_format(name)
+        except UnknownFormatError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(format_names())
+
+    def __len__(self) -> int:
+        return len(format_names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in format_names()
+
+    def __repr__(self) -> str:
+        return f"FORMATS({', '.join(format_names())})"
+
+
+FORMATS = _Formats()

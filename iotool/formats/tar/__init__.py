@@ -1,0 +1,32 @@
+"""WebDataset-compatible tar shards plus an index.
+
+Layout of DST_DIR::
+
+    shard-000000.tar, shard-000001.tar, ...   members <key>.<ext> (original bytes) and <key>.cls
+    index.json   {"meta": {...}, "shards": [{"name", "count", "bytes"}], and by record index:
+                  "keys" (source paths), "member_keys" (WebDataset keys), "labels", "checksums",
+                  "locations": [[shard, data offset, size], ...]}
+
+The ``webdataset`` package reads the shards as they are. iotool's reader uses the index's byte
+offsets instead of parsing tar headers, so records are also reachable by index.
+"""
+
+from __future__ import annotations
+
+from ..base import FormatSpec
+from ..index import sniff_index, sniff_index_remote
+from .plan import TarShardPlan
+from .reader import FORMAT_VERSION, TarReader, unsafe_member_name
+from .shardfile import WRITEBACK_BYTES, ShardFile, member_header, shard_name
+from .writer import COLUMNS, DEFAULT_SHARD_SIZE, TarOptions, TarWriter, tar_index
+
+SPEC = FormatSpec(
+    "tar", "WebDataset tar shards (directory)", TarWriter, TarReader, sniff_index,
+    sniff_remote=sniff_index_remote, options=TarOptions, sharded=TarShardPlan(), remote_write=True,
+    unit_glob="shard-*.tar", example_options={"shard_size": 4},
+)
+
+__all__ = [
+    "COLUMNS", "DEFAULT_SHARD_SIZE", "FORMAT_VERSION", "SPEC", "ShardFile", "TarOptions", "TarReader", "TarWriter",
+    "WRITEBACK_BYTES", "member_header", "shard_name", "tar_index", "unsafe_member_name",
+]

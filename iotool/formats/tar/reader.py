@@ -1,0 +1,238 @@
+"""The tar reader: random and sequential access to shards through the index's byte offsets."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tarfile
+import tempfile
+from typing import IO, Iterable, Iterator
+
+from ... import storage
+from ...errors import FormatError, IotoolError
+from ...records import DatasetMeta
+from ..base import ShardedReader
+from ..index import IndexedReader, index_list, read_index
+
+FORMAT_VERSION = 1
+
+
+class TarReader(IndexedReader, ShardedReader):
+    """Random and sequential access to tar shards through the index's byte offsets."""
+
+    format_name = "tar"
+    format_versions = (FORMAT_VERSION,)
+    remote_ok = True  # shards and index may be fsspec URLs (streamed, optionally cached on disk)
+
+    def _load_meta(self) -> DatasetMeta:
+        meta, raw = read_index(self.path, "tar", storage=self.storage)
+        self._digest = str(raw.get("integrity", ""))  # names this version of the shards in a cache
+        shards = raw.get("shards")
+        if not isinstance(shards, list) or not all(
+                isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("count"), int)
+                for s in shards):
+            raise FormatError(f"{self.path}: index field 'shards' must be a list of {{name, count}} objects.")
+        for s in shards:
+            if "/" in s["name"] or s["name"].startswith(".") or s["count"] < 0:
+                raise FormatError(f"{self.path}: invalid shard entry {s!r:.100}.")
+        if sum(s["count"] for s in shards) != meta.count:
+            raise FormatError(f"{self.path}: shard counts add up to {sum(s['count'] for s in shards)}, "
+                              f"but metadata says {meta.count} records.")
+        self.shards: list[dict] = [{"name": s["name"], "count": s["count"]} for s in shards]
+        self._index_keys = index_list(raw, "keys", meta.count, str, self.path)
+        self.member_keys = index_list(raw, "member_keys", meta.count, str, self.path)
+        self._index_labels = index_list(raw, "labels", meta.count, int, self.path)
+        self._checksums = index_list(raw, "checksums", meta.count, str, self.path)
+        self._locations = self._check_locations(index_list(raw, "locations", meta.count, list, self.path))
+        for key in self.member_keys:
+            if unsafe_member_name(key):
+                raise FormatError(f"{self.path}: index names an unsafe tar member key {key!r}.")
+        return meta
+
+    def _check_locations(self, locations: list) -> list:
+        for loc in locations:
+            if (len(loc) != 3 or not all(isinstance(v, int) and v >= 0 for v in loc)
+                    or loc[0] >= len(self.shards)):
+                raise FormatError(f"{self.path}: invalid record location {loc!r:.80} in index.json.")
+        return locations
+
+    def shard_path(self, shard: int) -> str:
+        return storage.join(self.path, self.shards[shard]["name"])
+
+    def shard_ranges(self) -> list[range]:
+        """The record indices held by each shard, in shard order."""
+        ranges, start = [], 0
+        for s in self.shards:
+            ranges.append(range(start, start + s["count"]))
+            start += s["count"]
+        return ranges
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        shard, offset, size = self._locations[index]
+        if self.remote:
+            return self._read_remote(shard, offset, size), self._index_labels[index]
+        with open(self.shard_path(shard), "rb") as f:
+            return self._read_at(f, shard, offset, size), self._index_labels[index]
+
+    def _read_at(self, f, shard: int, offset: int, size: int) -> bytes:
+        f.seek(offset)
+        data = f.read(size)
+        if len(data) != size:
+            raise FormatError(f"{self.shard_path(shard)}: truncated shard (record at byte {offset} "
+                              f"needs {size} bytes, found {len(data)}).")
+        return data
+
+    def read_many(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
+        """Yield (index, payload, label) for indices, reading each shard file sequentially."""
+        if self.remote:
+            yield from self._read_many_remote(indices)
+            return
+        current, f = None, None
+        try:
+            for i in indices:
+                shard, offset, size = self._locations[i]
+                if shard != current:
+                    if f is not None:
+                        f.close()
+                    f, current = open(self.shard_path(shard), "rb", buffering=1 << 20), shard
+                try:
+                    data = self._read_at(f, shard, offset, size)
+                except (OSError, FormatError):
+                    yield i, None, None  # the caller re-reads with read(i) to get (or skip) the error
+                    continue
+                yield i, data, self._index_labels[i]
+        finally:
+            if f is not None:
+                f.close()
+
+    # -- remote shards -------------------------------------------------------------------
+    def _cache(self) -> storage.ShardCache | None:
+        cfg = self.storage
+        return storage.ShardCache(cfg.cache_dir, cfg.cache_max_bytes) if cfg.cache_dir else None
+
+    def _min_size(self, shard: int) -> int:
+        """The bytes a complete copy of ``shard`` has at least (the end of its last payload)."""
+        records = self.shard_ranges()[shard]
+        if not records:
+            return 0
+        _, offset, size = self._locations[records[-1]]
+        return offset + size
+
+    def _open_cached(self, shard: int, cache: storage.ShardCache) -> IO[bytes]:
+        return cache.open(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
+
+    def _read_remote(self, shard: int, offset: int, size: int) -> bytes:
+        """One record of a remote shard: from the local cache, else one ranged request."""
+        failed = (getattr(self, "_h_stream_errors", None) or {}).get(shard)
+        if failed is not None:  # the running read_many gave up on this shard after its retries
+            raise failed.with_traceback(None)
+        cache = self._cache()
+        if cache is None:
+            return storage.read_range(self.shard_path(shard), offset, size, self.storage)
+        with self._open_cached(shard, cache) as f:
+            return self._read_at(f, shard, offset, size)
+
+    def _read_many_remote(self, indices: list[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
+        """Stream each remote shard once, in order (or read it from the cache).
+
+        When a shard fails after the retries, it and its remaining records yield None; the
+        caller's read(i) then raises the same error at once (not after new retries per record)
+        while this pass runs.
+        """
+        cache = self._cache()
+        self._h_stream_errors: dict[int, Exception] = {}
+        current, handle = None, None
+        try:
+            for i in indices:
+                shard, offset, size = self._locations[i]
+                if shard != current:
+                    if handle is not None:
+                        handle.close()
+                    current, handle = shard, None
+                    try:
+                        handle = (self._open_cached(shard, cache) if cache is not None
+                                  else storage.RemoteStream(self.shard_path(shard), self.storage))
+                    except (OSError, IotoolError) as exc:
+                        self._h_stream_errors[shard] = exc
+                if shard in self._h_stream_errors:
+                    yield i, None, None
+                    continue
+                try:
+                    data = (handle.read_at(offset, size) if cache is None
+                            else self._read_at(handle, shard, offset, size))
+                except (OSError, IotoolError) as exc:
+                    self._h_stream_errors[shard] = exc
+                    yield i, None, None
+                    continue
+                yield i, data, self._index_labels[i]
+        finally:
+            self._h_stream_errors = {}
+            if handle is not None:
+                handle.close()
+
+    @contextlib.contextmanager
+    def _local_copy(self, shard: int) -> Iterator[str]:
+        """A local file holding ``shard``: the shard itself, its cached copy, or a temporary download."""
+        if not self.remote:
+            yield self.shard_path(shard)
+            return
+        cache = self._cache()
+        if cache is not None:
+            yield cache.fetch(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
+            return
+        fd, tmp = tempfile.mkstemp(prefix="iotool-verify-", suffix=".tar")
+        os.close(fd)
+        try:
+            storage.download(self.shard_path(shard), tmp, self.storage)
+            yield tmp
+        finally:
+            os.remove(tmp)
+
+    def integrity_problems(self) -> list[str]:
+        """Parse every shard's tar headers and check them against the index."""
+        problems = []
+        for shard, indices in enumerate(self.shard_ranges()):
+            try:
+                with self._local_copy(shard) as local:
+                    problems += self._shard_problems(shard, indices, local)
+            except storage.StorageError as exc:
+                problems.append(f"{self.shard_path(shard)}: unreadable ({exc}).")
+            except (tarfile.TarError, OSError, ValueError, KeyError) as exc:
+                problems.append(f"{self.shard_path(shard)}: unreadable tar ({type(exc).__name__}: {exc}).")
+        return problems
+
+    def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
+        where = self.shard_path(shard)
+        with tarfile.open(local, "r:") as tf:
+            members = tf.getmembers()
+            expected = 2 * len(indices)
+            if len(members) != expected:
+                return [f"{where}: {len(members)} members, the index expects {expected}."]
+            problems = []
+            for j, i in enumerate(indices):
+                payload, cls = members[2 * j], members[2 * j + 1]
+                mk, (_, offset, size) = self.member_keys[i], self._locations[i]
+                bad = [m for m in (payload, cls) if not m.isreg() or unsafe_member_name(m.name)]
+                if bad:
+                    problems += [f"{where}: member {m.name!r} is a link, special file or unsafe path." for m in bad]
+                    continue
+                ok_name = payload.name.startswith(mk + ".") and "/" not in payload.name[len(mk) + 1:]
+                if not ok_name or payload.offset_data != offset or payload.size != size:
+                    problems.append(f"{where}: member {payload.name!r} does not match the index entry of {mk!r}.")
+                if cls.name != f"{mk}.cls" or tf.extractfile(cls).read().strip() != str(self._index_labels[i]).encode():
+                    problems.append(f"{where}: label member {cls.name!r} does not match the index for {mk!r}.")
+            return problems
+
+    def shard_urls(self) -> list[str]:
+        """Paths (or URLs, for a remote dataset) of every shard, e.g. for ``webdataset.WebDataset(urls)``."""
+        return [self.shard_path(i) for i in range(len(self.shards))]
+
+    def files(self) -> list[str]:
+        return [storage.join(self.path, "index.json"), *self.shard_urls()]
+
+
+def unsafe_member_name(name: str) -> bool:
+    """True for absolute names, names with '..' components or NUL: never extract or trust those."""
+    return name.startswith("/") or ".." in name.split("/") or "\0" in name or name == ""

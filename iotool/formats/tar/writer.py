@@ -1,0 +1,159 @@
+"""The tar writer: records into shards bounded by a sample count and/or a byte size."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import FormatError, UsageError
+from ...records import DatasetMeta, Record
+from ..base import FormatOptions, FormatWriter, WriterHooks
+from ..index import meta_dict, unique_stem, write_index
+from .shardfile import ShardFile, shard_name
+
+DEFAULT_SHARD_SIZE = 1000
+COLUMNS = ("keys", "member_keys", "labels", "checksums", "locations")
+@dataclass(frozen=True)
+class TarOptions(FormatOptions):
+    """Options of the tar format."""
+
+    shard_size: int = DEFAULT_SHARD_SIZE  # samples per shard
+    shard_bytes: int | None = None  # start a new shard before a shard's payloads exceed this
+
+    def __post_init__(self) -> None:
+        if self.shard_size <= 0 or (self.shard_bytes is not None and self.shard_bytes <= 0):
+            raise UsageError(f"shard_size={self.shard_size}, shard_bytes={self.shard_bytes}: must be positive.")
+
+
+def tar_index(meta: DatasetMeta, shards: list[dict[str, Any]], columns: dict[str, list]) -> dict[str, Any]:
+    """The content of index.json (before its integrity digest) for these shards and columns."""
+    return {
+        "meta": meta_dict(meta),
+        "shards": [{k: s[k] for k in ("name", "count", "bytes")} for s in shards],
+        **{name: columns[name] for name in COLUMNS},
+    }
+
+
+class TarWriter(FormatWriter):
+    """Writes records into shards bounded by a sample count and/or a byte size.
+
+    When a shard is complete, its part of the index and the pipeline's checkpoint are written
+    beside it as ``shard-NNNNNN.json`` (atomically), so a killed run resumes after the last
+    complete shard; the side files are removed when index.json is written.
+    """
+
+    resumable = True
+
+    def __init__(self, path: str, options: TarOptions, hooks: WriterHooks = WriterHooks()):
+        super().__init__(path, options, hooks)
+        self.shard_size = options.shard_size
+        self.shard_bytes = options.shard_bytes
+        os.makedirs(path, exist_ok=True)
+        self.tar: ShardFile | None = None
+        self.shards: list[dict[str, Any]] = []
+        self.used: set[str] = set()
+        self.keys: list[str] = []
+        self.member_keys: list[str] = []
+        self.labels: list[int] = []
+        self.checksums: list[str] = []
+        self.locations: list[list[int]] = []
+
+    def _needs_new_shard(self, size: int) -> bool:
+        if self.tar is None:
+            return True
+        current = self.shards[-1]
+        if current["count"] >= self.shard_size:
+            return True
+        return bool(self.shard_bytes) and current["count"] > 0 and current["bytes"] + size > int(self.shard_bytes)
+
+    def _open_next(self, record: Record) -> None:
+        self._close_current(progress=(record.index, record.position))
+        name = shard_name(len(self.shards))
+        self.tar = ShardFile(os.path.join(self.path, name))
+        self.shards.append({"name": name, "count": 0, "bytes": 0})
+
+    def _add_member(self, name: str, data: bytes) -> int:
+        return self.tar.add(name, data)
+
+    def add(self, record: Record) -> None:
+        if self._needs_new_shard(len(record.data)):
+            self._open_next(record)
+        member_key = unique_stem(record.key, self.used, escape_dots=True)
+        offset = self._add_member(f"{member_key}.{record.ext}", record.data)
+        self._add_member(f"{member_key}.cls", str(record.label).encode("ascii"))
+        shard = self.shards[-1]
+        shard["count"] += 1
+        shard["bytes"] += len(record.data)
+        self.keys.append(record.key)
+        self.member_keys.append(member_key)
+        self.labels.append(record.label)
+        self.checksums.append(record.checksum)
+        self.locations.append([len(self.shards) - 1, offset, len(record.data)])
+
+    def _close_current(self, progress: tuple[int, int] | None = None) -> None:
+        """Close the open shard; with ``progress`` (records, source positions done), checkpoint it."""
+        if self.tar is None:
+            return
+        self.tar.close()
+        self.tar = None
+        shard = len(self.shards) - 1
+        if progress is not None and self.hooks.checkpoint is not None:
+            start = progress[0] - self.shards[shard]["count"]
+            part = {"shard": self.shards[shard], "state": self.hooks.checkpoint.state(*progress),
+                    **{name: getattr(self, name)[start:progress[0]] for name in COLUMNS}}
+            side = os.path.join(self.path, _side_name(shard))
+            with open(side + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(part, f, ensure_ascii=False)
+            os.replace(side + ".tmp", side)
+        if self.hooks.on_unit_closed is not None:
+            self.hooks.on_unit_closed(os.path.join(self.path, self.shards[shard]["name"]), self.shards[shard]["name"])
+
+    @classmethod
+    def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
+        parts = _side_parts(path)
+        if not parts:
+            return None
+        return {**parts[-1]["state"], "parts": parts}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        for part in state["parts"]:
+            self.shards.append(part["shard"])
+            for name in COLUMNS:
+                getattr(self, name).extend(part[name])
+        self.used.update(self.member_keys)
+        keep = {s["name"] for s in self.shards} | {_side_name(i) for i in range(len(self.shards))}
+        for entry in os.listdir(self.path):
+            if entry not in keep:
+                os.remove(os.path.join(self.path, entry))  # the shard that was being written
+        if len(self.keys) != state["count"]:
+            raise FormatError(f"{self.path}: the partial output's shards do not match its checkpoint.")
+
+    def finish(self, meta: DatasetMeta) -> None:
+        self._close_current()
+        meta.options = {**meta.options, "shard_size": self.shard_size, "shard_bytes": self.shard_bytes}
+        write_index(self.path, tar_index(meta, self.shards, {name: getattr(self, name) for name in COLUMNS}))
+        for i in range(len(self.shards)):
+            side = os.path.join(self.path, _side_name(i))
+            if os.path.exists(side):
+                os.remove(side)
+
+    def abort(self) -> None:
+        if self.tar is not None:
+            self.tar.close(sync=False)
+
+
+def _side_name(shard: int) -> str:
+    return f"shard-{shard:06d}.json"
+
+
+def _side_parts(path: str) -> list[dict[str, Any]]:
+    """The checkpoint side files of a partial output, in order, up to the first gap."""
+    parts = []
+    while os.path.isfile(os.path.join(path, _side_name(len(parts)))):
+        with open(os.path.join(path, _side_name(len(parts))), encoding="utf-8") as f:
+            parts.append(json.load(f))
+    return parts
+
+

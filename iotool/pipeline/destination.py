@@ -1,0 +1,245 @@
+"""Where a conversion's output goes, and how it appears there only when complete.
+
+- :class:`LocalDestination`: the writer fills a temporary sibling of DST
+  (``.<name>.iotool-tmp-<pid>``) that is renamed into place when complete; with ``overwrite`` the
+  old DST is moved aside first and removed after the rename. A crash leaves only a temporary,
+  which the next run removes (or ``--resume`` adopts).
+- :class:`UrlDestination`: units (shards) are published whole under their names as they close,
+  and the index is written last, so readers trust only a finished run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Sequence
+
+from ..errors import DestinationExistsError
+from ..formats import FormatSpec
+from ..formats.index import INDEX_NAME
+from ..storage import OutputDir, StorageConfig, pid_alive
+
+log = logging.getLogger(__name__)
+
+TMP_MARKER = ".iotool-tmp-"
+
+
+class Destination(ABC):
+    """The place a conversion writes to, with the steps every engine goes through."""
+
+    location: str
+    work_path: str  # where a local writer writes (a temporary sibling, or a staging folder)
+    on_unit_closed: Callable[[str, str], None] | None = None  # for writers that publish units
+
+    @abstractmethod
+    def begin(self) -> None:
+        """Prepare: refuse or make room for an existing output, drop dead temporaries."""
+
+    def adopt(self) -> dict[str, Any] | None:
+        """Take over the partial output of a killed run (``--resume``); its checkpoint, or None."""
+        return None
+
+    @abstractmethod
+    def output_dir(self) -> OutputDir:
+        """The folder that distributed tasks write their units into."""
+
+    @abstractmethod
+    def commit(self, index: tuple[str, bytes] | None, units: Sequence[str], units_bytes: int) -> int:
+        """Make the finished output visible; return its size in bytes.
+
+        ``index`` is (name, bytes) when the engine assembled the index itself (else the writer
+        wrote it); ``units`` and ``units_bytes`` name and size what tasks published directly.
+        """
+
+    @abstractmethod
+    def abort(self, keep_partial: bool = False) -> None:
+        """Clean up after a failure; ``keep_partial`` keeps a resumable partial output."""
+
+
+# --- local -------------------------------------------------------------------------------------
+
+def remove_path(path: str) -> None:
+    """Remove a file or a folder tree (missing is fine)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def stale_temporaries(dst: str) -> list[str]:
+    """Temporaries of DST whose conversion process no longer exists, newest first."""
+    parent, name = os.path.split(os.path.abspath(dst))
+    prefix = f".{name}{TMP_MARKER}"
+    found = []
+    for entry in os.listdir(parent or "."):
+        rest = entry[len(prefix):]
+        if entry.startswith(prefix) and rest.isdigit() and not pid_alive(int(rest)):
+            found.append(os.path.join(parent, entry))
+    return sorted(found, key=lambda p: os.lstat(p).st_mtime, reverse=True)
+
+
+def cleanup_stale_temporaries(dst: str) -> list[str]:
+    """Remove temporaries of DST left by conversions whose process no longer exists."""
+    removed = []
+    for path in stale_temporaries(dst):
+        remove_path(path)
+        removed.append(os.path.basename(path))
+    return removed
+
+
+def temporary_path(dst: str) -> str:
+    """This process's temporary sibling of DST."""
+    parent, name = os.path.split(os.path.abspath(dst))
+    return os.path.join(parent, f".{name}{TMP_MARKER}{os.getpid()}")
+
+
+def fsync_dir(path: str) -> None:
+    """Make a folder's entries (a rename, new files) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def du(path: str) -> int:
+    """Bytes of a file, or of every file under a folder."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def rename_into_place(tmp: str, dst: str, overwrite: bool) -> None:
+    """Rename the finished temporary into place; an old DST is replaced only with overwrite."""
+    old = None
+    if os.path.lexists(dst):
+        if not overwrite:
+            raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (CLI: --overwrite) to "
+                                         f"replace it.")
+        old = tmp + ".old"
+        os.rename(dst, old)
+    os.rename(tmp, dst)
+    fsync_dir(os.path.dirname(os.path.abspath(dst)))
+    if old:
+        remove_path(old)
+
+
+class LocalDestination(Destination):
+    """A local path, written as a temporary sibling and renamed into place when complete."""
+
+    def __init__(self, dst: str, spec: FormatSpec, overwrite: bool, resume: bool):
+        self.location, self.spec, self.overwrite, self.resume = dst, spec, overwrite, resume
+        self.work_path = temporary_path(dst)
+
+    def exists(self) -> bool:
+        return os.path.lexists(self.location)
+
+    def begin(self) -> None:
+        os.makedirs(os.path.dirname(self.location) or ".", exist_ok=True)
+        if not self.resume:
+            cleanup_stale_temporaries(self.location)
+        remove_path(self.work_path)
+
+    def adopt(self) -> dict[str, Any] | None:
+        """Take over the newest partial output of a dead run of DST; return its checkpoint."""
+        for candidate in stale_temporaries(self.location):
+            state = self.spec.writer.read_checkpoint(candidate)
+            if state is not None:
+                os.rename(candidate, self.work_path)
+                return state
+        log.info("no partial output of %s to resume; starting from the beginning", self.location)
+        return None
+
+    def output_dir(self) -> OutputDir:
+        os.makedirs(self.work_path, exist_ok=True)
+        return OutputDir(self.work_path)
+
+    def commit(self, index: tuple[str, bytes] | None, units: Sequence[str] = (), units_bytes: int = 0) -> int:
+        if index is not None:
+            OutputDir(self.work_path).write_bytes(*index)
+            fsync_dir(self.work_path)
+        size = du(self.work_path)
+        rename_into_place(self.work_path, self.location, self.overwrite)
+        return size
+
+    def abort(self, keep_partial: bool = False) -> None:
+        if not keep_partial:
+            remove_path(self.work_path)
+
+
+# --- URL ---------------------------------------------------------------------------------------
+
+class UrlDestination(Destination):
+    """A URL folder: units published whole as they close, the index written last."""
+
+    def __init__(self, url: str, spec: FormatSpec, overwrite: bool, config: StorageConfig):
+        self.out = OutputDir(url, config)
+        self.location, self.spec, self.overwrite = self.out.location, spec, overwrite
+        self.work_path = ""
+        self.published: list[str] = []
+        self.published_bytes = 0
+
+    def exists(self) -> bool:
+        return self.out.exists(INDEX_NAME)
+
+    def begin(self) -> None:
+        """Refuse or untrust an existing dataset, drop dead temporaries, make a staging folder.
+
+        With ``overwrite`` the old index is deleted first, so no reader trusts the folder while
+        its units are replaced (the old dataset is unreadable from then on).
+        """
+        if self.out.exists(INDEX_NAME):
+            if not self.overwrite:
+                raise DestinationExistsError(f"{self.location!r} already holds a dataset ({INDEX_NAME}); pass "
+                                             f"overwrite=True (CLI: --overwrite) to replace it.")
+            self.out.remove(INDEX_NAME)
+        self.out.remove_temporaries()
+        self.work_path = tempfile.mkdtemp(prefix="iotool-stage-")
+        self.on_unit_closed = self._publish
+
+    def _publish(self, local: str, name: str) -> None:
+        self.published_bytes += self.out.publish(local, name)
+        self.published.append(name)
+
+    def output_dir(self) -> OutputDir:
+        return self.out
+
+    def _is_unit(self, name: str) -> bool:
+        return self.spec.unit_glob is not None and fnmatch.fnmatchcase(name, self.spec.unit_glob)
+
+    def commit(self, index: tuple[str, bytes] | None, units: Sequence[str] = (), units_bytes: int = 0) -> int:
+        """Drop temporaries and units of an older dataset, then write the index last."""
+        if index is None:
+            with open(os.path.join(self.work_path, INDEX_NAME), "rb") as f:
+                index = (INDEX_NAME, f.read())
+        keep = set(self.published) | set(units)
+        for name in self.out.names():
+            if self._is_unit(name) and name not in keep:
+                self.out.remove(name)
+        stale = self.out.remove_temporaries()
+        if stale:
+            log.info("removed %d partial files of failed task attempts: %s", len(stale), ", ".join(stale))
+        self.out.write_bytes(*index)
+        self._drop_staging()
+        return self.published_bytes + units_bytes + len(index[1])
+
+    def abort(self, keep_partial: bool = False) -> None:
+        """Best effort: remove the units and temporaries of the unfinished run (a folder without an
+        index holds no trusted dataset, so every unit in it is this run's or a dead one's)."""
+        self._drop_staging()
+        try:
+            for name in self.out.names():
+                if self._is_unit(name):
+                    self.out.remove(name)
+            self.out.remove_temporaries()
+        except Exception as exc:  # cleanup must not hide the original error
+            log.warning("could not clean up %s after the failure: %s", self.location, exc)
+
+    def _drop_staging(self) -> None:
+        if self.work_path:
+            shutil.rmtree(self.work_path, ignore_errors=True)
+            self.work_path = ""

@@ -1,0 +1,83 @@
+"""What one conversion is: the source, the format and its options, and how it reports."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .._version import __version__
+from ..formats import FormatOptions, FormatSpec
+from ..records import DatasetMeta, SkippedFile
+from .prepare import PayloadOptions
+from .sources import DatasetSource, ImageFolderSource
+
+ON_ERROR_CHOICES = ("fail", "skip")
+
+
+@dataclass
+class Progress:
+    """What the progress callback receives after each record."""
+
+    done: int
+    total: int
+    skipped: int
+    bytes_in: int
+    elapsed: float
+
+
+@dataclass
+class ConversionReport:
+    """The summary of a finished conversion."""
+
+    src: str
+    dst: str
+    format: str
+    count: int
+    classes: int
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    skipped: list[SkippedFile] = field(default_factory=list)
+    resumed_from: int = 0  # source files already done by the interrupted run that was resumed
+
+    @property
+    def images_per_s(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass
+class Job:
+    """Everything an engine needs to run one conversion."""
+
+    source: ImageFolderSource | DatasetSource
+    spec: FormatSpec
+    src_format: str
+    payload: PayloadOptions
+    format_options: FormatOptions
+    given_options: dict[str, Any]  # the format options as the caller gave them (stored in the metadata)
+    on_error: str
+    resume: bool = False
+    workers: int = 1
+    ray_address: str | None = None
+    progress: Callable[[Progress], None] | None = None
+    start: float = field(default_factory=time.perf_counter)
+
+    def options(self) -> dict[str, Any]:
+        """The conversion options as stored in the metadata and fingerprinted for resume."""
+        return {**self.payload.as_dict(), **self.given_options}
+
+    def meta(self, count: int, skipped: list[SkippedFile], **extra: Any) -> DatasetMeta:
+        """The dataset metadata for ``count`` stored records."""
+        return DatasetMeta(
+            format=self.spec.name, format_version=self.spec.reader.format_versions[-1],
+            classes=self.source.classes, class_to_idx=self.source.class_to_idx, count=count,
+            options={"source": self.source.root, "source_format": self.src_format, "on_error": self.on_error,
+                     **self.options(), **extra},
+            skipped=[vars(s) for s in skipped], created_by=f"iotool {__version__}",
+        )
+
+    def report_progress(self, done: int, total: int, skipped: int, bytes_in: int) -> None:
+        """Call the progress callback, if any."""
+        if self.progress is not None:
+            self.progress(Progress(done, total, skipped, bytes_in, time.perf_counter() - self.start))

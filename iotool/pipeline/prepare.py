@@ -1,0 +1,135 @@
+"""Prepare one payload for storage: validate it, and resize / re-encode it when asked.
+
+Runs in the conversion workers (local processes or Ray tasks): :func:`process_chunk` turns
+source tasks into :class:`~iotool.records.Record` objects or :class:`SkippedFile` entries.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import DecodeError, IotoolError, UsageError
+from ..formats import FormatSpec
+from ..imageops import EXTENSIONS, check_options, encode, resize_rgb, target_size
+from ..records import Record, SkippedFile, checksum
+
+REDUCING_GAP = 2  # reduced-scale JPEG decode keeps at least this multiple of the target size
+
+
+@dataclass(frozen=True)
+class PayloadOptions:
+    """What happens to each payload on its way into a format."""
+
+    validate: bool = True
+    resize: int | None = None
+    size: tuple[int, int] | None = None
+    encode: str = "keep"
+    quality: int = 90
+
+    @classmethod
+    def for_format(cls, spec: FormatSpec, validate: bool, resize: int | None, size: Any,
+                   encoding: str | None, quality: int) -> "PayloadOptions":
+        """Resolve the resize / encode options for a format, refusing inconsistent ones."""
+        size = tuple(size) if size is not None else None
+        if spec.needs_resize and resize is None and size is None:
+            raise UsageError(f"The {spec.name} format stores resized images: give --resize N (shorter side) "
+                             f"or --size WxH.")
+        if spec.encoding:
+            if encoding not in (None, spec.encoding):
+                raise UsageError(f"The {spec.name} format stores {spec.encoding} only; --encode {encoding} "
+                                 f"does not apply.")
+            encoding = spec.encoding
+        if encoding is None:
+            encoding = "keep" if resize is None and size is None else "jpeg"
+        check_options(resize, size, encoding, quality)
+        return cls(validate, resize, size, encoding, quality)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The options as stored in the dataset's metadata."""
+        return {"validate": self.validate, "resize": self.resize, "size": list(self.size) if self.size else None,
+                "encode": self.encode, "quality": self.quality}
+
+
+def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str]:
+    """Validate, and resize / re-encode if asked, one payload; return (bytes to store, ext)."""
+    from ..decode import decode, image_format
+
+    if options.encode == "keep":
+        if options.validate:
+            decode(data, "auto", name=key)
+        return data, payload_extension(key, image_format(data))
+    width, height = _image_size(data, key)
+    size = target_size(width, height, options.resize, options.size)
+    # Decode at the smallest JPEG DCT scale that keeps REDUCING_GAP x the target, then resize
+    # exactly with an antialiased filter (a gap of 1 chains two resamplings and blurs visibly).
+    min_size = (size[1] * REDUCING_GAP, size[0] * REDUCING_GAP)
+    image = decode(data, "auto", name=key, min_size=min_size)
+    image = resize_rgb(image, size)
+    return encode(image, options.encode, options.quality), EXTENSIONS[options.encode]
+
+
+_FORMAT_EXTENSIONS = {
+    "jpeg": ("jpg", "jpeg"), "png": ("png",), "bmp": ("bmp",), "webp": ("webp",),
+    "tiff": ("tif", "tiff"), "gif": ("gif",), "pnm": ("ppm", "pgm", "pbm", "pnm"),
+}
+
+
+def payload_extension(key: str, fmt: str) -> str:
+    """The key's extension when it names the payload's real format, else that format's own."""
+    ext = os.path.splitext(key)[1].lstrip(".").lower()
+    choices = _FORMAT_EXTENSIONS.get(fmt)
+    if choices is None or ext in choices:
+        return ext or "bin"
+    return choices[0]
+
+
+def _image_size(data: bytes, key: str) -> tuple[int, int]:
+    """(width, height) from the header, without decoding the pixels."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.size
+    except Exception as exc:  # PIL raises many types on garbage; the contract is DecodeError
+        raise DecodeError(f"{key}: not a readable image ({type(exc).__name__}: {exc}).") from None
+
+
+# --- the worker side -------------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def init_worker(load: Callable, state: Any, options: PayloadOptions) -> None:
+    """Set what :func:`process_chunk` uses in this process (the source's loader and state)."""
+    _WORKER.update(load=load, state=state, options=options)
+
+
+def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | SkippedFile, int]]:
+    """Load and prepare a chunk of (index, task); return (index, Record or SkippedFile, bytes read)."""
+    load, state, options = _WORKER["load"], _WORKER["state"], _WORKER["options"]
+    out = []
+    for index, task in chunk:
+        key, where, size = task.key, task.path, 0
+        try:
+            key, where, label, data = load(state, task)
+            size = len(data)
+            payload, ext = prepare(key, data, options)
+            out.append((index, Record(index, key, label, payload, ext, checksum(payload)), size))
+        except (OSError, DecodeError, IotoolError, ValueError) as exc:
+            reason = str(exc) if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {exc}"
+            prefix = f"{key}: "
+            reason = reason[len(prefix):] if reason.startswith(prefix) else reason
+            out.append((index, SkippedFile(key, where, reason), size))
+    return out
+
+
+def preload_decoder() -> None:
+    """Import the JPEG decoder and PIL (whose pixel limit every decode checks) once here, so
+    that forked workers share them instead of each importing them on its first image."""
+    from ..decode import check_pixels, resolve_backend
+
+    resolve_backend("auto", "jpeg")
+    check_pixels(1, 1)

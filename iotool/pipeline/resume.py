@@ -1,0 +1,52 @@
+"""Resuming a killed conversion: the checkpoint a resumable writer stores, and the job's fingerprint.
+
+The contract itself (what a writer stores and when) is written once, in
+:class:`iotool.formats.base.FormatWriter`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..errors import UsageError
+from ..formats import FormatWriter
+
+
+@dataclass
+class Checkpoint:
+    """Where a conversion stands; resumable writers store it with every commit.
+
+    ``source_done`` counts the source positions fully handled (stored or skipped) by the records
+    committed so far; ``skipped`` holds ``[source position, key, path, reason]`` entries.
+    """
+
+    fingerprint: str
+    source_done: int = 0
+    count: int = 0
+    skipped: list[list] = field(default_factory=list)
+
+    def state(self, count: int, source_done: int) -> dict[str, Any]:
+        """The state to store when ``count`` records, covering ``source_done`` source positions,
+        are committed (skips past that point are redone on resume)."""
+        return {"fingerprint": self.fingerprint, "source_done": source_done, "count": count,
+                "skipped": [s for s in self.skipped if s[0] < source_done]}
+
+
+def fingerprint(src_format: str, root: str, tasks: Sequence, options: dict[str, Any], fmt: str) -> str:
+    """Identifies the job: a partial output is resumed only by the same job."""
+    keys = [t.key for t in tasks]
+    job = {"src_format": src_format, "root": root, "format": fmt, "options": options, "keys": keys}
+    return hashlib.sha256(json.dumps(job, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def restore(writer: FormatWriter, checkpoint: Checkpoint, state: dict[str, Any]) -> None:
+    """Check that the partial output belongs to this job and continue from its checkpoint."""
+    if state.get("fingerprint") != checkpoint.fingerprint:
+        raise UsageError("The partial output was made from a different source or with different options; "
+                         "run again without --resume to start over.")
+    checkpoint.source_done, checkpoint.count = state["source_done"], state["count"]
+    checkpoint.skipped = list(state["skipped"])
+    writer.resume(state)

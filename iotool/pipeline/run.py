@@ -1,0 +1,147 @@
+"""``convert()``: check the options, pick the engine and the destination, and run the job.
+
+source -> pool of worker processes (read, validate, optionally resize / re-encode) -> writer,
+in source order, into a destination that shows the output only when it is complete.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from .. import storage
+from ..engines import get_engine
+from ..errors import DestinationExistsError, UsageError
+from ..formats import all_formats, format_names, get_format
+from ..storage import StorageConfig
+from .destination import Destination, LocalDestination, UrlDestination
+from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
+from .prepare import PayloadOptions
+from .sources import open_source
+
+__all__ = ["ConversionReport", "Progress", "convert"]
+
+
+def convert(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    to: str,
+    *,
+    src_format: str = "imagefolder",
+    workers: int | None = None,
+    on_error: str = "fail",
+    validate: bool = True,
+    overwrite: bool = False,
+    resize: int | None = None,
+    size: tuple[int, int] | None = None,
+    encode: str | None = None,
+    quality: int = 90,
+    resume: bool = False,
+    progress: Callable[[Progress], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    **format_options: Any,
+) -> ConversionReport:
+    """Convert an ImageFolder (or another iotool dataset) into format ``to`` at ``dst``.
+
+    Args:
+        src: the ImageFolder root, or the path of a dataset in another iotool format; also an
+            fsspec URL (an ImageFolder on ``s3://`` or ``gs://``, tar shards on any URL).
+        dst: the output path; written under a temporary name and renamed when complete. For tar
+            also a URL (``s3://bucket/shards``): each shard is uploaded under a temporary name
+            and renamed, and ``index.json`` is written last, so readers trust only a finished run.
+        to: the output format (``lmdb`` ...; see ``iotool.formats.FORMATS``).
+        src_format: ``imagefolder`` or the name of an iotool format.
+        workers: reader/validator processes (default: CPU count; 0 or 1 = in this process);
+            not used with ``engine="ray"``, where Ray runs one task per CPU of the cluster.
+        on_error: ``fail`` stops at the first bad file and leaves nothing at ``dst``;
+            ``skip`` stores every good file and lists each skipped one in the metadata.
+        validate: fully decode every image before storing it.
+        overwrite: replace an existing ``dst``.
+        resize: resize each image so its shorter side is this many pixels (antialiased;
+            JPEGs are first decoded at a reduced DCT scale when the target allows).
+        size: resize each image to exactly (width, height) instead.
+        encode: ``keep`` (store the original bytes; the default without resize), ``jpeg``
+            (the default with resize), ``png`` or ``bmp``. The bmp format always stores BMP.
+        quality: JPEG quality when re-encoding.
+        resume: continue the partial output of a killed or interrupted conversion to the same
+            ``dst`` from its last commit, instead of starting over (formats that declare resume).
+        progress: called with a :class:`Progress` after every record (Ray: after every task).
+        engine: ``local`` (a process pool on this machine) or ``ray`` (sharded formats only:
+            shard-sized tasks on a Ray cluster, see :mod:`iotool.engines.ray`).
+        ray_address: the Ray cluster to join (``auto``, ``ray://host:10001`` ...); default: the
+            one this process is connected to, else Ray's own choice (``$RAY_ADDRESS``, a cluster
+            started with ``ray start`` on this machine, or a new local one).
+        storage_options: fsspec options for URL sources and destinations (e.g. S3 ``endpoint_url``).
+        **format_options: options of the output format (e.g. ``shard_size`` for tar); each format
+            refuses the options it does not know, naming its own.
+
+    Returns:
+        A :class:`ConversionReport`.
+
+    Raises:
+        ConversionError: a bad file under ``on_error="fail"``; the message names it and why.
+        DestinationExistsError: ``dst`` exists and ``overwrite`` is false.
+        SourceError, UsageError: the source or an option is unusable.
+    """
+    spec = get_format(to)
+    if on_error not in ON_ERROR_CHOICES:
+        raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR_CHOICES)}.")
+    if src_format != "imagefolder" and src_format not in format_names():
+        raise UsageError(f"Unknown source format {src_format!r}; choose imagefolder or one of: "
+                         f"{', '.join(format_names())}.")
+    src = os.fspath(src)
+    if storage.is_url(src) or src.lower().startswith("file://"):
+        src = storage.normalize(src)
+    dst = storage.normalize(dst)
+    runner = get_engine(engine)
+    format_opts = spec.parse_options(format_options)
+    remote = storage.is_url(dst)
+    runner.check(spec, format_opts, remote, resume)
+    _check_url_destination(spec, dst, remote, resume)
+    config = StorageConfig(options=dict(storage_options or {}))
+    dest: Destination = (UrlDestination(dst, spec, overwrite, config) if remote
+                         else LocalDestination(dst, spec, overwrite, resume))
+    if dest.exists() and not overwrite:
+        raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (CLI: --overwrite) to replace it.")
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if workers < 0:
+        raise UsageError(f"workers={workers}; use 0 or more.")
+    payload = PayloadOptions.for_format(spec, validate, resize, size, encode, quality)
+    source = open_source(src, src_format, config)
+    if storage.normalize(source.root) == dst:
+        raise UsageError("The destination is the source; choose another DST.")
+    job = Job(source, spec, src_format, payload, format_opts, dict(format_options), on_error, resume=resume,
+              workers=workers, ray_address=ray_address, progress=progress)
+    return _run(job, runner, dest)
+
+
+def _check_url_destination(spec, dst: str, remote: bool, resume: bool) -> None:
+    """Refuse URL destinations for formats that cannot publish to one, and --resume there."""
+    if not remote:
+        return
+    if not spec.remote_write:
+        can = ", ".join(s.name for s in all_formats() if s.remote_write)
+        raise UsageError(f"{dst}: the {spec.name} format cannot be written to a URL (formats that can: {can}); "
+                         f"write {spec.name} to a local (or shared) path.")
+    if resume:
+        raise UsageError(f"{dst}: --resume works for local destinations only.")
+
+
+def _run(job: Job, runner, dest: Destination) -> ConversionReport:
+    """Begin the destination, run the engine into it, then commit (or clean up after a failure)."""
+    import time
+
+    dest.begin()
+    try:
+        result = runner.run(job, dest)
+        bytes_out = dest.commit(result.index, result.units, result.units_bytes)
+    except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        # A resumable partial stays for --resume after Ctrl-C; the next plain run removes it.
+        dest.abort(keep_partial=interrupted and runner.keeps_partial and job.spec.resumable)
+        raise
+    return ConversionReport(job.source.root, dest.location, job.spec.name, result.count, len(job.source.classes),
+                            result.bytes_in, bytes_out, time.perf_counter() - job.start, result.skipped,
+                            resumed_from=result.resumed_from)
