@@ -277,3 +277,124 @@ def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
 def test_bench_loader_unknown_format_exits_2(tiny):
     result = runner.invoke(app, ["bench", "loader", str(tiny), "--formats", "zip"])
     assert result.exit_code == 2 and "zip" in result.output
+
+
+# --- bench decode: the table at 80 columns, and the bundled default images ----------------
+
+def _row(name: str, median: float, version: str = "", jpeg_library: str = "", note: str = ""):
+    """A BackendResult whose passes spread +-10% around ``median``."""
+    from iotool.bench import BackendResult
+
+    stats = summarize([median * 0.9, median, median * 1.1])
+    return BackendResult(name, version, jpeg_library, 1000, stats, summarize([m / 7 for m in stats.values]),
+                         summarize([m / 30 for m in stats.values]), vs_pil=median / 1234.5,
+                         vs_fastest=median / 12345.0, note=note)
+
+
+@pytest.fixture
+def wide_decode_result():
+    """A DecodeBenchResult with every backend, large figures, long library names and a long note."""
+    from iotool.bench import DecodeBenchResult
+
+    rows = [_row("pil", 1234.5, "13.0.0", "libjpeg-turbo 3.2.0"),
+            _row("opencv", 2345.6, "4.12.0.88", "build-libjpeg-turbo (ver 3.1.2-70)"),
+            _row("simplejpeg", 12345.0, "1.9.0", "libjpeg-turbo 3.1.2"),
+            _row("jpeg4py", 3456.7, "0.1.4", "system libturbojpeg.so.0 (libjpeg-turbo 2.1.5)"),
+            _row("tjbench", 9876.5, "", "libjpeg-turbo 3.0.4",
+                 note="C loop, reused buffer; from memory; 64 of 50000 JPEGs (seeded sample)")]
+    env = {"cpu_model": "AMD EPYC 9654 96-Core Processor with a very long model name", "cpus_usable": 192,
+           "load_average": [12.25, 10.5, 9.75]}
+    return DecodeBenchResult(mode="memory", scale=1, min_time=1.0, repeat=5, files=50000, images=49998,
+                             bytes=6_400_000_000, megapixels=9876.5, auto={"jpeg": "simplejpeg", "png": "opencv"},
+                             results=rows, environment=env)
+
+
+def _render(table, width: int) -> list[str]:
+    """The lines a terminal of ``width`` columns shows for ``table``."""
+    from rich.console import Console
+
+    console = Console(width=width, record=True, color_system=None)
+    console.print(table)
+    return console.export_text().splitlines()
+
+
+def test_decode_table_fits_80_columns_without_splitting_cells(wide_decode_result):
+    from iotool.cli.bench_cmd import decode_table
+
+    lines = _render(decode_table(wide_decode_result), 80)
+    assert max(map(len, lines)) <= 80, "\n".join(lines)
+    text = "\n".join(lines)
+    whole = ["backend", "images/s", "MP/s", "vs PIL", "vs fastest",  # headers
+             "pil", "opencv", "simplejpeg", "jpeg4py", "tjbench",  # backend names
+             "1,234 ±10%", "2,346 ±10%", "12,345 ±10%", "3,457 ±10%", "9,876 ±10%",  # images/s
+             "1,763.6 ±10%", "1.00x", "10.00x", "0.10x"]  # MP/s of simplejpeg, vs PIL, vs fastest
+    for cell in whole:
+        assert any(cell in line for line in lines), f"{cell!r} split or missing:\n{text}"
+    # versions and libjpeg variants, and the note, sit under the table (words may wrap there)
+    flat = " ".join(line.strip() for line in lines)
+    assert "versions: pil 13.0.0 (libjpeg-turbo 3.2.0)" in flat
+    assert "tjbench: C loop, reused buffer" in flat
+    assert "version" not in lines[2] and "note" not in lines[2]  # header row: short columns only
+    assert "--wide" in flat
+
+
+def test_decode_table_wide_has_version_and_libjpeg_columns(wide_decode_result):
+    from iotool.cli.bench_cmd import decode_table
+
+    lines = _render(decode_table(wide_decode_result, wide=True), 200)
+    header = next(line for line in lines if "backend" in line)
+    for col in ("version", "libjpeg", "MB/s", "images/s", "vs fastest"):
+        assert col in header
+    assert any("opencv" in line and "4.12.0.88" in line and "build-libjpeg-turbo (ver 3.1.2-70)" in line
+               for line in lines)
+
+
+def test_bench_decode_cli_wide_flag(tiny):
+    result = runner.invoke(app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", "--wide", *FAST],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "backend" in line)
+    assert "version" in header and "libjpeg" in header and "MB/s" in header
+    short = runner.invoke(app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", *FAST],
+                          env={"COLUMNS": "200"})
+    header = next(line for line in short.output.splitlines() if "backend" in line)
+    assert "version" not in header and "versions: pil" in short.output
+
+
+def test_bench_decode_real_run_fits_80_columns(tiny):
+    from iotool.cli.bench_cmd import decode_table
+
+    result = bench_decode([str(tiny)], min_time=0.01, repeat=1, tjbench=False)
+    lines = _render(decode_table(result), 80)
+    assert max(map(len, lines)) <= 80, "\n".join(lines)
+    for r in result.results:
+        assert any(f" {r.name} " in line for line in lines)
+        assert any(f"{r.images_per_s.median:,.0f} ±" in line for line in lines)
+
+
+def test_bench_decode_default_uses_bundled_images_from_any_folder(tmp_path, monkeypatch):
+    from iotool.bench.decode import sample_images
+    from iotool.cli import app as cli_app
+
+    bundled = sample_images()
+    names = sorted(p.name for p in bundled.iterdir() if p.suffix in (".jpg", ".png"))
+    assert len(names) == 5 and sum((bundled / n).stat().st_size for n in names) < 450_000
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "decode.json"
+    result = runner.invoke(cli_app, ["bench", "decode", "--min-time", "0.01", "--repeat", "1", "--no-tjbench",
+                                     "--quiet", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["bundled_sample_images"] is True and data["files"] == 5
+    assert data["images"] >= 4  # the 4 JPEGs; the PNG too when every selected backend reads PNG
+    assert all(r["images"] == data["images"] and r["images_per_s"]["median"] > 0 for r in data["results"])
+    flat = " ".join(result.output.split())
+    assert "bundled sample images" in flat and "time your own: iotool bench decode /path/to/images" in flat
+
+
+def test_bench_decode_names_missing_bundled_images(monkeypatch):
+    from iotool.bench import decode as decode_mod
+
+    monkeypatch.setattr(decode_mod, "SAMPLE_IMAGES", "no_such_folder")
+    with pytest.raises(UsageError, match="bundled sample images are missing.*iotool bench decode /path"):
+        bench_decode(None, ["pil"], min_time=0.01, repeat=1, tjbench=False)

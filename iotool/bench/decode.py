@@ -7,12 +7,16 @@ round-robin with the order rotated per pass; we report the median and the spread
 
 Every backend is timed on the same images: those that all the selected backends decode
 natively. Any image left out is listed with the backend and the reason, never dropped silently.
+With no paths, the benchmark times a few sample images shipped inside the package
+(:func:`sample_images`), so it runs from any folder after ``pip install``.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..decode import BACKENDS, available, decode, image_format, resolve_backend
@@ -25,6 +29,7 @@ from .tjbench import run_tjbench, tjbench_library, tjbench_path
 SCALES = (1, 2, 4, 8)
 MODES = ("memory", "file")
 TJBENCH = "tjbench"
+SAMPLE_IMAGES = "sample_images"  # package data next to this module: 3 baseline + 1 progressive JPEG, 1 PNG
 
 
 @dataclass
@@ -87,6 +92,7 @@ class DecodeBenchResult:
     skipped: list[Skipped] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    bundled: bool = False  # True when the images were iotool's bundled samples (no paths given)
 
     def row(self, name: str) -> BackendResult | None:
         """The row of backend ``name`` (or ``tjbench``), if measured."""
@@ -100,8 +106,21 @@ class DecodeBenchResult:
             "images": self.images, "bytes": self.bytes, "megapixels": self.megapixels,
             "auto": self.auto, "results": [r.to_dict() for r in self.results],
             "skipped": [asdict(s) for s in self.skipped], "unavailable": self.unavailable,
-            "environment": self.environment,
+            "environment": self.environment, "bundled_sample_images": self.bundled,
         }
+
+
+def sample_images() -> Path:
+    """The folder of sample images shipped inside the package: the default input.
+
+    Raises:
+        UsageError: the folder is missing (a packaging problem), with what to do instead.
+    """
+    folder = resources.files(__package__) / SAMPLE_IMAGES
+    if not isinstance(folder, Path) or not folder.is_dir():
+        raise UsageError(f"iotool's bundled sample images are missing ({folder}); reinstall iotool, "
+                         "or give image files or folders: iotool bench decode /path/to/images")
+    return folder
 
 
 def parse_scale(text: str | int) -> int:
@@ -268,7 +287,7 @@ def _rows(tallies: dict[str, _Tally], counts: dict[str, int], notes: dict[str, s
 
 
 def bench_decode(
-    paths: Sequence[str] = ("sample_data/imagefolder",),
+    paths: Sequence[str] | None = None,
     backends: Sequence[str] | None = None,
     *,
     mode: str = "memory",
@@ -282,7 +301,8 @@ def bench_decode(
     """Measure every decoder backend on the same images, interleaved.
 
     Args:
-        paths: image files and/or folders (searched recursively for image extensions).
+        paths: image files and/or folders (searched recursively for image extensions); None
+            or empty: the sample images bundled with iotool (and ``bundled`` is set).
         backends: the backends to measure (default: every registered one; unavailable ones
             are reported in ``unavailable``, with the reason and the install hint).
         mode: ``memory`` (bytes loaded before timing) or ``file`` (each decode reads its file).
@@ -307,7 +327,8 @@ def bench_decode(
         raise UsageError(f"min_time must be >= 0 and repeat >= 1 (got {min_time}, {repeat}).")
     scale = parse_scale(scale)
     names, unavailable = _select_backends(backends)
-    paths = collect_images(paths)
+    bundled = not paths
+    paths = collect_images([sample_images()] if bundled else paths)
     progress("loading and checking images", 0, len(paths))
     with single_threaded():
         images, skipped = _load(paths, scale)
@@ -331,7 +352,7 @@ def bench_decode(
         megapixels=sum(i.pixels for i in images) / 1e6,
         auto={fmt: resolve_backend("auto", fmt) for fmt in sorted({i.fmt for i in images})},
         results=_rows(tallies, counts, notes), skipped=skipped, unavailable=unavailable,
-        environment=env,
+        environment=env, bundled=bundled,
     )
 
 

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import UsageError
 from .common import console, err_console, handle_errors, human_bytes, write_json
@@ -21,8 +22,6 @@ app = typer.Typer(
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-DEFAULT_PATH = Path("sample_data/imagefolder")
 
 
 class Mode(str, Enum):
@@ -77,24 +76,59 @@ def _ratio(value: float | None) -> str:
 
 # --- decode ------------------------------------------------------------------------------
 
-def decode_table(result: Any) -> Table:
-    """The decode results as a rich table."""
+# The default table fits 80 columns; --wide adds version, libjpeg and MB/s columns. Notes go under both.
+DECODE_COLUMNS = (("backend", "left"), ("images/s", "right"), ("MP/s", "right"), ("vs PIL", "right"),
+                  ("vs fastest", "right"))
+WIDE_DECODE_COLUMNS = (("backend", "left"), ("version", "left"), ("libjpeg", "left"), ("images/s", "right"),
+                       ("MP/s", "right"), ("MB/s", "right"), ("vs PIL", "right"), ("vs fastest", "right"))
+OWN_IMAGES_HINT = "iotool bench decode /path/to/images"
+
+
+def _decode_cells(r: Any, wide: bool) -> list[str]:
+    """One table row of a BackendResult, short or wide."""
+    if not wide:
+        return [r.name, _fmt_stats(r.images_per_s), _fmt_stats(r.megapixels_per_s, 1), _ratio(r.vs_pil),
+                _ratio(r.vs_fastest)]
+    return [r.name, r.version, r.jpeg_library, _fmt_stats(r.images_per_s), _fmt_stats(r.megapixels_per_s, 1),
+            _fmt_stats(r.mb_per_s, 1), _ratio(r.vs_pil), _ratio(r.vs_fastest)]
+
+
+def _decode_title(result: Any) -> str:
+    """'iotool bench decode: 23 images, 4.3 MP, ...', naming the bundled samples when used."""
+    images = f"{result.images} bundled sample images" if result.bundled else f"{result.images} images"
+    return (f"iotool bench decode: {images}, {result.megapixels:.1f} MP, {human_bytes(result.bytes)}, "
+            f"scale 1/{result.scale}, mode {result.mode}")
+
+
+def _versions(result: Any) -> str:
+    """'pil 13.0.0 (libjpeg-turbo 3.2.0); opencv ...': the short table's version footnote."""
+    return "; ".join(f"{r.name} {r.version}".rstrip() + (f" ({r.jpeg_library})" if r.jpeg_library else "")
+                     for r in result.results)
+
+
+def _decode_caption(result: Any, wide: bool) -> Text:
+    """Method, machine, notes; the short table's versions; the bundled-data hint."""
     env = result.environment
-    table = Table(
-        title=f"iotool bench decode: {result.images} images, {result.megapixels:.1f} MP, "
-        f"{human_bytes(result.bytes)}, scale 1/{result.scale}, mode {result.mode}",
-        caption=f"median ±half-range of {result.repeat} passes x >={result.min_time:g} s, one thread; "
-        f"{env.get('cpu_model', '')}, {env.get('cpus_usable')} CPUs, load {env.get('load_average')}; "
-        f"auto -> {', '.join(f'{k}: {v}' for k, v in result.auto.items())}",
-    )
-    for col, justify in (("backend", "left"), ("version", "left"), ("libjpeg", "left"),
-                         ("images/s", "right"), ("MP/s", "right"), ("MB/s", "right"),
-                         ("vs PIL", "right"), ("vs fastest", "right"), ("note", "left")):
+    passes = f"{result.repeat} pass{'' if result.repeat == 1 else 'es'}"
+    lines = [f"median ±half-range of {passes} x >={result.min_time:g} s, one thread",
+             f"{env.get('cpu_model', '')}, {env.get('cpus_usable')} CPUs, load {env.get('load_average')}; "
+             f"auto -> {', '.join(f'{k}: {v}' for k, v in result.auto.items())}"]
+    if not wide:
+        lines += [f"versions: {_versions(result)}", "--wide: version, libjpeg and MB/s as columns"]
+    lines += [f"{r.name}: {r.note}" for r in result.results if r.note]
+    if result.bundled:
+        lines.append(f"These are iotool's bundled sample images, too few to judge by; time your own: "
+                     f"{OWN_IMAGES_HINT}")
+    return Text("\n".join(lines))
+
+
+def decode_table(result: Any, wide: bool = False) -> Table:
+    """The decode results as a rich table: short columns that fit 80 characters, or ``wide``."""
+    table = Table(title=_decode_title(result), caption=_decode_caption(result, wide), caption_justify="left")
+    for col, justify in (WIDE_DECODE_COLUMNS if wide else DECODE_COLUMNS):
         table.add_column(col, justify=justify, overflow="fold")
     for r in result.results:
-        table.add_row(r.name, r.version, r.jpeg_library, _fmt_stats(r.images_per_s),
-                      _fmt_stats(r.megapixels_per_s, 1), _fmt_stats(r.mb_per_s, 1),
-                      _ratio(r.vs_pil), _ratio(r.vs_fastest), r.note)
+        table.add_row(*_decode_cells(r, wide))
     return table
 
 
@@ -109,7 +143,8 @@ def _print_decode_notes(result: Any) -> None:
 
 def decode(
     paths: Annotated[Optional[list[Path]], typer.Argument(
-        help="Image files or folders (searched recursively). Default: sample_data/imagefolder.",
+        help="Image files or folders (searched recursively). Default: a few sample images bundled "
+        "with iotool (4 JPEGs, 1 PNG), to try it out; time your own images for real numbers.",
         show_default=False)] = None,
     backends: Annotated[Optional[str], typer.Option(
         "--backends", "-b", help="Comma-separated backends: pil,opencv,simplejpeg,jpeg4py (default: all).")] = None,
@@ -126,6 +161,8 @@ def decode(
         "--json", help="Write results, versions and CPU as JSON to FILE ('-' for stdout, no table).")] = None,
     plot: Annotated[Optional[Path], typer.Option(
         help="Draw a bar chart to FILE.png (needs matplotlib: pip install matplotlib).")] = None,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Add version, libjpeg and MB/s columns (for terminals of 130+ columns).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """Decode speed of every backend on the same images, one thread, interleaved passes.
@@ -136,7 +173,7 @@ def decode(
 
         iotool bench decode /data/imagenet/val --min-time 2 --repeat 7 --json decode.json --plot decode.png
 
-        iotool bench decode photo.jpg --backends pil,simplejpeg --scale 1/2
+        iotool bench decode photo.jpg --backends pil,simplejpeg --scale 1/2 --wide
     """
     from ..bench.decode import bench_decode
 
@@ -147,7 +184,7 @@ def decode(
 
             require_matplotlib()
         with _progress(show and not quiet, "bench decode") as callback:
-            result = bench_decode([str(p) for p in paths] if paths else [str(DEFAULT_PATH)],
+            result = bench_decode([str(p) for p in paths] if paths else None,
                                   _split(backends), mode=mode.value, scale=scale.value,
                                   min_time=min_time, repeat=repeat, tjbench=tjbench,
                                   tjbench_files=tjbench_files, progress=callback)
@@ -158,7 +195,7 @@ def decode(
     if json_out:
         write_json(result.to_dict(), json_out)
     if show:
-        console.print(decode_table(result))
+        console.print(decode_table(result, wide))
         _print_decode_notes(result)
 
 
