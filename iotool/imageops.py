@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from typing import Any
 
 import numpy as np
@@ -82,3 +83,18 @@ def check_options(resize: int | None, size: tuple[int, int] | None, encoding: st
         raise UsageError(f"--quality {quality}: must be between 1 and 100.")
     if encoding == "keep" and (resize is not None or size is not None):
         raise UsageError("--encode keep cannot be combined with --resize/--size: resized pixels must be re-encoded.")
+
+
+_FORMAT_EXTENSIONS = {
+    "jpeg": ("jpg", "jpeg"), "png": ("png",), "bmp": ("bmp",), "webp": ("webp",),
+    "tiff": ("tif", "tiff"), "gif": ("gif",), "pnm": ("ppm", "pgm", "pbm", "pnm"),
+}
+
+
+def payload_extension(key: str, fmt: str) -> str:
+    """The key's extension when it names the payload's real format, else that format's own."""
+    ext = os.path.splitext(key)[1].lstrip(".").lower()
+    choices = _FORMAT_EXTENSIONS.get(fmt)
+    if choices is None or ext in choices:
+        return ext or "bin"
+    return choices[0]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -12,6 +14,46 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_data" / "imagefolder"
+
+# A third-party format (tests/plugins/iotool_example_format, registered through the
+# "iotool.formats" entry-point group by its .dist-info folder), visible to this process and to
+# every process it starts, so the shared suites below run on it like on the built-in formats.
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+sys.path.insert(0, str(PLUGINS))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
+
+from iotool.formats import format_names, get_format  # noqa: E402  (after the plugin path is set)
+
+FORMATS = format_names()  # every registered format: built-in and plugins
+
+
+def formats_where(capable: Callable[[Any], bool]) -> list[str]:
+    """The registered formats whose spec has a capability, e.g. ``lambda s: s.resumable``."""
+    return [name for name in FORMATS if capable(get_format(name))]
+
+
+def options_for(fmt: str, resize: int = 40, **extra: Any) -> dict[str, Any]:
+    """Conversion options that make a tiny dataset of ``fmt`` with several units (the format's
+    ``example_options``), plus ``resize`` where the format stores resized images only."""
+    spec = get_format(fmt)
+    return {**spec.example_options, **({"resize": resize} if spec.needs_resize else {}), **extra}
+
+
+def options_with_units(fmt: str, unit: int, resize: int = 40, **extra: Any) -> dict[str, Any]:
+    """``options_for(fmt)`` with every integer example option set to ``unit``.
+
+    A format's example options are its unit sizes (records per commit, per shard, ...), so this
+    gives any format, built-in or plugin, units of ``unit`` records without naming its options
+    (lmdb: commit_every, tar: shard_size; a format without units is unchanged)."""
+    spec = get_format(fmt)
+    units = {k: unit for k, v in spec.example_options.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return options_for(fmt, resize=resize, **{**units, **extra})
+
+
+def dataset_files(path: Path) -> list[Path]:
+    """Every file a local dataset consists of: the file itself, or every file under its folder."""
+    path = Path(path)
+    return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
 
 
 def make_image(seed: int, size: tuple[int, int] = (96, 64), fmt: str = "JPEG", **save) -> bytes:

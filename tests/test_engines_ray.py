@@ -19,7 +19,7 @@ import iotool
 from iotool.engines.ray import FAULT_ENV
 from iotool.errors import ConversionError, UsageError
 
-from .conftest import make_image, write_tree
+from .conftest import formats_where, make_image, write_tree
 from .test_remote import bucket, s3_server  # noqa: F401  (the loopback S3 fixtures)
 
 try:
@@ -102,7 +102,7 @@ def test_a_task_that_dies_mid_shard_is_retried_without_damage(cluster, source, t
                                                               caplog):
     markers = [tmp_path / "fault-1", tmp_path / "fault-4"]
     monkeypatch.setenv(FAULT_ENV, f"1:{mode}:{markers[0]},4:{mode}:{markers[1]}")
-    with caplog.at_level(logging.INFO, logger="iotool.convert"):
+    with caplog.at_level(logging.INFO, logger="iotool.engines.ray"):
         iotool.convert(source, tmp_path / "ray", "tar", engine="ray", shard_size=4)
     assert all(m.exists() for m in markers)  # both first attempts failed after writing half a shard
     if mode == "exit":  # the dead workers' half shards stayed under temporary names until the driver's cleanup
@@ -167,9 +167,9 @@ def test_ray_writes_tar_shards_to_s3(cluster, source, bucket, tmp_path):
     assert reader.checksums == iotool.open_reader(tmp_path / "local").checksums
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
+@pytest.mark.parametrize("fmt", formats_where(lambda spec: spec.sharded is None))
 def test_single_file_formats_refuse_ray_and_suggest_tar(fmt, imagefolder, tmp_path):
-    with pytest.raises(UsageError, match="Convert to tar shards instead"):
+    with pytest.raises(UsageError, match=r"independent shards \(.*tar.*\).*Convert to one of those instead"):
         iotool.convert(imagefolder, tmp_path / "out", fmt, engine="ray")
     assert not (tmp_path / "out").exists()
 

@@ -260,7 +260,7 @@ def test_unknown_protocol_is_a_usage_error():
 
 
 def test_lmdb_cannot_be_written_to_a_url(imagefolder):
-    with pytest.raises(UsageError, match="only tar shards"):
+    with pytest.raises(UsageError, match=r"lmdb format cannot be written to a URL \(formats that can: tar\)"):
         iotool.convert(imagefolder, "s3://bucket/out.lmdb", "lmdb")
 
 

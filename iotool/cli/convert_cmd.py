@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from ..errors import UsageError
 from ..formats import format_names
-from ..imageops import parse_size
+from ..imageops import ENCODINGS, parse_size
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
 from .common import console, err_console, handle_errors, human_bytes, write_json
@@ -22,11 +22,7 @@ SourceFormat = Enum("SourceFormat", {n: n for n in ["imagefolder", *format_names
 OutputFormat = Enum("OutputFormat", {n: n for n in format_names()}, type=str)
 
 
-class Encoding(str, Enum):
-    keep = "keep"
-    jpeg = "jpeg"
-    png = "png"
-    bmp = "bmp"
+Encoding = Enum("Encoding", {n: n for n in ENCODINGS}, type=str)
 
 
 class OnError(str, Enum):
@@ -72,7 +68,7 @@ def convert(
         "`iotool formats` lists each format's options.")] = None,
     engine: Annotated[Engine, typer.Option(
         help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
-        "pip install 'iotool[ray]').")] = Engine.local,
+        "pip install 'iotool\\[ray]').")] = Engine.local,
     ray_address: Annotated[Optional[str], typer.Option(
         help="--engine ray: the cluster to join, e.g. auto or ray://HEAD:10001 (default: $RAY_ADDRESS, else a "
         "cluster started with `ray start` on this machine, else a new local one).")] = None,

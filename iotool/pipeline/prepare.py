@@ -7,13 +7,12 @@ source tasks into :class:`~iotool.records.Record` objects or :class:`SkippedFile
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import DecodeError, IotoolError, UsageError
 from ..formats import FormatSpec
-from ..imageops import EXTENSIONS, check_options, encode, resize_rgb, target_size
+from ..imageops import EXTENSIONS, check_options, encode, payload_extension, resize_rgb, target_size
 from ..records import Record, SkippedFile, checksum
 
 REDUCING_GAP = 2  # reduced-scale JPEG decode keeps at least this multiple of the target size
@@ -69,21 +68,6 @@ def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str]
     image = decode(data, "auto", name=key, min_size=min_size)
     image = resize_rgb(image, size)
     return encode(image, options.encode, options.quality), EXTENSIONS[options.encode]
-
-
-_FORMAT_EXTENSIONS = {
-    "jpeg": ("jpg", "jpeg"), "png": ("png",), "bmp": ("bmp",), "webp": ("webp",),
-    "tiff": ("tif", "tiff"), "gif": ("gif",), "pnm": ("ppm", "pgm", "pbm", "pnm"),
-}
-
-
-def payload_extension(key: str, fmt: str) -> str:
-    """The key's extension when it names the payload's real format, else that format's own."""
-    ext = os.path.splitext(key)[1].lstrip(".").lower()
-    choices = _FORMAT_EXTENSIONS.get(fmt)
-    if choices is None or ext in choices:
-        return ext or "bin"
-    return choices[0]
 
 
 def _image_size(data: bytes, key: str) -> tuple[int, int]:

@@ -1,0 +1,111 @@
+"""The shape rules of DESIGN.md section 2, checked on the code itself.
+
+Layering is checked by import-linter (`lint-imports`, in CI); these tests add what it does not:
+no import cycles at all, a light ``import iotool``, no built-in format names outside the formats,
+and modules small enough to read.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+from iotool.formats.registry import BUILTIN
+
+PACKAGE = Path(__file__).resolve().parent.parent / "iotool"
+
+
+def _cycles(graph: "grimp.ImportGraph") -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_import_cycles_anywhere_in_iotool():
+    graph = grimp.build_graph("iotool", exclude_type_checking_imports=True)
+    # A package's __init__ importing its own submodules is not a cycle worth reporting; drop those
+    # edges so that only real module-to-module loops remain.
+    for module in list(graph.modules):
+        for imported in list(graph.find_modules_directly_imported_by(module)):
+            if imported.startswith(module + "."):
+                graph.remove_import(importer=module, imported=imported)
+    assert _cycles(graph) == []
+
+
+def test_import_iotool_is_light():
+    heavy = ["torch", "lmdb", "h5py", "webdataset", "fsspec", "s3fs", "ray", "cv2", "PIL", "numpy"]
+    code = ("import json, sys, iotool; print(json.dumps(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in %r or m.startswith('iotool.formats.'))))" % (heavy,))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
+    # The public names still resolve (lazily), and format modules load on first use only.
+    out = subprocess.run([sys.executable, "-c", "import iotool, sys; iotool.convert; iotool.open_dataset; "
+                          "print('iotool.formats.lmdb' in sys.modules)"], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"
+
+
+_FORMAT_FREE = ["cli", "pipeline", "engines", "datasets.py", "verification.py"]
+
+
+@pytest.mark.parametrize("part", _FORMAT_FREE)
+def test_no_builtin_format_names_outside_the_formats(part):
+    names = set(BUILTIN)
+    paths = [PACKAGE / part] if part.endswith(".py") else sorted((PACKAGE / part).rglob("*.py"))
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}")
+    assert found == []
+
+
+def test_no_module_over_about_400_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 420}
+    assert long == {}
