@@ -41,13 +41,17 @@ SHARDS = 8  # tar shards built for the contestants, so every DataLoader worker g
 
 def conversion_options(fmt: str, size: int, images: int = 0) -> dict[str, Any]:
     """Options a format needs to be built: a pre-resized cache (bmp) gets shorter side 256 for 224;
-    tar gets about SHARDS shards."""
+    a format with a ``shard_size`` option (tar) gets about SHARDS shards."""
+    from dataclasses import fields
+
     from ..formats import FORMATS
 
     spec = FORMATS.get(fmt)
-    if spec is not None and getattr(spec, "needs_resize", False):
+    if spec is None:
+        return {}
+    if spec.needs_resize:
         return {"resize": round(size * 256 / 224)}
-    if fmt == "tar" and images:
+    if images and "shard_size" in {f.name for f in fields(spec.options)}:
         return {"shard_size": max(1, -(-images // SHARDS))}
     return {}
 
