@@ -15,7 +15,7 @@ import pytest
 import iotool
 from iotool.pipeline.destination import TMP_MARKER
 
-from .conftest import write_tree
+from .conftest import FORMATS, formats_where, get_format, options_for, options_with_units, write_tree
 
 DRIVER = """
 import sys, json, iotool
@@ -26,8 +26,16 @@ def progress(p):
 report = iotool.convert(src, dst, fmt, workers=1, resume=resume, progress=progress, **opts)
 print("done", report.resumed_from, flush=True)
 """
-OPTIONS = {"lmdb": {"commit_every": 20}, "tar": {"shard_size": 20}, "hdf5": {}, "bmp": {"resize": 16}}
-NAMES = {"hdf5": "out.h5"}
+RESUMABLE = formats_where(lambda s: s.resumable)
+NOT_RESUMABLE = formats_where(lambda s: not s.resumable)
+
+
+def unit_options(fmt: str) -> dict:
+    """Units (commits, shards) of 20 records for any format: the kill and resume tests below
+    count on 15 units over the 300 records, so a kill after n progress lines (10 records each)
+    lands between commits and a resume starts from the last one. Every integer example option
+    of the spec is a unit size (see conftest.options_with_units); images resized to 16."""
+    return options_with_units(fmt, 20, resize=16)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +50,7 @@ def many(tmp_path_factory):
 def run_and_kill(driver, src, dst, fmt, kill_after_lines, resume=False):
     """Start a conversion and SIGKILL it after it reports ``kill_after_lines`` progress lines."""
     proc = subprocess.Popen([sys.executable, str(driver), str(src), str(dst), fmt, "1" if resume else "0",
-                             json.dumps(OPTIONS[fmt])], stdout=subprocess.PIPE, text=True)
+                             json.dumps(unit_options(fmt))], stdout=subprocess.PIPE, text=True)
     lines = 0
     for line in proc.stdout:
         if line.startswith("done"):
@@ -60,52 +68,59 @@ def temporaries(parent: Path) -> list[str]:
     return [e for e in os.listdir(parent) if TMP_MARKER in e]
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "bmp"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_sigkill_never_leaves_an_incomplete_destination(fmt, many, tmp_path):
     src, driver = many
     rng = random.Random(f"kill-{fmt}")
-    dst = tmp_path / NAMES.get(fmt, "out")
+    dst = tmp_path / "out"
     for _ in range(10):
         code = run_and_kill(driver, src, dst, fmt, rng.randint(1, 29))
         assert code == -signal.SIGKILL
         assert not dst.exists()  # killed before the rename: nothing at DST
     assert len(temporaries(tmp_path)) >= 1  # what the killed runs left, under a temporary name
-    report = iotool.convert(src, dst, fmt, workers=2, **OPTIONS[fmt])
+    report = iotool.convert(src, dst, fmt, workers=2, **unit_options(fmt))
     assert report.count == 300 and iotool.verify(dst).ok
     assert temporaries(tmp_path) == []  # the next run removed every stale temporary
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "tar"])
+@pytest.mark.parametrize("fmt", RESUMABLE)
 def test_resume_after_sigkill_gives_the_same_records(fmt, many, tmp_path):
     src, driver = many
     reference = tmp_path / "reference"
-    iotool.convert(src, reference, fmt, workers=0, **OPTIONS[fmt])
+    iotool.convert(src, reference, fmt, workers=0, **unit_options(fmt))
     dst = tmp_path / "out"
     assert run_and_kill(driver, src, dst, fmt, 13) == -signal.SIGKILL
     assert run_and_kill(driver, src, dst, fmt, 8, resume=True) == -signal.SIGKILL  # killed again
-    report = iotool.convert(src, dst, fmt, workers=2, resume=True, **OPTIONS[fmt])
+    report = iotool.convert(src, dst, fmt, workers=2, resume=True, **unit_options(fmt))
     assert report.resumed_from >= 100  # started from the last commit, not from zero
     a, b = iotool.open_reader(reference), iotool.open_reader(dst)
     assert (a.keys, a.labels, a.checksums) == (b.keys, b.labels, b.checksums)
     assert [a.read(i)[0] for i in range(300)] == [b.read(i)[0] for i in range(300)]
     assert iotool.verify(dst).ok and temporaries(tmp_path) == []
-    if fmt == "tar":
+    if fmt == "tar":  # tar's own shard layout (format-specific, as in that format's own tests)
         assert sorted(os.listdir(dst)) == ["index.json"] + [f"shard-{i:06d}.tar" for i in range(15)]
 
 
-def test_resume_refuses_a_partial_output_of_another_job(many, tmp_path):
+@pytest.mark.parametrize("fmt", RESUMABLE)
+def test_resume_refuses_a_partial_output_of_another_job(fmt, many, tmp_path):
     src, driver = many
     dst = tmp_path / "out"
-    assert run_and_kill(driver, src, dst, "lmdb", 12) == -signal.SIGKILL
+    assert run_and_kill(driver, src, dst, fmt, 12) == -signal.SIGKILL
     with pytest.raises(iotool.UsageError, match="different source or with different options"):
-        iotool.convert(src, dst, "lmdb", workers=0, resume=True, commit_every=20, validate=False)
+        iotool.convert(src, dst, fmt, workers=0, resume=True, validate=False, **unit_options(fmt))
 
 
-def test_resume_without_a_partial_output_starts_over_and_other_formats_refuse(imagefolder, tmp_path):
-    report = iotool.convert(imagefolder, tmp_path / "o", "lmdb", workers=0, resume=True)
+@pytest.mark.parametrize("fmt", RESUMABLE)
+def test_resume_without_a_partial_output_starts_over(fmt, imagefolder, tmp_path):
+    report = iotool.convert(imagefolder, tmp_path / "o", fmt, workers=0, resume=True, **options_for(fmt))
     assert report.resumed_from == 0 and report.count == 13
+
+
+@pytest.mark.parametrize("fmt", NOT_RESUMABLE)
+def test_formats_that_cannot_resume_refuse_resume(fmt, imagefolder, tmp_path):
     with pytest.raises(iotool.UsageError, match="formats that can resume"):
-        iotool.convert(imagefolder, tmp_path / "h.h5", "hdf5", workers=0, resume=True)
+        iotool.convert(imagefolder, tmp_path / "o", fmt, workers=0, resume=True, **options_for(fmt))
+    assert not (tmp_path / "o").exists()
 
 
 def _shape_and_pid(image):
@@ -125,17 +140,19 @@ def _rss_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "bmp"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_long_runs_keep_descriptors_and_memory_flat(fmt, many, tmp_path):
     """Five epochs with persistent workers: open files stay equal, RSS grows < 8 MiB after epoch 1."""
     from torch.utils.data import DataLoader
 
     src, _ = many
-    dst = tmp_path / NAMES.get(fmt, "out")
-    iotool.convert(src, dst, fmt, workers=2, **OPTIONS[fmt])
+    dst = tmp_path / "out"
+    iotool.convert(src, dst, fmt, workers=2, **unit_options(fmt))
     ds = iotool.open_dataset(dst, transform=_shape_and_pid)
+    iterable = get_format(fmt).iterable
+    assert isinstance(ds, torch_iterable()) == iterable  # the spec says which kind open_dataset gives
     loader = DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True, collate_fn=_list_collate,
-                        shuffle=not isinstance(ds, torch_iterable()))
+                        shuffle=not iterable)
     per_epoch = []
     for _ in range(5):
         items = [item for batch in loader for item in batch]
