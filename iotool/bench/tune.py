@@ -1,0 +1,332 @@
+"""``iotool tune``: the DataLoader settings that feed a dataset fastest with the user's transform.
+
+The search, in a hard time budget:
+
+1. ``num_workers`` over 0, 1, 2, 4, 8, ... up to twice the usable CPUs (``prefetch_factor=2``,
+   persistent workers); 0 and 1 are always measured, then the count doubles while each step beats
+   the best so far by at least 5%.
+2. At the count the rule below picks: ``prefetch_factor=4``, then ``persistent_workers=False``,
+   then ``pin_memory=True`` where CUDA is available (every trial then also copies its batches to
+   the GPU, non-blocking from pinned memory, as training does).
+
+The rule (:func:`choose_trial`, pure): among trials within 5% of the best epoch images/s, the
+cheapest: fewest workers, then the smaller prefetch factor, then persistent workers and pinned
+memory (what they cost is memory held, not time). The feed is called CPU-bound when the usable
+cores are saturated or each worker is on a CPU most of the time, IO-bound when workers mostly
+wait while cores idle (:func:`classify_bound`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..errors import UsageError
+from .common import ProgressFn, environment, no_progress
+from .tune_measure import Trial, measure_trial
+from .tune_setup import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
+
+__all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "choose_trial", "classify_bound",
+           "load_transform", "tune_loader", "usable_cpus", "worker_ladder"]
+
+TOLERANCE = 0.05
+CORES_SATURATED = 0.85  # of the usable cores busy: nothing more to gain from workers
+WORKER_BUSY = 0.7  # of its wall time on a CPU: a worker computing, not waiting
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def worker_ladder(max_workers: int) -> list[int]:
+    """0, 1, 2, 4, 8, ... up to ``max_workers``, which is always the last step."""
+    ladder, w = [0], 1
+    while w < max_workers:
+        ladder.append(w)
+        w *= 2
+    if max_workers > 0:
+        ladder.append(max_workers)
+    return ladder
+
+
+def _cost(trial: Trial) -> tuple[int, int, bool, bool]:
+    """Smaller is cheaper: workers, then prefetch depth; persistent workers and pinning preferred."""
+    return (trial.num_workers, trial.prefetch_factor or 0, not trial.persistent_workers, not trial.pin_memory)
+
+
+def choose_trial(trials: Sequence[Trial], tolerance: float = TOLERANCE) -> Trial | None:
+    """The cheapest trial within ``tolerance`` of the best epoch images/s (None if none delivered).
+
+    Cheapest is fewest workers, then the smaller ``prefetch_factor``, then persistent workers and
+    pinned memory over their absence; a remaining tie goes to the faster trial, then the one
+    measured first. The result does not depend on the order of ``trials``, except for exact twins.
+    """
+    usable = [t for t in trials if t.epoch_images_per_s > 0]
+    if not usable:
+        return None
+    best = max(t.epoch_images_per_s for t in usable)
+    near = [t for t in usable if t.epoch_images_per_s >= (1 - tolerance) * best]
+    return min(near, key=lambda t: (_cost(t), -t.epoch_images_per_s))
+
+
+def _stops_climbing(rates: Sequence[float], tolerance: float = TOLERANCE) -> bool:
+    """After the ladder's steps so far (0, 1, 2, 4, ... workers): stop doubling?"""
+    if len(rates) < 3:  # 0 and 1 worker are always followed by 2: one worker alone is often no faster
+        return False
+    return rates[-1] < (1 + tolerance) * max(rates[1:-1])
+
+
+@dataclass
+class Bound:
+    """What bounds the feed: ``kind`` is "cpu", "io" or "unknown", ``reason`` says why in words."""
+
+    kind: str
+    reason: str
+    cores_busy: float | None = None
+    worker_busy: float | None = None
+    worker_waiting: float | None = None
+    main_busy: float | None = None
+    cpus: int = 0
+
+
+def classify_bound(trial: Trial, cpus: int) -> Bound:
+    """CPU- or IO-bound, from the CPU time of the workers and the main process during the timed batches."""
+    cores, worker, waiting = trial.cores_busy(cpus), trial.worker_busy, trial.worker_waiting or 0.0
+    main = trial.main_cpu_s / trial.seconds if trial.main_cpu_s is not None and trial.seconds else None
+    evidence = {"cores_busy": cores, "worker_busy": worker, "worker_waiting": trial.worker_waiting,
+                "main_busy": main, "cpus": cpus}
+    if cores is None or worker is None:
+        return Bound("unknown", "worker CPU time could not be read (it needs Linux /proc) or nothing was timed",
+                     **evidence)
+    who = f"{trial.num_workers} workers" if trial.num_workers else "the main process (num_workers=0)"
+    if cores >= CORES_SATURATED:
+        return Bound("cpu", f"cores saturated: {cores:.0%} of {cpus} usable cores busy; decoding and the "
+                     "transform need cheaper work per sample (smaller stored images, reduced-scale "
+                     "decode) or more cores", **evidence)
+    if worker >= WORKER_BUSY:
+        return Bound("cpu", f"{who} on a CPU {worker:.0%} of the time: decoding and the transform bound "
+                     f"the feed ({cores:.0%} of {cpus} cores busy)", **evidence)
+    if worker + waiting >= WORKER_BUSY:
+        return Bound("cpu", f"cores saturated by other work too: {who} on a CPU {worker:.0%} of the time and "
+                     f"waiting for a free core {waiting:.0%}; only {cores:.0%} of {cpus} cores went to this feed",
+                     **evidence)
+    if main is not None and main >= CORES_SATURATED:
+        return Bound("cpu", f"the main process is on a CPU {main:.0%} of the time (collating, pinning or "
+                     f"receiving batches) while the workers are busy only {worker:.0%}", **evidence)
+    return Bound("io", f"cores idle while reading: {who} on a CPU only {worker:.0%} of the time, {cores:.0%} "
+                 f"of {cpus} cores busy; the workers wait on storage (a faster disk, the page cache, or "
+                 "more workers to overlap the waits)", **evidence)
+
+
+@dataclass
+class TuneResult:
+    """What ``tune_loader`` measured and recommends.
+
+    ``kwargs`` are DataLoader keyword arguments (``DataLoader(dataset, **result.kwargs)``);
+    ``table`` has one row per trial, in the order measured; ``bound`` says what limits the feed.
+    """
+
+    path: str
+    format: str
+    count: int
+    batch_size: int
+    transform: str
+    collate: str
+    cpus: int
+    max_workers: int
+    max_seconds: float
+    cuda: bool
+    trials: list[Trial] = field(default_factory=list)
+    chosen: Trial | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    bound: Bound | None = None
+    budget_exhausted: bool = False
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def table(self) -> list[dict[str, Any]]:
+        """One plain row per trial, with ``chosen`` marking the recommendation."""
+        return [{**t.to_dict(self.cpus), "chosen": t is self.chosen} for t in self.trials]
+
+    def snippet(self, dataset: str = "dataset") -> str:
+        """The recommendation as code to paste: ``DataLoader(dataset, batch_size=64, num_workers=2, ...)``."""
+        args = ", ".join(f"{k}={self.collate if k == 'collate_fn' else repr(v)}" for k, v in self.kwargs.items())
+        return f"DataLoader({dataset}, {args})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON (``collate_fn`` as its dotted name)."""
+        return {
+            "benchmark": "tune", "path": self.path, "format": self.format, "count": self.count,
+            "batch_size": self.batch_size, "transform": self.transform, "collate": self.collate,
+            "cpus": self.cpus, "max_workers": self.max_workers, "max_seconds": self.max_seconds,
+            "cuda": self.cuda, "seconds": self.seconds, "budget_exhausted": self.budget_exhausted,
+            "kwargs": {k: self.collate if k == "collate_fn" else v for k, v in self.kwargs.items()},
+            "snippet": self.snippet(), "bound": None if self.bound is None else vars(self.bound),
+            "table": self.table, "notes": self.notes, "environment": self.environment,
+        }
+
+
+def _check_options(batch_size: int, max_seconds: float, max_workers: int | None, batches: int, warmup: int,
+                   min_time: float) -> None:
+    """Refuse impossible options, naming the value."""
+    if batch_size < 1:
+        raise UsageError(f"batch_size={batch_size}; give at least 1.")
+    if not max_seconds > 0:
+        raise UsageError(f"max_seconds={max_seconds}; give a positive number of seconds.")
+    if max_workers is not None and max_workers < 0:
+        raise UsageError(f"max_workers={max_workers}; give 0 or more (default: twice the usable CPUs).")
+    if batches < 1 or warmup < 0 or min_time < 0:
+        raise UsageError(f"batches={batches}, warmup={warmup}, min_time={min_time}; give batches >= 1, "
+                         "warmup >= 0 and min_time >= 0.")
+
+
+class _Search:
+    """Runs trials against one feed until the plan or the budget ends."""
+
+    def __init__(self, feed: Feed, result: TuneResult, deadline: float, progress: ProgressFn,
+                 timing: dict[str, Any]):
+        self.feed, self.result, self.deadline, self.progress = feed, result, deadline, progress
+        self.timing = timing
+        self.planned = 0
+
+    def run(self, trial: Trial) -> Trial | None:
+        """Measure ``trial`` unless the budget is spent; None when it was not run."""
+        done = len(self.result.trials)
+        last = self.result.trials[-1].startup_s if self.result.trials else 0.0
+        if time.perf_counter() + last >= self.deadline:
+            self.result.budget_exhausted = True
+            return None
+        self.progress(_describe(trial), done, max(self.planned, done + 1))
+        measure_trial(trial, self.feed.loader, self.feed.consume, epoch_images=self.feed.epoch_images,
+                      deadline=self.deadline, sync=self.feed.sync, **self.timing)
+        self.result.trials.append(trial)
+        if trial.partial:
+            self.result.budget_exhausted = True
+        return trial
+
+    def workers(self, ladder: list[int]) -> None:
+        """Step 1: climb the worker ladder while it pays."""
+        self.planned = len(ladder) + 2 + int(self.result.cuda)
+        rates: list[float] = []
+        for i, w in enumerate(ladder):
+            trial = self.run(Trial(w, 2 if w else None, w > 0, False, "workers"))
+            if trial is None or trial.partial:
+                return
+            rates.append(trial.epoch_images_per_s)
+            if _stops_climbing(rates):
+                self.planned -= len(ladder) - i - 1
+                return
+
+    def knobs(self) -> None:
+        """Step 2: prefetch depth, persistence and pinning at the chosen worker count."""
+        base = choose_trial(self.result.trials)
+        if base is None or self.result.budget_exhausted:
+            return
+        tries = []
+        if base.num_workers:
+            tries += [("prefetch", {"prefetch_factor": 4}), ("persistent", {"persistent_workers": False})]
+        if self.result.cuda:
+            tries.append(("pin", {"pin_memory": True}))
+        self.planned = len(self.result.trials) + len(tries)
+        for stage, change in tries:
+            best = choose_trial(self.result.trials) or base
+            config = {**vars(best), **change}  # the best prefetch and persistence found so far
+            trial = Trial(config["num_workers"], config["prefetch_factor"], config["persistent_workers"],
+                          config["pin_memory"], stage)
+            if self.run(trial) is None or trial.partial:
+                return
+
+
+def _describe(trial: Trial) -> str:
+    """'num_workers=4, prefetch_factor=2, persistent' for the progress line."""
+    parts = [f"num_workers={trial.num_workers}"]
+    if trial.num_workers:
+        parts += [f"prefetch_factor={trial.prefetch_factor}", "persistent" if trial.persistent_workers else "not persistent"]
+    if trial.pin_memory:
+        parts.append("pinned")
+    return ", ".join(parts)
+
+
+def tune_loader(
+    path: str | os.PathLike,
+    transform: Callable[[Any], Any] | str | None = None,
+    *,
+    batch_size: int = 64,
+    max_seconds: float = 60.0,
+    max_workers: int | None = None,
+    decoder: str | None = "auto",
+    batches: int = 20,
+    warmup: int = 2,
+    min_time: float = 1.0,
+    progress: ProgressFn | None = None,
+) -> TuneResult:
+    """Measure the DataLoader feed of a dataset and recommend ``num_workers`` and friends.
+
+    Args:
+        path: a dataset written by ``iotool convert`` (any registered format).
+        transform: applied to each decoded image, as in training: a callable, a ``"module:callable"``
+            string (see :func:`load_transform`), or None for ``RandomResizedCrop(224)``.
+        batch_size: samples per batch, as in training.
+        max_seconds: a hard budget for the whole search; when it runs out, the recommendation comes
+            from the trials measured so far and ``notes`` say so.
+        max_workers: the most workers tried (default: twice the usable CPUs).
+        decoder: the dataset's decoder (``open_dataset(..., decoder=)``); None gives the transform bytes.
+        batches: timed batches per trial (at least three per worker are timed).
+        warmup: batches dropped after the first one (at least one per worker).
+        min_time: timed seconds per trial, at least (short timings are noise on a busy machine).
+        progress: called with (what, done, total) before each trial.
+
+    Returns:
+        A :class:`TuneResult`: ``kwargs`` for ``DataLoader(dataset, **kwargs)``, the ``table`` of
+        trials, the ``bound`` (CPU or IO) with its evidence, and ``notes``.
+
+    Raises:
+        UsageError: a bad option, a transform that cannot be loaded, that fails on the first sample,
+            or whose outputs cannot be collated.
+    """
+    start = time.perf_counter()
+    _check_options(batch_size, max_seconds, max_workers, batches, warmup, min_time)
+    progress = progress or no_progress
+    if isinstance(transform, str):
+        transform = load_transform(transform)
+    cpus = usable_cpus()
+    top = 2 * cpus if max_workers is None else max_workers
+    feed = open_feed(path, transform, batch_size, decoder)
+    result = TuneResult(os.fspath(path), feed.format, feed.epoch_images, batch_size, feed.transform_name,
+                        feed.collate_name, cpus, top, max_seconds, feed.cuda)
+    search = _Search(feed, result, start + max_seconds, progress,
+                     {"batches": batches, "warmup": warmup, "min_time": min_time})
+    search.workers(worker_ladder(top))
+    search.knobs()
+    _conclude(result, feed)
+    result.seconds = time.perf_counter() - start
+    progress("done", len(result.trials), len(result.trials))
+    return result
+
+
+def _conclude(result: TuneResult, feed: Feed) -> None:
+    """Pick the recommendation, name the bound, and write the notes."""
+    result.chosen = choose_trial(result.trials)
+    kwargs = result.chosen.loader_kwargs() if result.chosen else {"num_workers": 0, "pin_memory": False}
+    result.kwargs = {"batch_size": result.batch_size, **kwargs}
+    if feed.collate_fn is not None:
+        result.kwargs["collate_fn"] = feed.collate_fn
+    result.environment = environment()
+    if result.chosen is not None:
+        result.bound = classify_bound(result.chosen, result.cpus)
+    if result.budget_exhausted:
+        result.notes.append(f"The budget of {result.max_seconds:g} s ran out after {len(result.trials)} trial(s); "
+                            "the recommendation comes from what was measured. Raise --max-seconds for a fuller search.")
+    if result.chosen is None:
+        result.notes.append("Nothing was measured; these are safe defaults, not a recommendation.")
+    if feed.epoch_images < result.batch_size * 8:
+        result.notes.append(f"The dataset holds {feed.epoch_images} samples, {feed.epoch_images / result.batch_size:.1f} "
+                            "batches: epoch ends weigh heavily here; tune on the real training set.")
