@@ -59,8 +59,9 @@ class CUDAPrefetcher:
     in a dict it is ``batch[image_key]`` (default: the ``"image"`` or ``"images"`` key). Every
     other tensor, at any nesting depth, is moved to the device unchanged (labels stay int64);
     anything that is not a tensor (file names, ints) is passed through. A non-uint8 image tensor
-    is moved unchanged, with a warning. With ``channels_last=True`` 4-D images are returned in
-    ``torch.channels_last`` memory format; otherwise the loader's layout is kept.
+    (float pixels from another pipeline) is not scaled or normalised: its values are only cast to
+    ``dtype``, with a warning (once). With ``channels_last=True`` 4-D images, uint8 or not, are
+    returned in ``torch.channels_last`` memory format; otherwise the loader's layout is kept.
 
     **CUDA.** One side stream per prefetcher, created on the first CUDA pass and reused for every
     later pass (:attr:`stream`, :attr:`streams_created`). Copies use ``non_blocking=True``; the
@@ -70,7 +71,20 @@ class CUDAPrefetcher:
     its memory while the training step still reads it. While the training loop works on one batch,
     the next ``depth`` batches are being copied and converted. A warning is issued once per
     prefetcher when the loader does not pin memory, since copies from pageable memory cannot
-    overlap with compute. The loader should yield CPU tensors.
+    overlap with compute.
+
+    **Which stream may use a batch.** A batch is ready for the stream that was current on the
+    prefetcher's device when ``next()`` returned it: that stream waits for it and owns its memory.
+    To use it on another stream, call ``other.wait_stream(that_stream)`` and
+    ``tensor.record_stream(other)`` yourself. With ``device=None`` the device is the current CUDA
+    device at the first pass, so under DDP each rank must call ``torch.cuda.set_device(local_rank)``
+    before iterating, or pass ``device=f"cuda:{local_rank}"``.
+
+    **CUDA tensors from the loader** (GPU decoding upstream) are accepted when they are on the
+    prefetcher's device and ready for the current stream (as torch operations and DALI's PyTorch
+    iterator leave them): the side stream first waits for the current stream, and every such
+    input is ``record_stream``-ed on the side stream so its memory is not reused while the side
+    stream reads it. A tensor on another CUDA device is refused with :class:`UsageError`.
 
     **Without CUDA** (``device="cpu"``, or ``device=None`` on a machine without CUDA) the same
     conversion runs synchronously on that device, with identical results to the formula above.
@@ -81,15 +95,17 @@ class CUDAPrefetcher:
         mean: per-channel mean (one value or one per channel), 0-1 or 0-255 units (see above);
             ``None`` with ``std=None`` for plain ``/ 255`` scaling.
         std: per-channel standard deviation, same units rule as ``mean``; all values > 0.
-        device: target device; ``None`` picks ``"cuda"`` when available, else ``"cpu"``.
+        device: target device; ``None`` picks ``"cuda"`` (the current CUDA device) when available,
+            else ``"cpu"``. A CUDA device this host does not have is refused at construction.
         channels_last: return 4-D images in ``torch.channels_last`` memory format.
         dtype: floating dtype of the images handed out (float32, float16, bfloat16, float64).
         depth: batches prepared ahead of the one being consumed (1 or more).
         image_key: which element of a tuple/list (an int) or key of a dict is the image.
 
     Raises:
-        UsageError: a bad option value (the message names it), CUDA requested but unavailable,
-            or a batch whose image cannot be found.
+        UsageError: a bad option value (the message names it), a CUDA device this host does not
+            have (the message names it and the device count), a batch whose image cannot be found,
+            or a CUDA input tensor on another device than the prefetcher's.
     """
 
     def __init__(
@@ -159,10 +175,25 @@ class CUDAPrefetcher:
         if self.stream is None:
             return self._convert(batch), None
         self._check_pinned(batch)
+        self._follow_producer(batch)
         with torch.cuda.stream(self.stream):
             out = self._convert(batch)
             done = self.stream.record_event()
         return out, done
+
+    def _follow_producer(self, batch: Any) -> None:
+        """For CUDA inputs: order the side stream after the current stream and keep their memory."""
+        inputs = [t for t in _tensors(batch) if t.is_cuda]
+        if not inputs:
+            return  # CPU inputs: no dependency on the consumer, so copies overlap with its work
+        for tensor in inputs:
+            if tensor.device != self.device:
+                raise UsageError(f"CUDAPrefetcher: the batch holds a tensor on {tensor.device} but the "
+                                 f"prefetcher's device is {self.device}; produce it on {self.device}, "
+                                 f"or pass device='{tensor.device}'.")
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        for tensor in inputs:
+            tensor.record_stream(self.stream)
 
     def _hand_out(self, out: Any, done: torch.cuda.Event | None) -> Any:
         """Make the consumer stream wait for the batch and own its memory; return it."""
@@ -170,7 +201,7 @@ class CUDAPrefetcher:
             consumer = torch.cuda.current_stream(self.device)
             consumer.wait_event(done)
             for tensor in _tensors(out):
-                if tensor.is_cuda:
+                if tensor.device == self.device:
                     tensor.record_stream(consumer)
         return out
 
@@ -213,20 +244,26 @@ class CUDAPrefetcher:
         x = x.to(self.device, non_blocking=True)
         if x.dtype != torch.uint8:
             self._warn_once("dtype", f"CUDAPrefetcher: the image tensor has dtype {x.dtype}, not uint8; "
-                                     f"it is moved to {self.device} unchanged (not scaled or normalised). "
+                                     f"it is moved to {self.device} and cast to {self.dtype} with its values "
+                                     f"unchanged (not scaled or normalised). "
                                      f"Use collate_fn=iotool.fast_collate to keep batches uint8.")
-            return x
+            return self._layout(x).to(self.dtype)
         if x.dim() < 3:
             raise UsageError(f"CUDAPrefetcher: the image tensor has shape {tuple(x.shape)}; "
                              f"expected NxCxHxW (or CxHxW).")
-        if self.channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
+        x = self._layout(x)
         mean, std = self._stats_on_device(x.shape[-3])
         x = x.to(self._compute_dtype)
         if mean is not None:
             x.sub_(mean)
         x.div_(std)
         return x.to(self.dtype)
+
+    def _layout(self, x: torch.Tensor) -> torch.Tensor:
+        """A 4-D image batch in channels_last memory format when asked; anything else as it is."""
+        if self.channels_last and x.dim() == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x
 
     def _stats_on_device(self, channels: int) -> tuple[torch.Tensor | None, torch.Tensor]:
         """``mean255``/``std255`` shaped (C, 1, 1) on the device, made once, checked against C."""
@@ -270,9 +307,12 @@ class CUDAPrefetcher:
         if self._pin_checked:
             return
         self._pin_checked = True
+        host = [t for t in _tensors(batch) if t.device.type == "cpu"]
+        if not host:
+            return  # CUDA inputs (GPU decoding): nothing to pin
         pinned = getattr(self.loader, "pin_memory", None)
         if pinned is None:
-            pinned = all(t.is_pinned() for t in _tensors(batch) if t.device.type == "cpu")
+            pinned = all(t.is_pinned() for t in host)
         if not pinned:
             self._warn_once("pin", "CUDAPrefetcher: the loader does not pin memory, so host-to-device "
                                    "copies cannot overlap with compute; create the DataLoader with "
@@ -295,10 +335,26 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
         device = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise UsageError(f"CUDAPrefetcher: device={device!r} is not a torch device ({exc}).") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"CUDAPrefetcher: device={str(device)!r} but CUDA is not available here; "
-                         f"pass device='cpu' or device=None.")
+    if device.type == "cuda":
+        _check_cuda_device(device, _cuda_device_count())
     return device
+
+
+def _cuda_device_count() -> int:
+    """The CUDA devices this process can use (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _check_cuda_device(device: torch.device, count: int) -> None:
+    """Refuse a CUDA device this host does not have, naming it and the devices there are."""
+    if count == 0:
+        raise UsageError(f"CUDAPrefetcher: device={str(device)!r} but CUDA is not available here "
+                         f"(0 CUDA devices); pass device='cpu' or device=None.")
+    if device.index is not None and device.index >= count:
+        choices = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+        raise UsageError(f"CUDAPrefetcher: device={str(device)!r} but this host has {count} CUDA "
+                         f"device{'s' if count > 1 else ''} ({choices}); pick one of them, or "
+                         f"device=None for the current one.")
 
 
 def _check_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -3,6 +3,7 @@ re-iteration, options and errors on the CPU path; streams and equality on CUDA w
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import namedtuple
 from pathlib import Path
@@ -265,6 +266,225 @@ def test_cuda_requested_without_cuda_is_refused():
 def test_batches_the_prefetcher_cannot_read_are_refused(batch, kwargs, message):
     with pytest.raises(UsageError, match=message):
         list(CUDAPrefetcher([batch], device="cpu", **kwargs))
+
+
+# -- device checks and non-uint8 images (run on every host) ---------------------------------
+
+def test_a_cuda_device_index_past_the_count_is_refused_at_construction():
+    count = torch.cuda.device_count() if HAS_CUDA else 0
+    with pytest.raises(UsageError, match=rf"device='cuda:{count}'.*\b{count} CUDA device"):
+        CUDAPrefetcher([], device=f"cuda:{count}")
+
+
+@pytest.mark.parametrize("count, device, message", [
+    (1, "cuda:7", r"device='cuda:7' but this host has 1 CUDA device \(cuda:0\)"),
+    (2, "cuda:2", r"device='cuda:2' but this host has 2 CUDA devices \(cuda:0 to cuda:1\)"),
+    (0, "cuda:0", r"device='cuda:0' but CUDA is not available here \(0 CUDA devices\)"),
+    (0, "cuda", r"device='cuda' but CUDA is not available here"),
+])
+def test_a_cuda_device_this_host_lacks_is_refused(monkeypatch, count, device, message):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    with pytest.raises(UsageError, match=message):
+        CUDAPrefetcher([], device=device)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "cuda:1"])
+def test_a_cuda_device_the_host_has_is_accepted(monkeypatch, device):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert CUDAPrefetcher([], device=device).device == torch.device(device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_float_image_gets_dtype_and_channels_last_but_no_scaling(dtype):
+    raw = torch.rand(2, 3, 4, 4) * 255
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (images, _), = CUDAPrefetcher([(raw, torch.zeros(2))], mean=MEAN, std=STD, dtype=dtype,
+                                      channels_last=True, device="cpu")
+    assert images.dtype == dtype and images.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(images, raw.to(dtype))
+    assert [str(w.message) for w in caught if "not uint8" in str(w.message)] != []
+    assert any(f"cast to {dtype}" in str(w.message) for w in caught)
+
+
+# -- the stream protocol, on fake streams (runs on every host) -------------------------------
+# The CUDA calls the prefetcher makes (torch.cuda.stream / current_stream / synchronize,
+# Stream.record_event / wait_event / wait_stream, Tensor.record_stream) are replaced by fakes
+# that log each call, so the ordering rules are checked without a GPU.
+
+class FakeStream:
+    """A stand-in for a torch.cuda.Stream that logs what is asked of it."""
+
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    def record_event(self) -> "FakeEvent":
+        event = FakeEvent(sum(entry[0] == "record_event" for entry in self.log), self.log)
+        self.log.append(("record_event", self.name, event.number))
+        return event
+
+    def wait_event(self, event: "FakeEvent") -> None:
+        self.log.append(("wait_event", self.name, event.number))
+
+    def wait_stream(self, other: "FakeStream") -> None:
+        self.log.append(("wait_stream", self.name, other.name))
+
+    def synchronize(self) -> None:
+        self.log.append(("synchronize", self.name))
+
+
+class FakeEvent:
+    def __init__(self, number: int, log: list):
+        self.number, self.log = number, log
+
+    def synchronize(self) -> None:
+        self.log.append(("synchronize", f"event {self.number}"))
+
+    def wait(self, stream=None) -> None:
+        self.log.append(("wait_event", getattr(stream, "name", "current"), self.number))
+
+
+class FakeCuda:
+    """The fake streams: ``side`` for the prefetcher, ``current`` as torch.cuda.current_stream()."""
+
+    def __init__(self, monkeypatch):
+        self.log: list = []
+        self.side = FakeStream("side", self.log)
+        self.current = FakeStream("consumer", self.log)
+        monkeypatch.setattr(torch.cuda, "stream", self.stream)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: self.current)
+        monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: FakeStream("default", self.log))
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: self.log.append(("synchronize", "device")))
+        monkeypatch.setattr(torch.Tensor, "record_stream",
+                            lambda tensor, stream: self.log.append(("record_stream", id(tensor), stream.name)))
+
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream):
+        previous, self.current = self.current, stream
+        try:
+            yield
+        finally:
+            self.current = previous
+
+    def prefetcher(self, batches, **kwargs) -> CUDAPrefetcher:
+        """A CPU prefetcher that takes its stream path on the fake side stream, logging conversions."""
+        prefetcher = CUDAPrefetcher(PinnedBatches(batches), device="cpu", **kwargs)
+        prefetcher.stream = self.side
+        convert = prefetcher._convert
+
+        def logged_convert(batch):
+            self.log.append(("convert", self.current.name))
+            return convert(batch)
+
+        prefetcher._convert = logged_convert
+        return prefetcher
+
+    def marker(self, name: str) -> None:
+        self.log.append(("marker", name))
+
+    def position(self, entry: tuple) -> int:
+        return self.log.index(entry) if entry in self.log else len(self.log) + 1
+
+
+class PinnedBatches(list):
+    """A list of batches that says it pins memory, as DataLoader(pin_memory=True) does."""
+    pin_memory = True
+
+
+class FakeCudaTensor(torch.Tensor):
+    """A CPU tensor that says it is a CUDA tensor on ``fake_device`` (a loader's GPU output)."""
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property
+    def is_cuda(self) -> bool:
+        return True
+
+    @property
+    def device(self) -> torch.device:
+        return self.fake_device
+
+
+def fake_cuda_tensor(data: torch.Tensor, device: str) -> FakeCudaTensor:
+    tensor = torch.Tensor._make_subclass(FakeCudaTensor, data)
+    tensor.fake_device = torch.device(device)
+    return tensor
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch) -> FakeCuda:
+    return FakeCuda(monkeypatch)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_protocol_each_batch_is_converted_on_the_side_stream_then_waited_for_and_owned(fake_cuda, depth):
+    batches = synthetic_batches(5)
+    it = iter(fake_cuda.prefetcher(batches, mean=MEAN, std=STD, depth=depth))
+    got = []
+    for i in range(len(batches)):
+        got.append(next(it))
+        fake_cuda.marker(f"next {i}")
+    assert next(it, None) is None
+    log = fake_cuda.log
+    assert [e for e in log if e[0] == "convert"] == [("convert", "side")] * 5
+    assert [e for e in log if e[0] == "record_event"] == [("record_event", "side", i) for i in range(5)]
+    assert not [e for e in log if e[0] in ("synchronize", "wait_stream")]  # no host sync, no CPU-input wait
+    for i, (images, labels) in enumerate(got):
+        handed_out = fake_cuda.position(("marker", f"next {i}"))
+        launched = fake_cuda.position(("record_event", "side", i))
+        waited = fake_cuda.position(("wait_event", "consumer", i))
+        assert launched < waited < handed_out, f"batch {i}: the consumer must wait for its event before next() returns"
+        for tensor in (images, labels):
+            owned = fake_cuda.position(("record_stream", id(tensor), "consumer"))
+            assert owned < handed_out, f"batch {i}: every handed-out tensor is record_stream-ed on the consumer"
+        assert torch.equal(images, reference(batches[i][0], MEAN, STD))
+
+
+def test_protocol_a_batch_is_ready_for_the_stream_current_at_next(fake_cuda):
+    prefetcher = fake_cuda.prefetcher(synthetic_batches(4), depth=2)
+    it = iter(prefetcher)
+    got = []
+    for i, name in enumerate(["first", "second", "first", "third"]):
+        fake_cuda.current = FakeStream(name, fake_cuda.log)
+        got.append((name, next(it)))
+    for i, (name, (images, labels)) in enumerate(got):
+        assert ("wait_event", name, i) in fake_cuda.log
+        assert ("record_stream", id(images), name) in fake_cuda.log
+        assert ("record_stream", id(labels), name) in fake_cuda.log
+
+
+def test_protocol_cuda_inputs_make_the_side_stream_wait_for_the_producer(fake_cuda):
+    raw = synthetic_batches(3)
+    batches = [(fake_cuda_tensor(images, "cpu"), fake_cuda_tensor(labels, "cpu")) for images, labels in raw]
+    got = list(fake_cuda.prefetcher(batches, mean=MEAN, std=STD, depth=2))
+    log = fake_cuda.log
+    converts = [i for i, e in enumerate(log) if e[0] == "convert"]
+    waits = [i for i, e in enumerate(log) if e == ("wait_stream", "side", "consumer")]
+    assert len(waits) == len(converts) == 3
+    assert all(w < c for w, c in zip(waits, converts)), "the side stream waits before it reads the inputs"
+    for images, labels in batches:
+        assert ("record_stream", id(images), "side") in log and ("record_stream", id(labels), "side") in log
+    for (images, _), (raw_images, _) in zip(got, raw):
+        assert torch.equal(images, reference(raw_images, MEAN, STD))
+
+
+def test_protocol_cuda_inputs_on_another_device_are_refused(fake_cuda):
+    (images, labels), = synthetic_batches(1)
+    batch = (fake_cuda_tensor(images, "cpu"), fake_cuda_tensor(labels, "cuda:1"))
+    with pytest.raises(UsageError, match="a tensor on cuda:1 but the prefetcher's device is cpu"):
+        list(fake_cuda.prefetcher([batch]))
+    assert not [e for e in fake_cuda.log if e[0] in ("convert", "wait_stream", "record_stream")]
+
+
+def test_protocol_cuda_inputs_need_no_pinning(fake_cuda):
+    (images, labels), = synthetic_batches(1)
+    prefetcher = fake_cuda.prefetcher([(fake_cuda_tensor(images, "cuda:0"), fake_cuda_tensor(labels, "cuda:0"))])
+    prefetcher.loader = [prefetcher.loader[0]]  # a loader without pin_memory
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prefetcher._check_pinned(prefetcher.loader[0])
+    assert not [w for w in caught if "pin_memory" in str(w.message)]
 
 
 # -- CUDA ---------------------------------------------------------------------------------
