@@ -4,6 +4,8 @@ re-iteration, options and errors on the CPU path; streams and equality on CUDA w
 from __future__ import annotations
 
 import contextlib
+import functools
+import time
 import warnings
 from collections import namedtuple
 from pathlib import Path
@@ -487,7 +489,259 @@ def test_protocol_cuda_inputs_need_no_pinning(fake_cuda):
     assert not [w for w in caught if "pin_memory" in str(w.message)]
 
 
-# -- CUDA ---------------------------------------------------------------------------------
+# -- CUDA: tests that fail on a broken stream protocol ----------------------------------------
+# Each test makes one stream slow with torch.cuda._sleep and the other fast, clones every batch
+# on the consumer stream and drops it at once (no host sync per batch), and compares the clones
+# with the formula only after one final synchronize. What each one catches:
+#   a missing consumer wait_event       -> test_cuda_a_fast_consumer_waits_for_a_slow_side_stream
+#   a missing record_stream(consumer)   -> test_cuda_a_dropped_batch_is_not_overwritten_while_the_consumer_reads_it
+#   conversion on the consumer's stream -> test_cuda_conversion_runs_on_the_side_stream
+#   a host sync per batch               -> test_cuda_next_does_not_wait_for_the_side_stream
+#   GPU inputs without wait/record      -> test_cuda_inputs_from_a_gpu_producer
+
+BIG = (32, 3, 224, 224)  # 4.8 MB uint8, 19 MB float32 per batch
+
+
+@functools.lru_cache(maxsize=None)
+def sleep_cycles_per_ms() -> float:
+    """GPU clock cycles torch.cuda._sleep spins per millisecond, measured once."""
+    cycles = 20_000_000
+    torch.cuda._sleep(1000)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
+def hold(ms: float, stream: torch.cuda.Stream | None = None) -> None:
+    """Keep ``stream`` (default: the current stream) busy for about ``ms`` milliseconds, host-async."""
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(int(ms * sleep_cycles_per_ms()))
+
+
+def big_pinned_batches(n: int, seed: int, dtype: torch.dtype = torch.uint8) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(images.to(dtype).pin_memory(), labels.pin_memory())
+            for images, labels in synthetic_batches(n, seed=seed, shape=BIG)]
+
+
+class SideStreamHolder:
+    """A pinned loader that keeps its prefetcher's side stream busy for ``ms`` before each batch."""
+    pin_memory = True
+
+    def __init__(self, batches: list, ms: float):
+        self.batches, self.ms = batches, ms
+        self.prefetcher: CUDAPrefetcher | None = None
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        for batch in self.batches:
+            hold(self.ms, self.prefetcher.stream)
+            yield batch
+
+
+def with_slow_side_stream(batches: list, ms: float, **kwargs) -> CUDAPrefetcher:
+    """A prefetcher whose side stream runs ``ms`` behind for every batch."""
+    loader = SideStreamHolder(batches, ms)
+    loader.prefetcher = CUDAPrefetcher(loader, **kwargs)
+    return loader.prefetcher
+
+
+def clone_each_batch(prefetcher: CUDAPrefetcher, consumer_ms: float = 0.0, stop: int | None = None) -> list:
+    """Clone every batch on the current stream and drop it at once, with no host sync."""
+    clones = []
+    batches = iter(prefetcher)
+    while (batch := next(batches, None)) is not None:
+        if consumer_ms:
+            hold(consumer_ms)  # the consumer stream runs late: a reused buffer would be overwritten
+        clones.append(tuple(t.clone() for t in batch))
+        del batch
+        if len(clones) == stop:
+            break
+    return clones
+
+
+def assert_clones_match(clones: list, batches: list, mean=None, std=None, dtype=torch.float32) -> None:
+    """After one synchronize, every clone equals the formula applied to its source batch."""
+    torch.cuda.synchronize()
+    assert len(clones) == len(batches)
+    wrong = [i for i, ((images, labels), (raw, raw_labels)) in enumerate(zip(clones, batches))
+             if not torch.equal(images, reference(raw.to(images.device), mean, std, dtype))
+             or not torch.equal(labels.cpu(), raw_labels.cpu())]
+    assert not wrong, f"batches {wrong} of {len(batches)} differ from the formula: a stream race"
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_cuda_a_fast_consumer_waits_for_a_slow_side_stream(dtype, depth):
+    batches = big_pinned_batches(12, seed=10)
+    prefetcher = with_slow_side_stream(batches, 5, mean=MEAN, std=STD, dtype=dtype, depth=depth)
+    assert_clones_match(clone_each_batch(prefetcher), batches, MEAN, STD, dtype)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("depth", [1, 2])
+def test_cuda_a_dropped_batch_is_not_overwritten_while_the_consumer_reads_it(depth):
+    batches = big_pinned_batches(12, seed=11)
+    prefetcher = CUDAPrefetcher(PinnedBatches(batches), mean=MEAN, std=STD, depth=depth)
+    assert_clones_match(clone_each_batch(prefetcher, consumer_ms=5), batches, MEAN, STD)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_conversion_runs_on_the_side_stream():
+    batches = big_pinned_batches(4, seed=12)
+    prefetcher = CUDAPrefetcher(PinnedBatches(batches), mean=MEAN, std=STD, depth=1)
+    it = iter(prefetcher)
+    next(it)  # batch 0 (copies the statistics once); batch 1 launched
+    torch.cuda.synchronize()
+    consumer = torch.cuda.current_stream()
+    hold(500)  # from here the consumer stream is busy: work queued on it cannot run
+    next(it)  # batch 1; batch 2 launched while the consumer is held
+    images, _ = next(it)  # batch 2
+    prefetcher.stream.synchronize()  # the side stream alone
+    probe = torch.cuda.Stream()
+    with torch.cuda.stream(probe):
+        seen = images.to("cpu")  # read on a third stream, which does not wait for the consumer
+    assert not consumer.query(), "the consumer stream must still be held for this check to mean anything"
+    assert torch.allclose(seen, reference(batches[2][0], MEAN, STD), rtol=1e-6, atol=1e-6), \
+        "batch 2 was not converted on the side stream"
+    torch.cuda.synchronize()
+    assert prefetcher.streams_created == 1
+    assert prefetcher.stream.cuda_stream not in (consumer.cuda_stream, probe.cuda_stream)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_next_does_not_wait_for_the_side_stream():
+    batches = [(images.pin_memory(), labels.pin_memory())
+               for images, labels in synthetic_batches(12, seed=13, shape=(8, 3, 64, 64))]
+    prefetcher = with_slow_side_stream(batches, 20, mean=MEAN, std=STD, depth=2)
+    it = iter(prefetcher)
+    next(it), next(it)  # warm-up: the first batch copies the statistics to the device, once
+    start = time.perf_counter()
+    rest = sum(1 for _ in it)
+    host_ms = (time.perf_counter() - start) * 1000
+    torch.cuda.synchronize()
+    assert rest == 10
+    assert host_ms < 50, (f"10 next() calls took {host_ms:.0f} ms against a side stream that needs "
+                          f"200 ms for them: next() waits for the GPU")
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("slow", ["producer", "side stream"])
+@pytest.mark.parametrize("depth", [1, 2])
+def test_cuda_inputs_from_a_gpu_producer(slow, depth):
+    """A loader yielding CUDA tensors made on the current stream (GPU decoding upstream)."""
+    sources = [(images.cuda(), labels.cuda()) for images, labels in synthetic_batches(10, seed=14, shape=BIG)]
+    torch.cuda.synchronize()
+
+    class GpuProducer:
+        """Writes each batch into fresh memory on the current stream, late when ``slow`` says so."""
+
+        def __len__(self):
+            return len(sources)
+
+        def __iter__(self):
+            for images, labels in sources:
+                yield self.produce(images), self.produce(labels)
+
+        def produce(self, source: torch.Tensor) -> torch.Tensor:
+            out = torch.empty_like(source)
+            if slow == "producer":
+                hold(5)  # the side stream must wait for this write
+            else:
+                hold(10, prefetcher.stream)  # the side stream reads late: the input must stay owned
+            return out.copy_(source)
+
+    prefetcher = CUDAPrefetcher(GpuProducer(), mean=MEAN, std=STD, depth=depth)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*pin_memory")  # nothing to pin for CUDA inputs
+        clones = clone_each_batch(prefetcher)
+    assert_clones_match(clones, sources, MEAN, STD)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_a_device_index_the_host_lacks_is_refused():
+    with pytest.raises(UsageError, match=f"{torch.cuda.device_count()} CUDA device"):
+        CUDAPrefetcher([], device=f"cuda:{torch.cuda.device_count()}")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_cuda_a_device_other_than_the_current_one():
+    batches = big_pinned_batches(8, seed=15)
+    with torch.cuda.device(0):
+        prefetcher = with_slow_side_stream(batches, 5, mean=MEAN, std=STD, device="cuda:1")
+        clones = clone_each_batch(prefetcher)
+        assert torch.cuda.current_device() == 0
+    assert prefetcher.stream.device == torch.device("cuda", 1)
+    assert all(images.device == torch.device("cuda", 1) for images, _ in clones)
+    for index in range(torch.cuda.device_count()):
+        torch.cuda.synchronize(index)
+    assert_clones_match(clones, batches, MEAN, STD)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_an_explicit_device_index():
+    batches = big_pinned_batches(6, seed=16)
+    prefetcher = with_slow_side_stream(batches, 5, mean=MEAN, std=STD,
+                                       device=f"cuda:{torch.cuda.current_device()}")
+    assert_clones_match(clone_each_batch(prefetcher), batches, MEAN, STD)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_break_mid_epoch_then_a_new_epoch():
+    batches = big_pinned_batches(8, seed=17)
+    prefetcher = with_slow_side_stream(batches, 3, mean=MEAN, std=STD, depth=2)
+    first = clone_each_batch(prefetcher, stop=3)  # leaves two batches in flight
+    second = clone_each_batch(prefetcher)
+    third = clone_each_batch(prefetcher, consumer_ms=3)
+    assert_clones_match(first, batches[:3], MEAN, STD)
+    assert_clones_match(second, batches, MEAN, STD)
+    assert_clones_match(third, batches, MEAN, STD)
+    assert prefetcher.streams_created == 1
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cuda_a_channels_last_batch_from_fast_collate_through_pin_memory(channels_last):
+    rng = np.random.default_rng(18)
+    data = [(rng.integers(0, 256, (96, 128, 3), dtype=np.uint8), i % 10) for i in range(64)]
+    collate = functools.partial(fast_collate, memory_format=torch.channels_last)
+    loader = DataLoader(data, batch_size=16, collate_fn=collate, pin_memory=True)
+    prefetcher = CUDAPrefetcher(loader, mean=MEAN, std=STD, channels_last=channels_last)
+    clones = clone_each_batch(prefetcher)
+    assert all(images.is_contiguous(memory_format=torch.channels_last) for images, _ in clones)
+    assert_clones_match(clones, [fast_collate(data[s:s + 16]) for s in range(0, 64, 16)], MEAN, STD)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.filterwarnings("ignore:CUDAPrefetcher. the image tensor has dtype")
+def test_cuda_a_float_image_is_cast_and_laid_out_on_the_side_stream():
+    batches = big_pinned_batches(6, seed=19, dtype=torch.float32)
+    prefetcher = with_slow_side_stream(batches, 5, mean=MEAN, std=STD, dtype=torch.float16, channels_last=True)
+    clones = clone_each_batch(prefetcher)
+    torch.cuda.synchronize()
+    assert len(clones) == len(batches)
+    for (images, _), (raw, _) in zip(clones, batches):
+        assert images.dtype == torch.float16 and images.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(images, raw.cuda().half())
+
+
+# -- CUDA: exactness over real loaders -------------------------------------------------------
 
 @pytest.mark.cuda
 @requires_cuda
