@@ -29,7 +29,7 @@ from .tune_measure import Trial, measure_trial
 from .tune_setup import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
 
 __all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "choose_trial", "classify_bound",
-           "load_transform", "tune_loader", "usable_cpus", "worker_ladder"]
+           "load_transform", "plot_tune", "tune_loader", "usable_cpus", "worker_ladder"]
 
 TOLERANCE = 0.05
 CORES_SATURATED = 0.85  # of the usable cores busy: nothing more to gain from workers
@@ -317,6 +317,8 @@ def _conclude(result: TuneResult, feed: Feed) -> None:
     result.chosen = choose_trial(result.trials)
     kwargs = result.chosen.loader_kwargs() if result.chosen else {"num_workers": 0, "pin_memory": False}
     result.kwargs = {"batch_size": result.batch_size, **kwargs}
+    if not result.cuda:
+        del result.kwargs["pin_memory"]  # not measured without CUDA: left to DataLoader's default
     if feed.collate_fn is not None:
         result.kwargs["collate_fn"] = feed.collate_fn
     result.environment = environment()
@@ -330,3 +332,29 @@ def _conclude(result: TuneResult, feed: Feed) -> None:
     if feed.epoch_images < result.batch_size * 8:
         result.notes.append(f"The dataset holds {feed.epoch_images} samples, {feed.epoch_images / result.batch_size:.1f} "
                             "batches: epoch ends weigh heavily here; tune on the real training set.")
+
+
+def plot_tune(result: TuneResult, dest: str | os.PathLike) -> None:
+    """Epoch images/s against num_workers (the ladder as a line, other trials as points, the choice starred)."""
+    from .plot import require_matplotlib
+
+    plt = require_matplotlib()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ladder = [t for t in result.trials if t.stage == "workers"]
+    ax.plot([t.num_workers for t in ladder], [t.epoch_images_per_s for t in ladder], "o-", color="#4c72b0",
+            label="prefetch_factor=2, persistent workers")
+    for t in result.trials:
+        if t.stage != "workers":
+            ax.plot([t.num_workers], [t.epoch_images_per_s], "s", label=_describe(t))
+    if result.chosen is not None:
+        ax.plot([result.chosen.num_workers], [result.chosen.epoch_images_per_s], "*", color="#dd8452",
+                markersize=16, label="recommended")
+    ax.set_xlabel("num_workers")
+    ax.set_ylabel("images/s over an epoch")
+    ax.set_title(f"iotool tune: {os.path.basename(result.path.rstrip('/'))}, batch {result.batch_size}, "
+                 f"{result.cpus} usable CPUs", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.fspath(dest), dpi=120)
+    plt.close(fig)

@@ -131,32 +131,39 @@ class Feed:
             torch.cuda.synchronize()
 
 
-def _first_sample(dataset: Any, name: str) -> Any:
-    """The first sample through the transform, in this process, so that errors surface here."""
+def _first_samples(dataset: Any, name: str) -> list[Any]:
+    """The first two samples through the transform, in this process, so that errors surface here."""
+    from itertools import islice
+
     from torch.utils.data import IterableDataset
 
     try:
-        return next(iter(dataset)) if isinstance(dataset, IterableDataset) else dataset[0]
+        if isinstance(dataset, IterableDataset):
+            samples = list(islice(iter(dataset), 2))
+        else:
+            samples = [dataset[i] for i in range(min(2, len(dataset)))]
     except IotoolError:
         raise
-    except StopIteration:
-        raise UsageError("the dataset yielded no sample; there is nothing to tune.") from None
     except Exception as exc:  # the user's transform
-        raise UsageError(f"the transform {name} failed on the first sample ({type(exc).__name__}: {exc}); it "
+        raise UsageError(f"the transform {name} failed on the first samples ({type(exc).__name__}: {exc}); it "
                          "receives what the dataset returns: HxWxC uint8 numpy arrays (or bytes with "
                          "decoder=None), not PIL images.") from None
+    if not samples:
+        raise UsageError("the dataset yielded no sample; there is nothing to tune.")
+    return samples
 
 
-def _pick_collate(sample: Any, name: str) -> tuple[Callable[..., Any] | None, str]:
-    """fast_collate for uint8 images, else torch's default; checked on a batch of two samples."""
+def _pick_collate(samples: list[Any], name: str) -> tuple[Callable[..., Any] | None, str]:
+    """fast_collate for uint8 images, else torch's default; checked on the first two samples."""
     from torch.utils.data import default_collate
 
     from ..collate import fast_collate
 
+    sample = samples[0]
     image = sample[0] if isinstance(sample, (tuple, list)) and len(sample) == 2 else None
     collate, label = (fast_collate, "iotool.fast_collate") if _is_uint8_image(image) else (None, "default")
     try:
-        (collate or default_collate)([sample, sample])
+        (collate or default_collate)(samples * (2 if len(samples) == 1 else 1))
     except Exception as exc:  # what the user's transform returns
         raise UsageError(f"the outputs of the transform {name} cannot be collated into a batch "
                          f"({type(exc).__name__}: {exc}); make it return same-size uint8 arrays or tensors "
@@ -184,6 +191,6 @@ def open_feed(path: str | os.PathLike, transform: Callable[[Any], Any] | None, b
     count = len(dataset)
     if count == 0:
         raise UsageError(f"{os.fspath(path)!r} holds no samples; there is nothing to tune.")
-    collate, collate_name = _pick_collate(_first_sample(dataset, name), name)
+    collate, collate_name = _pick_collate(_first_samples(dataset, name), name)
     return Feed(dataset, fmt, count, batch_size, name, collate, collate_name,
                 shuffle=not isinstance(dataset, IterableDataset), cuda=torch.cuda.is_available())

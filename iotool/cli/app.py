@@ -8,6 +8,7 @@ import typer
 
 from .._version import __version__
 from . import bench_cmd, convert_cmd, formats_cmd, info_cmd, verify_cmd
+from . import tune_cmd
 
 app = typer.Typer(
     name="iotool",
@@ -40,6 +41,7 @@ app.command("info", no_args_is_help=True)(info_cmd.info)
 app.command("verify", no_args_is_help=True)(verify_cmd.verify)
 app.command("formats")(formats_cmd.formats)
 app.add_typer(bench_cmd.app, name="bench")
+app.command("tune", no_args_is_help=True)(tune_cmd.tune)
 
 
 def main() -> None:

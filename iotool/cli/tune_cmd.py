@@ -1,0 +1,116 @@
+"""``iotool tune``: parse options, run :func:`iotool.bench.tune.tune_loader`, render the table and the advice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from .bench_cmd import _progress
+from .common import console, err_console, handle_errors, write_json
+
+NO_DECODER = "none"
+
+
+def _pct(value: float | None) -> str:
+    """'85%' or '-'."""
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _secs(value: float | None) -> str:
+    """'0.12' or '-'."""
+    return "-" if value is None else f"{value:.2f}"
+
+
+def tune_table(result: Any) -> Table:
+    """One row per trial, the recommendation in bold green; fits 80 columns."""
+    table = Table(
+        title=f"iotool tune: {result.path} ({result.format}, {result.count:,} samples, batch {result.batch_size})",
+        caption=f"transform {result.transform}, collate {result.collate}; {result.cpus} usable CPUs; "
+        f"{result.seconds:.0f} s of a {result.max_seconds:g} s budget. img/s: over an epoch, paying its "
+        "start (end s) once per pass; CPU / wait: share of the time each worker (the main process at 0) "
+        "ran / was ready but waited for a core",
+        box=box.SIMPLE_HEAD, pad_edge=False,
+    )
+    columns = ["workers", "prefetch", "persist"] + (["pin"] if result.cuda else []) + \
+        ["start s", "end s", "img/s", "CPU", "wait", ""]
+    for col in columns:
+        table.add_column(col, justify="left" if col == "" else "right")
+    for t in result.trials:
+        cells = [str(t.num_workers), str(t.prefetch_factor or "-"), "yes" if t.persistent_workers else "no"]
+        if result.cuda:
+            cells.append("yes" if t.pin_memory else "no")
+        mark = "chosen" if t is result.chosen else ("partial" if t.partial else "")
+        cells += [_secs(t.startup_s), _secs(t.restart_s), f"{t.epoch_images_per_s:,.0f}",
+                  _pct(t.worker_busy), _pct(t.worker_waiting), mark]
+        table.add_row(*cells, style="bold green" if t is result.chosen else None)
+    return table
+
+
+def print_advice(result: Any) -> None:
+    """The recommendation to paste, what bounds the feed, and the notes."""
+    console.print("\nRecommended (the fewest workers within 5% of the best):\n")
+    console.print(f"    {escape(result.snippet())}\n", highlight=False, soft_wrap=True)
+    if result.bound is not None:
+        kind = {"cpu": "CPU-bound", "io": "IO-bound"}.get(result.bound.kind, "Bound unknown")
+        console.print(f"[bold]{kind}[/]: {escape(result.bound.reason)}.", highlight=False)
+    for note in result.notes:
+        err_console.print(f"[yellow]note[/] {escape(note)}", highlight=False, soft_wrap=True)
+
+
+def tune(
+    path: Annotated[str, typer.Argument(help="A dataset written by iotool convert (a path or a URL of tar shards).")],
+    transform: Annotated[Optional[str], typer.Option(
+        "--transform", "-t", help="MODULE:CALLABLE applied to each decoded HxWxC uint8 image, imported with the "
+        "current folder on sys.path. A class is instantiated with no arguments; a callable that takes no "
+        "argument is a factory, called once; a callable of the image is the transform. "
+        "Default: iotool.transforms.RandomResizedCrop(224).", show_default=False)] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Samples per batch, as in training.")] = 64,
+    max_seconds: Annotated[float, typer.Option(
+        min=0.001, help="Time budget for the whole search; when it runs out the advice comes from what was measured.")] = 60.0,
+    max_workers: Annotated[Optional[int], typer.Option(
+        min=0, help="Most workers to try (default: twice the usable CPUs).", show_default=False)] = None,
+    decoder: Annotated[str, typer.Option(
+        help="auto, pil, opencv, simplejpeg, jpeg4py, or none to give the transform the stored bytes.")] = "auto",
+    batches: Annotated[int, typer.Option(min=1, help="Timed batches per trial (at least 3 per worker).")] = 20,
+    min_time: Annotated[float, typer.Option(min=0.0, help="Timed seconds per trial, at least.")] = 1.0,
+    json_out: Annotated[Optional[str], typer.Option(
+        "--json", help="Write the table, advice and environment as JSON to FILE ('-' for stdout, no table).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        help="Draw images/s against num_workers to FILE.png (needs matplotlib: pip install matplotlib).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
+) -> None:
+    """Find the DataLoader settings (num_workers, prefetch_factor, persistent_workers, pin_memory) that feed
+    a dataset fastest with your transform and batch size, and say whether the feed is CPU- or IO-bound.
+
+    Example:
+
+        iotool tune /tmp/sample.lmdb
+
+        iotool tune /data/train.lmdb --transform mytransforms:train_transform --batch-size 256 --max-seconds 120
+
+        iotool tune /data/shards --json tune.json --plot tune.png
+    """
+    from ..bench.tune import plot_tune, tune_loader
+
+    show = json_out != "-"
+    with handle_errors():
+        if plot is not None:
+            from ..bench.plot import require_matplotlib
+
+            require_matplotlib()
+        with _progress(show and not quiet, "tune") as callback:
+            result = tune_loader(path, transform, batch_size=batch_size, max_seconds=max_seconds,
+                                 max_workers=max_workers, decoder=None if decoder == NO_DECODER else decoder,
+                                 batches=batches, min_time=min_time, progress=callback)
+        if plot is not None:
+            plot_tune(result, plot)
+    if json_out:
+        write_json(result.to_dict(), json_out)
+    if show:
+        console.print(tune_table(result))
+        print_advice(result)
