@@ -12,12 +12,14 @@ Examples:
     python benchmarks/train_feed.py                       # sample_data -> temporary LMDB
     python benchmarks/train_feed.py /data/train.lmdb --batch-size 256 --workers 8 --image-size 224
     python benchmarks/train_feed.py --feed-only            # no model: the input pipeline alone
+    python benchmarks/train_feed.py --device cuda --channels-last --json feed.json   # figures for machines
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import platform
 import statistics
@@ -110,9 +112,7 @@ def make_step(model: nn.Module | None, device: torch.device, amp: bool) -> Step:
     if model is None:
         return lambda images, labels: images.sum()  # --feed-only: touch the batch, no model
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    amp_dtype = torch.bfloat16
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        amp_dtype = torch.float16
+    amp_dtype = amp_dtype_for(device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp and amp_dtype == torch.float16)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -157,6 +157,31 @@ def print_header(args: argparse.Namespace, path: str, n: int, device: torch.devi
           f"{'feed only' if args.feed_only else 'small CNN + SGD'}, {args.rounds} rounds x {args.epochs} epochs")
 
 
+def summary(args: argparse.Namespace, path: str, n: int, device: torch.device, amp: bool,
+            amp_dtype: torch.dtype, results: dict[str, list[float]]) -> dict[str, Any]:
+    """The run's settings and figures as one JSON-ready dict (what --json writes)."""
+    rates = {name: {"median": round(statistics.median(r), 1), "min": round(min(r), 1), "max": round(max(r), 1),
+                    "rounds": [round(x, 1) for x in r]} for name, r in results.items()}
+    ratio = statistics.median(results["iotool"]) / statistics.median(results["plain"])
+    return {
+        "torch": torch.__version__, "iotool": iotool.__version__, "python": platform.python_version(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "dataset": path, "images_per_epoch": n, "repeat": args.repeat, "decoder": args.decoder,
+        "image_size": args.image_size, "batch_size": args.batch_size, "workers": args.workers,
+        "amp": str(amp_dtype).removeprefix("torch.") if amp else None, "channels_last": args.channels_last,
+        "model": None if args.feed_only else "small CNN + SGD", "rounds": args.rounds, "epochs": args.epochs,
+        "images_per_s": rates, "ratio": round(ratio, 3),
+    }
+
+
+def amp_dtype_for(device: torch.device) -> torch.dtype:
+    """bf16 autocast, or fp16 on CUDA GPUs without bf16."""
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return torch.float16
+    return torch.bfloat16
+
+
 def print_table(results: dict[str, list[float]]) -> None:
     print(f"\n{'pipeline':<8} {'median img/s':>13} {'min':>9} {'max':>9}   rounds")
     for name, rates in results.items():
@@ -187,6 +212,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "CPUs minus workers, at least 1, so workers and training do not oversubscribe)")
     parser.add_argument("--channels-last", action="store_true", help="channels_last model and inputs")
     parser.add_argument("--feed-only", action="store_true", help="no model: measure the input pipeline alone")
+    parser.add_argument("--json", metavar="FILE", help="also write the settings and figures to FILE as JSON")
     return parser.parse_args(argv)
 
 
@@ -222,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                 seen, seconds = run_epochs(name, feeds[name], step, device, args.epochs, args.channels_last)
                 results[name].append(seen / seconds)
         print_table(results)
+        if args.json:
+            figures = summary(args, path if args.path else "sample_data (temporary LMDB)", n, device, amp,
+                              amp_dtype_for(device), results)
+            Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 
