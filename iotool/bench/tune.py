@@ -104,7 +104,8 @@ def classify_bound(trial: Trial, cpus: int) -> Bound:
     if cores is None or worker is None:
         return Bound("unknown", "worker CPU time could not be read (it needs Linux /proc) or nothing was timed",
                      **evidence)
-    who = f"{trial.num_workers} workers" if trial.num_workers else "the main process (num_workers=0)"
+    who = (f"{trial.num_workers} worker{'s' if trial.num_workers > 1 else ''}" if trial.num_workers
+           else "the main process (num_workers=0)")
     if cores >= CORES_SATURATED:
         return Bound("cpu", f"cores saturated: {cores:.0%} of {cpus} usable cores busy; decoding and the "
                      "transform need cheaper work per sample (smaller stored images, reduced-scale "
