@@ -25,3 +25,50 @@ def test_pipeline_costs_reports_every_step_and_the_ceiling(tmp_path):
     assert all(ms > 0 for ms in figures["ms_per_image"].values())
     assert figures["ceiling_ratio"] == figures["baseline_ms"] / figures["feed_ms"] > 0
     assert "ceiling ratio on one core" in proc.stdout
+
+
+def test_train_feed_writes_its_figures_as_json(tmp_path):
+    out = tmp_path / "feed.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "train_feed.py"), "--feed-only", "--device", "cpu",
+                           "--rounds", "1", "--repeat", "1", "--workers", "0", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["device"] == "cpu" and figures["images_per_epoch"] == 24 and figures["amp"] is None
+    assert set(figures["images_per_s"]) == {"plain", "iotool"}
+    assert figures["ratio"] > 0 and all(r["median"] > 0 for r in figures["images_per_s"].values())
+
+
+def test_gpu_check_without_cuda_exits_2_at_once(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        import pytest
+        pytest.skip("this host has CUDA: gpu_check would run its checks")
+    import time
+    report = tmp_path / "gpu.json"
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--json", str(report)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "no CUDA device: nothing checked"
+    assert time.perf_counter() - start < 30 and not report.exists()
+
+
+def test_gpu_check_reads_pytest_outcomes_and_skips_dali_without_the_extra(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    assert "tests/test_prefetch.py" in gpu_check.cuda_test_files()
+    xml = tmp_path / "junit.xml"
+    xml.write_text('<testsuites><testsuite><testcase classname="t" name="a" time="0.5"/>'
+                   '<testcase classname="t" name="b" time="1"><failure message="race&#10;more"/></testcase>'
+                   '<testcase classname="t" name="c" time="0"><skipped message="needs two CUDA devices"/></testcase>'
+                   '</testsuite></testsuites>')
+    outcomes = gpu_check.junit_outcomes(xml)
+    assert outcomes["counts"] == {"passed": 1, "failed": 1, "error": 0, "skipped": 1}
+    assert outcomes["not_passed"] == {"t::b": "failed: race", "t::c": "skipped: needs two CUDA devices"}
+    if gpu_check.dali_missing():
+        assert gpu_check.check_dali(tmp_path) == {"status": "skipped", "detail": "DALI extra not installed"}
+    code, output, seconds = gpu_check.run_limited([sys.executable, "-c", "import time; time.sleep(60)"], 1)
+    assert code is None and seconds < 30
