@@ -395,6 +395,11 @@ class PinnedBatches(list):
     pin_memory = True
 
 
+class UnpinnedBatches(list):
+    """A list of batches that says it does not pin memory, as DataLoader(pin_memory=False)."""
+    pin_memory = False
+
+
 class FakeCudaTensor(torch.Tensor):
     """A CPU tensor that says it is a CUDA tensor on ``fake_device`` (a loader's GPU output)."""
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -482,7 +487,7 @@ def test_protocol_cuda_inputs_on_another_device_are_refused(fake_cuda):
 def test_protocol_cuda_inputs_need_no_pinning(fake_cuda):
     (images, labels), = synthetic_batches(1)
     prefetcher = fake_cuda.prefetcher([(fake_cuda_tensor(images, "cuda:0"), fake_cuda_tensor(labels, "cuda:0"))])
-    prefetcher.loader = [prefetcher.loader[0]]  # a loader without pin_memory
+    prefetcher.loader = UnpinnedBatches(prefetcher.loader)  # as DataLoader(pin_memory=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         prefetcher._check_pinned(prefetcher.loader[0])
