@@ -73,18 +73,13 @@ class CUDAPrefetcher:
     prefetcher when the loader does not pin memory, since copies from pageable memory cannot
     overlap with compute.
 
-    **Which stream may use a batch.** A batch is ready for the stream that was current on the
-    prefetcher's device when ``next()`` returned it: that stream waits for it and owns its memory.
-    To use it on another stream, call ``other.wait_stream(that_stream)`` and
-    ``tensor.record_stream(other)`` yourself. With ``device=None`` the device is the current CUDA
-    device at the first pass, so under DDP each rank must call ``torch.cuda.set_device(local_rank)``
-    before iterating, or pass ``device=f"cuda:{local_rank}"``.
-
-    **CUDA tensors from the loader** (GPU decoding upstream) are accepted when they are on the
-    prefetcher's device and ready for the current stream (as torch operations and DALI's PyTorch
-    iterator leave them): the side stream first waits for the current stream, and every such
-    input is ``record_stream``-ed on the side stream so its memory is not reused while the side
-    stream reads it. A tensor on another CUDA device is refused with :class:`UsageError`.
+    **Streams and devices.** A batch is ready for the stream that was current on the prefetcher's
+    device when ``next()`` returned it (that stream waits for it and owns its memory); for another
+    stream, ``wait_stream`` and ``record_stream`` yourself. ``device=None`` is the current CUDA
+    device at the first pass: under DDP call ``torch.cuda.set_device(local_rank)`` before iterating.
+    CUDA tensors from the loader (GPU decoding) must be on the prefetcher's device (else
+    :class:`UsageError`) and ready for the current stream; the side stream waits for that stream
+    and ``record_stream``-s them before reading them.
 
     **Without CUDA** (``device="cpu"``, or ``device=None`` on a machine without CUDA) the same
     conversion runs synchronously on that device, with identical results to the formula above.
@@ -336,13 +331,8 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
     except (RuntimeError, TypeError) as exc:
         raise UsageError(f"CUDAPrefetcher: device={device!r} is not a torch device ({exc}).") from None
     if device.type == "cuda":
-        _check_cuda_device(device, _cuda_device_count())
+        _check_cuda_device(device, torch.cuda.device_count() if torch.cuda.is_available() else 0)
     return device
-
-
-def _cuda_device_count() -> int:
-    """The CUDA devices this process can use (0 without CUDA)."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _check_cuda_device(device: torch.device, count: int) -> None:
