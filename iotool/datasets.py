@@ -7,7 +7,6 @@ import logging
 import operator
 import os
 import random
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
@@ -16,6 +15,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from .decode import AUTO, decode, resolve_backend
 from .errors import DecodeError, IotoolError, RecordError, UsageError
 from .formats import FormatReader, ShardedReader, detect_format
+from .sharding import EpochSplit, ShardEnv, current_env, distributed_rank
 from .storage import StorageConfig
 
 log = logging.getLogger(__name__)
@@ -146,50 +146,19 @@ class ImageDataset(_ReaderInfo, Dataset):
                 f"n={len(self)}, classes={len(self.classes)}, decoder={self.decoder!r})")
 
 
-@dataclass(frozen=True)
-class ShardEnv:
-    """Where this process sits: its DDP rank and world size, and its DataLoader worker."""
-
-    rank: int = 0
-    world_size: int = 1
-    worker_id: int = 0
-    num_workers: int = 1
-
-
-def distributed_rank() -> tuple[int, int] | None:
-    """(rank, world size) from torch.distributed when initialised in this process, else None."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return None
-
-
-def current_env(captured: tuple[int, int] | None = None) -> ShardEnv:
-    """This process's place: rank/world from torch.distributed when initialised, else ``captured``
-    (what the main process saw; DataLoader workers are not part of the group), else the
-    RANK/WORLD_SIZE variables; worker id and count from the DataLoader."""
-    dist = distributed_rank() or captured
-    if dist is not None:
-        rank, world = dist
-    else:
-        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    info = get_worker_info()
-    worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-    return ShardEnv(rank, world, worker_id, num_workers)
-
-
 class ShardedIterableDataset(_ReaderInfo, IterableDataset):
     """Streams a sharded dataset (tar shards, ...) once per epoch across ranks and workers.
 
-    Shards are shuffled (when ``shuffle``) with the same ``(seed, epoch)`` on every rank, dealt
-    to ranks round-robin (``order[rank::world_size]``), and each rank's shards are dealt to its
-    DataLoader workers the same way, so every (rank, worker) reads distinct shards and every
-    sample is read exactly once per epoch. Within a worker, samples pass through a shuffle buffer
-    seeded from ``(seed, epoch, rank, worker)``.
+    Each epoch orders the shards (shuffled, when ``shuffle``, with the same ``(seed, epoch)`` on
+    every rank) and splits their records, end to end, into equal contiguous runs: one per rank,
+    cut again per DataLoader worker (:mod:`iotool.sharding`). Every (rank, worker) reads distinct
+    records, sequentially inside each shard, every record is read exactly once per epoch, and
+    every worker has work whatever the shard count. Within a worker, samples pass through a
+    shuffle buffer seeded from ``(seed, epoch, rank, worker)``.
 
-    With ``even=True`` every rank yields the same number of samples, as DDP needs: ranks with
-    fewer samples repeat their own samples from the start (like ``DistributedSampler``'s
-    padding), so nothing is dropped and at most ``shards_per_rank_imbalance`` samples repeat.
-    Use at least ``world_size * num_workers`` shards so that every worker has work.
+    With ``even=True`` every rank yields the same number of samples, as DDP needs: a rank with
+    one sample fewer repeats its own first sample (like ``DistributedSampler``'s padding), so
+    nothing is dropped and at most ``world_size - 1`` samples repeat per epoch.
     """
 
     def __init__(self, reader: ShardedReader, decoder: str | None = AUTO,
@@ -229,43 +198,19 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
             self._dist = distributed_rank() or self._dist
         return current_env(self._dist)
 
-    def _rank_shards(self, rank: int, world: int) -> list[int]:
-        order = list(range(len(self.reader.shard_ranges())))
-        if self.shuffle:
-            random.Random(f"{self.seed}-{self.epoch}").shuffle(order)
-        return order[rank::world]
-
-    def _rank_total(self, rank: int, world: int) -> int:
-        ranges = self.reader.shard_ranges()
-        return sum(len(ranges[s]) for s in self._rank_shards(rank, world))
-
-    def _target(self, env: ShardEnv) -> int:
-        own = self._rank_total(env.rank, env.world_size)
-        if not self.even:
-            return own
-        return max(self._rank_total(r, env.world_size) for r in range(env.world_size))
+    def split(self) -> EpochSplit:
+        """This epoch's record order and its cut over ranks and workers."""
+        return EpochSplit.of(self.reader.shard_ranges(), self.shuffle, self.seed, self.epoch)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (all workers together)."""
-        return self._target(self._env())
-
-    def _worker_indices(self, env: ShardEnv) -> list[int]:
-        """Record indices this (rank, worker) reads, padding included."""
-        ranges = self.reader.shard_ranges()
-        shards = self._rank_shards(env.rank, env.world_size)
-        mine = [i for s in shards[env.worker_id::env.num_workers] for i in ranges[s]]
-        pad = self._target(env) - self._rank_total(env.rank, env.world_size)
-        if pad > 0:
-            rank_indices = [i for s in shards for i in ranges[s]] or list(range(len(self.reader)))
-            share = pad // env.num_workers + (env.worker_id < pad % env.num_workers)
-            start = env.worker_id * (pad // env.num_workers) + min(env.worker_id, pad % env.num_workers)
-            mine += [rank_indices[(start + k) % len(rank_indices)] for k in range(share)]
-        return mine
+        env = self._env()
+        return self.split().rank_length(env.rank, env.world_size, self.even)
 
     def iter_indices(self) -> Iterator[int]:
         """The record indices this process yields this epoch, in order (shuffled if asked)."""
         env = self._env()
-        indices = self._worker_indices(env)
+        indices = self.split().worker_records(env, self.even)
         if not self.shuffle:
             yield from indices
             return
@@ -284,7 +229,7 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
         if self.shuffle:
             records = ((i, None, None) for i in self.iter_indices())
         else:  # one sequential pass over each shard file
-            records = self.reader.read_many(self._worker_indices(self._env()))
+            records = self.reader.read_many(self.iter_indices())
         for i, data, label in records:
             sample = self.maps.sample(i, data, label)
             if sample is not None:

@@ -141,3 +141,41 @@ def rewrite_meta(fmt: str, path: Path, **changes) -> None:
         index.pop("integrity")
         index["meta"].update(changes)
         write_index(str(path), index)
+
+
+def rewrite_columns(path: Path, **values: list) -> None:
+    """Replace whole index columns of a directory dataset (as a future or hostile writer would)
+    and re-sign index.json, so only the readers' own checks can catch what the values hold."""
+    import json
+
+    from iotool.formats.columns import write_columns
+    from iotool.formats.index import write_index
+
+    index = json.loads((path / "index.json").read_text())
+    index.pop("integrity")
+    kinds = {name: index["columns"][name]["kind"] for name in values}
+    count = len(next(iter(values.values())))
+    table = write_columns(str(path), kinds, ({n: v[i] for n, v in values.items()} for i in range(count)))
+    index["columns"].update(table)
+    write_index(str(path), index)
+
+
+def downgrade_to_v1(path: Path) -> None:
+    """Rewrite a directory dataset's index as format version 1 wrote it: every column as a JSON
+    list inside index.json (no column files)."""
+    import json
+
+    import iotool
+    from iotool.formats.index import write_index
+
+    reader = iotool.open_reader(path)
+    index = json.loads((path / "index.json").read_text())
+    index.pop("integrity")
+    for name, entry in index.pop("columns").items():
+        column = reader.column(name)
+        index[name] = [row.tolist() if hasattr(row, "tolist") else row for row in
+                       (column if name in ("keys", "member_keys", "files", "checksums") else list(column))]
+        for file in entry["files"]:
+            (path / file).unlink()
+    index["meta"]["format_version"] = 1
+    write_index(str(path), index)

@@ -73,7 +73,12 @@ def test_index_json_lists_shards_counts_and_classes(shards):
     index = json.loads((shards / "index.json").read_text())
     assert [s["count"] for s in index["shards"]] == [3] * 9
     assert index["meta"]["classes"] == ["cat", "dog", "eel"] and index["meta"]["count"] == 27
-    assert len(index["checksums"]) == 27 and index["meta"]["options"]["shard_size"] == 3
+    assert index["meta"]["options"]["shard_size"] == 3 and index["meta"]["format_version"] == 2
+    # Per-record columns live in memory-mappable .npy files that the index names with their digests.
+    files = {name for entry in index["columns"].values() for name in entry["files"]}
+    assert "index.checksums.npy" in files and all((shards / name).is_file() for name in files)
+    assert np.load(shards / "index.checksums.npy", allow_pickle=False).shape == (27, 32)
+    assert np.load(shards / "index.locations.npy", allow_pickle=False).shape == (27, 3)
 
 
 def test_shard_bytes_bounds_shards(tmp_path, shards):
@@ -197,7 +202,9 @@ def test_real_gloo_group_two_ranks_two_workers(shards, tmp_path):
         union = per_rank[0] + per_rank[1]
         assert set(union) == set(expected)
         padding = sum(union.values()) - sum(expected.values())
-        assert padding == 3  # 9 shards of 3 over 2 ranks: 15 vs 12 samples, so 3 repeat on one rank
+        assert padding == 1  # 27 records over 2 ranks: 13 and 14, so rank 0 repeats one of its own
+        repeated = [x for x, n in union.items() if n > 1]
+        assert len(repeated) == 1 and per_rank[0][repeated[0]] == 2 and repeated[0] not in per_rank[1]
     assert [x for x in results[0]["0"]] != [x for x in results[0]["1"]]  # reshuffled per epoch
 
 

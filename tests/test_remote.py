@@ -358,7 +358,11 @@ def test_cache_dir_downloads_each_shard_once(http, tmp_path):
     second = [sha(d) for d, _ in ds]
     assert first == second == iotool.open_reader(local).checksums
     assert gets == 7 and len([r for r in server.requests if r.endswith(".tar")]) == 7
-    assert len(os.listdir(cache)) == 7
+    cached = os.listdir(cache)
+    index_files = iotool.open_reader(local).index_files()[1:]  # the column files index.json names
+    assert len([n for n in cached if n.endswith(".tar")]) == 7
+    assert sorted(n.split("-", 1)[1] for n in cached if not n.endswith(".tar")) == sorted(index_files)
+    assert all(sum(r.endswith("/" + n) for r in server.requests) == 1 for n in index_files)  # fetched once
 
 
 def test_cache_is_bounded_least_recently_used_first(http, tmp_path):
@@ -442,8 +446,10 @@ def test_s3_destination_is_refused_or_replaced_as_a_whole(bucket, imagefolder):
         iotool.convert(imagefolder, url, "tar", workers=0, storage_options=options)
     iotool.convert(imagefolder, url, "tar", workers=0, shard_size=5, overwrite=True, storage_options=options)
     listing = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{name}/shards", refresh=True))
-    assert listing == ["index.json", "shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
-    assert len(iotool.open_reader(url, storage_options=options)) == 13
+    reader = iotool.open_reader(url, storage_options=options)
+    shards = ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    assert listing == sorted([*reader.index_files(), *shards])  # the old shards 3-6 are gone
+    assert len(reader) == 13
 
 
 def test_failed_conversion_to_s3_leaves_no_dataset(bucket, imagefolder):

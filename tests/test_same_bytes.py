@@ -23,15 +23,20 @@ import iotool
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
 SOURCE_PLACEHOLDER = "<source>"
 
-# Recorded from main (f49795f) before the format refactor. A change means the on-disk output changed.
-# lmdb is hashed by (key, value) pairs, not the raw data.mdb: LMDB leaves unused page bytes
-# uninitialised, so two identical conversions give different data.mdb files.
+# lmdb and hdf5: recorded from main (f49795f) before the format refactor, and unchanged since.
+# tar and bmp: recorded after format version 2 moved their per-record index columns from
+# index.json into memory-mapped .npy files; the shards and the BMP files themselves are still
+# the bytes f49795f wrote (PAYLOAD_EXPECTED, recorded from both). A change means the on-disk
+# output changed. lmdb is hashed by (key, value) pairs, not the raw data.mdb: LMDB leaves unused
+# page bytes uninitialised, so two identical conversions give different data.mdb files.
 EXPECTED = {
     "lmdb": "24024c1c33bfb6971ef8a9c7eff4fc27cb13e84b68936e9e00ef6a7a625417a5",
     "hdf5": "3e2b17cb61b13a0fb55831c933bdd075ab08e3a7e6fcc997884304539a83a11e",
-    "tar": "1dc9f20f7c42061a41b73f7926a02877b42b4ecdc152dc633caa7f04e7fa6f1e",
-    "bmp": "9b9ea3b4eb487606621e852d613eb67c9ec4d39d20a81b61477ad923db60acc7",
+    "tar": "62bbddeb3a958a385085c09cf6433629f5d24c3070d36a4174f50e27e1cab90b",
+    "bmp": "58038fefed91199aa19cd7d14fcd2090237a5fb3f2708afdb0019e0abc2aaf08",
 }
+PAYLOAD_EXPECTED = {"tar": "5fbc9901ef619296b999832c0457618942b28089b1b8fcee03be8021ca2ebe6a",
+                    "bmp": "98d7a5750ff1dc6c0d6f4a16712aa3ae4733786f15c3ce74ea426b4f646780e6"}
 
 OPTIONS: dict[str, dict[str, Any]] = {
     "lmdb": {},
@@ -67,25 +72,43 @@ def _normalised_index(path: Path) -> bytes:
     return _canonical(index)
 
 
+def payload_digest(path: Path, suffix: str) -> str:
+    """Every payload file (``.tar`` shards, ``.bmp`` files): relative path and bytes, sorted."""
+    h = hashlib.sha256()
+    for p in sorted(p for p in path.rglob(f"*{suffix}") if p.is_file()):
+        _feed(h, p.relative_to(path).as_posix().encode(), p.read_bytes())
+    return h.hexdigest()
+
+
+def _index_files(path: Path) -> list[Path]:
+    """The column files index.json names, checked to be exactly the index files present."""
+    index = json.loads((path / "index.json").read_bytes())
+    names = sorted(n for entry in index["columns"].values() for n in entry["files"])
+    assert sorted(p.name for p in path.glob("index.*")) == sorted([*names, "index.json"])
+    return [path / n for n in names]
+
+
 def digest_tar(path: Path) -> str:
-    """Every shard's raw bytes (by name) and the normalised index."""
+    """Every shard's raw bytes (by name), every column file and the normalised index."""
     h = hashlib.sha256()
     names = sorted(p.name for p in path.iterdir())
     shards = [n for n in names if n.endswith(".tar")]
-    assert len(shards) == 3 and set(names) == {*shards, "index.json"}, names
-    for name in shards:
-        _feed(h, name.encode(), (path / name).read_bytes())
+    columns = _index_files(path)
+    assert len(shards) == 3 and set(names) == {*shards, "index.json", *(p.name for p in columns)}, names
+    for p in [*(path / n for n in shards), *columns]:
+        _feed(h, p.name.encode(), p.read_bytes())
     _feed(h, _normalised_index(path))
     return h.hexdigest()
 
 
 def digest_bmp(path: Path) -> str:
-    """Every .bmp file (relative path and bytes, sorted) and the normalised index."""
+    """Every .bmp file (relative path and bytes, sorted), every column file and the normalised index."""
     h = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file())
     bmps = [p for p in files if p.suffix == ".bmp"]
-    assert len(bmps) == 24 and set(files) == {*bmps, path / "index.json"}, files
-    for p in bmps:
+    columns = _index_files(path)
+    assert len(bmps) == 24 and set(files) == {*bmps, path / "index.json", *columns}, files
+    for p in [*bmps, *columns]:
         _feed(h, p.relative_to(path).as_posix().encode(), p.read_bytes())
     _feed(h, _normalised_index(path))
     return h.hexdigest()
@@ -172,4 +195,7 @@ def test_same_bytes(tmp_path: Path, fmt: str) -> None:
     assert DIGESTS[fmt](second) == digest, "the output differs between two identical conversions"
     if fmt != "bmp":  # the BMP cache stores re-encoded, resized pixels, not the source bytes
         _check_read_back(first)
+    if fmt in PAYLOAD_EXPECTED:
+        payload = payload_digest(first, f".{fmt}")
+        assert payload == PAYLOAD_EXPECTED[fmt], f"{fmt} payload files changed: {payload}"
     assert digest == EXPECTED[fmt], f"{fmt} output changed: {digest}"

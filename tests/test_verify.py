@@ -76,14 +76,15 @@ def regions(fmt: str, path: Path) -> dict[str, list[Region]]:
     meta_forms = [meta_json.encode(), canonical_json(json.loads(meta_json))]
     metadata = [r for r in (found(files, m) for m in meta_forms) if r]
     index: list[Region] = []
-    for column in (reader.keys, reader.checksums):  # a whole column, as JSON or packed back to back
+    for column in (list(reader.keys), list(reader.checksums)):  # a whole column, as JSON or packed back to back
         forms = [canonical_json(column), json.dumps(column).encode(), "".join(column).encode()]
-        if column is reader.checksums:
+        if column[0] == reader.checksums[0]:
             forms.append(b"".join(bytes.fromhex(c) for c in column))
         index += [r for r in (found(files, f) for f in forms) if r]
     for digest in (reader.checksums[0], reader.checksums[-1]):  # single checksums, hex text or raw
         index += [r for r in (found(files, f) for f in (digest.encode(), bytes.fromhex(digest))) if r]
-    index += [(f, 0, f.stat().st_size) for f in files if f.name == "index.json"]
+    # index.json and the column files beside it (iotool.formats.columns), whole
+    index += [(f, 0, f.stat().st_size) for f in files if f.name.startswith("index.")]
     if fmt == "tar":  # the member name fields of tar headers
         shards = [path / s["name"] for s in reader.shards]
         index += [(shards[s], off - 512, off - 512 + 100) for s, off, _ in reader._locations]

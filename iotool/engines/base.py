@@ -18,7 +18,6 @@ class EngineResult:
     count: int = 0
     bytes_in: int = 0
     skipped: list[SkippedFile] = field(default_factory=list)
-    index: tuple[str, bytes] | None = None  # (name, bytes) when the engine assembled the index
     units: list[str] = field(default_factory=list)  # units the engine's tasks published themselves
     units_bytes: int = 0
     resumed_from: int = 0

@@ -25,7 +25,6 @@ from typing import Any, Callable, Iterator
 
 from ..errors import ConversionError, IotoolError, UsageError
 from ..formats import FormatOptions, FormatSpec, ShardPlan, ShardUnit, all_formats
-from ..formats.index import INDEX_NAME
 from ..pipeline.destination import Destination
 from ..pipeline.job import Job
 from ..pipeline.prepare import PayloadOptions, init_worker, process_chunk
@@ -64,7 +63,7 @@ class RayEngine(Engine):
         if stale:
             log.info("removed %d partial files of failed task attempts: %s", len(stale), ", ".join(stale))
         meta = job.meta(result.count, result.skipped, engine="ray")
-        result.index = (INDEX_NAME, plan.index(meta, columns, units, job.format_options))
+        plan.write_index(dest.work_path, meta, columns, units, job.format_options)
         result.units = [u["name"] for u in units]
         return result
 

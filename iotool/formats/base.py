@@ -329,9 +329,10 @@ class ShardPlan(ABC):
         """Append one task's part (``part["columns"]``, ``part["unit"]``) to the index being built."""
 
     @abstractmethod
-    def index(self, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
-              options: FormatOptions) -> bytes:
-        """The bytes of the dataset's index for the merged parts."""
+    def write_index(self, folder: str, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
+                    options: FormatOptions) -> None:
+        """Write the dataset's index for the merged parts into the local ``folder`` (the
+        destination publishes it after the units, its ``index.json`` last)."""
 
 
 # --- the spec ---------------------------------------------------------------------------------

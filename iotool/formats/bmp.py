@@ -21,12 +21,13 @@ import numpy as np
 from ..errors import DecodeError, FormatError
 from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatSpec, FormatWriter, ShardPlan, ShardUnit, WriterHooks
-from .index import IndexedReader, index_list, meta_dict, read_index, sniff_index, unique_stem, write_index
+from .columns import ColumnWriter, write_columns
+from .index import IndexedReader, meta_dict, read_index, sniff_index, unique_stem, write_index
 
 if TYPE_CHECKING:
     from ..storage import OutputDir
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # index columns in memory-mapped files; version 1 kept them as JSON lists
 TASK_SIZE = 256  # BMP files per Ray task
 _FILE_HEADER = struct.Struct("<2sIHHI")
 _INFO_HEADER = struct.Struct("<IiiHHIIiiII")
@@ -79,17 +80,14 @@ def _cv2():
 
 
 class BmpWriter(FormatWriter):
-    """Writes one .bmp file per record in a mirrored tree; index.json last."""
+    """Writes one .bmp file per record in a mirrored tree; the index columns record by record,
+    index.json last."""
 
     def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
         super().__init__(path, options, hooks)
         os.makedirs(path, exist_ok=True)
         self.used: set[str] = set()
-        self.files: list[str] = []
-        self.keys: list[str] = []
-        self.labels: list[int] = []
-        self.sizes: list[list[int]] = []
-        self.checksums: list[str] = []
+        self.columns = ColumnWriter(path, KINDS)
 
     def add(self, record: Record) -> None:
         if record.data[:2] != b"BM":
@@ -99,18 +97,19 @@ class BmpWriter(FormatWriter):
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "wb") as f:
             f.write(record.data)
-        self.files.append(rel)
-        self.keys.append(record.key)
-        self.labels.append(record.label)
-        self.sizes.append(bmp_size(record.data))
-        self.checksums.append(record.checksum)
+        self.columns.append(files=rel, keys=record.key, labels=record.label, sizes=bmp_size(record.data),
+                            checksums=record.checksum)
 
     def finish(self, meta: DatasetMeta) -> None:
         os.sync()  # the many small files reach the disk before the index that vouches for them
-        write_index(self.path, bmp_index(meta, {name: getattr(self, name) for name in COLUMNS}))
+        write_index(self.path, bmp_index(meta, self.columns.finish()))
+
+    def abort(self) -> None:
+        self.columns.abort()
 
 
 COLUMNS = ("files", "keys", "labels", "sizes", "checksums")
+KINDS = {"files": "str", "keys": "str", "labels": "int", "sizes": "int2", "checksums": "sha256"}
 
 
 def bmp_size(data: bytes) -> list[int]:
@@ -119,38 +118,48 @@ def bmp_size(data: bytes) -> list[int]:
     return [w, abs(h)]
 
 
-def bmp_index(meta: DatasetMeta, columns: dict[str, list]) -> dict[str, Any]:
-    """The content of index.json (before its integrity digest) for these columns."""
-    return {"meta": meta_dict(meta), **{name: columns[name] for name in COLUMNS}}
+def bmp_index(meta: DatasetMeta, columns: dict[str, Any]) -> dict[str, Any]:
+    """The content of index.json (before its integrity digest): metadata and the table of
+    column files (see :mod:`iotool.formats.columns`)."""
+    return {"meta": meta_dict(meta), "columns": columns}
 
 
 class BmpReader(IndexedReader):
     """Map-style reader of a BMP cache directory."""
 
     format_name = "bmp"
-    format_versions = (FORMAT_VERSION,)
+    format_versions = (1, FORMAT_VERSION)
+    column_kinds = KINDS
 
     def _load_meta(self) -> DatasetMeta:
         meta, raw = read_index(self.path, "bmp")
-        self._files = index_list(raw, "files", meta.count, str, self.path)
-        for rel in self._files:
-            if rel.startswith("/") or ".." in rel.split("/"):
-                raise FormatError(f"{self.path}: index names a file outside the dataset: {rel!r}.")
-        self._index_keys = index_list(raw, "keys", meta.count, str, self.path)
-        self._index_labels = index_list(raw, "labels", meta.count, int, self.path)
-        self._checksums = index_list(raw, "checksums", meta.count, str, self.path)
+        self._load_columns(raw, meta.count)
+        if self._lists is not None:  # version 1: check every name now, as it is in memory anyway
+            for rel in self._lists["files"]:
+                _check_inside(self.path, rel)
         return meta
 
     def read(self, index: int) -> tuple[bytes, int]:
         if not 0 <= index < self.meta.count:
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
-        path = os.path.join(self.path, self._files[index])
+        rel = self.column("files")[index]
+        _check_inside(self.path, rel)
+        path = os.path.join(self.path, rel)
         try:
-            return _read_file(path), self._index_labels[index]
+            return _read_file(path), self.labels[index]
         except OSError as exc:
             raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
 
+    def integrity_problems(self) -> list[str]:
+        return self.column_problems()
+
     native_decode = staticmethod(decode_bmp)
+
+
+def _check_inside(root: str, rel: str) -> None:
+    """Refuse an index entry naming a file outside the dataset."""
+    if rel.startswith("/") or ".." in rel.split("/") or "\0" in rel:
+        raise FormatError(f"{root}: index names a file outside the dataset: {rel!r}.")
 
 
 def _read_file(path: str) -> bytes:
@@ -216,11 +225,10 @@ class BmpShardPlan(ShardPlan):
         for name in COLUMNS:
             columns.setdefault(name, []).extend(part["columns"][name])
 
-    def index(self, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
-              options: FormatOptions) -> bytes:
-        from .index import index_bytes
-
-        return index_bytes(bmp_index(meta, columns))
+    def write_index(self, folder: str, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
+                    options: FormatOptions) -> None:
+        rows = (dict(zip(COLUMNS, values)) for values in zip(*(columns[name] for name in COLUMNS)))
+        write_index(folder, bmp_index(meta, write_columns(folder, KINDS, rows)))
 
 
 SPEC = FormatSpec(

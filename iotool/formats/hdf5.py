@@ -22,7 +22,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from typing import Any
 
 import h5py
 import numpy as np
@@ -30,6 +29,7 @@ import numpy as np
 from ..errors import FormatError
 from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
+from .columns import AsciiColumn, IntColumn
 from .index import canonical_json, sha256_hex
 
 FORMAT_VERSION = 2
@@ -253,11 +253,11 @@ class Hdf5Reader(FormatReader):
     def _load_keys(self) -> list[str]:
         return [k.decode("utf-8") if isinstance(k, bytes) else k for k in self._dataset("keys")[:]]
 
-    def _load_labels(self) -> list[int]:
-        return self._dataset("labels")[:].astype(np.int64).tolist()
+    def _load_labels(self) -> IntColumn:
+        return IntColumn(np.asarray(self._dataset("labels")[:], dtype=np.int64))
 
-    def _load_checksums(self) -> list[str]:
-        return [c.decode("ascii") for c in self._dataset("checksums")[:]]
+    def _load_checksums(self) -> AsciiColumn:
+        return AsciiColumn(np.asarray(self._dataset("checksums")[:], dtype="S64"))
 
 
 class _Payload:

@@ -173,19 +173,69 @@ def unique_stem(key: str, used: set[str], escape_dots: bool) -> str:
     return f"{prefix}{esc(name)}%23{n}"
 
 
+_LIST_TYPES = {"str": str, "int": int, "sha256": str}
+
+
 class IndexedReader(FormatReader):
-    """A reader whose keys, labels and checksums come from its index.json;
-    ``_load_meta`` sets ``_index_keys``, ``_index_labels`` and ``_checksums``."""
+    """A reader whose per-record columns come from its index: memory-mapped column files
+    (current versions, see :mod:`iotool.formats.columns`) or JSON lists inside index.json
+    (version 1, still read). Subclasses set :attr:`column_kinds` and call :meth:`_load_columns`
+    from ``_load_meta``."""
 
-    _index_keys: list[str]
-    _index_labels: list[int]
-    _checksums: list[str]
+    column_kinds: dict[str, str] = {}
+    _digest = ""
 
-    def _load_keys(self) -> list[str]:
-        return self._index_keys
+    def _load_columns(self, raw: dict, count: int) -> None:
+        """Take the column table (or the version-1 lists) from a verified index."""
+        from .columns import check_table
 
-    def _load_labels(self) -> list[int]:
-        return self._index_labels
+        self._count = count
+        if "columns" in raw:
+            self._table: dict | None = check_table(raw["columns"], list(self.column_kinds), self.path)
+            self._lists: dict[str, list] | None = None
+            if not self.remote:  # map every column now: a wrong length or type fails the open
+                for name in self.column_kinds:
+                    self.column(name)
+            return
+        self._table = None
+        self._lists = {name: index_list(raw, name, count, _LIST_TYPES.get(kind, list), self.path)
+                       for name, kind in self.column_kinds.items()}
 
-    def _load_checksums(self) -> list[str]:
-        return self._checksums
+    def column(self, name: str) -> Any:
+        """Column ``name``: a list (version 1) or a mapped array / lazy sequence."""
+        if self._lists is not None:
+            return self._lists[name]
+        columns = getattr(self, "_h_columns", None)
+        if columns is None:
+            from .columns import Columns, fetch_column_files
+
+            folder = fetch_column_files(self.path, self._table, self.storage, self._digest) if self.remote \
+                else self.path
+            columns = self._h_columns = Columns(folder, self._table, self._count)
+        return columns.get(name)
+
+    def index_files(self) -> list[str]:
+        """The index's own files: index.json and the column files it names."""
+        names = [name for entry in (self._table or {}).values() for name in entry["files"]]
+        return [INDEX_NAME, *names]
+
+    def column_problems(self) -> list[str]:
+        """For ``verify``: the column files against the digests the index records."""
+        if self._table is None:
+            return []
+        from .columns import verify_files
+
+        self.column("keys")  # maps (and for a URL fetches) the files
+        return verify_files(self._h_columns.folder, self._table)
+
+    def _load_keys(self) -> Any:
+        return self.column("keys")
+
+    def _load_labels(self) -> Any:
+        from .columns import IntColumn
+
+        labels = self.column("labels")
+        return labels if self._lists is not None else IntColumn(labels)
+
+    def _load_checksums(self) -> Any:
+        return self.column("checksums")

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import FormatError, UsageError
 from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
+from .columns import ChecksumColumn, IntColumn
 from .index import sha256_hex
 
 FORMAT_VERSION = 1
@@ -305,16 +306,18 @@ class LmdbReader(FormatReader):
         self._expect_count("keys", len(keys))
         return keys
 
-    def _load_labels(self) -> list[int]:
+    def _load_labels(self) -> IntColumn:
         raw = self._get_required(LABELS_KEY)
-        labels = np.frombuffer(raw, dtype="<i8")
+        labels = np.frombuffer(raw, dtype="<i8")  # one compact array, not a list of Python ints
         self._expect_count("labels", len(labels))
-        return labels.tolist()
+        return IntColumn(labels)
 
-    def _load_checksums(self) -> list[str]:
+    def _load_checksums(self) -> ChecksumColumn:
         raw = self._get_required(CHECKSUMS_KEY)
+        if len(raw) % 32:
+            raise FormatError(f"{self.path}: the checksums record is not a whole number of SHA-256 digests.")
         self._expect_count("checksums", len(raw) // 32)
-        return [raw[i:i + 32].hex() for i in range(0, len(raw), 32)]
+        return ChecksumColumn(np.frombuffer(raw, dtype=np.uint8).reshape(-1, 32))
 
     def _expect_count(self, what: str, n: int) -> None:
         if n != self.meta.count:

@@ -32,7 +32,9 @@ class Destination(ABC):
     """The place a conversion writes to, with the steps every engine goes through."""
 
     location: str
-    work_path: str  # where a local writer writes (a temporary sibling, or a staging folder)
+    # A local folder: where a local writer writes, and where an engine that assembles the index
+    # itself writes it (the temporary sibling of DST, or a staging folder for a URL).
+    work_path: str
     on_unit_closed: Callable[[str, str], None] | None = None  # for writers that publish units
 
     @abstractmethod
@@ -48,12 +50,9 @@ class Destination(ABC):
         """The folder that distributed tasks write their units into."""
 
     @abstractmethod
-    def commit(self, index: tuple[str, bytes] | None, units: Sequence[str], units_bytes: int) -> int:
-        """Make the finished output visible; return its size in bytes.
-
-        ``index`` is (name, bytes) when the engine assembled the index itself (else the writer
-        wrote it); ``units`` and ``units_bytes`` name and size what tasks published directly.
-        """
+    def commit(self, units: Sequence[str] = (), units_bytes: int = 0) -> int:
+        """Make the finished output visible; return its size in bytes. ``units`` and
+        ``units_bytes`` name and size the units that tasks published straight to ``output_dir``."""
 
     @abstractmethod
     def abort(self, keep_partial: bool = False) -> None:
@@ -158,10 +157,8 @@ class LocalDestination(Destination):
         os.makedirs(self.work_path, exist_ok=True)
         return OutputDir(self.work_path)
 
-    def commit(self, index: tuple[str, bytes] | None, units: Sequence[str] = (), units_bytes: int = 0) -> int:
-        if index is not None:
-            OutputDir(self.work_path).write_bytes(*index)
-            fsync_dir(self.work_path)
+    def commit(self, units: Sequence[str] = (), units_bytes: int = 0) -> int:
+        fsync_dir(self.work_path)
         size = du(self.work_path)
         rename_into_place(self.work_path, self.location, self.overwrite)
         return size
@@ -179,7 +176,7 @@ class UrlDestination(Destination):
     def __init__(self, url: str, spec: FormatSpec, overwrite: bool, config: StorageConfig):
         self.out = OutputDir(url, config)
         self.location, self.spec, self.overwrite = self.out.location, spec, overwrite
-        self.work_path = ""
+        self.work_path = ""  # a staging folder, made by begin()
         self.published: list[str] = []
         self.published_bytes = 0
 
@@ -211,11 +208,9 @@ class UrlDestination(Destination):
     def _is_unit(self, name: str) -> bool:
         return self.spec.unit_glob is not None and fnmatch.fnmatchcase(name, self.spec.unit_glob)
 
-    def commit(self, index: tuple[str, bytes] | None, units: Sequence[str] = (), units_bytes: int = 0) -> int:
-        """Drop temporaries and units of an older dataset, then write the index last."""
-        if index is None:
-            with open(os.path.join(self.work_path, INDEX_NAME), "rb") as f:
-                index = (INDEX_NAME, f.read())
+    def commit(self, units: Sequence[str] = (), units_bytes: int = 0) -> int:
+        """Drop temporaries and units of an older dataset, publish the staged index files, and
+        the index itself last."""
         keep = set(self.published) | set(units)
         for name in self.out.names():
             if self._is_unit(name) and name not in keep:
@@ -223,9 +218,15 @@ class UrlDestination(Destination):
         stale = self.out.remove_temporaries()
         if stale:
             log.info("removed %d partial files of failed task attempts: %s", len(stale), ", ".join(stale))
-        self.out.write_bytes(*index)
+        staged = sorted(os.path.relpath(os.path.join(d, f), self.work_path).replace(os.sep, "/")
+                        for d, _, files in os.walk(self.work_path) for f in files)
+        if INDEX_NAME not in staged:
+            raise FileNotFoundError(f"{self.work_path}: the conversion staged no {INDEX_NAME}")
+        size = self.published_bytes + units_bytes
+        for name in [n for n in staged if n != INDEX_NAME] + [INDEX_NAME]:
+            size += self.out.publish(os.path.join(self.work_path, name), name)
         self._drop_staging()
-        return self.published_bytes + units_bytes + len(index[1])
+        return size
 
     def abort(self, keep_partial: bool = False) -> None:
         """Best effort: remove the units and temporaries of the unfinished run (a folder without an

@@ -136,7 +136,7 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
     dest.begin()
     try:
         result = runner.run(job, dest)
-        bytes_out = dest.commit(result.index, result.units, result.units_bytes)
+        bytes_out = dest.commit(result.units, result.units_bytes)
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         # A resumable partial stays for --resume after Ctrl-C; the next plain run removes it.

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 from ...errors import UsageError
 from ...records import DatasetMeta, Record
 from ..base import FormatOptions, ShardPlan, ShardUnit
-from ..index import index_bytes, unique_stem
+from ..columns import write_columns
+from ..index import unique_stem, write_index
 from .shardfile import ShardFile, shard_name
-from .writer import COLUMNS, TarOptions, tar_index
+from .writer import COLUMNS, KINDS, TarOptions, tar_index
 
 if TYPE_CHECKING:
     from ...storage import OutputDir
@@ -86,8 +87,9 @@ class TarShardPlan(ShardPlan):
         for name in COLUMNS:
             columns.setdefault(name, []).extend(locations if name == "locations" else cols[name])
 
-    def index(self, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
-              options: FormatOptions) -> bytes:
+    def write_index(self, folder: str, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
+                    options: FormatOptions) -> None:
         assert isinstance(options, TarOptions)
         meta.options = {**meta.options, "shard_size": options.shard_size, "shard_bytes": None}
-        return index_bytes(tar_index(meta, units, columns))
+        rows = (dict(zip(COLUMNS, values)) for values in zip(*(columns[name] for name in COLUMNS)))
+        write_index(folder, tar_index(meta, units, write_columns(folder, KINDS, rows)))

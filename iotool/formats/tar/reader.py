@@ -6,23 +6,27 @@ import contextlib
 import os
 import tarfile
 import tempfile
-from typing import IO, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator
+
+import numpy as np
 
 from ... import storage
 from ...errors import FormatError, IotoolError
 from ...records import DatasetMeta
 from ..base import ShardedReader
-from ..index import IndexedReader, index_list, read_index
+from ..index import IndexedReader, read_index
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # index columns in memory-mapped files; version 1 kept them as JSON lists
 
 
 class TarReader(IndexedReader, ShardedReader):
     """Random and sequential access to tar shards through the index's byte offsets."""
 
     format_name = "tar"
-    format_versions = (FORMAT_VERSION,)
+    format_versions = (1, FORMAT_VERSION)
     remote_ok = True  # shards and index may be fsspec URLs (streamed, optionally cached on disk)
+    column_kinds = {"keys": "str", "member_keys": "str", "labels": "int", "checksums": "sha256",
+                    "locations": "int3"}
 
     def _load_meta(self) -> DatasetMeta:
         meta, raw = read_index(self.path, "tar", storage=self.storage)
@@ -39,22 +43,52 @@ class TarReader(IndexedReader, ShardedReader):
             raise FormatError(f"{self.path}: shard counts add up to {sum(s['count'] for s in shards)}, "
                               f"but metadata says {meta.count} records.")
         self.shards: list[dict] = [{"name": s["name"], "count": s["count"]} for s in shards]
-        self._index_keys = index_list(raw, "keys", meta.count, str, self.path)
-        self.member_keys = index_list(raw, "member_keys", meta.count, str, self.path)
-        self._index_labels = index_list(raw, "labels", meta.count, int, self.path)
-        self._checksums = index_list(raw, "checksums", meta.count, str, self.path)
-        self._locations = self._check_locations(index_list(raw, "locations", meta.count, list, self.path))
-        for key in self.member_keys:
-            if unsafe_member_name(key):
-                raise FormatError(f"{self.path}: index names an unsafe tar member key {key!r}.")
+        self._load_columns(raw, meta.count)
+        if self._lists is not None:  # version 1: every list is in memory anyway; check it all now
+            self._check_locations(self._lists["locations"])
+            self._check_member_keys(self._lists["member_keys"])
         return meta
 
-    def _check_locations(self, locations: list) -> list:
+    def _check_locations(self, locations: Any) -> Any:
+        if isinstance(locations, np.ndarray):
+            if len(locations) and (locations.min() < 0 or locations[:, 0].max() >= len(self.shards)):
+                raise FormatError(f"{self.path}: the locations column names a shard or offset that does not exist.")
+            return locations
         for loc in locations:
             if (len(loc) != 3 or not all(isinstance(v, int) and v >= 0 for v in loc)
                     or loc[0] >= len(self.shards)):
                 raise FormatError(f"{self.path}: invalid record location {loc!r:.80} in index.json.")
         return locations
+
+    def _check_member_keys(self, member_keys: Iterable[str]) -> None:
+        for key in member_keys:
+            if unsafe_member_name(key):
+                raise FormatError(f"{self.path}: index names an unsafe tar member key {key!r}.")
+
+    @property
+    def member_keys(self) -> Any:
+        """WebDataset keys of the records (member names without the extension), by index; checked
+        for unsafe names (absolute, ``..``, NUL) once per process, on first use."""
+        keys = self.column("member_keys")
+        if self._lists is None and not getattr(self, "_h_member_keys_checked", False):
+            bad = first_unsafe_name(keys.offsets, keys.blob)
+            if bad >= 0:
+                raise FormatError(f"{self.path}: index names an unsafe tar member key {keys[bad]!r}.")
+            self._h_member_keys_checked = True
+        return keys
+
+    @property
+    def _locations(self) -> Any:
+        """(shard, data offset, size) of every record: an N x 3 int64 array (or lists, version 1)."""
+        locations = self.column("locations")
+        if self._lists is None and not getattr(self, "_h_locations_checked", False):
+            self._check_locations(locations)  # once per process, vectorised
+            self._h_locations_checked = True
+        return locations
+
+    def _location(self, index: int) -> tuple[int, int, int]:
+        shard, offset, size = self._locations[index]
+        return int(shard), int(offset), int(size)
 
     def shard_path(self, shard: int) -> str:
         return storage.join(self.path, self.shards[shard]["name"])
@@ -70,11 +104,11 @@ class TarReader(IndexedReader, ShardedReader):
     def read(self, index: int) -> tuple[bytes, int]:
         if not 0 <= index < self.meta.count:
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
-        shard, offset, size = self._locations[index]
+        shard, offset, size = self._location(index)
         if self.remote:
-            return self._read_remote(shard, offset, size), self._index_labels[index]
+            return self._read_remote(shard, offset, size), self.labels[index]
         with open(self.shard_path(shard), "rb") as f:
-            return self._read_at(f, shard, offset, size), self._index_labels[index]
+            return self._read_at(f, shard, offset, size), self.labels[index]
 
     def _read_at(self, f, shard: int, offset: int, size: int) -> bytes:
         f.seek(offset)
@@ -91,8 +125,9 @@ class TarReader(IndexedReader, ShardedReader):
             return
         current, f = None, None
         try:
+            labels = self.labels
             for i in indices:
-                shard, offset, size = self._locations[i]
+                shard, offset, size = self._location(i)
                 if shard != current:
                     if f is not None:
                         f.close()
@@ -102,7 +137,7 @@ class TarReader(IndexedReader, ShardedReader):
                 except (OSError, FormatError):
                     yield i, None, None  # the caller re-reads with read(i) to get (or skip) the error
                     continue
-                yield i, data, self._index_labels[i]
+                yield i, data, labels[i]
         finally:
             if f is not None:
                 f.close()
@@ -117,7 +152,7 @@ class TarReader(IndexedReader, ShardedReader):
         records = self.shard_ranges()[shard]
         if not records:
             return 0
-        _, offset, size = self._locations[records[-1]]
+        _, offset, size = self._location(records[-1])
         return offset + size
 
     def _open_cached(self, shard: int, cache: storage.ShardCache) -> IO[bytes]:
@@ -146,7 +181,7 @@ class TarReader(IndexedReader, ShardedReader):
         current, handle = None, None
         try:
             for i in indices:
-                shard, offset, size = self._locations[i]
+                shard, offset, size = self._location(i)
                 if shard != current:
                     if handle is not None:
                         handle.close()
@@ -166,7 +201,7 @@ class TarReader(IndexedReader, ShardedReader):
                     self._h_stream_errors[shard] = exc
                     yield i, None, None
                     continue
-                yield i, data, self._index_labels[i]
+                yield i, data, self.labels[i]
         finally:
             self._h_stream_errors = {}
             if handle is not None:
@@ -191,8 +226,16 @@ class TarReader(IndexedReader, ShardedReader):
             os.remove(tmp)
 
     def integrity_problems(self) -> list[str]:
-        """Parse every shard's tar headers and check them against the index."""
-        problems = []
+        """Check the column files against their digests, then parse every shard's tar headers and
+        check them against the index."""
+        problems = self.column_problems()
+        if problems:
+            return problems  # the columns cannot be trusted to check the shards with
+        try:
+            self._locations  # noqa: B018  (checks every location once)
+            self.member_keys  # noqa: B018  (checks every member key once)
+        except FormatError as exc:
+            return [str(exc)]
         for shard, indices in enumerate(self.shard_ranges()):
             try:
                 with self._local_copy(shard) as local:
@@ -213,7 +256,7 @@ class TarReader(IndexedReader, ShardedReader):
             problems = []
             for j, i in enumerate(indices):
                 payload, cls = members[2 * j], members[2 * j + 1]
-                mk, (_, offset, size) = self.member_keys[i], self._locations[i]
+                mk, (_, offset, size) = self.member_keys[i], self._location(i)
                 bad = [m for m in (payload, cls) if not m.isreg() or unsafe_member_name(m.name)]
                 if bad:
                     problems += [f"{where}: member {m.name!r} is a link, special file or unsafe path." for m in bad]
@@ -221,7 +264,7 @@ class TarReader(IndexedReader, ShardedReader):
                 ok_name = payload.name.startswith(mk + ".") and "/" not in payload.name[len(mk) + 1:]
                 if not ok_name or payload.offset_data != offset or payload.size != size:
                     problems.append(f"{where}: member {payload.name!r} does not match the index entry of {mk!r}.")
-                if cls.name != f"{mk}.cls" or tf.extractfile(cls).read().strip() != str(self._index_labels[i]).encode():
+                if cls.name != f"{mk}.cls" or tf.extractfile(cls).read().strip() != str(self.labels[i]).encode():
                     problems.append(f"{where}: label member {cls.name!r} does not match the index for {mk!r}.")
             return problems
 
@@ -230,7 +273,31 @@ class TarReader(IndexedReader, ShardedReader):
         return [self.shard_path(i) for i in range(len(self.shards))]
 
     def files(self) -> list[str]:
-        return [storage.join(self.path, "index.json"), *self.shard_urls()]
+        return [storage.join(self.path, name) for name in self.index_files()] + self.shard_urls()
+
+
+def first_unsafe_name(offsets: np.ndarray, blob: np.ndarray) -> int:
+    """The index of the first name in a string column that :func:`unsafe_member_name` refuses
+    (empty, absolute, a ``..`` component, NUL), or -1; vectorised over the whole column."""
+    starts, ends = np.asarray(offsets[:-1]), np.asarray(offsets[1:])
+    if len(starts) == 0:
+        return -1
+    data = np.asarray(blob)
+    bad = ends <= starts  # empty
+    nonempty = ~bad
+    bad[nonempty] |= data[starts[nonempty]] == ord("/")
+    nuls = np.flatnonzero(data == 0)
+    if len(nuls):
+        bad[np.searchsorted(starts, nuls, side="right") - 1] = True
+    dots = np.flatnonzero((data[:-1] == ord(".")) & (data[1:] == ord("."))) if len(data) > 1 else np.empty(0, int)
+    if len(dots):
+        owner = np.searchsorted(starts, dots, side="right") - 1  # the name each ".." lies in
+        begins = (dots == starts[owner]) | (data[np.maximum(dots - 1, 0)] == ord("/"))
+        after = dots + 2
+        finishes = (after == ends[owner]) | (data[np.minimum(after, len(data) - 1)] == ord("/"))
+        bad[owner[begins & finishes & (after <= ends[owner])]] = True
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if len(hits) else -1
 
 
 def unsafe_member_name(name: str) -> bool:

@@ -10,11 +10,13 @@ from typing import Any
 from ...errors import FormatError, UsageError
 from ...records import DatasetMeta, Record
 from ..base import FormatOptions, FormatWriter, WriterHooks
+from ..columns import ColumnWriter
 from ..index import meta_dict, unique_stem, write_index
 from .shardfile import ShardFile, shard_name
 
 DEFAULT_SHARD_SIZE = 1000
 COLUMNS = ("keys", "member_keys", "labels", "checksums", "locations")
+KINDS = {"keys": "str", "member_keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3"}
 @dataclass(frozen=True)
 class TarOptions(FormatOptions):
     """Options of the tar format."""
@@ -27,21 +29,23 @@ class TarOptions(FormatOptions):
             raise UsageError(f"shard_size={self.shard_size}, shard_bytes={self.shard_bytes}: must be positive.")
 
 
-def tar_index(meta: DatasetMeta, shards: list[dict[str, Any]], columns: dict[str, list]) -> dict[str, Any]:
-    """The content of index.json (before its integrity digest) for these shards and columns."""
+def tar_index(meta: DatasetMeta, shards: list[dict[str, Any]], columns: dict[str, Any]) -> dict[str, Any]:
+    """The content of index.json (before its integrity digest): metadata, shards, and the table
+    of column files (see :mod:`iotool.formats.columns`)."""
     return {
         "meta": meta_dict(meta),
         "shards": [{k: s[k] for k in ("name", "count", "bytes")} for s in shards],
-        **{name: columns[name] for name in COLUMNS},
+        "columns": columns,
     }
 
 
 class TarWriter(FormatWriter):
     """Writes records into shards bounded by a sample count and/or a byte size.
 
-    When a shard is complete, its part of the index and the pipeline's checkpoint are written
-    beside it as ``shard-NNNNNN.json`` (atomically), so a killed run resumes after the last
-    complete shard; the side files are removed when index.json is written.
+    The index columns go to their files record by record. When a shard is complete, its part of
+    the index and the pipeline's checkpoint are written beside it as ``shard-NNNNNN.json``
+    (atomically), so a killed run resumes after the last complete shard; the side files are
+    removed when index.json is written.
     """
 
     resumable = True
@@ -54,11 +58,9 @@ class TarWriter(FormatWriter):
         self.tar: ShardFile | None = None
         self.shards: list[dict[str, Any]] = []
         self.used: set[str] = set()
-        self.keys: list[str] = []
-        self.member_keys: list[str] = []
-        self.labels: list[int] = []
-        self.checksums: list[str] = []
-        self.locations: list[list[int]] = []
+        self.rows: list[dict[str, Any]] = []  # the open shard's index rows (for its checkpoint)
+        self.count = 0
+        self.columns: ColumnWriter | None = None  # opened on the first record (after a resume's clean-up)
 
     def _needs_new_shard(self, size: int) -> bool:
         if self.tar is None:
@@ -74,23 +76,28 @@ class TarWriter(FormatWriter):
         self.tar = ShardFile(os.path.join(self.path, name))
         self.shards.append({"name": name, "count": 0, "bytes": 0})
 
-    def _add_member(self, name: str, data: bytes) -> int:
-        return self.tar.add(name, data)
+    def _column_writer(self) -> ColumnWriter:
+        if self.columns is None:
+            self.columns = ColumnWriter(self.path, KINDS)
+        return self.columns
+
+    def _store(self, row: dict[str, Any]) -> None:
+        self._column_writer().append(**row)
+        self.count += 1
 
     def add(self, record: Record) -> None:
         if self._needs_new_shard(len(record.data)):
             self._open_next(record)
         member_key = unique_stem(record.key, self.used, escape_dots=True)
-        offset = self._add_member(f"{member_key}.{record.ext}", record.data)
-        self._add_member(f"{member_key}.cls", str(record.label).encode("ascii"))
+        offset = self.tar.add(f"{member_key}.{record.ext}", record.data)
+        self.tar.add(f"{member_key}.cls", str(record.label).encode("ascii"))
         shard = self.shards[-1]
         shard["count"] += 1
         shard["bytes"] += len(record.data)
-        self.keys.append(record.key)
-        self.member_keys.append(member_key)
-        self.labels.append(record.label)
-        self.checksums.append(record.checksum)
-        self.locations.append([len(self.shards) - 1, offset, len(record.data)])
+        row = {"keys": record.key, "member_keys": member_key, "labels": record.label, "checksums": record.checksum,
+               "locations": [len(self.shards) - 1, offset, len(record.data)]}
+        self.rows.append(row)
+        self._store(row)
 
     def _close_current(self, progress: tuple[int, int] | None = None) -> None:
         """Close the open shard; with ``progress`` (records, source positions done), checkpoint it."""
@@ -100,13 +107,13 @@ class TarWriter(FormatWriter):
         self.tar = None
         shard = len(self.shards) - 1
         if progress is not None and self.hooks.checkpoint is not None:
-            start = progress[0] - self.shards[shard]["count"]
             part = {"shard": self.shards[shard], "state": self.hooks.checkpoint.state(*progress),
-                    **{name: getattr(self, name)[start:progress[0]] for name in COLUMNS}}
+                    **{name: [row[name] for row in self.rows] for name in COLUMNS}}
             side = os.path.join(self.path, _side_name(shard))
             with open(side + ".tmp", "w", encoding="utf-8") as f:
                 json.dump(part, f, ensure_ascii=False)
             os.replace(side + ".tmp", side)
+        self.rows = []
         if self.hooks.on_unit_closed is not None:
             self.hooks.on_unit_closed(os.path.join(self.path, self.shards[shard]["name"]), self.shards[shard]["name"])
 
@@ -118,22 +125,23 @@ class TarWriter(FormatWriter):
         return {**parts[-1]["state"], "parts": parts}
 
     def resume(self, state: dict[str, Any]) -> None:
-        for part in state["parts"]:
-            self.shards.append(part["shard"])
-            for name in COLUMNS:
-                getattr(self, name).extend(part[name])
-        self.used.update(self.member_keys)
-        keep = {s["name"] for s in self.shards} | {_side_name(i) for i in range(len(self.shards))}
+        keep = {p["shard"]["name"] for p in state["parts"]} | {_side_name(i) for i in range(len(state["parts"]))}
         for entry in os.listdir(self.path):
             if entry not in keep:
-                os.remove(os.path.join(self.path, entry))  # the shard that was being written
-        if len(self.keys) != state["count"]:
+                os.remove(os.path.join(self.path, entry))  # the shard being written, the column files
+        for part in state["parts"]:
+            self.shards.append(part["shard"])
+            for values in zip(*(part[name] for name in COLUMNS)):
+                self._store(dict(zip(COLUMNS, values)))
+            self.used.update(part["member_keys"])
+        if self.count != state["count"]:
             raise FormatError(f"{self.path}: the partial output's shards do not match its checkpoint.")
 
     def finish(self, meta: DatasetMeta) -> None:
         self._close_current()
+        table = self._column_writer().finish()
         meta.options = {**meta.options, "shard_size": self.shard_size, "shard_bytes": self.shard_bytes}
-        write_index(self.path, tar_index(meta, self.shards, {name: getattr(self, name) for name in COLUMNS}))
+        write_index(self.path, tar_index(meta, self.shards, table))
         for i in range(len(self.shards)):
             side = os.path.join(self.path, _side_name(i))
             if os.path.exists(side):
@@ -142,6 +150,8 @@ class TarWriter(FormatWriter):
     def abort(self) -> None:
         if self.tar is not None:
             self.tar.close(sync=False)
+        if self.columns is not None:
+            self.columns.abort()
 
 
 def _side_name(shard: int) -> str:

@@ -3,8 +3,9 @@
 Layout of DST_DIR::
 
     data.bin     every payload, unchanged, back to back
-    index.json   {"meta": {...}, "keys", "labels", "checksums" by record,
-                  "offsets": [0, end of record 0, ..., end of the last record]}
+    index.json   {"meta": {...}, "columns": the table of column files}
+    index.*.npy  the per-record columns keys, labels, checksums and spans ([start, stop) in
+                 data.bin), memory-mapped by readers (iotool.formats.columns)
 
 It is registered through the ``iotool.formats`` entry-point group (see the ``.dist-info``
 folder beside this package; a real package declares it in its pyproject.toml), and the shared
@@ -19,11 +20,13 @@ from dataclasses import dataclass
 
 from iotool.errors import FormatError, UsageError
 from iotool.formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks
-from iotool.formats.index import IndexedReader, index_list, meta_dict, read_index, sniff_index, write_index
+from iotool.formats.columns import ColumnWriter
+from iotool.formats.index import IndexedReader, meta_dict, read_index, sniff_index, write_index
 from iotool.records import DatasetMeta, Record
 
 FORMAT_VERSION = 1
 DATA = "data.bin"
+KINDS = {"keys": "str", "labels": "int", "checksums": "sha256", "spans": "int2"}
 
 
 @dataclass(frozen=True)
@@ -44,24 +47,25 @@ class PackWriter(FormatWriter):
         super().__init__(path, options, hooks)
         os.makedirs(path, exist_ok=True)
         self.f = open(os.path.join(path, DATA), "wb")
-        self.columns: dict[str, list] = {"keys": [], "labels": [], "checksums": [], "offsets": [0]}
+        self.columns = ColumnWriter(path, KINDS)
+        self.end = 0
 
     def add(self, record: Record) -> None:
         self.f.write(record.data)
-        self.columns["keys"].append(record.key)
-        self.columns["labels"].append(record.label)
-        self.columns["checksums"].append(record.checksum)
-        self.columns["offsets"].append(self.columns["offsets"][-1] + len(record.data))
+        self.columns.append(keys=record.key, labels=record.label, checksums=record.checksum,
+                            spans=[self.end, self.end + len(record.data)])
+        self.end += len(record.data)
 
     def finish(self, meta: DatasetMeta) -> None:
         self.f.flush()
         if self.options.fsync:
             os.fsync(self.f.fileno())
         self.f.close()
-        write_index(self.path, {"meta": meta_dict(meta), **self.columns})
+        write_index(self.path, {"meta": meta_dict(meta), "columns": self.columns.finish()})
 
     def abort(self) -> None:
         self.f.close()
+        self.columns.abort()
 
 
 class PackReader(IndexedReader):
@@ -69,21 +73,19 @@ class PackReader(IndexedReader):
 
     format_name = "pack"
     format_versions = (FORMAT_VERSION,)
+    column_kinds = KINDS
 
     def _load_meta(self) -> DatasetMeta:
         meta, raw = read_index(self.path, "pack")
-        self._index_keys = index_list(raw, "keys", meta.count, str, self.path)
-        self._index_labels = index_list(raw, "labels", meta.count, int, self.path)
-        self._checksums = index_list(raw, "checksums", meta.count, str, self.path)
-        self._offsets = index_list(raw, "offsets", meta.count + 1, int, self.path)
-        if self._offsets[0] != 0 or any(b < a for a, b in zip(self._offsets, self._offsets[1:])):
-            raise FormatError(f"{self.path}: index field 'offsets' must start at 0 and never decrease.")
+        self._load_columns(raw, meta.count)  # the columns are mapped on first use, per process
         return meta
 
     def read(self, index: int) -> tuple[bytes, int]:
         if not 0 <= index < self.meta.count:
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
-        start, stop = self._offsets[index], self._offsets[index + 1]
+        start, stop = (int(v) for v in self.column("spans")[index])
+        if not 0 <= start <= stop:
+            raise FormatError(f"{self.path}: record {index} has an invalid span [{start}, {stop}).")
         path = os.path.join(self.path, DATA)
         try:
             with open(path, "rb", buffering=0) as f:
@@ -92,13 +94,17 @@ class PackReader(IndexedReader):
             raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
         if len(data) != stop - start:
             raise FormatError(f"{path}: truncated (record {index} needs bytes {start}-{stop}).")
-        return data, self._index_labels[index]
+        return data, self.labels[index]
 
     def integrity_problems(self) -> list[str]:
+        problems = self.column_problems()
+        if problems:
+            return problems
         path = os.path.join(self.path, DATA)
         size = os.path.getsize(path) if os.path.exists(path) else None
-        if size != self._offsets[-1]:
-            return [f"{path}: {size} bytes, the index describes {self._offsets[-1]}."]
+        end = int(self.column("spans")[-1][1]) if len(self) else 0
+        if size != end:
+            return [f"{path}: {size} bytes, the index describes {end}."]
         return []
 
 

@@ -1,0 +1,383 @@
+"""Per-record index columns as fixed-width binary arrays, memory-mapped by readers.
+
+A dataset with millions of records keeps its keys, labels, checksums and locations in ``.npy``
+files (numeric arrays only: ``np.load(..., allow_pickle=False)`` never runs code), read in place
+with ``mmap_mode="r"``: every process maps the same pages, so the page cache holds one copy per
+machine, nothing is parsed into Python lists, and a pickled reader carries paths, not columns.
+
+Strings (keys, file names) are one UTF-8 blob (``<name>.utf8.npy``, uint8) plus an int64 offsets
+array (``<name>.offsets.npy``, N + 1 entries); a key becomes a Python string only when asked for.
+Checksums are N x 32 raw SHA-256 bytes. Writers append record by record to files whose ``.npy``
+header is filled in at the end, so conversion memory does not grow with the column sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, overload
+
+import numpy as np
+
+from ..errors import FormatError
+
+if TYPE_CHECKING:
+    from ..storage import StorageConfig
+
+PREFIX = "index."
+_MAGIC = b"\x93NUMPY\x01\x00"
+_HEADER = 128  # bytes reserved for the .npy header (magic, length, dict, padding)
+
+
+def column_files(name: str, kind: str) -> list[str]:
+    """The file names of column ``name`` of ``kind`` ("int", "str", "sha256")."""
+    if kind == "str":
+        return [f"{PREFIX}{name}.offsets.npy", f"{PREFIX}{name}.utf8.npy"]
+    return [f"{PREFIX}{name}.npy"]
+
+
+def _header(dtype: str, shape: tuple[int, ...]) -> bytes:
+    """A version 1.0 .npy header of exactly :data:`_HEADER` bytes."""
+    text = repr({"descr": dtype, "fortran_order": False, "shape": shape}).encode("latin1")
+    pad = _HEADER - len(_MAGIC) - 2 - len(text) - 1
+    if pad < 0:
+        raise ValueError(f"shape {shape} too long for the reserved .npy header")
+    return _MAGIC + struct.pack("<H", _HEADER - len(_MAGIC) - 2) + text + b" " * pad + b"\n"
+
+
+class _ArrayFile:
+    """An .npy file of rows of ``width`` values of ``dtype``, appended to as records come."""
+
+    def __init__(self, path: str, dtype: str, width: int = 0):
+        self.path, self.dtype, self.width = path, dtype, width
+        self.f = open(path, "wb", buffering=1 << 20)
+        self.f.write(b"\0" * _HEADER)
+        self.rows = 0
+
+    def append(self, values: Any) -> None:
+        self.f.write(np.asarray(values, dtype=self.dtype).tobytes())
+        self.rows += 1
+
+    def extend_raw(self, data: bytes, rows: int) -> None:
+        self.f.write(data)
+        self.rows += rows
+
+    def close(self) -> None:
+        shape = (self.rows, self.width) if self.width else (self.rows,)
+        self.f.seek(0)
+        self.f.write(_header(self.dtype, shape))
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+
+    def abort(self) -> None:
+        self.f.close()
+
+
+class ColumnWriter:
+    """Writes a dataset's index columns record by record into ``folder``.
+
+    ``kinds`` maps column names to "int" (int64 scalar), "intN" (N int64 per record, e.g.
+    "int3" for locations), "str" (UTF-8 strings) or "sha256" (hex digests stored as 32 bytes).
+    """
+
+    def __init__(self, folder: str, kinds: dict[str, str]):
+        self.folder, self.kinds = folder, dict(kinds)
+        self.files: dict[str, list[_ArrayFile]] = {}
+        self.string_end: dict[str, int] = {}
+        for name, kind in self.kinds.items():
+            paths = [os.path.join(folder, f) for f in column_files(name, _base(kind))]
+            if kind == "str":
+                self.files[name] = [_ArrayFile(paths[0], "<i8"), _ArrayFile(paths[1], "|u1")]
+                self.files[name][0].append(0)
+                self.string_end[name] = 0
+            elif kind == "sha256":
+                self.files[name] = [_ArrayFile(paths[0], "|u1", 32)]
+            else:
+                self.files[name] = [_ArrayFile(paths[0], "<i8", _width(kind))]
+
+    def append(self, **values: Any) -> None:
+        """Add one record's value of every column."""
+        for name, kind in self.kinds.items():
+            value = values[name]
+            if kind == "str":
+                data = value.encode("utf-8", "surrogateescape")
+                offsets, blob = self.files[name]
+                blob.extend_raw(data, len(data))
+                self.string_end[name] += len(data)
+                offsets.append(self.string_end[name])
+            elif kind == "sha256":
+                self.files[name][0].extend_raw(bytes.fromhex(value), 1)
+            else:
+                self.files[name][0].append(value)
+
+    def append_batch(self, **columns: Any) -> None:
+        """Add many records at once (every column the same length; sha256 columns may also be
+        given as the raw n x 32 digest bytes), vectorised where it can be."""
+        n = len(next(iter(columns.values())))
+        for name, kind in self.kinds.items():
+            values = columns[name]
+            raw = kind == "sha256" and isinstance(values, (bytes, bytearray))  # n x 32 digest bytes
+            if (len(values) // 32 if raw else len(values)) != n:
+                raise ValueError(f"column {name!r} has {len(values)} values, expected {n}")
+            if kind == "str":
+                data = [v.encode("utf-8", "surrogateescape") for v in values]
+                offsets, blob = self.files[name]
+                ends = self.string_end[name] + np.cumsum([len(d) for d in data], dtype=np.int64)
+                blob.extend_raw(b"".join(data), 0)
+                blob.rows += int(ends[-1] - self.string_end[name]) if n else 0
+                offsets.extend_raw(ends.astype("<i8").tobytes(), n)
+                self.string_end[name] = int(ends[-1]) if n else self.string_end[name]
+            elif kind == "sha256":
+                data = bytes(values) if raw else b"".join(bytes.fromhex(v) for v in values)
+                self.files[name][0].extend_raw(data, n)
+            else:
+                self.files[name][0].extend_raw(np.asarray(values, dtype="<i8").tobytes(), n)
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Close every file; return the column table the index stores (files, kind, digests)."""
+        table = {}
+        for name, kind in self.kinds.items():
+            for f in self.files[name]:
+                f.close()
+            names = column_files(name, _base(kind))
+            table[name] = {"kind": kind, "files": {n: file_digest(os.path.join(self.folder, n)) for n in names}}
+        return table
+
+    def abort(self) -> None:
+        for files in self.files.values():
+            for f in files:
+                f.abort()
+
+
+def _base(kind: str) -> str:
+    return "int" if kind.startswith("int") else kind
+
+
+def _width(kind: str) -> int:
+    return int(kind[3:]) if kind.startswith("int") and kind != "int" else 0
+
+
+def file_digest(path: str) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_columns(folder: str, kinds: dict[str, str], rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Write whole columns at once (an engine that assembles the index from parts)."""
+    writer = ColumnWriter(folder, kinds)
+    try:
+        for row in rows:
+            writer.append(**row)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.finish()
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+def check_table(table: Any, names: Sequence[str], where: str) -> dict[str, dict[str, Any]]:
+    """The column table of an index, checked for the expected columns and safe file names."""
+    if not isinstance(table, dict) or set(table) != set(names):
+        raise FormatError(f"{where}: index field 'columns' must describe exactly {', '.join(names)}.")
+    for name, entry in table.items():
+        files = entry.get("files") if isinstance(entry, dict) else None
+        kind = entry.get("kind") if isinstance(entry, dict) else None
+        expected = column_files(name, _base(kind)) if isinstance(kind, str) else None
+        if not isinstance(files, dict) or expected is None or sorted(files) != sorted(expected):
+            raise FormatError(f"{where}: invalid description of column {name!r} in the index.")
+    return table
+
+
+def _load_npy(path: str) -> np.ndarray:
+    """Map an .npy file read-only; never unpickles (object arrays are refused)."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as exc:  # numpy's header parser raises many types on a damaged file
+        if isinstance(exc, MemoryError):
+            raise
+        raise FormatError(f"{path}: not a readable column file ({exc}).") from None
+    if array.dtype.hasobject:
+        raise FormatError(f"{path}: object arrays are not allowed in an index.")
+    return array
+
+
+class Columns:
+    """The mapped columns of one dataset in this process (opened on first use, never pickled)."""
+
+    def __init__(self, folder: str, table: dict[str, dict[str, Any]], count: int):
+        self.folder, self.table, self.count = folder, table, count
+        self._arrays: dict[str, Any] = {}
+
+    def get(self, name: str) -> Any:
+        """Column ``name``: an int64 array (N or N x k), a :class:`StringColumn` or a
+        :class:`ChecksumColumn`, checked for length."""
+        if name not in self._arrays:
+            self._arrays[name] = self._open(name)
+        return self._arrays[name]
+
+    def _open(self, name: str) -> Any:
+        kind = self.table[name]["kind"]
+        paths = [os.path.join(self.folder, f) for f in column_files(name, _base(kind))]
+        if kind == "str":
+            offsets, blob = _load_npy(paths[0]), _load_npy(paths[1])
+            _expect(paths[0], offsets, (self.count + 1,), "<i8")
+            _expect(paths[1], blob, (int(offsets[-1]) if len(offsets) else 0,), "|u1")
+            if len(offsets) and (offsets[0] != 0 or (len(offsets) > 1 and np.any(np.diff(offsets) < 0))):
+                raise FormatError(f"{paths[0]}: offsets must start at 0 and never decrease.")
+            return StringColumn(offsets, blob)
+        array = _load_npy(paths[0])
+        if kind == "sha256":
+            _expect(paths[0], array, (self.count, 32), "|u1")
+            return ChecksumColumn(array)
+        width = _width(kind)
+        _expect(paths[0], array, (self.count, width) if width else (self.count,), "<i8")
+        return array
+
+
+def _expect(path: str, array: np.ndarray, shape: tuple[int, ...], dtype: str) -> None:
+    if array.shape != shape or array.dtype != np.dtype(dtype):
+        raise FormatError(f"{path}: column of shape {array.shape} and type {array.dtype}, expected {shape} "
+                          f"{np.dtype(dtype)}.")
+
+
+class _Column(Sequence):
+    """A read-only sequence view whose items are made on access; equal to any sequence with the
+    same items (so ``reader.keys == [...]`` reads naturally)."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Sequence, np.ndarray)) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tolist(self) -> list:
+        """Every item as a Python list (materialises the column)."""
+        return list(self)
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(self[i]) for i in range(min(3, len(self))))
+        return f"{type(self).__name__}([{head}{', ...' if len(self) > 3 else ''}], n={len(self)})"
+
+
+class StringColumn(_Column):
+    """Strings stored as one UTF-8 blob plus offsets; each item decoded when asked for."""
+
+    def __init__(self, offsets: np.ndarray, blob: np.ndarray):
+        self.offsets, self.blob = offsets, blob
+
+    def __len__(self) -> int:
+        return max(len(self.offsets) - 1, 0)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        i = int(index) + n if int(index) < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} out of range for {n} strings")
+        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.blob[start:stop].tobytes().decode("utf-8", "surrogateescape")
+
+    def __iter__(self) -> Iterator[str]:
+        offsets, blob = np.asarray(self.offsets), self.blob
+        for i in range(len(self)):
+            yield blob[offsets[i]:offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
+
+
+class ChecksumColumn(_Column):
+    """Hex SHA-256 digests made on access from N x 32 raw bytes."""
+
+    def __init__(self, raw: np.ndarray):
+        self.raw = raw
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.raw[index].tobytes().hex()
+
+
+class AsciiColumn(_Column):
+    """Strings made on access from a fixed-width bytes array (e.g. HDF5's ``S64`` hex digests)."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return bytes(self.array[index]).decode("ascii", "replace")  # damage shows as a mismatch, not a crash
+
+
+class IntColumn(_Column):
+    """Python ints on access from an int64 array (labels as torchvision's ``targets``)."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.array[index].tolist()
+        return int(self.array[index])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(np.asarray(self.array).tolist()) if len(self.array) < 65536 else (int(v) for v in self.array)
+
+
+def fetch_column_files(url: str, table: dict[str, dict[str, Any]], config: "StorageConfig", version: str) -> str:
+    """A local folder holding a remote dataset's column files: the shard cache's when
+    ``config.cache_dir`` is set, else a per-process temporary folder (removed at exit)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from .. import storage
+
+    names = [name for entry in table.values() for name in entry["files"]]
+    local = tempfile.mkdtemp(prefix="iotool-columns-")
+    cache = storage.ShardCache(config.cache_dir, config.cache_max_bytes) if config.cache_dir else None
+    for n in names:
+        if cache is not None:  # shared by the processes of this machine; linked under its own name
+            os.symlink(cache.fetch(storage.join(url, n), config, version), os.path.join(local, n))
+        else:
+            storage.download(storage.join(url, n), os.path.join(local, n), config)
+    atexit.register(shutil.rmtree, local, True)
+    return local
+
+
+def verify_files(folder: str, table: dict[str, dict[str, Any]]) -> list[str]:
+    """Problems with the column files: missing, or not matching the digest the index records."""
+    problems = []
+    for entry in table.values():
+        for name, digest in entry["files"].items():
+            path = os.path.join(folder, name)
+            try:
+                actual = file_digest(path)
+            except OSError as exc:
+                problems.append(f"{path}: unreadable column file ({exc.strerror or exc}).")
+                continue
+            if actual != digest:
+                problems.append(f"{path}: the column file does not match its integrity digest.")
+    return problems
+
