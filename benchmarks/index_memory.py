@@ -1,0 +1,123 @@
+"""What a dataset's index costs each process: open time, time to the first batch, and the memory
+(RSS, PSS, USS from /proc/PID/smaps_rollup) of the main process and of each DataLoader worker
+after it has read ``--records`` records, with fork and with spawn workers.
+
+Each measurement runs in a fresh interpreter, so nothing is shared with earlier runs but the page
+cache. A row "empty" measures workers of a trivial dataset (no index at all): the floor that a
+worker's USS is compared with. Build large datasets with ``benchmarks/scale_index.py``.
+
+Example:
+
+    python benchmarks/index_memory.py /tmp/in1k-v1 /tmp/in1k /tmp/small --workers 2 --json index_memory.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+MiB = 2 ** 20
+
+
+def smaps(pid: int) -> dict[str, float]:
+    """RSS, PSS and USS (private clean + dirty) of a process, in MiB."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                fields[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return {"rss": fields.get("Rss", 0) / MiB, "pss": fields.get("Pss", 0) / MiB,
+            "uss": (fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)) / MiB}
+
+
+class Empty:
+    """A map-style dataset with no index: the workers' memory floor."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[bytes, int]:
+        return b"x", i
+
+
+def as_list(batch):
+    return batch
+
+
+def child(path: str, context: str, workers: int, records: int, batch_size: int) -> dict:
+    """One measurement, in this (fresh) process."""
+    from torch.utils.data import DataLoader
+
+    import iotool
+    import iotool.datasets  # noqa: F401  (torch and the readers load before the clock starts)
+
+    start = time.perf_counter()
+    ds = Empty(records * workers + batch_size) if path == "empty" else iotool.open_dataset(path, decoder=None)
+    opened = time.perf_counter() - start
+    main_after_open = smaps(os.getpid())
+    loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=as_list,
+                        multiprocessing_context=context, prefetch_factor=2)
+    it = iter(loader)
+    start = time.perf_counter()
+    seen = len(next(it))
+    first = time.perf_counter() - start
+    while seen < records * workers:
+        seen += len(next(it))
+    pids = [w.pid for w in it._workers]
+    out = {"path": path, "context": context, "records": len(ds), "open_s": round(opened, 3),
+           "first_batch_s": round(first, 3), "main_after_open": main_after_open, "main": smaps(os.getpid()),
+           "workers": [smaps(pid) for pid in pids], "read_per_worker": seen // workers}
+    del it
+    return out
+
+
+def measure(path: str, context: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--child", path, context, str(args.workers), str(args.records),
+           str(args.batch_size)]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def row(r: dict) -> str:
+    w = r["workers"]
+    worst = max(w, key=lambda m: m["uss"]) if w else {"rss": 0, "pss": 0, "uss": 0}
+    return (f"{os.path.basename(r['path'].rstrip('/')):>14} {r['context']:>6} {r['records']:>11,} "
+            f"{r['open_s']:>7.2f} {r['first_batch_s']:>7.2f} {r['main']['rss']:>8.0f} {r['main']['uss']:>8.0f} "
+            f"{worst['rss']:>8.0f} {worst['pss']:>8.0f} {worst['uss']:>8.0f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", help="datasets (and 'empty' is always measured too)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--records", type=int, default=20_000, help="records each worker reads first")
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--contexts", default="fork,spawn")
+    parser.add_argument("--json", dest="json_out")
+    args = parser.parse_args(argv)
+    results = []
+    print(f"{'dataset':>14} {'start':>6} {'records':>11} {'open s':>7} {'1st s':>7} {'main RSS':>8} "
+          f"{'main USS':>8} {'wkr RSS':>8} {'wkr PSS':>8} {'wkr USS':>8}   (MiB; the worker with most USS)")
+    for context in args.contexts.split(","):
+        for path in ["empty", *args.paths]:
+            results.append(measure(path, context, args))
+            print(row(results[-1]), flush=True)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        path, context, workers, records, batch = sys.argv[2:7]
+        print(json.dumps(child(path, context, int(workers), int(records), int(batch))))
+    else:
+        sys.exit(main())
