@@ -1,6 +1,7 @@
 """What a dataset's index costs each process: open time, time to the first batch, and the memory
 (RSS, PSS, USS from /proc/PID/smaps_rollup) of the main process and of each DataLoader worker
-after it has read ``--records`` records, with fork and with spawn workers.
+after it has read ``--records`` records (half the dataset if that is less), with fork and with
+spawn workers.
 
 Each measurement runs in a fresh interpreter, so nothing is shared with earlier runs but the page
 cache. A row "empty" measures workers of a trivial dataset (no index at all): the floor that a
@@ -65,12 +66,15 @@ def child(path: str, context: str, workers: int, records: int, batch_size: int) 
     main_after_open = smaps(os.getpid())
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=as_list,
                         multiprocessing_context=context, prefetch_factor=2)
+    start = time.perf_counter()  # iter() starts the workers (and, with spawn, pickles the dataset to them)
     it = iter(loader)
-    start = time.perf_counter()
     seen = len(next(it))
     first = time.perf_counter() - start
-    while seen < records * workers:
-        seen += len(next(it))
+    target = min(records * workers, len(ds) // 2)  # a small dataset: half of it, workers still alive
+    for batch in it:
+        if seen >= target:
+            break
+        seen += len(batch)
     pids = [w.pid for w in it._workers]
     out = {"path": path, "context": context, "records": len(ds), "open_s": round(opened, 3),
            "first_batch_s": round(first, 3), "main_after_open": main_after_open, "main": smaps(os.getpid()),

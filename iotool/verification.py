@@ -73,9 +73,14 @@ def verify(path: str | os.PathLike, decode_images: bool = False,
         return report
     report.problems += [Problem(None, None, reason) for reason in reader.integrity_problems()]
     for i, data in _records(reader, report.count):
-        problem = _check_record(reader, i, keys[i], checksums[i], decode_images, data)
-        if problem:
-            report.problems.append(Problem(i, keys[i], problem))
+        try:
+            key, expected = keys[i], checksums[i]
+        except Exception as exc:  # a damaged index entry: this record cannot be checked
+            report.problems.append(Problem(i, None, f"index entry unreadable: {_describe(exc)}"))
+        else:
+            problem = _check_record(reader, i, key, expected, decode_images, data)
+            if problem:
+                report.problems.append(Problem(i, key, problem))
         report.checked += 1
         if progress is not None:
             progress(report.checked, report.count)

@@ -229,9 +229,7 @@ class Columns:
             offsets, blob = _load_npy(paths[0]), _load_npy(paths[1])
             _expect(paths[0], offsets, (self.count + 1,), "<i8")
             _expect(paths[1], blob, (int(offsets[-1]) if len(offsets) else 0,), "|u1")
-            if len(offsets) and (offsets[0] != 0 or (len(offsets) > 1 and np.any(np.diff(offsets) < 0))):
-                raise FormatError(f"{paths[0]}: offsets must start at 0 and never decrease.")
-            return StringColumn(offsets, blob)
+            return StringColumn(offsets, blob, paths[0])  # each item's offsets checked when read
         array = _load_npy(paths[0])
         if kind == "sha256":
             _expect(paths[0], array, (self.count, 32), "|u1")
@@ -268,10 +266,17 @@ class _Column(Sequence):
 
 
 class StringColumn(_Column):
-    """Strings stored as one UTF-8 blob plus offsets; each item decoded when asked for."""
+    """Strings stored as one UTF-8 blob plus offsets; each item decoded (and its offsets checked)
+    when asked for, so opening costs nothing per record."""
 
-    def __init__(self, offsets: np.ndarray, blob: np.ndarray):
-        self.offsets, self.blob = offsets, blob
+    def __init__(self, offsets: np.ndarray, blob: np.ndarray, where: str = "string column"):
+        self.offsets, self.blob, self.where = offsets, blob, where
+
+    def _span(self, i: int) -> tuple[int, int]:
+        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        if not 0 <= start <= stop <= len(self.blob):
+            raise FormatError(f"{self.where}: item {i} has invalid offsets [{start}, {stop}).")
+        return start, stop
 
     def __len__(self) -> int:
         return max(len(self.offsets) - 1, 0)
@@ -288,13 +293,13 @@ class StringColumn(_Column):
         i = int(index) + n if int(index) < 0 else int(index)
         if not 0 <= i < n:
             raise IndexError(f"index {index} out of range for {n} strings")
-        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        start, stop = self._span(i)
         return self.blob[start:stop].tobytes().decode("utf-8", "surrogateescape")
 
     def __iter__(self) -> Iterator[str]:
-        offsets, blob = np.asarray(self.offsets), self.blob
         for i in range(len(self)):
-            yield blob[offsets[i]:offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
+            start, stop = self._span(i)
+            yield self.blob[start:stop].tobytes().decode("utf-8", "surrogateescape")
 
 
 class ChecksumColumn(_Column):

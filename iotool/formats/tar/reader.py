@@ -31,6 +31,15 @@ class TarReader(IndexedReader, ShardedReader):
     def _load_meta(self) -> DatasetMeta:
         meta, raw = read_index(self.path, "tar", storage=self.storage)
         self._digest = str(raw.get("integrity", ""))  # names this version of the shards in a cache
+        self._h_shards = self._parse_shards(raw, meta.count)
+        self._load_columns(raw, meta.count)
+        self._v1_shards = self._h_shards if self._lists is not None else None
+        if self._lists is not None:  # version 1: every list is in memory anyway; check it all now
+            self._check_locations(self._lists["locations"])
+            self._check_member_keys(self._lists["member_keys"])
+        return meta
+
+    def _parse_shards(self, raw: dict, count: int) -> list[dict]:
         shards = raw.get("shards")
         if not isinstance(shards, list) or not all(
                 isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("count"), int)
@@ -39,15 +48,24 @@ class TarReader(IndexedReader, ShardedReader):
         for s in shards:
             if "/" in s["name"] or s["name"].startswith(".") or s["count"] < 0:
                 raise FormatError(f"{self.path}: invalid shard entry {s!r:.100}.")
-        if sum(s["count"] for s in shards) != meta.count:
+        if sum(s["count"] for s in shards) != count:
             raise FormatError(f"{self.path}: shard counts add up to {sum(s['count'] for s in shards)}, "
-                              f"but metadata says {meta.count} records.")
-        self.shards: list[dict] = [{"name": s["name"], "count": s["count"]} for s in shards]
-        self._load_columns(raw, meta.count)
-        if self._lists is not None:  # version 1: every list is in memory anyway; check it all now
-            self._check_locations(self._lists["locations"])
-            self._check_member_keys(self._lists["member_keys"])
-        return meta
+                              f"but metadata says {count} records.")
+        return [{"name": s["name"], "count": s["count"]} for s in shards]
+
+    @property
+    def shards(self) -> list[dict]:
+        """The ``name`` and ``count`` of every shard. Not pickled (a dataset of many shards would
+        make each spawned DataLoader worker wait for the previous one's start): a new process
+        reads them again from index.json, which must be the version this reader opened."""
+        if getattr(self, "_h_shards", None) is None and self._lists is not None:
+            self._h_shards = self._v1_shards  # version 1 pickles its lists anyway; no second parse
+        if getattr(self, "_h_shards", None) is None:
+            meta, raw = read_index(self.path, "tar", storage=self.storage)
+            if raw.get("integrity") != self._digest:
+                raise FormatError(f"{self.path}: index.json changed since the dataset was opened; open it again.")
+            self._h_shards = self._parse_shards(raw, meta.count)
+        return self._h_shards
 
     def _check_locations(self, locations: Any) -> Any:
         if isinstance(locations, np.ndarray):
@@ -80,26 +98,27 @@ class TarReader(IndexedReader, ShardedReader):
     @property
     def _locations(self) -> Any:
         """(shard, data offset, size) of every record: an N x 3 int64 array (or lists, version 1)."""
-        locations = self.column("locations")
-        if self._lists is None and not getattr(self, "_h_locations_checked", False):
-            self._check_locations(locations)  # once per process, vectorised
-            self._h_locations_checked = True
-        return locations
+        return self.column("locations")
 
     def _location(self, index: int) -> tuple[int, int, int]:
-        shard, offset, size = self._locations[index]
-        return int(shard), int(offset), int(size)
+        """One record's location, checked (the whole column is checked by ``verify``)."""
+        shard, offset, size = (int(v) for v in self._locations[index])
+        if not (0 <= shard < len(self.shards) and offset >= 0 and size >= 0):
+            raise FormatError(f"{self.path}: invalid location {[shard, offset, size]} of record {index} in the index.")
+        return shard, offset, size
 
     def shard_path(self, shard: int) -> str:
         return storage.join(self.path, self.shards[shard]["name"])
 
     def shard_ranges(self) -> list[range]:
-        """The record indices held by each shard, in shard order."""
-        ranges, start = [], 0
-        for s in self.shards:
-            ranges.append(range(start, start + s["count"]))
-            start += s["count"]
-        return ranges
+        """The record indices held by each shard, in shard order (computed once per process)."""
+        if getattr(self, "_h_ranges", None) is None:
+            ranges, start = [], 0
+            for s in self.shards:
+                ranges.append(range(start, start + s["count"]))
+                start += s["count"]
+            self._h_ranges = ranges
+        return self._h_ranges
 
     def read(self, index: int) -> tuple[bytes, int]:
         if not 0 <= index < self.meta.count:
@@ -232,7 +251,7 @@ class TarReader(IndexedReader, ShardedReader):
         if problems:
             return problems  # the columns cannot be trusted to check the shards with
         try:
-            self._locations  # noqa: B018  (checks every location once)
+            self._check_locations(self._locations)  # every location, vectorised
             self.member_keys  # noqa: B018  (checks every member key once)
         except FormatError as exc:
             return [str(exc)]
