@@ -50,12 +50,14 @@ def test_layout_readable_with_plain_lmdb(imagefolder, tmp_path):
     env = lmdb.open(str(dst), readonly=True, lock=False)
     with env.begin() as txn:
         meta = json.loads(txn.get(b"__iotool_meta__"))
-        keys = json.loads(txn.get(b"__iotool_keys__"))
+        packed = txn.get(b"__iotool_keys__")  # count + 1 int64 offsets, then the UTF-8 bytes
+        offsets = np.frombuffer(packed, dtype="<i8", count=14)
+        keys = [packed[8 * 14 + a:8 * 14 + b].decode() for a, b in zip(offsets[:-1], offsets[1:])]
         labels = np.frombuffer(txn.get(b"__iotool_labels__"), dtype="<i8")
         digests = txn.get(b"__iotool_checksums__")
         first = txn.get(b"0000000000")
     env.close()
-    assert meta["format"] == "lmdb" and meta["format_version"] == 1 and meta["count"] == 13
+    assert meta["format"] == "lmdb" and meta["format_version"] == 2 and meta["count"] == 13
     assert meta["classes"] == ["ant", "bee", "cat"] and len(keys) == len(labels) == 13
     assert first == (imagefolder / keys[0]).read_bytes()
     import hashlib

@@ -23,14 +23,16 @@ import iotool
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
 SOURCE_PLACEHOLDER = "<source>"
 
-# lmdb and hdf5: recorded from main (f49795f) before the format refactor, and unchanged since.
+# hdf5: recorded from main (f49795f) before the format refactor, and unchanged since.
 # tar and bmp: recorded after format version 2 moved their per-record index columns from
 # index.json into memory-mapped .npy files; the shards and the BMP files themselves are still
-# the bytes f49795f wrote (PAYLOAD_EXPECTED, recorded from both). A change means the on-disk
+# the bytes f49795f wrote (PAYLOAD_EXPECTED, recorded from both).
+# lmdb: recorded after format version 2 stored the keys as offsets + UTF-8 bytes instead of a
+# JSON list; every payload record is still f49795f's. A change means the on-disk
 # output changed. lmdb is hashed by (key, value) pairs, not the raw data.mdb: LMDB leaves unused
 # page bytes uninitialised, so two identical conversions give different data.mdb files.
 EXPECTED = {
-    "lmdb": "24024c1c33bfb6971ef8a9c7eff4fc27cb13e84b68936e9e00ef6a7a625417a5",
+    "lmdb": "d2faa7b39b300113dd19a2e38953d6e6fecfaf44f7737a34420e95295a97a2ae",
     "hdf5": "3e2b17cb61b13a0fb55831c933bdd075ab08e3a7e6fcc997884304539a83a11e",
     "tar": "62bbddeb3a958a385085c09cf6433629f5d24c3070d36a4174f50e27e1cab90b",
     "bmp": "58038fefed91199aa19cd7d14fcd2090237a5fb3f2708afdb0019e0abc2aaf08",

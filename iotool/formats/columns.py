@@ -245,7 +245,7 @@ def _expect(path: str, array: np.ndarray, shape: tuple[int, ...], dtype: str) ->
                           f"{np.dtype(dtype)}.")
 
 
-class _Column(Sequence):
+class LazyColumn(Sequence):
     """A read-only sequence view whose items are made on access; equal to any sequence with the
     same items (so ``reader.keys == [...]`` reads naturally)."""
 
@@ -265,7 +265,7 @@ class _Column(Sequence):
         return f"{type(self).__name__}([{head}{', ...' if len(self) > 3 else ''}], n={len(self)})"
 
 
-class StringColumn(_Column):
+class StringColumn(LazyColumn):
     """Strings stored as one UTF-8 blob plus offsets; each item decoded (and its offsets checked)
     when asked for, so opening costs nothing per record."""
 
@@ -302,7 +302,7 @@ class StringColumn(_Column):
             yield self.blob[start:stop].tobytes().decode("utf-8", "surrogateescape")
 
 
-class ChecksumColumn(_Column):
+class ChecksumColumn(LazyColumn):
     """Hex SHA-256 digests made on access from N x 32 raw bytes."""
 
     def __init__(self, raw: np.ndarray):
@@ -317,7 +317,7 @@ class ChecksumColumn(_Column):
         return self.raw[index].tobytes().hex()
 
 
-class AsciiColumn(_Column):
+class AsciiColumn(LazyColumn):
     """Strings made on access from a fixed-width bytes array (e.g. HDF5's ``S64`` hex digests)."""
 
     def __init__(self, array: np.ndarray):
@@ -332,7 +332,7 @@ class AsciiColumn(_Column):
         return bytes(self.array[index]).decode("ascii", "replace")  # damage shows as a mismatch, not a crash
 
 
-class IntColumn(_Column):
+class IntColumn(LazyColumn):
     """Python ints on access from an int64 array (labels as torchvision's ``targets``)."""
 
     def __init__(self, array: np.ndarray):

@@ -22,6 +22,9 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import weakref
+
+from typing import Any, Iterator
 
 import h5py
 import numpy as np
@@ -29,7 +32,7 @@ import numpy as np
 from ..errors import FormatError
 from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
-from .columns import AsciiColumn, IntColumn
+from .columns import AsciiColumn, IntColumn, LazyColumn
 from .index import canonical_json, sha256_hex
 
 FORMAT_VERSION = 2
@@ -250,14 +253,52 @@ class Hdf5Reader(FormatReader):
         return [f"{self.path}: '/{name}' does not match its integrity digest."
                 for name, digest in actual.items() if self._digests.get(name) != digest]
 
-    def _load_keys(self) -> list[str]:
-        return [k.decode("utf-8") if isinstance(k, bytes) else k for k in self._dataset("keys")[:]]
+    def _load_keys(self) -> "_Keys":
+        self._dataset("keys")  # checks the column's shape now
+        return _Keys(self)
 
     def _load_labels(self) -> IntColumn:
         return IntColumn(np.asarray(self._dataset("labels")[:], dtype=np.int64))
 
     def _load_checksums(self) -> AsciiColumn:
         return AsciiColumn(np.asarray(self._dataset("checksums")[:], dtype="S64"))
+
+
+class _Keys(LazyColumn):
+    """The keys column, read from ``/keys`` when asked for (an item, or blocks when iterated),
+    through the reader's per-process file handle, so no list of strings is built and no h5py
+    handle crosses a fork."""
+
+    BLOCK = 65536
+
+    def __init__(self, reader: Hdf5Reader):
+        # A weak reference: the reader caches this column, and a cycle would keep its HDF5 file
+        # open after the reader is gone (HDF5 then hands a later open of the same path the
+        # stale, cached file).
+        self.reader = weakref.proxy(reader)
+
+    def __len__(self) -> int:
+        return self.reader.meta.count
+
+    @staticmethod
+    def _text(value: Any) -> str:
+        return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        i = int(index) + n if int(index) < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} out of range for {n} keys")
+        return self._text(self.reader._dataset("keys")[i])
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self), self.BLOCK):
+            yield from (self._text(k) for k in self.reader._dataset("keys")[start:start + self.BLOCK])
+
+    def __getstate__(self) -> dict:
+        raise TypeError("the keys of an HDF5 reader are not pickled; pickle the reader")
 
 
 class _Payload:

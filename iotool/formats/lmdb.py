@@ -4,9 +4,14 @@ Layout (main database, no named sub-databases):
 
     b"0000000000" .. b"%010d" % (count-1)   the payload bytes, unchanged
     b"__iotool_meta__"                     metadata JSON (format, version, classes, options ...)
-    b"__iotool_keys__"                     JSON list of keys (relative source paths), by index
+    b"__iotool_keys__"                     keys (relative source paths), by index: count + 1
+                                           little-endian int64 offsets, then the UTF-8 bytes of
+                                           every key back to back (version 1: a JSON list)
     b"__iotool_labels__"                   labels, little-endian int64, by index
     b"__iotool_checksums__"                SHA-256 digests, 32 raw bytes per record, by index
+
+Keys, labels and checksums are compact arrays in each process, never lists of Python objects;
+a key becomes a string only when asked for.
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ import numpy as np
 from ..errors import FormatError, UsageError
 from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
-from .columns import ChecksumColumn, IntColumn
+from .columns import ChecksumColumn, IntColumn, StringColumn
 from .index import sha256_hex
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # keys as offsets + UTF-8 bytes; version 1 stored them as a JSON list (still read)
 META_KEY = b"__iotool_meta__"
 KEYS_KEY = b"__iotool_keys__"
 LABELS_KEY = b"__iotool_labels__"
@@ -49,6 +54,14 @@ class LmdbOptions(FormatOptions):
     def __post_init__(self) -> None:
         if self.commit_every <= 0:
             raise UsageError(f"The lmdb format's commit_every={self.commit_every}: must be positive.")
+
+
+def pack_strings(strings: list[str]) -> bytes:
+    """len + 1 little-endian int64 offsets, then the UTF-8 bytes of every string back to back."""
+    data = [s.encode("utf-8", "surrogateescape") for s in strings]
+    offsets = np.zeros(len(data) + 1, dtype="<i8")
+    np.cumsum([len(d) for d in data], out=offsets[1:])
+    return offsets.tobytes() + b"".join(data)
 
 
 def record_key(index: int) -> bytes:
@@ -144,7 +157,7 @@ class LmdbWriter(FormatWriter):
 
     def finish(self, meta: DatasetMeta) -> None:
         parts = {
-            KEYS_KEY: json.dumps(self.keys, ensure_ascii=False).encode("utf-8"),
+            KEYS_KEY: pack_strings(self.keys),
             LABELS_KEY: np.asarray(self.labels, dtype="<i8").tobytes(),
             CHECKSUMS_KEY: bytes(self.digests),
             META_KEY: meta.to_json().encode("utf-8"),
@@ -231,7 +244,7 @@ class LmdbReader(FormatReader):
     """Map-style reader of an iotool LMDB environment."""
 
     format_name = "lmdb"
-    format_versions = (FORMAT_VERSION,)
+    format_versions = (1, FORMAT_VERSION)
 
     def _get(self, key: bytes) -> bytes | None:
         try:
@@ -296,15 +309,28 @@ class LmdbReader(FormatReader):
                 problems.append(str(exc))
         return problems
 
-    def _load_keys(self) -> list[str]:
+    def _load_keys(self) -> list[str] | StringColumn:
+        raw = self._get_required(KEYS_KEY)
+        if self.meta.format_version >= 2:
+            return self._unpack_keys(raw)
         try:
-            keys = json.loads(self._get_required(KEYS_KEY))
+            keys = json.loads(raw)
         except ValueError:
             raise FormatError(f"{self.path}: the keys record is not valid JSON.") from None
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise FormatError(f"{self.path}: the keys record must be a JSON list of strings.")
         self._expect_count("keys", len(keys))
         return keys
+
+    def _unpack_keys(self, raw: bytes) -> StringColumn:
+        head = 8 * (self.meta.count + 1)
+        if len(raw) < head:
+            raise FormatError(f"{self.path}: the keys record is shorter than its {self.meta.count + 1} offsets.")
+        offsets = np.frombuffer(raw, dtype="<i8", count=self.meta.count + 1)
+        blob = np.frombuffer(raw, dtype=np.uint8, offset=head)
+        if offsets[0] != 0 or offsets[-1] != len(blob):
+            raise FormatError(f"{self.path}: the keys record's offsets do not describe its {len(blob)} bytes.")
+        return StringColumn(offsets, blob, f"{self.path} keys")
 
     def _load_labels(self) -> IntColumn:
         raw = self._get_required(LABELS_KEY)
