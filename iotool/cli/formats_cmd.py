@@ -45,6 +45,6 @@ def formats(
     for r in rows:
         table.add_row(r["name"], r["reader"], "yes" if r["resume"] else "-", "yes" if r["ray"] else "-",
                       f"{'r' if r['url_read'] else '-'}/{'w' if r['url_write'] else '-'}",
-                      ", ".join(f"{k}={v}" for k, v in r["options"].items())
-                      + (" (needs --resize)" if r["needs_resize"] else ""))
+                      ", ".join([*(f"{k}={v}" for k, v in r["options"].items()),
+                                 *(["needs --resize"] if r["needs_resize"] else [])]))
     console.print(table)
