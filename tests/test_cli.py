@@ -121,3 +121,34 @@ def test_format_option_mistakes_exit_2(imagefolder, tmp_path):
         assert result.exit_code == 2, (args, result.output)
         assert "Error" in result.stderr or "Invalid" in result.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_an_option_a_format_does_not_take_is_refused_with_its_own_choices(imagefolder, tmp_path):
+    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "x"),
+                                 "--shard-size", "5"])
+    assert result.exit_code == 2
+    assert "The lmdb format has no option shard_size; its options: commit_every." in " ".join(result.stderr.split())
+    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "x"),
+                                 "-o", "commit_every=ten"])
+    assert result.exit_code == 2 and "commit_every='ten'" in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_format_options_as_key_value_reach_the_writer(imagefolder, tmp_path):
+    dst = tmp_path / "t"
+    result = runner.invoke(app, ["convert", "imagefolder", "tar", str(imagefolder), str(dst), "-w", "0",
+                                 "-o", "shard_size=4", "--option", "shard-bytes=1000000"])
+    assert result.exit_code == 0, result.output
+    meta = iotool.open_reader(dst).meta
+    assert meta.options["shard_size"] == 4 and meta.options["shard_bytes"] == 1000000
+    assert len(list(dst.glob("shard-*.tar"))) == 4  # 13 images, 4 per shard
+
+
+def test_formats_lists_every_registered_format_and_its_capabilities():
+    result = runner.invoke(app, ["formats", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert set(rows) == set(iotool.formats.format_names())
+    assert "pack" in rows and rows["pack"]["options"] == {"fsync": True}  # the test tree's plugin
+    assert rows["tar"]["reader"] == "iterable" and rows["tar"]["resume"] and rows["tar"]["url_write"]
+    assert rows["lmdb"]["options"] == {"commit_every": 1024} and not rows["lmdb"]["ray"]
