@@ -14,9 +14,10 @@ header is filled in at the end, so conversion memory does not grow with the colu
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import struct
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, overload
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -246,8 +247,22 @@ def _expect(path: str, array: np.ndarray, shape: tuple[int, ...], dtype: str) ->
 
 
 class LazyColumn(Sequence):
-    """A read-only sequence view whose items are made on access; equal to any sequence with the
-    same items (so ``reader.keys == [...]`` reads naturally)."""
+    """A read-only sequence whose items are made on access (subclasses give ``__len__`` and
+    ``_item``); equal to any sequence with the same items, so ``reader.keys == [...]`` reads
+    naturally."""
+
+    def _item(self, i: int) -> Any:
+        raise NotImplementedError
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._item(i) for i in range(*index.indices(len(self)))]
+        n = len(self)
+        i = operator.index(index)
+        i = i + n if i < 0 else i
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} out of range for {n} items")
+        return self._item(i)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Sequence, np.ndarray)) and not isinstance(other, (str, bytes)):
@@ -272,34 +287,14 @@ class StringColumn(LazyColumn):
     def __init__(self, offsets: np.ndarray, blob: np.ndarray, where: str = "string column"):
         self.offsets, self.blob, self.where = offsets, blob, where
 
-    def _span(self, i: int) -> tuple[int, int]:
-        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
-        if not 0 <= start <= stop <= len(self.blob):
-            raise FormatError(f"{self.where}: item {i} has invalid offsets [{start}, {stop}).")
-        return start, stop
-
     def __len__(self) -> int:
         return max(len(self.offsets) - 1, 0)
 
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        n = len(self)
-        i = int(index) + n if int(index) < 0 else int(index)
-        if not 0 <= i < n:
-            raise IndexError(f"index {index} out of range for {n} strings")
-        start, stop = self._span(i)
+    def _item(self, i: int) -> str:
+        start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+        if not 0 <= start <= stop <= len(self.blob):
+            raise FormatError(f"{self.where}: item {i} has invalid offsets [{start}, {stop}).")
         return self.blob[start:stop].tobytes().decode("utf-8", "surrogateescape")
-
-    def __iter__(self) -> Iterator[str]:
-        for i in range(len(self)):
-            start, stop = self._span(i)
-            yield self.blob[start:stop].tobytes().decode("utf-8", "surrogateescape")
 
 
 class ChecksumColumn(LazyColumn):
@@ -311,10 +306,8 @@ class ChecksumColumn(LazyColumn):
     def __len__(self) -> int:
         return len(self.raw)
 
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return self.raw[index].tobytes().hex()
+    def _item(self, i: int) -> str:
+        return self.raw[i].tobytes().hex()
 
 
 class AsciiColumn(LazyColumn):
@@ -326,10 +319,8 @@ class AsciiColumn(LazyColumn):
     def __len__(self) -> int:
         return len(self.array)
 
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return bytes(self.array[index]).decode("ascii", "replace")  # damage shows as a mismatch, not a crash
+    def _item(self, i: int) -> str:
+        return bytes(self.array[i]).decode("ascii", "replace")  # damage shows as a mismatch, not a crash
 
 
 class IntColumn(LazyColumn):
@@ -341,10 +332,13 @@ class IntColumn(LazyColumn):
     def __len__(self) -> int:
         return len(self.array)
 
+    def _item(self, i: int) -> int:
+        return int(self.array[i])
+
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return self.array[index].tolist()
-        return int(self.array[index])
+        return super().__getitem__(index)
 
     def __iter__(self) -> Iterator[int]:
         return iter(np.asarray(self.array).tolist()) if len(self.array) < 65536 else (int(v) for v in self.array)

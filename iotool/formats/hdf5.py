@@ -284,13 +284,7 @@ class _Keys(LazyColumn):
     def _text(value: Any) -> str:
         return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        n = len(self)
-        i = int(index) + n if int(index) < 0 else int(index)
-        if not 0 <= i < n:
-            raise IndexError(f"index {index} out of range for {n} keys")
+    def _item(self, i: int) -> str:
         return self._text(self.reader._dataset("keys")[i])
 
     def __iter__(self) -> Iterator[str]:
