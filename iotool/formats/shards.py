@@ -1,0 +1,239 @@
+"""Shards addressed by byte offsets from an index: what the tar and TFRecord readers share.
+
+A dataset of this kind is a folder of shard files plus ``index.json`` (see
+:mod:`iotool.formats.index`) whose ``shards`` list names the files and counts their records and
+whose ``locations`` column holds ``[shard, offset, size]`` per record. The reader reads those
+bytes (one seek and read locally, one ranged request or a cached copy for a URL), and the
+format turns them into the payload (:meth:`OffsetShardReader._payload`: the bytes themselves
+for tar, the ``image/encoded`` feature of a framed record for TFRecord).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import IO, Any, Iterable, Iterator
+
+import numpy as np
+
+from .. import storage
+from ..errors import FormatError, IotoolError
+from ..records import DatasetMeta
+from .base import ShardedReader
+from .index import IndexedReader, read_index
+
+
+class OffsetShardReader(IndexedReader, ShardedReader):
+    """Random and sequential access to shard files through the index's ``locations`` column."""
+
+    remote_ok = True  # shards and index may be fsspec URLs (streamed, optionally cached on disk)
+
+    def _load_meta(self) -> DatasetMeta:
+        meta, raw = read_index(self.path, self.format_name, storage=self.storage)
+        self._digest = str(raw.get("integrity", ""))  # names this version of the shards in a cache
+        self._h_shards = self._parse_shards(raw, meta.count)
+        self._load_columns(raw, meta.count)
+        return meta
+
+    def _parse_shards(self, raw: dict, count: int) -> list[dict]:
+        shards = raw.get("shards")
+        if not isinstance(shards, list) or not all(
+                isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("count"), int)
+                for s in shards):
+            raise FormatError(f"{self.path}: index field 'shards' must be a list of {{name, count}} objects.")
+        for s in shards:
+            if "/" in s["name"] or s["name"].startswith(".") or s["count"] < 0:
+                raise FormatError(f"{self.path}: invalid shard entry {s!r:.100}.")
+        if sum(s["count"] for s in shards) != count:
+            raise FormatError(f"{self.path}: shard counts add up to {sum(s['count'] for s in shards)}, "
+                              f"but metadata says {count} records.")
+        return [{"name": s["name"], "count": s["count"]} for s in shards]
+
+    @property
+    def shards(self) -> list[dict]:
+        """The ``name`` and ``count`` of every shard. Not pickled (a dataset of many shards would
+        make each spawned DataLoader worker wait for the previous one's start): a new process
+        reads them again from index.json, which must be the version this reader opened."""
+        if getattr(self, "_h_shards", None) is None:
+            meta, raw = read_index(self.path, self.format_name, storage=self.storage)
+            if raw.get("integrity") != self._digest:
+                raise FormatError(f"{self.path}: index.json changed since the dataset was opened; open it again.")
+            self._h_shards = self._parse_shards(raw, meta.count)
+        return self._h_shards
+
+    def _check_locations(self, locations: Any) -> Any:
+        if isinstance(locations, np.ndarray):
+            if len(locations) and (locations.min() < 0 or locations[:, 0].max() >= len(self.shards)):
+                raise FormatError(f"{self.path}: the locations column names a shard or offset that does not exist.")
+            return locations
+        for loc in locations:
+            if (len(loc) != 3 or not all(isinstance(v, int) and v >= 0 for v in loc)
+                    or loc[0] >= len(self.shards)):
+                raise FormatError(f"{self.path}: invalid record location {loc!r:.80} in index.json.")
+        return locations
+
+    @property
+    def _locations(self) -> Any:
+        """(shard, offset, size) of every record: an N x 3 int64 array (or lists, version 1)."""
+        return self.column("locations")
+
+    def _location(self, index: int) -> tuple[int, int, int]:
+        """One record's location, checked (the whole column is checked by ``verify``)."""
+        shard, offset, size = (int(v) for v in self._locations[index])
+        if not (0 <= shard < len(self.shards) and offset >= 0 and size >= 0):
+            raise FormatError(f"{self.path}: invalid location {[shard, offset, size]} of record {index} in the index.")
+        return shard, offset, size
+
+    def shard_path(self, shard: int) -> str:
+        return storage.join(self.path, self.shards[shard]["name"])
+
+    def shard_ranges(self) -> list[range]:
+        """The record indices held by each shard, in shard order (computed once per process)."""
+        if getattr(self, "_h_ranges", None) is None:
+            ranges, start = [], 0
+            for s in self.shards:
+                ranges.append(range(start, start + s["count"]))
+                start += s["count"]
+            self._h_ranges = ranges
+        return self._h_ranges
+
+    def _payload(self, shard: int, offset: int, raw: bytes) -> bytes:
+        """The payload stored in the ``raw`` bytes of a location (the bytes themselves here)."""
+        return raw
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        shard, offset, size = self._location(index)
+        if self.remote:
+            return self._payload(shard, offset, self._read_remote(shard, offset, size)), self.labels[index]
+        with open(self.shard_path(shard), "rb") as f:
+            return self._payload(shard, offset, self._read_at(f, shard, offset, size)), self.labels[index]
+
+    def _read_at(self, f, shard: int, offset: int, size: int) -> bytes:
+        f.seek(offset)
+        data = f.read(size)
+        if len(data) != size:
+            raise FormatError(f"{self.shard_path(shard)}: truncated shard (record at byte {offset} "
+                              f"needs {size} bytes, found {len(data)}).")
+        return data
+
+    def read_many(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
+        """Yield (index, payload, label) for indices, reading each shard file sequentially."""
+        if self.remote:
+            yield from self._read_many_remote(indices)
+            return
+        current, f = None, None
+        try:
+            labels = self.labels
+            for i in indices:
+                shard, offset, size = self._location(i)
+                if shard != current:
+                    if f is not None:
+                        f.close()
+                    f, current = open(self.shard_path(shard), "rb", buffering=1 << 20), shard
+                try:
+                    data = self._payload(shard, offset, self._read_at(f, shard, offset, size))
+                except (OSError, FormatError):
+                    yield i, None, None  # the caller re-reads with read(i) to get (or skip) the error
+                    continue
+                yield i, data, labels[i]
+        finally:
+            if f is not None:
+                f.close()
+
+    # -- remote shards -------------------------------------------------------------------
+    def _cache(self) -> storage.ShardCache | None:
+        cfg = self.storage
+        return storage.ShardCache(cfg.cache_dir, cfg.cache_max_bytes) if cfg.cache_dir else None
+
+    def _min_size(self, shard: int) -> int:
+        """The bytes a complete copy of ``shard`` has at least (the end of its last record)."""
+        records = self.shard_ranges()[shard]
+        if not records:
+            return 0
+        _, offset, size = self._location(records[-1])
+        return offset + size
+
+    def _open_cached(self, shard: int, cache: storage.ShardCache) -> IO[bytes]:
+        return cache.open(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
+
+    def _read_remote(self, shard: int, offset: int, size: int) -> bytes:
+        """One record of a remote shard: from the local cache, else one ranged request."""
+        failed = (getattr(self, "_h_stream_errors", None) or {}).get(shard)
+        if failed is not None:  # the running read_many gave up on this shard after its retries
+            raise failed.with_traceback(None)
+        cache = self._cache()
+        if cache is None:
+            return storage.read_range(self.shard_path(shard), offset, size, self.storage)
+        with self._open_cached(shard, cache) as f:
+            return self._read_at(f, shard, offset, size)
+
+    def _read_many_remote(self, indices: list[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
+        """Stream each remote shard once, in order (or read it from the cache).
+
+        When a shard fails after the retries, it and its remaining records yield None; the
+        caller's read(i) then raises the same error at once (not after new retries per record)
+        while this pass runs.
+        """
+        cache = self._cache()
+        self._h_stream_errors: dict[int, Exception] = {}
+        current, handle = None, None
+        try:
+            for i in indices:
+                shard, offset, size = self._location(i)
+                if shard != current:
+                    if handle is not None:
+                        handle.close()
+                    current, handle = shard, None
+                    try:
+                        handle = (self._open_cached(shard, cache) if cache is not None
+                                  else storage.RemoteStream(self.shard_path(shard), self.storage))
+                    except (OSError, IotoolError) as exc:
+                        self._h_stream_errors[shard] = exc
+                if shard in self._h_stream_errors:
+                    yield i, None, None
+                    continue
+                try:
+                    raw = (handle.read_at(offset, size) if cache is None
+                           else self._read_at(handle, shard, offset, size))
+                except (OSError, IotoolError) as exc:
+                    self._h_stream_errors[shard] = exc
+                    yield i, None, None
+                    continue
+                try:
+                    data = self._payload(shard, offset, raw)
+                except FormatError:
+                    yield i, None, None  # a damaged record, not a failed stream: read(i) reports it
+                    continue
+                yield i, data, self.labels[i]
+        finally:
+            self._h_stream_errors = {}
+            if handle is not None:
+                handle.close()
+
+    @contextlib.contextmanager
+    def _local_copy(self, shard: int) -> Iterator[str]:
+        """A local file holding ``shard``: the shard itself, its cached copy, or a temporary download."""
+        if not self.remote:
+            yield self.shard_path(shard)
+            return
+        cache = self._cache()
+        if cache is not None:
+            yield cache.fetch(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
+            return
+        fd, tmp = tempfile.mkstemp(prefix="iotool-verify-", suffix=os.path.splitext(self.shards[shard]["name"])[1])
+        os.close(fd)
+        try:
+            storage.download(self.shard_path(shard), tmp, self.storage)
+            yield tmp
+        finally:
+            os.remove(tmp)
+
+    def shard_urls(self) -> list[str]:
+        """Paths (or URLs, for a remote dataset) of every shard."""
+        return [self.shard_path(i) for i in range(len(self.shards))]
+
+    def files(self) -> list[str]:
+        return [storage.join(self.path, name) for name in self.index_files()] + self.shard_urls()
