@@ -60,7 +60,7 @@ def test_every_format_is_registered():
     """The built-ins and every entry-point plugin (here: pack), and nothing else."""
     plugins = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
     assert "pack" in plugins  # the test plugin is found through its entry point, not imported by hand
-    assert list(BUILTIN) == ["lmdb", "hdf5", "tar", "bmp"]
+    assert list(BUILTIN) == ["lmdb", "hdf5", "tar", "bmp", "tfrecord"]
     assert sorted(ALL) == sorted(set(BUILTIN) | plugins)
     assert {"lmdb", "hdf5", "tar", "bmp", "pack"} <= set(ALL)
     assert all(get_format(name).name == name for name in ALL)

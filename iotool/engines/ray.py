@@ -55,8 +55,8 @@ class RayEngine(Engine):
         spec.sharded.check(options)
 
     def run(self, job: Job, dest: Destination) -> EngineResult:
-        plan = job.spec.sharded
-        assert plan is not None  # check() refused the others
+        assert job.spec.sharded is not None  # check() refused the others
+        plan = job.spec.sharded.for_options(job.format_options)
         out = dest.output_dir()
         result, columns, units = run_tasks(job, plan, out)
         stale = out.remove_temporaries()  # left by attempts that died

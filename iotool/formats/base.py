@@ -316,6 +316,10 @@ class ShardPlan(ABC):
     def check(self, options: FormatOptions) -> None:
         """Refuse options this plan cannot honour (UsageError naming the alternative)."""
 
+    def for_options(self, options: FormatOptions) -> "ShardPlan":
+        """The plan of one job (sent to its tasks), when units need its options; default: this one."""
+        return self
+
     @abstractmethod
     def plan_names(self, keys: list[str]) -> list[str]:
         """The stored name of each source key, by source position."""

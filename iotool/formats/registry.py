@@ -23,6 +23,7 @@ BUILTIN: dict[str, str] = {
     "hdf5": "iotool.formats.hdf5:SPEC",
     "tar": "iotool.formats.tar:SPEC",
     "bmp": "iotool.formats.bmp:SPEC",
+    "tfrecord": "iotool.formats.tfrecord:SPEC",
 }
 
 _loaded: dict[str, FormatSpec] = {}

@@ -1,0 +1,44 @@
+"""TFRecord shards of ``tf.train.Example`` records, with tfrecord2idx files and iotool's index.
+
+Layout of DST_DIR::
+
+    shard-000000.tfrecord       framed records (see :mod:`.framing`), one tf.train.Example each
+    shard-000000.tfrecord.idx   tfrecord2idx: one "offset size" line per record (size = framed
+                                bytes), as DALI's fn.readers.tfrecord and the tfrecord package read
+    ...
+    index.json + index.*.npy    iotool's index (:mod:`iotool.formats.index`): shards
+                                [{"name", "count", "bytes"}], and by record index the columns keys,
+                                labels (0-based class index), checksums (SHA-256 of the payload),
+                                locations [shard, record offset, framed record size]
+
+Each Example holds (TensorFlow's ImageNet conversion names, build_imagenet_data.py):
+``image/encoded`` (the payload: original bytes unless resized or re-encoded), ``image/format``
+(b"JPEG", b"PNG" ...), ``image/class/label`` (int64: class index + ``label_offset``),
+``image/filename`` (the key), ``image/height`` and ``image/width`` (when the header tells them).
+
+``label_offset``: iotool's labels are torchvision's 0-based class indices; TF-slim's ImageNet
+records use 1-based labels (0 is "background"), so ``-o label_offset=1`` writes those. The index
+keeps the 0-based class index, so iotool's reader returns the same labels either way; other
+readers see ``image/class/label`` as written.
+
+Reading treats the files as hostile: lengths capped, both CRCs of every record checked,
+Example fields parsed with bounds checks and unknown fields skipped. CRC32C needs the
+``google-crc32c`` package (``pip install 'iotool[tfrecord]'``), imported on first use.
+"""
+
+from __future__ import annotations
+
+from ..base import FormatSpec
+from ..index import sniff_index, sniff_index_remote
+from .plan import TfrecordShardPlan
+from .reader import FORMAT_VERSION, TfrecordReader
+from .writer import DEFAULT_SHARD_SIZE, TfrecordOptions, TfrecordWriter, index_name, shard_name
+
+SPEC = FormatSpec(
+    "tfrecord", "TFRecord shards of tf.train.Example, with tfrecord2idx files (directory)", TfrecordWriter,
+    TfrecordReader, sniff_index, sniff_remote=sniff_index_remote, options=TfrecordOptions,
+    sharded=TfrecordShardPlan(), remote_write=True, unit_glob="shard-*.tfrecord*", example_options={"shard_size": 4},
+)
+
+__all__ = ["DEFAULT_SHARD_SIZE", "FORMAT_VERSION", "SPEC", "TfrecordOptions", "TfrecordReader", "TfrecordWriter",
+           "index_name", "shard_name"]
