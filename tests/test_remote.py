@@ -417,7 +417,8 @@ def test_verify_and_info_read_http_shards(http):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["count"] == 25 and data["path"] == url
-    assert data["bytes"] == sum(os.path.getsize(p) for p in local.iterdir())
+    # the index and the shards; DALI's index files beside the shards (.idx) are extras, not counted
+    assert data["bytes"] == sum(os.path.getsize(p) for p in local.iterdir() if p.suffix != ".idx")
 
 
 # --- S3 --------------------------------------------------------------------------------------
@@ -448,7 +449,8 @@ def test_s3_destination_is_refused_or_replaced_as_a_whole(bucket, imagefolder):
     listing = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{name}/shards", refresh=True))
     reader = iotool.open_reader(url, storage_options=options)
     shards = ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
-    assert listing == sorted([*reader.index_files(), *shards])  # the old shards 3-6 are gone
+    dali = [s.replace(".tar", ".idx") for s in shards]  # each shard's DALI index goes with it
+    assert listing == sorted([*reader.index_files(), *shards, *dali])  # the old shards 3-6 are gone
     assert len(reader) == 13
 
 

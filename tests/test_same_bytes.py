@@ -95,8 +95,9 @@ def digest_tar(path: Path) -> str:
     h = hashlib.sha256()
     names = sorted(p.name for p in path.iterdir())
     shards = [n for n in names if n.endswith(".tar")]
+    dali = [n[:-4] + ".idx" for n in shards]  # DALI's index beside each shard (extra files, not hashed)
     columns = _index_files(path)
-    assert len(shards) == 3 and set(names) == {*shards, "index.json", *(p.name for p in columns)}, names
+    assert len(shards) == 3 and set(names) == {*shards, *dali, "index.json", *(p.name for p in columns)}, names
     for p in [*(path / n for n in shards), *columns]:
         _feed(h, p.name.encode(), p.read_bytes())
     _feed(h, _normalised_index(path))

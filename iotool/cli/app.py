@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .._version import __version__
-from . import bench_cmd, convert_cmd, formats_cmd, info_cmd, verify_cmd
+from . import bench_cmd, convert_cmd, formats_cmd, index_cmd, info_cmd, verify_cmd
 from . import tune_cmd
 
 app = typer.Typer(
@@ -40,6 +40,7 @@ app.command("convert", no_args_is_help=True)(convert_cmd.convert)
 app.command("info", no_args_is_help=True)(info_cmd.info)
 app.command("verify", no_args_is_help=True)(verify_cmd.verify)
 app.command("formats")(formats_cmd.formats)
+app.command("index", no_args_is_help=True)(index_cmd.index)
 app.add_typer(bench_cmd.app, name="bench")
 app.command("tune", no_args_is_help=True)(tune_cmd.tune)
 

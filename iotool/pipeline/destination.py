@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import logging
 import os
@@ -18,7 +19,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
-from ..errors import DestinationExistsError
+from ..errors import DestinationExistsError, DestinationLockedError
 from ..formats import FormatSpec
 from ..formats.index import INDEX_NAME
 from ..storage import OutputDir, StorageConfig, pid_alive
@@ -55,8 +56,17 @@ class Destination(ABC):
         ``units_bytes`` name and size the units that tasks published straight to ``output_dir``."""
 
     @abstractmethod
-    def abort(self, keep_partial: bool = False) -> None:
-        """Clean up after a failure; ``keep_partial`` keeps a resumable partial output."""
+    def abort(self, keep_partial: bool = False) -> str | None:
+        """Clean up after a failure; ``keep_partial`` keeps a resumable partial output, whose
+        path is returned (None: nothing was kept)."""
+
+    def written(self) -> int:
+        """Bytes written so far (for the message of a failed write)."""
+        return 0
+
+    def replaces_existing(self) -> bool:
+        """Whether a dataset already at the destination is being replaced (``overwrite``)."""
+        return False
 
 
 # --- local -------------------------------------------------------------------------------------
@@ -121,10 +131,64 @@ def rename_into_place(tmp: str, dst: str, overwrite: bool) -> None:
                                          f"replace it.")
         old = tmp + ".old"
         os.rename(dst, old)
-    os.rename(tmp, dst)
+    try:
+        os.rename(tmp, dst)
+    except BaseException:
+        if old:
+            os.rename(old, dst)  # the old dataset goes back in place, untouched
+        raise
     fsync_dir(os.path.dirname(os.path.abspath(dst)))
     if old:
         remove_path(old)
+
+
+def lock_path(dst: str) -> str:
+    """The lock file beside DST that one conversion at a time holds."""
+    parent, name = os.path.split(os.path.abspath(dst))
+    return os.path.join(parent, f".{name}.iotool-lock")
+
+
+class DestinationLock:
+    """An exclusive ``flock`` on a file beside DST: one conversion per destination.
+
+    The kernel releases it when its process dies, however it dies, so a lock left by a killed
+    run is simply taken over. The file holds the owner's pid, to name it in the refusal.
+    """
+
+    def __init__(self, dst: str):
+        self.dst, self.path, self.fd = dst, lock_path(dst), None
+
+    def acquire(self) -> None:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise DestinationLockedError(
+                    f"{self.dst!r} is being written by another conversion (process {holder}); wait for it to "
+                    f"finish, or stop it and run again.") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False  # its owner finished and removed it between our open and our lock
+            if same:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                self.fd = fd
+                return
+            os.close(fd)
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
 
 
 class LocalDestination(Destination):
@@ -133,12 +197,16 @@ class LocalDestination(Destination):
     def __init__(self, dst: str, spec: FormatSpec, overwrite: bool, resume: bool):
         self.location, self.spec, self.overwrite, self.resume = dst, spec, overwrite, resume
         self.work_path = temporary_path(dst)
+        self.lock = DestinationLock(dst)
+        self.existed = False
 
     def exists(self) -> bool:
         return os.path.lexists(self.location)
 
     def begin(self) -> None:
         os.makedirs(os.path.dirname(self.location) or ".", exist_ok=True)
+        self.lock.acquire()
+        self.existed = self.exists()
         if not self.resume:
             cleanup_stale_temporaries(self.location)
         remove_path(self.work_path)
@@ -161,11 +229,25 @@ class LocalDestination(Destination):
         fsync_dir(self.work_path)
         size = du(self.work_path)
         rename_into_place(self.work_path, self.location, self.overwrite)
+        self.lock.release()
         return size
 
-    def abort(self, keep_partial: bool = False) -> None:
-        if not keep_partial:
-            remove_path(self.work_path)
+    def abort(self, keep_partial: bool = False) -> str | None:
+        try:
+            if not keep_partial:
+                remove_path(self.work_path)
+            return self.work_path if keep_partial and os.path.lexists(self.work_path) else None
+        finally:
+            self.lock.release()
+
+    def written(self) -> int:
+        try:
+            return du(self.work_path) if os.path.lexists(self.work_path) else 0
+        except OSError:
+            return 0
+
+    def replaces_existing(self) -> bool:
+        return self.overwrite and self.existed
 
 
 # --- URL ---------------------------------------------------------------------------------------
@@ -206,14 +288,17 @@ class UrlDestination(Destination):
         return self.out
 
     def _is_unit(self, name: str) -> bool:
-        return self.spec.unit_glob is not None and fnmatch.fnmatchcase(name, self.spec.unit_glob)
+        """Whether ``name`` is a unit or a file published with one: a unit's companions share
+        its stem (a tar shard's DALI index ``shard-000000.idx`` beside ``shard-000000.tar``)."""
+        glob = self.spec.unit_glob
+        return glob is not None and fnmatch.fnmatchcase(_stem(name), _stem(glob))
 
     def commit(self, units: Sequence[str] = (), units_bytes: int = 0) -> int:
         """Drop temporaries and units of an older dataset, publish the staged index files, and
         the index itself last."""
-        keep = set(self.published) | set(units)
+        keep = {_stem(name) for name in (*self.published, *units)}
         for name in self.out.names():
-            if self._is_unit(name) and name not in keep:
+            if self._is_unit(name) and _stem(name) not in keep:
                 self.out.remove(name)
         stale = self.out.remove_temporaries()
         if stale:
@@ -228,7 +313,10 @@ class UrlDestination(Destination):
         self._drop_staging()
         return size
 
-    def abort(self, keep_partial: bool = False) -> None:
+    def written(self) -> int:
+        return self.published_bytes
+
+    def abort(self, keep_partial: bool = False) -> str | None:
         """Best effort: remove the units and temporaries of the unfinished run (a folder without an
         index holds no trusted dataset, so every unit in it is this run's or a dead one's)."""
         self._drop_staging()
@@ -239,8 +327,14 @@ class UrlDestination(Destination):
             self.out.remove_temporaries()
         except Exception as exc:  # cleanup must not hide the original error
             log.warning("could not clean up %s after the failure: %s", self.location, exc)
+        return None
 
     def _drop_staging(self) -> None:
         if self.work_path:
             shutil.rmtree(self.work_path, ignore_errors=True)
             self.work_path = ""
+
+
+def _stem(name: str) -> str:
+    """``shard-000000.tar`` -> ``shard-000000``."""
+    return os.path.splitext(name)[0]

@@ -10,6 +10,7 @@ from ...records import DatasetMeta, Record
 from ..base import FormatOptions, ShardPlan, ShardUnit
 from ..columns import write_columns
 from ..index import unique_stem, write_index
+from .dali_index import WdsIndex, dali_index_name
 from .shardfile import ShardFile, shard_name
 from .writer import COLUMNS, KINDS, TarOptions, tar_index
 
@@ -29,12 +30,16 @@ class _TarUnit(ShardUnit):
         self.out = out
         self.local = out.scratch_path(self.name)
         self.tar = ShardFile(self.local)
+        self.dali = WdsIndex()
         self.cols: dict[str, list] = {"keys": [], "member_keys": [], "labels": [], "checksums": [],
                                       "offsets": [], "sizes": []}
 
     def add(self, name: str, record: Record) -> None:
-        self.cols["offsets"].append(self.tar.add(f"{name}.{record.ext}", record.data))
-        self.tar.add(f"{name}.cls", str(record.label).encode("ascii"))
+        offset = self.tar.add(f"{name}.{record.ext}", record.data)
+        label = str(record.label).encode("ascii")
+        self.dali.add(f"{name}.{record.ext}", offset, len(record.data))
+        self.dali.add(f"{name}.cls", self.tar.add(f"{name}.cls", label), len(label))
+        self.cols["offsets"].append(offset)
         for column, value in (("keys", record.key), ("member_keys", name), ("labels", record.label),
                               ("checksums", record.checksum), ("sizes", len(record.data))):
             self.cols[column].append(value)
@@ -44,8 +49,13 @@ class _TarUnit(ShardUnit):
         os.fsync(self.tar.f.fileno())
 
     def publish(self) -> int:
+        """Publish the shard, then its DALI index (``shard-NNNNNN.idx``); return their bytes."""
         self.tar.close()
-        return self.out.publish(self.local, self.name)
+        size = self.out.publish(self.local, self.name)
+        idx_name = dali_index_name(self.name)
+        idx_local = self.out.scratch_path(idx_name)
+        self.dali.write(idx_local)
+        return size + self.out.publish(idx_local, idx_name)
 
     def discard(self) -> None:
         self.tar.close(sync=False)

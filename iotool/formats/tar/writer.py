@@ -12,6 +12,7 @@ from ...records import DatasetMeta, Record
 from ..base import FormatOptions, FormatWriter, WriterHooks
 from ..columns import ColumnWriter
 from ..index import meta_dict, unique_stem, write_index
+from .dali_index import WdsIndex, dali_index_name
 from .shardfile import ShardFile, shard_name
 
 DEFAULT_SHARD_SIZE = 1000
@@ -56,6 +57,7 @@ class TarWriter(FormatWriter):
         self.shard_bytes = options.shard_bytes
         os.makedirs(path, exist_ok=True)
         self.tar: ShardFile | None = None
+        self.dali: WdsIndex | None = None  # the open shard's DALI index (shard-NNNNNN.idx)
         self.shards: list[dict[str, Any]] = []
         self.used: set[str] = set()
         self.rows: list[dict[str, Any]] = []  # the open shard's index rows (for its checkpoint)
@@ -74,6 +76,7 @@ class TarWriter(FormatWriter):
         self._close_current(progress=(record.index, record.position))
         name = shard_name(len(self.shards))
         self.tar = ShardFile(os.path.join(self.path, name))
+        self.dali = WdsIndex()
         self.shards.append({"name": name, "count": 0, "bytes": 0})
 
     def _column_writer(self) -> ColumnWriter:
@@ -90,7 +93,9 @@ class TarWriter(FormatWriter):
             self._open_next(record)
         member_key = unique_stem(record.key, self.used, escape_dots=True)
         offset = self.tar.add(f"{member_key}.{record.ext}", record.data)
-        self.tar.add(f"{member_key}.cls", str(record.label).encode("ascii"))
+        label = str(record.label).encode("ascii")
+        self.dali.add(f"{member_key}.{record.ext}", offset, len(record.data))
+        self.dali.add(f"{member_key}.cls", self.tar.add(f"{member_key}.cls", label), len(label))
         shard = self.shards[-1]
         shard["count"] += 1
         shard["bytes"] += len(record.data)
@@ -106,6 +111,8 @@ class TarWriter(FormatWriter):
         self.tar.close()
         self.tar = None
         shard = len(self.shards) - 1
+        name = self.shards[shard]["name"]
+        self.dali.write(os.path.join(self.path, dali_index_name(name)))
         if progress is not None and self.hooks.checkpoint is not None:
             part = {"shard": self.shards[shard], "state": self.hooks.checkpoint.state(*progress),
                     **{name: [row[name] for row in self.rows] for name in COLUMNS}}
@@ -114,8 +121,9 @@ class TarWriter(FormatWriter):
                 json.dump(part, f, ensure_ascii=False)
             os.replace(side + ".tmp", side)
         self.rows = []
-        if self.hooks.on_unit_closed is not None:
-            self.hooks.on_unit_closed(os.path.join(self.path, self.shards[shard]["name"]), self.shards[shard]["name"])
+        if self.hooks.on_unit_closed is not None:  # the shard, then its DALI index
+            for unit in (name, dali_index_name(name)):
+                self.hooks.on_unit_closed(os.path.join(self.path, unit), unit)
 
     @classmethod
     def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
@@ -125,7 +133,8 @@ class TarWriter(FormatWriter):
         return {**parts[-1]["state"], "parts": parts}
 
     def resume(self, state: dict[str, Any]) -> None:
-        keep = {p["shard"]["name"] for p in state["parts"]} | {_side_name(i) for i in range(len(state["parts"]))}
+        shards = [p["shard"]["name"] for p in state["parts"]]
+        keep = {*shards, *map(dali_index_name, shards), *map(_side_name, range(len(shards)))}
         for entry in os.listdir(self.path):
             if entry not in keep:
                 os.remove(os.path.join(self.path, entry))  # the shard being written, the column files

@@ -1,0 +1,38 @@
+"""``iotool index``: add index files that other tools read to a dataset written before."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from ..errors import UsageError
+from ..formats.dali_index import write_dali_indexes
+from .common import console, handle_errors, write_json
+
+
+def index(
+    path: Annotated[str, typer.Argument(help="A local dataset written by iotool convert.")],
+    dali: Annotated[bool, typer.Option(
+        "--dali", help="Write NVIDIA DALI's index file beside every shard (shard-000000.idx), as "
+                       "conversions do, for fn.readers.webdataset(index_paths=...).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the files written as JSON.")] = False,
+) -> None:
+    """Write index files for other readers beside a dataset's shards (existing ones are replaced).
+
+    Example:
+
+        iotool index --dali /tmp/sample.tar
+    """
+    with handle_errors():
+        if not dali:
+            raise UsageError("Nothing to write: pass --dali.")
+        written = write_dali_indexes(path)
+    if as_json:
+        write_json({"path": path, "dali_indexes": written}, None)
+        return
+    console.print(f"[green]OK[/] {escape(path)}: wrote {len(written)} DALI index file(s) "
+                  f"({escape(', '.join(os.path.basename(w) for w in written[:3]))}"
+                  f"{', ...' if len(written) > 3 else ''}).", highlight=False)
