@@ -1,0 +1,248 @@
+"""NVIDIA DALI pipelines over iotool tar datasets (``pip install 'iotool[dali]'``).
+
+DALI reads the shards with its own readers, through the index files iotool writes beside each
+shard (``shard-000000.idx``, DALI's ``wds2idx`` format; ``iotool index --dali PATH`` adds them
+to a dataset written before), and decodes, crops, resizes and normalises on the GPU (``mixed``
+decoding with nvJPEG) or, without a GPU, on the CPU::
+
+    from iotool.dali import dali_loader
+
+    loader = dali_loader("/data/imagenet.tar", batch_size=256, size=224,
+                         mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    for epoch in range(epochs):
+        for images, labels in loader:   # float32 NCHW, normalised; int64 labels; on the GPU
+            ...
+
+The output is :class:`iotool.CUDAPrefetcher`'s: ``(images, labels)`` with float32 NCHW images
+normalised as ``(x - mean255) / std255`` (``mean``/``std`` in 0-1 or 0-255 units, the same rule)
+and int64 labels, on the pipeline's GPU, or on the CPU for a CPU pipeline (``device_id=None``).
+Under DDP each rank reads its own part of every epoch (``shard_id`` = rank, ``num_shards`` =
+world size, read from ``torch.distributed`` or the ``RANK``/``WORLD_SIZE`` variables).
+
+``nvidia.dali`` is imported when a pipeline is built, never by ``import iotool``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Iterator, Sequence
+
+from .errors import UsageError
+
+AUTO = "auto"
+READER = "Reader"  # the reader's name in every pipeline built here
+# Payload extensions DALI decodes, as one output of fn.readers.webdataset (';' groups them).
+IMAGE_EXTS = "jpg;jpeg;png;bmp;tif;tiff;webp;ppm;pgm;pbm;pnm;jp2"
+
+
+def _import_dali() -> Any:
+    try:
+        import nvidia.dali as dali
+    except ImportError as exc:
+        raise UsageError("iotool.dali needs NVIDIA DALI: pip install 'iotool[dali]' "
+                         "(the nvidia-dali-cuda120 wheel; it also runs CPU-only pipelines).") from exc
+    return dali
+
+
+def ddp_rank() -> tuple[int, int]:
+    """(rank, world size) from ``torch.distributed`` when it is initialised, else from the
+    ``RANK``/``WORLD_SIZE`` environment variables (torchrun), else (0, 1)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def default_device_id() -> int | None:
+    """The current CUDA device when torch sees one, else None (a CPU-only pipeline)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.cuda.current_device() if torch.cuda.is_available() else None
+
+
+def dali_inputs(path: str | os.PathLike) -> dict[str, Any]:
+    """What a DALI reader needs of the local dataset at ``path``: its format, shard files,
+    index files (checked to exist) and record count."""
+    from .formats import detect_format
+    from .formats.tar.dali_index import dali_index_name
+
+    path = os.fspath(path)
+    spec = detect_format(path)
+    if spec.name == "tar":
+        reader = spec.reader(path)
+        shards = [reader.shard_path(i) for i in range(len(reader.shards))]
+        indexes = [os.path.join(path, dali_index_name(s["name"])) for s in reader.shards]
+    else:
+        raise UsageError(f"{path}: a {spec.name} dataset; iotool.dali reads tar datasets.")
+    missing = [i for i in indexes if not os.path.isfile(i)]
+    if missing:
+        raise UsageError(f"{path}: no DALI index file {os.path.basename(missing[0])} (written before iotool wrote "
+                         f"them); add them with: iotool index --dali {path}")
+    if not shards:
+        raise UsageError(f"{path}: the dataset has no records.")
+    return {"format": spec.name, "shards": shards, "indexes": indexes, "count": len(reader)}
+
+
+def _stats(mean: Any, std: Any) -> tuple[list[float], list[float]]:
+    """mean/std in 0-255 units, by CUDAPrefetcher's rule (0-1 units when every value is <= 1)."""
+    from .prefetch import _stats_255
+
+    m, s = _stats_255(mean, std)
+    return ([0.0] if m is None else m.tolist()), s.tolist()
+
+
+def build_pipeline(path: str | os.PathLike, batch_size: int, *, size: int | Sequence[int] = 224,
+                   train: bool = True, device_id: int | str | None = AUTO, shard_id: int | None = None,
+                   num_shards: int | None = None, mean: Any = None, std: Any = None,
+                   random_area: Sequence[float] = (0.08, 1.0),
+                   random_aspect_ratio: Sequence[float] = (3 / 4, 4 / 3), eval_resize: float = 256 / 224,
+                   shuffle: bool | None = None, initial_fill: int = 1024, num_threads: int = 4,
+                   seed: int = -1, prefetch_queue_depth: int = 2) -> Any:
+    """A DALI pipeline over the iotool tar dataset at ``path``, outputs ``(images, cls)``.
+
+    Reading: ``fn.readers.webdataset`` with the dataset's index files, sharded over
+    ``num_shards`` readers (default: the DDP world size) of which this is ``shard_id`` (default:
+    the rank), padding the last batch (:class:`DALIIterator` drops the padding). Training
+    (``train=True``): ``decoders.image_random_crop`` (``random_area``, ``random_aspect_ratio``),
+    resize to ``size``, random horizontal flip; evaluation: decode, resize the shorter side to
+    ``size * eval_resize``, centre crop. Both normalise with ``crop_mirror_normalize`` into float32
+    CHW, ``mean``/``std`` in CUDAPrefetcher's units (both None: pixels / 255).
+
+    ``device_id``: a GPU decodes on ``"mixed"`` (nvJPEG) and works on the GPU; ``None`` builds a
+    CPU-only pipeline (CPU decoding, no CUDA needed); ``"auto"``: the current CUDA device if there
+    is one, else None. ``cls`` stays the ASCII label member, on the CPU (the iterator parses it).
+    """
+    dali = _import_dali()
+    from nvidia.dali import fn, types
+
+    inputs = dali_inputs(path)
+    rank, world = ddp_rank()
+    shard_id, num_shards = (rank if shard_id is None else shard_id), (world if num_shards is None else num_shards)
+    if not 0 <= shard_id < num_shards:
+        raise UsageError(f"shard_id={shard_id} must be in [0, num_shards={num_shards}).")
+    if device_id == AUTO:
+        device_id = default_device_id()
+    mean255, std255 = _stats(mean, std)
+    height, width = (size, size) if isinstance(size, int) else tuple(size)
+    shuffle = train if shuffle is None else shuffle
+    gpu = device_id is not None
+
+    @dali.pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
+                       prefetch_queue_depth=prefetch_queue_depth)
+    def pipeline():  # type: ignore[no-untyped-def]
+        jpegs, cls = fn.readers.webdataset(
+            paths=inputs["shards"], index_paths=inputs["indexes"], ext=[IMAGE_EXTS, "cls"],
+            missing_component_behavior="error", shard_id=shard_id, num_shards=num_shards,
+            random_shuffle=shuffle, initial_fill=initial_fill, pad_last_batch=True, name=READER)
+        decode_on = "mixed" if gpu else "cpu"
+        if train:
+            images = fn.decoders.image_random_crop(jpegs, device=decode_on, output_type=types.RGB,
+                                                   random_area=list(random_area),
+                                                   random_aspect_ratio=list(random_aspect_ratio))
+            images = fn.resize(images, resize_x=width, resize_y=height)
+            mirror = fn.random.coin_flip(probability=0.5)
+        else:
+            images = fn.decoders.image(jpegs, device=decode_on, output_type=types.RGB)
+            images = fn.resize(images, resize_shorter=round(min(height, width) * eval_resize))
+            mirror = False
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", crop=(height, width),
+                                          mean=mean255, std=std255, mirror=mirror)
+        return images, cls
+
+    pipe = pipeline()
+    return pipe
+
+
+def shard_size(count: int, shard_id: int, num_shards: int) -> int:
+    """Records that DALI's reader ``shard_id`` of ``num_shards`` holds (its ``start_index`` rule)."""
+    return count * (shard_id + 1) // num_shards - count * shard_id // num_shards
+
+
+class DALIIterator:
+    """Iterate over a pipeline from :func:`build_pipeline` like :class:`iotool.CUDAPrefetcher`:
+    ``(images, labels)`` torch tensors, float32 NCHW and int64, on the pipeline's GPU (or the CPU).
+
+    Each ``iter()`` is one epoch of this reader's part of the dataset, its last batch partial
+    (DALI's padding dropped), so over all ``num_shards`` readers every record comes exactly once
+    per epoch. ``len()`` is the number of batches of the coming epoch; :attr:`epoch` counts the
+    epochs started. As DALI's readers do by default, reader ``k`` reads part ``(k + epoch) %
+    num_shards`` in each epoch, so the parts sizes (and ``len()``) may differ by one record.
+    """
+
+    def __init__(self, pipeline: Any):
+        self.pipe = pipeline
+        self.pipe.build()
+        meta = self.pipe.reader_meta(READER)
+        self.count = int(meta["epoch_size"])
+        self.shard_id, self.num_shards = int(meta["shard_id"]), int(meta["number_of_shards"])
+        self.stick = bool(meta["stick_to_shard"])
+        self.batch_size = int(self.pipe.max_batch_size)
+        self.epoch = 0  # epochs started
+
+    def part(self, epoch: int | None = None) -> int:
+        """The part of the dataset this reader reads in ``epoch`` (default: the coming one)."""
+        epoch = self.epoch if epoch is None else epoch
+        return self.shard_id if self.stick else (self.shard_id + epoch) % self.num_shards
+
+    def samples(self, epoch: int | None = None) -> int:
+        """Records this reader yields in ``epoch`` (default: the coming one)."""
+        return shard_size(self.count, self.part(epoch), self.num_shards)
+
+    def __len__(self) -> int:
+        return math.ceil(self.samples() / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        import torch
+
+        device = self.device
+        left = self.samples()
+        self.epoch += 1
+        while left > 0:  # the reader pads its part to whole batches; the padding is dropped
+            images, cls = self.pipe.run()
+            n = min(left, self.batch_size)
+            left -= n
+            labels = torch.tensor([_label(cls.at(i)) for i in range(n)], dtype=torch.int64)
+            yield _to_torch(images, n, device), labels.to(device, non_blocking=True)
+
+    @property
+    def device(self) -> Any:
+        """Where the batches are: the pipeline's GPU, or the CPU for a CPU-only pipeline."""
+        import torch
+
+        device_id = self.pipe.device_id
+        return torch.device("cpu") if device_id is None or device_id < 0 else torch.device("cuda", device_id)
+
+
+def _label(member: Any) -> int:
+    """The integer in a ``.cls`` member (ASCII digits)."""
+    import numpy as np
+
+    return int(np.asarray(member).tobytes())
+
+
+def _to_torch(images: Any, n: int, device: Any) -> Any:
+    """A dense DALI batch (float32) as a torch tensor on ``device``, its first ``n`` samples."""
+    import torch
+
+    tensor = images.as_tensor()
+    if device.type == "cuda":
+        from nvidia.dali.plugin.pytorch import feed_ndarray
+
+        out = torch.empty(tensor.shape(), dtype=torch.float32, device=device)
+        feed_ndarray(tensor, out, cuda_stream=torch.cuda.current_stream(device))
+        return out[:n]
+    import numpy as np
+
+    return torch.from_numpy(np.array(tensor))[:n]
+
+
+def dali_loader(path: str | os.PathLike, batch_size: int, **options: Any) -> DALIIterator:
+    """:func:`build_pipeline` with ``options``, wrapped in a :class:`DALIIterator`."""
+    return DALIIterator(build_pipeline(path, batch_size, **options))
