@@ -16,9 +16,10 @@ from ..formats import format_names
 from ..imageops import ENCODINGS, parse_size
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
+from ..pipeline.sources import SOURCE_KINDS
 from .common import console, err_console, handle_errors, human_bytes, write_json
 
-SourceFormat = Enum("SourceFormat", {n: n for n in ["imagefolder", *format_names()]}, type=str)
+SourceFormat = Enum("SourceFormat", {n: n for n in [*SOURCE_KINDS, *format_names()]}, type=str)
 OutputFormat = Enum("OutputFormat", {n: n for n in format_names()}, type=str)
 
 
@@ -36,7 +37,8 @@ class Engine(str, Enum):
 
 
 def convert(
-    src_format: Annotated[SourceFormat, typer.Argument(help="What SRC is: imagefolder or an iotool format.")],
+    src_format: Annotated[SourceFormat, typer.Argument(
+        help="What SRC is: imagefolder, tfrecord-files (SRC: a quoted glob of TFRecord files) or an iotool format.")],
     dst_format: Annotated[OutputFormat, typer.Argument(help="The format to write.")],
     src: Annotated[str, typer.Argument(
         help="Source: an ImageFolder root or an iotool dataset; a path or a URL (s3://, gs://, ...).")],
@@ -66,6 +68,9 @@ def convert(
     option: Annotated[Optional[list[str]], typer.Option(
         "--option", "-o", help="A format option as KEY=VALUE (repeatable), e.g. -o commit_every=512 for lmdb; "
         "`iotool formats` lists each format's options.")] = None,
+    src_option: Annotated[Optional[list[str]], typer.Option(
+        "--src-option", "-s", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt "
+        "for tfrecord-files (image_key, label_key, filename_key, label_file, label_offset).")] = None,
     engine: Annotated[Engine, typer.Option(
         help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
         "pip install 'iotool\\[ray]').")] = Engine.local,
@@ -88,19 +93,23 @@ def convert(
 
         iotool convert lmdb hdf5 /tmp/sample.lmdb /tmp/sample.h5
 
+        iotool convert tfrecord-files lmdb 'imagenet/train-*' /tmp/train.lmdb -s label_file=synsets.txt
+
         iotool convert imagefolder tar s3://bucket/train s3://bucket/shards --engine ray --ray-address auto
     """
     show = not quiet and json_out != "-"
     with handle_errors():
         format_options = {k: v for k, v in (("shard_size", shard_size), ("shard_bytes", shard_bytes)) if v}
         format_options.update(parse_options(option or []))
+        source_options = parse_options(src_option or [], "--src-option")
         size_wh = parse_size(size) if size else None
     with handle_errors(), _progress_bar(show) as (bar, callback):
         report = run_convert(src, dst, dst_format.value, src_format=src_format.value, workers=workers,
                              on_error=on_error.value, validate=validate, overwrite=overwrite,
                              resize=resize, size=size_wh,
                              encode=encode.value if encode else None, quality=quality, resume=resume,
-                             progress=callback, engine=engine.value, ray_address=ray_address, **format_options)
+                             progress=callback, engine=engine.value, ray_address=ray_address,
+                             source_options=source_options or None, **format_options)
         bar.stop()
     if json_out:
         write_json(report_dict(report), json_out)
@@ -112,13 +121,13 @@ def convert(
             err_console.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}", highlight=False, soft_wrap=True)
 
 
-def parse_options(items: list[str]) -> dict[str, str]:
-    """['commit_every=512'] -> {'commit_every': '512'}; the format converts and checks the values."""
+def parse_options(items: list[str], flag: str = "--option") -> dict[str, str]:
+    """['commit_every=512'] -> {'commit_every': '512'}; the format (or source) converts and checks the values."""
     options = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"--option {item!r}: expected KEY=VALUE, e.g. -o commit_every=512.")
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE, e.g. -o commit_every=512.")
         options[key.strip().replace("-", "_")] = value
     return options
 

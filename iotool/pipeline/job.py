@@ -10,7 +10,7 @@ from .._version import __version__
 from ..formats import FormatOptions, FormatSpec
 from ..records import DatasetMeta, SkippedFile
 from .prepare import PayloadOptions
-from .sources import DatasetSource, ImageFolderSource
+from .sources import DatasetSource, ImageFolderSource, TfrecordFilesSource
 
 ON_ERROR_CHOICES = ("fail", "skip")
 
@@ -50,7 +50,7 @@ class ConversionReport:
 class Job:
     """Everything an engine needs to run one conversion."""
 
-    source: ImageFolderSource | DatasetSource
+    source: ImageFolderSource | DatasetSource | TfrecordFilesSource
     spec: FormatSpec
     src_format: str
     payload: PayloadOptions

@@ -17,7 +17,7 @@ from ..storage import StorageConfig
 from .destination import Destination, LocalDestination, UrlDestination
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
 from .prepare import PayloadOptions
-from .sources import open_source
+from .sources import SOURCE_KINDS, open_source
 
 __all__ = ["ConversionReport", "Progress", "convert"]
 
@@ -41,6 +41,7 @@ def convert(
     engine: str = "local",
     ray_address: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None,
     **format_options: Any,
 ) -> ConversionReport:
     """Convert an ImageFolder (or another iotool dataset) into format ``to`` at ``dst``.
@@ -52,7 +53,8 @@ def convert(
             also a URL (``s3://bucket/shards``): each shard is uploaded under a temporary name
             and renamed, and ``index.json`` is written last, so readers trust only a finished run.
         to: the output format (``lmdb`` ...; see ``iotool.formats.FORMATS``).
-        src_format: ``imagefolder`` or the name of an iotool format.
+        src_format: ``imagefolder``, ``tfrecord-files`` (``src`` is a glob pattern of TFRecord files
+            iotool did not write; see :mod:`iotool.pipeline.foreign`) or the name of an iotool format.
         workers: reader/validator processes (default: CPU count; 0 or 1 = in this process);
             not used with ``engine="ray"``, where Ray runs one task per CPU of the cluster.
         on_error: ``fail`` stops at the first bad file and leaves nothing at ``dst``;
@@ -74,6 +76,8 @@ def convert(
             one this process is connected to, else Ray's own choice (``$RAY_ADDRESS``, a cluster
             started with ``ray start`` on this machine, or a new local one).
         storage_options: fsspec options for URL sources and destinations (e.g. S3 ``endpoint_url``).
+        source_options: options of the ``tfrecord-files`` source (``image_key``, ``label_key``,
+            ``filename_key``, ``label_file``, ``label_offset``); stored in the metadata.
         **format_options: options of the output format (e.g. ``shard_size`` for tar); each format
             refuses the options it does not know, naming its own.
 
@@ -88,9 +92,9 @@ def convert(
     spec = get_format(to)
     if on_error not in ON_ERROR_CHOICES:
         raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR_CHOICES)}.")
-    if src_format != "imagefolder" and src_format not in format_names():
-        raise UsageError(f"Unknown source format {src_format!r}; choose imagefolder or one of: "
-                         f"{', '.join(format_names())}.")
+    if src_format not in SOURCE_KINDS and src_format not in format_names():
+        raise UsageError(f"Unknown source format {src_format!r}; choose one of: "
+                         f"{', '.join([*SOURCE_KINDS, *format_names()])}.")
     src = os.fspath(src)
     if storage.is_url(src) or src.lower().startswith("file://"):
         src = storage.normalize(src)
@@ -109,10 +113,13 @@ def convert(
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")
     payload = PayloadOptions.for_format(spec, validate, resize, size, encode, quality)
-    source = open_source(src, src_format, config)
+    source = open_source(src, src_format, config, source_options)
     if storage.normalize(source.root) == dst:
         raise UsageError("The destination is the source; choose another DST.")
-    job = Job(source, spec, src_format, payload, format_opts, dict(format_options), on_error, resume=resume,
+    given = dict(format_options)
+    if hasattr(source, "options_dict"):
+        given["source_options"] = source.options_dict()
+    job = Job(source, spec, src_format, payload, format_opts, given, on_error, resume=resume,
               workers=workers, ray_address=ray_address, progress=progress)
     return _run(job, runner, dest)
 

@@ -1,4 +1,5 @@
-"""Where conversion reads from: an ImageFolder tree, or an existing iotool dataset.
+"""Where conversion reads from: an ImageFolder tree, an existing iotool dataset, or files iotool
+did not write (:mod:`iotool.pipeline.foreign`: TFRecord files, source kind ``tfrecord-files``).
 
 The ImageFolder scan follows ``torchvision.datasets.ImageFolder`` exactly. Classes are the sorted names of the root's sub-folders (symlinked folders included),
 samples come from a sorted recursive walk of each class folder that follows symlinked
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from ..errors import SourceError, UsageError
 from ..storage import StorageConfig
+from .foreign import SOURCE_KIND as FOREIGN_KIND
+from .foreign import TfrecordFilesSource
 
 if TYPE_CHECKING:
     from ..formats import FormatReader
@@ -240,8 +243,18 @@ class DatasetSource:
         return task.key, task.path, label, bytes(data)
 
 
-def open_source(src: str, src_format: str, config: StorageConfig) -> ImageFolderSource | DatasetSource:
-    """The source for ``src``: an ImageFolder root, or a dataset of format ``src_format``."""
-    if src_format == "imagefolder":
+IMAGEFOLDER = "imagefolder"
+SOURCE_KINDS = (IMAGEFOLDER, FOREIGN_KIND)  # the sources that are not iotool formats
+
+
+def open_source(src: str, src_format: str, config: StorageConfig,
+                options: dict[str, Any] | None = None) -> "ImageFolderSource | DatasetSource | TfrecordFilesSource":
+    """The source for ``src``: an ImageFolder root, TFRecord files matched by a pattern (with the
+    source ``options``), or a dataset of format ``src_format``."""
+    if src_format == FOREIGN_KIND:
+        return TfrecordFilesSource(src, options)
+    if options:
+        raise UsageError(f"The {src_format} source takes no source options (given: {', '.join(sorted(options))}).")
+    if src_format == IMAGEFOLDER:
         return ImageFolderSource(src, config)
     return DatasetSource(src, src_format, config)

@@ -1,0 +1,183 @@
+"""Files iotool did not write, as a conversion source: TFRecord files of ``tf.train.Example``.
+
+``iotool convert tfrecord-files FORMAT 'PATTERN' DST`` reads every file the glob pattern matches
+(sorted; ``**`` recurses). Each record is framed and CRC-checked as in iotool's own TFRecord
+format, and its Example parsed with the same hostile-input rules. Features (TF-slim's ImageNet
+names by default, others by option): the image bytes (``image_key``), the int64 label
+(``label_key``), the file name (``filename_key``, optional).
+
+Labels: ``class index = label - label_offset``. The default ``label_offset=1`` is TF-slim's
+(labels 1..1000, 0 = background); records written with 0-based labels need ``label_offset=0``.
+Class names come from ``label_file`` (one name per line: line k, counted from 0, is label
+``k + label_offset``), else they are the label values themselves ("1", "2", ...).
+
+Keys: the filename feature when present and unique, else ``<file>#<record index>`` (file relative
+to the matched files' common folder). Anything bad (framing, CRC, a record that is no Example,
+a missing feature, a label outside the classes) is named by file, record index and byte offset,
+and goes through ``on_error`` like a bad image: ``fail`` stops the run, ``skip`` lists it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple, Sequence
+
+from ..errors import FormatError, SourceError, UsageError
+from ..formats import FormatOptions
+from ..formats.tfrecord import example
+from ..formats.tfrecord.framing import scan, unframe
+
+SOURCE_KIND = "tfrecord-files"
+
+
+@dataclass(frozen=True)
+class TfrecordFilesOptions(FormatOptions):
+    """Options of the TFRecord-files source (``--src-option KEY=VALUE``)."""
+
+    image_key: str = example.IMAGE
+    label_key: str = example.LABEL
+    filename_key: str = example.FILENAME  # "" or "none": keys are <file>#<record index>
+    label_file: str | None = None  # one class name per line; line k = label k + label_offset
+    label_offset: int = 1  # TF-slim's 1-based labels; 0 for records that store the class index
+
+    def __post_init__(self) -> None:
+        if self.label_offset < 0:
+            raise UsageError(f"label_offset={self.label_offset}: use 1 (TF-slim's labels) or 0 (0-based labels).")
+        if not self.image_key or not self.label_key:
+            raise UsageError("image_key and label_key must name features, e.g. image/encoded, image/class/label.")
+
+
+class ForeignRecord(NamedTuple):
+    """One record of a TFRecord file to convert; ``error`` holds why it cannot be (None if it can)."""
+
+    key: str
+    path: str  # the file
+    offset: int
+    size: int
+    label: int
+    error: str | None = None
+
+
+def _where(index: int, offset: int) -> str:
+    return f"record {index} at byte {offset}"
+
+
+class TfrecordFilesSource:
+    """Records of TFRecord files matched by a glob pattern; a task is a :class:`ForeignRecord`."""
+
+    def __init__(self, pattern: str, given: dict[str, Any] | None = None):
+        from ..storage import is_url
+
+        self.options = TfrecordFilesOptions.parse(SOURCE_KIND, given or {})
+        if is_url(pattern):
+            raise UsageError(f"{pattern}: the {SOURCE_KIND} source reads local files; copy them first.")
+        files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
+        if not files:
+            raise SourceError(f"No files match {pattern!r}; give a glob pattern of TFRecord files, "
+                              f"e.g. 'data/train-*-of-01024' (quoted, so the shell does not expand it).")
+        self.root = pattern
+        self.files = [os.path.abspath(p) for p in files]
+        self.names = self._label_names()
+        labels: list[int] = []
+        self._tasks = self._scan(labels)
+        self.classes = self.names if self.names is not None else \
+            [str(v + self.options.label_offset) for v in range(max(labels, default=-1) + 1)]
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        if not self._tasks:
+            raise SourceError(f"{pattern}: no records in {len(self.files)} file(s).")
+
+    def options_dict(self) -> dict[str, Any]:
+        """The options as stored in the metadata."""
+        return asdict(self.options)
+
+    def _label_names(self) -> list[str] | None:
+        if not self.options.label_file:
+            return None
+        try:
+            with open(self.options.label_file, encoding="utf-8") as f:
+                names = [line.rstrip("\r\n") for line in f]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SourceError(f"label_file {self.options.label_file!r}: cannot be read ({exc}).") from None
+        while names and not names[-1].strip():
+            names.pop()
+        if not names or len(set(names)) != len(names):
+            raise SourceError(f"label_file {self.options.label_file!r}: expected one distinct class name per line.")
+        return names
+
+    def _scan(self, labels: list[int]) -> list[ForeignRecord]:
+        """Frame, check and parse every record once; keep where it is, its key and class index."""
+        common = os.path.dirname(self.files[0]) if len(self.files) == 1 else os.path.commonpath(self.files)
+        tasks, used = [], set()
+        for path in self.files:
+            rel = os.path.relpath(path, common).replace(os.sep, "/")
+            try:
+                f = open(path, "rb", buffering=1 << 20)
+            except OSError as exc:
+                raise SourceError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+            with f:
+                for k, rec in enumerate(scan(f, path)):
+                    fallback = f"{rel}#{k}"
+                    if rec.error is not None:
+                        reason = str(rec.error).removeprefix(f"{path}: ").removeprefix(f"record at byte {rec.offset}: ")
+                        tasks.append(ForeignRecord(fallback, path, rec.offset, rec.size, -1,
+                                                   f"{_where(k, rec.offset)}: {reason}"))
+                        continue
+                    key, label, error = self._describe(rec.data, fallback, used)
+                    if error is None:
+                        labels.append(label)
+                    tasks.append(ForeignRecord(key, path, rec.offset, rec.size, label,
+                                               None if error is None else f"{_where(k, rec.offset)}: {error}"))
+        return tasks
+
+    def _describe(self, data: bytes, fallback: str, used: set[str]) -> tuple[str, int, str | None]:
+        """(key, class index, None) of a record, or (key, -1, why it cannot be converted)."""
+        opts = self.options
+        try:
+            features = example.decode_example(data)
+        except example.ExampleError as exc:
+            return fallback, -1, f"not a tf.train.Example ({exc})"
+        key = fallback
+        name = example.first_bytes(features, opts.filename_key) if opts.filename_key.lower() not in ("", "none") \
+            else None
+        if name is not None:
+            text = bytes(name).decode("utf-8", "replace").replace("\\", "/").lstrip("/")
+            if text and text not in used:
+                key = text
+        used.add(key)
+        if example.first_bytes(features, opts.image_key) is None:
+            return key, -1, f"no {opts.image_key!r} bytes feature (features: {', '.join(sorted(features))[:200]})"
+        value = example.first_int(features, opts.label_key)
+        if value is None:
+            return key, -1, f"no {opts.label_key!r} int64 feature"
+        index = value - opts.label_offset
+        if index < 0 or (self.names is not None and index >= len(self.names)):
+            known = f"{opts.label_offset}..{opts.label_offset + len(self.names) - 1}" if self.names is not None \
+                else f"{opts.label_offset} or more"
+            return key, -1, (f"label {value} is outside the classes ({known}); label_offset={opts.label_offset}"
+                             f"{' (records with 0-based labels need label_offset=0)' if value == 0 else ''}")
+        return key, index, None
+
+    def tasks(self) -> Sequence[ForeignRecord]:
+        return self._tasks
+
+    def worker_state(self) -> str:
+        return self.options.image_key
+
+    @staticmethod
+    def load(image_key: str, task: ForeignRecord) -> tuple[str, str, int, bytes]:
+        """(key, path, label, image bytes) of one record, read again and checked."""
+        if task.error is not None:
+            raise FormatError(task.error)
+        with open(task.path, "rb") as f:
+            f.seek(task.offset)
+            raw = f.read(task.size)
+        try:
+            data = unframe(raw, task.path, task.offset)
+            image = example.first_bytes(example.decode_example(data), image_key)
+        except FormatError as exc:  # the file changed since the scan
+            raise FormatError(f"byte {task.offset}: {str(exc).removeprefix(f'{task.path}: ')}") from None
+        if image is None:
+            raise FormatError(f"record at byte {task.offset}: no {image_key!r} bytes feature")
+        return task.key, task.path, task.label, bytes(image)
