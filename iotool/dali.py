@@ -1,7 +1,8 @@
-"""NVIDIA DALI pipelines over iotool tar datasets (``pip install 'iotool[dali]'``).
+"""NVIDIA DALI pipelines over iotool tar and tfrecord datasets (``pip install 'iotool[dali]'``).
 
-DALI reads the shards with its own readers, through the index files iotool writes beside each
-shard (``shard-000000.idx``, DALI's ``wds2idx`` format; ``iotool index --dali PATH`` adds them
+DALI reads the shards with its own readers (``fn.readers.webdataset``, ``fn.readers.tfrecord``),
+through the index files iotool writes beside each shard (``shard-000000.idx``, DALI's ``wds2idx``
+format; ``shard-000000.tfrecord.idx``, ``tfrecord2idx``'s; ``iotool index --dali PATH`` adds them
 to a dataset written before), and decodes, crops, resizes and normalises on the GPU (``mixed``
 decoding with nvJPEG) or, without a GPU, on the CPU::
 
@@ -75,19 +76,24 @@ def dali_inputs(path: str | os.PathLike) -> dict[str, Any]:
 
     path = os.fspath(path)
     spec = detect_format(path)
+    if spec.name not in ("tar", "tfrecord"):
+        raise UsageError(f"{path}: a {spec.name} dataset; iotool.dali reads tar and tfrecord datasets.")
+    reader = spec.reader(path)
+    shards = [reader.shard_path(i) for i in range(len(reader.shards))]
     if spec.name == "tar":
-        reader = spec.reader(path)
-        shards = [reader.shard_path(i) for i in range(len(reader.shards))]
         indexes = [os.path.join(path, dali_index_name(s["name"])) for s in reader.shards]
     else:
-        raise UsageError(f"{path}: a {spec.name} dataset; iotool.dali reads tar datasets.")
+        from .formats.tfrecord import index_name
+
+        indexes = [os.path.join(path, index_name(s["name"])) for s in reader.shards]
     missing = [i for i in indexes if not os.path.isfile(i)]
     if missing:
         raise UsageError(f"{path}: no DALI index file {os.path.basename(missing[0])} (written before iotool wrote "
                          f"them); add them with: iotool index --dali {path}")
     if not shards:
         raise UsageError(f"{path}: the dataset has no records.")
-    return {"format": spec.name, "shards": shards, "indexes": indexes, "count": len(reader)}
+    return {"format": spec.name, "shards": shards, "indexes": indexes, "count": len(reader),
+            "label_offset": int(reader.meta.options.get("label_offset") or 0)}
 
 
 def _stats(mean: Any, std: Any) -> tuple[list[float], list[float]]:
@@ -104,10 +110,12 @@ def build_pipeline(path: str | os.PathLike, batch_size: int, *, size: int | Sequ
                    random_area: Sequence[float] = (0.08, 1.0),
                    random_aspect_ratio: Sequence[float] = (3 / 4, 4 / 3), eval_resize: float = 256 / 224,
                    shuffle: bool | None = None, initial_fill: int = 1024, num_threads: int = 4,
-                   seed: int = -1, prefetch_queue_depth: int = 2) -> Any:
-    """A DALI pipeline over the iotool tar dataset at ``path``, outputs ``(images, cls)``.
+                   seed: int | None = None, prefetch_queue_depth: int = 2) -> Any:
+    """A DALI pipeline over the iotool tar or tfrecord dataset at ``path``, outputs ``(images, labels)``.
 
-    Reading: ``fn.readers.webdataset`` with the dataset's index files, sharded over
+    Reading: ``fn.readers.webdataset`` (tar: ``ext=["jpg;jpeg;png;...", "cls"]``) or
+    ``fn.readers.tfrecord`` (``image/encoded``, ``image/class/label`` less the dataset's
+    ``label_offset``) with the dataset's index files, sharded over
     ``num_shards`` readers (default: the DDP world size) of which this is ``shard_id`` (default:
     the rank), padding the last batch (:class:`DALIIterator` drops the padding). Training
     (``train=True``): ``decoders.image_random_crop`` (``random_area``, ``random_aspect_ratio``),
@@ -117,7 +125,8 @@ def build_pipeline(path: str | os.PathLike, batch_size: int, *, size: int | Sequ
 
     ``device_id``: a GPU decodes on ``"mixed"`` (nvJPEG) and works on the GPU; ``None`` builds a
     CPU-only pipeline (CPU decoding, no CUDA needed); ``"auto"``: the current CUDA device if there
-    is one, else None. ``cls`` stays the ASCII label member, on the CPU (the iterator parses it).
+    is one, else None. Labels stay on the CPU: a tar ``.cls`` member as its ASCII bytes (the
+    iterator parses them), a tfrecord label as an int64.
     """
     dali = _import_dali()
     from nvidia.dali import fn, types
@@ -137,10 +146,8 @@ def build_pipeline(path: str | os.PathLike, batch_size: int, *, size: int | Sequ
     @dali.pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
                        prefetch_queue_depth=prefetch_queue_depth)
     def pipeline():  # type: ignore[no-untyped-def]
-        jpegs, cls = fn.readers.webdataset(
-            paths=inputs["shards"], index_paths=inputs["indexes"], ext=[IMAGE_EXTS, "cls"],
-            missing_component_behavior="error", shard_id=shard_id, num_shards=num_shards,
-            random_shuffle=shuffle, initial_fill=initial_fill, pad_last_batch=True, name=READER)
+        jpegs, labels = _reader(fn, inputs, shard_id=shard_id, num_shards=num_shards, random_shuffle=shuffle,
+                                initial_fill=initial_fill, pad_last_batch=True, name=READER)
         decode_on = "mixed" if gpu else "cpu"
         if train:
             images = fn.decoders.image_random_crop(jpegs, device=decode_on, output_type=types.RGB,
@@ -154,10 +161,23 @@ def build_pipeline(path: str | os.PathLike, batch_size: int, *, size: int | Sequ
             mirror = False
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", crop=(height, width),
                                           mean=mean255, std=std255, mirror=mirror)
-        return images, cls
+        return images, labels
 
-    pipe = pipeline()
-    return pipe
+    return pipeline()
+
+
+def _reader(fn: Any, inputs: dict[str, Any], **options: Any) -> tuple[Any, Any]:
+    """DALI's reader of the dataset's format: (encoded images, labels)."""
+    if inputs["format"] == "tar":
+        return fn.readers.webdataset(paths=inputs["shards"], index_paths=inputs["indexes"], ext=[IMAGE_EXTS, "cls"],
+                                     missing_component_behavior="error", **options)
+    import nvidia.dali.tfrecord as tfrec
+
+    features = {"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)}
+    out = fn.readers.tfrecord(path=inputs["shards"], index_path=inputs["indexes"], features=features, **options)
+    labels = out["image/class/label"]
+    return out["image/encoded"], (labels - inputs["label_offset"] if inputs["label_offset"] else labels)
 
 
 def shard_size(count: int, shard_id: int, num_shards: int) -> int:
@@ -205,10 +225,10 @@ class DALIIterator:
         left = self.samples()
         self.epoch += 1
         while left > 0:  # the reader pads its part to whole batches; the padding is dropped
-            images, cls = self.pipe.run()
+            images, raw = self.pipe.run()
             n = min(left, self.batch_size)
             left -= n
-            labels = torch.tensor([_label(cls.at(i)) for i in range(n)], dtype=torch.int64)
+            labels = torch.tensor([_label(raw.at(i)) for i in range(n)], dtype=torch.int64)
             yield _to_torch(images, n, device), labels.to(device, non_blocking=True)
 
     @property
@@ -220,11 +240,12 @@ class DALIIterator:
         return torch.device("cpu") if device_id is None or device_id < 0 else torch.device("cuda", device_id)
 
 
-def _label(member: Any) -> int:
-    """The integer in a ``.cls`` member (ASCII digits)."""
+def _label(value: Any) -> int:
+    """A sample's label: the integer in a tar ``.cls`` member (ASCII digits), or an int64."""
     import numpy as np
 
-    return int(np.asarray(member).tobytes())
+    value = np.asarray(value)
+    return int(value.tobytes()) if value.dtype == np.uint8 else int(value.reshape(-1)[0])
 
 
 def _to_torch(images: Any, n: int, device: Any) -> Any:

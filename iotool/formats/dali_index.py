@@ -2,7 +2,8 @@
 
 Conversions write the indexes as each shard closes; :func:`write_dali_indexes` adds them to an
 existing local dataset (``iotool index --dali PATH``). Each format that DALI reads knows its own
-index: tar shards get ``wds2idx``'s (``fn.readers.webdataset(index_paths=...)``).
+index: tar shards get ``wds2idx``'s (``fn.readers.webdataset(index_paths=...)``), TFRecord
+shards ``tfrecord2idx``'s (``fn.readers.tfrecord(index_path=...)``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UsageError
-from . import detect_format
+from . import FormatSpec, detect_format
 
 
 def write_dali_indexes(path: str | os.PathLike) -> list[str]:
@@ -27,4 +28,16 @@ def write_dali_indexes(path: str | os.PathLike) -> list[str]:
         from .tar.dali_index import write_tar_dali_indexes
 
         return write_tar_dali_indexes(path)
-    raise UsageError(f"{path}: a {spec.name} dataset; DALI index files exist for tar shards only.")
+    if spec.name == "tfrecord":
+        return _write_tfrecord_indexes(path, spec)
+    raise UsageError(f"{path}: a {spec.name} dataset; DALI reads the shards of tar and tfrecord datasets only.")
+
+
+def _write_tfrecord_indexes(path: str, spec: FormatSpec) -> list[str]:
+    """The tfrecord2idx file of every shard, from the index's record locations."""
+    from .tfrecord.writer import write_idx
+
+    reader = spec.reader(path)
+    locations = reader._locations
+    return [write_idx(path, reader.shards[shard]["name"], [(int(locations[i][1]), int(locations[i][2])) for i in records])
+            for shard, records in enumerate(reader.shard_ranges())]
