@@ -172,10 +172,10 @@ def _bytes_collate(batch):
     return [(hashlib.sha256(b).hexdigest(), label) for b, label in batch]
 
 
-def _ddp_worker(rank, world, init_file, shards, out_dir):
+def _ddp_worker(rank, world, init_file, shards, out_dir, even=True):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        ds = iotool.open_dataset(shards, decoder=None, shuffle=True, seed=3, even=True)
+        ds = iotool.open_dataset(shards, decoder=None, shuffle=True, seed=3, even=even)
         result = {}
         for epoch in range(2):
             ds.set_epoch(epoch)
@@ -205,7 +205,23 @@ def test_real_gloo_group_two_ranks_two_workers(shards, tmp_path):
         assert padding == 1  # 27 records over 2 ranks: 13 and 14, so rank 0 repeats one of its own
         repeated = [x for x, n in union.items() if n > 1]
         assert len(repeated) == 1 and per_rank[0][repeated[0]] == 2 and repeated[0] not in per_rank[1]
+        # The ranks are disjoint apart from each rank's own repeats: padding never borrows another
+        # rank's samples (every sample is held by exactly one rank).
+        assert not set(per_rank[0]) & set(per_rank[1])
     assert [x for x in results[0]["0"]] != [x for x in results[0]["1"]]  # reshuffled per epoch
+
+
+def test_real_gloo_group_without_even_reads_the_dataset_exactly_once(shards, tmp_path):
+    """Without even: no padding; the ranks' union is the dataset exactly, every sample once."""
+    tmp_mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(shards), str(tmp_path), False), nprocs=2,
+                 join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    reader = iotool.open_reader(shards)
+    expected = collections.Counter(zip(reader.checksums, reader.labels))
+    for epoch in ("0", "1"):
+        per_rank = [collections.Counter(tuple(x) for x in r[epoch]) for r in results]
+        assert per_rank[0] + per_rank[1] == expected  # exactly: nothing repeated, nothing lost
+        assert not set(per_rank[0]) & set(per_rank[1]) and all(per_rank)
 
 
 def append_member(tar: tarfile.TarFile, name: str, data: bytes) -> int:
