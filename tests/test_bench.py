@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import iotool
 from iotool.bench import bench_decode, bench_loader, bench_read, parse_scale
+from iotool.bench.loader import DaliCPU
 from iotool.bench.common import collect_images, rotated, summarize
 from iotool.bench.tjbench import parse_fps, tjbench_path
 from iotool.cli.app import app
@@ -240,7 +241,7 @@ def test_bench_loader_covers_every_format_json(tiny, tmp_path):
     baseline = data["results"][0]
     assert baseline["name"].startswith("torchvision") and baseline["vs_baseline"] == pytest.approx(1.0)
     covered = {r["format"] for r in data["results"][1:]} | set(data["failed"])
-    assert covered == set(FORMATS) | {"webdataset"}
+    assert covered == set(FORMATS) | {"webdataset"} | ({"dali"} if DaliCPU.available() else set())
     assert not data["failed"], data["failed"]
     assert data["pipeline"] == "rrc" and data["epochs"] == 1
     for row in rows.values():
@@ -267,10 +268,11 @@ def test_bench_loader_library_same_batches(tiny):
 def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
     result = bench_loader(tiny, formats=["tar", "bmp"], rounds=2, epochs=2, batch_size=4, size=16,
                           pipeline="center")
-    assert [r.name for r in result.results] == ["torchvision-style (PIL)", "webdataset (PIL)", "iotool tar",
+    dali = ["DALI (CPU)"] if DaliCPU.available() else []  # iotool.dali's CPU pipeline, when installed
+    assert [r.name for r in result.results] == ["torchvision-style (PIL)", "webdataset (PIL)", *dali, "iotool tar",
                                                 "iotool bmp"]
     assert all(len(r.images_per_s.to_dict()) > 0 and r.images_per_s.median > 0 for r in result.results)
-    assert result.results[2].options == {"shard_size": 1}  # 6 images over about 8 shards
+    assert result.results[2 + len(dali)].options == {"shard_size": 1}  # 6 images over about 8 shards
     assert result.results[1].bytes > 0 and result.results[1].convert_seconds is not None
 
 

@@ -2,7 +2,9 @@
 
 The baseline reimplements ``torchvision.datasets.ImageFolder`` with its default loader (open the
 file, ``PIL.Image.open``, ``convert("RGB")``); optionally ``webdataset`` with PIL decoding reads
-the same tar shards. Every contestant runs the same pipeline after decoding:
+the same tar shards, and, when ``nvidia.dali`` is installed, :mod:`iotool.dali`'s CPU pipeline
+(``device_id=None``: DALI's webdataset reader with iotool's index files, CPU decoding, float
+output normalised to [0, 1]). Every other contestant runs the same pipeline after decoding:
 
 * ``rrc`` (default): ``RandomResizedCrop(size)`` with antialiasing (:mod:`iotool.transforms`) to a
   uint8 CHW tensor, collated by :func:`iotool.fast_collate`. iotool's JPEG formats feed the
@@ -35,6 +37,7 @@ BASELINE = "torchvision-style (PIL)"
 
 
 WEBDATASET = "webdataset (PIL)"
+DALI = "DALI (CPU)"
 PIPELINES = ("rrc", "center")
 SHARDS = 8  # tar shards built for the contestants, so every DataLoader worker gets some
 
@@ -212,6 +215,8 @@ def _contestants(src: str, built: dict[str, tuple[str, float]], decoder: str, pi
                                                                                          "webdataset", decoder)[1]))
             except ImportError as exc:
                 failed[WEBDATASET] = f"webdataset is not installed ({exc}); pip install webdataset"
+    if "tar" in built and DaliCPU.available():
+        out[DALI] = ("dali", DaliCPU(built["tar"][0], pipeline, size))
     for fmt, (path, _) in built.items():
         try:
             fmt_decoder, transform = _transforms(pipeline, size, fmt, decoder)
@@ -243,6 +248,32 @@ class WebDatasetPIL:
 
         return (wds.WebDataset(self.urls, shardshuffle=False, empty_check=False)
                 .decode("rgb8").to_tuple("jpg;jpeg;png", "cls").map_tuple(self.transform, int))
+
+
+class DaliCPU:
+    """:func:`iotool.dali.dali_loader` on the CPU over the tar shards: ``rrc`` is its training
+    pipeline (random-crop decoding, resize), ``center`` its evaluation one; one DALI thread per
+    DataLoader worker (one with none), no shuffling, as the other contestants."""
+
+    def __init__(self, shard_dir: str, pipeline: str, size: int):
+        self.path, self.train, self.size = shard_dir, pipeline == "rrc", size
+
+    @staticmethod
+    def available() -> bool:
+        import importlib.util
+
+        try:
+            return importlib.util.find_spec("nvidia.dali") is not None
+        except ImportError:  # no "nvidia" namespace at all
+            return False
+
+    def loader(self, batch_size: int, workers: int) -> Any:
+        from ..dali import dali_loader
+
+        it = dali_loader(self.path, batch_size, size=self.size, train=self.train, device_id=None, shard_id=0,
+                         num_shards=1, num_threads=max(1, workers), shuffle=False, seed=0)
+        it.dataset = self  # what run_epoch looks at
+        return it
 
 
 def _check_options(formats: Sequence[str] | None, workers: int, batch_size: int, size: int,
@@ -312,7 +343,7 @@ def bench_loader(
         tallies = _run_rounds(contestants, batch_size, workers, rounds, epochs, pipeline, progress)
         result.environment = environment()
         for name, (fmt, _) in contestants.items():
-            path, seconds = built.get("tar" if fmt == "webdataset" else fmt, (src, None))
+            path, seconds = built.get("tar" if fmt in ("webdataset", "dali") else fmt, (src, None))
             result.results.append(LoaderResult(name, fmt, result.images, summarize(tallies[name]),
                                                convert_seconds=seconds, bytes=disk_usage(path),
                                                options=conversion_options(fmt, size, result.images)))
@@ -335,8 +366,9 @@ def _run_rounds(contestants: dict[str, tuple[str, Any]], batch_size: int, worker
     from ..collate import fast_collate
 
     collate = fast_collate if pipeline == "rrc" else stack_collate
-    loaders = {name: make_loader(ds.dataset() if isinstance(ds, WebDatasetPIL) else ds, batch_size, workers,
-                                 shuffle=False, collate_fn=collate, worker_init_fn=_one_thread_worker)
+    loaders = {name: ds.loader(batch_size, workers) if isinstance(ds, DaliCPU) else
+               make_loader(ds.dataset() if isinstance(ds, WebDatasetPIL) else ds, batch_size, workers,
+                           shuffle=False, collate_fn=collate, worker_init_fn=_one_thread_worker)
                for name, (_, ds) in contestants.items()}
     tallies: dict[str, list[float]] = {name: [] for name in loaders}
     total, done = rounds * epochs * len(loaders) + len(loaders), 0
