@@ -7,6 +7,7 @@ import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -32,7 +33,17 @@ def pristine(tmp_path_factory):
         unit = 4 if get_format(fmt).sharded else 1000
         iotool.convert(root, dst, fmt, workers=0, **options_with_units(fmt, unit, resize=24))
         out[fmt] = dst
+        if fmt == "lmdb":  # before any reader holds the environment open in this process
+            import lmdb
+
+            env = lmdb.open(str(dst), readonly=True, lock=False)
+            with env.begin() as txn:
+                LMDB_INTEGRITY[:] = [txn.get(b"__iotool_integrity__")]
+            env.close()
     return out
+
+
+LMDB_INTEGRITY: list[bytes] = []
 
 
 Region = tuple[Path, int, int]
@@ -89,7 +100,30 @@ def regions(fmt: str, path: Path) -> dict[str, list[Region]]:
         shards = [path / s["name"] for s in reader.shards]
         index += [(shards[s], off - 512, off - 512 + 100) for s, off, _ in reader._locations]
     assert metadata and index, f"{fmt}: metadata {metadata}, index {index}"
-    return {"payload": payload, "metadata": metadata, "index": index}
+    found_regions = {"payload": payload, "metadata": metadata, "index": index}
+    # Each index column on its own, where it is stored as one block (not inside index.json or a
+    # column file, which the index regions already hold whole): labels as little-endian int64,
+    # each key's UTF-8 bytes where stored exactly once.
+    labels = np.asarray(list(reader.labels), dtype="<i8").tobytes()
+    found_regions["labels"] = [r for r in [found(files, labels)] if r and not r[0].name.startswith("index.")]
+    keys = [stored(files, k.encode()) for k in reader.keys]
+    found_regions["keys"] = [h[0] for h in keys if len(h) == 1 and not h[0][0].name.startswith("index.")]
+    # Format-specific containers of the integrity digests and of the payload offsets:
+    if fmt == "lmdb":  # the __iotool_integrity__ record (read when the dataset was made)
+        found_regions["integrity"] = [found(files, LMDB_INTEGRITY[0])]
+    elif fmt == "hdf5":  # the iotool_integrity attribute and the /offsets column
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            integrity = f.attrs["iotool_integrity"].encode()
+            offsets = f["offsets"][:].astype("<i8").tobytes()
+        found_regions["integrity"] = [found(files, integrity)]
+        found_regions["offsets"] = [found(files, offsets)]
+    return {kind: r for kind, r in found_regions.items() if r}
+
+
+# The regions each built-in format must expose to the flip test (plugins: what regions() finds).
+REQUIRED = {"lmdb": {"labels", "integrity"}, "hdf5": {"labels", "keys", "offsets", "integrity"}}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -97,23 +131,29 @@ def test_every_flip_in_payload_metadata_or_index_is_reported(fmt, pristine, tmp_
     assert iotool.verify(pristine[fmt]).ok
     rng = random.Random(fmt)
     flips = 0
-    for kind in ("payload", "metadata", "index"):
-        for _ in range(8):  # 24 flips per format
+    kinds = list(regions(fmt, pristine[fmt]))
+    assert {"payload", "metadata", "index"} | REQUIRED.get(fmt, set()) <= set(kinds), kinds
+    for kind in kinds:
+        for _ in range(8):  # 8 flips per region kind
             copy = tmp_path / f"{kind}{flips}" / pristine[fmt].name
             copy.parent.mkdir()
             (shutil.copytree if pristine[fmt].is_dir() else shutil.copy)(pristine[fmt], copy)
-            file, start, end = rng.choice(regions(fmt, copy)[kind])
+            where = regions(fmt, copy)[kind]
+            record = rng.randrange(len(where))
+            file, start, end = where[record]
             data = bytearray(file.read_bytes())
             pos = rng.randrange(start, end)
             data[pos] ^= 1 << rng.randrange(8)
             file.write_bytes(bytes(data))
             report = iotool.verify(copy, decode_images=True)
             assert not report.ok, f"{fmt}: flip in {kind} at {file.name}:{pos} not reported"
-            if kind == "payload":
-                assert any(p.index is not None for p in report.problems)
+            if kind == "payload":  # the flipped record is named (by index and key)
+                reader = iotool.open_reader(pristine[fmt])
+                key = reader.keys[record]
+                assert any(p.index == record and p.key == key for p in report.problems), report.problems
             flips += 1
             shutil.rmtree(copy.parent)
-    assert flips == 24
+    assert flips == 8 * len(kinds)
 
 
 def test_cli_verify_lists_bad_records_and_exits_1(pristine, tmp_path):
