@@ -16,8 +16,9 @@ from typing import Any
 
 from ._version import __version__
 from .errors import (
-    ConversionError, DecodeError, DestinationExistsError, FormatError, FormatVersionError,
-    IotoolError, RecordError, SourceError, UnknownFormatError, UsageError,
+    ConversionError, DecodeError, DestinationError, DestinationExistsError, DestinationLockedError,
+    FormatError, FormatVersionError, Interrupted, IotoolError, RecordError, SourceError, UnknownFormatError,
+    UsageError,
 )
 
 _LAZY = {
@@ -55,6 +56,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "__version__", "open_dataset", "open_reader", "ImageDataset", "ShardedIterableDataset", "convert",
     "ConversionReport", "Progress", "scan_imagefolder", "verify", "VerifyReport", "fast_collate", "CUDAPrefetcher",
-    "ConversionError", "DecodeError", "DestinationExistsError", "FormatError", "FormatVersionError", "IotoolError",
+    "ConversionError", "DecodeError", "DestinationError", "DestinationExistsError", "DestinationLockedError",
+    "FormatError", "FormatVersionError", "Interrupted", "IotoolError",
     "RecordError", "SourceError", "UnknownFormatError", "UsageError",
 ]

@@ -32,6 +32,31 @@ class DestinationExistsError(IotoolError):
     """The destination exists and overwriting was not asked for."""
 
 
+class DestinationError(IotoolError):
+    """The destination could not be written (a full disk, an I/O error, no permission); the
+    message names it, says why and what was left there."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+
+class DestinationLockedError(IotoolError):
+    """Another conversion is writing the same destination; the message names its process."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A conversion stopped by a signal (SIGINT: Ctrl-C, SIGTERM: a scheduler).
+
+    ``kept`` is the partial output kept for ``--resume`` (None: nothing was left behind).
+    """
+
+    def __init__(self, signum: int = 2, kept: str | None = None):
+        super().__init__(signum)
+        self.signum = signum
+        self.kept = kept
+
+
 class FormatError(IotoolError):
     """A dataset on disk is not a format iotool knows, or its metadata is invalid."""
 

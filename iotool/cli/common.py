@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import sys
 from typing import Any, Iterator
 
@@ -11,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import DestinationExistsError, IotoolError, UsageError
+from ..errors import DestinationExistsError, DestinationLockedError, Interrupted, IotoolError, UsageError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -25,15 +27,41 @@ def handle_errors() -> Iterator[None]:
     """Turn iotool errors into a red message and exit code 1 (data) or 2 (usage)."""
     try:
         yield
-    except (UsageError, DestinationExistsError) as exc:
+    except (UsageError, DestinationExistsError, DestinationLockedError) as exc:
         err_console.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE_ERROR) from None
     except IotoolError as exc:
         err_console.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_DATA_ERROR) from None
-    except KeyboardInterrupt:
-        err_console.print("[bold red]Interrupted[/]; nothing was left at the destination.")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        kept = exc.kept if isinstance(exc, Interrupted) else None
+        what = f"the partial output is kept for --resume in {escape(kept)}" if kept else \
+            "nothing was left at the destination"
+        err_console.print(f"[bold red]Interrupted[/] ({signal.Signals(signum).name}); {what}.", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(128 + signum) from None
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGINT (Ctrl-C) and SIGTERM stop the work by raising :class:`Interrupted` in the main
+    thread, so the library cleans up; a second signal during that clean-up exits at once."""
+
+    def first(signum: int, frame: Any) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, second)
+        raise Interrupted(signum)
+
+    def second(signum: int, frame: Any) -> None:
+        os._exit(128 + signum)
+
+    previous = {sig: signal.signal(sig, first) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def human_bytes(n: float) -> str:

@@ -17,7 +17,7 @@ from ..imageops import ENCODINGS, parse_size
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
 from ..pipeline.sources import SOURCE_KINDS
-from .common import console, err_console, handle_errors, human_bytes, write_json
+from .common import console, err_console, handle_errors, human_bytes, stop_on_signals, write_json
 
 SourceFormat = Enum("SourceFormat", {n: n for n in [*SOURCE_KINDS, *format_names()]}, type=str)
 OutputFormat = Enum("OutputFormat", {n: n for n in format_names()}, type=str)
@@ -103,7 +103,7 @@ def convert(
         format_options.update(parse_options(option or []))
         source_options = parse_options(src_option or [], "--src-option")
         size_wh = parse_size(size) if size else None
-    with handle_errors(), _progress_bar(show) as (bar, callback):
+    with handle_errors(), stop_on_signals(), _progress_bar(show) as (bar, callback):
         report = run_convert(src, dst, dst_format.value, src_format=src_format.value, workers=workers,
                              on_error=on_error.value, validate=validate, overwrite=overwrite,
                              resize=resize, size=size_wh,
@@ -162,7 +162,7 @@ def report_dict(report: ConversionReport) -> dict:
         "src": report.src, "dst": report.dst, "format": report.format, "images": report.count,
         "classes": report.classes, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
         "skipped": [vars(s) for s in report.skipped], "seconds": round(report.seconds, 3),
-        "images_per_s": round(report.images_per_s, 1),
+        "images_per_s": round(report.images_per_s, 1), "resumed_from": report.resumed_from,
     }
 
 

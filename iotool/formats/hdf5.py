@@ -20,6 +20,7 @@ filters (say, ``h5repack`` with compression) is read through h5py instead.
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import os
 import weakref
@@ -41,6 +42,7 @@ META_ATTR = "iotool_meta"
 INTEGRITY_ATTR = "iotool_integrity"
 BATCH = 256
 CHUNK_BYTES = 1 << 20  # /images chunk: large enough that most records lie in one chunk
+SPACE_MARGIN = 2 * CHUNK_BYTES  # free space kept for HDF5's chunk cache and metadata
 _STR = h5py.string_dtype("utf-8")
 
 
@@ -71,16 +73,29 @@ class Hdf5Writer(FormatWriter):
         if len(self.pending) >= BATCH:
             self._flush()
 
+    def _ensure_space(self, nbytes: int) -> None:
+        """Refuse, as the OS would, a write the file system has no room for.
+
+        HDF5 keeps what it could not write in its caches, and then crashes the process while
+        closing the file; so the writer checks the free space itself (with a margin for HDF5's
+        own metadata) and raises ENOSPC before handing HDF5 the bytes.
+        """
+        st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
+        if st.f_bavail * st.f_frsize < nbytes + SPACE_MARGIN:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
+
     def _write_payloads(self) -> None:
         """Append the unwritten payloads to ``/images`` with one write (memory stays about one chunk)."""
         if not self.unwritten:
             return
+        self._ensure_space(sum(map(len, self.unwritten)))
         payload = b"".join(self.unwritten)
         start = self.images.shape[0]
         self.images.resize((start + len(payload),))
         if payload:
             self.images[start:] = np.frombuffer(payload, dtype=np.uint8)
         self.unwritten.clear()
+        self.file.flush()  # hands the bytes to the OS now: nothing unwritten waits in HDF5's caches
 
     def _flush(self) -> None:
         """Write the index columns of the pending records."""
@@ -101,6 +116,7 @@ class Hdf5Writer(FormatWriter):
 
     def finish(self, meta: DatasetMeta) -> None:
         self._write_payloads()
+        self._ensure_space(len(self.offsets) * 96)  # the offsets, and the keys and checksums still cached
         self._flush()
         offsets = np.asarray(self.offsets, dtype="<i8")
         self.file.create_dataset("offsets", data=offsets, track_times=False)
@@ -116,6 +132,14 @@ class Hdf5Writer(FormatWriter):
             os.fsync(f.fileno())
 
     def abort(self) -> None:
+        # HDF5 crashes the process (SIGSEGV) when it cannot write its caches while handles close
+        # (a full disk). So first free the disk the file holds (it is deleted anyway), then drop
+        # the dataset handles, then the file.
+        try:
+            os.truncate(self.path, 0)
+        except OSError:
+            pass
+        self.images = self.labels = self.keys = self.checksums = None
         try:
             self.file.close()
         except Exception:  # h5py raises various errors on a half-written file; it is deleted anyway

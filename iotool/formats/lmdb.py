@@ -16,6 +16,7 @@ a key becomes a string only when asked for.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from array import array
@@ -129,6 +130,8 @@ class LmdbWriter(FormatWriter):
                 return
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
+            except lmdb.Error as exc:  # a failed write to disk: say so as the OS would
+                raise _disk_error(self.path, exc) from exc
 
     @classmethod
     def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
@@ -168,7 +171,10 @@ class LmdbWriter(FormatWriter):
             has_progress = txn.get(PROGRESS_KEY) is not None
         deletes = tuple(PART_KEY % n for n in range(self.parts)) + ((PROGRESS_KEY,) if has_progress else ())
         self._write(puts, deletes)
-        self.env.sync(True)
+        try:
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            raise _disk_error(self.path, exc) from exc
         self.env.close()
         lock = os.path.join(self.path, "lock.mdb")
         if os.path.exists(lock):
@@ -179,6 +185,18 @@ class LmdbWriter(FormatWriter):
             self.env.close()
         except lmdb.Error:
             pass
+
+
+def _disk_error(path: str, exc: lmdb.Error) -> OSError:
+    """An OSError for a failed LMDB write: ENOSPC when the file system is full (LMDB itself
+    reports a full disk as an I/O error), EIO otherwise; LMDB's own words are kept."""
+    try:
+        st = os.statvfs(path)
+        full = st.f_bavail * st.f_frsize < 2 * COMMIT_BYTES
+    except OSError:
+        full = False
+    code = errno.ENOSPC if full else errno.EIO
+    return OSError(code, f"{os.strerror(code)} (LMDB: {exc})", path)
 
 
 def _open_writable(path: str) -> lmdb.Environment:

@@ -37,7 +37,10 @@ def _worker_main(conn: Any, load: Callable, state: Any, options: PayloadOptions)
     """A pool worker: process chunks from ``conn`` and send back each result, until None."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C and stops us
+    # The main process handles Ctrl-C and SIGTERM (also when a scheduler signals the whole
+    # process group) and stops us with SIGKILL; a worker never dies half-way on its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     init_worker(load, state, options)
     while True:
         try:
@@ -143,7 +146,7 @@ class WorkerPool:
                                names[0], "worker process died")
 
     def stop(self, wait: bool) -> None:
-        """Stop every worker: let idle ones exit (``wait``), terminate the rest."""
+        """Stop every worker: let idle ones exit (``wait``), kill the rest (they ignore SIGTERM)."""
         for conn in self.conns:
             if wait:
                 try:
@@ -154,7 +157,7 @@ class WorkerPool:
             if wait:
                 proc.join(timeout=5)
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()
             proc.join()
         for conn in self.conns:
             conn.close()

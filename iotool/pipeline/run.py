@@ -7,11 +7,13 @@ in source order, into a destination that shows the output only when it is comple
 from __future__ import annotations
 
 import os
+import signal
+import time
 from typing import Any, Callable
 
 from .. import storage
 from ..engines import get_engine
-from ..errors import DestinationExistsError, UsageError
+from ..errors import DestinationError, DestinationExistsError, Interrupted, UsageError
 from ..formats import all_formats, format_names, get_format
 from ..storage import StorageConfig
 from .destination import Destination, LocalDestination, UrlDestination
@@ -99,6 +101,7 @@ def convert(
     if storage.is_url(src) or src.lower().startswith("file://"):
         src = storage.normalize(src)
     dst = storage.normalize(dst)
+    _check_not_inside(src, dst)
     runner = get_engine(engine)
     format_opts = spec.parse_options(format_options)
     remote = storage.is_url(dst)
@@ -116,7 +119,7 @@ def convert(
     source = open_source(src, src_format, config, source_options)
     if storage.normalize(source.root) == dst:
         raise UsageError("The destination is the source; choose another DST.")
-    given = dict(format_options)
+    given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if hasattr(source, "options_dict"):
         given["source_options"] = source.options_dict()
     job = Job(source, spec, src_format, payload, format_opts, given, on_error, resume=resume,
@@ -137,18 +140,63 @@ def _check_url_destination(spec, dst: str, remote: bool, resume: bool) -> None:
 
 
 def _run(job: Job, runner, dest: Destination) -> ConversionReport:
-    """Begin the destination, run the engine into it, then commit (or clean up after a failure)."""
-    import time
+    """Begin the destination, run the engine into it, then commit (or clean up after a failure).
 
-    dest.begin()
+    An interrupt (Ctrl-C, or SIGTERM turned into :class:`Interrupted` by the CLI) or a failed
+    write to the destination (a full disk, an I/O error) keeps a resumable partial output when
+    ``resume`` was asked for; anything else removes it. A failed write is raised as a
+    :class:`DestinationError` that names the destination, the reason and what was written.
+    """
     try:
+        dest.begin()
         result = runner.run(job, dest)
         bytes_out = dest.commit(result.units, result.units_bytes)
     except BaseException as exc:
-        interrupted = isinstance(exc, KeyboardInterrupt)
-        # A resumable partial stays for --resume after Ctrl-C; the next plain run removes it.
-        dest.abort(keep_partial=interrupted and runner.keeps_partial and job.spec.resumable)
+        disk = isinstance(exc, OSError)
+        keep = (disk or isinstance(exc, KeyboardInterrupt)) and job.resume and runner.keeps_partial \
+            and job.spec.resumable
+        written = dest.written()
+        kept = dest.abort(keep_partial=keep)
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(getattr(exc, "signum", signal.SIGINT), kept) from None
+        if disk:
+            raise _destination_error(dest, exc, written, kept, job) from exc
         raise
     return ConversionReport(job.source.root, dest.location, job.spec.name, result.count, len(job.source.classes),
                             result.bytes_in, bytes_out, time.perf_counter() - job.start, result.skipped,
                             resumed_from=result.resumed_from)
+
+
+def _destination_error(dest: Destination, exc: OSError, written: int, kept: str | None, job: Job) -> DestinationError:
+    """The error for a failed write: where, why, how much was written and what is left."""
+    reason = (exc.strerror or str(exc)).lower()
+    if kept:
+        left = f"the partial output is kept for --resume in {kept}"
+    elif job.resume:
+        left = "nothing was kept"
+    else:
+        left = "nothing was left behind (pass --resume to keep a partial output and continue it later)" \
+            if job.spec.resumable else "nothing was left behind"
+    if dest.replaces_existing():
+        left += f"; the existing dataset at {dest.location} is untouched"
+    return DestinationError(f"Cannot write {dest.location}: {reason} (after {human_size(written)} written); "
+                            f"{left}.", exc.errno)
+
+
+def human_size(n: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _check_not_inside(src: str, dst: str) -> None:
+    """Refuse a local destination inside the source tree: the conversion would feed on itself."""
+    if storage.is_url(src) or storage.is_url(dst):
+        return
+    root, target = os.path.realpath(src), os.path.realpath(dst)
+    if os.path.isdir(root) and os.path.commonpath([root, target]) == root:
+        raise UsageError(f"{dst!r} is inside the source {src!r}; the conversion would read its own output. "
+                         f"Choose a DST outside the source tree.")
