@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
@@ -33,17 +34,24 @@ def pristine(tmp_path_factory):
         unit = 4 if get_format(fmt).sharded else 1000
         iotool.convert(root, dst, fmt, workers=0, **options_with_units(fmt, unit, resize=24))
         out[fmt] = dst
-        if fmt == "lmdb":  # before any reader holds the environment open in this process
-            import lmdb
-
-            env = lmdb.open(str(dst), readonly=True, lock=False)
-            with env.begin() as txn:
-                LMDB_INTEGRITY[:] = [txn.get(b"__iotool_integrity__")]
-            env.close()
+        if fmt == "lmdb":
+            remember_lmdb_integrity(dst)
     return out
 
 
-LMDB_INTEGRITY: list[bytes] = []
+LMDB_INTEGRITY: dict[str, bytes] = {}  # sha256 of a data.mdb -> its __iotool_integrity__ value
+
+
+def remember_lmdb_integrity(path: Path) -> None:
+    """Read an LMDB dataset's integrity record for regions() (call before any reader holds the
+    environment open in this process: LMDB refuses a second open of one path)."""
+    import lmdb
+
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    with env.begin() as txn:
+        value = txn.get(b"__iotool_integrity__")
+    env.close()
+    LMDB_INTEGRITY[hashlib.sha256((path / "data.mdb").read_bytes()).hexdigest()] = value
 
 
 Region = tuple[Path, int, int]
@@ -110,7 +118,10 @@ def regions(fmt: str, path: Path) -> dict[str, list[Region]]:
     found_regions["keys"] = [h[0] for h in keys if len(h) == 1 and not h[0][0].name.startswith("index.")]
     # Format-specific containers of the integrity digests and of the payload offsets:
     if fmt == "lmdb":  # the __iotool_integrity__ record (read when the dataset was made)
-        found_regions["integrity"] = [found(files, LMDB_INTEGRITY[0])]
+        data_mdb = next(f for f in files if f.name == "data.mdb")
+        integrity = LMDB_INTEGRITY.get(hashlib.sha256(data_mdb.read_bytes()).hexdigest())
+        if integrity is not None:
+            found_regions["integrity"] = [found(files, integrity)]
     elif fmt == "hdf5":  # the iotool_integrity attribute and the /offsets column
         import h5py
 
