@@ -365,3 +365,30 @@ def test_cli_converts_tfrecord_files_with_source_options(foreign):
     assert result.exit_code == 0, result.output
     reader = iotool.open_reader(tmp / "cli")
     assert reader.label_offset == 1 and list(reader.labels) == [label - 1 for _, label, _ in images]
+
+
+# --- other engines and sources ---------------------------------------------------------------
+
+def test_ray_engine_writes_the_same_shards_and_idx_files(source, tmp_path):
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'iotool[ray]'")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", object_store_memory=200 << 20)
+    try:
+        iotool.convert(source, tmp_path / "ray", FMT, engine="ray", shard_size=5, label_offset=1)
+    finally:
+        ray.shutdown()
+    iotool.convert(source, tmp_path / "local", FMT, workers=0, shard_size=5, label_offset=1)
+    names = sorted(n for n in os.listdir(tmp_path / "local") if n.startswith("shard-"))
+    assert names == sorted(n for n in os.listdir(tmp_path / "ray") if n.startswith("shard-"))
+    assert len(names) == 6  # 3 shards and their idx files
+    assert all((tmp_path / "ray" / n).read_bytes() == (tmp_path / "local" / n).read_bytes() for n in names)
+    a, b = iotool.open_reader(tmp_path / "ray"), iotool.open_reader(tmp_path / "local")
+    assert (list(a.keys), list(a.labels), list(a.checksums)) == (list(b.keys), list(b.labels), list(b.checksums))
+    assert a.label_offset == 1 and iotool.verify(tmp_path / "ray").ok
+
+
+def test_tar_converts_to_tfrecord_and_back(source, tmp_path):
+    iotool.convert(source, tmp_path / "tar", "tar", workers=0, shard_size=4)
+    iotool.convert(tmp_path / "tar", tmp_path / "tf", FMT, src_format="tar", workers=0)
+    iotool.convert(tmp_path / "tf", tmp_path / "h5", "hdf5", src_format=FMT, workers=0)
+    a, b = iotool.open_reader(tmp_path / "tar"), iotool.open_reader(tmp_path / "h5")
+    assert (list(a.keys), list(a.labels), list(a.checksums)) == (list(b.keys), list(b.labels), list(b.checksums))
