@@ -15,7 +15,8 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from .decode import AUTO, decode, resolve_backend
 from .errors import DecodeError, IotoolError, RecordError, UsageError
 from .formats import FormatReader, ShardedReader, detect_format
-from .sharding import EpochSplit, ShardEnv, current_env, distributed_rank
+from .sharding import (STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env,
+                       distributed_rank)
 from .storage import StorageConfig
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,10 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
     With ``even=True`` every rank yields the same number of samples, as DDP needs: a rank with
     one sample fewer repeats its own first sample (like ``DistributedSampler``'s padding), so
     nothing is dropped and at most ``world_size - 1`` samples repeat per epoch.
+
+    Resumable mid-epoch with torchdata's ``StatefulDataLoader`` (:meth:`state_dict`,
+    :meth:`load_state_dict`): a resumed epoch continues sample for sample, without reading or
+    decoding the samples it skips.
     """
 
     def __init__(self, reader: ShardedReader, decoder: str | None = AUTO,
@@ -176,6 +181,9 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
         # (persistent_workers=True) see set_epoch too; their copy of the dataset is made once.
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._dist = distributed_rank()
+        self._loaded: dict[str, Any] | None = None  # from load_state_dict, for the next pass
+        self._pending: dict[str, Any] | None = None  # the state the next pass starts from
+        self._pass: tuple[dict[str, Any], WorkerStream] | None = None  # the running (or last) pass
 
     @property
     def epoch(self) -> int:
@@ -207,30 +215,72 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
         env = self._env()
         return self.split().rank_length(env.rank, env.world_size, self.even)
 
+    def _stream(self, env: ShardEnv, epoch: int) -> WorkerStream:
+        """This process's record stream for ``epoch``, from its start."""
+        split = EpochSplit.of(self.reader.shard_ranges(), self.shuffle, self.seed, epoch)
+        rng = random.Random(f"{self.seed}-{epoch}-{env.rank}-{env.worker_id}") if self.shuffle else None
+        return WorkerStream(split, env, self.even, rng, self.buffer_size)
+
     def iter_indices(self) -> Iterator[int]:
         """The record indices this process yields this epoch, in order (shuffled if asked)."""
+        yield from self._stream(self._env(), self.epoch)
+
+    def _place(self, env: ShardEnv) -> dict[str, Any]:
+        """What a saved state must match to resume in this process (all but the epoch)."""
+        return {"version": STATE_VERSION, "records": len(self.reader), "seed": self.seed,
+                "shuffle": self.shuffle, "even": self.even,
+                "buffer_size": self.buffer_size if self.shuffle else None, "rank": env.rank,
+                "world_size": env.world_size, "worker_id": env.worker_id, "num_workers": env.num_workers}
+
+    def state_dict(self) -> dict[str, Any]:
+        """This process's place in its epoch, as small plain data (JSON-serialisable).
+
+        torchdata's ``StatefulDataLoader`` calls this in each worker and keeps one state per
+        worker in ``loader.state_dict()``: the epoch, seed and split, the records this worker has
+        taken from its runs, and with ``shuffle`` the shuffle buffer's record indices (at most
+        ``buffer_size``) and the RNG state. Before a pass starts it is the state that pass will
+        start from (a loaded one, or the epoch's start).
+        """
+        waiting = self._loaded if self._loaded is not None else self._pending
+        if waiting is not None:
+            return dict(waiting)
+        if self._pass is not None:
+            place, stream = self._pass
+            return {**place, **stream.position()}
         env = self._env()
-        indices = self.split().worker_records(env, self.even)
-        if not self.shuffle:
-            yield from indices
-            return
-        rng = random.Random(f"{self.seed}-{self.epoch}-{env.rank}-{env.worker_id}")
-        buffer: list[int] = []
-        for i in indices:
-            buffer.append(i)
-            if len(buffer) >= self.buffer_size:
-                j = rng.randrange(len(buffer))
-                buffer[j], buffer[-1] = buffer[-1], buffer[j]
-                yield buffer.pop()
-        rng.shuffle(buffer)
-        yield from buffer
+        return {**self._place(env), "epoch": self.epoch, **self._stream(env, self.epoch).position()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from a :meth:`state_dict`: the next pass continues where it was saved, reading
+        none of the records before that point.
+
+        Raises :class:`~iotool.UsageError` naming the mismatch when the state was saved with other
+        options, another rank, world size, worker or worker count, or (when the pass starts)
+        another epoch: call ``set_epoch`` with the saved epoch before iterating.
+        """
+        check_resumable(state, self._place(self._env()))
+        self._loaded = dict(state)
 
     def __iter__(self) -> Iterator[tuple[Any, int]]:
-        if self.shuffle:
-            records = ((i, None, None) for i in self.iter_indices())
-        else:  # one sequential pass over each shard file
-            records = self.reader.read_many(self.iter_indices())
+        loaded, self._loaded = self._loaded, None  # a loaded state resumes this pass only
+        self._pass, self._pending = None, loaded
+        return self._samples(loaded)
+
+    def _samples(self, loaded: dict[str, Any] | None) -> Iterator[tuple[Any, int]]:
+        env, epoch = self._env(), self.epoch  # read when the pass starts (set_epoch may come late)
+        place = {**self._place(env), "epoch": epoch}
+        stream = self._stream(env, epoch)
+        if loaded is not None:
+            check_resumable(loaded, place)
+            stream.restore(loaded)
+        self._pass, self._pending = (place, stream), None
+        if self.shuffle:  # random reads, one index at a time: the stream's position is exact
+            records = ((i, None, None) for i in stream)
+        else:  # one sequential pass over each shard file; count what comes out
+            records = self.reader.read_many(stream.remaining())
         for i, data, label in records:
+            if not self.shuffle:
+                stream.taken += 1
             sample = self.maps.sample(i, data, label)
             if sample is not None:
                 yield sample

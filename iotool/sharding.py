@@ -7,6 +7,10 @@ cut again into equal runs for its DataLoader workers, so every worker has work o
 (one shard, two ranks, three workers: each reads a sixth of the shard, sequentially), and every
 record is read exactly once per epoch across ranks and workers. Nothing here holds a Python list
 of records: runs are ranges, turned into record indices one shard segment at a time.
+
+A worker's place in its epoch is a few numbers (:class:`WorkerStream`): the records it has taken
+from its runs, and with shuffling the shuffle buffer's record indices and the RNG state. Resuming
+from them recomputes the runs and starts reading at that position, so nothing before it is read.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+
+from .errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -113,3 +119,105 @@ class EpochSplit:
         for lo, hi in self.worker_runs(env, even):
             for chunk in self.records(lo, hi):
                 yield from chunk.tolist()
+
+
+def _skip_runs(runs: list[tuple[int, int]], taken: int) -> list[tuple[int, int]]:
+    """``runs`` without their first ``taken`` positions, by arithmetic (nothing read)."""
+    out = []
+    for lo, hi in runs:
+        skip = min(taken, hi - lo)
+        taken -= skip
+        if lo + skip < hi:
+            out.append((lo + skip, hi))
+    return out
+
+
+class WorkerStream:
+    """One (rank, worker)'s record indices for one epoch, through a shuffle buffer when
+    ``rng`` is given, resumable from :meth:`position` (a few plain ints and lists).
+
+    The position counts the records taken from the worker's runs; with shuffling it also holds
+    the buffer's record indices (at most ``buffer_size``) and the RNG state. It is exact whenever
+    the stream is suspended at a ``yield``: the state after handing out that index.
+    """
+
+    def __init__(self, split: EpochSplit, env: ShardEnv, even: bool, rng: random.Random | None,
+                 buffer_size: int):
+        self.split, self.runs = split, split.worker_runs(env, even)
+        self.rng, self.buffer_size = rng, buffer_size
+        self.taken = 0  # records taken from the runs (handed out, or waiting in the buffer)
+        self.buffer: list[int] = []
+
+    def __len__(self) -> int:
+        """Records in this worker's runs this epoch."""
+        return sum(hi - lo for lo, hi in self.runs)
+
+    def position(self) -> dict[str, Any]:
+        """Where the stream is: plain data (JSON-serialisable), small (no per-record lists)."""
+        rng = None
+        if self.rng is not None:
+            version, words, gauss = self.rng.getstate()
+            rng = [version, list(words), gauss]
+        return {"taken": self.taken, "buffer": list(self.buffer), "rng": rng}
+
+    def restore(self, position: dict[str, Any]) -> None:
+        """Continue from a :meth:`position` of the same epoch, rank and worker."""
+        self.taken, self.buffer = int(position["taken"]), [int(i) for i in position["buffer"]]
+        if self.rng is not None:
+            version, words, gauss = position["rng"]
+            self.rng.setstate((version, tuple(words), gauss))
+
+    def remaining(self) -> Iterator[int]:
+        """The record indices not yet taken, in run order (for a caller that counts them)."""
+        for lo, hi in _skip_runs(self.runs, self.taken):
+            for chunk in self.split.records(lo, hi):
+                yield from chunk.tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        """The indices still to hand out: in run order, or drawn from the shuffle buffer."""
+        if self.rng is None:
+            for i in self.remaining():
+                self.taken += 1
+                yield i
+            return
+        for i in self.remaining():
+            self.taken += 1
+            self.buffer.append(i)
+            if len(self.buffer) >= self.buffer_size:
+                yield self._draw()
+        while self.buffer:
+            yield self._draw()
+
+    def _draw(self) -> int:
+        """Take a random index out of the buffer."""
+        buf = self.buffer
+        j = self.rng.randrange(len(buf))
+        buf[j], buf[-1] = buf[-1], buf[j]
+        return buf.pop()
+
+
+STATE_VERSION = 1
+_STATE_KEYS = ("taken", "buffer", "rng")
+_RESUME_HINTS = {
+    "epoch": "call set_epoch({saved}) before iterating the resumed loader",
+    "rank": "each rank loads the loader state it saved itself",
+    "world_size": "resume with the world size it was saved with",
+    "num_workers": "resume with num_workers={saved}",
+    "records": "it was saved on another dataset",
+}
+
+
+def check_resumable(saved: Any, here: dict[str, Any]) -> None:
+    """Raise a UsageError unless ``saved`` is a worker state that matches ``here`` (the dataset's
+    options and this process's place), naming every field that differs."""
+    if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION or \
+            any(k not in saved for k in (*here, *_STATE_KEYS)):
+        version = saved.get("version") if isinstance(saved, dict) else None
+        raise UsageError(f"not a ShardedIterableDataset state of version {STATE_VERSION} (got a "
+                         f"{type(saved).__name__}, version {version!r}); pass what state_dict() returned.")
+    bad = [k for k in here if saved[k] != here[k]]
+    if bad:
+        diffs = ", ".join(f"{k}={saved[k]!r} (here {here[k]!r})" for k in bad)
+        hints = "; ".join(_RESUME_HINTS[k].format(saved=saved[k]) for k in bad if k in _RESUME_HINTS)
+        raise UsageError(f"cannot resume from this state: it was saved with {diffs}"
+                         f"{'; ' + hints if hints else ''}. Open the dataset and the loader as when it was saved.")
