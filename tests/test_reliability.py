@@ -99,8 +99,9 @@ def test_resume_after_sigkill_gives_the_same_records(fmt, many, tmp_path):
     assert [a.read(i)[0] for i in range(300)] == [b.read(i)[0] for i in range(300)]
     assert iotool.verify(dst).ok and temporaries(tmp_path) == []
     if fmt == "tar":  # tar's own shard layout (format-specific, as in that format's own tests)
-        shards = [f"shard-{i:06d}.tar" for i in range(15)]
+        shards = [f"shard-{i:06d}.{ext}" for i in range(15) for ext in ("idx", "tar")]  # with DALI's index
         assert sorted(n for n in os.listdir(dst) if not n.startswith("index.")) == shards  # no side files
+        assert all((dst / n).read_bytes() == (reference / n).read_bytes() for n in shards if n.endswith(".idx"))
         assert sorted(iotool.open_reader(dst).index_files()) == sorted(n for n in os.listdir(dst)
                                                                        if n.startswith("index."))
 
