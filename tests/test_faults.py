@@ -216,7 +216,10 @@ class Campaign:
         else:
             message = result["message"] if result else ""
             dst_named = str(dst) in message or f".out{TMP_MARKER}" in message
-            if not (dst_named and os.strerror(err).lower() in message.lower()):
+            # libhdf5 swallows some failed writes (made while h5py releases an object) and the
+            # writer then finds the file does not read back as written: an I/O error, as it says
+            swallowed = "does not read back as written" in message
+            if not (dst_named and (os.strerror(err).lower() in message.lower() or swallowed)):
                 self.unnamed.append(f"{where}: {result['type'] if result else '?'}: {message!r}")
         state = self._judge(dst)
         if state == "torn":
@@ -277,19 +280,7 @@ def test_injection_points_cover_writes_syncs_and_the_commit_rename(fmt, campaign
     print(summary(c))
 
 
-HDF5_SWALLOWED = pytest.mark.xfail(strict=True, reason=(
-    "iotool bug (iotool/formats/hdf5.py): a failed pwrite inside libhdf5 while h5py releases an "
-    "object id (a metadata-cache write during create_dataset; call 3, 72 bytes at offset 6144) is "
-    "only printed ('Exception ignored in h5py._objects.ObjectID.__dealloc__'); the writer goes on, "
-    "the conversion reports success, and DST is torn: verify says '/offsets' does not describe "
-    "'/images'"))
-
-
-def xfail_for(*formats: str, mark=HDF5_SWALLOWED) -> list:
-    return [pytest.param(f, marks=mark) if f in formats else f for f in FORMATS]
-
-
-@pytest.mark.parametrize("fmt", xfail_for("hdf5"))
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_failed_write_sync_or_rename_leaves_dst_absent_or_complete(fmt, campaign):
     c = campaign(fmt, "fail", False)
     print(summary(c))
@@ -297,7 +288,7 @@ def test_a_failed_write_sync_or_rename_leaves_dst_absent_or_complete(fmt, campai
     assert c.leftovers == [], "\n".join(c.leftovers)
 
 
-@pytest.mark.parametrize("fmt", xfail_for("hdf5"))
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_failed_write_sync_or_rename_under_overwrite_keeps_the_old_dataset(fmt, campaign):
     c = campaign(fmt, "fail", True)
     print(summary(c))
@@ -306,11 +297,6 @@ def test_a_failed_write_sync_or_rename_under_overwrite_keeps_the_old_dataset(fmt
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.xfail(strict=True, reason=(
-    "iotool bug (iotool/pipeline/destination.py rename_into_place): with --overwrite, when the "
-    "fsync of DST's folder after the rename fails (the last call), the conversion fails, DST is "
-    "the new dataset, and the old one stays forever as .NAME.iotool-tmp-PID.old (no later run "
-    "removes it: 'PID.old' is not a pid): a whole dataset's disk space leaked"))
 def test_a_failed_overwrite_leaves_nothing_beside_dst(fmt, campaign):
     c = campaign(fmt, "fail", True)
     assert c.leftovers == [], "\n".join(c.leftovers)
@@ -341,12 +327,6 @@ def test_sigkill_at_every_write_sync_and_rename_of_an_overwrite(fmt, campaign):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.xfail(strict=True, reason=(
-    "iotool bug (iotool/pipeline/destination.py rename_into_place): with --overwrite the old DST is "
-    "renamed to .NAME.iotool-tmp-PID.old and then the temporary to DST; a SIGKILL between the two "
-    "renames leaves no DST at all, the old dataset under a hidden name that no later run restores "
-    "or removes (rest 'PID.old' is not a pid), and the complete new one under its temporary name "
-    "(use renameat2(RENAME_EXCHANGE), or have the next run restore the .old)"))
 def test_sigkill_between_the_renames_of_an_overwrite_leaves_a_dataset_at_dst(fmt, campaign):
     c = campaign(fmt, "kill", True)
     lost = [f for f in c.lost_old if between_the_renames(c, f)]

@@ -511,3 +511,35 @@ def test_cli_convert_info_and_verify_on_s3_with_environment_settings(bucket, ima
     bad = subprocess.run([sys.executable, "-m", "iotool", "verify", url], capture_output=True, text=True,
                          env=env, timeout=120)
     assert bad.returncode == 1 and "checksum mismatch" in bad.stderr, bad.stdout + bad.stderr
+
+
+def _full_cache_reads(url: str, cache: Path, shuffle: bool) -> tuple[list[str], str]:
+    """In a fresh process (the "cache is full" memory is per process): the checksums read, the log."""
+    code = ("import hashlib, json, sys, iotool\n"
+            f"ds = iotool.open_dataset({url!r}, decoder=None, cache_dir={str(cache)!r}, shuffle={shuffle}, seed=1)\n"
+            "print(json.dumps(sorted(hashlib.sha256(d).hexdigest() for d, _ in ds)))\n"
+            f"print(iotool.verify({url!r}, cache_dir={str(cache)!r}).ok)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == "True"
+    return json.loads(lines[0]), done.stderr
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_full_cache_dir_reads_through_and_warns_once(http, tmp_path, shuffle):
+    """cache_dir on a disk too small for the shards (a real tmpfs): the epoch completes, reading
+    without caching, with one warning; verify too."""
+    server, url, local = http
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(cache)], capture_output=True,
+                          text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        got, log = _full_cache_reads(url, cache, shuffle)
+    finally:
+        subprocess.run(["umount", "-l", str(cache)], check=False)
+    assert got == sorted(iotool.open_reader(local).checksums)
+    assert log.count("is full") == 1 and "reading without caching" in log

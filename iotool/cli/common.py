@@ -43,12 +43,23 @@ def handle_errors() -> Iterator[None]:
         raise typer.Exit(128 + signum) from None
 
 
+_stopped: list[int] = []  # the signal that asked this process to stop, once one has
+
+
+def raise_if_stopped() -> None:
+    """Raise :class:`Interrupted` again if a signal asked us to stop (progress callbacks call
+    this: an exception raised by the signal handler inside a destructor is lost otherwise)."""
+    if _stopped:
+        raise Interrupted(_stopped[0])
+
+
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """SIGINT (Ctrl-C) and SIGTERM stop the work by raising :class:`Interrupted` in the main
     thread, so the library cleans up; a second signal during that clean-up exits at once."""
 
     def first(signum: int, frame: Any) -> None:
+        _stopped.append(signum)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, second)
         raise Interrupted(signum)
@@ -60,6 +71,7 @@ def stop_on_signals() -> Iterator[None]:
     try:
         yield
     finally:
+        _stopped.clear()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -17,7 +17,7 @@ from ..imageops import ENCODINGS, parse_size
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
 from ..pipeline.sources import SOURCE_KINDS
-from .common import console, err_console, handle_errors, human_bytes, stop_on_signals, write_json
+from .common import console, err_console, handle_errors, human_bytes, raise_if_stopped, stop_on_signals, write_json
 
 SourceFormat = Enum("SourceFormat", {n: n for n in [*SOURCE_KINDS, *format_names()]}, type=str)
 OutputFormat = Enum("OutputFormat", {n: n for n in format_names()}, type=str)
@@ -149,6 +149,7 @@ class _progress_bar:
         return self.bar, self.update
 
     def update(self, p) -> None:
+        raise_if_stopped()
         rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
         self.bar.update(self.task, completed=p.done, total=p.total, rate=rate, skipped=p.skipped)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 import functools
 import warnings
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ AUTO = "auto"
 DEFAULT_MAX_IMAGE_PIXELS = 1024 * 1024 * 1024 // 4 // 3  # PIL's default, used if PIL is absent
 
 # The formats OpenCV reads here; "unknown" lets an explicit opencv try what we do not sniff.
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
 _OPENCV_FORMATS = frozenset({"jpeg", "png", "bmp", "webp", "tiff", "pnm", "unknown"})
 
 
@@ -276,4 +278,5 @@ def decode(
     except DecodeError as exc:
         raise DecodeError(f"{name}: {exc}") from None
     except Exception as exc:  # backends raise many types; the contract is DecodeError
-        raise DecodeError(f"{name}: cannot decode with {chosen} ({type(exc).__name__}: {exc}).") from None
+        detail = _OBJECT_REPR.sub("the image bytes", str(exc))  # no memory addresses: same input, same message
+        raise DecodeError(f"{name}: cannot decode with {chosen} ({type(exc).__name__}: {detail}).") from None

@@ -40,6 +40,7 @@ class LocalEngine(Engine):
             skipped = [SkippedFile(*entry[1:]) for entry in checkpoint.skipped]
             writer.finish(job.meta(checkpoint.count, skipped))
         except BaseException:
+            dest.written()  # noted before the writer's clean-up, for the error message
             writer.abort()
             raise
         return EngineResult(checkpoint.count, bytes_in, skipped,

@@ -355,12 +355,16 @@ def fetch_column_files(url: str, table: dict[str, dict[str, Any]], config: "Stor
 
     names = [name for entry in table.values() for name in entry["files"]]
     local = tempfile.mkdtemp(prefix="iotool-columns-")
-    cache = storage.ShardCache(config.cache_dir, config.cache_max_bytes) if config.cache_dir else None
+    cache = storage.ShardCache(config.cache_dir, config.cache_max_bytes) \
+        if config.cache_dir and not storage.cache_is_full(config.cache_dir) else None
     for n in names:
         if cache is not None:  # shared by the processes of this machine; linked under its own name
-            os.symlink(cache.fetch(storage.join(url, n), config, version), os.path.join(local, n))
-        else:
-            storage.download(storage.join(url, n), os.path.join(local, n), config)
+            try:
+                os.symlink(cache.fetch(storage.join(url, n), config, version), os.path.join(local, n))
+                continue
+            except storage.CacheFullError:
+                cache = None  # read through: this process keeps its own copy
+        storage.download(storage.join(url, n), os.path.join(local, n), config)
     atexit.register(shutil.rmtree, local, True)
     return local
 

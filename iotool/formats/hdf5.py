@@ -23,7 +23,6 @@ import bisect
 import errno
 import json
 import os
-import weakref
 
 from typing import Any, Iterator
 
@@ -121,15 +120,35 @@ class Hdf5Writer(FormatWriter):
         offsets = np.asarray(self.offsets, dtype="<i8")
         self.file.create_dataset("offsets", data=offsets, track_times=False)
         meta_json = meta.to_json()
-        self.file.attrs[META_ATTR] = meta_json
-        self.file.attrs[INTEGRITY_ATTR] = json.dumps({
+        integrity = json.dumps({
             "meta": sha256_hex(meta_json.encode("utf-8")),
             **_column_digests(self.labels[:], self.keys[:], self.checksums[:], offsets),
         })
+        self.file.attrs[META_ATTR] = meta_json
+        self.file.attrs[INTEGRITY_ATTR] = integrity
         self.file.flush()
         self.file.close()
         with open(self.path, "rb+") as f:
             os.fsync(f.fileno())
+        self._check_written(meta_json, integrity, offsets)
+
+    def _check_written(self, meta_json: str, integrity: str, offsets: np.ndarray) -> None:
+        """Read the closed file back: HDF5 reports some failed writes (those made while h5py
+        releases an object) only as printed warnings, and would leave a torn file that looks
+        complete. A file that does not read back as written is an I/O error."""
+        try:
+            with h5py.File(self.path, "r") as f:
+                stored = f["offsets"][:]
+                ok = (f.attrs.get(META_ATTR) == meta_json and f.attrs.get(INTEGRITY_ATTR) == integrity
+                      and f["images"].shape == (int(offsets[-1]),) and np.array_equal(stored, offsets)
+                      and json.loads(integrity) == {"meta": sha256_hex(meta_json.encode("utf-8")), **_column_digests(
+                          f["labels"][:], f["keys"][:], f["checksums"][:], stored)})
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:
+            raise OSError(errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written ({exc})",
+                          self.path) from None
+        if not ok:
+            raise OSError(errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written",
+                          self.path)
 
     def abort(self) -> None:
         # HDF5 crashes the process (SIGSEGV) when it cannot write its caches while handles close
@@ -281,6 +300,13 @@ class Hdf5Reader(FormatReader):
         self._dataset("keys")  # checks the column's shape now
         return _Keys(self)
 
+    @property
+    def keys(self) -> "_Keys":
+        """Record keys, read from ``/keys`` when asked for. A new view each time, not cached: a
+        cached view pointing back at the reader would keep the HDF5 file open after the reader is
+        gone (and HDF5 hands a later open of the same path that stale, cached file)."""
+        return self._load_keys()
+
     def _load_labels(self) -> IntColumn:
         return IntColumn(np.asarray(self._dataset("labels")[:], dtype=np.int64))
 
@@ -296,10 +322,7 @@ class _Keys(LazyColumn):
     BLOCK = 65536
 
     def __init__(self, reader: Hdf5Reader):
-        # A weak reference: the reader caches this column, and a cycle would keep its HDF5 file
-        # open after the reader is gone (HDF5 then hands a later open of the same path the
-        # stale, cached file).
-        self.reader = weakref.proxy(reader)
+        self.reader = reader  # not cached by the reader (see Hdf5Reader.keys): no reference cycle
 
     def __len__(self) -> int:
         return self.reader.meta.count

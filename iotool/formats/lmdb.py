@@ -195,7 +195,7 @@ def _disk_error(path: str, exc: lmdb.Error) -> OSError:
         full = st.f_bavail * st.f_frsize < 2 * COMMIT_BYTES
     except OSError:
         full = False
-    code = errno.ENOSPC if full else errno.EIO
+    code = errno.ENOSPC if full or "no space left" in str(exc).lower() else errno.EIO
     return OSError(code, f"{os.strerror(code)} (LMDB: {exc})", path)
 
 

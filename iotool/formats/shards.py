@@ -112,6 +112,10 @@ class OffsetShardReader(IndexedReader, ShardedReader):
             return self._payload(shard, offset, self._read_at(f, shard, offset, size)), self.labels[index]
 
     def _read_at(self, f, shard: int, offset: int, size: int) -> bytes:
+        available = os.fstat(f.fileno()).st_size - offset
+        if size > available:  # a damaged index must not make a huge read (or allocation)
+            raise FormatError(f"{self.shard_path(shard)}: truncated shard (record at byte {offset} "
+                              f"needs {size} bytes, the file has {max(available, 0)} from there).")
         f.seek(offset)
         data = f.read(size)
         if len(data) != size:
@@ -145,8 +149,12 @@ class OffsetShardReader(IndexedReader, ShardedReader):
 
     # -- remote shards -------------------------------------------------------------------
     def _cache(self) -> storage.ShardCache | None:
+        """The shard cache, unless there is none or its disk was found full in this process (then
+        shards are read through without caching: a full cache never fails the epoch)."""
         cfg = self.storage
-        return storage.ShardCache(cfg.cache_dir, cfg.cache_max_bytes) if cfg.cache_dir else None
+        if not cfg.cache_dir or storage.cache_is_full(cfg.cache_dir):
+            return None
+        return storage.ShardCache(cfg.cache_dir, cfg.cache_max_bytes)
 
     def _min_size(self, shard: int) -> int:
         """The bytes a complete copy of ``shard`` has at least (the end of its last record)."""
@@ -165,10 +173,13 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         if failed is not None:  # the running read_many gave up on this shard after its retries
             raise failed.with_traceback(None)
         cache = self._cache()
-        if cache is None:
-            return storage.read_range(self.shard_path(shard), offset, size, self.storage)
-        with self._open_cached(shard, cache) as f:
-            return self._read_at(f, shard, offset, size)
+        if cache is not None:
+            try:
+                with self._open_cached(shard, cache) as f:
+                    return self._read_at(f, shard, offset, size)
+            except storage.CacheFullError:
+                pass
+        return storage.read_range(self.shard_path(shard), offset, size, self.storage)
 
     def _read_many_remote(self, indices: list[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
         """Stream each remote shard once, in order (or read it from the cache).
@@ -188,16 +199,14 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                         handle.close()
                     current, handle = shard, None
                     try:
-                        handle = (self._open_cached(shard, cache) if cache is not None
-                                  else storage.RemoteStream(self.shard_path(shard), self.storage))
+                        handle, cached = self._open_shard_stream(shard, cache)
                     except (OSError, IotoolError) as exc:
                         self._h_stream_errors[shard] = exc
                 if shard in self._h_stream_errors:
                     yield i, None, None
                     continue
                 try:
-                    raw = (handle.read_at(offset, size) if cache is None
-                           else self._read_at(handle, shard, offset, size))
+                    raw = self._read_at(handle, shard, offset, size) if cached else handle.read_at(offset, size)
                 except (OSError, IotoolError) as exc:
                     self._h_stream_errors[shard] = exc
                     yield i, None, None
@@ -213,6 +222,15 @@ class OffsetShardReader(IndexedReader, ShardedReader):
             if handle is not None:
                 handle.close()
 
+    def _open_shard_stream(self, shard: int, cache: storage.ShardCache | None) -> tuple[Any, bool]:
+        """(handle, whether it is a cached local file) for reading ``shard`` in one pass."""
+        if cache is not None:
+            try:
+                return self._open_cached(shard, cache), True
+            except storage.CacheFullError:
+                pass  # read through, as without a cache
+        return storage.RemoteStream(self.shard_path(shard), self.storage), False
+
     @contextlib.contextmanager
     def _local_copy(self, shard: int) -> Iterator[str]:
         """A local file holding ``shard``: the shard itself, its cached copy, or a temporary download."""
@@ -221,8 +239,13 @@ class OffsetShardReader(IndexedReader, ShardedReader):
             return
         cache = self._cache()
         if cache is not None:
-            yield cache.fetch(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
-            return
+            try:
+                path = cache.fetch(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
+            except storage.CacheFullError:
+                path = None
+            if path is not None:
+                yield path
+                return
         fd, tmp = tempfile.mkstemp(prefix="iotool-verify-", suffix=os.path.splitext(self.shards[shard]["name"])[1])
         os.close(fd)
         try:

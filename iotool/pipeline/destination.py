@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import fnmatch
 import logging
@@ -27,6 +28,7 @@ from ..storage import OutputDir, StorageConfig, pid_alive
 log = logging.getLogger(__name__)
 
 TMP_MARKER = ".iotool-tmp-"
+OLD_SUFFIX = ".old"  # an old DST moved aside during a two-step replace (no atomic swap)
 
 
 class Destination(ABC):
@@ -91,8 +93,25 @@ def stale_temporaries(dst: str) -> list[str]:
     return sorted(found, key=lambda p: os.lstat(p).st_mtime, reverse=True)
 
 
+def restore_moved_aside(dst: str) -> None:
+    """An old DST that a killed two-step replace had moved aside: put back if DST is missing,
+    else removed (the replace had completed)."""
+    parent, name = os.path.split(os.path.abspath(dst))
+    prefix = f".{name}{TMP_MARKER}"
+    for entry in os.listdir(parent or "."):
+        pid = entry[len(prefix):-len(OLD_SUFFIX)] if entry.endswith(OLD_SUFFIX) else ""
+        if entry.startswith(prefix) and pid.isdigit() and not pid_alive(int(pid)):
+            old = os.path.join(parent, entry)
+            if not os.path.lexists(dst):
+                os.rename(old, dst)
+                log.warning("restored %s, which an interrupted --overwrite had moved aside", dst)
+            else:
+                remove_path(old)
+
+
 def cleanup_stale_temporaries(dst: str) -> list[str]:
     """Remove temporaries of DST left by conversions whose process no longer exists."""
+    restore_moved_aside(dst)
     removed = []
     for path in stale_temporaries(dst):
         remove_path(path)
@@ -122,24 +141,65 @@ def du(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
+_RENAME_EXCHANGE = 2  # renameat2 flag (Linux 3.15+: ext4, xfs, btrfs, tmpfs, ...)
+_AT_FDCWD = -100
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap two existing paths in one atomic step (``renameat2(RENAME_EXCHANGE)``); False where
+    the OS or file system cannot (the caller then renames in two steps)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
 def rename_into_place(tmp: str, dst: str, overwrite: bool) -> None:
-    """Rename the finished temporary into place; an old DST is replaced only with overwrite."""
-    old = None
-    if os.path.lexists(dst):
-        if not overwrite:
-            raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (CLI: --overwrite) to "
-                                         f"replace it.")
-        old = tmp + ".old"
-        os.rename(dst, old)
+    """Rename the finished temporary into place; an old DST is replaced only with ``overwrite``.
+
+    All or nothing: when this raises, DST is what it was before (absent, or the old dataset).
+    An old DST is swapped with the temporary in one atomic step, so a kill at any moment leaves a
+    complete dataset at DST; where the file system cannot swap, the old one is moved aside under
+    a name the next run restores (:func:`cleanup_stale_temporaries`) if a kill lands in between.
+    """
+    parent = os.path.dirname(os.path.abspath(dst))
+    if not os.path.lexists(dst):
+        os.rename(tmp, dst)
+        _sync_or_undo(parent, lambda: os.rename(dst, tmp))
+        return
+    if not overwrite:
+        raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (CLI: --overwrite) to "
+                                     f"replace it.")
+    if exchange(tmp, dst):  # DST is the new dataset, tmp the old one
+        _sync_or_undo(parent, lambda: exchange(tmp, dst))
+        remove_path(tmp)
+        return
+    old = tmp + OLD_SUFFIX
+    os.rename(dst, old)
     try:
         os.rename(tmp, dst)
     except BaseException:
-        if old:
-            os.rename(old, dst)  # the old dataset goes back in place, untouched
+        os.rename(old, dst)  # the old dataset goes back in place, untouched
         raise
-    fsync_dir(os.path.dirname(os.path.abspath(dst)))
-    if old:
-        remove_path(old)
+    _sync_or_undo(parent, lambda: (os.rename(dst, tmp), os.rename(old, dst)))
+    remove_path(old)
+
+
+def _sync_or_undo(folder: str, undo: Callable[[], Any]) -> None:
+    """Make the renames in ``folder`` durable, or undo them (so a failure leaves DST as it was)."""
+    try:
+        fsync_dir(folder)
+    except BaseException:
+        undo()
+        raise
 
 
 def lock_path(dst: str) -> str:
@@ -206,6 +266,7 @@ class LocalDestination(Destination):
     def begin(self) -> None:
         os.makedirs(os.path.dirname(self.location) or ".", exist_ok=True)
         self.lock.acquire()
+        restore_moved_aside(self.location)
         self.existed = self.exists()
         if not self.resume:
             cleanup_stale_temporaries(self.location)
@@ -241,10 +302,14 @@ class LocalDestination(Destination):
             self.lock.release()
 
     def written(self) -> int:
+        """The most bytes seen in the temporary output (engines ask before a writer's abort
+        cleans up, so the figure is what was on disk when the write failed)."""
         try:
-            return du(self.work_path) if os.path.lexists(self.work_path) else 0
+            now = du(self.work_path) if os.path.lexists(self.work_path) else 0
         except OSError:
-            return 0
+            now = 0
+        self._written = max(getattr(self, "_written", 0), now)
+        return self._written
 
     def replaces_existing(self) -> bool:
         return self.overwrite and self.existed

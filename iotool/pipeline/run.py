@@ -101,7 +101,6 @@ def convert(
     if storage.is_url(src) or src.lower().startswith("file://"):
         src = storage.normalize(src)
     dst = storage.normalize(dst)
-    _check_not_inside(src, dst)
     runner = get_engine(engine)
     format_opts = spec.parse_options(format_options)
     remote = storage.is_url(dst)
@@ -116,11 +115,12 @@ def convert(
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")
     payload = PayloadOptions.for_format(spec, validate, resize, size, encode, quality)
+    _check_not_inside(src, dst)
     source = open_source(src, src_format, config, source_options)
     if storage.normalize(source.root) == dst:
         raise UsageError("The destination is the source; choose another DST.")
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
-    if hasattr(source, "options_dict"):
+    if source.options_dict():  # stored (and fingerprinted) only for sources that take options
         given["source_options"] = source.options_dict()
     job = Job(source, spec, src_format, payload, format_opts, given, on_error, resume=resume,
               workers=workers, ray_address=ray_address, progress=progress)

@@ -199,6 +199,10 @@ class ImageFolderSource:
         self.class_to_idx = self.scan.class_to_idx
         self.config = config if storage.is_url(self.root) else None
 
+    def options_dict(self) -> dict[str, Any]:
+        """The source's own options (none), as stored in the metadata."""
+        return {}
+
     def tasks(self) -> Sequence[SourceSample]:
         return self.scan.samples
 
@@ -229,6 +233,10 @@ class DatasetSource:
         self.root = self.reader.path
         self.classes = self.reader.classes
         self.class_to_idx = self.reader.class_to_idx
+
+    def options_dict(self) -> dict[str, Any]:
+        """The source's own options (none), as stored in the metadata."""
+        return {}
 
     def tasks(self) -> Sequence[DatasetTask]:
         return [DatasetTask(i, key, f"{self.root}#{key}") for i, key in enumerate(self.reader.keys)]

@@ -18,7 +18,7 @@ and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`).
 
 from __future__ import annotations
 
-from .cache import ShardCache, pid_alive
+from .cache import CacheFullError, ShardCache, cache_is_full, pid_alive
 from .config import (DEFAULT_CACHE_BYTES, READ_CHUNK, STREAM_CHUNK, TMP_TAG, MissingExtraError,
                      RetriesExhaustedError, StorageConfig, StorageError, basename, is_url, join, normalize,
                      protocol)
@@ -33,5 +33,5 @@ __all__ = [
     "is_url", "normalize", "join", "basename", "protocol", "filesystem",
     "is_transient", "with_retries",
     "exists", "size", "read_bytes", "read_range", "open_stream", "read_exact", "RemoteStream", "download",
-    "list_tree", "pid_alive", "ShardCache", "temporary_name", "OutputDir",
+    "list_tree", "pid_alive", "ShardCache", "CacheFullError", "cache_is_full", "temporary_name", "OutputDir",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -12,6 +13,16 @@ from .config import DEFAULT_CACHE_BYTES, TMP_TAG, StorageConfig, StorageError, b
 from .remote import download
 
 log = logging.getLogger(__name__)
+_FULL: set[str] = set()  # cache folders found full in this process: read through them from now on
+
+
+class CacheFullError(StorageError):
+    """The cache folder's disk is full; the caller reads the file without caching it."""
+
+
+def cache_is_full(root: str) -> bool:
+    """Whether this process found the cache folder ``root`` full (and so no longer uses it)."""
+    return os.path.abspath(root) in _FULL
 
 
 def pid_alive(pid: int) -> bool:
@@ -54,11 +65,22 @@ class ShardCache:
                 return path
         except FileNotFoundError:
             pass
+        if self.root in _FULL:
+            raise CacheFullError(f"{self.root}: full; {url} is read without caching")
         os.makedirs(self.root, exist_ok=True)
         tmp = os.path.join(self.root, f".{os.path.basename(path)}{TMP_TAG}{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
             download(url, tmp, config, min_size)
             os.replace(tmp, path)
+        except (OSError, StorageError) as exc:
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if not isinstance(cause, OSError) or cause.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            if self.root not in _FULL:
+                _FULL.add(self.root)
+                log.warning("the shard cache %s is full (%s); reading without caching from now on",
+                            self.root, cause.strerror or cause)
+            raise CacheFullError(f"{self.root}: no space left to cache {url}") from exc
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)

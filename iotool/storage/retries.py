@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from typing import Callable, TypeVar
@@ -20,10 +21,15 @@ class ShortReadError(OSError):
     """Fewer bytes arrived than were asked for (a dropped connection); retried."""
 
 
+LOCAL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether retrying might help: network and server errors yes, missing files and 4xx no."""
     if isinstance(exc, (IotoolError, *_PERMANENT)):
         return False
+    if isinstance(exc, OSError) and exc.errno in LOCAL_DISK_ERRNOS:
+        return False  # the local disk is full or read-only: no retry will help
     status = getattr(exc, "status", None) or getattr(exc, "status_code", None)
     if isinstance(status, int):
         return status >= 500 or status in (408, 429)

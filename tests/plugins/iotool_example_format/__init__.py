@@ -89,6 +89,8 @@ class PackReader(IndexedReader):
         path = os.path.join(self.path, DATA)
         try:
             with open(path, "rb", buffering=0) as f:
+                if stop > os.fstat(f.fileno()).st_size:  # a damaged index must not make a huge read
+                    raise FormatError(f"{path}: truncated (record {index} needs bytes {start}-{stop}).")
                 data = os.pread(f.fileno(), stop - start, start)
         except OSError as exc:
             raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
