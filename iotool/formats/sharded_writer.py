@@ -1,0 +1,287 @@
+"""What the sharded formats (tar, tfrecord) share: options bounding a shard by a record count
+and/or a byte size, the local writer that rolls shards and checkpoints each finished one, and
+the Ray plan's merge and index.
+
+A format supplies the per-shard file and its companions through a few hooks; see
+:class:`ShardedWriter` and :class:`ShardedPlan`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import FormatError, UsageError
+from ..records import DatasetMeta, Record
+from .base import FormatOptions, FormatWriter, ShardPlan, ShardUnit, WriterHooks
+from .columns import ColumnWriter, write_columns
+from .index import meta_dict, write_index
+
+if TYPE_CHECKING:
+    from ..storage import OutputDir
+
+DEFAULT_SHARD_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class ShardedOptions(FormatOptions):
+    """Options of a sharded format (subclasses add their own)."""
+
+    shard_size: int = DEFAULT_SHARD_SIZE  # records (samples) per shard
+    shard_bytes: int | None = None  # start a new shard before a shard's payloads exceed this
+
+    def __post_init__(self) -> None:
+        if self.shard_size <= 0 or (self.shard_bytes is not None and self.shard_bytes <= 0):
+            raise UsageError(f"shard_size={self.shard_size}, shard_bytes={self.shard_bytes}: must be positive.")
+
+
+def sharded_index(meta: DatasetMeta, shards: list[dict[str, Any]], columns: dict[str, Any]) -> dict[str, Any]:
+    """The content of index.json (before its integrity digest): metadata, shards, and the table
+    of column files (see :mod:`iotool.formats.columns`)."""
+    return {
+        "meta": meta_dict(meta),
+        "shards": [{k: s[k] for k in ("name", "count", "bytes")} for s in shards],
+        "columns": columns,
+    }
+
+
+def side_name(shard: int) -> str:
+    """The checkpoint side file of finished shard ``shard``: ``shard-NNNNNN.json``."""
+    return f"shard-{shard:06d}.json"
+
+
+def side_parts(path: str) -> list[dict[str, Any]]:
+    """The checkpoint side files of a partial output, in order, up to the first gap."""
+    parts = []
+    while os.path.isfile(os.path.join(path, side_name(len(parts)))):
+        with open(os.path.join(path, side_name(len(parts))), encoding="utf-8") as f:
+            parts.append(json.load(f))
+    return parts
+
+
+class ShardedWriter(FormatWriter):
+    """Writes records into shards bounded by a record count and/or a byte size.
+
+    The index columns go to their files record by record. When a shard is complete, it is
+    closed, its companion files are written (``_close_shard``), and its part of the index with
+    the pipeline's checkpoint goes beside it as ``shard-NNNNNN.json`` (atomically), so a killed
+    run resumes after the last complete shard; then the shard and its companions are published
+    through ``hooks.on_unit_closed``, in that order. ``finish`` writes index.json and removes
+    the side files.
+
+    A format declares ``COLUMNS``/``KINDS`` (its index columns, ``locations`` among them),
+    ``META_OPTIONS`` (the option names added to ``meta.options``) and implements:
+
+    - ``shard_name(i)``: the file name of shard ``i``;
+    - ``_open_shard(path)``: create shard file ``path`` (and any per-shard state); return it;
+    - ``_write_record(record)``: append ``record`` to the open shard; return its index row
+      (every column of ``COLUMNS``, ``locations`` = [shard, offset, size]);
+    - ``_close_shard(name)``: after the shard file is closed, write its companion files;
+      return their names (in publication order);
+    - ``_companions(name)``: the companion names of a finished shard (kept by ``resume``);
+    - optionally ``_resumed(part)`` (a finished shard's checkpoint part, on resume) and
+      ``_index(meta, shards, table)`` (index.json's content).
+    """
+
+    resumable = True
+    COLUMNS: tuple[str, ...] = ()
+    KINDS: dict[str, str] = {}
+    META_OPTIONS: tuple[str, ...] = ("shard_size", "shard_bytes")
+
+    def __init__(self, path: str, options: ShardedOptions, hooks: WriterHooks = WriterHooks()):
+        super().__init__(path, options, hooks)
+        self.shard_size = options.shard_size
+        self.shard_bytes = options.shard_bytes
+        os.makedirs(path, exist_ok=True)
+        self.shard: Any = None  # the open shard file (the format's; ``close(sync=True)``), or None
+        self.shards: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []  # the open shard's index rows (for its checkpoint)
+        self.count = 0
+        self.columns: ColumnWriter | None = None  # opened on the first record (after a resume's clean-up)
+
+    # --- the format's hooks ---
+
+    @staticmethod
+    def shard_name(i: int) -> str:
+        raise NotImplementedError
+
+    def _open_shard(self, path: str) -> Any:
+        raise NotImplementedError
+
+    def _write_record(self, record: Record) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _close_shard(self, name: str) -> list[str]:
+        raise NotImplementedError
+
+    def _companions(self, name: str) -> list[str]:
+        raise NotImplementedError
+
+    def _resumed(self, part: dict[str, Any]) -> None:
+        """A finished shard's checkpoint part, read back by ``resume``."""
+
+    def _index(self, meta: DatasetMeta, shards: list[dict[str, Any]], table: dict[str, Any]) -> dict[str, Any]:
+        return sharded_index(meta, shards, table)
+
+    # --- the machinery ---
+
+    def _needs_new_shard(self, size: int) -> bool:
+        if self.shard is None:
+            return True
+        current = self.shards[-1]
+        if current["count"] >= self.shard_size:
+            return True
+        return bool(self.shard_bytes) and current["count"] > 0 and current["bytes"] + size > int(self.shard_bytes)
+
+    def _column_writer(self) -> ColumnWriter:
+        if self.columns is None:
+            self.columns = ColumnWriter(self.path, self.KINDS)
+        return self.columns
+
+    def _store(self, row: dict[str, Any]) -> None:
+        self._column_writer().append(**row)
+        self.count += 1
+
+    def add(self, record: Record) -> None:
+        if self._needs_new_shard(len(record.data)):
+            self._close_current(progress=(record.index, record.position))
+            name = self.shard_name(len(self.shards))
+            self.shard = self._open_shard(os.path.join(self.path, name))
+            self.shards.append({"name": name, "count": 0, "bytes": 0})
+        row = self._write_record(record)
+        shard = self.shards[-1]
+        shard["count"] += 1
+        shard["bytes"] += len(record.data)
+        self.rows.append(row)
+        self._store(row)
+
+    def _close_current(self, progress: tuple[int, int] | None = None) -> None:
+        """Close the open shard, write its companions; with ``progress`` (records, source
+        positions done), checkpoint it."""
+        if self.shard is None:
+            return
+        self.shard.close()
+        self.shard = None
+        i, name = len(self.shards) - 1, self.shards[-1]["name"]
+        companions = self._close_shard(name)
+        if progress is not None and self.hooks.checkpoint is not None:
+            part = {"shard": self.shards[i], "state": self.hooks.checkpoint.state(*progress),
+                    **{column: [row[column] for row in self.rows] for column in self.COLUMNS}}
+            side = os.path.join(self.path, side_name(i))
+            with open(side + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(part, f, ensure_ascii=False)
+            os.replace(side + ".tmp", side)
+        self.rows = []
+        if self.hooks.on_unit_closed is not None:  # the shard, then its companions
+            for unit in (name, *companions):
+                self.hooks.on_unit_closed(os.path.join(self.path, unit), unit)
+
+    @classmethod
+    def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
+        parts = side_parts(path)
+        return {**parts[-1]["state"], "parts": parts} if parts else None
+
+    def resume(self, state: dict[str, Any]) -> None:
+        names = [p["shard"]["name"] for p in state["parts"]]
+        keep = {*names, *(c for n in names for c in self._companions(n)), *map(side_name, range(len(names)))}
+        for entry in os.listdir(self.path):
+            if entry not in keep:
+                os.remove(os.path.join(self.path, entry))  # the shard being written, the column files
+        for part in state["parts"]:
+            self.shards.append(part["shard"])
+            for values in zip(*(part[name] for name in self.COLUMNS)):
+                self._store(dict(zip(self.COLUMNS, values)))
+            self._resumed(part)
+        if self.count != state["count"]:
+            raise FormatError(f"{self.path}: the partial output's shards do not match its checkpoint.")
+
+    def finish(self, meta: DatasetMeta) -> None:
+        self._close_current()
+        table = self._column_writer().finish()
+        meta.options = {**meta.options, **{name: getattr(self.options, name) for name in self.META_OPTIONS}}
+        write_index(self.path, self._index(meta, self.shards, table))
+        for i in range(len(self.shards)):
+            side = os.path.join(self.path, side_name(i))
+            if os.path.exists(side):
+                os.remove(side)
+
+    def abort(self) -> None:
+        if self.shard is not None:
+            self.shard.close(sync=False)
+        if self.columns is not None:
+            self.columns.abort()
+
+
+# --- the Ray engine ---------------------------------------------------------------------------
+
+class ShardedUnit(ShardUnit):
+    """One shard written under a temporary name by a Ray task, published when it completes.
+
+    Subclasses implement ``add`` and ``publish``; ``cols`` holds ``keys``, ``offsets``,
+    ``sizes`` and ``BYTES_COLUMN`` (the payload sizes a shard's ``bytes`` counts) among others.
+    """
+
+    BYTES_COLUMN = "sizes"
+
+    def __init__(self, name: str, out: "OutputDir", open_file: Callable[[str], Any], columns: tuple[str, ...]):
+        self.name = name
+        self.out = out
+        self.local = out.scratch_path(self.name)
+        self.shard = open_file(self.local)
+        self.cols: dict[str, list] = {column: [] for column in columns}
+
+    def sync(self) -> None:
+        self.shard.f.flush()
+        os.fsync(self.shard.f.fileno())
+
+    def discard(self) -> None:
+        self.shard.close(sync=False)
+        if os.path.exists(self.local):
+            os.remove(self.local)
+
+    def columns(self) -> dict[str, list]:
+        return self.cols
+
+    def unit(self) -> dict[str, Any]:
+        return {"name": self.name, "count": len(self.cols["keys"]), "bytes": sum(self.cols[self.BYTES_COLUMN])}
+
+
+class ShardedPlan(ShardPlan):
+    """One Ray task per shard of ``shard_size`` source samples (fixed by source position).
+
+    A format declares ``OPTIONS`` (its options class), ``COLUMNS``/``KINDS`` and
+    ``META_OPTIONS`` as its writer does, and implements ``plan_names`` and ``open_unit``.
+    """
+
+    OPTIONS: type[ShardedOptions] = ShardedOptions
+    COLUMNS: tuple[str, ...] = ()
+    KINDS: dict[str, str] = {}
+    META_OPTIONS: tuple[str, ...] = ("shard_size", "shard_bytes")
+
+    def task_size(self, options: FormatOptions) -> int:
+        assert isinstance(options, self.OPTIONS)
+        return options.shard_size
+
+    def check(self, options: FormatOptions) -> None:
+        assert isinstance(options, self.OPTIONS)
+        if options.shard_bytes:
+            raise UsageError("--shard-bytes cannot be used with --engine ray: shard boundaries are fixed by "
+                             "source position there; use --shard-size.")
+
+    def merge(self, columns: dict[str, list], units: list[dict[str, Any]], part: dict[str, Any]) -> None:
+        shard = len(units)
+        units.append(part["unit"])
+        cols = part["columns"]
+        locations = [[shard, offset, size] for offset, size in zip(cols["offsets"], cols["sizes"])]
+        for name in self.COLUMNS:
+            columns.setdefault(name, []).extend(locations if name == "locations" else cols[name])
+
+    def write_index(self, folder: str, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
+                    options: FormatOptions) -> None:
+        assert isinstance(options, self.OPTIONS)
+        meta.options = {**meta.options, **{name: None if name == "shard_bytes" else getattr(options, name)
+                                           for name in self.META_OPTIONS}}
+        rows = (dict(zip(self.COLUMNS, values)) for values in zip(*(columns[name] for name in self.COLUMNS)))
+        write_index(folder, sharded_index(meta, units, write_columns(folder, self.KINDS, rows)))
