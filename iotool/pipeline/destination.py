@@ -259,6 +259,7 @@ class LocalDestination(Destination):
         self.work_path = temporary_path(dst)
         self.lock = DestinationLock(dst)
         self.existed = False
+        self._written = 0
 
     def exists(self) -> bool:
         return os.path.lexists(self.location)
@@ -308,7 +309,7 @@ class LocalDestination(Destination):
             now = du(self.work_path) if os.path.lexists(self.work_path) else 0
         except OSError:
             now = 0
-        self._written = max(getattr(self, "_written", 0), now)
+        self._written = max(self._written, now)
         return self._written
 
     def replaces_existing(self) -> bool:
