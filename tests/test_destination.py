@@ -92,7 +92,7 @@ def needed_bytes(source: Path, fmt: str, tmp_path: Path) -> int:
 
 
 def convert_args(fmt: str, src: Path, dst: Path, *extra: str) -> list[str]:
-    options = [f"--resize=256"] if get_format(fmt).needs_resize else []
+    options = ["--resize=256"] if get_format(fmt).needs_resize else []
     options += [f"-o{k}={v}" for k, v in get_format(fmt).example_options.items()]
     return ["convert", "imagefolder", fmt, str(src), str(dst), "-w", "0", "-q", *options, *extra]
 
