@@ -235,25 +235,26 @@ def test_a_second_ctrl_c_exits_at_once(source, tmp_path):
 
 # --- odd places ----------------------------------------------------------------------------------
 
-def test_a_read_only_destination_folder_is_a_clear_error(source, tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    with mounted(ro, "bind", source=str(ro), fstype=""):
-        done = subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True, text=True)
+@contextlib.contextmanager
+def read_only(path: Path, source: Path):
+    """``source`` bind-mounted read-only at ``path``."""
+    path.mkdir(exist_ok=True)
+    with mounted(path, "bind", source=str(source), fstype=""):
+        done = subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True, text=True)
         if done.returncode:
             pytest.skip(f"cannot remount read-only: {done.stderr.strip()}")
+        yield path
+
+
+def test_a_read_only_destination_folder_is_a_clear_error(source, tmp_path):
+    with read_only(tmp_path / "ro", tmp_path / "ro") as ro:
         code, text = run_cli(*convert_args("tar", source, ro / "out"))
         assert code == 1 and f"Cannot write {ro / 'out'}: read-only file system" in flat(text), text
         assert "Traceback" not in text and os.listdir(ro) == []
 
 
 def test_a_source_on_a_read_only_file_system_converts(source, tmp_path):
-    ro = tmp_path / "rosrc"
-    ro.mkdir()
-    with mounted(ro, "bind", source=str(source), fstype=""):
-        done = subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True, text=True)
-        if done.returncode:
-            pytest.skip(f"cannot remount read-only: {done.stderr.strip()}")
+    with read_only(tmp_path / "rosrc", source) as ro:
         code, text = run_cli(*convert_args("lmdb", ro, tmp_path / "out"))
         assert code == 0, text
         assert len(iotool.open_reader(tmp_path / "out")) == IMAGES
