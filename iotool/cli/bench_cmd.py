@@ -8,12 +8,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
-from .common import console, err_console, handle_errors, human_bytes, write_json
+from .common import console, err_console, handle_errors, human_bytes, progress_line, write_json
 
 app = typer.Typer(
     name="bench",
@@ -41,27 +40,6 @@ def _split(names: str | None) -> list[str] | None:
     if not names:
         return None
     return [n.strip() for n in names.split(",") if n.strip()]
-
-
-class _progress:
-    """A rich progress line fed by the library's (what, done, total) callback."""
-
-    def __init__(self, show: bool, label: str):
-        self.bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.description}"), TimeElapsedColumn(),
-                            console=err_console, disable=not show, transient=True)
-        self.task: Any = None
-
-    def __enter__(self):
-        self.bar.start()
-        self.task = self.bar.add_task("", total=None)
-        return self.update
-
-    def update(self, what: str, done: int, total: int) -> None:
-        self.bar.update(self.task, description=escape(what), completed=done, total=total)
-
-    def __exit__(self, *exc) -> None:
-        self.bar.stop()
 
 
 def _fmt_stats(stats: Any, digits: int = 0) -> str:
@@ -183,7 +161,7 @@ def decode(
             from ..bench.plot import require_matplotlib
 
             require_matplotlib()
-        with _progress(show and not quiet, "bench decode") as callback:
+        with progress_line(show and not quiet, "bench decode") as callback:
             result = bench_decode([str(p) for p in paths] if paths else None,
                                   _split(backends), mode=mode.value, scale=scale.value,
                                   min_time=min_time, repeat=repeat, tjbench=tjbench,
@@ -240,7 +218,7 @@ def read(
     from ..bench.read import bench_read
 
     show = json_out != "-"
-    with handle_errors(), _progress(show and not quiet, "bench read") as callback:
+    with handle_errors(), progress_line(show and not quiet, "bench read") as callback:
         result = bench_read(path, decoder=decoder, workers=workers, batch_size=batch_size,
                             epochs=epochs, shuffle=shuffle, progress=callback)
     if json_out:
@@ -305,7 +283,7 @@ def loader(
     with handle_errors():
         if workdir is not None and not workdir.is_dir():
             raise UsageError(f"--workdir {str(workdir)!r} is not an existing folder.")
-        with _progress(show and not quiet, "bench loader") as callback:
+        with progress_line(show and not quiet, "bench loader") as callback:
             result = bench_loader(src, formats=_split(formats), decoder=decoder, workers=workers,
                                   batch_size=batch_size, size=size, rounds=rounds, epochs=epochs,
                                   pipeline=pipeline, webdataset=webdataset, workdir=workdir,

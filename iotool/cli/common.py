@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import DestinationExistsError, DestinationLockedError, Interrupted, IotoolError, UsageError
 
@@ -93,3 +94,24 @@ def write_json(obj: Any, dest: str | None) -> None:
     else:
         with open(dest, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+
+
+class progress_line:
+    """A rich progress line fed by the library's (what, done, total) callback."""
+
+    def __init__(self, show: bool, label: str):
+        self.bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=err_console, disable=not show, transient=True)
+        self.task: Any = None
+
+    def __enter__(self):
+        self.bar.start()
+        self.task = self.bar.add_task("", total=None)
+        return self.update
+
+    def update(self, what: str, done: int, total: int) -> None:
+        self.bar.update(self.task, description=escape(what), completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()

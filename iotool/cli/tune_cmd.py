@@ -10,8 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from .bench_cmd import _progress
-from .common import console, err_console, handle_errors, write_json
+from .common import console, err_console, handle_errors, progress_line, write_json
 
 NO_DECODER = "none"
 
@@ -103,7 +102,7 @@ def tune(
             from ..bench.plot import require_matplotlib
 
             require_matplotlib()
-        with _progress(show and not quiet, "tune") as callback:
+        with progress_line(show and not quiet, "tune") as callback:
             result = tune_loader(path, transform, batch_size=batch_size, max_seconds=max_seconds,
                                  max_workers=max_workers, decoder=None if decoder == NO_DECODER else decoder,
                                  batches=batches, min_time=min_time, progress=callback)

@@ -85,6 +85,46 @@ class OffsetShardReader(IndexedReader, ShardedReader):
             raise FormatError(f"{self.path}: invalid location {[shard, offset, size]} of record {index} in the index.")
         return shard, offset, size
 
+
+    def integrity_problems(self) -> list[str]:
+        """The column files against their digests, the index as a whole, then every shard (and
+        its companion files) against the index; shards unreadable by the format are reported."""
+        problems = self.column_problems()
+        if problems:
+            return problems  # the columns cannot be trusted to check the shards with
+        try:
+            self._check_index()
+        except FormatError as exc:
+            return [str(exc)]
+        for shard, indices in enumerate(self.shard_ranges()):
+            try:
+                with self._local_copy(shard) as local:
+                    problems += self._shard_problems(shard, indices, local)
+                problems += self._companion_problems(shard, indices)
+            except storage.StorageError as exc:
+                problems.append(f"{self.shard_path(shard)}: unreadable ({exc}).")
+            except Exception as exc:  # noqa: BLE001  (the format says which errors mean unreadable)
+                reason = self._unreadable(exc)
+                if reason is None:
+                    raise
+                problems.append(f"{self.shard_path(shard)}: {reason}")
+        return problems
+
+    def _check_index(self) -> None:
+        """Whole-index checks for verify (FormatError); by default every location, vectorised."""
+        self._check_locations(self._locations)
+
+    def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
+        """The problems of one shard, read from the local file ``local``, against the index."""
+        raise NotImplementedError
+
+    def _companion_problems(self, shard: int, indices: range) -> list[str]:
+        """The problems of a shard's companion files (e.g. an index beside it); none by default."""
+        return []
+
+    def _unreadable(self, exc: Exception) -> str | None:
+        """Why a shard is unreadable, for an error its parser raised; None: not a data problem."""
+        return f"unreadable ({exc.strerror or exc})." if isinstance(exc, OSError) else None
     def shard_path(self, shard: int) -> str:
         return storage.join(self.path, self.shards[shard]["name"])
 

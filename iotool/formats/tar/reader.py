@@ -8,7 +8,6 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ... import storage
 from ...errors import FormatError
 from ...records import DatasetMeta
 from ..shards import OffsetShardReader
@@ -57,26 +56,15 @@ class TarReader(OffsetShardReader):
             self._h_member_keys_checked = True
         return keys
 
-    def integrity_problems(self) -> list[str]:
-        """Check the column files against their digests, then parse every shard's tar headers and
-        check them against the index."""
-        problems = self.column_problems()
-        if problems:
-            return problems  # the columns cannot be trusted to check the shards with
-        try:
-            self._check_locations(self._locations)  # every location, vectorised
-            self.member_keys  # noqa: B018  (checks every member key once)
-        except FormatError as exc:
-            return [str(exc)]
-        for shard, indices in enumerate(self.shard_ranges()):
-            try:
-                with self._local_copy(shard) as local:
-                    problems += self._shard_problems(shard, indices, local)
-            except storage.StorageError as exc:
-                problems.append(f"{self.shard_path(shard)}: unreadable ({exc}).")
-            except (tarfile.TarError, OSError, ValueError, KeyError) as exc:
-                problems.append(f"{self.shard_path(shard)}: unreadable tar ({type(exc).__name__}: {exc}).")
-        return problems
+    def _check_index(self) -> None:
+        """Every location (vectorised) and every member key (unsafe names)."""
+        super()._check_index()
+        self.member_keys  # noqa: B018  (checks every member key once)
+
+    def _unreadable(self, exc: Exception) -> str | None:
+        if isinstance(exc, (tarfile.TarError, OSError, ValueError, KeyError)):
+            return f"unreadable tar ({type(exc).__name__}: {exc})."
+        return None
 
     def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
         where = self.shard_path(shard)

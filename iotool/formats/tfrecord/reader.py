@@ -46,27 +46,6 @@ class TfrecordReader(OffsetShardReader):
     def files(self) -> list[str]:
         return super().files() + self.index_paths()
 
-    def integrity_problems(self) -> list[str]:
-        """The column files against their digests, then every shard read record by record (framing,
-        both CRCs, the Example, its label and filename) against the index and its idx file."""
-        problems = self.column_problems()
-        if problems:
-            return problems
-        try:
-            self._check_locations(self._locations)
-        except FormatError as exc:
-            return [str(exc)]
-        for shard, indices in enumerate(self.shard_ranges()):
-            try:
-                with self._local_copy(shard) as local:
-                    problems += self._shard_problems(shard, indices, local)
-                problems += self._idx_problems(shard, indices)
-            except storage.StorageError as exc:
-                problems.append(f"{self.shard_path(shard)}: unreadable ({exc}).")
-            except OSError as exc:
-                problems.append(f"{self.shard_path(shard)}: unreadable ({exc.strerror or exc}).")
-        return problems
-
     def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
         where, problems = self.shard_path(shard), []
         with open(local, "rb") as f:
@@ -94,7 +73,7 @@ class TfrecordReader(OffsetShardReader):
                 problems.append(f"{where}: record at byte {offset}: its {example.FILENAME} does not match the index.")
         return problems
 
-    def _idx_problems(self, shard: int, indices: range) -> list[str]:
+    def _companion_problems(self, shard: int, indices: range) -> list[str]:
         """The shard's tfrecord2idx file against the index's locations."""
         path = self.index_paths()[shard]
         expected = "".join(f"{o} {s}\n" for _, o, s in (self._location(i) for i in indices)).encode("ascii")
