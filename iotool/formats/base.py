@@ -18,6 +18,8 @@ from ..errors import FormatVersionError, UsageError
 from ..records import DatasetMeta, Record
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..storage import OutputDir, StorageConfig
 
 
@@ -231,6 +233,21 @@ class FormatReader(ABC):
             self._checksum_list = self._load_checksums()
         return self._checksum_list
 
+    def image_sizes(self) -> "np.ndarray":
+        """(N, 2) int32 array of every record's decoded (height, width), in index order: the
+        shape of what ``decode(payload)`` (or :attr:`native_decode`) returns. Computed once per
+        reader object, never pickled: from the index where the format records it, else read
+        from each record's image header (:meth:`_load_image_sizes`)."""
+        if getattr(self, "_image_sizes", None) is None:
+            self._image_sizes = self._load_image_sizes()
+        return self._image_sizes
+
+    def _load_image_sizes(self) -> "np.ndarray":
+        """Every record's (height, width); by default read once from each payload's header."""
+        from .sizes import header_sizes
+
+        return header_sizes(self)
+
     def read_many(self, indices: "typing.Iterable[int]") -> Iterator[tuple[int, bytes | None, int | None]]:
         """Yield (index, payload, label) for ``indices`` in order; a record that fails comes as
         (index, None, None) and the caller reads it again with ``read`` to get (or skip) the
@@ -246,7 +263,7 @@ class FormatReader(ABC):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for name in list(state):
-            if name.startswith("_h_") or name in ("_keys", "_labels", "_checksum_list"):
+            if name.startswith("_h_") or name in ("_keys", "_labels", "_checksum_list", "_image_sizes"):
                 state[name] = None
         return state
 

@@ -1,0 +1,62 @@
+"""Each record's decoded (height, width): recorded at conversion, or read from the headers.
+
+Formats written since the sizes were recorded keep them as an index column (``sizes``:
+N x 2 int64, height then width). For datasets written before, and for formats that record
+none, :func:`header_sizes` reads every payload's image header once (no pixels decoded).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import DecodeError, FormatError
+
+if TYPE_CHECKING:
+    from .base import FormatReader
+
+
+def payload_size(data: bytes | memoryview, native_decode: Any = None, name: str = "<bytes>") -> tuple[int, int]:
+    """(height, width) of what decoding ``data`` yields: from its header, or, for a payload no
+    header parser knows and a format with a ``native_decode``, from decoding it."""
+    from ..decode import image_format
+    from ..decode.headers import image_size
+
+    if native_decode is not None and image_format(data) == "unknown":
+        try:
+            return tuple(native_decode(data).shape[:2])  # type: ignore[return-value]
+        except DecodeError as exc:
+            raise DecodeError(f"{name}: {exc}") from None
+    return image_size(data, name)
+
+
+def header_sizes(reader: "FormatReader") -> np.ndarray:
+    """Every record's (height, width) from its payload's header, read in one sequential pass.
+
+    Raises:
+        DecodeError: a payload's header is unreadable; the message names the record.
+        FormatError: a record cannot be read.
+    """
+    n = len(reader)
+    out = np.empty((n, 2), dtype=np.int32)
+    seen = 0
+    for i, data, _ in reader.read_many(range(n)):
+        if data is None:
+            data, _ = reader.read(i)  # raises this record's error
+        try:
+            out[i] = payload_size(data, reader.native_decode)
+        except DecodeError as exc:
+            raise DecodeError(f"{_record_name(reader, i)}: {str(exc).removeprefix('<bytes>: ')}") from None
+        seen += 1
+    if seen != n:
+        raise FormatError(f"{reader.path}: read {seen} of {n} records while reading image sizes.")
+    return out
+
+
+def _record_name(reader: "FormatReader", i: int) -> str:
+    try:
+        key = reader.keys[i]
+    except Exception:  # noqa: BLE001  (the key only decorates the message)
+        key = "?"
+    return f"{reader.path}: record {i} ({key})"  # e.g. "/data/x: record 3 (cat/1.jpg): truncated ..."
