@@ -1,24 +1,36 @@
 /*
  * Region-of-interest JPEG decoding with libjpeg(-turbo)'s scanline API.
  *
- * decode_region(data, scale_num, top, left, height, width, margin) decodes only what a crop needs:
- * the image is decoded at scale_num/8 of its size (libjpeg's scaled IDCT), the rows above the
- * crop are skipped (jpeg_skip_scanlines: entropy-decoded, not inverse-transformed), only the
- * iMCU columns that cover the crop are inverse-transformed (jpeg_crop_scanline), and decoding
+ * decode_region(library, data, scale_num, top, left, height, width, margin) decodes only what a
+ * crop needs: the image is decoded at scale_num/8 of its size (libjpeg's scaled IDCT), the rows
+ * above the crop are skipped (jpeg_skip_scanlines: entropy-decoded, not inverse-transformed), only
+ * the iMCU columns that cover the crop are inverse-transformed (jpeg_crop_scanline), and decoding
  * stops after the crop's last row. Coordinates are in the scaled image.
  *
  * libjpeg replicates the edge pixels of a cropped region when it upsamples chroma, so the columns
  * are decoded `margin` pixels wider on each side (where the image has them) and each row is cut
- * back to the crop: the result is pixel-identical to the same box of a full decode.
+ * back to the crop: the result is pixel-identical to the same box of a full decode. A region as
+ * wide as the image is written by libjpeg straight into the result (no row buffer, no copy).
+ *
+ * The library is not linked at build time: the extension is compiled against the libjpeg 6.2 API
+ * headers (jpeglib.h, JPEG_LIB_VERSION 62, which libjpeg-turbo 1.x to 3.x all keep) and
+ * load(path) binds the jpeg_* functions of a libjpeg(-turbo) shared library with dlopen/dlsym, so
+ * that Python can pick the newest copy present at run time (Pillow's wheel bundles libjpeg-turbo
+ * 3.x) rather than the system's. jpeg_CreateDecompress checks JPEG_LIB_VERSION and the struct
+ * size, so a library with another ABI is refused at load time.
  *
  * Returns a dense bytearray of height x width x 3 (RGB). Every libjpeg warning is an error
  * (strict, as iotool's other decoders): a corrupt stream raises ValueError with libjpeg's message.
  *
- * Nothing is kept between calls; the GIL is released while libjpeg works.
+ * Nothing is kept between calls but the bound library; the GIL is released while libjpeg works.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  /* dladdr */
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +39,29 @@
 #include <jpeglib.h>
 
 #define ROWS_PER_CALL 16
+#define CAPSULE_NAME "iotool._jpegregion.library"
+
+/* The jpeg_* functions of one loaded library (the macro jpeg_create_decompress calls
+ * jpeg_CreateDecompress with this build's JPEG_LIB_VERSION and struct size). */
+struct library {
+    void *handle;
+    struct jpeg_error_mgr *(*std_error)(struct jpeg_error_mgr *);
+    void (*create_decompress)(j_decompress_ptr, int, size_t);
+    void (*destroy_decompress)(j_decompress_ptr);
+    void (*mem_src)(j_decompress_ptr, const unsigned char *, unsigned long);
+    int (*read_header)(j_decompress_ptr, boolean);
+    boolean (*start_decompress)(j_decompress_ptr);
+    void (*crop_scanline)(j_decompress_ptr, JDIMENSION *, JDIMENSION *);
+    JDIMENSION (*skip_scanlines)(j_decompress_ptr, JDIMENSION);
+    JDIMENSION (*read_scanlines)(j_decompress_ptr, JSAMPARRAY, JDIMENSION);
+};
+
+#define SYMBOLS(X) \
+    X(std_error, "jpeg_std_error") X(create_decompress, "jpeg_CreateDecompress") \
+    X(destroy_decompress, "jpeg_destroy_decompress") X(mem_src, "jpeg_mem_src") \
+    X(read_header, "jpeg_read_header") X(start_decompress, "jpeg_start_decompress") \
+    X(crop_scanline, "jpeg_crop_scanline") X(skip_scanlines, "jpeg_skip_scanlines") \
+    X(read_scanlines, "jpeg_read_scanlines")
 
 struct strict_error_mgr {
     struct jpeg_error_mgr pub;
@@ -50,6 +85,7 @@ static void on_message(j_common_ptr cinfo, int level)
 
 /* Everything the decode needs, kept in one place so the longjmp path can clean it up. */
 struct job {
+    const struct library *lib;
     struct jpeg_decompress_struct cinfo;
     struct strict_error_mgr err;
     unsigned char *out;  /* height x width x 3, owned by the caller */
@@ -63,16 +99,17 @@ struct region {
 static const char *run(struct job *job, const unsigned char *data, size_t size, int scale_num,
                        const struct region *r)
 {
+    const struct library *lib = job->lib;
     struct jpeg_decompress_struct *cinfo = &job->cinfo;
 
-    jpeg_mem_src(cinfo, data, (unsigned long)size);
-    jpeg_read_header(cinfo, TRUE);
+    lib->mem_src(cinfo, data, (unsigned long)size);
+    lib->read_header(cinfo, TRUE);
     if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK)
         return "CMYK/YCCK JPEGs are not decoded by region";
     cinfo->out_color_space = JCS_RGB;
     cinfo->scale_num = (unsigned int)scale_num;
     cinfo->scale_denom = 8;
-    jpeg_start_decompress(cinfo);
+    lib->start_decompress(cinfo);
     if (cinfo->output_components != 3)
         return "unexpected number of output components";
     if ((unsigned long long)r->top + r->height > cinfo->output_height ||
@@ -83,37 +120,129 @@ static const char *run(struct job *job, const unsigned char *data, size_t size, 
     unsigned long long wide = (unsigned long long)r->left + r->width + r->margin;
     JDIMENSION stop = wide > cinfo->output_width ? cinfo->output_width : (JDIMENSION)wide;
     JDIMENSION x = start, columns = stop - start;
-    jpeg_crop_scanline(cinfo, &x, &columns);  /* x moves left to an iMCU boundary */
+    lib->crop_scanline(cinfo, &x, &columns);  /* x moves left to an iMCU boundary */
     size_t stride = (size_t)columns * 3, offset = (size_t)(r->left - x) * 3, length = (size_t)r->width * 3;
-    job->rows = malloc(stride * ROWS_PER_CALL);
-    if (job->rows == NULL)
+    int whole_rows = offset == 0 && stride == length;  /* libjpeg can write into the result itself */
+    if (!whole_rows && (job->rows = malloc(stride * ROWS_PER_CALL)) == NULL)
         return "out of memory";
-    JSAMPROW pointers[ROWS_PER_CALL];
-    for (int k = 0; k < ROWS_PER_CALL; k++)
-        pointers[k] = job->rows + k * stride;
-    if (r->top > 0 && jpeg_skip_scanlines(cinfo, r->top) != r->top)
+    if (r->top > 0 && lib->skip_scanlines(cinfo, r->top) != r->top)
         return "could not skip to the region";
     /* Several rows per call: libjpeg's per-call overhead is large next to one row of work. */
+    JSAMPROW pointers[ROWS_PER_CALL];
     for (JDIMENSION y = 0; y < r->height;) {
         JDIMENSION want = r->height - y < ROWS_PER_CALL ? r->height - y : ROWS_PER_CALL;
-        JDIMENSION got = jpeg_read_scanlines(cinfo, pointers, want);
+        for (JDIMENSION k = 0; k < want; k++)
+            pointers[k] = whole_rows ? job->out + (size_t)(y + k) * length : job->rows + k * stride;
+        JDIMENSION got = lib->read_scanlines(cinfo, pointers, want);
         if (got == 0)
             return "the stream ended before the region";
-        for (JDIMENSION k = 0; k < got; k++, y++)
-            memcpy(job->out + (size_t)y * length, pointers[k] + offset, length);
+        for (JDIMENSION k = 0; k < got && !whole_rows; k++)
+            memcpy(job->out + (size_t)(y + k) * length, pointers[k] + offset, length);
+        y += got;
     }
     return NULL;
+}
+
+static void release_library(PyObject *capsule)
+{
+    struct library *lib = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (lib != NULL) {
+        dlclose(lib->handle);
+        free(lib);
+    }
+}
+
+/* The size check of jpeg_CreateDecompress, run once at load: a library built for another
+ * JPEG_LIB_VERSION or another struct layout fails here instead of in the first decode. */
+static const char *check_abi(const struct library *lib, char *message)
+{
+    struct job job;
+    memset(&job, 0, sizeof(job));
+    job.cinfo.err = lib->std_error(&job.err.pub);
+    job.err.pub.error_exit = on_error;
+    job.err.pub.emit_message = on_message;
+    if (setjmp(job.err.escape)) {
+        lib->destroy_decompress(&job.cinfo);
+        memcpy(message, job.err.message, JMSG_LENGTH_MAX);
+        return message;
+    }
+    lib->create_decompress(&job.cinfo, JPEG_LIB_VERSION, sizeof(struct jpeg_decompress_struct));
+    lib->destroy_decompress(&job.cinfo);
+    return NULL;
+}
+
+static PyObject *load(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *name;
+    if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &name))
+        return NULL;
+    struct library *lib = calloc(1, sizeof(*lib));
+    if (lib == NULL) {
+        Py_DECREF(name);
+        return PyErr_NoMemory();
+    }
+    char message[JMSG_LENGTH_MAX + 128];
+    const char *problem = NULL;
+    lib->handle = dlopen(PyBytes_AS_STRING(name), RTLD_NOW | RTLD_LOCAL);
+    if (lib->handle == NULL) {
+        const char *why = dlerror();
+        snprintf(message, sizeof(message), "%s", why ? why : "dlopen failed");
+        problem = message;
+    }
+#define BIND(field, symbol)                                                              \
+    if (problem == NULL && (*(void **)&lib->field = dlsym(lib->handle, symbol)) == NULL) { \
+        snprintf(message, sizeof(message), "%s lacks %s: not a libjpeg(-turbo >= 1.5) library",  \
+                 PyBytes_AS_STRING(name), symbol);                                        \
+        problem = message;                                                                \
+    }
+    SYMBOLS(BIND)
+#undef BIND
+    Py_DECREF(name);
+    if (problem == NULL)
+        problem = check_abi(lib, message);
+    if (problem != NULL) {
+        if (lib->handle != NULL)
+            dlclose(lib->handle);
+        free(lib);
+        PyErr_SetString(PyExc_OSError, problem);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(lib, CAPSULE_NAME, release_library);
+    if (capsule == NULL) {
+        dlclose(lib->handle);
+        free(lib);
+    }
+    return capsule;
+}
+
+static PyObject *library_path(PyObject *self, PyObject *capsule)
+{
+    (void)self;
+    struct library *lib = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (lib == NULL)
+        return NULL;
+    Dl_info info;
+    if (dladdr(*(void **)&lib->read_scanlines, &info) == 0 || info.dli_fname == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeFSDefault(info.dli_fname);
 }
 
 static PyObject *decode_region(PyObject *self, PyObject *args)
 {
     (void)self;
+    PyObject *capsule;
     Py_buffer view;
     int scale_num;
     struct region r;
-    if (!PyArg_ParseTuple(args, "y*iIIIII", &view, &scale_num, &r.top, &r.left, &r.height, &r.width,
-                          &r.margin))
+    if (!PyArg_ParseTuple(args, "Oy*iIIIII", &capsule, &view, &scale_num, &r.top, &r.left, &r.height,
+                          &r.width, &r.margin))
         return NULL;
+    const struct library *lib = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (lib == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     if (scale_num < 1 || scale_num > 16 || r.height == 0 || r.width == 0 || r.height > JPEG_MAX_DIMENSION ||
         r.width > JPEG_MAX_DIMENSION || r.margin > JPEG_MAX_DIMENSION) {
         PyBuffer_Release(&view);
@@ -129,21 +258,23 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
 
     struct job job;
     memset(&job, 0, sizeof(job));
+    job.lib = lib;
     job.out = (unsigned char *)PyByteArray_AS_STRING(pixels);
-    job.cinfo.err = jpeg_std_error(&job.err.pub);
+    job.cinfo.err = lib->std_error(&job.err.pub);
     job.err.pub.error_exit = on_error;
     job.err.pub.emit_message = on_message;
     const char *problem = NULL;
     int failed = 0;
 
+    /* The capsule (and so the library) stays alive: the caller's argument tuple holds it. */
     Py_BEGIN_ALLOW_THREADS
     if (setjmp(job.err.escape)) {
         failed = 1;
     } else {
-        jpeg_create_decompress(&job.cinfo);
+        lib->create_decompress(&job.cinfo, JPEG_LIB_VERSION, sizeof(struct jpeg_decompress_struct));
         problem = run(&job, (const unsigned char *)view.buf, (size_t)view.len, scale_num, &r);
     }
-    jpeg_destroy_decompress(&job.cinfo);
+    lib->destroy_decompress(&job.cinfo);
     free(job.rows);
     Py_END_ALLOW_THREADS
 
@@ -157,16 +288,23 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
+    {"load", load, METH_VARARGS,
+     "load(path) -> library\n\n"
+     "dlopen a libjpeg(-turbo) shared library (a path or a soname), bind the jpeg_* functions the\n"
+     "region decoder calls and check its ABI (JPEG_LIB_VERSION, struct size); OSError if it cannot."},
+    {"library_path", library_path, METH_O,
+     "library_path(library) -> str | None\n\nThe file a loaded library was mapped from (dladdr)."},
     {"decode_region", decode_region, METH_VARARGS,
-     "decode_region(data, scale_num, top, left, height, width, margin) -> bytearray (height x width x 3 RGB)\n\n"
-     "Decode the region of a JPEG at scale_num/8 of its size; coordinates are in the scaled image."},
+     "decode_region(library, data, scale_num, top, left, height, width, margin) -> bytearray\n\n"
+     "Decode the region of a JPEG at scale_num/8 of its size (height x width x 3 RGB) with a library\n"
+     "from load(); coordinates are in the scaled image."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_jpegregion",
-    .m_doc = "Region-of-interest JPEG decoding with libjpeg's scanline API.",
+    .m_doc = "Region-of-interest JPEG decoding with libjpeg's scanline API, bound at run time.",
     .m_size = -1,
     .m_methods = methods,
 };
@@ -176,8 +314,9 @@ PyMODINIT_FUNC PyInit__jpegregion(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    /* The API headers this was compiled against (not the library it runs with: see load()). */
     if (PyModule_AddIntConstant(m, "JPEG_LIB_VERSION", JPEG_LIB_VERSION) < 0 ||
-        PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION_NUMBER",
+        PyModule_AddIntConstant(m, "HEADERS_LIBJPEG_TURBO_VERSION_NUMBER",
 #ifdef LIBJPEG_TURBO_VERSION_NUMBER
                                 LIBJPEG_TURBO_VERSION_NUMBER
 #else

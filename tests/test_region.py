@@ -36,6 +36,59 @@ def test_region_decoder_is_built_where_the_libjpeg_headers_are():
     assert R.region_status().startswith("libjpeg-turbo ")
 
 
+@needs_region
+def test_region_decoder_runs_on_the_libjpeg_turbo_pillow_bundles():
+    """Pillow's wheel carries libjpeg-turbo 3.x: the region decoder binds to it before the system's 2.x."""
+    pillow = R.pillow_libjpeg()
+    if pillow is None:
+        pytest.skip("this Pillow bundles no libjpeg (a distribution build): the system's is used")
+    from PIL import features
+
+    assert R.LIBRARY.origin == "Pillow" and Path(R.LIBRARY.path).samefile(pillow)
+    assert R.LIBRARY.version == features.version("libjpeg_turbo")
+    assert R.region_status().startswith(f"libjpeg-turbo {R.LIBRARY.version} (Pillow: ")
+
+
+@needs_region
+def test_region_decoder_falls_back_to_the_system_libjpeg_then_to_none(monkeypatch):
+    monkeypatch.delenv(R.ENV, raising=False)
+    monkeypatch.setattr(R, "pillow_libjpeg", lambda: None)
+    library, _ = R._bind()
+    if library is None:
+        pytest.skip("no system libjpeg.so.62 here")
+    assert library.origin == "system" and library.version
+    monkeypatch.setattr(R, "candidates", lambda: iter([("system", "/nonexistent/libjpeg.so.62")]))
+    library, problem = R._bind()
+    assert library is None and problem.startswith("built, but no usable libjpeg-turbo (system: ")
+
+
+@needs_region
+def test_load_library_refuses_what_is_not_a_libjpeg_turbo():
+    with pytest.raises(OSError, match="nonexistent"):
+        R.load_library("/nonexistent/libjpeg.so.62")
+    from iotool import _jpegregion
+
+    with pytest.raises(OSError, match="lacks jpeg_std_error"):  # a shared library without the jpeg_* API
+        R.load_library(_jpegregion.__file__)
+
+
+def libraries() -> list:
+    """Every libjpeg-turbo the region decoder can bind to here (Pillow's 3.x, the system's)."""
+    if not R.region_available():
+        return []
+    out = {}
+    for origin, path in R.candidates():
+        try:
+            library = R.load_library(path, origin)
+        except OSError:
+            continue
+        out.setdefault(library.path, library)
+    return list(out.values())
+
+
+LIBRARIES = libraries()
+
+
 def photo(seed: int, width: int, height: int) -> Image.Image:
     """A seeded photo-like RGB image: smooth colour fields, a sharp band and fine noise."""
     rng = np.random.default_rng(seed)
@@ -81,13 +134,18 @@ def boxes(height: int, width: int, rng: random.Random) -> list[tuple[int, int, i
 
 
 @needs_region
+@pytest.mark.parametrize("library", LIBRARIES, ids=lambda lib: f"{lib.origin}-{lib.version}")
 @pytest.mark.parametrize("scale", R.SCALES)
-def test_region_equals_the_box_of_a_full_decode(jpeg, scale):
+def test_region_equals_the_box_of_a_full_decode(jpeg, scale, library):
+    """Exact against a full decode by the same library; within a grey level of simplejpeg's copy."""
     header = parse_jpeg_header(jpeg)
-    full = decode(jpeg, "simplejpeg", min_size=(header.height // scale, header.width // scale))
-    assert full.shape[:2] == (-(-header.height // scale), -(-header.width // scale))
+    size = (-(-header.height // scale), -(-header.width // scale))
+    full = R.decode_jpeg_region(jpeg, header, (0, 0, *size), scale, library=library)
+    other = decode(jpeg, "simplejpeg", min_size=(header.height // scale, header.width // scale))
+    assert other.shape == full.shape == (*size, 3)
+    assert np.abs(full.astype(np.int16) - other).max() <= 1
     for top, left, h, w in boxes(*full.shape[:2], random.Random(scale)):
-        got = R.decode_jpeg_region(jpeg, header, (top, left, h, w), scale)
+        got = R.decode_jpeg_region(jpeg, header, (top, left, h, w), scale, library=library)
         assert got.shape == (h, w, 3) and got.dtype == np.uint8 and got.flags.c_contiguous and got.flags.writeable
         np.testing.assert_array_equal(got, full[top:top + h, left:left + w], err_msg=f"box {(top, left, h, w)}")
 
@@ -99,7 +157,8 @@ def test_region_on_sample_data_photos():
         header = parse_jpeg_header(data)
         if not R.supports(header):
             continue
-        full = decode(data)
+        full = R.decode_jpeg_region(data, header, (0, 0, header.height, header.width))
+        assert np.abs(full.astype(np.int16) - decode(data)).max() <= 1, path.name
         h, w = full.shape[0] // 2, full.shape[1] // 3
         box = (full.shape[0] // 4, full.shape[1] // 3, h, w)
         np.testing.assert_array_equal(R.decode_jpeg_region(data, header, box),
@@ -133,8 +192,10 @@ def test_the_extension_refuses_out_of_range_regions_without_touching_memory():
     for args in [(2**32 - 1, 0, 1, 10, 2), (0, 2**32 - 10, 10, 20, 2), (0, 0, 2**31, 2**31, 2),
                  (0, 0, 10, 10, 2**32 - 1), (70, 90, 11, 10, 2)]:
         with pytest.raises(ValueError, match="region"):
-            _jpegregion.decode_region(data, 8, *args)
-    assert len(_jpegregion.decode_region(data, 8, 70, 90, 10, 10, 2)) == 10 * 10 * 3
+            _jpegregion.decode_region(R.LIBRARY.handle, data, 8, *args)
+    assert len(_jpegregion.decode_region(R.LIBRARY.handle, data, 8, 70, 90, 10, 10, 2)) == 10 * 10 * 3
+    with pytest.raises(ValueError, match="PyCapsule"):
+        _jpegregion.decode_region(object(), data, 8, 0, 0, 1, 1, 2)
 
 
 @needs_region
