@@ -22,7 +22,9 @@ class Record:
     """One sample on its way into a format: its position, key, label, payload and checksum.
 
     ``ext`` is the payload's file extension without the dot (``jpg``, ``png`` ...), which tar
-    shards use for member names and the BMP cache for file names.
+    shards use for member names and the BMP cache for file names. ``shape`` is the decoded
+    (height, width) of the payload as stored (after any resize / re-encode), which formats
+    record in their index; None when not known (the writer then reads the payload's header).
     """
 
     index: int
@@ -32,6 +34,7 @@ class Record:
     ext: str
     checksum: str
     position: int = -1  # the sample's position in the source order
+    shape: tuple[int, int] | None = None  # decoded (height, width) of ``data``
 
 
 @dataclass

@@ -52,14 +52,21 @@ class PayloadOptions:
                 "encode": self.encode, "quality": self.quality}
 
 
-def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str]:
-    """Validate, and resize / re-encode if asked, one payload; return (bytes to store, ext)."""
+def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str, tuple[int, int] | None]:
+    """Validate, and resize / re-encode if asked, one payload; return (bytes to store, ext,
+    decoded (height, width) of those bytes). The size comes from the decoded pixels, or, with
+    validation off, from the header (None when the header is unreadable: stored unchecked)."""
     from ..decode import decode, image_format
+    from ..decode.headers import image_size
 
     if options.encode == "keep":
+        ext = payload_extension(key, image_format(data))
         if options.validate:
-            decode(data, "auto", name=key)
-        return data, payload_extension(key, image_format(data))
+            return data, ext, _shape(decode(data, "auto", name=key))
+        try:
+            return data, ext, image_size(data, key)
+        except DecodeError:
+            return data, ext, None
     width, height = _image_size(data, key)
     size = target_size(width, height, options.resize, options.size)
     # Decode at the smallest JPEG DCT scale that keeps REDUCING_GAP x the target, then resize
@@ -67,7 +74,11 @@ def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str]
     min_size = (size[1] * REDUCING_GAP, size[0] * REDUCING_GAP)
     image = decode(data, "auto", name=key, min_size=min_size)
     image = resize_rgb(image, size)
-    return encode(image, options.encode, options.quality), EXTENSIONS[options.encode]
+    return encode(image, options.encode, options.quality), EXTENSIONS[options.encode], _shape(image)
+
+
+def _shape(image: Any) -> tuple[int, int]:
+    return int(image.shape[0]), int(image.shape[1])
 
 
 def _image_size(data: bytes, key: str) -> tuple[int, int]:
@@ -100,8 +111,8 @@ def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Skip
         try:
             key, where, label, data = load(state, task)
             size = len(data)
-            payload, ext = prepare(key, data, options)
-            out.append((index, Record(index, key, label, payload, ext, checksum(payload)), size))
+            payload, ext, shape = prepare(key, data, options)
+            out.append((index, Record(index, key, label, payload, ext, checksum(payload), shape=shape), size))
         except (OSError, DecodeError, IotoolError, ValueError) as exc:
             reason = str(exc) if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {exc}"
             prefix = f"{key}: "
