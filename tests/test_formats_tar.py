@@ -73,7 +73,8 @@ def test_index_json_lists_shards_counts_and_classes(shards):
     index = json.loads((shards / "index.json").read_text())
     assert [s["count"] for s in index["shards"]] == [3] * 9
     assert index["meta"]["classes"] == ["cat", "dog", "eel"] and index["meta"]["count"] == 27
-    assert index["meta"]["options"]["shard_size"] == 3 and index["meta"]["format_version"] == 2
+    assert index["meta"]["options"]["shard_size"] == 3 and index["meta"]["format_version"] == 3
+    assert np.load(shards / "index.shapes.npy", allow_pickle=False).shape == (27, 2)  # decoded (height, width)
     # Per-record columns live in memory-mappable .npy files that the index names with their digests.
     files = {name for entry in index["columns"].values() for name in entry["files"]}
     assert "index.checksums.npy" in files and all((shards / name).is_file() for name in files)

@@ -31,10 +31,13 @@ SOURCE_PLACEHOLDER = "<source>"
 # JSON list; every payload record is still f49795f's. A change means the on-disk
 # output changed. lmdb is hashed by (key, value) pairs, not the raw data.mdb: LMDB leaves unused
 # page bytes uninitialised, so two identical conversions give different data.mdb files.
+# lmdb, hdf5 and tar: re-recorded when their format versions (3) added each record's decoded
+# (height, width) to the index (__iotool_shapes__, /shapes, index.shapes.npy); the payload
+# records, /images and the tar shards are unchanged (PAYLOAD_EXPECTED still holds).
 EXPECTED = {
-    "lmdb": "d2faa7b39b300113dd19a2e38953d6e6fecfaf44f7737a34420e95295a97a2ae",
-    "hdf5": "3e2b17cb61b13a0fb55831c933bdd075ab08e3a7e6fcc997884304539a83a11e",
-    "tar": "62bbddeb3a958a385085c09cf6433629f5d24c3070d36a4174f50e27e1cab90b",
+    "lmdb": "e4c422e2a1a3d5e8fefcea64c0d923ad9a974b5a9ed45b240d5826d1520c32f6",
+    "hdf5": "b7285312eda17f9744369374925b8f53e8626d8e1b308699fbba4bb91309a6f4",
+    "tar": "5bb70fc5b2d44b5baa62deb834688b71f24921f03679cb22b790ec99a2921ac4",
     "bmp": "58038fefed91199aa19cd7d14fcd2090237a5fb3f2708afdb0019e0abc2aaf08",
 }
 PAYLOAD_EXPECTED = {"tar": "5fbc9901ef619296b999832c0457618942b28089b1b8fcee03be8021ca2ebe6a",
@@ -128,10 +131,11 @@ def digest_lmdb(path: Path) -> str:
         env.close()
     values = {key.decode(): value for key, value in items}
     integrity = json.loads(values["__iotool_integrity__"])
-    for name in ("__iotool_keys__", "__iotool_labels__", "__iotool_checksums__"):
+    for name in ("__iotool_keys__", "__iotool_labels__", "__iotool_checksums__", "__iotool_shapes__"):
         assert integrity[name] == hashlib.sha256(values[name]).hexdigest(), name
     assert sorted(values) == sorted([*(f"{i:010d}" for i in range(24)), "__iotool_meta__", "__iotool_keys__",
-                                     "__iotool_labels__", "__iotool_checksums__", "__iotool_integrity__"])
+                                     "__iotool_labels__", "__iotool_checksums__", "__iotool_shapes__",
+                                     "__iotool_integrity__"])
     for key, value in items:
         if key == b"__iotool_integrity__":
             continue
@@ -146,7 +150,7 @@ def digest_hdf5(path: Path) -> str:
     h = hashlib.sha256()
     with h5py.File(path, "r") as f:
         names = sorted(f.keys())
-        assert names == ["checksums", "images", "keys", "labels", "offsets"], names
+        assert names == ["checksums", "images", "keys", "labels", "offsets", "shapes"], names
         for name in names:
             ds = f[name]
             if h5py.check_string_dtype(ds.dtype) is not None:
@@ -162,6 +166,7 @@ def digest_hdf5(path: Path) -> str:
         assert integrity["labels"] == hashlib.sha256(f["labels"][()].astype("<i8").tobytes()).hexdigest()
         assert integrity["checksums"] == hashlib.sha256(f["checksums"][()].tobytes()).hexdigest()
         assert integrity["offsets"] == hashlib.sha256(f["offsets"][()].astype("<i8").tobytes()).hexdigest()
+        assert integrity["shapes"] == hashlib.sha256(f["shapes"][()].astype("<i4").tobytes()).hexdigest()
     return h.hexdigest()
 
 

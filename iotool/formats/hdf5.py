@@ -1,12 +1,13 @@
 """HDF5 format: one file with every payload concatenated in one byte array, plus index columns.
 
-Layout (version 2, all readable with plain h5py)::
+Layout (version 3, all readable with plain h5py)::
 
     /images      (total bytes,) uint8, chunked, unfiltered   every payload, unchanged, back to back
     /offsets     (N + 1,) int64      record i is images[offsets[i]:offsets[i + 1]]
     /labels      (N,) int64
     /keys        (N,) variable-length UTF-8 strings (relative source paths)
     /checksums   (N,) 64-byte ASCII hex SHA-256
+    /shapes      (N, 2) int32        decoded (height, width); [0, 0]: header unreadable (version 3)
     attrs["iotool_meta"]        the metadata JSON
     attrs["iotool_integrity"]   SHA-256 digests of the metadata and the index columns
 
@@ -34,8 +35,9 @@ from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
 from .columns import AsciiColumn, IntColumn, LazyColumn
 from .index import canonical_json, sha256_hex
+from .sizes import record_shape, recorded_sizes
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: /shapes; 2: /images one byte array with /offsets
 VLEN_VERSION = 1  # /images as (N,) variable-length uint8; read, no longer written
 META_ATTR = "iotool_meta"
 INTEGRITY_ATTR = "iotool_integrity"
@@ -58,13 +60,15 @@ class Hdf5Writer(FormatWriter):
         self.labels = self.file.create_dataset("labels", (0,), "<i8", **column)
         self.keys = self.file.create_dataset("keys", (0,), _STR, **column)
         self.checksums = self.file.create_dataset("checksums", (0,), "S64", **column)
+        self.shapes = self.file.create_dataset("shapes", (0, 2), "<i4", maxshape=(None, 2), chunks=(BATCH, 2),
+                                               track_times=False)
         self.offsets = [0]
-        self.pending: list[tuple[int, str, str]] = []  # (label, key, checksum) not written yet
+        self.pending: list[tuple[int, str, str, list[int]]] = []  # (label, key, checksum, shape) not written yet
         self.unwritten: list[bytes] = []  # payloads not written yet, at most about one chunk
         self.count = 0
 
     def add(self, record: Record) -> None:
-        self.pending.append((record.label, record.key, record.checksum))
+        self.pending.append((record.label, record.key, record.checksum, record_shape(record)))
         self.offsets.append(self.offsets[-1] + len(record.data))
         self.unwritten.append(record.data)
         if self.offsets[-1] - self.images.shape[0] >= CHUNK_BYTES:
@@ -101,7 +105,7 @@ class Hdf5Writer(FormatWriter):
         if not self.pending:
             return
         n, k = self.count, len(self.pending)
-        labels, keys, checksums = zip(*self.pending)
+        labels, keys, checksums, shapes = zip(*self.pending)
         columns = {
             self.labels: np.array(labels, dtype="<i8"),
             self.keys: np.array(keys, dtype=object),
@@ -110,6 +114,8 @@ class Hdf5Writer(FormatWriter):
         for dataset, values in columns.items():
             dataset.resize((n + k,))
             dataset[n:n + k] = values
+        self.shapes.resize((n + k, 2))
+        self.shapes[n:n + k] = np.array(shapes, dtype="<i4").reshape(k, 2)
         self.count += k
         self.pending.clear()
 
@@ -122,7 +128,7 @@ class Hdf5Writer(FormatWriter):
         meta_json = meta.to_json()
         integrity = json.dumps({
             "meta": sha256_hex(meta_json.encode("utf-8")),
-            **_column_digests(self.labels[:], self.keys[:], self.checksums[:], offsets),
+            **_column_digests(self.labels[:], self.keys[:], self.checksums[:], offsets, self.shapes[:]),
         })
         self.file.attrs[META_ATTR] = meta_json
         self.file.attrs[INTEGRITY_ATTR] = integrity
@@ -142,7 +148,7 @@ class Hdf5Writer(FormatWriter):
                 ok = (f.attrs.get(META_ATTR) == meta_json and f.attrs.get(INTEGRITY_ATTR) == integrity
                       and f["images"].shape == (int(offsets[-1]),) and np.array_equal(stored, offsets)
                       and json.loads(integrity) == {"meta": sha256_hex(meta_json.encode("utf-8")), **_column_digests(
-                          f["labels"][:], f["keys"][:], f["checksums"][:], stored)})
+                          f["labels"][:], f["keys"][:], f["checksums"][:], stored, f["shapes"][:])})
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
             raise OSError(errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written ({exc})",
                           self.path) from None
@@ -158,16 +164,17 @@ class Hdf5Writer(FormatWriter):
             os.truncate(self.path, 0)
         except OSError:
             pass
-        self.images = self.labels = self.keys = self.checksums = None
+        self.images = self.labels = self.keys = self.checksums = self.shapes = None
         try:
             self.file.close()
         except Exception:  # h5py raises various errors on a half-written file; it is deleted anyway
             pass
 
 
-def _column_digests(labels: np.ndarray, keys, checksums: np.ndarray,
-                    offsets: np.ndarray | None = None) -> dict[str, str]:
-    """Digests of the index columns, as stored in the integrity attribute (offsets: version 2)."""
+def _column_digests(labels: np.ndarray, keys, checksums: np.ndarray, offsets: np.ndarray | None = None,
+                    shapes: np.ndarray | None = None) -> dict[str, str]:
+    """Digests of the index columns, as stored in the integrity attribute (offsets: version 2+,
+    shapes: version 3)."""
     keys = [k.decode("utf-8") if isinstance(k, bytes) else k for k in keys]
     digests = {
         "labels": sha256_hex(np.asarray(labels, dtype="<i8").tobytes()),
@@ -176,6 +183,8 @@ def _column_digests(labels: np.ndarray, keys, checksums: np.ndarray,
     }
     if offsets is not None:
         digests["offsets"] = sha256_hex(np.asarray(offsets, dtype="<i8").tobytes())
+    if shapes is not None:
+        digests["shapes"] = sha256_hex(np.ascontiguousarray(shapes, dtype="<i4").tobytes())
     return digests
 
 
@@ -222,7 +231,7 @@ class Hdf5Reader(FormatReader):
     """Map-style reader; the h5py file and the payload file open lazily, once per process (never across a fork)."""
 
     format_name = "hdf5"
-    format_versions = (VLEN_VERSION, FORMAT_VERSION)
+    format_versions = (VLEN_VERSION, 2, FORMAT_VERSION)
 
     def _file(self) -> h5py.File:
         pid = os.getpid()
@@ -288,13 +297,27 @@ class Hdf5Reader(FormatReader):
             offsets = self._dataset("offsets", self.meta.count + 1)[:] if self.meta.format_version != VLEN_VERSION \
                 else None
             actual = _column_digests(self._dataset("labels")[:], self._dataset("keys")[:],
-                                     self._dataset("checksums")[:], offsets)
+                                     self._dataset("checksums")[:], offsets, self._shapes())
             if offsets is not None:
                 self._open_payload()  # checks the offsets against /images
         except (OSError, ValueError, RuntimeError, TypeError, FormatError) as exc:
             return [f"{self.path}: cannot read the index columns ({exc})."]
         return [f"{self.path}: '/{name}' does not match its integrity digest."
                 for name, digest in actual.items() if self._digests.get(name) != digest]
+
+    def _shapes(self) -> np.ndarray | None:
+        """``/shapes`` (version 3), checked for shape and type; None before version 3."""
+        if self.meta.format_version < 3:
+            return None
+        ds = self._dataset("shapes", -1)
+        if ds.shape != (self.meta.count, 2) or ds.dtype != np.dtype("<i4"):
+            raise FormatError(f"{self.path}: '/shapes' has shape {ds.shape} {ds.dtype}, expected ({self.meta.count}, 2).")
+        return np.asarray(ds[:], dtype=np.int32)
+
+    def _load_image_sizes(self) -> np.ndarray:
+        """From ``/shapes`` (version 3), else from each record's header."""
+        shapes = self._shapes()
+        return super()._load_image_sizes() if shapes is None else recorded_sizes(self, shapes)
 
     def _load_keys(self) -> "_Keys":
         self._dataset("keys")  # checks the column's shape now

@@ -183,23 +183,36 @@ class IndexedReader(FormatReader):
     from ``_load_meta``."""
 
     column_kinds: dict[str, str] = {}
+    column_since: dict[str, int] = {}  # columns added by a later format version: name -> that version
     _digest = ""
 
     def _load_columns(self, raw: dict, count: int) -> None:
-        """Take the column table (or the version-1 lists) from a verified index."""
+        """Take the column table (or the version-1 lists) from a verified index: the columns
+        of :attr:`column_kinds` that the dataset's format version has."""
         from .columns import check_table
 
         self._count = count
+        version = raw["meta"]["format_version"]
+        kinds = {n: k for n, k in self.column_kinds.items() if version >= self.column_since.get(n, 0)}
+        self._present = list(kinds)
         if "columns" in raw:
-            self._table: dict | None = check_table(raw["columns"], list(self.column_kinds), self.path)
+            self._table: dict | None = check_table(raw["columns"], list(kinds), self.path)
             self._lists: dict[str, list] | None = None
             if not self.remote:  # map every column now: a wrong length or type fails the open
-                for name in self.column_kinds:
+                for name in kinds:
                     self.column(name)
             return
         self._table = None
         self._lists = {name: index_list(raw, name, count, _LIST_TYPES.get(kind, list), self.path)
-                       for name, kind in self.column_kinds.items()}
+                       for name, kind in kinds.items()}
+
+    def _load_image_sizes(self) -> Any:
+        """The recorded ``shapes`` column where this dataset has one, else the headers."""
+        from .sizes import SHAPES, recorded_sizes
+
+        if SHAPES in self._present:
+            return recorded_sizes(self, self.column(SHAPES))
+        return super()._load_image_sizes()
 
     def column(self, name: str) -> Any:
         """Column ``name``: a list (version 1) or a mapped array / lazy sequence."""

@@ -9,6 +9,8 @@ Layout (main database, no named sub-databases):
                                            every key back to back (version 1: a JSON list)
     b"__iotool_labels__"                   labels, little-endian int64, by index
     b"__iotool_checksums__"                SHA-256 digests, 32 raw bytes per record, by index
+    b"__iotool_shapes__"                   decoded (height, width), 2 little-endian int32 per record,
+                                           by index (version 3; [0, 0]: header unreadable)
 
 Keys, labels and checksums are compact arrays in each process, never lists of Python objects;
 a key becomes a string only when asked for.
@@ -31,16 +33,18 @@ from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
 from .columns import ChecksumColumn, IntColumn, StringColumn
 from .index import sha256_hex
+from .sizes import record_shape, recorded_sizes
 
-FORMAT_VERSION = 2  # keys as offsets + UTF-8 bytes; version 1 stored them as a JSON list (still read)
+FORMAT_VERSION = 3  # 3: shapes; 2: keys as offsets + UTF-8 bytes; 1: keys as a JSON list (all read)
 META_KEY = b"__iotool_meta__"
 KEYS_KEY = b"__iotool_keys__"
 LABELS_KEY = b"__iotool_labels__"
 CHECKSUMS_KEY = b"__iotool_checksums__"
+SHAPES_KEY = b"__iotool_shapes__"  # since version 3
 INTEGRITY_KEY = b"__iotool_integrity__"
 PROGRESS_KEY = b"__iotool_progress__"  # only in a partial output
 PART_KEY = b"__iotool_part_%08d__"  # only in a partial output
-RESERVED = (META_KEY, KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY, INTEGRITY_KEY)
+RESERVED = (META_KEY, KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY, INTEGRITY_KEY)  # and SHAPES_KEY since version 3
 INITIAL_MAP_SIZE = 1 << 28  # 256 MiB of address space; doubled whenever it fills
 COMMIT_RECORDS = 1024
 COMMIT_BYTES = 16 << 20  # bounds the writer's dirty pages (RSS) per transaction
@@ -87,6 +91,7 @@ class LmdbWriter(FormatWriter):
         self.keys: list[str] = []
         self.labels = array("q")
         self.digests = bytearray()
+        self.shapes = array("i")  # height, width per record
         self.pending: list[tuple[bytes, bytes]] = []
         self.pending_bytes = 0
         self.part_start = 0  # first record of the uncommitted batch
@@ -100,6 +105,7 @@ class LmdbWriter(FormatWriter):
         self.keys.append(record.key)
         self.labels.append(record.label)
         self.digests += bytes.fromhex(record.checksum)
+        self.shapes.extend(record_shape(record))
         self.committed = (record.index + 1, record.position + 1)
         if len(self.pending) >= self.commit_records or self.pending_bytes >= COMMIT_BYTES:
             self._commit_batch()
@@ -108,7 +114,7 @@ class LmdbWriter(FormatWriter):
         """Commit the pending records with their part of the index and the checkpoint."""
         start, end = self.part_start, len(self.keys)
         part = {"keys": self.keys[start:end], "labels": self.labels[start:end].tolist(),
-                "checksums": self.digests[32 * start:32 * end].hex()}
+                "checksums": self.digests[32 * start:32 * end].hex(), "shapes": self.shapes[2 * start:2 * end].tolist()}
         self.pending.append((PART_KEY % self.parts, json.dumps(part, ensure_ascii=False).encode()))
         if self.hooks.checkpoint is not None:
             state = {**self.hooks.checkpoint.state(*self.committed), "parts": self.parts + 1}
@@ -152,6 +158,7 @@ class LmdbWriter(FormatWriter):
                 self.keys += part["keys"]
                 self.labels.extend(part["labels"])
                 self.digests += bytes.fromhex(part["checksums"])
+                self.shapes.extend(part["shapes"])
             stale = [key for key, _ in txn.cursor() if key.isdigit() and int(key) >= state["count"]]
         if len(self.keys) != state["count"]:
             raise FormatError(f"{self.path}: the partial output's index does not match its checkpoint.")
@@ -163,6 +170,7 @@ class LmdbWriter(FormatWriter):
             KEYS_KEY: pack_strings(self.keys),
             LABELS_KEY: np.asarray(self.labels, dtype="<i8").tobytes(),
             CHECKSUMS_KEY: bytes(self.digests),
+            SHAPES_KEY: np.asarray(self.shapes, dtype="<i4").tobytes(),
             META_KEY: meta.to_json().encode("utf-8"),
         }
         integrity = {key.decode(): sha256_hex(value) for key, value in parts.items()}
@@ -262,7 +270,7 @@ class LmdbReader(FormatReader):
     """Map-style reader of an iotool LMDB environment."""
 
     format_name = "lmdb"
-    format_versions = (1, FORMAT_VERSION)
+    format_versions = (1, 2, FORMAT_VERSION)
 
     def _get(self, key: bytes) -> bytes | None:
         try:
@@ -302,9 +310,10 @@ class LmdbReader(FormatReader):
         self._check_digest(META_KEY, raw, self._digests())
         meta = DatasetMeta.from_json(raw, self.path)
         entries = open_env(self.path).stat()["entries"]
-        if meta.count + len(RESERVED) != entries:
+        reserved = len(RESERVED) + (meta.format_version >= 3)  # SHAPES_KEY
+        if meta.count + reserved != entries:
             raise FormatError(f"{self.path}: metadata says {meta.count} records but the environment holds "
-                              f"{entries - len(RESERVED)}.")
+                              f"{entries - reserved}.")
         if meta.format != "lmdb":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'lmdb'.")
         return meta
@@ -320,7 +329,7 @@ class LmdbReader(FormatReader):
     def integrity_problems(self) -> list[str]:
         problems = []
         digests = self._digests()
-        for key in (KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY):
+        for key in (KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY, *((SHAPES_KEY,) if self.meta.format_version >= 3 else ())):
             try:
                 self._check_digest(key, self._get_required(key), digests)
             except FormatError as exc:
@@ -362,6 +371,14 @@ class LmdbReader(FormatReader):
             raise FormatError(f"{self.path}: the checksums record is not a whole number of SHA-256 digests.")
         self._expect_count("checksums", len(raw) // 32)
         return ChecksumColumn(np.frombuffer(raw, dtype=np.uint8).reshape(-1, 32))
+
+    def _load_image_sizes(self) -> np.ndarray:
+        """From ``__iotool_shapes__`` (version 3), else from each record's header."""
+        if self.meta.format_version < 3:
+            return super()._load_image_sizes()
+        raw = self._get_required(SHAPES_KEY)
+        self._expect_count("shapes", len(raw) // 8 if len(raw) % 8 == 0 else -1)
+        return recorded_sizes(self, np.frombuffer(raw, dtype="<i4").reshape(-1, 2))
 
     def _expect_count(self, what: str, n: int) -> None:
         if n != self.meta.count:

@@ -60,3 +60,36 @@ def _record_name(reader: "FormatReader", i: int) -> str:
     except Exception:  # noqa: BLE001  (the key only decorates the message)
         key = "?"
     return f"{reader.path}: record {i} ({key})"  # e.g. "/data/x: record 3 (cat/1.jpg): truncated ..."
+
+
+# --- recorded at conversion ------------------------------------------------------------------
+
+SHAPES = "shapes"  # the index column: N x 2 int64, decoded (height, width); [0, 0]: header unreadable
+UNKNOWN = [0, 0]
+
+
+def record_shape(record: Any) -> list[int]:
+    """[height, width] of a record's payload as a writer stores it in the ``shapes`` column:
+    ``record.shape`` (the pipeline's, from decoding), else the header's; [0, 0] when unreadable
+    (a payload stored without validation), which readers then resolve from the payload."""
+    if record.shape is not None:
+        return [int(record.shape[0]), int(record.shape[1])]
+    try:
+        return list(payload_size(record.data))
+    except DecodeError:
+        return list(UNKNOWN)
+
+
+def recorded_sizes(reader: "FormatReader", values: Any) -> np.ndarray:
+    """The (N, 2) int32 sizes of a recorded ``shapes`` column (N x 2 int64, or lists), checked;
+    rows recorded as unknown ([0, 0]) are read from their payloads (raising a clear error)."""
+    array = np.asarray(values, dtype=np.int64).reshape(-1, 2) if len(values) else np.empty((0, 2), np.int64)
+    if len(array) != len(reader) or (len(array) and (array.min() < 0 or array.max() > np.iinfo(np.int32).max)):
+        raise FormatError(f"{reader.path}: the index's image sizes column is damaged (wrong length or values).")
+    out = array.astype(np.int32)
+    for i in np.flatnonzero((out == 0).any(axis=1)):
+        try:
+            out[i] = payload_size(reader.read(int(i))[0], reader.native_decode)
+        except DecodeError as exc:
+            raise DecodeError(f"{_record_name(reader, int(i))}: {str(exc).removeprefix('<bytes>: ')}") from None
+    return out

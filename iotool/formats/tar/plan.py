@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from ...records import Record
 from ..base import ShardUnit
 from ..index import unique_stem
+from ..sizes import record_shape
 from ..sharded_writer import ShardedPlan, ShardedUnit
 from .dali_index import WdsIndex, dali_index_name
 from .shardfile import ShardFile, shard_name
@@ -25,7 +26,7 @@ class _TarUnit(ShardedUnit):
 
     def __init__(self, task: int, out: "OutputDir"):
         super().__init__(shard_name(task), out, ShardFile,
-                         ("keys", "member_keys", "labels", "checksums", "offsets", "sizes"))
+                         ("keys", "member_keys", "labels", "checksums", "offsets", "sizes", "shapes"))
         self.dali = WdsIndex()
 
     def add(self, name: str, record: Record) -> None:
@@ -35,7 +36,8 @@ class _TarUnit(ShardedUnit):
         self.dali.add(f"{name}.cls", self.shard.add(f"{name}.cls", label), len(label))
         self.cols["offsets"].append(offset)
         for column, value in (("keys", record.key), ("member_keys", name), ("labels", record.label),
-                              ("checksums", record.checksum), ("sizes", len(record.data))):
+                              ("checksums", record.checksum), ("sizes", len(record.data)),
+                              ("shapes", record_shape(record))):
             self.cols[column].append(value)
 
     def publish(self) -> int:

@@ -12,16 +12,17 @@ from ...errors import FormatError
 from ...records import DatasetMeta
 from ..shards import OffsetShardReader
 
-FORMAT_VERSION = 2  # index columns in memory-mapped files; version 1 kept them as JSON lists
+FORMAT_VERSION = 3  # 3: the shapes column (decoded sizes); 2: columns in memory-mapped files; 1: JSON lists
 
 
 class TarReader(OffsetShardReader):
     """Random and sequential access to tar shards through the index's byte offsets."""
 
     format_name = "tar"
-    format_versions = (1, FORMAT_VERSION)
+    format_versions = (1, 2, FORMAT_VERSION)
     column_kinds = {"keys": "str", "member_keys": "str", "labels": "int", "checksums": "sha256",
-                    "locations": "int3"}
+                    "locations": "int3", "shapes": "int2"}
+    column_since = {"shapes": 3}
 
     def _load_meta(self) -> DatasetMeta:
         meta = super()._load_meta()

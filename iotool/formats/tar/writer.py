@@ -9,14 +9,16 @@ from typing import Any
 from ...records import Record
 from ..base import WriterHooks
 from ..index import unique_stem
+from ..sizes import record_shape
 from ..sharded_writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter, sharded_index
 from .dali_index import WdsIndex, dali_index_name
 from .shardfile import ShardFile, shard_name
 
 __all__ = ["COLUMNS", "DEFAULT_SHARD_SIZE", "KINDS", "TarOptions", "TarWriter", "tar_index"]
 
-COLUMNS = ("keys", "member_keys", "labels", "checksums", "locations")
-KINDS = {"keys": "str", "member_keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3"}
+COLUMNS = ("keys", "member_keys", "labels", "checksums", "locations", "shapes")
+KINDS = {"keys": "str", "member_keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3",
+         "shapes": "int2"}
 tar_index = sharded_index  # the content of index.json (before its integrity digest)
 
 
@@ -50,7 +52,7 @@ class TarWriter(ShardedWriter):
         self.dali.add(f"{member_key}.{record.ext}", offset, len(record.data))
         self.dali.add(f"{member_key}.cls", self.shard.add(f"{member_key}.cls", label), len(label))
         return {"keys": record.key, "member_keys": member_key, "labels": record.label, "checksums": record.checksum,
-                "locations": [len(self.shards) - 1, offset, len(record.data)]}
+                "locations": [len(self.shards) - 1, offset, len(record.data)], "shapes": record_shape(record)}
 
     def _close_shard(self, name: str) -> list[str]:
         self.dali.write(os.path.join(self.path, dali_index_name(name)))

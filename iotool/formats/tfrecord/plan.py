@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ...records import DatasetMeta, Record
 from ..base import FormatOptions, ShardPlan, ShardUnit
 from ..sharded_writer import ShardedPlan, ShardedUnit
+from ..sizes import record_shape
 from .writer import COLUMNS, KINDS, ShardFile, TfrecordOptions, TfrecordWriter, record_bytes, shard_name, write_idx
 
 if TYPE_CHECKING:
@@ -22,13 +23,14 @@ class _TfrecordUnit(ShardedUnit):
 
     def __init__(self, task: int, out: "OutputDir", label_offset: int):
         super().__init__(shard_name(task), out, ShardFile,
-                         ("keys", "labels", "checksums", "offsets", "sizes", "payload_bytes"))
+                         ("keys", "labels", "checksums", "offsets", "sizes", "payload_bytes", "shapes"))
         self.label_offset = label_offset
 
     def add(self, name: str, record: Record) -> None:
         offset, size = self.shard.add(record_bytes(record, self.label_offset))
         for column, value in (("keys", record.key), ("labels", record.label), ("checksums", record.checksum),
-                              ("offsets", offset), ("sizes", size), ("payload_bytes", len(record.data))):
+                              ("offsets", offset), ("sizes", size), ("payload_bytes", len(record.data)),
+                              ("shapes", record_shape(record))):
             self.cols[column].append(value)
 
     def publish(self) -> int:

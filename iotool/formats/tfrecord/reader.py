@@ -9,7 +9,7 @@ from . import example
 from .framing import MAX_RECORD_BYTES, RecordError, scan, unframe
 from .writer import index_name
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the shapes column (decoded sizes)
 
 
 class TfrecordReader(OffsetShardReader):
@@ -17,8 +17,9 @@ class TfrecordReader(OffsetShardReader):
     checks both CRCs and returns its ``image/encoded`` bytes (labels come from the index)."""
 
     format_name = "tfrecord"
-    format_versions = (FORMAT_VERSION,)
-    column_kinds = {"keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3"}
+    format_versions = (1, FORMAT_VERSION)
+    column_kinds = {"keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3", "shapes": "int2"}
+    column_since = {"shapes": 2}
 
     @property
     def label_offset(self) -> int:

@@ -11,14 +11,15 @@ from ...errors import UsageError
 from ...records import Record
 from ..base import WriterHooks
 from ..sharded_writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter, sharded_index
+from ..sizes import record_shape
 from . import example
 from .framing import frame, index_lines
 
 __all__ = ["COLUMNS", "DEFAULT_SHARD_SIZE", "KINDS", "ShardFile", "TfrecordOptions", "TfrecordWriter", "image_size",
            "index_name", "record_bytes", "shard_name", "tfrecord_index", "write_idx"]
 
-COLUMNS = ("keys", "labels", "checksums", "locations")
-KINDS = {"keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3"}
+COLUMNS = ("keys", "labels", "checksums", "locations", "shapes")
+KINDS = {"keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3", "shapes": "int2"}
 _IMAGE_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "tif": "TIFF"}
 
 
@@ -131,7 +132,7 @@ class TfrecordWriter(ShardedWriter):
     def _write_record(self, record: Record) -> dict[str, Any]:
         offset, size = self.shard.add(record_bytes(record, self.opts.label_offset))
         return {"keys": record.key, "labels": record.label, "checksums": record.checksum,
-                "locations": [len(self.shards) - 1, offset, size]}
+                "locations": [len(self.shards) - 1, offset, size], "shapes": record_shape(record)}
 
     def _close_shard(self, name: str) -> list[str]:
         write_idx(self.path, name, [(row["locations"][1], row["locations"][2]) for row in self.rows])
