@@ -72,3 +72,22 @@ def test_gpu_check_reads_pytest_outcomes_and_skips_dali_without_the_extra(tmp_pa
         assert gpu_check.check_dali(tmp_path) == {"status": "skipped", "detail": "DALI extra not installed"}
     code, output, seconds = gpu_check.run_limited([sys.executable, "-c", "import time; time.sleep(60)"], 1)
     assert code is None and seconds < 30
+
+
+def test_region_decode_compares_each_library_with_the_full_decoders(tmp_path):
+    from iotool.decode import region as R
+
+    root = tmp_path / "src"
+    write_tree(root, {"a": 4}, seed=5)
+    out = tmp_path / "region.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "region_decode.py"), str(root),
+                           "--rounds", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["images"] == 4 and figures["region_decoder"] == R.region_status()
+    steps = figures["steps"]
+    assert "simplejpeg full" in steps and all(s["ms_per_image"] > 0 and s["library"] for s in steps.values())
+    if R.region_available():
+        tag = f"region[{R.LIBRARY.origin} {R.LIBRARY.version}]"
+        assert {f"{tag} full", f"{tag} crop", f"{tag} fused 224"} <= set(steps)
+        assert steps[f"{tag} full"]["library"] == R.LIBRARY.describe()

@@ -83,7 +83,8 @@ def load_library(path: str, origin: str = "given") -> JpegLibrary:
     if _jpegregion is None:
         raise RuntimeError(f"the JPEG region decoder is {_MISSING}; {HINT}")
     handle = _jpegregion.load(path)
-    return JpegLibrary(handle, _jpegregion.library_path(handle) or path, origin)
+    mapped = _jpegregion.library_path(handle)  # as first loaded: maybe PIL/../pillow.libs/... via RPATH
+    return JpegLibrary(handle, os.path.realpath(mapped) if mapped else path, origin)
 
 
 def pillow_libjpeg() -> str | None:
