@@ -3,9 +3,11 @@
 Two tables, each method timed interleaved with the others in every pass (median over passes, and
 the spread min-max), with the same crop boxes for every method:
 
-1. Crop-resize of a 500x375 RGB uint8 photo to 224x224 (RandomResizedCrop boxes): iotool
-   (torch's uint8 antialiased bilinear kernel), OpenCV ``INTER_AREA`` and ``INTER_LINEAR``,
-   PIL ``resize(BILINEAR, box=...)``; with each one's mean difference from PIL's result.
+1. Crop-resize of a 500x375 RGB uint8 photo to 224x224 (RandomResizedCrop boxes): iotool with
+   its C kernel (``backend="native"``, the default when built) and with torch's uint8
+   antialiased bilinear kernel (``backend="torch"``), side by side, OpenCV ``INTER_AREA`` and
+   ``INTER_LINEAR``, PIL ``resize(BILINEAR, box=...)``; with each one's mean difference from
+   PIL's result and the largest difference of the C kernel from torch's (0: the same bytes).
 2. Decode + RandomResizedCrop(224) of the encoded JPEGs of ``sample_data/imagefolder`` (and of the
    same photos enlarged ``--large-factor`` times and re-encoded, to show where reduced DCT
    decoding pays): iotool full decode + crop vs ``DecodeRandomResizedCrop``, and PIL's
@@ -83,8 +85,11 @@ def print_table(title: str, times: dict[str, list[float]], diffs: dict[str, str]
 def resize_methods(image: np.ndarray, boxes: list[tuple[int, int, int, int]], size: int) -> dict[str, Method]:
     """The crop-resize implementations, each taking a box index."""
     pil_image = Image.fromarray(image)
-    chw = T.Resize((size, size))
-    hwc = T.Resize((size, size), output="hwc_array")
+    native = "native" if T.native_available() else "auto"
+    chw = T.Resize((size, size), backend=native)
+    hwc = T.Resize((size, size), output="hwc_array", backend=native)
+    torch_chw = T.Resize((size, size), backend="torch")
+    torch_hwc = T.Resize((size, size), output="hwc_array", backend="torch")
     opencv = T.Resize((size, size), backend="opencv", output="hwc_array")
 
     def crop(k: int) -> np.ndarray:
@@ -96,8 +101,10 @@ def resize_methods(image: np.ndarray, boxes: list[tuple[int, int, int, int]], si
         return j, i, j + w, i + h
 
     return {
-        "iotool resize -> CHW tensor (torch uint8 AA)": lambda k: chw(crop(k)),
-        "iotool resize -> HWC array": lambda k: hwc(crop(k)),
+        "iotool -> CHW tensor, backend=torch": lambda k: torch_chw(crop(k)),
+        "iotool -> CHW tensor, backend=native (C)": lambda k: chw(crop(k)),
+        "iotool -> HWC array, backend=torch": lambda k: torch_hwc(crop(k)),
+        "iotool -> HWC array, backend=native (C)": lambda k: hwc(crop(k)),
         "iotool resize backend=opencv (INTER_AREA)": lambda k: opencv(crop(k)),
         "cv2.resize INTER_AREA": lambda k: cv2.resize(crop(k), (size, size), interpolation=cv2.INTER_AREA),
         "cv2.resize INTER_LINEAR (aliased)": lambda k: cv2.resize(crop(k), (size, size),
@@ -119,8 +126,16 @@ def bench_resize(args: argparse.Namespace) -> None:
     diffs = {name: f"{mean_abs_diff([m(k) for k in range(len(boxes))], reference):.3f}"
              for name, m in methods.items()}
     title = (f"1. crop-resize, 500x375 photo -> {args.size}x{args.size}, {len(boxes)} RandomResizedCrop boxes "
-             f"(mean |diff| vs PIL)")
-    print_table(title, times, diffs, "cv2.resize INTER_AREA")
+             f"(mean |diff| vs PIL; 'x' column: speed relative to torch's kernel)")
+    print_table(title, times, diffs, "iotool -> CHW tensor, backend=torch")
+    worst = max(int(np.abs(as_hwc(methods["iotool -> CHW tensor, backend=native (C)"](k)).astype(np.int16)
+                           - as_hwc(methods["iotool -> CHW tensor, backend=torch"](k))).max())
+                for k in range(len(boxes)))
+    for layout in ("CHW tensor", "HWC array"):
+        c_med = statistics.median(times[f"iotool -> {layout}, backend=native (C)"])
+        t_med = statistics.median(times[f"iotool -> {layout}, backend=torch"])
+        print(f"-> {layout}: C kernel {c_med * 1e3:.3f} ms, torch {t_med * 1e3:.3f} ms, ratio {c_med / t_med:.2f}")
+    print(f"max |C kernel - torch| over the boxes: {worst} grey levels (C kernel: {T.native_status()})")
 
 
 # -- 2. decode + crop ------------------------------------------------------------------------
@@ -197,7 +212,7 @@ def main() -> None:
     print(f"iotool {iotool.__version__}, torch {torch.__version__}, OpenCV {cv2.__version__}, "
           f"Pillow {PIL.__version__}, numpy {np.__version__}; {platform.processor() or platform.machine()}, "
           f"one thread (torch.set_num_threads(1), cv2.setNumThreads(1)); "
-          f"torch uint8 AA kernel: {T.torch_uint8_resize_available()}")
+          f"torch uint8 AA kernel: {T.torch_uint8_resize_available()}; C kernel: {T.native_status()}")
     bench_resize(args)
     bench_decode(args)
 

@@ -45,7 +45,7 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
             PIL's ``reducing_gap=2`` does, at the cost of a 2x smaller reduction.
         seed: as :class:`RandomResizedCrop`.
         output: ``"chw_tensor"`` or ``"hwc_array"``.
-        backend: the resize kernel: ``"auto"``, ``"torch"`` or ``"opencv"``.
+        backend: the resize kernel: ``"auto"``, ``"native"``, ``"torch"`` or ``"opencv"``.
         region: decode only the crop. None (default): when the region decoder is built and
             ``decoder`` is ``"auto"``; True: always (UsageError if it is not built); False: never,
             always decode the whole image with ``decoder``. Rows below the crop are not read, so

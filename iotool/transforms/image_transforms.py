@@ -18,7 +18,8 @@ class RandomResizedCrop:
     """Crop a random box and resize it to ``size``: torchvision's ``RandomResizedCrop`` on uint8 arrays.
 
     The box is drawn exactly as torchvision documents it (see :func:`random_resized_crop_params`);
-    the resize is antialiased bilinear (torch's uint8 kernel; within 1 grey level of PIL).
+    the resize is antialiased bilinear (torch's uint8 kernel's bytes, computed by iotool's C
+    kernel when built; within 1 grey level of PIL).
 
     Example:
         >>> ds = iotool.open_dataset("train.lmdb", transform=RandomResizedCrop(224))
@@ -33,7 +34,7 @@ class RandomResizedCrop:
             like torchvision), or an int for a reproducible stream; see :class:`ProcessRandom`.
         output: ``"chw_tensor"`` (CxHxW uint8 tensor, for :func:`iotool.fast_collate`) or
             ``"hwc_array"`` (HxWxC uint8 numpy array).
-        backend: the resize kernel: ``"auto"``, ``"torch"`` or ``"opencv"`` (see :func:`resize`).
+        backend: the resize kernel: ``"auto"``, ``"native"``, ``"torch"`` or ``"opencv"`` (see :func:`resize`).
 
     Raises:
         UsageError: a bad size, scale, ratio, seed, output or backend; an input that is not an
@@ -64,7 +65,7 @@ class RandomResizedCrop:
 
     def _resize(self, crop: torch.Tensor) -> Image:
         """Resize a CxHxW crop to ``size`` and emit it in the ``output`` layout."""
-        out = _resize_chw(crop, self.size, self.antialias, self.backend)
+        out = _resize_chw(crop, self.size, self.antialias, self.backend, self.output)
         return _emit(out, self.output, fresh=out is not crop)
 
     def __repr__(self) -> str:
@@ -86,7 +87,7 @@ class Resize:
         max_size: with an int ``size``, cap the longer side at ``max_size`` (the shorter side then
             shrinks in proportion), as torchvision does.
         output: ``"chw_tensor"`` or ``"hwc_array"``.
-        backend: the resize kernel: ``"auto"``, ``"torch"`` or ``"opencv"``.
+        backend: the resize kernel: ``"auto"``, ``"native"``, ``"torch"`` or ``"opencv"``.
 
     Raises:
         UsageError: a bad size, max_size, output or backend, or ``max_size`` with an exact size.
@@ -119,7 +120,7 @@ class Resize:
 
     def __call__(self, image: Image) -> Image:
         chw = _as_chw(image)
-        out = _resize_chw(chw, self.output_size(*_height_width(chw)), self.antialias, self.backend)
+        out = _resize_chw(chw, self.output_size(*_height_width(chw)), self.antialias, self.backend, self.output)
         return _emit(out, self.output, fresh=out is not chw)
 
     def __repr__(self) -> str:

@@ -11,9 +11,10 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
+from .native import native_available, native_status
 
 OUTPUTS = ("chw_tensor", "hwc_array")
-RESIZE_BACKENDS = ("auto", "torch", "opencv")
+RESIZE_BACKENDS = ("auto", "torch", "opencv", "native")
 
 Image = Union[np.ndarray, torch.Tensor]
 Box = tuple[int, int, int, int]  # (top, left, height, width), torchvision's (i, j, h, w)
@@ -67,6 +68,8 @@ def _check_backend(backend: str) -> str:
     """Refuse an unknown resize backend."""
     if backend not in RESIZE_BACKENDS:
         raise UsageError(f"backend={backend!r}; choose one of: {', '.join(RESIZE_BACKENDS)}.")
+    if backend == "native" and not native_available():
+        raise UsageError(f"backend='native', but iotool's C resize kernel is {native_status()}.")
     return backend
 
 
