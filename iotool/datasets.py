@@ -2,149 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import operator
 import os
 import random
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
-from .decode import AUTO, decode, resolve_backend
-from .errors import DecodeError, IotoolError, RecordError, UsageError
+from .errors import UsageError
 from .formats import FormatReader, ShardedReader, detect_format
+from .image_dataset import DEFAULT_DECODER, ON_ERROR, ImageDataset, _ReaderInfo
 from .sharding import (STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env,
                        distributed_rank)
 from .storage import StorageConfig
 
-log = logging.getLogger(__name__)
-ON_ERROR = ("raise", "skip")
-
-
-class _ReaderInfo:
-    """What every dataset tells about its stored data, as torchvision's ImageFolder does."""
-
-    reader: FormatReader
-
-    @property
-    def classes(self) -> list[str]:
-        return self.reader.classes
-
-    @property
-    def class_to_idx(self) -> dict[str, int]:
-        return self.reader.class_to_idx
-
-    @property
-    def keys(self) -> list[str]:
-        """Record keys: the source paths relative to the ImageFolder root."""
-        return self.reader.keys
-
-    @property
-    def targets(self) -> list[int]:
-        """Labels by index, as torchvision's ``ImageFolder.targets``."""
-        return self.reader.labels
-
-    @property
-    def meta(self):
-        return self.reader.meta
-
-
-class ImageDataset(_ReaderInfo, Dataset):
-    """Map-style dataset over a format reader: ``ds[i] -> (image, label)``.
-
-    Images are RGB uint8 HWC numpy arrays (or the stored bytes with ``decoder=None``);
-    ``transform`` is applied last. Safe to hand to ``DataLoader(num_workers>0)`` under fork
-    and spawn: the reader holds a path and opens its handle in each process.
-    """
-
-    def __init__(self, reader: FormatReader, decoder: str | None = AUTO,
-                 transform: Callable[[Any], Any] | None = None, *, on_error: str = "raise",
-                 max_skips: int = 100, check_checksums: bool = False):
-        if decoder is not None:
-            resolve_backend(decoder, "jpeg")  # fail now, not in a worker, on a bad name
-        if on_error not in ON_ERROR:
-            raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR)}.")
-        self.reader = reader
-        self.decoder = decoder
-        self.transform = transform
-        self.on_error = on_error
-        self.max_skips = max_skips
-        self.check_checksums = check_checksums
-        self.skipped = 0  # bad records skipped in this process
-
-    def __len__(self) -> int:
-        return len(self.reader)
-
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} records")
-        for _ in range(len(self)):
-            sample = self.sample(index)
-            if sample is not None:
-                return sample
-            index = (index + 1) % len(self)  # on_error="skip": serve the next record instead
-        raise RecordError(f"{self.reader.path}: no readable record left.")
-
-    def load(self, index: int, data: bytes | None = None, label: int | None = None) -> tuple[Any, int] | None:
-        """Read (unless given) and decode record ``index``; None when it is bad and skipped."""
-        try:
-            if data is None:
-                data, label = self.reader.read(index)
-            if self.check_checksums and hashlib.sha256(data).hexdigest() != self.reader.checksums[index]:
-                raise RecordError("checksum mismatch: the stored bytes were modified or corrupted")
-            return self._decode(index, data), label
-        except (IotoolError, OSError, ValueError) as exc:
-            return self._bad_record(index, exc)
-
-    def sample(self, index: int, data: bytes | None = None, label: int | None = None) -> tuple[Any, int] | None:
-        """Load, decode and transform record ``index``; None when it is bad and skipped.
-
-        A :class:`~iotool.DecodeError` raised by the transform (a decoding transform such as
-        ``DecodeRandomResizedCrop`` fed the stored bytes) counts as a bad record too.
-        """
-        loaded = self.load(index, data, label)
-        if loaded is None:
-            return None
-        try:
-            return self._transform(loaded[0]), loaded[1]
-        except DecodeError as exc:
-            return self._bad_record(index, exc)
-
-    def _bad_record(self, index: int, exc: BaseException) -> None:
-        """Raise a RecordError naming the dataset and key, or count a skip (bounded)."""
-        try:
-            key = self.reader.keys[index]
-        except Exception:  # the key index itself may be what is broken
-            key = "?"
-        error = RecordError(f"{self.reader.path}: record {index} ({key}): {exc}")
-        if self.on_error == "raise":
-            raise error from None
-        self.skipped += 1
-        if self.skipped > self.max_skips:
-            raise RecordError(f"{self.reader.path}: more than max_skips={self.max_skips} bad records in "
-                              f"this process; the last: record {index} ({key}): {exc}") from None
-        log.warning("skipping %s", error)
-        return None
-
-    def _decode(self, index: int, data: bytes) -> Any:
-        """Decode one payload (unless decoder=None)."""
-        if self.decoder is None:
-            return data
-        native = self.reader.native_decode
-        if native is not None and self.decoder == AUTO:
-            return native(data)  # e.g. the BMP cache: numpy, no PIL
-        return decode(data, self.decoder, name=f"{self.reader.path}[{index}]")
-
-    def _transform(self, image: Any) -> Any:
-        return self.transform(image) if self.transform is not None else image
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.reader.path!r}, format={self.reader.format_name}, "
-                f"n={len(self)}, classes={len(self.classes)}, decoder={self.decoder!r})")
+__all__ = ["ImageDataset", "ShardedIterableDataset", "open_reader", "open_dataset", "DEFAULT_DECODER", "ON_ERROR"]
 
 
 class ShardedIterableDataset(_ReaderInfo, IterableDataset):
@@ -166,14 +39,16 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
     decoding the samples it skips.
     """
 
-    def __init__(self, reader: ShardedReader, decoder: str | None = AUTO,
+    def __init__(self, reader: ShardedReader, decoder: str | None = DEFAULT_DECODER,
                  transform: Callable[[Any], Any] | None = None, *, shuffle: bool = False, seed: int = 0,
                  buffer_size: int = 1000, even: bool = False, env: ShardEnv | None = None,
-                 on_error: str = "raise", max_skips: int = 100, check_checksums: bool = False):
+                 on_error: str = "raise", max_skips: int = 100, check_checksums: bool = False,
+                 cache: str | None = None, cache_resize: int | None = None, cache_fallback: bool = False):
         if buffer_size < 1:
             raise UsageError(f"buffer_size={buffer_size}: must be at least 1.")
         self.maps = ImageDataset(reader, decoder, transform, on_error=on_error, max_skips=max_skips,
-                                 check_checksums=check_checksums)
+                                 check_checksums=check_checksums, cache=cache, cache_resize=cache_resize,
+                                 cache_fallback=cache_fallback)
         self.reader = reader
         self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even
         self.env = env
@@ -286,8 +161,9 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
                 yield sample
 
     def __repr__(self) -> str:
+        cache = f", cache={self.maps.cache!r}" if self.maps.cache is not None else ""
         return (f"{type(self).__name__}({self.reader.path!r}, shards={len(self.reader.shard_ranges())}, "
-                f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even})")
+                f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even}{cache})")
 
 
 def _storage_config(storage_options: dict[str, Any] | None, cache_dir: str | os.PathLike | None,
@@ -310,9 +186,10 @@ def open_reader(path: str | os.PathLike, *, storage_options: dict[str, Any] | No
     return detect_format(path, config).reader(path, storage=config)
 
 
-def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
+def open_dataset(path: str | os.PathLike, decoder: str | None = DEFAULT_DECODER,
                  transform: Callable[[Any], Any] | None = None, *, on_error: str = "raise",
-                 max_skips: int = 100, check_checksums: bool = False,
+                 max_skips: int = 100, check_checksums: bool = False, cache: str | None = None,
+                 cache_resize: int | None = None, cache_fallback: bool = False,
                  storage_options: dict[str, Any] | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_max_bytes: int | None = None, retries: int = 3, **iterable_options: Any):
     """Open an iotool dataset as a torch Dataset, detecting its format.
@@ -324,7 +201,11 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
             so no listing is needed. ``s3://`` needs ``pip install 'iotool[s3]'``, ``gs://``
             ``iotool[gcs]``, ``http(s)://`` ``iotool[http]``.
         decoder: ``"auto"`` (fastest available per image format), ``"pil"``, ``"opencv"``,
-            ``"simplejpeg"``, ``"jpeg4py"``, or ``None`` for the stored bytes.
+            ``"simplejpeg"``, ``"jpeg4py"``, or ``None`` for the stored bytes. Left at its default
+            (``"auto"``), a ``transform`` that is iotool's ``RandomResizedCrop``, ``Resize`` or
+            ``CenterCrop`` (or a ``Compose`` starting with one) is fused with decoding: a JPEG is
+            decoded only in the crop's region, at a reduced DCT scale when the output allows
+            (:mod:`iotool.transforms.fused`). Passing ``decoder="auto"`` explicitly decodes in full.
         transform: applied to each image last.
         on_error: ``"raise"`` (default): a record that cannot be read or decoded raises
             :class:`~iotool.RecordError` naming the dataset, index and key. ``"skip"``: log a
@@ -341,6 +222,14 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
             used shards are removed first.
         retries: how many times a failed remote read is retried (with backoff) before a
             :class:`~iotool.storage.StorageError` naming the URL is raised.
+        cache: ``"ram"``: keep every record's decoded pixels in one shared-memory block used by
+            the main process and all DataLoader workers (:mod:`iotool.ramcache`), filled as records
+            are first decoded; ``transform`` still runs on them in every epoch. The block's size is
+            checked against the available memory first.
+        cache_resize: with ``cache="ram"``, cache images shrunk to this shorter side (the bmp
+            cache's resize), to cut memory. None: as decoded.
+        cache_fallback: when the cache does not fit, log a warning and run without it instead of
+            raising :class:`~iotool.ramcache.CacheMemoryError`.
         **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
             (``shuffle``, ``seed``, ``buffer_size``, ``even``).
 
@@ -352,7 +241,8 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = AUTO,
     config = _storage_config(storage_options, cache_dir, cache_max_bytes, retries)
     spec = detect_format(path, config)
     reader = spec.reader(path, storage=config)
-    common = {"on_error": on_error, "max_skips": max_skips, "check_checksums": check_checksums}
+    common = {"on_error": on_error, "max_skips": max_skips, "check_checksums": check_checksums,
+              "cache": cache, "cache_resize": cache_resize, "cache_fallback": cache_fallback}
     if spec.iterable:
         return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)
     if iterable_options:

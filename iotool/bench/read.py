@@ -43,6 +43,9 @@ class ReadBenchResult:
     workers: int
     batch_size: int
     shuffle: bool
+    cache: str | None = None
+    cache_resize: int | None = None
+    cache_bytes: int = 0  # the RAM cache's block (tables and pixels), 0 without it
     epochs: list[Epoch] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
 
@@ -110,6 +113,8 @@ def bench_read(
     batch_size: int = 64,
     epochs: int = 2,
     shuffle: bool = False,
+    cache: str | None = None,
+    cache_resize: int | None = None,
     progress: ProgressFn | None = None,
 ) -> ReadBenchResult:
     """Read a converted dataset through a DataLoader and time each epoch.
@@ -121,6 +126,9 @@ def bench_read(
         batch_size: samples per batch (collated into lists: sizes differ, bytes do not stack).
         epochs: timed epochs; the first includes worker start-up and a cold page cache.
         shuffle: random order (map-style formats; iterable formats shuffle themselves).
+        cache: ``"ram"`` to read through the shared decoded-image cache (``open_dataset(cache=...)``):
+            the first epoch fills it, later ones read it.
+        cache_resize: the cache's shorter side (``open_dataset(cache_resize=...)``).
         progress: called with (what, done, total) after each epoch.
 
     Returns:
@@ -132,13 +140,16 @@ def bench_read(
     progress = progress or no_progress
     dec = _check_options(decoder, workers, batch_size, epochs)
     fmt = detect_format(path).name
-    dataset = open_dataset(path, decoder=dec)
+    iterable = {"shuffle": shuffle} if detect_format(path).iterable else {}
+    dataset = open_dataset(path, decoder=dec, cache=cache, cache_resize=cache_resize, **iterable)
+    ram = getattr(dataset, "maps", dataset).cache
     nbytes = disk_usage(path)
     result = ReadBenchResult(
         path=os.path.abspath(os.fspath(path)),
         format=fmt,
         count=len(dataset) if hasattr(dataset, "__len__") else -1, bytes=nbytes,
         decoder=decoder, workers=workers, batch_size=batch_size, shuffle=shuffle,
+        cache=cache, cache_resize=cache_resize, cache_bytes=ram.nbytes if ram is not None else 0,
     )
     loader = make_loader(dataset, batch_size, workers, shuffle)
     for e in range(epochs):

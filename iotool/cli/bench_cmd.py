@@ -185,7 +185,7 @@ def read_table(result: Any) -> Table:
         title=f"iotool bench read: {result.path} ({result.format}, {result.count:,} images, "
         f"{human_bytes(result.bytes)})",
         caption=f"decoder {result.decoder}, workers {result.workers}, batch {result.batch_size}"
-        f"{', shuffled' if result.shuffle else ''}; MB/s = dataset bytes on disk per second",
+        f"{', shuffled' if result.shuffle else ''}{_cache_note(result)}; MB/s = dataset bytes on disk per second",
     )
     for col in ("epoch", "images", "seconds", "images/s", "MB/s"):
         table.add_column(col, justify="right")
@@ -193,6 +193,14 @@ def read_table(result: Any) -> Table:
         table.add_row(str(e.epoch), f"{e.images:,}", f"{e.seconds:.2f}", f"{e.images_per_s:,.0f}",
                       f"{e.mb_per_s:,.1f}")
     return table
+
+
+def _cache_note(result: Any) -> str:
+    """', RAM cache 1.2 GiB (shorter side 256)' when the read went through the RAM cache."""
+    if not result.cache:
+        return ""
+    resize = f", shorter side {result.cache_resize}" if result.cache_resize else ""
+    return f", {result.cache} cache {human_bytes(result.cache_bytes)}{resize}"
 
 
 def read(
@@ -203,6 +211,10 @@ def read(
     batch_size: Annotated[int, typer.Option(min=1, help="Samples per batch.")] = 64,
     epochs: Annotated[int, typer.Option(min=1, help="Timed epochs.")] = 2,
     shuffle: Annotated[bool, typer.Option(help="Random order (map-style formats).")] = False,
+    cache: Annotated[Optional[str], typer.Option(
+        help="ram: read through the shared decoded-image RAM cache (epoch 1 fills it).")] = None,
+    cache_resize: Annotated[Optional[int], typer.Option(
+        min=1, help="With --cache ram: cache images shrunk to this shorter side.")] = None,
     json_out: Annotated[Optional[str], typer.Option(
         "--json", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
@@ -214,13 +226,16 @@ def read(
         iotool bench read /tmp/sample.lmdb --workers 2 --epochs 3
 
         iotool bench read /tmp/sample.lmdb --decoder none --batch-size 256 --json read.json
+
+        iotool bench read /tmp/sample.lmdb --workers 2 --epochs 3 --shuffle --cache ram --cache-resize 256
     """
     from ..bench.read import bench_read
 
     show = json_out != "-"
     with handle_errors(), progress_line(show and not quiet, "bench read") as callback:
         result = bench_read(path, decoder=decoder, workers=workers, batch_size=batch_size,
-                            epochs=epochs, shuffle=shuffle, progress=callback)
+                            epochs=epochs, shuffle=shuffle, cache=cache, cache_resize=cache_resize,
+                            progress=callback)
     if json_out:
         write_json(result.to_dict(), json_out)
     if show:

@@ -1,0 +1,205 @@
+"""The map-style dataset over any format reader: decoding, fused decoding, the RAM cache, bad records."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any, Callable
+
+from torch.utils.data import Dataset
+
+from .decode import AUTO, decode, resolve_backend
+from .errors import DecodeError, IotoolError, RecordError, UsageError
+from .formats import FormatReader
+from .ramcache import RamCache, open_ram_cache
+from .transforms.fused import fuse, leaves_input_alone
+
+log = logging.getLogger("iotool.datasets")
+ON_ERROR = ("raise", "skip")
+CACHES = (None, "ram")
+
+
+class _DefaultDecoder(str):
+    """``"auto"`` when left at its default: the dataset may then fuse decoding into iotool's crops."""
+
+
+DEFAULT_DECODER = _DefaultDecoder(AUTO)
+
+
+class _ReaderInfo:
+    """What every dataset tells about its stored data, as torchvision's ImageFolder does."""
+
+    reader: FormatReader
+
+    @property
+    def classes(self) -> list[str]:
+        return self.reader.classes
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return self.reader.class_to_idx
+
+    @property
+    def keys(self) -> list[str]:
+        """Record keys: the source paths relative to the ImageFolder root."""
+        return self.reader.keys
+
+    @property
+    def targets(self) -> list[int]:
+        """Labels by index, as torchvision's ``ImageFolder.targets``."""
+        return self.reader.labels
+
+    @property
+    def meta(self):
+        return self.reader.meta
+
+
+class ImageDataset(_ReaderInfo, Dataset):
+    """Map-style dataset over a format reader: ``ds[i] -> (image, label)``.
+
+    Images are RGB uint8 HWC numpy arrays (or the stored bytes with ``decoder=None``);
+    ``transform`` is applied last. Safe to hand to ``DataLoader(num_workers>0)`` under fork
+    and spawn: the reader holds a path and opens its handle in each process.
+
+    With the default decoder and a transform that :func:`iotool.transforms.fused.fuse` knows
+    (iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``, or a ``Compose`` starting with
+    one), JPEG records are decoded only as far as that transform needs. With ``cache="ram"`` the
+    decoded pixels are kept in one shared block (:mod:`iotool.ramcache`) and the transform is
+    applied to them in every epoch.
+    """
+
+    def __init__(self, reader: FormatReader, decoder: str | None = DEFAULT_DECODER,
+                 transform: Callable[[Any], Any] | None = None, *, on_error: str = "raise",
+                 max_skips: int = 100, check_checksums: bool = False, cache: str | None = None,
+                 cache_resize: int | None = None, cache_fallback: bool = False):
+        if decoder is not None:
+            resolve_backend(decoder, "jpeg")  # fail now, not in a worker, on a bad name
+        if on_error not in ON_ERROR:
+            raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR)}.")
+        if cache not in CACHES:
+            raise UsageError(f"cache={cache!r}; choose one of: None, 'ram'.")
+        if cache is not None and decoder is None:
+            raise UsageError("cache='ram' keeps decoded pixels: it needs a decoder, not decoder=None.")
+        if cache is None and cache_resize is not None:
+            raise UsageError(f"cache_resize={cache_resize!r} only applies with cache='ram'.")
+        self.reader = reader
+        self.fusing = isinstance(decoder, _DefaultDecoder) and reader.native_decode is None and cache is None
+        self.decoder = None if decoder is None else str(decoder)
+        self.transform = transform
+        self.on_error = on_error
+        self.max_skips = max_skips
+        self.check_checksums = check_checksums
+        self.skipped = 0  # bad records skipped in this process
+        self.cache: RamCache | None = open_ram_cache(reader, cache_resize, cache_fallback) if cache else None
+        self._fused_for: tuple[Any, Any] = (None, None)
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} records")
+        for _ in range(len(self)):
+            sample = self.sample(index)
+            if sample is not None:
+                return sample
+            index = (index + 1) % len(self)  # on_error="skip": serve the next record instead
+        raise RecordError(f"{self.reader.path}: no readable record left.")
+
+    def load(self, index: int, data: bytes | None = None, label: int | None = None,
+             min_size: tuple[int, int] | None = None) -> tuple[Any, int] | None:
+        """Read (unless given) and decode record ``index``; None when it is bad and skipped."""
+        try:
+            data, label = self._read(index, data, label)
+            return self._decode(index, data, min_size), label
+        except (IotoolError, OSError, ValueError) as exc:
+            return self._bad_record(index, exc)
+
+    def _read(self, index: int, data: bytes | None, label: int | None) -> tuple[bytes, int]:
+        """The stored bytes and label of record ``index`` (read unless given), checksum checked if asked."""
+        if data is None:
+            data, label = self.reader.read(index)
+        if self.check_checksums and hashlib.sha256(data).hexdigest() != self.reader.checksums[index]:
+            raise RecordError("checksum mismatch: the stored bytes were modified or corrupted")
+        return data, label
+
+    def sample(self, index: int, data: bytes | None = None, label: int | None = None) -> tuple[Any, int] | None:
+        """Load, decode and transform record ``index``; None when it is bad and skipped.
+
+        A :class:`~iotool.DecodeError` raised by the transform (a decoding transform such as
+        ``DecodeRandomResizedCrop`` fed the stored bytes) counts as a bad record too.
+        """
+        transform, fused = self._transform, self.fused
+        if self.cache is not None:
+            loaded = self._cached(index, data, label)
+        elif fused is not None:
+            transform = fused
+            try:
+                loaded = self._read(index, data, label)
+            except (IotoolError, OSError, ValueError) as exc:
+                return self._bad_record(index, exc)
+        else:
+            loaded = self.load(index, data, label)
+        if loaded is None:
+            return None
+        try:
+            return transform(loaded[0]), loaded[1]
+        except DecodeError as exc:
+            return self._bad_record(index, exc)
+
+    @property
+    def fused(self) -> Callable[[bytes], Any] | None:
+        """The transform fused with decoding that records go through, or None (decode, then transform)."""
+        if not self.fusing or self.transform is None:
+            return None
+        if self._fused_for[0] is not self.transform:  # the transform may be replaced after opening
+            self._fused_for = (self.transform, fuse(self.transform))
+        return self._fused_for[1]
+
+    def _cached(self, index: int, data: bytes | None, label: int | None) -> tuple[Any, int] | None:
+        """Record ``index``'s pixels from the RAM cache, decoding (and caching) them when not there yet."""
+        cache = self.cache
+        image = cache.get(index)
+        if image is not None:
+            # iotool's crops and resizes only read their input; anything else gets its own copy
+            owned = image if leaves_input_alone(self.transform) else image.copy()
+            return owned, label if label is not None else self.reader.labels[index]
+        loaded = self.load(index, data, label, cache.decode_size(index))
+        if loaded is None:
+            return None  # bad records are never cached
+        return cache.put(index, loaded[0]), loaded[1]
+
+    def _bad_record(self, index: int, exc: BaseException) -> None:
+        """Raise a RecordError naming the dataset and key, or count a skip (bounded)."""
+        try:
+            key = self.reader.keys[index]
+        except Exception:  # the key index itself may be what is broken
+            key = "?"
+        error = RecordError(f"{self.reader.path}: record {index} ({key}): {exc}")
+        if self.on_error == "raise":
+            raise error from None
+        self.skipped += 1
+        if self.skipped > self.max_skips:
+            raise RecordError(f"{self.reader.path}: more than max_skips={self.max_skips} bad records in "
+                              f"this process; the last: record {index} ({key}): {exc}") from None
+        log.warning("skipping %s", error)
+        return None
+
+    def _decode(self, index: int, data: bytes, min_size: tuple[int, int] | None = None) -> Any:
+        """Decode one payload (unless decoder=None); JPEGs at a DCT reduction that keeps ``min_size``."""
+        if self.decoder is None:
+            return data
+        native = self.reader.native_decode
+        if native is not None and self.decoder == AUTO:
+            return native(data)  # e.g. the BMP cache: numpy, no PIL
+        return decode(data, self.decoder, min_size=min_size, name=f"{self.reader.path}[{index}]")
+
+    def _transform(self, image: Any) -> Any:
+        return self.transform(image) if self.transform is not None else image
+
+    def __repr__(self) -> str:
+        cache = f", cache={self.cache!r}" if self.cache is not None else ""
+        return (f"{type(self).__name__}({self.reader.path!r}, format={self.reader.format_name}, "
+                f"n={len(self)}, classes={len(self.classes)}, decoder={self.decoder!r}{cache})")

@@ -1,0 +1,323 @@
+"""A decoded-image RAM cache: one shared-memory block for the main process and every DataLoader worker.
+
+``open_dataset(path, cache="ram")`` keeps each record's decoded RGB uint8 pixels in memory after
+its first decode, so later epochs only apply the transform. Unlike a Python list of arrays (which
+forked workers slowly copy as reference counts touch its pages, and spawned workers copy whole),
+the pixels live in one block that every process maps:
+
+- **Layout before the first epoch.** Each record gets a slot of ``height x width x 3`` bytes from
+  the sizes the dataset's index records (:meth:`FormatReader.image_sizes`; read from the image
+  headers once for datasets written before sizes were recorded), reduced to the shorter side
+  ``resize`` when asked. The block holds a small header, one state byte per slot, the slot shapes
+  and offsets, then the pixels.
+- **One copy, any start method.** The block is an anonymous ``memfd`` (Linux): forked workers
+  inherit the mapping; spawned workers open it again through ``/proc/<pid>/fd/<fd>`` of a process
+  that holds it. It never appears in ``/dev/shm`` and has no name to unlink: the kernel frees it
+  when the last process holding it closes it or exits, after an exception, Ctrl-C or SIGKILL.
+- **Filled lazily, safely.** Whichever process first decodes a record writes its slot, then marks
+  it ready with a ``pwrite`` of its state byte (a system call, ordered after the pixel stores). A
+  reader checks the state byte with ``pread``; a slot that is not ready (empty, or being written)
+  is decoded by the reader itself. Two processes filling one slot write the same bytes.
+
+The memory check (:func:`check_memory`) compares the block's size with the memory available to
+this process (``MemAvailable``, and the cgroup's limit where one is set) before allocating.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import IotoolError, UsageError
+from .imageops import resize_rgb, target_size
+
+MAGIC = b"IOTRAMC1"
+HEADER = 64  # magic, record count, then the offsets of the state, shapes, offsets and pixel areas
+READY = b"\x01"
+NAME = "iotool-ram-cache"  # the memfd's name, seen in /proc/PID/fd and /proc/PID/maps
+SAFETY_MARGIN = 0.10  # of the available memory, kept free
+MIN_MARGIN = 256 << 20
+
+
+class CacheMemoryError(IotoolError):
+    """The RAM cache would not fit in the available memory."""
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Where each slot lies: stored ``(height, width)`` per record and byte offsets of the pixels."""
+
+    shapes: np.ndarray  # (N, 2) int32
+    offsets: np.ndarray  # (N + 1,) int64, relative to the pixel area
+
+    @classmethod
+    def plan(cls, sizes: np.ndarray, resize: int | None = None) -> "CacheLayout":
+        """Slots for decoded ``sizes`` ((N, 2) height, width), shrunk to shorter side ``resize``."""
+        shapes = np.array(sizes, dtype=np.int64).reshape(-1, 2)
+        if resize is not None:
+            shapes = _shrunk(shapes, resize)
+        offsets = np.zeros(len(shapes) + 1, dtype=np.int64)
+        np.cumsum(shapes[:, 0] * shapes[:, 1] * 3, out=offsets[1:])
+        return cls(shapes.astype(np.int32), offsets)
+
+    @property
+    def pixel_bytes(self) -> int:
+        return int(self.offsets[-1])
+
+    def areas(self) -> tuple[int, int, int, int]:
+        """Byte offsets of the state, shapes, offsets and pixel areas in the block."""
+        n = len(self.shapes)
+        state = HEADER
+        shapes = _align(state + n, 8)
+        offsets = shapes + 8 * n
+        pixels = _align(offsets + 8 * (n + 1), 4096)
+        return state, shapes, offsets, pixels
+
+    @property
+    def nbytes(self) -> int:
+        """The whole block: tables and pixels."""
+        return self.areas()[3] + self.pixel_bytes
+
+
+def cached_shape(height: int, width: int, resize: int | None) -> tuple[int, int]:
+    """The (height, width) a decoded image is cached at: shorter side ``resize``, never enlarged.
+
+    The longer side follows the bmp cache's ``--resize`` (torchvision's ``Resize(int)`` rounding).
+    """
+    if resize is None or min(height, width) <= resize:
+        return height, width
+    w, h = target_size(width, height, resize, None)
+    return h, w
+
+
+def _shrunk(shapes: np.ndarray, resize: int) -> np.ndarray:
+    """:func:`cached_shape` of every row of an (N, 2) int64 array, vectorised."""
+    h, w = shapes[:, 0], shapes[:, 1]
+    shrink = np.minimum(h, w) > resize
+    wide = w > h  # as target_size: width <= height sets the width to resize
+    # int(resize * long / short) in float64, as Python computes it
+    long_side = (resize * np.where(wide, w, h) / np.where(wide, h, w)).astype(np.int64)
+    new_h = np.where(wide, resize, long_side)
+    new_w = np.where(wide, long_side, resize)
+    return np.stack([np.where(shrink, new_h, h), np.where(shrink, new_w, w)], axis=1)
+
+
+def available_memory() -> int:
+    """Bytes this process can still use: ``MemAvailable``, capped by its cgroup's limit if any."""
+    with open("/proc/meminfo") as f:
+        info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()}
+    available = info.get("MemAvailable", info.get("MemFree", 0))
+    limit = _cgroup_room()
+    return min(available, limit) if limit is not None else available
+
+
+def _cgroup_room() -> int | None:
+    """Limit minus usage of this process's memory cgroup (v2 or v1); None without a limit."""
+    pairs = (("memory.max", "memory.current"), ("memory.limit_in_bytes", "memory.usage_in_bytes"))
+    for base in _cgroup_dirs():
+        for limit_name, usage_name in pairs:
+            try:
+                with open(os.path.join(base, limit_name)) as f:
+                    limit = f.read().strip()
+                with open(os.path.join(base, usage_name)) as f:
+                    usage = int(f.read())
+            except (OSError, ValueError):
+                continue
+            if limit != "max" and int(limit) < (1 << 60):
+                return max(int(limit) - usage, 0)
+    return None
+
+
+def _cgroup_dirs() -> list[str]:
+    """This process's memory cgroup folders (v2 unified, then v1), as mounted here."""
+    dirs = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controllers == "":
+                    dirs.append("/sys/fs/cgroup" + path)
+                elif "memory" in controllers.split(","):
+                    dirs += ["/sys/fs/cgroup/memory" + path, "/sys/fs/cgroup/memory"]
+    except OSError:
+        pass
+    return dirs
+
+
+def check_memory(need: int, available: int, *, what: str = "the RAM cache",
+                 smaller: int | None = None) -> None:
+    """Raise :class:`CacheMemoryError` when ``need`` bytes exceed ``available`` less the safety margin.
+
+    ``smaller`` is the size with ``cache_resize=256``, quoted as a way out when given.
+    """
+    margin = max(int(available * SAFETY_MARGIN), MIN_MARGIN)
+    if need <= available - margin:
+        return
+    ways = []
+    if smaller is not None and smaller < need:
+        ways.append(f"cache_resize=256 (about {_gib(smaller)})")
+    ways += ["the bmp cache on disk (iotool convert SRC bmp DST --resize 256)",
+             "cache_fallback=True to warn and run without the cache"]
+    raise CacheMemoryError(
+        f"{what} needs {_gib(need)}, but {_gib(available)} of memory is available and {_gib(margin)} of it "
+        f"is kept free; use {', or '.join(ways)}.")
+
+
+class RamCache:
+    """The shared block of decoded images of one dataset; see the module docstring.
+
+    Args:
+        sizes: (N, 2) decoded (height, width) of every record.
+        resize: cache images with their shorter side shrunk to ``resize`` (None: as decoded).
+
+    Raises:
+        UsageError: not on Linux (no ``memfd_create``).
+    """
+
+    def __init__(self, sizes: np.ndarray, resize: int | None = None):
+        if not hasattr(os, "memfd_create"):
+            raise UsageError("cache='ram' needs Linux (os.memfd_create); use the bmp cache on disk instead.")
+        self.resize = resize
+        layout = CacheLayout.plan(sizes, resize)
+        self.nbytes = layout.nbytes
+        self.name = f"{NAME}-{secrets.token_hex(6)}"  # how /proc/PID/maps and /proc/PID/fd show it
+        fd = os.memfd_create(self.name, os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, self.nbytes)  # sparse: pages are allocated as slots are filled
+            self._attach(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        state, shapes, offsets, _ = layout.areas()
+        os.pwrite(fd, MAGIC + np.array([len(layout.shapes), *layout.areas()], np.int64).tobytes(), 0)
+        self._map[shapes:shapes + layout.shapes.nbytes] = layout.shapes.tobytes()
+        self._map[offsets:offsets + layout.offsets.nbytes] = layout.offsets.tobytes()
+        self._read_tables()
+
+    def _attach(self, fd: int) -> None:
+        """Map the block behind ``fd`` (owned from now on) and arrange its release."""
+        self._fd = fd
+        self._pid = os.getpid()
+        self._map = mmap.mmap(fd, self.nbytes)
+        self._release = weakref.finalize(self, _release, self._map, fd)
+
+    def _read_tables(self) -> None:
+        header = np.frombuffer(self._map, np.int64, 5, len(MAGIC))
+        if self._map[:len(MAGIC)] != MAGIC:
+            raise IotoolError("the RAM cache block is not one iotool wrote")
+        self.count, self._state, shapes, offsets, self._pixels = (int(v) for v in header)
+        self.shapes = np.frombuffer(self._map, np.int32, 2 * self.count, shapes).reshape(-1, 2)
+        self.offsets = np.frombuffer(self._map, np.int64, self.count + 1, offsets)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def get(self, index: int) -> np.ndarray | None:
+        """The cached pixels of record ``index`` (a view of the shared block), or None when not ready."""
+        if os.pread(self._fd, 1, self._state + index) != READY:
+            return None
+        return self._slot(index)
+
+    def decode_size(self, index: int) -> tuple[int, int] | None:
+        """The smallest (height, width) worth decoding record ``index`` at (a JPEG's DCT reduction
+        keeps twice the cached size, as the bmp cache's conversion does), or None: in full."""
+        h, w = (int(v) for v in self.shapes[index])
+        return (2 * h, 2 * w) if self.resize is not None else None
+
+    def put(self, index: int, image: np.ndarray) -> np.ndarray:
+        """Store a decoded RGB image (shrunk to the slot first when ``resize``); return what is cached.
+
+        An image that does not fit its slot (an index that disagrees with the decoder) is returned
+        unchanged and not stored.
+        """
+        h, w = (int(v) for v in self.shapes[index])
+        if self.resize is not None and image.ndim == 3 and image.shape[:2] != (h, w) \
+                and image.shape[0] >= h and image.shape[1] >= w:
+            image = resize_rgb(image, (w, h))  # the bmp cache's resize (--resize N)
+        if image.shape != (h, w, 3) or image.dtype != np.uint8:
+            return image
+        self._slot(index)[...] = image
+        os.pwrite(self._fd, READY, self._state + index)  # after the pixels: now others may read them
+        return image
+
+    def _slot(self, index: int) -> np.ndarray:
+        h, w = (int(v) for v in self.shapes[index])
+        start = self._pixels + int(self.offsets[index])
+        return np.frombuffer(self._map, np.uint8, h * w * 3, start).reshape(h, w, 3)
+
+    def filled(self) -> int:
+        """How many slots are ready."""
+        state = np.frombuffer(self._map, np.uint8, self.count, self._state)
+        return int(np.count_nonzero(state == READY[0]))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A spawned process opens the same block through this process's descriptor.
+        return {"source": f"/proc/{os.getpid()}/fd/{self._fd}", "nbytes": self.nbytes, "resize": self.resize,
+                "name": self.name}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.resize, self.nbytes, self.name = state["resize"], state["nbytes"], state["name"]
+        fd = os.open(state["source"], os.O_RDWR | os.O_CLOEXEC)
+        if os.fstat(fd).st_size != self.nbytes:
+            os.close(fd)
+            raise IotoolError(f"{state['source']} is not the RAM cache block it should be")
+        self._attach(fd)
+        self._read_tables()
+
+    def close(self) -> None:
+        """Unmap the block in this process (the kernel frees it once no process holds it)."""
+        self.shapes = self.offsets = None  # type: ignore[assignment]  # views of the mapping
+        self._release()
+
+    def __repr__(self) -> str:
+        resize = f", resize={self.resize}" if self.resize is not None else ""
+        return f"RamCache({_gib(self.nbytes)}, {self.filled()}/{self.count} filled{resize})"
+
+
+def _release(block: mmap.mmap, fd: int) -> None:
+    try:
+        block.close()
+    except BufferError:  # a view is still alive: the mapping goes when it does
+        pass
+    os.close(fd)
+
+
+def _align(value: int, to: int) -> int:
+    return (value + to - 1) // to * to
+
+
+def _gib(n: int) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = False) -> RamCache | None:
+    """The RAM cache for a format reader, after the memory check; None when it does not fit and
+    ``fallback`` (a warning is logged).
+
+    Raises:
+        CacheMemoryError: it does not fit and not ``fallback``.
+    """
+    import logging
+
+    if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize <= 0):
+        raise UsageError(f"cache_resize={resize!r}: give a positive int (the shorter side), or None.")
+    sizes = reader.image_sizes()
+    need = CacheLayout.plan(sizes, resize).nbytes
+    smaller = CacheLayout.plan(sizes, 256).nbytes if resize is None or resize > 256 else None
+    try:
+        check_memory(need, available_memory(), what=f"cache='ram' for {reader.path} ({len(sizes)} images)",
+                     smaller=smaller)
+    except CacheMemoryError as exc:
+        if not fallback:
+            raise
+        logging.getLogger(__name__).warning("running without the RAM cache: %s", exc)
+        return None
+    return RamCache(sizes, resize)

@@ -1,0 +1,141 @@
+"""Fused decoding: the default decoder decodes only what iotool's first transform needs.
+
+:func:`fuse` turns ``RandomResizedCrop``, ``Resize`` or ``CenterCrop`` (alone, or first in a
+:class:`Compose`) into a callable that takes the stored bytes. For a JPEG it reads the frame
+header, works out the box and output size the transform would use, and decodes only that:
+
+- ``RandomResizedCrop``: exactly :class:`DecodeRandomResizedCrop`, drawing from the transform's
+  own random stream (region decode of the crop, reduced DCT scale when the crop is at least twice
+  the output on both axes);
+- ``Resize``: the whole image at the largest DCT reduction (1/2, 1/4, 1/8) that still covers the
+  output size on both axes, then the same antialiased resize to the same output size;
+- ``CenterCrop``: the centre box alone with the region decoder (no resize, so no reduction).
+
+Where no DCT reduction is used the pixels are identical to decoding in full and applying the
+transform; where one is, the image is resampled from libjpeg's scaled IDCT instead of from the
+full image (the measured difference is in ``docs/performance.md``). Other image formats, and
+JPEGs the region decoder does not handle, are decoded in full and transformed as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..decode import AUTO, decode
+from ..decode import region as _region
+from ..decode.backends import JpegHeader
+from .boxes import center_crop_box
+from .decoding import DecodeRandomResizedCrop, _as_bytes, _jpeg_header
+from .image_transforms import CenterCrop, Compose, RandomResizedCrop, Resize
+from .images import Image, _as_chw, _emit
+from .kernels import _resize_chw
+
+FUSABLE = (RandomResizedCrop, Resize, CenterCrop)
+
+
+def fuse(transform: Callable[[Any], Any] | None) -> Callable[[bytes], Any] | None:
+    """A callable ``bytes -> transform(decode(bytes))`` that decodes only what ``transform`` needs.
+
+    None when ``transform`` is not iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``
+    (exactly those classes, not subclasses) or a :class:`Compose` that starts with one. The
+    returned callable shares the transform's random stream and parameters, so later changes to
+    the transform object apply.
+    """
+    first, rest = _first(transform)
+    if not leaves_input_alone(transform):
+        return None
+    if type(first) is RandomResizedCrop:
+        step: Callable[[bytes], Image] = _SharedDecodeCrop(first)
+    elif type(first) is Resize:
+        step = DecodeResize(first)
+    else:
+        step = DecodeCenterCrop(first)
+    return FusedTransform(step, rest)
+
+
+def leaves_input_alone(transform: Callable[[Any], Any] | None) -> bool:
+    """True when ``transform`` starts with iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``:
+    those only read their input and return new memory, so it may be a shared, cached image."""
+    return type(_first(transform)[0]) in FUSABLE
+
+
+def _first(transform: Any) -> tuple[Any, list[Any]]:
+    """The first transform and the rest, looking into a Compose."""
+    if type(transform) is Compose and transform.transforms:
+        return transform.transforms[0], list(transform.transforms[1:])
+    return transform, []
+
+
+class FusedTransform:
+    """A decoding first step followed by the rest of a :class:`Compose`."""
+
+    def __init__(self, first: Callable[[bytes], Image], rest: list[Callable[[Any], Any]]):
+        self.first = first
+        self.rest = rest
+
+    def __call__(self, data: bytes) -> Any:
+        image = self.first(data)
+        for transform in self.rest:
+            image = transform(image)
+        return image
+
+    def __repr__(self) -> str:
+        return f"FusedTransform({self.first!r}, then {self.rest!r})"
+
+
+class _SharedDecodeCrop(DecodeRandomResizedCrop):
+    """DecodeRandomResizedCrop with a RandomResizedCrop's parameters and its random stream."""
+
+    def __init__(self, crop: RandomResizedCrop):
+        super().__init__(crop.size, crop.scale, crop.ratio, crop.antialias, output=crop.output,
+                         backend=crop.backend)
+        self.rng = crop.rng  # the same object: draws advance the user's transform's stream
+
+
+class DecodeResize:
+    """Decode and :class:`Resize` in one step, at the largest DCT reduction that covers the output."""
+
+    def __init__(self, resize: Resize):
+        self.resize = resize
+
+    def __call__(self, data: bytes | bytearray | memoryview) -> Image:
+        data = _as_bytes(data)
+        header = _jpeg_header(data)
+        if header is None:
+            return self.resize(decode(data, AUTO, name="Resize"))
+        out_size = self.resize.output_size(header.height, header.width)
+        # decode() picks the largest DCT reduction whose image still covers out_size (none: full size)
+        chw = _as_chw(decode(data, AUTO, min_size=out_size, name="Resize"))
+        out = _resize_chw(chw, out_size, self.resize.antialias, self.resize.backend)
+        return _emit(out, self.resize.output, fresh=out is not chw)
+
+    def __repr__(self) -> str:
+        return f"DecodeResize({self.resize!r})"
+
+
+class DecodeCenterCrop:
+    """Decode and :class:`CenterCrop` in one step: only the centre box is decoded (same pixels)."""
+
+    def __init__(self, crop: CenterCrop):
+        self.crop = crop
+
+    def __call__(self, data: bytes | bytearray | memoryview) -> Image:
+        data = _as_bytes(data)
+        header = _jpeg_header(data)
+        crop_h, crop_w = self.crop.size
+        if not _regional(header) or header.height < crop_h or header.width < crop_w:
+            return self.crop(decode(data, AUTO, name="CenterCrop"))  # padding, or no region decoder
+        top, left = center_crop_box(header.height, header.width, crop_h, crop_w)
+        pixels = _region.decode_jpeg_region(data, header, (top, left, crop_h, crop_w), 1, name="CenterCrop")
+        return _emit(_as_chw(pixels), self.crop.output, fresh=True)  # the region is new memory
+
+    def __repr__(self) -> str:
+        return f"DecodeCenterCrop({self.crop!r})"
+
+
+def _regional(header: JpegHeader | None) -> bool:
+    """True when this JPEG's regions can be decoded alone."""
+    return header is not None and _region.region_available() and _region.supports(header)
+
+
+__all__ = ["FUSABLE", "fuse", "leaves_input_alone", "FusedTransform", "DecodeResize", "DecodeCenterCrop"]
