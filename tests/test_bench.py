@@ -140,7 +140,12 @@ def test_bench_decode_json_schema(mixed, tmp_path):
             assert ("z.png", name) in skipped and ("cmyk.jpg", name) in skipped
     env = data["environment"]
     assert {"cpu_model", "cpus_logical", "threads", "libraries", "decoders", "python", "region_decoder"} <= set(env)
-    assert env["region_decoder"].startswith(("libjpeg", "not built"))
+    assert env["region_decoder"].startswith(("libjpeg", "not built", "built, but"))
+    libraries = data["jpeg_libraries"]  # the JPEG library of every path, the region decoder's included
+    assert set(BACKENDS) | {"region"} <= set(libraries) and libraries["region"] == env["region_decoder"]
+    for name in usable:
+        assert libraries[name] == env["decoders"][name]["jpeg_library"]
+    assert libraries["pil"].startswith("libjpeg")
     assert "numpy" in env["libraries"] and "pil" in env["decoders"]
     assert env["decoders"]["pil"]["jpeg_library"]
     assert data["auto"]["jpeg"] in BACKENDS

@@ -93,6 +93,8 @@ class DecodeBenchResult:
     unavailable: dict[str, str] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     bundled: bool = False  # True when the images were iotool's bundled samples (no paths given)
+    # The JPEG library of each decode path: every backend, iotool's region decoder, tjbench.
+    jpeg_libraries: dict[str, str] = field(default_factory=dict)
 
     def row(self, name: str) -> BackendResult | None:
         """The row of backend ``name`` (or ``tjbench``), if measured."""
@@ -107,6 +109,7 @@ class DecodeBenchResult:
             "auto": self.auto, "results": [r.to_dict() for r in self.results],
             "skipped": [asdict(s) for s in self.skipped], "unavailable": self.unavailable,
             "environment": self.environment, "bundled_sample_images": self.bundled,
+            "jpeg_libraries": self.jpeg_libraries,
         }
 
 
@@ -352,8 +355,19 @@ def bench_decode(
         megapixels=sum(i.pixels for i in images) / 1e6,
         auto={fmt: resolve_backend("auto", fmt) for fmt in sorted({i.fmt for i in images})},
         results=_rows(tallies, counts, notes), skipped=skipped, unavailable=unavailable,
-        environment=env, bundled=bundled,
+        environment=env, bundled=bundled, jpeg_libraries=jpeg_libraries(env),
     )
+
+
+def jpeg_libraries(env: dict[str, Any]) -> dict[str, str]:
+    """Which libjpeg(-turbo) each decode path runs on ('' where a backend does not say), from
+    :func:`environment`: the backends, ``region`` (what iotool's region decoder bound to, or why
+    it is unavailable) and ``tjbench`` (when installed)."""
+    out = {name: d.get("jpeg_library", "") for name, d in env.get("decoders", {}).items()}
+    out["region"] = env.get("region_decoder", "")
+    if tjbench_path():
+        out[TJBENCH] = tjbench_library()
+    return out
 
 
 def _measure(names: list[str], images: list[BenchImage], tj_images: list[BenchImage], mode: str, scale: int,

@@ -93,6 +93,8 @@ def _decode_caption(result: Any, wide: bool) -> Text:
              f"auto -> {', '.join(f'{k}: {v}' for k, v in result.auto.items())}"]
     if not wide:
         lines += [f"versions: {_versions(result)}", "--wide: version, libjpeg and MB/s as columns"]
+    if result.jpeg_libraries.get("region"):
+        lines.append(f"region decoder (DecodeRandomResizedCrop): {result.jpeg_libraries['region']}")
     lines += [f"{r.name}: {r.note}" for r in result.results if r.note]
     if result.bundled:
         lines.append(f"These are iotool's bundled sample images, too few to judge by; time your own: "
