@@ -7,8 +7,9 @@ header, works out the box and output size the transform would use, and decodes o
 - ``RandomResizedCrop``: exactly :class:`DecodeRandomResizedCrop`, drawing from the transform's
   own random stream (region decode of the crop, reduced DCT scale when the crop is at least twice
   the output on both axes);
-- ``Resize``: the whole image at the largest DCT reduction (1/2, 1/4, 1/8) that still covers the
-  output size on both axes, then the same antialiased resize to the same output size;
+- ``Resize``: the whole image at the largest DCT reduction (1/2, 1/4, 1/8) that still keeps twice
+  the output size on both axes (:data:`RESIZE_GAP`), then the same antialiased resize to the same
+  output size;
 - ``CenterCrop``: the centre box alone with the region decoder (no resize, so no reduction).
 
 Where no DCT reduction is used the pixels are identical to decoding in full and applying the
@@ -31,6 +32,7 @@ from .images import Image, _as_chw, _emit
 from .kernels import _resize_chw
 
 FUSABLE = (RandomResizedCrop, Resize, CenterCrop)
+RESIZE_GAP = 2  # Resize decodes at a DCT reduction that keeps at least twice the output size
 
 
 def fuse(transform: Callable[[Any], Any] | None) -> Callable[[bytes], Any] | None:
@@ -104,8 +106,11 @@ class DecodeResize:
         if header is None:
             return self.resize(decode(data, AUTO, name="Resize"))
         out_size = self.resize.output_size(header.height, header.width)
-        # decode() picks the largest DCT reduction whose image still covers out_size (none: full size)
-        chw = _as_chw(decode(data, AUTO, min_size=out_size, name="Resize"))
+        # decode() picks the largest DCT reduction whose image still covers RESIZE_GAP x out_size
+        # (none: full size), so the antialiased resize still has a margin to filter, as PIL's
+        # reducing_gap=2 keeps
+        keep = (RESIZE_GAP * out_size[0], RESIZE_GAP * out_size[1])
+        chw = _as_chw(decode(data, AUTO, min_size=keep, name="Resize"))
         out = _resize_chw(chw, out_size, self.resize.antialias, self.resize.backend)
         return _emit(out, self.resize.output, fresh=out is not chw)
 
