@@ -5,10 +5,13 @@ decode -> RandomResizedCrop(224) with antialiasing -> uint8 CHW tensor -> ``ioto
 ``DataLoader(num_workers=2, batch_size=64)``; in each round every contestant runs several epochs
 and keeps its best; the table shows the median over rounds and the ratio to the baseline.
 
-Contestants: torchvision-style ImageFolder with PIL (torchvision's default loader, reimplemented),
-``webdataset`` with PIL decoding on the same tar shards, and iotool's lmdb, hdf5, tar and bmp
-(resized to 256) formats with their default decoder (JPEG formats decode at a reduced DCT scale
-when the crop allows, through ``iotool.transforms.DecodeRandomResizedCrop``).
+Contestants: torchvision's own ImageFolder pipeline when torchvision is installed (else its
+ImageFolder with the PIL loader, reimplemented; the output says which ran), ``webdataset`` with
+PIL decoding on the same tar shards, and iotool's lmdb, hdf5, tar (default options) and bmp
+(resized to 256) formats opened as the README shows first,
+``open_dataset(path, transform=RandomResizedCrop(224))`` (JPEG records: region decode of the crop,
+reduced DCT scale when it allows). In the same run, ``benchmarks/pipeline_costs.py`` times each
+step on one core and prints each format's ceiling next to its measured ratio.
 
 Example:
 
@@ -29,6 +32,8 @@ from iotool.bench.loader import bench_loader, per_round_ratio
 from iotool.bench.plot import plot_loader
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from pipeline_costs import ceilings  # noqa: E402  (the sibling script)
 
 
 def main() -> None:
@@ -39,6 +44,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--formats", default="lmdb,hdf5,tar,bmp")
+    parser.add_argument("--ceiling-rounds", type=int, default=3, help="rounds of the one-core step timing")
     parser.add_argument("--json", type=Path, default=Path("loader.json"))
     parser.add_argument("--plot", type=Path, default=Path("loader.png"))
     args = parser.parse_args()
@@ -49,17 +55,28 @@ def main() -> None:
                         "--images", "1000", "--classes", "10"], check=True)
     result = bench_loader(src, formats=args.formats.split(","), workers=args.workers,
                           batch_size=args.batch_size, rounds=args.rounds, epochs=args.epochs,
+                          on_built=lambda built: ceilings(src, built, rounds=args.ceiling_rounds),
                           progress=lambda what, done, total: print(f"\r[{done}/{total}] {what:60}", end="",
                                                                    file=sys.stderr, flush=True))
     print(file=sys.stderr)
     print(f"{result.images} images, {result.workers} workers, batch {result.batch_size}, "
           f"median of {result.rounds} rounds (best of {result.epochs} epochs each)")
-    print(f"{'pipeline':26} {'images/s':>10} {'min':>8} {'max':>8} {'vs baseline':>12} {'per round':>10}")
+    print(f"baseline: {result.baseline}" + ("" if result.baseline.startswith("torchvision ImageFolder") else
+                                            " (torchvision is not installed: its ImageFolder + PIL loader, "
+                                            "reimplemented, with iotool's RandomResizedCrop)"))
+    costs = result.extra or {"ceiling": {}}
+    print(f"{'pipeline':30} {'images/s':>10} {'min':>8} {'max':>8} {'vs baseline':>12} {'per round':>10} "
+          f"{'1-core ceiling':>15}")
     for r in result.results:
         s = r.images_per_s
-        print(f"{r.name:26} {s.median:10.0f} {s.min:8.0f} {s.max:8.0f} {r.vs_baseline:11.2f}x "
-              f"{r.vs_baseline_per_round:9.2f}x")
-    print("(per round: the median over rounds of the ratio measured within each round)")
+        ceiling = costs["ceiling"].get(r.format)
+        print(f"{r.name:30} {s.median:10.0f} {s.min:8.0f} {s.max:8.0f} {r.vs_baseline:11.2f}x "
+              f"{r.vs_baseline_per_round:9.2f}x {f'{ceiling:14.2f}x' if ceiling else '':>15}")
+    print("(per round: the median over rounds of the ratio measured within each round; 1-core ceiling:")
+    print(" benchmarks/pipeline_costs.py in this run, baseline step costs / the format's step costs)")
+    if costs.get("ms_per_image"):
+        print("step costs, ms per image on one thread: " +
+              ", ".join(f"{k} {v:.3f}" for k, v in costs["ms_per_image"].items()))
     web = next((r for r in result.results if r.format == "webdataset"), None)
     if web:
         for r in result.results:

@@ -3,21 +3,25 @@
 Each step of the RandomResizedCrop(224) feed is timed on its own, on the same images, in one
 process with one thread, interleaved over rounds (median of rounds, milliseconds per image):
 
-  read        the stored bytes from an LMDB built from SRC (iotool's reader)
+  read FMT    the stored bytes of every record of a dataset converted from SRC (its reader)
   pil         PIL open + convert("RGB") + numpy array: torchvision's default loader, the baseline
   simplejpeg  a full decode with iotool's default JPEG decoder
-  region      iotool's region decoder on the crop each image draws (what the lmdb/hdf5/tar feed runs)
+  region      iotool's region decoder on the crop each image draws, at full scale
+  fused       what open_dataset(path, transform=RandomResizedCrop(224)) runs on a JPEG record:
+              region decode (reduced DCT scale when the crop allows) + antialiased resize
+  decode+crop bmp   the bmp cache's numpy decode + crop-resize
   resize      iotool.transforms' crop + antialiased resize to a CxHxW uint8 tensor, from a decoded image
   collate     iotool.fast_collate, per image, of batches of 64
 
-From these it prints the per-image cost of the baseline (pil + resize + collate) and of iotool's
-JPEG feed (read + region + resize + collate), and their ratio: the speed-up a perfect DataLoader
-could show on this machine, before any inter-process cost.
+From these it prints the per-image cost of the baseline (pil + resize + collate) and of each
+format's feed (read + fused or decode+crop + collate), and their ratio: the speed-up a perfect
+DataLoader could show on this machine, before any inter-process cost. ``benchmarks/loader.py``
+calls :func:`ceilings` in the same run as its DataLoader rounds.
 
 Example:
 
     python benchmarks/make_imagenet_like.py /tmp/imagenet-like --images 1000 --classes 10
-    python benchmarks/pipeline_costs.py /tmp/imagenet-like --rounds 5
+    python benchmarks/pipeline_costs.py /tmp/imagenet-like --rounds 5 --formats lmdb,bmp
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from iotool.decode import decode
 from iotool.decode import region as R
 from iotool.decode.backends import parse_jpeg_header
 from iotool.transforms import RandomResizedCrop, random_resized_crop_params
+from iotool.transforms.fused import fuse
 
 SIZE = 224
 
@@ -57,19 +62,26 @@ def crops(datas: list[bytes]) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def steps(lmdb_path: str, datas: list[bytes]) -> dict[str, Callable[[], None]]:
-    """name -> a function that runs that step over every image once."""
-    ds = iotool.open_dataset(lmdb_path, decoder=None)
+def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Callable[[], None]]:
+    """name -> a function that runs that step over every image once.
+
+    ``built`` maps format names to datasets converted from the same images (any of lmdb, hdf5,
+    tar, tfrecord; bmp is the pre-resized cache); ``datas`` are the source JPEGs.
+    """
     headers = [parse_jpeg_header(d) for d in datas]
     boxes = crops(datas)
     decoded = [decode(d) for d in datas]
     resize = RandomResizedCrop(SIZE, seed=0)
+    fused = fuse(RandomResizedCrop(SIZE, seed=0))
     tensors = [resize(image) for image in decoded]
     batches = [[(t, 0) for t in tensors[i:i + 64]] for i in range(0, len(tensors), 64)]
-
-    def read() -> None:
-        for i in range(len(ds)):
-            ds[i]
+    out: dict[str, Callable[[], None]] = {}
+    for fmt, path in built.items():
+        reader = iotool.open_reader(path)
+        out[f"read {fmt}"] = _reader_pass(reader)
+        if reader.native_decode is not None:  # the bmp cache: numpy decode + crop-resize of its records
+            stored = [data for _, data, _ in reader.read_many(range(len(reader)))]
+            out[f"decode+crop {fmt}"] = _native_pass(reader.native_decode, stored, resize)
 
     def pil() -> None:
         for data in datas:
@@ -84,6 +96,10 @@ def steps(lmdb_path: str, datas: list[bytes]) -> dict[str, Callable[[], None]]:
         for data, header, box in zip(datas, headers, boxes):
             R.decode_jpeg_region(data, header, box)
 
+    def fused_crop() -> None:
+        for data in datas:
+            fused(data)
+
     def crop_resize() -> None:
         for image in decoded:
             resize(image)
@@ -92,46 +108,95 @@ def steps(lmdb_path: str, datas: list[bytes]) -> dict[str, Callable[[], None]]:
         for batch in batches:
             fast_collate(batch)
 
-    out = {"read": read, "pil": pil, "simplejpeg": simplejpeg, "resize": crop_resize, "collate": collate}
+    out.update({"pil": pil, "simplejpeg": simplejpeg, "fused": fused_crop, "resize": crop_resize,
+                "collate": collate})
     if R.region_available():
         out["region"] = region
     return out
+
+
+def _reader_pass(reader) -> Callable[[], None]:
+    def read() -> None:
+        for _ in reader.read_many(range(len(reader))):
+            pass
+    return read
+
+
+def _native_pass(native, stored: list[bytes], resize) -> Callable[[], None]:
+    def decode_crop() -> None:
+        for data in stored:
+            resize(native(data))
+    return decode_crop
+
+
+def time_steps(named: dict[str, Callable[[], None]], images: int, rounds: int) -> dict[str, float]:
+    """Median ms per image of each step over ``rounds`` interleaved rounds (one warm-up round dropped)."""
+    times: dict[str, list[float]] = {name: [] for name in named}
+    for r in range(rounds + 1):
+        for name in list(named)[r % len(named):] + list(named)[:r % len(named)]:
+            start = time.perf_counter()
+            named[name]()
+            if r:
+                times[name].append((time.perf_counter() - start) / images * 1e3)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def ceilings(src: Path, built: dict[str, str], rounds: int = 3, limit: int = 300) -> dict:
+    """The one-core ceiling of each built format against the baseline, from step costs.
+
+    baseline = pil + resize + collate (torchvision's default loader and an antialiased crop);
+    a JPEG format's feed = read + fused (decode of the crop's region, resized) + collate; the bmp
+    cache's = read + numpy decode and crop-resize + collate. ceiling = baseline / feed: the
+    speed-up a perfect DataLoader could show on this machine, before any inter-process cost.
+    ``limit`` images of SRC are timed (the reads cover each whole dataset and are scaled per image).
+    """
+    files = sorted(p for p in Path(src).rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))[:limit]
+    datas = [p.read_bytes() for p in files]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        named = steps(built, datas)
+        counts = {name: len(iotool.open_reader(built[name.split()[-1]])) if " " in name else len(datas)
+                  for name in named}
+        ms = {}
+        for name, value in time_steps(named, 1, rounds).items():
+            ms[name] = value / counts[name]
+    finally:
+        torch.set_num_threads(previous)
+    baseline = ms["pil"] + ms["resize"] + ms["collate"]
+    feeds = {}
+    for fmt in built:
+        work = ms.get(f"decode+crop {fmt}", ms["fused"])
+        feeds[fmt] = ms[f"read {fmt}"] + work + ms["collate"]
+    return {"images": len(datas), "ms_per_image": ms, "baseline_ms": baseline, "feed_ms": feeds,
+            "ceiling": {fmt: baseline / feed for fmt, feed in feeds.items()}}
+
+
+def report(costs: dict) -> None:
+    print(f"{costs['images']} images, one thread, median of rounds, ms per image")
+    for name, value in costs["ms_per_image"].items():
+        print(f"  {name:20} {value:7.3f}")
+    print(f"baseline (pil + resize + collate)   {costs['baseline_ms']:7.3f} ms")
+    for fmt, feed in costs["feed_ms"].items():
+        print(f"iotool {fmt:8} feed {feed:7.3f} ms   one-core ceiling {costs['ceiling'][fmt]:5.2f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("src", type=Path, help="an ImageFolder of JPEGs")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--formats", default="lmdb", help="formats to build and read (bmp: --resize 256)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="iotool-costs-") as tmp:
-        lmdb_path = str(Path(tmp) / "data.lmdb")
-        iotool.convert(args.src, lmdb_path, "lmdb")
-        stored = iotool.open_dataset(lmdb_path, decoder=None)
-        datas = [stored[i][0] for i in range(len(stored))]
-        named = steps(lmdb_path, datas)
-        times: dict[str, list[float]] = {name: [] for name in named}
-        for r in range(args.rounds + 1):  # round 0 warms caches and is dropped
-            for name in list(named)[r % len(named):] + list(named)[:r % len(named)]:
-                start = time.perf_counter()
-                named[name]()
-                if r:
-                    times[name].append((time.perf_counter() - start) / len(datas) * 1e3)
-    ms = {name: statistics.median(v) for name, v in times.items()}
-    print(f"{len(datas)} images, one thread, median of {args.rounds} rounds, ms per image")
-    for name, value in ms.items():
-        print(f"  {name:12} {value:7.3f}")
-    baseline = ms["pil"] + ms["resize"] + ms["collate"]
-    decode_ms = ms.get("region", ms["simplejpeg"])
-    feed = ms["read"] + decode_ms + ms["resize"] + ms["collate"]
-    print(f"baseline (pil + resize + collate)          {baseline:7.3f} ms")
-    print(f"iotool JPEG feed (read + {'region' if 'region' in ms else 'simplejpeg'} + resize + collate) "
-          f"{feed:7.3f} ms")
-    print(f"ceiling ratio on one core                  {baseline / feed:7.2f}x")
+        built = {}
+        for fmt in args.formats.split(","):
+            built[fmt] = str(Path(tmp) / f"data.{fmt}")
+            iotool.convert(args.src, built[fmt], fmt, **({"resize": 256} if fmt == "bmp" else {}))
+        costs = ceilings(args.src, built, args.rounds)
+    report(costs)
     if args.json:
-        args.json.write_text(json.dumps({"ms_per_image": ms, "baseline_ms": baseline, "feed_ms": feed,
-                                         "ceiling_ratio": baseline / feed, "images": len(datas)}, indent=2))
+        args.json.write_text(json.dumps(costs, indent=2))
 
 
 if __name__ == "__main__":

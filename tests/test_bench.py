@@ -277,7 +277,8 @@ def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
     assert [r.name for r in result.results] == ["torchvision-style (PIL)", "webdataset (PIL)", *dali, "iotool tar",
                                                 "iotool bmp"]
     assert all(len(r.images_per_s.to_dict()) > 0 and r.images_per_s.median > 0 for r in result.results)
-    assert result.results[2 + len(dali)].options == {"shard_size": 1}  # 6 images over about 8 shards
+    assert result.results[2 + len(dali)].options == {}  # tar with its default options: one shard here
+    assert result.baseline == "torchvision-style (PIL)" and result.to_dict()["baseline"] == result.baseline
     assert result.results[1].bytes > 0 and result.results[1].convert_seconds is not None
 
 

@@ -17,14 +17,20 @@ def test_pipeline_costs_reports_every_step_and_the_ceiling(tmp_path):
     write_tree(root, {"a": 6, "b": 5}, seed=4)
     out = tmp_path / "costs.json"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "pipeline_costs.py"), str(root),
-                           "--rounds", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
+                           "--rounds", "1", "--formats", "lmdb,bmp", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["images"] == 11
-    assert {"read", "pil", "simplejpeg", "resize", "collate"} <= set(figures["ms_per_image"])
+    steps = {"read lmdb", "read bmp", "decode+crop bmp", "pil", "simplejpeg", "fused", "resize", "collate"}
+    assert steps <= set(figures["ms_per_image"])
     assert all(ms > 0 for ms in figures["ms_per_image"].values())
-    assert figures["ceiling_ratio"] == figures["baseline_ms"] / figures["feed_ms"] > 0
-    assert "ceiling ratio on one core" in proc.stdout
+    ms = figures["ms_per_image"]
+    assert figures["feed_ms"]["lmdb"] == ms["read lmdb"] + ms["fused"] + ms["collate"]
+    assert figures["feed_ms"]["bmp"] == ms["read bmp"] + ms["decode+crop bmp"] + ms["collate"]
+    for fmt in ("lmdb", "bmp"):
+        assert figures["ceiling"][fmt] == figures["baseline_ms"] / figures["feed_ms"][fmt] > 0
+        assert f"iotool {fmt}" in proc.stdout and "one-core ceiling" in proc.stdout
 
 
 def test_train_feed_writes_its_figures_as_json(tmp_path):
@@ -91,3 +97,28 @@ def test_region_decode_compares_each_library_with_the_full_decoders(tmp_path):
         tag = f"region[{R.LIBRARY.origin} {R.LIBRARY.version}]"
         assert {f"{tag} full", f"{tag} crop", f"{tag} fused 224"} <= set(steps)
         assert steps[f"{tag} full"]["library"] == R.LIBRARY.describe()
+
+
+def test_ram_cache_times_every_contestant_and_counts_the_shared_block_once(tmp_path):
+    root = tmp_path / "src"
+    write_tree(root, {"a": 12, "b": 12}, seed=6)
+    out = tmp_path / "ram.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "ram_cache.py"), str(root), "--rounds", "1",
+                           "--epochs", "2", "--batch-size", "8", "--size", "32", "--cache-resize", "40",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["images"] == 24 and figures["workers"] == 2
+    summary = figures["summary"]
+    assert set(summary) == {"baseline", "lmdb", "lmdb ram 40", "lmdb ram full", "bmp 40"}
+    for row in summary.values():
+        assert row["epoch1_images_per_s"]["median"] > 0 and row["later_images_per_s"]["median"] > 0
+        assert set(row["per_process_pss_last_round"]) == {"main", "worker 0", "worker 1"}
+    for name in ("lmdb ram 40", "lmdb ram full"):
+        row = summary[name]
+        assert row["cache_filled"] == [24] and row["cache_bytes"] > 0
+        # the block's pages count once in the summed PSS, not once per worker
+        assert 0.8 <= row["shmem_growth_per_cache_byte"]["median"] <= 1.5
+    assert summary["lmdb ram 40"]["cache_bytes"] < summary["lmdb ram full"]["cache_bytes"]
+    assert summary["baseline"]["later_images_per_s"]["ratio_of_medians"] == 1.0
+    assert "baseline:" in proc.stdout and "growth/cache" in proc.stdout

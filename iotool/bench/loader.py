@@ -1,15 +1,19 @@
-"""``bench loader``: torchvision-style ImageFolder loading against every iotool format, side by side.
+"""``bench loader``: torchvision's ImageFolder loading against every iotool format, side by side.
 
-The baseline reimplements ``torchvision.datasets.ImageFolder`` with its default loader (open the
-file, ``PIL.Image.open``, ``convert("RGB")``); optionally ``webdataset`` with PIL decoding reads
-the same tar shards, and, when ``nvidia.dali`` is installed, :mod:`iotool.dali`'s CPU pipeline
-(``device_id=None``: DALI's webdataset reader with iotool's index files, CPU decoding, float
-output normalised to [0, 1]). Every other contestant runs the same pipeline after decoding:
+The baseline is torchvision's own ``ImageFolder`` pipeline when torchvision is installed
+(``v2.PILToTensor()`` + ``v2.RandomResizedCrop(size, antialias=True)``), else a reimplementation
+of ``torchvision.datasets.ImageFolder`` with its default loader (open the file,
+``PIL.Image.open``, ``convert("RGB")``) and iotool's ``RandomResizedCrop``; ``result.baseline``
+names the one that ran. Optionally ``webdataset`` with PIL decoding reads the same tar shards,
+and, when ``nvidia.dali`` is installed, :mod:`iotool.dali`'s CPU pipeline (``device_id=None``:
+DALI's webdataset reader with iotool's index files, CPU decoding, float output normalised to
+[0, 1]). Every other contestant runs the same pipeline after decoding:
 
 * ``rrc`` (default): ``RandomResizedCrop(size)`` with antialiasing (:mod:`iotool.transforms`) to a
-  uint8 CHW tensor, collated by :func:`iotool.fast_collate`. iotool's JPEG formats feed the
-  encoded bytes to ``DecodeRandomResizedCrop``, which decodes at a reduced DCT scale when the
-  crop allows; the BMP cache decodes with numpy.
+  uint8 CHW tensor, collated by :func:`iotool.fast_collate`. iotool's formats are opened the way
+  the README shows first, ``open_dataset(path, transform=RandomResizedCrop(size))``: on JPEG
+  records the default decoder decodes only the crop's region, at a reduced DCT scale when the
+  crop allows (:mod:`iotool.transforms.fused`); the BMP cache decodes with numpy.
 * ``center``: center crop + resize (OpenCV), stacked into a uint8 NCHW batch.
 
 Each iotool format is built from SRC in a temporary folder. One warm-up epoch each, then
@@ -24,7 +28,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -33,29 +37,24 @@ from .common import ProgressFn, Stats, disk_usage, environment, no_progress, rot
     single_threaded, summarize
 from .read import make_loader, run_epoch
 
-BASELINE = "torchvision-style (PIL)"
+BASELINE = "torchvision-style (PIL)"  # the reimplementation, when torchvision is not installed
+TORCHVISION = "torchvision ImageFolder (PIL)"
 
 
 WEBDATASET = "webdataset (PIL)"
 DALI = "DALI (CPU)"
 PIPELINES = ("rrc", "center")
-SHARDS = 8  # tar shards built for the contestants, so every DataLoader worker gets some
 
 
 def conversion_options(fmt: str, size: int, images: int = 0) -> dict[str, Any]:
-    """Options a format needs to be built: a pre-resized cache (bmp) gets shorter side 256 for 224;
-    a format with a ``shard_size`` option (tar) gets about SHARDS shards."""
-    from dataclasses import fields
-
+    """Options a format needs to be built: a pre-resized cache (bmp) gets shorter side 256 for 224.
+    Every other format is converted with its defaults (tar: 1,000 records per shard; the reader
+    splits records, not shards, over the DataLoader workers). ``images`` is kept for callers."""
     from ..formats import FORMATS
 
     spec = FORMATS.get(fmt)
-    if spec is None:
-        return {}
-    if spec.needs_resize:
+    if spec is not None and spec.needs_resize:
         return {"resize": round(size * 256 / 224)}
-    if images and "shard_size" in {f.name for f in fields(spec.options)}:
-        return {"shard_size": max(1, -(-images // SHARDS))}
     return {}
 
 
@@ -157,11 +156,14 @@ class LoaderBenchResult:
     environment: dict[str, Any] = field(default_factory=dict)
     pipeline: str = "rrc"
     epochs: int = 1
+    baseline: str = BASELINE  # which baseline ran: torchvision's own, or the reimplementation
+    extra: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
         return {
             "benchmark": "loader", "src": self.src, "images": self.images, "decoder": self.decoder,
+            "baseline": self.baseline, "extra": self.extra,
             "workers": self.workers, "batch_size": self.batch_size, "size": self.size,
             "rounds": self.rounds, "epochs": self.epochs, "pipeline": self.pipeline,
             "results": [r.to_dict() for r in self.results],
@@ -192,11 +194,12 @@ def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str |
     """(dataset decoder, transform) for a contestant of ``pipeline``."""
     if pipeline == "center":
         return decoder, CenterCropResize(size)
-    from ..transforms import DecodeRandomResizedCrop, RandomResizedCrop
+    from ..image_dataset import DEFAULT_DECODER
+    from ..transforms import RandomResizedCrop
 
-    if fmt in ("imagefolder", "webdataset", "bmp"):
-        return decoder, RandomResizedCrop(size, seed=0)
-    return None, DecodeRandomResizedCrop(size, decoder=decoder, seed=0)
+    # what the README shows first: open_dataset(path, transform=RandomResizedCrop(224)); the
+    # default decoder fuses decoding into the crop (iotool.transforms.fused)
+    return DEFAULT_DECODER if decoder == "auto" else decoder, RandomResizedCrop(size, seed=0)
 
 
 def _contestants(src: str, built: dict[str, tuple[str, float]], decoder: str, pipeline: str, size: int,
@@ -204,8 +207,7 @@ def _contestants(src: str, built: dict[str, tuple[str, float]], decoder: str, pi
     """name -> (format, dataset) for the baseline, webdataset and every built format."""
     from ..datasets import open_dataset
 
-    out: dict[str, tuple[str, Any]] = {
-        BASELINE: ("imagefolder", TorchvisionStyleFolder(src, _transforms(pipeline, size, "imagefolder", decoder)[1]))}
+    out: dict[str, tuple[str, Any]] = dict([_baseline(src, pipeline, size, decoder)])
     if webdataset:
         if "tar" not in built:
             failed[WEBDATASET] = "needs the tar format in --formats"
@@ -224,6 +226,22 @@ def _contestants(src: str, built: dict[str, tuple[str, float]], decoder: str, pi
         except (IotoolError, OSError) as exc:
             failed[fmt] = f"open failed: {type(exc).__name__}: {exc}"
     return out
+
+
+def _baseline(src: str, pipeline: str, size: int, decoder: str) -> tuple[str, tuple[str, Any]]:
+    """torchvision's own ImageFolder pipeline when torchvision is installed (PILToTensor +
+    RandomResizedCrop(antialias=True)), else the reimplementation; (name, (format, dataset))."""
+    try:
+        from torchvision import datasets
+        from torchvision.transforms import v2
+    except ImportError:
+        return BASELINE, ("imagefolder", TorchvisionStyleFolder(src, _transforms(pipeline, size, "imagefolder",
+                                                                                 decoder)[1]))
+    if pipeline == "rrc":
+        transform = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(size, antialias=True)])
+    else:
+        transform = v2.Compose([v2.PILToTensor(), v2.CenterCrop(size)])
+    return TORCHVISION, ("imagefolder", datasets.ImageFolder(src, transform=transform))
 
 
 class WebDatasetPIL:
@@ -309,6 +327,7 @@ def bench_loader(
     webdataset: bool = True,
     workdir: str | os.PathLike | None = None,
     progress: ProgressFn | None = None,
+    on_built: Callable[[dict[str, str]], Any] | None = None,
 ) -> LoaderBenchResult:
     """Run the torchvision-style baseline and every iotool format on the same ImageFolder.
 
@@ -325,6 +344,9 @@ def bench_loader(
         webdataset: also read the tar shards with the ``webdataset`` package and PIL.
         workdir: where to build the formats (default: a temporary folder, removed after).
         progress: called with (what, done, total).
+        on_built: called after the rounds with {format: path} of the built datasets, before they
+            are removed (``benchmarks/loader.py`` measures the one-core ceiling there); its result
+            is kept as ``result.extra``.
 
     Returns:
         A :class:`LoaderBenchResult`; each row has images/s and the ratio to the baseline.
@@ -339,8 +361,11 @@ def bench_loader(
 
         built = _build_formats(src, tmp, names, size, progress, result.failed, len(scan_imagefolder(src)))
         contestants = _contestants(src, built, decoder, pipeline, size, webdataset, result.failed)
-        result.images = len(contestants[BASELINE][1])
+        result.baseline = next(iter(contestants))
+        result.images = len(contestants[result.baseline][1])
         tallies = _run_rounds(contestants, batch_size, workers, rounds, epochs, pipeline, progress)
+        if on_built is not None:
+            result.extra = on_built({fmt: path for fmt, (path, _) in built.items()})
         result.environment = environment()
         for name, (fmt, _) in contestants.items():
             path, seconds = built.get("tar" if fmt in ("webdataset", "dali") else fmt, (src, None))
