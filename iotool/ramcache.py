@@ -220,13 +220,15 @@ class RamCache:
 
     def get(self, index: int) -> np.ndarray | None:
         """The cached pixels of record ``index`` (a view of the shared block), or None when not ready."""
-        if os.pread(self._fd, 1, self._state + index) != READY:
+        if self._fd is None or os.pread(self._fd, 1, self._state + index) != READY:
             return None
         return self._slot(index)
 
     def decode_size(self, index: int) -> tuple[int, int] | None:
         """The smallest (height, width) worth decoding record ``index`` at (a JPEG's DCT reduction
         keeps twice the cached size, as the bmp cache's conversion does), or None: in full."""
+        if self._fd is None:
+            return None
         h, w = (int(v) for v in self.shapes[index])
         return (2 * h, 2 * w) if self.resize is not None else None
 
@@ -236,6 +238,8 @@ class RamCache:
         An image that does not fit its slot (an index that disagrees with the decoder) is returned
         unchanged and not stored.
         """
+        if self._fd is None:
+            return image
         h, w = (int(v) for v in self.shapes[index])
         if self.resize is not None and image.ndim == 3 and image.shape[:2] != (h, w) \
                 and image.shape[0] >= h and image.shape[1] >= w:
@@ -253,27 +257,47 @@ class RamCache:
 
     def filled(self) -> int:
         """How many slots are ready."""
+        if self._fd is None:
+            return 0
         state = np.frombuffer(self._map, np.uint8, self.count, self._state)
         return int(np.count_nonzero(state == READY[0]))
 
     def __getstate__(self) -> dict[str, Any]:
         # A spawned process opens the same block through this process's descriptor.
+        if self._fd is None:
+            return {"source": "", "nbytes": self.nbytes, "resize": self.resize, "name": self.name}
         return {"source": f"/proc/{os.getpid()}/fd/{self._fd}", "nbytes": self.nbytes, "resize": self.resize,
                 "name": self.name}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.resize, self.nbytes, self.name = state["resize"], state["nbytes"], state["name"]
-        fd = os.open(state["source"], os.O_RDWR | os.O_CLOEXEC)
-        if os.fstat(fd).st_size != self.nbytes:
+        try:
+            fd = os.open(state["source"], os.O_RDWR | os.O_CLOEXEC)
+        except OSError as exc:  # the process that held it is gone, or /proc/PID/fd is not ours to open
+            self._detach(f"cannot open {state['source']} ({exc.strerror})")
+            return
+        if os.fstat(fd).st_size != self.nbytes or os.readlink(f"/proc/self/fd/{fd}").find(self.name) < 0:
             os.close(fd)
-            raise IotoolError(f"{state['source']} is not the RAM cache block it should be")
+            self._detach(f"{state['source']} is no longer the RAM cache block {self.name}")
+            return
         self._attach(fd)
         self._read_tables()
+
+    def _detach(self, why: str) -> None:
+        """Run without the cache in this process: every get misses, nothing is stored."""
+        import logging
+
+        logging.getLogger(__name__).warning("RAM cache not shared with process %d: %s; decoding instead",
+                                            os.getpid(), why)
+        self.count, self._fd = 0, None
+        self.shapes = np.zeros((0, 2), np.int32)
+        self.offsets = np.zeros(1, np.int64)
 
     def close(self) -> None:
         """Unmap the block in this process (the kernel frees it once no process holds it)."""
         self.shapes = self.offsets = None  # type: ignore[assignment]  # views of the mapping
         self._release()
+        self._fd = None  # from now on every get misses and nothing is stored
 
     def __repr__(self) -> str:
         resize = f", resize={self.resize}" if self.resize is not None else ""

@@ -203,6 +203,19 @@ def test_spawned_process_opens_the_same_block():
     assert cache.get(2) is not None and int(cache.get(2)[0, 0, 0]) == 7
 
 
+def test_a_process_that_cannot_open_the_block_decodes_for_itself(lmdb, caplog):
+    import pickle
+
+    ds = iotool.open_dataset(lmdb, cache="ram")
+    state = pickle.dumps(ds)
+    source = f"/proc/{os.getpid()}/fd/{ds.cache._fd}"
+    ds.cache.close()  # the descriptor the pickle names is gone
+    copy = pickle.loads(state)
+    assert source in caplog.text and "decoding instead" in caplog.text
+    reference = iotool.open_dataset(lmdb)
+    assert np.array_equal(copy[3][0], reference[3][0]) and copy.cache.filled() == 0
+
+
 # --- memory check -------------------------------------------------------------------------------
 
 def test_check_memory_names_both_figures_and_the_ways_out():
@@ -222,18 +235,28 @@ def test_available_memory_is_at_most_memavailable():
     assert 0 < available_memory() <= int(meminfo["MemAvailable"].split()[0]) * 1024
 
 
-def _in_memory_cgroup(limit: int, code: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a new memory cgroup limited to ``limit`` bytes (v1 or v2)."""
+def _in_memory_cgroup(room: int, code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a new memory cgroup (v1 or v2) whose limit leaves ``room`` bytes above what
+    the process uses once iotool is imported."""
     base = next((p for p in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup") if os.path.exists(p)), None)
     group = Path(base or "/nonexistent") / f"iotool-test-{os.getpid()}"
     try:
         group.mkdir()
-        limit_file = "memory.limit_in_bytes" if (group / "memory.limit_in_bytes").exists() else "memory.max"
-        (group / limit_file).write_text(str(limit))
     except OSError as exc:
         pytest.skip(f"cannot create a memory cgroup here: {exc}")
+    v1 = (group / "memory.limit_in_bytes").exists()
+    limit, usage = ("memory.limit_in_bytes", "memory.usage_in_bytes") if v1 else ("memory.max", "memory.current")
+    if not (group / limit).exists():
+        group.rmdir()
+        pytest.skip(f"{group} has no {limit}: the memory controller is not enabled for it")
+    wrapper = textwrap.dedent(f"""
+        import os
+        open({str(group / 'cgroup.procs')!r}, "w").write(str(os.getpid()))
+        import iotool, torch  # charged from here on
+        used = int(open({str(group / usage)!r}).read())
+        open({str(group / limit)!r}, "w").write(str(used + {room}))
+    """) + code
     try:
-        wrapper = f"import os; open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n" + code
         return subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, cwd=REPO)
     finally:
         time.sleep(0.2)
@@ -242,7 +265,7 @@ def _in_memory_cgroup(limit: int, code: str) -> subprocess.CompletedProcess:
 
 def test_cache_that_does_not_fit_is_refused_or_falls_back(lmdb):
     code = textwrap.dedent(f"""
-        import logging, iotool
+        import logging
         from iotool.ramcache import CacheMemoryError
         try:
             iotool.open_dataset({str(lmdb)!r}, cache="ram")
@@ -252,7 +275,7 @@ def test_cache_that_does_not_fit_is_refused_or_falls_back(lmdb):
         ds = iotool.open_dataset({str(lmdb)!r}, cache="ram", cache_fallback=True)
         print("fallback:", ds.cache, len([ds[i] for i in range(len(ds))]))
     """)
-    run = _in_memory_cgroup(200 << 20, code)  # less than the safety margin alone
+    run = _in_memory_cgroup(100 << 20, code)  # less than the safety margin alone (256 MiB)
     assert run.returncode == 0, run.stderr
     assert "refused: cache='ram' for" in run.stdout and "MiB of memory is available" in run.stdout
     assert "fallback: None 19" in run.stdout and "running without the RAM cache" in run.stderr
