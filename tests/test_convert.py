@@ -55,10 +55,11 @@ def test_layout_readable_with_plain_lmdb(imagefolder, tmp_path):
         keys = [packed[8 * 14 + a:8 * 14 + b].decode() for a, b in zip(offsets[:-1], offsets[1:])]
         labels = np.frombuffer(txn.get(b"__iotool_labels__"), dtype="<i8")
         digests = txn.get(b"__iotool_checksums__")
+        shapes = np.frombuffer(txn.get(b"__iotool_shapes__"), dtype="<i4").reshape(-1, 2)  # (height, width)
         first = txn.get(b"0000000000")
     env.close()
-    assert meta["format"] == "lmdb" and meta["format_version"] == 2 and meta["count"] == 13
-    assert meta["classes"] == ["ant", "bee", "cat"] and len(keys) == len(labels) == 13
+    assert meta["format"] == "lmdb" and meta["format_version"] == 3 and meta["count"] == 13
+    assert meta["classes"] == ["ant", "bee", "cat"] and len(keys) == len(labels) == len(shapes) == 13
     assert first == (imagefolder / keys[0]).read_bytes()
     import hashlib
 

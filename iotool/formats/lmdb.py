@@ -183,7 +183,13 @@ class LmdbWriter(FormatWriter):
             self.env.sync(True)
         except lmdb.Error as exc:
             raise _disk_error(self.path, exc) from exc
+        needed = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
         self.env.close()
+        data = os.path.join(self.path, "data.mdb")
+        if os.path.getsize(data) < needed:  # the last page freed in the commit that took it is never
+            with open(data, "r+b") as f:  # written; pad it, so readers' truncation check holds
+                f.truncate(needed)
+                os.fsync(f.fileno())
         lock = os.path.join(self.path, "lock.mdb")
         if os.path.exists(lock):
             os.remove(lock)  # readers open with lock=False; a stale lock file only confuses
