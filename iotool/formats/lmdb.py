@@ -158,7 +158,7 @@ class LmdbWriter(FormatWriter):
                 self.keys += part["keys"]
                 self.labels.extend(part["labels"])
                 self.digests += bytes.fromhex(part["checksums"])
-                self.shapes.extend(part["shapes"])
+                self.shapes.extend(part.get("shapes", [0, 0] * len(part["keys"])))  # older iotool: unknown
             stale = [key for key, _ in txn.cursor() if key.isdigit() and int(key) >= state["count"]]
         if len(self.keys) != state["count"]:
             raise FormatError(f"{self.path}: the partial output's index does not match its checkpoint.")

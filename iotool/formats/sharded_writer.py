@@ -18,6 +18,7 @@ from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatWriter, ShardPlan, ShardUnit, WriterHooks
 from .columns import ColumnWriter, write_columns
 from .index import meta_dict, write_index
+from .sizes import SHAPES, UNKNOWN
 
 if TYPE_CHECKING:
     from ..storage import OutputDir
@@ -191,7 +192,8 @@ class ShardedWriter(FormatWriter):
                 os.remove(os.path.join(self.path, entry))  # the shard being written, the column files
         for part in state["parts"]:
             self.shards.append(part["shard"])
-            for values in zip(*(part[name] for name in self.COLUMNS)):
+            unknown = [UNKNOWN] * part["shard"]["count"]  # sizes of a partial output from an older iotool
+            for values in zip(*(part.get(name, unknown) if name == SHAPES else part[name] for name in self.COLUMNS)):
                 self._store(dict(zip(self.COLUMNS, values)))
             self._resumed(part)
         if self.count != state["count"]:
