@@ -226,8 +226,8 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = DEFAULT_DECODER,
             the main process and all DataLoader workers (:mod:`iotool.ramcache`), filled as records
             are first decoded; ``transform`` still runs on them in every epoch. The block's size is
             checked against the available memory first.
-        cache_resize: with ``cache="ram"``, cache images shrunk to this shorter side (the bmp
-            cache's resize), to cut memory. None: as decoded.
+        cache_resize: with ``cache="ram"``, cache images shrunk to this shorter side (as
+            ``iotool.transforms.Resize(cache_resize)``; never enlarged), to cut memory. None: as decoded.
         cache_fallback: when the cache does not fit, log a warning and run without it instead of
             raising :class:`~iotool.ramcache.CacheMemoryError`.
         **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
