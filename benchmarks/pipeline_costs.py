@@ -11,9 +11,11 @@ process with one thread, interleaved over rounds (median of rounds, milliseconds
               region decode (reduced DCT scale when the crop allows) + antialiased resize
   decode+crop bmp   the bmp cache's numpy decode + crop-resize
   resize      iotool.transforms' crop + antialiased resize to a CxHxW uint8 tensor, from a decoded image
+              (iotool's C kernel where built)
+  resize torch  the same with torch's uint8 kernel, as torchvision's v2.RandomResizedCrop runs it
   collate     iotool.fast_collate, per image, of batches of 64
 
-From these it prints the per-image cost of the baseline (pil + resize + collate) and of each
+From these it prints the per-image cost of the baseline (pil + resize torch + collate) and of each
 format's feed (read + fused or decode+crop + collate), and their ratio: the speed-up a perfect
 DataLoader could show on this machine, before any inter-process cost. ``benchmarks/loader.py``
 calls :func:`ceilings` in the same run as its DataLoader rounds.
@@ -72,6 +74,7 @@ def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Callable[[], N
     boxes = crops(datas)
     decoded = [decode(d) for d in datas]
     resize = RandomResizedCrop(SIZE, seed=0)
+    torch_resize = RandomResizedCrop(SIZE, seed=0, backend="torch")  # torchvision's kernel
     fused = fuse(RandomResizedCrop(SIZE, seed=0))
     tensors = [resize(image) for image in decoded]
     batches = [[(t, 0) for t in tensors[i:i + 64]] for i in range(0, len(tensors), 64)]
@@ -104,12 +107,16 @@ def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Callable[[], N
         for image in decoded:
             resize(image)
 
+    def crop_resize_torch() -> None:
+        for image in decoded:
+            torch_resize(image)
+
     def collate() -> None:
         for batch in batches:
             fast_collate(batch)
 
     out.update({"pil": pil, "simplejpeg": simplejpeg, "fused": fused_crop, "resize": crop_resize,
-                "collate": collate})
+                "resize torch": crop_resize_torch, "collate": collate})
     if R.region_available():
         out["region"] = region
     return out
@@ -144,7 +151,8 @@ def time_steps(named: dict[str, Callable[[], None]], images: int, rounds: int) -
 def ceilings(src: Path, built: dict[str, str], rounds: int = 3, limit: int = 300) -> dict:
     """The one-core ceiling of each built format against the baseline, from step costs.
 
-    baseline = pil + resize + collate (torchvision's default loader and an antialiased crop);
+    baseline = pil + resize torch + collate (torchvision's default loader, and its antialiased
+    crop on torch's uint8 kernel);
     a JPEG format's feed = read + fused (decode of the crop's region, resized) + collate; the bmp
     cache's = read + numpy decode and crop-resize + collate. ceiling = baseline / feed: the
     speed-up a perfect DataLoader could show on this machine, before any inter-process cost.
@@ -156,14 +164,14 @@ def ceilings(src: Path, built: dict[str, str], rounds: int = 3, limit: int = 300
     torch.set_num_threads(1)
     try:
         named = steps(built, datas)
-        counts = {name: len(iotool.open_reader(built[name.split()[-1]])) if " " in name else len(datas)
-                  for name in named}
+        counts = {name: len(iotool.open_reader(built[name.split()[-1]])) if name.split()[-1] in built
+                  else len(datas) for name in named}
         ms = {}
         for name, value in time_steps(named, 1, rounds).items():
             ms[name] = value / counts[name]
     finally:
         torch.set_num_threads(previous)
-    baseline = ms["pil"] + ms["resize"] + ms["collate"]
+    baseline = ms["pil"] + ms["resize torch"] + ms["collate"]
     feeds = {}
     for fmt in built:
         work = ms.get(f"decode+crop {fmt}", ms["fused"])
@@ -176,7 +184,7 @@ def report(costs: dict) -> None:
     print(f"{costs['images']} images, one thread, median of rounds, ms per image")
     for name, value in costs["ms_per_image"].items():
         print(f"  {name:20} {value:7.3f}")
-    print(f"baseline (pil + resize + collate)   {costs['baseline_ms']:7.3f} ms")
+    print(f"baseline (pil + resize torch + collate) {costs['baseline_ms']:7.3f} ms")
     for fmt, feed in costs["feed_ms"].items():
         print(f"iotool {fmt:8} feed {feed:7.3f} ms   one-core ceiling {costs['ceiling'][fmt]:5.2f}x")
 

@@ -22,10 +22,11 @@ def test_pipeline_costs_reports_every_step_and_the_ceiling(tmp_path):
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["images"] == 11
-    steps = {"read lmdb", "read bmp", "decode+crop bmp", "pil", "simplejpeg", "fused", "resize", "collate"}
+    steps = {"read lmdb", "read bmp", "decode+crop bmp", "pil", "simplejpeg", "fused", "resize", "resize torch", "collate"}
     assert steps <= set(figures["ms_per_image"])
     assert all(ms > 0 for ms in figures["ms_per_image"].values())
     ms = figures["ms_per_image"]
+    assert figures["baseline_ms"] == ms["pil"] + ms["resize torch"] + ms["collate"]
     assert figures["feed_ms"]["lmdb"] == ms["read lmdb"] + ms["fused"] + ms["collate"]
     assert figures["feed_ms"]["bmp"] == ms["read bmp"] + ms["decode+crop bmp"] + ms["collate"]
     for fmt in ("lmdb", "bmp"):

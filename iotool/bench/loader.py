@@ -197,6 +197,10 @@ def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str |
     from ..image_dataset import DEFAULT_DECODER
     from ..transforms import RandomResizedCrop
 
+    if fmt in ("imagefolder", "webdataset"):
+        # what users run today: PIL, then torchvision's v2.RandomResizedCrop, which resizes with
+        # torch's uint8 kernel (iotool's C kernel would flatter the baseline)
+        return decoder, RandomResizedCrop(size, seed=0, backend="torch")
     # what the README shows first: open_dataset(path, transform=RandomResizedCrop(224)); the
     # default decoder fuses decoding into the crop (iotool.transforms.fused)
     return DEFAULT_DECODER if decoder == "auto" else decoder, RandomResizedCrop(size, seed=0)
