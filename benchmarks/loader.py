@@ -63,7 +63,7 @@ def main() -> None:
           f"median of {result.rounds} rounds (best of {result.epochs} epochs each)")
     print(f"baseline: {result.baseline}" + ("" if result.baseline.startswith("torchvision ImageFolder") else
                                             " (torchvision is not installed: its ImageFolder + PIL loader, "
-                                            "reimplemented, with iotool's RandomResizedCrop)"))
+                                            "reimplemented, with RandomResizedCrop on torch's uint8 kernel as torchvision v2 runs it)"))
     costs = result.extra or {"ceiling": {}}
     print(f"{'pipeline':30} {'images/s':>10} {'min':>8} {'max':>8} {'vs baseline':>12} {'per round':>10} "
           f"{'1-core ceiling':>15}")
