@@ -8,7 +8,8 @@ on one OpenCV and one torch thread. Contestants:
 1. baseline: torchvision's ``ImageFolder`` with ``v2.PILToTensor()`` and
    ``v2.RandomResizedCrop(224, antialias=True)`` when torchvision is installed; otherwise its
    reimplementation in ``iotool.bench.loader`` (``TorchvisionStyleFolder``: PIL decode, then
-   iotool's ``RandomResizedCrop``). The table says which ran.
+   iotool's ``RandomResizedCrop`` on torch's uint8 kernel, as torchvision's v2 transform resizes).
+   The table says which ran.
 2. ``lmdb``: the JPEGs in LMDB, no cache (the default decoder fuses decoding into the crop);
 3. ``lmdb ram 256``: the same, ``cache="ram", cache_resize=256``;
 4. ``lmdb ram full``: the same, ``cache="ram"`` (pixels as decoded, full size);
@@ -115,8 +116,9 @@ def baseline_dataset(src: str, size: int) -> tuple[str, Any]:
         from iotool.bench.loader import TorchvisionStyleFolder
         from iotool.transforms import RandomResizedCrop
 
-        return ("iotool.bench.loader.TorchvisionStyleFolder (PIL decode) + iotool RandomResizedCrop "
-                "(torchvision not installed)", TorchvisionStyleFolder(src, RandomResizedCrop(size)))
+        return ("iotool.bench.loader.TorchvisionStyleFolder (PIL decode) + RandomResizedCrop on torch's uint8 "
+                "kernel, as torchvision v2 runs it (torchvision not installed)",
+                TorchvisionStyleFolder(src, RandomResizedCrop(size, backend="torch")))
     import torchvision
 
     transform = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(size, antialias=True)])
