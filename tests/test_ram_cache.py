@@ -74,7 +74,8 @@ def crop() -> Compose:
 
 # --- same output, one block ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("start_method,persistent", [("fork", False), ("fork", True), ("spawn", True)])
+@pytest.mark.parametrize("start_method,persistent", [("fork", False), ("fork", True), ("spawn", False),
+                                                     ("spawn", True)])
 def test_output_with_the_cache_equals_output_without(lmdb, start_method, persistent):
     options = {"multiprocessing_context": start_method, "persistent_workers": persistent}
     plain = epochs_of(iotool.open_dataset(lmdb, decoder="auto", transform=crop()), **options)
