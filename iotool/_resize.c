@@ -163,6 +163,39 @@ SSSE3 static inline __attribute__((always_inline)) __m128i pixel3(const uint8_t 
     return acc;
 }
 
+/* Store 4 pixels (the low 12 bytes of `bytes` after the shuffle that `planes` selects; only the
+ * first m when m < 4) of one row. */
+SSSE3 static inline __attribute__((always_inline)) void store4(__m128i bytes, int x, int m, uint8_t *out,
+                                                               uint8_t *const *planes)
+{
+    if (planes) {
+        if (m == 4) {
+            uint32_t r = (uint32_t)_mm_cvtsi128_si32(bytes);
+            uint32_t g = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(bytes, 4));
+            uint32_t b = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(bytes, 8));
+            memcpy(planes[0] + x, &r, 4);
+            memcpy(planes[1] + x, &g, 4);
+            memcpy(planes[2] + x, &b, 4);
+        } else {
+            uint8_t tmp[16];
+            _mm_storeu_si128((__m128i *)tmp, bytes);
+            for (int i = 0; i < m; i++)
+                for (int c = 0; c < 3; c++)
+                    planes[c][x + i] = tmp[4 * c + i];
+        }
+    } else if (m == 4) {
+        uint64_t a = (uint64_t)_mm_cvtsi128_si64(bytes);
+        uint32_t b = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(bytes, 8));
+        memcpy(out + (size_t)x * 3, &a, 8);
+        memcpy(out + (size_t)x * 3 + 8, &b, 4);
+    } else {
+        uint8_t tmp[16];
+        _mm_storeu_si128((__m128i *)tmp, bytes);
+        for (int i = 0; i < m * 3; i++)
+            out[(size_t)x * 3 + i] = tmp[i];
+    }
+}
+
 /* 3 channels, `groups` groups of four taps per output pixel (a row must have 4 readable bytes
  * after its last pixel); `pairs` holds ax->out x groups x 2 vectors of int16 weight pairs.
  * Output: interleaved (planes == NULL) or one row per plane. */
@@ -187,36 +220,8 @@ SSSE3 static inline __attribute__((always_inline)) void hrow3_body(
         v2 = _mm_sra_epi32(v2, shift);
         v3 = _mm_sra_epi32(v3, shift);
         __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(v0, v1), _mm_packs_epi32(v2, v3));
-        if (planes) {
-            bytes = _mm_shuffle_epi8(bytes, planar);
-            if (x + 4 <= n) {
-                uint32_t r = (uint32_t)_mm_cvtsi128_si32(bytes);
-                uint32_t g = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(bytes, 4));
-                uint32_t b = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(bytes, 8));
-                memcpy(planes[0] + x, &r, 4);
-                memcpy(planes[1] + x, &g, 4);
-                memcpy(planes[2] + x, &b, 4);
-            } else {
-                uint8_t tmp[16];
-                _mm_storeu_si128((__m128i *)tmp, bytes);
-                for (int i = 0; i < n - x; i++)
-                    for (int c = 0; c < 3; c++)
-                        planes[c][x + i] = tmp[4 * c + i];
-            }
-        } else {
-            bytes = _mm_shuffle_epi8(bytes, packed);
-            if (x + 4 <= n) {
-                uint64_t a = (uint64_t)_mm_cvtsi128_si64(bytes);
-                uint32_t b = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(bytes, 8));
-                memcpy(out + (size_t)x * 3, &a, 8);
-                memcpy(out + (size_t)x * 3 + 8, &b, 4);
-            } else {
-                uint8_t tmp[16];
-                _mm_storeu_si128((__m128i *)tmp, bytes);
-                for (int i = 0; i < (n - x) * 3; i++)
-                    out[(size_t)x * 3 + i] = tmp[i];
-            }
-        }
+        bytes = _mm_shuffle_epi8(bytes, planes ? planar : packed);
+        store4(bytes, x, n - x < 4 ? n - x : 4, out, planes);
     }
 }
 
@@ -252,39 +257,6 @@ AVX2 static inline __attribute__((always_inline)) __m256i pixel3x2(const uint8_t
                                                      _mm256_madd_epi16(_mm256_shuffle_epi8(s, hi), w1)));
     }
     return acc;
-}
-
-/* Store 4 pixels (the low 12 bytes of `bytes` after the shuffle that `planes` selects; only the
- * first m when m < 4) of one row. */
-SSSE3 static inline __attribute__((always_inline)) void store4(__m128i bytes, int x, int m, uint8_t *out,
-                                                               uint8_t *const *planes)
-{
-    if (planes) {
-        if (m == 4) {
-            uint32_t r = (uint32_t)_mm_cvtsi128_si32(bytes);
-            uint32_t g = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(bytes, 4));
-            uint32_t b = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(bytes, 8));
-            memcpy(planes[0] + x, &r, 4);
-            memcpy(planes[1] + x, &g, 4);
-            memcpy(planes[2] + x, &b, 4);
-        } else {
-            uint8_t tmp[16];
-            _mm_storeu_si128((__m128i *)tmp, bytes);
-            for (int i = 0; i < m; i++)
-                for (int c = 0; c < 3; c++)
-                    planes[c][x + i] = tmp[4 * c + i];
-        }
-    } else if (m == 4) {
-        uint64_t a = (uint64_t)_mm_cvtsi128_si64(bytes);
-        uint32_t b = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(bytes, 8));
-        memcpy(out + (size_t)x * 3, &a, 8);
-        memcpy(out + (size_t)x * 3 + 8, &b, 4);
-    } else {
-        uint8_t tmp[16];
-        _mm_storeu_si128((__m128i *)tmp, bytes);
-        for (int i = 0; i < m * 3; i++)
-            out[(size_t)x * 3 + i] = tmp[i];
-    }
 }
 
 AVX2 static inline __attribute__((always_inline)) void hrow3x2_body(

@@ -225,3 +225,25 @@ def test_many_random_boxes_equal_torch():
         image = textured(100 + seed, *hw)
         for (i, j, h, w), size in random_boxes(rng, *hw, 150):
             assert_same(image[i:i + h, j:j + w], size, f"box {(i, j, h, w)}")
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+@pytest.mark.parametrize("output", ["hwc_array", "chw_tensor"])
+def test_arrays_go_straight_to_the_kernel_with_the_same_result(channels, output):
+    """RandomResizedCrop and Resize hand decoded arrays to the C kernel without torch views: same
+    bytes, type, layout as torch's path, always new memory (also when nothing is resampled)."""
+    rng = np.random.default_rng(channels)
+    image = rng.integers(0, 256, (61, 83, channels), dtype=np.uint8)
+    for source in (image, image[3:-2, 5:-4]):
+        h, w = source.shape[:2]
+        pairs = [(T.Resize(size, output=output), T.Resize(size, output=output, backend="torch"))
+                 for size in [(224, 224), 40, (h, w), (7, 5)]]
+        pairs.append((T.RandomResizedCrop(32, seed=3, output=output),
+                      T.RandomResizedCrop(32, seed=3, output=output, backend="torch")))
+        for fast, reference in pairs:
+            for _ in range(5):
+                a, b = fast(source), reference(source)
+                assert type(a) is type(b) and a.shape == b.shape
+                assert np.array_equal(np.asarray(a), np.asarray(b))
+                assert a.flags["C_CONTIGUOUS"] if output == "hwc_array" else a.is_contiguous()
+                assert not np.shares_memory(np.asarray(a), source)

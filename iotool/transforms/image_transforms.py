@@ -12,6 +12,7 @@ from .boxes import ProcessRandom, center_crop_box, random_resized_crop_params
 from .images import (Box, Image, _as_chw, _check_backend, _check_output, _emit, _height_width, _range,
                      _size_pair)
 from .kernels import _resize_chw
+from .native import crop_resize_hwc, native_hwc
 
 
 class RandomResizedCrop:
@@ -59,6 +60,9 @@ class RandomResizedCrop:
         return random_resized_crop_params(height, width, self.scale, self.ratio, self.rng())
 
     def __call__(self, image: Image) -> Image:
+        if native_hwc(image, self.antialias, self.backend):  # a decoded array: no torch views needed
+            box = self.get_params(image.shape[0], image.shape[1])
+            return crop_resize_hwc(image, box, self.size, self.output)
         chw = _as_chw(image)
         i, j, h, w = self.get_params(*_height_width(chw))
         return self._resize(chw[:, i:i + h, j:j + w])
@@ -119,6 +123,9 @@ class Resize:
         return (new_long, new_short) if width <= height else (new_short, new_long)
 
     def __call__(self, image: Image) -> Image:
+        if native_hwc(image, self.antialias, self.backend):  # a decoded array: no torch views needed
+            height, width = image.shape[:2]
+            return crop_resize_hwc(image, (0, 0, height, width), self.output_size(height, width), self.output)
         chw = _as_chw(image)
         out = _resize_chw(chw, self.output_size(*_height_width(chw)), self.antialias, self.backend, self.output)
         return _emit(out, self.output, fresh=out is not chw)

@@ -61,3 +61,33 @@ def resize_native(hwc: np.ndarray, size: tuple[int, int], output: str) -> torch.
     planes = np.empty((channels, out_h, out_w), dtype=np.uint8)
     _ext.resize(hwc, planes, out_h, out_w, True)
     return torch.from_numpy(planes)
+
+
+def native_hwc(image: object, antialias: bool, backend: str) -> bool:
+    """True when an input array can go straight to the C kernel, without torch views: an HxWxC
+    uint8 numpy array (1-4 adjacent channel bytes, rows may be strided) with pixels, and the
+    transform's kernel choice allows it."""
+    if _ext is None or not antialias or backend not in ("auto", "native") or type(image) is not np.ndarray:
+        return False
+    shape, strides = image.shape, image.strides
+    return (image.dtype == np.uint8 and len(shape) == 3 and 1 <= shape[2] <= 4 and shape[0] > 0 and shape[1] > 0
+            and strides[2] == 1 and strides[1] == shape[2] and strides[0] >= shape[1] * shape[2])
+
+
+def crop_resize_hwc(image: np.ndarray, box: tuple[int, int, int, int], size: tuple[int, int],
+                    output: str) -> np.ndarray | torch.Tensor:
+    """Crop ``box = (top, left, height, width)`` of an array :func:`native_hwc` accepts and resize it
+    to ``size`` with the C kernel, straight into the ``output`` layout (new memory)."""
+    i, j, h, w = box
+    out_h, out_w = size
+    crop = image[i:i + h, j:j + w]
+    if (h, w) == (out_h, out_w):  # nothing to resample: a copy, as the torch path makes
+        out = np.array(crop if output == "hwc_array" else crop.transpose(2, 0, 1), order="C")  # always a copy
+        return out if output == "hwc_array" else torch.from_numpy(out)
+    if output == "hwc_array":
+        out = np.empty((out_h, out_w, image.shape[2]), dtype=np.uint8)
+        _ext.resize(crop, out, out_h, out_w, False)
+        return out
+    planes = np.empty((image.shape[2], out_h, out_w), dtype=np.uint8)
+    _ext.resize(crop, planes, out_h, out_w, True)
+    return torch.from_numpy(planes)
