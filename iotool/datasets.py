@@ -228,8 +228,9 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = DEFAULT_DECODER,
             checked against the available memory first.
         cache_resize: with ``cache="ram"``, cache images shrunk to this shorter side (as
             ``iotool.transforms.Resize(cache_resize)``; never enlarged), to cut memory. None: as decoded.
-        cache_fallback: when the cache does not fit, log a warning and run without it instead of
-            raising :class:`~iotool.ramcache.CacheMemoryError`.
+        cache_fallback: when the cache does not fit, log a warning and run as without ``cache``
+            (fused decoding, no ``cache_resize``) instead of raising
+            :class:`~iotool.ramcache.CacheMemoryError`.
         **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
             (``shuffle``, ``seed``, ``buffer_size``, ``even``).
 

@@ -83,7 +83,6 @@ class ImageDataset(_ReaderInfo, Dataset):
         if cache is None and cache_resize is not None:
             raise UsageError(f"cache_resize={cache_resize!r} only applies with cache='ram'.")
         self.reader = reader
-        self.fusing = isinstance(decoder, _DefaultDecoder) and reader.native_decode is None and cache is None
         self.decoder = None if decoder is None else str(decoder)
         self.transform = transform
         self.on_error = on_error
@@ -91,6 +90,8 @@ class ImageDataset(_ReaderInfo, Dataset):
         self.check_checksums = check_checksums
         self.skipped = 0  # bad records skipped in this process
         self.cache: RamCache | None = open_ram_cache(reader, cache_resize, cache_fallback) if cache else None
+        # without a cache (also after cache_fallback), as plain open_dataset(path, transform=T)
+        self.fusing = isinstance(decoder, _DefaultDecoder) and reader.native_decode is None and self.cache is None
         self._fused_for: tuple[Any, Any] = (None, None)
 
     def __len__(self) -> int:

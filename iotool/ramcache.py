@@ -36,6 +36,7 @@ import numpy as np
 
 from .errors import IotoolError, UsageError
 from .imageops import target_size
+from .memory import available_memory
 from .transforms import resize as _resize
 
 MAGIC = b"IOTRAMC1"
@@ -44,6 +45,7 @@ READY = b"\x01"
 NAME = "iotool-ram-cache"  # the memfd's name, seen in /proc/PID/fd and /proc/PID/maps
 SAFETY_MARGIN = 0.10  # of the available memory, kept free
 MIN_MARGIN = 256 << 20
+_OPEN: "weakref.WeakSet[RamCache]" = weakref.WeakSet()  # the caches this process created
 
 
 class CacheMemoryError(IotoolError):
@@ -52,38 +54,40 @@ class CacheMemoryError(IotoolError):
 
 @dataclass(frozen=True)
 class CacheLayout:
-    """Where each slot lies: stored ``(height, width)`` per record and byte offsets of the pixels."""
+    """Where each slot lies: the decoded and the stored ``(height, width)`` per record, and the
+    byte offsets of the pixels. A record whose size is unknown ((0, 0)) gets an empty slot."""
 
-    shapes: np.ndarray  # (N, 2) int32
+    decoded: np.ndarray  # (N, 2) int32, what decoding the record yields
+    shapes: np.ndarray  # (N, 2) int32, what is stored (decoded, or shrunk to shorter side resize)
     offsets: np.ndarray  # (N + 1,) int64, relative to the pixel area
 
     @classmethod
     def plan(cls, sizes: np.ndarray, resize: int | None = None) -> "CacheLayout":
         """Slots for decoded ``sizes`` ((N, 2) height, width), shrunk to shorter side ``resize``."""
-        shapes = np.array(sizes, dtype=np.int64).reshape(-1, 2)
-        if resize is not None:
-            shapes = _shrunk(shapes, resize)
+        decoded = np.array(sizes, dtype=np.int64).reshape(-1, 2)
+        shapes = _shrunk(decoded, resize) if resize is not None else decoded
         offsets = np.zeros(len(shapes) + 1, dtype=np.int64)
         np.cumsum(shapes[:, 0] * shapes[:, 1] * 3, out=offsets[1:])
-        return cls(shapes.astype(np.int32), offsets)
+        return cls(decoded.astype(np.int32), shapes.astype(np.int32), offsets)
 
     @property
     def pixel_bytes(self) -> int:
         return int(self.offsets[-1])
 
-    def areas(self) -> tuple[int, int, int, int]:
-        """Byte offsets of the state, shapes, offsets and pixel areas in the block."""
+    def areas(self) -> tuple[int, int, int, int, int]:
+        """Byte offsets of the state, decoded sizes, shapes, offsets and pixel areas in the block."""
         n = len(self.shapes)
         state = HEADER
-        shapes = _align(state + n, 8)
+        decoded = _align(state + n, 8)
+        shapes = decoded + 8 * n
         offsets = shapes + 8 * n
         pixels = _align(offsets + 8 * (n + 1), 4096)
-        return state, shapes, offsets, pixels
+        return state, decoded, shapes, offsets, pixels
 
     @property
     def nbytes(self) -> int:
         """The whole block: tables and pixels."""
-        return self.areas()[3] + self.pixel_bytes
+        return self.areas()[4] + self.pixel_bytes
 
 
 def cached_shape(height: int, width: int, resize: int | None) -> tuple[int, int]:
@@ -104,52 +108,11 @@ def _shrunk(shapes: np.ndarray, resize: int) -> np.ndarray:
     shrink = np.minimum(h, w) > resize
     wide = w > h  # as target_size: width <= height sets the width to resize
     # int(resize * long / short) in float64, as Python computes it
-    long_side = (resize * np.where(wide, w, h) / np.where(wide, h, w)).astype(np.int64)
+    short_side = np.maximum(np.where(wide, h, w), 1)  # unknown sizes (0, 0) stay (0, 0) below
+    long_side = (resize * np.where(wide, w, h) / short_side).astype(np.int64)
     new_h = np.where(wide, resize, long_side)
     new_w = np.where(wide, long_side, resize)
     return np.stack([np.where(shrink, new_h, h), np.where(shrink, new_w, w)], axis=1)
-
-
-def available_memory() -> int:
-    """Bytes this process can still use: ``MemAvailable``, capped by its cgroup's limit if any."""
-    with open("/proc/meminfo") as f:
-        info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()}
-    available = info.get("MemAvailable", info.get("MemFree", 0))
-    limit = _cgroup_room()
-    return min(available, limit) if limit is not None else available
-
-
-def _cgroup_room() -> int | None:
-    """Limit minus usage of this process's memory cgroup (v2 or v1); None without a limit."""
-    pairs = (("memory.max", "memory.current"), ("memory.limit_in_bytes", "memory.usage_in_bytes"))
-    for base in _cgroup_dirs():
-        for limit_name, usage_name in pairs:
-            try:
-                with open(os.path.join(base, limit_name)) as f:
-                    limit = f.read().strip()
-                with open(os.path.join(base, usage_name)) as f:
-                    usage = int(f.read())
-            except (OSError, ValueError):
-                continue
-            if limit != "max" and int(limit) < (1 << 60):
-                return max(int(limit) - usage, 0)
-    return None
-
-
-def _cgroup_dirs() -> list[str]:
-    """This process's memory cgroup folders (v2 unified, then v1), as mounted here."""
-    dirs = []
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if controllers == "":
-                    dirs.append("/sys/fs/cgroup" + path)
-                elif "memory" in controllers.split(","):
-                    dirs += ["/sys/fs/cgroup/memory" + path, "/sys/fs/cgroup/memory"]
-    except OSError:
-        pass
-    return dirs
 
 
 def check_memory(need: int, available: int, *, what: str = "the RAM cache",
@@ -183,7 +146,7 @@ class RamCache:
     """
 
     def __init__(self, sizes: np.ndarray, resize: int | None = None):
-        if not hasattr(os, "memfd_create"):
+        if not hasattr(os, "memfd_create"):  # checked first by open_ram_cache
             raise UsageError("cache='ram' needs Linux (os.memfd_create); use the bmp cache on disk instead.")
         self.resize = resize
         layout = CacheLayout.plan(sizes, resize)
@@ -196,24 +159,27 @@ class RamCache:
         except BaseException:
             os.close(fd)
             raise
-        state, shapes, offsets, _ = layout.areas()
+        _, decoded, shapes, offsets, _ = layout.areas()
         os.pwrite(fd, MAGIC + np.array([len(layout.shapes), *layout.areas()], np.int64).tobytes(), 0)
-        self._map[shapes:shapes + layout.shapes.nbytes] = layout.shapes.tobytes()
-        self._map[offsets:offsets + layout.offsets.nbytes] = layout.offsets.tobytes()
+        for start, table in ((decoded, layout.decoded), (shapes, layout.shapes), (offsets, layout.offsets)):
+            self._map[start:start + table.nbytes] = table.tobytes()
         self._read_tables()
+        _OPEN.add(self)
 
     def _attach(self, fd: int) -> None:
         """Map the block behind ``fd`` (owned from now on) and arrange its release."""
+        self._warned = False
         self._fd = fd
         self._pid = os.getpid()
         self._map = mmap.mmap(fd, self.nbytes)
         self._release = weakref.finalize(self, _release, self._map, fd)
 
     def _read_tables(self) -> None:
-        header = np.frombuffer(self._map, np.int64, 5, len(MAGIC))
+        header = np.frombuffer(self._map, np.int64, 6, len(MAGIC))
         if self._map[:len(MAGIC)] != MAGIC:
             raise IotoolError("the RAM cache block is not one iotool wrote")
-        self.count, self._state, shapes, offsets, self._pixels = (int(v) for v in header)
+        self.count, self._state, decoded, shapes, offsets, self._pixels = (int(v) for v in header)
+        self.decoded = np.frombuffer(self._map, np.int32, 2 * self.count, decoded).reshape(-1, 2)
         self.shapes = np.frombuffer(self._map, np.int32, 2 * self.count, shapes).reshape(-1, 2)
         self.offsets = np.frombuffer(self._map, np.int64, self.count + 1, offsets)
 
@@ -221,10 +187,13 @@ class RamCache:
         return self.count
 
     def get(self, index: int) -> np.ndarray | None:
-        """The cached pixels of record ``index`` (a view of the shared block), or None when not ready."""
+        """The cached pixels of record ``index`` (a read-only view of the shared block), or None
+        when not ready."""
         if self._fd is None or os.pread(self._fd, 1, self._state + index) != READY:
             return None
-        return self._slot(index)
+        view = self._slot(index)
+        view.flags.writeable = False  # every process sees these pixels
+        return view
 
     def decode_size(self, index: int) -> tuple[int, int] | None:
         """The smallest (height, width) worth decoding record ``index`` at (a JPEG's DCT reduction
@@ -237,27 +206,58 @@ class RamCache:
     def put(self, index: int, image: np.ndarray) -> np.ndarray:
         """Store a decoded RGB image (shrunk to the slot first when ``resize``); return what is cached.
 
-        An image that does not fit its slot (an index that disagrees with the decoder) is returned
-        unchanged and not stored.
+        The image must be what the index says decoding yields: that size, or with ``resize``
+        also a DCT reduction of it (1/2, 1/4, 1/8, see :meth:`decode_size`). Anything else (an
+        index that disagrees with the decoder) is served as decoded, shrunk the same way, and not
+        stored; a warning names the record once per process.
         """
         if self._fd is None:
             return image
         h, w = (int(v) for v in self.shapes[index])
-        if self.resize is not None and image.ndim == 3 and image.shape[:2] != (h, w) \
-                and image.shape[0] >= h and image.shape[1] >= w:
+        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or not self._fits(index, image):
+            self._mismatch(index, image)
+            if self.resize is not None and image.ndim == 3:
+                return _resize(image, cached_shape(image.shape[0], image.shape[1], self.resize), output="hwc_array")
+            return image
+        if image.shape[:2] != (h, w):
             # iotool's Resize(N): antialiased bilinear, the C kernel where built (4x faster than the
             # bmp conversion's INTER_AREA, which would dominate the first epoch)
             image = _resize(image, (h, w), output="hwc_array")
-        if image.shape != (h, w, 3) or image.dtype != np.uint8:
-            return image
         self._slot(index)[...] = image
         os.pwrite(self._fd, READY, self._state + index)  # after the pixels: now others may read them
         return image
+
+    def _fits(self, index: int, image: np.ndarray) -> bool:
+        """True when ``image`` is record ``index`` as the index says it decodes (or reduced)."""
+        full_h, full_w = (int(v) for v in self.decoded[index])
+        if full_h == 0 or full_w == 0:
+            return False
+        scales = (1, 2, 4, 8) if self.resize is not None else (1,)
+        return any(image.shape[:2] == (-(-full_h // s), -(-full_w // s)) for s in scales)
+
+    def _mismatch(self, index: int, image: np.ndarray) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "RAM cache: record %d decodes to %s, not the %s the index records; it is decoded again each time "
+            "(further mismatches in this process are not reported)", index, image.shape,
+            tuple(int(v) for v in self.decoded[index]) + (3,))
 
     def _slot(self, index: int) -> np.ndarray:
         h, w = (int(v) for v in self.shapes[index])
         start = self._pixels + int(self.offsets[index])
         return np.frombuffer(self._map, np.uint8, h * w * 3, start).reshape(h, w, 3)
+
+    def unfilled_bytes(self) -> int:
+        """Bytes of slots not filled yet: memory this cache will still take."""
+        if self._fd is None:
+            return 0
+        state = np.frombuffer(self._map, np.uint8, self.count, self._state)
+        sizes = np.diff(self.offsets)
+        return int(sizes[state != READY[0]].sum())
 
     def filled(self) -> int:
         """How many slots are ready."""
@@ -293,13 +293,13 @@ class RamCache:
 
         logging.getLogger(__name__).warning("RAM cache not shared with process %d: %s; decoding instead",
                                             os.getpid(), why)
-        self.count, self._fd = 0, None
-        self.shapes = np.zeros((0, 2), np.int32)
+        self.count, self._fd, self._warned = 0, None, True
+        self.shapes = self.decoded = np.zeros((0, 2), np.int32)
         self.offsets = np.zeros(1, np.int64)
 
     def close(self) -> None:
         """Unmap the block in this process (the kernel frees it once no process holds it)."""
-        self.shapes = self.offsets = None  # type: ignore[assignment]  # views of the mapping
+        self.shapes = self.offsets = self.decoded = None  # type: ignore[assignment]  # views of the mapping
         self._release()
         self._fd = None  # from now on every get misses and nothing is stored
 
@@ -330,22 +330,50 @@ def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = Fals
     """The RAM cache for a format reader, after the memory check; None when it does not fit and
     ``fallback`` (a warning is logged).
 
+    The check counts what the caches already open in this process have still to fill (their
+    blocks are allocated as they fill, so the available memory does not show them yet).
+
     Raises:
         CacheMemoryError: it does not fit and not ``fallback``.
+        UsageError: a bad ``resize``, or not Linux.
     """
     import logging
 
     if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize <= 0):
         raise UsageError(f"cache_resize={resize!r}: give a positive int (the shorter side), or None.")
-    sizes = reader.image_sizes()
+    if not hasattr(os, "memfd_create"):
+        raise UsageError("cache='ram' needs Linux (os.memfd_create); use the bmp cache on disk instead.")
+    sizes = cache_sizes(reader)
     need = CacheLayout.plan(sizes, resize).nbytes
     smaller = CacheLayout.plan(sizes, 256).nbytes if resize is None or resize > 256 else None
+    pending = sum(cache.unfilled_bytes() for cache in list(_OPEN))
     try:
-        check_memory(need, available_memory(), what=f"cache='ram' for {reader.path} ({len(sizes)} images)",
-                     smaller=smaller)
+        check_memory(need, available_memory() - pending, smaller=smaller,
+                     what=f"cache='ram' for {reader.path} ({len(sizes)} images)")
     except CacheMemoryError as exc:
         if not fallback:
             raise
         logging.getLogger(__name__).warning("running without the RAM cache: %s", exc)
         return None
     return RamCache(sizes, resize)
+
+
+def cache_sizes(reader: Any) -> np.ndarray:
+    """``reader.image_sizes()``; where a record's size cannot be read, every size is read again
+    from the payloads, the unreadable ones as (0, 0): their slots stay empty and reading them
+    raises (or skips, per ``on_error``) as without the cache."""
+    import logging
+
+    from .formats.sizes import payload_size
+
+    try:
+        return reader.image_sizes()
+    except (IotoolError, OSError) as exc:
+        logging.getLogger(__name__).warning("RAM cache: %s; such records are not cached", exc)
+    sizes = np.zeros((len(reader), 2), np.int32)
+    for i in range(len(reader)):
+        try:
+            sizes[i] = payload_size(reader.read(i)[0], reader.native_decode)
+        except (IotoolError, OSError, ValueError):
+            pass  # (0, 0): an empty slot
+    return sizes

@@ -168,6 +168,48 @@ def test_bad_records_follow_on_error_and_are_never_cached(tree, tmp_path):
     assert lenient.cache.get(index) is None and lenient.cache.filled() == 7
 
 
+def test_a_record_whose_size_cannot_be_read_follows_on_error(tmp_path, caplog):
+    src = tmp_path / "src"
+    write_tree(src, {"a": 3})
+    (src / "a" / "garbage.jpg").write_bytes(bytes(range(100)))  # no image header at all
+    iotool.convert(src, tmp_path / "g.lmdb", "lmdb", workers=0, validate=False)
+    ds = iotool.open_dataset(tmp_path / "g.lmdb", cache="ram", on_error="skip")
+    assert "garbage.jpg" in caplog.text and "not cached" in caplog.text
+    assert len([ds[i] for i in range(len(ds))]) == 4 and ds.skipped == 1
+    assert ds.cache.filled() == 3
+    strict = iotool.open_dataset(tmp_path / "g.lmdb", cache="ram")
+    with pytest.raises(iotool.RecordError, match="garbage.jpg"):
+        strict[strict.keys.index("a/garbage.jpg")]
+
+
+def test_an_index_that_disagrees_with_the_decoder_is_served_right_and_not_cached(tree, tmp_path, caplog):
+    from .conftest import rewrite_columns
+
+    dst = tmp_path / "c.tar"
+    iotool.convert(tree, dst, "tar", workers=0)
+    reader = iotool.open_reader(dst)
+    sizes = reader.image_sizes().tolist()
+    sizes[0] = sizes[0][::-1]  # height and width swapped: a hostile or buggy index
+    rewrite_columns(dst, shapes=sizes)
+    for resize in (None, 20):
+        ds = iotool.open_dataset(dst, cache="ram", cache_resize=resize, shuffle=True)
+        images = {int(ds.maps.keys.index(k)): None for k in ds.maps.keys}
+        for i in images:
+            image = ds.maps.sample(i)[0]
+            reference = iotool.open_dataset(dst, decoder="auto").maps.load(i)[0]
+            expected = reference.shape if resize is None else (*cached_shape(*reference.shape[:2], 20), 3)
+            assert image.shape == expected
+        assert ds.maps.cache.get(0) is None and ds.maps.cache.filled() == len(ds) - 1
+        assert "record 0 decodes to" in caplog.text
+
+
+def test_cached_views_are_read_only(lmdb):
+    ds = iotool.open_dataset(lmdb, cache="ram")
+    ds[0]
+    with pytest.raises(ValueError):
+        ds.cache.get(0)[0, 0, 0] = 1
+
+
 # --- the block itself ---------------------------------------------------------------------------
 
 def test_layout_sizes_slots_from_the_recorded_sizes():
@@ -281,6 +323,26 @@ def test_cache_that_does_not_fit_is_refused_or_falls_back(lmdb):
     assert run.returncode == 0, run.stderr
     assert "refused: cache='ram' for" in run.stdout and "MiB of memory is available" in run.stdout
     assert "fallback: None 19" in run.stdout and "running without the RAM cache" in run.stderr
+
+
+def test_the_check_counts_what_open_caches_have_still_to_fill(sample_lmdb):
+    """Blocks fill lazily, so the available memory does not show an open cache yet: each new
+    check subtracts what the open ones will still take, and refuses before memory runs out."""
+    code = textwrap.dedent(f"""
+        from iotool.ramcache import CacheMemoryError
+        caches = []
+        try:
+            while len(caches) < 60:
+                caches.append(iotool.open_dataset({str(sample_lmdb)!r}, cache="ram"))  # 13 MiB each
+        except CacheMemoryError as exc:
+            print("refused after", len(caches), exc)
+        print("pending", sum(ds.cache.unfilled_bytes() for ds in caches) >> 20)
+    """)
+    run = _in_memory_cgroup(400 << 20, code)  # room for the 256 MiB margin and some 13 MiB blocks
+    assert run.returncode == 0, run.stderr
+    assert "refused after" in run.stdout, run.stdout
+    opened = int(run.stdout.split("refused after")[1].split()[0])
+    assert 1 <= opened <= 14  # (400 - 256) / 13; without the count all 60 would open
 
 
 # --- nothing left behind ------------------------------------------------------------------------
