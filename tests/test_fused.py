@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -152,3 +154,32 @@ def test_fuse_shares_the_random_stream():
     fresh = RandomResizedCrop(16, seed=9)
     fresh.get_params(90, 120)
     assert crop.get_params(90, 120) == fresh.get_params(90, 120)
+
+
+def test_changes_to_the_transform_object_apply(small):
+    """The fused path reads the transform at each call, as calling it on a decoded image would."""
+    crop = RandomResizedCrop(48, seed=3)
+    transform = Compose([crop])
+    ds = iotool.open_dataset(small, transform=transform)
+    assert ds[0][0].shape == (3, 48, 48)
+    crop.size = (32, 24)
+    assert ds[0][0].shape == (3, 32, 24)
+    transform.transforms.append(lambda image: image.float())
+    assert ds[0][0].dtype == torch.float32
+    transform.transforms[0] = Resize((20, 30))
+    assert ds[0][0].shape == (3, 20, 30)
+    transform.transforms[:] = [RandomHorizontalFlip(p=0.0)]  # no longer fusable: decoded in full first
+    full = iotool.open_dataset(small, decoder="auto")[0][0]
+    assert isinstance(ds[0][0], np.ndarray) and np.array_equal(ds[0][0], full)
+
+
+def test_errors_name_the_record_and_the_users_transform(tmp_path):
+    src = tmp_path / "src"
+    write_tree(src, {"a": 2})
+    bad = src / "a" / "img_000.jpg"
+    bad.write_bytes(bad.read_bytes()[:300])
+    iotool.convert(src, tmp_path / "bad.lmdb", "lmdb", workers=0, validate=False)
+    ds = iotool.open_dataset(tmp_path / "bad.lmdb", transform=RandomResizedCrop(16))
+    with pytest.raises(iotool.RecordError, match=r"record \d \(a/img_000.jpg\): RandomResizedCrop: ") as err:
+        ds[ds.keys.index("a/img_000.jpg")]
+    assert "_Shared" not in str(err.value)

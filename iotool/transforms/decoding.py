@@ -58,6 +58,8 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
         iotool.DecodeError: the bytes are not a decodable image.
     """
 
+    label = "DecodeRandomResizedCrop"  # what errors call it
+
     def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
                  ratio: Sequence[float] = (3 / 4, 4 / 3), antialias: bool = True, *, decoder: str = AUTO,
                  reducing_gap: float = 1.0, seed: int | None = None, output: str = "chw_tensor",
@@ -93,7 +95,7 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
         data = _as_bytes(data)
         header = _jpeg_header(data)
         if header is None:  # not a JPEG (or an unreadable header): decode() reports the problem
-            return super().__call__(decode(data, self.decoder, name=type(self).__name__))
+            return super().__call__(decode(data, self.decoder, name=self.label))
         height, width = header.height, header.width
         i, j, h, w = self.get_params(height, width)
         s = self.decode_scale(h, w)
@@ -102,9 +104,9 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
             top, bottom = _reduced_span(i, h, height, s, rows)
             left, right = _reduced_span(j, w, width, s, cols)
             box = (top, left, bottom - top, right - left)
-            crop = _region.decode_jpeg_region(data, header, box, s, name=type(self).__name__)
+            crop = _region.decode_jpeg_region(data, header, box, s, name=self.label)
             return self._resize(_as_chw(crop))
-        image = decode(data, self.decoder, min_size=(height // s, width // s), name=type(self).__name__)
+        image = decode(data, self.decoder, min_size=(height // s, width // s), name=self.label)
         chw = _as_chw(image)
         top, bottom = _reduced_span(i, h, height, s, chw.shape[1])
         left, right = _reduced_span(j, w, width, s, chw.shape[2])

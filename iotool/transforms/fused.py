@@ -40,19 +40,10 @@ def fuse(transform: Callable[[Any], Any] | None) -> Callable[[bytes], Any] | Non
 
     None when ``transform`` is not iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``
     (exactly those classes, not subclasses) or a :class:`Compose` that starts with one. The
-    returned callable shares the transform's random stream and parameters, so later changes to
-    the transform object apply.
+    returned callable reads the transform at each call: it shares the crop's random stream, and
+    later changes to the transform object (its parameters, the Compose's list) apply.
     """
-    first, rest = _first(transform)
-    if not leaves_input_alone(transform):
-        return None
-    if type(first) is RandomResizedCrop:
-        step: Callable[[bytes], Image] = _SharedDecodeCrop(first)
-    elif type(first) is Resize:
-        step = DecodeResize(first)
-    else:
-        step = DecodeCenterCrop(first)
-    return FusedTransform(step, rest)
+    return FusedTransform(transform) if leaves_input_alone(transform) else None
 
 
 def leaves_input_alone(transform: Callable[[Any], Any] | None) -> bool:
@@ -68,30 +59,57 @@ def _first(transform: Any) -> tuple[Any, list[Any]]:
     return transform, []
 
 
-class FusedTransform:
-    """A decoding first step followed by the rest of a :class:`Compose`."""
+def _decoding_step(first: Any) -> Callable[[bytes], Image] | None:
+    """The decoding version of a fusable first transform (None for any other)."""
+    if type(first) is RandomResizedCrop:
+        return _SharedDecodeCrop(first)
+    if type(first) is Resize:
+        return DecodeResize(first)
+    if type(first) is CenterCrop:
+        return DecodeCenterCrop(first)
+    return None
 
-    def __init__(self, first: Callable[[bytes], Image], rest: list[Callable[[Any], Any]]):
-        self.first = first
-        self.rest = rest
+
+class FusedTransform:
+    """``transform(decode(data))`` with its first step done while decoding (see :func:`fuse`)."""
+
+    def __init__(self, transform: Callable[[Any], Any]):
+        self.transform = transform
+        self._step: tuple[Any, Callable[[bytes], Image] | None] = (None, None)
 
     def __call__(self, data: bytes) -> Any:
-        image = self.first(data)
-        for transform in self.rest:
+        first, rest = _first(self.transform)
+        if self._step[0] is not first:  # first use, or the Compose's first transform was replaced
+            self._step = (first, _decoding_step(first))
+        step = self._step[1]
+        if step is None:  # no longer fusable: decode, then the whole transform, as without fusing
+            return self.transform(decode(data, AUTO, name="decode"))
+        image = step(data)
+        for transform in rest:
             image = transform(image)
         return image
 
     def __repr__(self) -> str:
-        return f"FusedTransform({self.first!r}, then {self.rest!r})"
+        return f"FusedTransform({self.transform!r})"
 
 
 class _SharedDecodeCrop(DecodeRandomResizedCrop):
-    """DecodeRandomResizedCrop with a RandomResizedCrop's parameters and its random stream."""
+    """DecodeRandomResizedCrop with a RandomResizedCrop's parameters, read at each call, and its
+    random stream."""
+
+    label = "RandomResizedCrop"  # what errors call it
 
     def __init__(self, crop: RandomResizedCrop):
         super().__init__(crop.size, crop.scale, crop.ratio, crop.antialias, output=crop.output,
                          backend=crop.backend)
+        self.crop = crop
         self.rng = crop.rng  # the same object: draws advance the user's transform's stream
+
+    def __call__(self, data: bytes | bytearray | memoryview) -> Image:  # type: ignore[override]
+        crop = self.crop
+        self.size, self.scale, self.ratio = crop.size, crop.scale, crop.ratio
+        self.antialias, self.output, self.backend, self.rng = crop.antialias, crop.output, crop.backend, crop.rng
+        return super().__call__(data)
 
 
 class DecodeResize:
