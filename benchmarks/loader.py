@@ -10,7 +10,7 @@ ImageFolder with the PIL loader, reimplemented; the output says which ran), ``we
 PIL decoding on the same tar shards, and iotool's lmdb, hdf5, tar (default options) and bmp
 (resized to 256) formats opened as the README shows first,
 ``open_dataset(path, transform=RandomResizedCrop(224))`` (JPEG records: region decode of the crop,
-reduced DCT scale when it allows). In the same run, ``benchmarks/pipeline_costs.py`` times each
+reduced DCT scale when it allows). In the same run, ``iotool/bench/costs.py`` times each
 step on one core and prints each format's ceiling next to its measured ratio.
 
 Example:
@@ -32,8 +32,6 @@ from iotool.bench.loader import bench_loader, per_round_ratio
 from iotool.bench.plot import plot_loader
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-from pipeline_costs import ceilings  # noqa: E402  (the sibling script)
 
 
 def main() -> None:
@@ -55,7 +53,7 @@ def main() -> None:
                         "--images", "1000", "--classes", "10"], check=True)
     result = bench_loader(src, formats=args.formats.split(","), workers=args.workers,
                           batch_size=args.batch_size, rounds=args.rounds, epochs=args.epochs,
-                          on_built=lambda built: ceilings(src, built, rounds=args.ceiling_rounds),
+                          ceiling_rounds=args.ceiling_rounds,
                           progress=lambda what, done, total: print(f"\r[{done}/{total}] {what:60}", end="",
                                                                    file=sys.stderr, flush=True))
     print(file=sys.stderr)
@@ -64,7 +62,7 @@ def main() -> None:
     print(f"baseline: {result.baseline}" + ("" if result.baseline.startswith("torchvision ImageFolder") else
                                             " (torchvision is not installed: its ImageFolder + PIL loader, "
                                             "reimplemented, with RandomResizedCrop on torch's uint8 kernel as torchvision v2 runs it)"))
-    costs = result.extra or {"ceiling": {}}
+    costs = result.ceiling or {"ceiling": {}}
     print(f"{'pipeline':30} {'images/s':>10} {'min':>8} {'max':>8} {'vs baseline':>12} {'per round':>10} "
           f"{'1-core ceiling':>15}")
     for r in result.results:
@@ -73,7 +71,7 @@ def main() -> None:
         print(f"{r.name:30} {s.median:10.0f} {s.min:8.0f} {s.max:8.0f} {r.vs_baseline:11.2f}x "
               f"{r.vs_baseline_per_round:9.2f}x {f'{ceiling:14.2f}x' if ceiling else '':>15}")
     print("(per round: the median over rounds of the ratio measured within each round; 1-core ceiling:")
-    print(" benchmarks/pipeline_costs.py in this run, baseline step costs / the format's step costs)")
+    print(" the step costs of this run (iotool/bench/costs.py), baseline step costs / the format's step costs)")
     if costs.get("ms_per_image"):
         print("step costs, ms per image on one thread: " +
               ", ".join(f"{k} {v:.3f}" for k, v in costs["ms_per_image"].items()))

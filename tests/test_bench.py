@@ -253,6 +253,11 @@ def test_bench_loader_covers_every_format_json(tiny, tmp_path):
         check_stats(row["images_per_s"])
         assert row["images"] == 6 and row["vs_baseline"] > 0
         assert row["vs_baseline_per_round"] == pytest.approx(row["vs_baseline"])  # one round: the same ratio
+    costs = data["ceiling"]  # the one-core ceiling of every built format, from the same run
+    assert set(costs["ceiling"]) == set(FORMATS) and all(v > 0 for v in costs["ceiling"].values())
+    ms = costs["ms_per_image"]
+    assert costs["baseline_ms"] == pytest.approx(ms["pil"] + ms["resize torch"] + ms["collate"])
+    assert costs["feed_ms"]["lmdb"] == pytest.approx(ms["read lmdb"] + ms["fused"] + ms["collate"])
 
 
 def test_per_round_ratio_pairs_the_rounds():
@@ -266,8 +271,10 @@ def test_per_round_ratio_pairs_the_rounds():
 
 
 def test_bench_loader_library_same_batches(tiny):
-    result = bench_loader(tiny, formats=["lmdb"], rounds=1, batch_size=3, size=16, webdataset=False)
+    result = bench_loader(tiny, formats=["lmdb"], rounds=1, batch_size=3, size=16, webdataset=False,
+                          ceiling_rounds=0)
     assert [r.name for r in result.results] == ["torchvision-style (PIL)", "iotool lmdb"]
+    assert result.ceiling is None  # ceiling_rounds=0 skips the step timing
 
 
 def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
@@ -280,6 +287,7 @@ def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
     assert result.results[2 + len(dali)].options == {}  # tar with its default options: one shard here
     assert result.baseline == "torchvision-style (PIL)" and result.to_dict()["baseline"] == result.baseline
     assert result.results[1].bytes > 0 and result.results[1].convert_seconds is not None
+    assert result.ceiling is None  # the step costs are those of the rrc pipeline
 
 
 def test_bench_loader_unknown_format_exits_2(tiny):

@@ -28,7 +28,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -47,9 +47,8 @@ PIPELINES = ("rrc", "center")
 
 
 def conversion_options(fmt: str, size: int, images: int = 0) -> dict[str, Any]:
-    """Options a format needs to be built: a pre-resized cache (bmp) gets shorter side 256 for 224.
-    Every other format is converted with its defaults (tar: 1,000 records per shard; the reader
-    splits records, not shards, over the DataLoader workers). ``images`` is kept for callers."""
+    """Options a format needs to be built: a pre-resized cache (bmp) gets shorter side 256 for 224;
+    the others their defaults (tar: 1,000 records per shard, split by records over the workers)."""
     from ..formats import FORMATS
 
     spec = FORMATS.get(fmt)
@@ -157,13 +156,13 @@ class LoaderBenchResult:
     pipeline: str = "rrc"
     epochs: int = 1
     baseline: str = BASELINE  # which baseline ran: torchvision's own, or the reimplementation
-    extra: Any = None
+    ceiling: dict[str, Any] | None = None  # iotool.bench.costs.ceilings() of the same run
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
         return {
             "benchmark": "loader", "src": self.src, "images": self.images, "decoder": self.decoder,
-            "baseline": self.baseline, "extra": self.extra,
+            "baseline": self.baseline, "ceiling": self.ceiling,
             "workers": self.workers, "batch_size": self.batch_size, "size": self.size,
             "rounds": self.rounds, "epochs": self.epochs, "pipeline": self.pipeline,
             "results": [r.to_dict() for r in self.results],
@@ -331,7 +330,7 @@ def bench_loader(
     webdataset: bool = True,
     workdir: str | os.PathLike | None = None,
     progress: ProgressFn | None = None,
-    on_built: Callable[[dict[str, str]], Any] | None = None,
+    ceiling_rounds: int = 3,
 ) -> LoaderBenchResult:
     """Run the torchvision-style baseline and every iotool format on the same ImageFolder.
 
@@ -348,9 +347,9 @@ def bench_loader(
         webdataset: also read the tar shards with the ``webdataset`` package and PIL.
         workdir: where to build the formats (default: a temporary folder, removed after).
         progress: called with (what, done, total).
-        on_built: called after the rounds with {format: path} of the built datasets, before they
-            are removed (``benchmarks/loader.py`` measures the one-core ceiling there); its result
-            is kept as ``result.extra``.
+        ceiling_rounds: after the DataLoader rounds, time each step of the feed alone on one
+            core in this many rounds (:mod:`iotool.bench.costs`) for every format's one-core
+            ceiling, kept in ``result.ceiling`` (``rrc`` pipeline only; 0: skip).
 
     Returns:
         A :class:`LoaderBenchResult`; each row has images/s and the ratio to the baseline.
@@ -368,8 +367,11 @@ def bench_loader(
         result.baseline = next(iter(contestants))
         result.images = len(contestants[result.baseline][1])
         tallies = _run_rounds(contestants, batch_size, workers, rounds, epochs, pipeline, progress)
-        if on_built is not None:
-            result.extra = on_built({fmt: path for fmt, (path, _) in built.items()})
+        if ceiling_rounds > 0 and pipeline == "rrc" and built:
+            from .costs import ceilings
+
+            progress("timing each step on one core (the ceilings)", 1, 1)
+            result.ceiling = ceilings(src, {fmt: path for fmt, (path, _) in built.items()}, ceiling_rounds)
         result.environment = environment()
         for name, (fmt, _) in contestants.items():
             path, seconds = built.get("tar" if fmt in ("webdataset", "dali") else fmt, (src, None))

@@ -252,14 +252,17 @@ def loader_table(result: Any) -> Table:
         title=f"iotool bench loader: {result.src} ({result.images:,} images) -> {result.size}x{result.size} batches",
         caption=f"median ±half-range of {result.rounds} interleaved rounds (best of {result.epochs} epochs each) "
         f"after a warm-up; pipeline {result.pipeline}, decoder {result.decoder}, workers {result.workers}, "
-        f"batch {result.batch_size}",
+        f"batch {result.batch_size}; baseline: {result.baseline}; 1-core ceiling: the baseline's step costs over "
+        f"the format's, timed alone on one core in this run",
     )
     for col, justify in (("pipeline", "left"), ("images/s", "right"), ("vs baseline", "right"),
-                         ("per round", "right"), ("on disk", "right"), ("build s", "right"), ("options", "left")):
+                         ("per round", "right"), ("1-core ceiling", "right"), ("on disk", "right"),
+                         ("build s", "right"), ("options", "left")):
         table.add_column(col, justify=justify)
+    ceiling = (result.ceiling or {}).get("ceiling", {})
     for r in result.results:
         table.add_row(r.name, _fmt_stats(r.images_per_s), _ratio(r.vs_baseline), _ratio(r.vs_baseline_per_round),
-                      human_bytes(r.bytes or 0),
+                      _ratio(ceiling.get(r.format)), human_bytes(r.bytes or 0),
                       f"{r.convert_seconds:.1f}" if r.convert_seconds is not None else "-",
                       ", ".join(f"{k}={v}" for k, v in r.options.items()))
     return table
@@ -284,9 +287,12 @@ def loader(
     json_out: Annotated[Optional[str], typer.Option(
         "--json", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Draw a bar chart to this PNG (needs matplotlib).")] = None,
+    ceiling_rounds: Annotated[int, typer.Option(
+        min=0, help="Rounds of timing each step alone on one core, for each format's ceiling (0: skip).")] = 3,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
-    """torchvision-style ImageFolder loading vs every iotool format built from SRC, side by side.
+    """torchvision's ImageFolder loading vs every iotool format built from SRC, side by side, with
+    each format's one-core ceiling from the same run.
 
     Example:
 
@@ -304,7 +310,7 @@ def loader(
             result = bench_loader(src, formats=_split(formats), decoder=decoder, workers=workers,
                                   batch_size=batch_size, size=size, rounds=rounds, epochs=epochs,
                                   pipeline=pipeline, webdataset=webdataset, workdir=workdir,
-                                  progress=callback)
+                                  progress=callback, ceiling_rounds=ceiling_rounds)
         if plot is not None:
             from ..bench.plot import plot_loader
 

@@ -1,0 +1,172 @@
+"""One-core step costs of the RandomResizedCrop(224) feed, and each format's ceiling from them.
+
+Each step is timed on its own, on the same images, in one process with one thread, interleaved
+over rounds (median of rounds, milliseconds per image):
+
+  read FMT          the stored bytes of every record of a dataset converted from SRC (its reader)
+  pil               PIL open + convert("RGB") + numpy array: torchvision's default loader, the baseline
+  simplejpeg        a full decode with iotool's default JPEG decoder
+  region            iotool's region decoder on the crop each image draws, at full scale
+  fused             what open_dataset(path, transform=RandomResizedCrop(224)) runs on a JPEG record:
+                    region decode (reduced DCT scale when the crop allows) + antialiased resize
+  decode+crop FMT   a pre-resized cache's own decode (bmp: numpy) + crop-resize
+  resize            iotool's crop + antialiased resize to a CxHxW uint8 tensor (the C kernel where built)
+  resize torch      the same with torch's uint8 kernel, as torchvision's v2.RandomResizedCrop runs it
+  collate           iotool.fast_collate, per image, of batches of 64
+
+The baseline costs pil + resize torch + collate; a JPEG format's feed read + fused + collate; a
+pre-resized cache's read + decode+crop + collate. Their ratio is the format's one-core ceiling:
+the speed-up a perfect DataLoader could show on this machine, before any inter-process cost.
+``iotool bench loader`` and ``benchmarks/loader.py`` report it next to the measured ratio, in
+the same run; ``benchmarks/pipeline_costs.py`` prints the steps alone.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..collate import fast_collate
+from ..datasets import open_reader
+from ..decode import decode
+from ..decode import region as R
+from ..decode.backends import parse_jpeg_header
+from ..transforms import RandomResizedCrop, random_resized_crop_params
+from ..transforms.fused import fuse
+
+SIZE = 224
+
+
+def crops(datas: list[bytes]) -> list[tuple[int, int, int, int]]:
+    """One RandomResizedCrop box per image, drawn with torchvision's algorithm (seeded)."""
+    rng = random.Random(0)
+    out = []
+    for data in datas:
+        header = parse_jpeg_header(data)
+        out.append(random_resized_crop_params(header.height, header.width, (0.08, 1.0), (3 / 4, 4 / 3), rng))
+    return out
+
+
+def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Callable[[], None]]:
+    """name -> a function that runs that step over every image once.
+
+    ``built`` maps format names to datasets converted from the same images (any of lmdb, hdf5,
+    tar, tfrecord; bmp is the pre-resized cache); ``datas`` are the source JPEGs.
+    """
+    headers = [parse_jpeg_header(d) for d in datas]
+    boxes = crops(datas)
+    decoded = [decode(d) for d in datas]
+    resize = RandomResizedCrop(SIZE, seed=0)
+    torch_resize = RandomResizedCrop(SIZE, seed=0, backend="torch")  # torchvision's kernel
+    fused = fuse(RandomResizedCrop(SIZE, seed=0))
+    tensors = [resize(image) for image in decoded]
+    batches = [[(t, 0) for t in tensors[i:i + 64]] for i in range(0, len(tensors), 64)]
+    out: dict[str, Callable[[], None]] = {}
+    for fmt, path in built.items():
+        reader = open_reader(path)
+        out[f"read {fmt}"] = _reader_pass(reader)
+        if reader.native_decode is not None:  # the bmp cache: numpy decode + crop-resize of its records
+            stored = [data for _, data, _ in reader.read_many(range(len(reader)))]
+            out[f"decode+crop {fmt}"] = _native_pass(reader.native_decode, stored, resize)
+
+    from PIL import Image
+
+    def pil() -> None:
+        for data in datas:
+            with Image.open(io.BytesIO(data)) as im:
+                np.asarray(im.convert("RGB"))
+
+    def simplejpeg() -> None:
+        for data in datas:
+            decode(data, "simplejpeg")
+
+    def region() -> None:
+        for data, header, box in zip(datas, headers, boxes):
+            R.decode_jpeg_region(data, header, box)
+
+    def fused_crop() -> None:
+        for data in datas:
+            fused(data)
+
+    def crop_resize() -> None:
+        for image in decoded:
+            resize(image)
+
+    def crop_resize_torch() -> None:
+        for image in decoded:
+            torch_resize(image)
+
+    def collate() -> None:
+        for batch in batches:
+            fast_collate(batch)
+
+    out.update({"pil": pil, "simplejpeg": simplejpeg, "fused": fused_crop, "resize": crop_resize,
+                "resize torch": crop_resize_torch, "collate": collate})
+    if R.region_available():
+        out["region"] = region
+    return out
+
+
+def _reader_pass(reader) -> Callable[[], None]:
+    def read() -> None:
+        for _ in reader.read_many(range(len(reader))):
+            pass
+    return read
+
+
+def _native_pass(native, stored: list[bytes], resize) -> Callable[[], None]:
+    def decode_crop() -> None:
+        for data in stored:
+            resize(native(data))
+    return decode_crop
+
+
+def time_steps(named: dict[str, Callable[[], None]], images: int, rounds: int) -> dict[str, float]:
+    """Median ms per image of each step over ``rounds`` interleaved rounds (one warm-up round dropped)."""
+    times: dict[str, list[float]] = {name: [] for name in named}
+    for r in range(rounds + 1):
+        for name in list(named)[r % len(named):] + list(named)[:r % len(named)]:
+            start = time.perf_counter()
+            named[name]()
+            if r:
+                times[name].append((time.perf_counter() - start) / images * 1e3)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def ceilings(src: str | Path, built: dict[str, str], rounds: int = 3, limit: int = 300) -> dict[str, Any]:
+    """The one-core ceiling of each built format against the baseline, from step costs.
+
+    baseline = pil + resize torch + collate (torchvision's default loader, and its antialiased
+    crop on torch's uint8 kernel);
+    a JPEG format's feed = read + fused (decode of the crop's region, resized) + collate; the bmp
+    cache's = read + numpy decode and crop-resize + collate. ceiling = baseline / feed: the
+    speed-up a perfect DataLoader could show on this machine, before any inter-process cost.
+    ``limit`` images of SRC are timed (the reads cover each whole dataset and are scaled per image).
+    """
+    files = sorted(p for p in Path(src).rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))[:limit]
+    datas = [p.read_bytes() for p in files]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        named = steps(built, datas)
+        counts = {name: len(open_reader(built[name.split()[-1]])) if name.split()[-1] in built
+                  else len(datas) for name in named}
+        ms = {}
+        for name, value in time_steps(named, 1, rounds).items():
+            ms[name] = value / counts[name]
+    finally:
+        torch.set_num_threads(previous)
+    baseline = ms["pil"] + ms["resize torch"] + ms["collate"]
+    feeds = {}
+    for fmt in built:
+        work = ms.get(f"decode+crop {fmt}", ms["fused"])
+        feeds[fmt] = ms[f"read {fmt}"] + work + ms["collate"]
+    return {"images": len(datas), "ms_per_image": ms, "baseline_ms": baseline, "feed_ms": feeds,
+            "ceiling": {fmt: baseline / feed for fmt, feed in feeds.items()}}
