@@ -35,6 +35,8 @@ from .base import Engine, EngineResult
 log = logging.getLogger(__name__)
 
 MAX_RETRIES = 3  # Ray retries of a task whose worker dies or that raises
+STOP = ".iotool-stop"  # written to the output folder after a failure: tasks not started return at once
+DRAIN_SECONDS = 300  # how long a failed conversion waits for its running tasks to finish their unit
 FAULT_ENV = "IOTOOL_RAY_FAULT"  # tests: "TASK:exit|raise:MARKER[,...]" fails a task's first attempt
 
 
@@ -116,7 +118,10 @@ def run_tasks(job: Job, plan: ShardPlan, out: OutputDir) -> tuple[EngineResult, 
             refs.append(task_fn.remote(plan, k, chunk, names[first:first + size], job.source.load, state,
                                        job.payload, out, job.on_error, faults.get(k)))
         return _collect(ray, refs, plan, job, len(tasks))
-    except BaseException:
+    except Exception:
+        _stop(ray, refs, out)
+        raise
+    except BaseException:  # Ctrl-C: stop at once
         _cancel(ray, refs)
         raise
     finally:
@@ -148,6 +153,29 @@ def _collect(ray: Any, refs: list, plan: ShardPlan, job: Job,
     if result.count == 0:
         raise ConversionError(f"Every one of the {total} source files was rejected; nothing to write.")
     return result, columns, units
+
+
+def _stop(ray: Any, refs: list, out: OutputDir) -> None:
+    """After a failure: tasks not started yet return at once (they find the STOP file), running
+    ones finish their unit; wait for them (bounded), then remove the file.
+
+    No ``ray.cancel`` here: cancelling a task whose reply is already on its way crashes the
+    driver in Ray 2.60 ("Tried to complete task that was not pending"), with a plain cancel too,
+    now and then. What the finished tasks wrote goes with the failed output.
+    """
+    try:
+        out.write_bytes(STOP, b"")
+    except Exception:  # noqa: BLE001  (cannot signal: fall back to cancelling)
+        _cancel(ray, refs)
+        return
+    try:
+        ray.wait(refs, num_returns=len(refs), timeout=DRAIN_SECONDS)
+    except Exception:  # noqa: BLE001  (the cluster is gone)
+        pass
+    try:
+        out.remove(STOP)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _cancel(ray: Any, refs: list) -> None:
@@ -214,6 +242,9 @@ def _task(plan: ShardPlan, k: int, chunk: list, names: list[str], load: Callable
     end = chunk[-1][0] + 1 if chunk else 0
     part: dict[str, Any] = {"task": k, "end": end, "failed": None, "skipped": [], "bytes_in": 0, "bytes_out": 0,
                             "count": 0}
+    if out.exists(STOP):  # another task failed: the conversion is over
+        part["failed"] = [end, "", "", "stopped: another task failed"]
+        return part
     unit = plan.open_unit(k, out)
     try:
         for j, record in _prepared(chunk, load, state, options, on_error, part):
