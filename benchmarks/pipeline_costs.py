@@ -1,24 +1,11 @@
 """Where a training sample's time goes, per step, on one core: the profile behind benchmarks/loader.py.
 
-Each step of the RandomResizedCrop(224) feed is timed on its own, on the same images, in one
-process with one thread, interleaved over rounds (median of rounds, milliseconds per image):
-
-  read FMT    the stored bytes of every record of a dataset converted from SRC (its reader)
-  pil         PIL open + convert("RGB") + numpy array: torchvision's default loader, the baseline
-  simplejpeg  a full decode with iotool's default JPEG decoder
-  region      iotool's region decoder on the crop each image draws, at full scale
-  fused       what open_dataset(path, transform=RandomResizedCrop(224)) runs on a JPEG record:
-              region decode (reduced DCT scale when the crop allows) + antialiased resize
-  decode+crop bmp   the bmp cache's numpy decode + crop-resize
-  resize      iotool.transforms' crop + antialiased resize to a CxHxW uint8 tensor, from a decoded image
-              (iotool's C kernel where built)
-  resize torch  the same with torch's uint8 kernel, as torchvision's v2.RandomResizedCrop runs it
-  collate     iotool.fast_collate, per image, of batches of 64
-
-From these it prints the per-image cost of the baseline (pil + resize torch + collate) and of each
-format's feed (read + fused or decode+crop + collate), and their ratio: the speed-up a perfect
-DataLoader could show on this machine, before any inter-process cost. The timing lives in
-``iotool/bench/costs.py``, which ``iotool bench loader`` and ``benchmarks/loader.py`` also run, in
+Converts SRC into each of ``--formats``, then times each step of the RandomResizedCrop(224) feed
+on its own, on the same images, in one process with one thread, interleaved over rounds, and
+prints the per-image cost of the baseline (PIL decode + torch's crop kernel + collate) and of
+each format's feed, and their ratio: the speed-up a perfect DataLoader could show on this
+machine, before any inter-process cost. The steps and the arithmetic are in
+:mod:`iotool.bench.costs`, which ``iotool bench loader`` and ``benchmarks/loader.py`` also run, in
 the same run as their DataLoader rounds.
 
 Example:
