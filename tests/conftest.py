@@ -179,3 +179,15 @@ def downgrade_to_v1(path: Path) -> None:
             (path / file).unlink()
     index["meta"]["format_version"] = 1
     write_index(str(path), index)
+
+
+def indices_by_place(ds, world: int, workers: int) -> dict[tuple[int, int], list[int]]:
+    """The record indices each (rank, worker) of a sharded dataset reads this epoch, by setting its env."""
+    from iotool.sharding import ShardEnv
+
+    out = {}
+    for rank in range(world):
+        for w in range(workers):
+            ds.env = ShardEnv(rank, world, w, workers)
+            out[(rank, w)] = list(ds.iter_indices())
+    return out

@@ -151,12 +151,17 @@ def test_a_full_disk_with_resume_keeps_a_partial_that_completes_when_space_is_fr
 
 # --- one writer per destination ------------------------------------------------------------------
 
-def test_a_second_conversion_to_the_same_destination_exits_2_naming_the_first(source, tmp_path):
-    dst = tmp_path / "out"
-    first = cli(*convert_args("lmdb", source, dst), slow=0.05)
+def wait_for_lock(dst: Path) -> None:
+    """Until a running conversion holds the lock of ``dst`` (at most 30 s)."""
     deadline = time.monotonic() + 30
     while not Path(lock_path(str(dst))).exists() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def test_a_second_conversion_to_the_same_destination_exits_2_naming_the_first(source, tmp_path):
+    dst = tmp_path / "out"
+    first = cli(*convert_args("lmdb", source, dst), slow=0.05)
+    wait_for_lock(dst)
     start = time.monotonic()
     code, text = run_cli(*convert_args("lmdb", source, dst))
     assert code == 2 and time.monotonic() - start < 15, text
@@ -168,9 +173,7 @@ def test_a_second_conversion_to_the_same_destination_exits_2_naming_the_first(so
 def test_a_lock_left_by_a_dead_process_is_taken_over(source, tmp_path):
     dst = tmp_path / "out"
     victim = cli(*convert_args("tar", source, dst), slow=0.05)
-    deadline = time.monotonic() + 30
-    while not Path(lock_path(str(dst))).exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for_lock(dst)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert Path(lock_path(str(dst))).exists()  # left behind by the killed run

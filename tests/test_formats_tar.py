@@ -21,7 +21,7 @@ import iotool
 from iotool.datasets import ShardEnv, ShardedIterableDataset
 from iotool.formats.index import unique_stem
 
-from .conftest import make_image, write_tree
+from .conftest import indices_by_place, make_image, write_tree
 
 
 @pytest.fixture(scope="module")
@@ -91,22 +91,13 @@ def test_shard_bytes_bounds_shards(tmp_path, shards):
     assert reader.keys == iotool.open_reader(shards).keys
 
 
-def indices_for(ds, world, workers):
-    out = {}
-    for rank in range(world):
-        for w in range(workers):
-            ds.env = ShardEnv(rank, world, w, workers)
-            out[(rank, w)] = list(ds.iter_indices())
-    return out
-
-
 @pytest.mark.parametrize("world,workers", [(1, 1), (1, 2), (2, 2), (3, 2), (2, 3)])
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_every_sample_once_per_epoch_across_ranks_and_workers(shards, world, workers, shuffle):
     ds = ShardedIterableDataset(iotool.open_reader(shards), decoder=None, shuffle=shuffle, seed=1, buffer_size=4)
     for epoch in range(2):
         ds.set_epoch(epoch)
-        parts = indices_for(ds, world, workers)
+        parts = indices_by_place(ds, world, workers)
         flat = [i for part in parts.values() for i in part]
         assert sorted(flat) == list(range(27))
         for rank in range(world):
@@ -152,7 +143,7 @@ def test_set_epoch_reaches_persistent_workers(shards, context):
 @pytest.mark.parametrize("world,workers", [(2, 2), (4, 1), (4, 2)])
 def test_even_gives_every_rank_the_same_count_and_loses_nothing(shards, world, workers):
     ds = ShardedIterableDataset(iotool.open_reader(shards), decoder=None, even=True)
-    parts = indices_for(ds, world, workers)
+    parts = indices_by_place(ds, world, workers)
     per_rank = [sum(len(parts[(r, w)]) for w in range(workers)) for r in range(world)]
     assert len(set(per_rank)) == 1
     ds.env = ShardEnv(0, world, 0, workers)

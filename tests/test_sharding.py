@@ -17,7 +17,7 @@ import iotool
 from iotool.datasets import ShardedIterableDataset
 from iotool.sharding import EpochSplit, ShardEnv
 
-from .conftest import write_tree
+from .conftest import indices_by_place, write_tree
 
 
 def _dataset(tmp_path_factory, shards: int, per_shard: int):
@@ -39,15 +39,6 @@ def seven_shards(tmp_path_factory):
     return _dataset(tmp_path_factory, 7, 3)
 
 
-def _parts(ds, world: int, workers: int) -> dict[tuple[int, int], list[int]]:
-    out = {}
-    for rank in range(world):
-        for w in range(workers):
-            ds.env = ShardEnv(rank, world, w, workers)
-            out[(rank, w)] = list(ds.iter_indices())
-    return out
-
-
 @pytest.mark.parametrize("case,world,workers", [("one_shard", 2, 3), ("seven_shards", 2, 2), ("seven_shards", 3, 2)])
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("even", [False, True])
@@ -58,7 +49,7 @@ def test_every_worker_busy_and_every_record_once(request, case, world, workers, 
     n = len(ds.reader)
     for epoch in range(2):
         ds.set_epoch(epoch)
-        parts = _parts(ds, world, workers)
+        parts = indices_by_place(ds, world, workers)
         counts = collections.Counter(i for part in parts.values() for i in part)
         assert set(counts) == set(range(n))  # nothing lost
         repeats = sum(counts.values()) - n
@@ -80,7 +71,7 @@ def test_every_worker_busy_and_every_record_once(request, case, world, workers, 
 def test_runs_are_sequential_inside_shards(seven_shards):
     """Without shuffling each worker reads ascending runs: sequential reads of each shard file."""
     ds = ShardedIterableDataset(iotool.open_reader(seven_shards), decoder=None)
-    for part in _parts(ds, 2, 2).values():
+    for part in indices_by_place(ds, 2, 2).values():
         assert part == sorted(part) and part == list(range(part[0], part[0] + len(part)))
 
 
