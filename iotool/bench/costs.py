@@ -27,6 +27,7 @@ import io
 import random
 import statistics
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,103 +41,80 @@ from ..decode import region as R
 from ..decode.backends import parse_jpeg_header
 from ..transforms import RandomResizedCrop, random_resized_crop_params
 from ..transforms.fused import fuse
+from .common import rotated
 
 SIZE = 224
 
 
-def crops(datas: list[bytes]) -> list[tuple[int, int, int, int]]:
-    """One RandomResizedCrop box per image, drawn with torchvision's algorithm (seeded)."""
+def crops(headers: list[Any]) -> list[tuple[int, int, int, int]]:
+    """One RandomResizedCrop box per JPEG frame header, drawn with torchvision's algorithm (seeded)."""
     rng = random.Random(0)
-    out = []
-    for data in datas:
-        header = parse_jpeg_header(data)
-        out.append(random_resized_crop_params(header.height, header.width, (0.08, 1.0), (3 / 4, 4 / 3), rng))
-    return out
+    return [random_resized_crop_params(h.height, h.width, (0.08, 1.0), (3 / 4, 4 / 3), rng) for h in headers]
 
 
-def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Callable[[], None]]:
-    """name -> a function that runs that step over every image once.
+Step = tuple[Callable[[], None], int]  # one pass over the items, and how many items it covers
+
+
+def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Step]:
+    """name -> (a function that runs that step over every item once, the number of items).
 
     ``built`` maps format names to datasets converted from the same images (any of lmdb, hdf5,
     tar, tfrecord; bmp is the pre-resized cache); ``datas`` are the source JPEGs.
     """
     headers = [parse_jpeg_header(d) for d in datas]
-    boxes = crops(datas)
+    boxes = crops(headers)
     decoded = [decode(d) for d in datas]
     resize = RandomResizedCrop(SIZE, seed=0)
     torch_resize = RandomResizedCrop(SIZE, seed=0, backend="torch")  # torchvision's kernel
-    fused = fuse(RandomResizedCrop(SIZE, seed=0))
     tensors = [resize(image) for image in decoded]
     batches = [[(t, 0) for t in tensors[i:i + 64]] for i in range(0, len(tensors), 64)]
-    out: dict[str, Callable[[], None]] = {}
+    out: dict[str, Step] = {}
     for fmt, path in built.items():
         reader = open_reader(path)
-        out[f"read {fmt}"] = _reader_pass(reader)
+        count = len(reader)
+        out[f"read {fmt}"] = (lambda r=reader, n=count: deque(r.read_many(range(n)), maxlen=0), count)
         if reader.native_decode is not None:  # the bmp cache: numpy decode + crop-resize of its records
-            stored = [data for _, data, _ in reader.read_many(range(len(reader)))]
-            out[f"decode+crop {fmt}"] = _native_pass(reader.native_decode, stored, resize)
-
-    from PIL import Image
-
-    def pil() -> None:
-        for data in datas:
-            with Image.open(io.BytesIO(data)) as im:
-                np.asarray(im.convert("RGB"))
-
-    def simplejpeg() -> None:
-        for data in datas:
-            decode(data, "simplejpeg")
-
-    def region() -> None:
-        for data, header, box in zip(datas, headers, boxes):
-            R.decode_jpeg_region(data, header, box)
-
-    def fused_crop() -> None:
-        for data in datas:
-            fused(data)
-
-    def crop_resize() -> None:
-        for image in decoded:
-            resize(image)
-
-    def crop_resize_torch() -> None:
-        for image in decoded:
-            torch_resize(image)
-
-    def collate() -> None:
-        for batch in batches:
-            fast_collate(batch)
-
-    out.update({"pil": pil, "simplejpeg": simplejpeg, "fused": fused_crop, "resize": crop_resize,
-                "resize torch": crop_resize_torch, "collate": collate})
+            stored = [data for _, data, _ in reader.read_many(range(count))]
+            out[f"decode+crop {fmt}"] = _each(lambda data, native=reader.native_decode: resize(native(data)), stored)
+    out.update({
+        "pil": _each(_pil_decode, datas),
+        "simplejpeg": _each(lambda data: decode(data, "simplejpeg"), datas),
+        "fused": _each(fuse(RandomResizedCrop(SIZE, seed=0)), datas),
+        "resize": _each(resize, decoded),
+        "resize torch": _each(torch_resize, decoded),
+        "collate": (_each(fast_collate, batches)[0], len(tensors)),
+    })
     if R.region_available():
-        out["region"] = region
+        out["region"] = _each(lambda job: R.decode_jpeg_region(*job), list(zip(datas, headers, boxes)))
     return out
 
 
-def _reader_pass(reader) -> Callable[[], None]:
-    def read() -> None:
-        for _ in reader.read_many(range(len(reader))):
-            pass
-    return read
+def _each(fn: Callable[[Any], Any], items: list) -> Step:
+    """A step that calls ``fn`` on every item."""
+    def run() -> None:
+        for item in items:
+            fn(item)
+    return run, len(items)
 
 
-def _native_pass(native, stored: list[bytes], resize) -> Callable[[], None]:
-    def decode_crop() -> None:
-        for data in stored:
-            resize(native(data))
-    return decode_crop
+def _pil_decode(data: bytes) -> None:
+    """torchvision's default loader: PIL open + convert("RGB"), as an array."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        np.asarray(im.convert("RGB"))
 
 
-def time_steps(named: dict[str, Callable[[], None]], images: int, rounds: int) -> dict[str, float]:
-    """Median ms per image of each step over ``rounds`` interleaved rounds (one warm-up round dropped)."""
+def time_steps(named: dict[str, Step], rounds: int) -> dict[str, float]:
+    """Median ms per item of each step over ``rounds`` interleaved rounds (one warm-up round dropped)."""
     times: dict[str, list[float]] = {name: [] for name in named}
     for r in range(rounds + 1):
-        for name in list(named)[r % len(named):] + list(named)[:r % len(named)]:
+        for name in rotated(list(named), r):
+            run, count = named[name]
             start = time.perf_counter()
-            named[name]()
+            run()
             if r:
-                times[name].append((time.perf_counter() - start) / images * 1e3)
+                times[name].append((time.perf_counter() - start) / count * 1e3)
     return {name: statistics.median(v) for name, v in times.items()}
 
 
@@ -155,12 +133,7 @@ def ceilings(src: str | Path, built: dict[str, str], rounds: int = 3, limit: int
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        named = steps(built, datas)
-        counts = {name: len(open_reader(built[name.split()[-1]])) if name.split()[-1] in built
-                  else len(datas) for name in named}
-        ms = {}
-        for name, value in time_steps(named, 1, rounds).items():
-            ms[name] = value / counts[name]
+        ms = time_steps(steps(built, datas), rounds)
     finally:
         torch.set_num_threads(previous)
     baseline = ms["pil"] + ms["resize torch"] + ms["collate"]

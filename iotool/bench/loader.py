@@ -46,7 +46,7 @@ DALI = "DALI (CPU)"
 PIPELINES = ("rrc", "center")
 
 
-def conversion_options(fmt: str, size: int, images: int = 0) -> dict[str, Any]:
+def conversion_options(fmt: str, size: int) -> dict[str, Any]:
     """Options a format needs to be built: a pre-resized cache (bmp) gets shorter side 256 for 224;
     the others their defaults (tar: 1,000 records per shard, split by records over the workers)."""
     from ..formats import FORMATS
@@ -171,7 +171,7 @@ class LoaderBenchResult:
 
 
 def _build_formats(src: str, workdir: str, formats: Sequence[str], size: int, progress: ProgressFn,
-                   failed: dict[str, str], images: int) -> dict[str, tuple[str, float]]:
+                   failed: dict[str, str]) -> dict[str, tuple[str, float]]:
     """Convert SRC into each format under ``workdir``; returns name -> (path, seconds)."""
     from ..pipeline.run import convert
 
@@ -181,7 +181,7 @@ def _build_formats(src: str, workdir: str, formats: Sequence[str], size: int, pr
         dst = os.path.join(workdir, f"data-{fmt}")
         start = time.perf_counter()
         try:
-            convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, size, images))
+            convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, size))
         except (IotoolError, OSError, ValueError, TypeError) as exc:
             failed[fmt] = f"conversion failed: {type(exc).__name__}: {exc}"
             continue
@@ -360,9 +360,7 @@ def bench_loader(
     result = LoaderBenchResult(src, 0, decoder, workers, batch_size, size, rounds, pipeline=pipeline,
                                epochs=epochs)
     with tempfile.TemporaryDirectory(prefix="iotool-bench-", dir=workdir) as tmp, single_threaded():
-        from ..pipeline.sources import scan_imagefolder
-
-        built = _build_formats(src, tmp, names, size, progress, result.failed, len(scan_imagefolder(src)))
+        built = _build_formats(src, tmp, names, size, progress, result.failed)
         contestants = _contestants(src, built, decoder, pipeline, size, webdataset, result.failed)
         result.baseline = next(iter(contestants))
         result.images = len(contestants[result.baseline][1])
@@ -377,7 +375,7 @@ def bench_loader(
             path, seconds = built.get("tar" if fmt in ("webdataset", "dali") else fmt, (src, None))
             result.results.append(LoaderResult(name, fmt, result.images, summarize(tallies[name]),
                                                convert_seconds=seconds, bytes=disk_usage(path),
-                                               options=conversion_options(fmt, size, result.images)))
+                                               options=conversion_options(fmt, size)))
     base = result.results[0].images_per_s
     for r in result.results:
         r.vs_baseline = r.images_per_s.median / base.median if base.median else None
