@@ -32,8 +32,8 @@ def detect_format(path: str | os.PathLike, storage: "StorageConfig | None" = Non
         return _detect_remote(path, storage or StorageConfig())
     if not os.path.exists(path):
         raise UnknownFormatError(f"{path!r} does not exist.")
-    for spec in all_formats():
-        declared = spec.sniff(path)
+    for sniff in dict.fromkeys(spec.sniff for spec in all_formats()):  # a shared sniff (index.json) once
+        declared = sniff(path)
         if declared is not None:
             return _declared_spec(path, declared)
     raise UnknownFormatError(
@@ -54,8 +54,8 @@ def _declared_spec(path: str, declared: str) -> FormatSpec:
 def _detect_remote(url: str, config: "StorageConfig") -> FormatSpec:
     """A URL dataset: asked of each format that reads URLs."""
     remote = [spec for spec in all_formats() if spec.remote_read]
-    for spec in remote:
-        declared = spec.sniff_remote(url, config)
+    for sniff_remote in dict.fromkeys(spec.sniff_remote for spec in remote):  # a shared sniff once
+        declared = sniff_remote(url, config)
         if declared is not None:
             found = _declared_spec(url, declared)
             if not found.remote_read:

@@ -106,25 +106,15 @@ def _declared_format(raw: bytes, where: str) -> str:
     return declared
 
 
-_SNIFFED: dict[tuple[str, int, int], str] = {}
-
-
 def sniff_index(path: str) -> str | None:
-    """The format a local directory's index.json declares (None: no index.json there).
-    Cached per file version, so every index-based format can ask at little cost."""
+    """The format a local directory's index.json declares (None: no index.json there)."""
     index_path = os.path.join(path, INDEX_NAME)
     if not os.path.isdir(path) or not os.path.isfile(index_path):
         return None
     try:
-        st = os.stat(index_path)
-        key = (os.path.abspath(index_path), st.st_mtime_ns, st.st_size)
-        if key not in _SNIFFED:
-            declared = _declared_format(_index_raw(path, MAX_INDEX_BYTES, None), index_path)
-            _SNIFFED.clear()  # one entry: the index just asked about
-            _SNIFFED[key] = declared
+        return _declared_format(_index_raw(path, MAX_INDEX_BYTES, None), index_path)
     except OSError as exc:
         raise FormatError(f"{path}: cannot read index.json ({exc.strerror or exc}).") from None
-    return _SNIFFED[key]
 
 
 def sniff_index_remote(url: str, config: "StorageConfig") -> str | None:
@@ -206,13 +196,13 @@ class IndexedReader(FormatReader):
         self._lists = {name: index_list(raw, name, count, _LIST_TYPES.get(kind, list), self.path)
                        for name, kind in kinds.items()}
 
-    def _load_image_sizes(self) -> Any:
+    def _load_image_sizes(self, strict: bool = True) -> Any:
         """The recorded ``shapes`` column where this dataset has one, else the headers."""
         from .sizes import SHAPES, recorded_sizes
 
         if SHAPES in self._present:
-            return recorded_sizes(self, self.column(SHAPES))
-        return super()._load_image_sizes()
+            return recorded_sizes(self, self.column(SHAPES), strict)
+        return super()._load_image_sizes(strict)
 
     def column(self, name: str) -> Any:
         """Column ``name``: a list (version 1) or a mapped array / lazy sequence."""

@@ -6,7 +6,6 @@ source tasks into :class:`~iotool.records.Record` objects or :class:`SkippedFile
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -67,7 +66,7 @@ def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str,
             return data, ext, image_size(data, key)
         except DecodeError:
             return data, ext, None
-    width, height = _image_size(data, key)
+    height, width = image_size(data, key)
     size = target_size(width, height, options.resize, options.size)
     # Decode at the smallest JPEG DCT scale that keeps REDUCING_GAP x the target, then resize
     # exactly with an antialiased filter (a gap of 1 chains two resamplings and blurs visibly).
@@ -79,17 +78,6 @@ def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str,
 
 def _shape(image: Any) -> tuple[int, int]:
     return int(image.shape[0]), int(image.shape[1])
-
-
-def _image_size(data: bytes, key: str) -> tuple[int, int]:
-    """(width, height) from the header, without decoding the pixels."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            return im.size
-    except Exception as exc:  # PIL raises many types on garbage; the contract is DecodeError
-        raise DecodeError(f"{key}: not a readable image ({type(exc).__name__}: {exc}).") from None
 
 
 # --- the worker side -------------------------------------------------------------------------

@@ -27,10 +27,11 @@ class _TfrecordUnit(ShardedUnit):
         self.label_offset = label_offset
 
     def add(self, name: str, record: Record) -> None:
-        offset, size = self.shard.add(record_bytes(record, self.label_offset))
+        shape = record_shape(record)
+        offset, size = self.shard.add(record_bytes(record, self.label_offset, shape))
         for column, value in (("keys", record.key), ("labels", record.label), ("checksums", record.checksum),
                               ("offsets", offset), ("sizes", size), ("payload_bytes", len(record.data)),
-                              ("shapes", record_shape(record))):
+                              ("shapes", shape)):
             self.cols[column].append(value)
 
     def publish(self) -> int:

@@ -7,7 +7,7 @@ from ...errors import FormatError
 from ..shards import OffsetShardReader
 from . import example
 from .framing import MAX_RECORD_BYTES, RecordError, scan, unframe
-from .writer import index_name
+from .writer import KINDS, index_name
 
 FORMAT_VERSION = 2  # 2: the shapes column (decoded sizes)
 
@@ -18,7 +18,7 @@ class TfrecordReader(OffsetShardReader):
 
     format_name = "tfrecord"
     format_versions = (1, FORMAT_VERSION)
-    column_kinds = {"keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3", "shapes": "int2"}
+    column_kinds = KINDS
     column_since = {"shapes": 2}
 
     @property

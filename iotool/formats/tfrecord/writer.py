@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import UsageError
 from ...records import Record
-from ..base import WriterHooks
-from ..sharded_writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter, sharded_index
-from ..sizes import record_shape
+from ..sharded_writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter
+from ..sizes import UNKNOWN, record_shape
 from . import example
 from .framing import frame, index_lines
 
-__all__ = ["COLUMNS", "DEFAULT_SHARD_SIZE", "KINDS", "ShardFile", "TfrecordOptions", "TfrecordWriter", "image_size",
-           "index_name", "record_bytes", "shard_name", "tfrecord_index", "write_idx"]
+__all__ = ["COLUMNS", "DEFAULT_SHARD_SIZE", "KINDS", "ShardFile", "TfrecordOptions", "TfrecordWriter",
+           "index_name", "record_bytes", "shard_name", "write_idx"]
 
 COLUMNS = ("keys", "labels", "checksums", "locations", "shapes")
 KINDS = {"keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3", "shapes": "int2"}
@@ -50,32 +48,18 @@ class TfrecordOptions(ShardedOptions):
                              f"or 1 (TF-slim's 1-based labels, 0 = background).")
 
 
-def image_size(data: bytes) -> tuple[int, int] | None:
-    """(height, width) from the image header (PIL reads the header only), or None."""
-    try:
-        from PIL import Image
-
-        with Image.open(io.BytesIO(data)) as im:
-            return im.height, im.width
-    except Exception:  # noqa: BLE001  (the dimensions are optional features)
-        return None
-
-
-def record_bytes(record: Record, label_offset: int) -> bytes:
-    """The serialised Example of one record, framed."""
+def record_bytes(record: Record, label_offset: int, shape: list[int]) -> bytes:
+    """The serialised Example of one record, framed; ``shape`` is its ``record_shape`` (the image
+    height and width features are left out when it is unknown)."""
     features: dict[str, example.Feature] = {
         example.IMAGE: ("bytes", [record.data]),
         example.FORMAT: ("bytes", [_IMAGE_FORMATS.get(record.ext.lower(), record.ext.upper()).encode("ascii")]),
         example.LABEL: ("int64", [record.label + label_offset]),
         example.FILENAME: ("bytes", [record.key.encode("utf-8", "surrogateescape")]),
     }
-    size = image_size(record.data)
-    if size is not None:
-        features[example.HEIGHT], features[example.WIDTH] = ("int64", [size[0]]), ("int64", [size[1]])
+    if shape != UNKNOWN:
+        features[example.HEIGHT], features[example.WIDTH] = ("int64", [shape[0]]), ("int64", [shape[1]])
     return frame(example.encode_example(features))
-
-
-tfrecord_index = sharded_index  # the content of index.json (before its integrity digest)
 
 
 def write_idx(folder: str, shard: str, locations: list[tuple[int, int]]) -> str:
@@ -122,17 +106,14 @@ class TfrecordWriter(ShardedWriter):
     META_OPTIONS = ("shard_size", "shard_bytes", "label_offset")
     shard_name = staticmethod(shard_name)
 
-    def __init__(self, path: str, options: TfrecordOptions, hooks: WriterHooks = WriterHooks()):
-        super().__init__(path, options, hooks)
-        self.opts = options
-
     def _open_shard(self, path: str) -> ShardFile:
         return ShardFile(path)
 
     def _write_record(self, record: Record) -> dict[str, Any]:
-        offset, size = self.shard.add(record_bytes(record, self.opts.label_offset))
+        shape = record_shape(record)
+        offset, size = self.shard.add(record_bytes(record, self.options.label_offset, shape))
         return {"keys": record.key, "labels": record.label, "checksums": record.checksum,
-                "locations": [len(self.shards) - 1, offset, size], "shapes": record_shape(record)}
+                "locations": [len(self.shards) - 1, offset, size], "shapes": shape}
 
     def _close_shard(self, name: str) -> list[str]:
         write_idx(self.path, name, [(row["locations"][1], row["locations"][2]) for row in self.rows])
