@@ -359,21 +359,12 @@ def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = Fals
 
 
 def cache_sizes(reader: Any) -> np.ndarray:
-    """``reader.image_sizes()``; where a record's size cannot be read, every size is read again
-    from the payloads, the unreadable ones as (0, 0): their slots stay empty and reading them
-    raises (or skips, per ``on_error``) as without the cache."""
+    """``reader.image_sizes()``; where a record's size cannot be read, (0, 0) for that record:
+    its slot stays empty and reading it raises (or skips, per ``on_error``) as without the cache."""
     import logging
-
-    from .formats.sizes import payload_size
 
     try:
         return reader.image_sizes()
     except (IotoolError, OSError) as exc:
         logging.getLogger(__name__).warning("RAM cache: %s; such records are not cached", exc)
-    sizes = np.zeros((len(reader), 2), np.int32)
-    for i in range(len(reader)):
-        try:
-            sizes[i] = payload_size(reader.read(i)[0], reader.native_decode)
-        except (IotoolError, OSError, ValueError):
-            pass  # (0, 0): an empty slot
-    return sizes
+    return reader.image_sizes(strict=False)

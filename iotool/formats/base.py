@@ -233,20 +233,26 @@ class FormatReader(ABC):
             self._checksum_list = self._load_checksums()
         return self._checksum_list
 
-    def image_sizes(self) -> "np.ndarray":
+    def image_sizes(self, strict: bool = True) -> "np.ndarray":
         """(N, 2) int32 array of every record's decoded (height, width), in index order: the
         shape of what ``decode(payload)`` (or :attr:`native_decode`) returns. Computed once per
         reader object, never pickled: from the index where the format records it, else read
-        from each record's image header (:meth:`_load_image_sizes`)."""
+        from each record's image header (:meth:`_load_image_sizes`).
+
+        ``strict=False``: a record whose size cannot be read is (0, 0) instead of an error
+        (computed again on each call; the strict result is the one kept)."""
+        if not strict:
+            return self._image_sizes if getattr(self, "_image_sizes", None) is not None \
+                else self._load_image_sizes(strict=False)
         if getattr(self, "_image_sizes", None) is None:
             self._image_sizes = self._load_image_sizes()
         return self._image_sizes
 
-    def _load_image_sizes(self) -> "np.ndarray":
+    def _load_image_sizes(self, strict: bool = True) -> "np.ndarray":
         """Every record's (height, width); by default read once from each payload's header."""
         from .sizes import header_sizes
 
-        return header_sizes(self)
+        return header_sizes(self, strict)
 
     def read_many(self, indices: "typing.Iterable[int]") -> Iterator[tuple[int, bytes | None, int | None]]:
         """Yield (index, payload, label) for ``indices`` in order; a record that fails comes as

@@ -153,12 +153,12 @@ class BmpReader(IndexedReader):
     def integrity_problems(self) -> list[str]:
         return self.column_problems()
 
-    def _load_image_sizes(self) -> np.ndarray:
+    def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
         """From the ``sizes`` column ([width, height], every version): no file is opened."""
         from .sizes import recorded_sizes
 
         sizes = np.asarray(self.column("sizes"), dtype=np.int64).reshape(-1, 2)
-        return recorded_sizes(self, sizes[:, ::-1])
+        return recorded_sizes(self, sizes[:, ::-1], strict)
 
     native_decode = staticmethod(decode_bmp)
 

@@ -314,10 +314,10 @@ class Hdf5Reader(FormatReader):
             raise FormatError(f"{self.path}: '/shapes' has shape {ds.shape} {ds.dtype}, expected ({self.meta.count}, 2).")
         return np.asarray(ds[:], dtype=np.int32)
 
-    def _load_image_sizes(self) -> np.ndarray:
+    def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
         """From ``/shapes`` (version 3), else from each record's header."""
         shapes = self._shapes()
-        return super()._load_image_sizes() if shapes is None else recorded_sizes(self, shapes)
+        return super()._load_image_sizes(strict) if shapes is None else recorded_sizes(self, shapes, strict)
 
     def _load_keys(self) -> "_Keys":
         self._dataset("keys")  # checks the column's shape now

@@ -378,13 +378,13 @@ class LmdbReader(FormatReader):
         self._expect_count("checksums", len(raw) // 32)
         return ChecksumColumn(np.frombuffer(raw, dtype=np.uint8).reshape(-1, 32))
 
-    def _load_image_sizes(self) -> np.ndarray:
+    def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
         """From ``__iotool_shapes__`` (version 3), else from each record's header."""
         if self.meta.format_version < 3:
-            return super()._load_image_sizes()
+            return super()._load_image_sizes(strict)
         raw = self._get_required(SHAPES_KEY)
         self._expect_count("shapes", len(raw) // 8 if len(raw) % 8 == 0 else -1)
-        return recorded_sizes(self, np.frombuffer(raw, dtype="<i4").reshape(-1, 2))
+        return recorded_sizes(self, np.frombuffer(raw, dtype="<i4").reshape(-1, 2), strict)
 
     def _expect_count(self, what: str, n: int) -> None:
         if n != self.meta.count:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import DecodeError, FormatError
+from ..errors import DecodeError, FormatError, IotoolError
 
 if TYPE_CHECKING:
     from .base import FormatReader
@@ -31,8 +31,9 @@ def payload_size(data: bytes | memoryview, native_decode: Any = None, name: str 
     return image_size(data, name)
 
 
-def header_sizes(reader: "FormatReader") -> np.ndarray:
+def header_sizes(reader: "FormatReader", strict: bool = True) -> np.ndarray:
     """Every record's (height, width) from its payload's header, read in one sequential pass.
+    ``strict=False``: (0, 0) for a record whose size cannot be read.
 
     Raises:
         DecodeError: a payload's header is unreadable; the message names the record.
@@ -42,16 +43,27 @@ def header_sizes(reader: "FormatReader") -> np.ndarray:
     out = np.empty((n, 2), dtype=np.int32)
     seen = 0
     for i, data, _ in reader.read_many(range(n)):
-        if data is None:
-            data, _ = reader.read(i)  # raises this record's error
-        try:
-            out[i] = payload_size(data, reader.native_decode)
-        except DecodeError as exc:
-            raise DecodeError(f"{_record_name(reader, i)}: {str(exc).removeprefix('<bytes>: ')}") from None
+        out[i] = _size_of(reader, i, data, strict)
         seen += 1
     if seen != n:
         raise FormatError(f"{reader.path}: read {seen} of {n} records while reading image sizes.")
     return out
+
+
+def _size_of(reader: "FormatReader", i: int, data: bytes | None, strict: bool) -> tuple[int, int] | list[int]:
+    """Record ``i``'s size from its payload (read again when ``data`` is None); an error names the
+    record, or, when not ``strict``, the size is (0, 0)."""
+    try:
+        if data is None:
+            data, _ = reader.read(i)  # raises this record's error
+        return payload_size(data, reader.native_decode)
+    except DecodeError as exc:
+        if strict:
+            raise DecodeError(f"{_record_name(reader, i)}: {str(exc).removeprefix('<bytes>: ')}") from None
+    except (IotoolError, OSError, ValueError):
+        if strict:
+            raise
+    return UNKNOWN
 
 
 def _record_name(reader: "FormatReader", i: int) -> str:
@@ -80,16 +92,14 @@ def record_shape(record: Any) -> list[int]:
         return list(UNKNOWN)
 
 
-def recorded_sizes(reader: "FormatReader", values: Any) -> np.ndarray:
+def recorded_sizes(reader: "FormatReader", values: Any, strict: bool = True) -> np.ndarray:
     """The (N, 2) int32 sizes of a recorded ``shapes`` column (N x 2 int64, or lists), checked;
-    rows recorded as unknown ([0, 0]) are read from their payloads (raising a clear error)."""
+    rows recorded as unknown ([0, 0]) are read from their payloads (raising a clear error, or,
+    when not ``strict``, staying (0, 0))."""
     array = np.asarray(values, dtype=np.int64).reshape(-1, 2) if len(values) else np.empty((0, 2), np.int64)
     if len(array) != len(reader) or (len(array) and (array.min() < 0 or array.max() > np.iinfo(np.int32).max)):
         raise FormatError(f"{reader.path}: the index's image sizes column is damaged (wrong length or values).")
     out = array.astype(np.int32)
     for i in np.flatnonzero((out == 0).any(axis=1)):
-        try:
-            out[i] = payload_size(reader.read(int(i))[0], reader.native_decode)
-        except DecodeError as exc:
-            raise DecodeError(f"{_record_name(reader, int(i))}: {str(exc).removeprefix('<bytes>: ')}") from None
+        out[i] = _size_of(reader, int(i), None, strict)
     return out
