@@ -49,14 +49,9 @@ def _import_dali() -> Any:
 def ddp_rank() -> tuple[int, int]:
     """(rank, world size) from ``torch.distributed`` when it is initialised, else from the
     ``RANK``/``WORLD_SIZE`` environment variables (torchrun), else (0, 1)."""
-    try:
-        import torch.distributed as dist
+    from .sharding import rank_world
 
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:
-        pass
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return rank_world()
 
 
 def default_device_id() -> int | None:
@@ -83,9 +78,7 @@ def dali_inputs(path: str | os.PathLike) -> dict[str, Any]:
     if spec.name == "tar":
         indexes = [os.path.join(path, dali_index_name(s["name"])) for s in reader.shards]
     else:
-        from .formats.tfrecord import index_name
-
-        indexes = [os.path.join(path, index_name(s["name"])) for s in reader.shards]
+        indexes = reader.index_paths()
     missing = [i for i in indexes if not os.path.isfile(i)]
     if missing:
         raise UsageError(f"{path}: no DALI index file {os.path.basename(missing[0])} (written before iotool wrote "

@@ -81,9 +81,10 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
             self._dist = distributed_rank() or self._dist
         return current_env(self._dist)
 
-    def split(self) -> EpochSplit:
-        """This epoch's record order and its cut over ranks and workers."""
-        return EpochSplit.of(self.reader.shard_ranges(), self.shuffle, self.seed, self.epoch)
+    def split(self, epoch: int | None = None) -> EpochSplit:
+        """This epoch's (or ``epoch``'s) record order and its cut over ranks and workers."""
+        return EpochSplit.of(self.reader.shard_ranges(), self.shuffle, self.seed,
+                             self.epoch if epoch is None else epoch)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (all workers together)."""
@@ -92,7 +93,7 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
 
     def _stream(self, env: ShardEnv, epoch: int) -> WorkerStream:
         """This process's record stream for ``epoch``, from its start."""
-        split = EpochSplit.of(self.reader.shard_ranges(), self.shuffle, self.seed, epoch)
+        split = self.split(epoch)
         rng = random.Random(f"{self.seed}-{epoch}-{env.rank}-{env.worker_id}") if self.shuffle else None
         return WorkerStream(split, env, self.even, rng, self.buffer_size)
 

@@ -75,3 +75,8 @@ class RecordError(IotoolError):
 
 class UsageError(IotoolError):
     """An option or argument value is invalid; the message names the value and the choices."""
+
+
+# What reading or decoding one stored record may raise when the record (not iotool) is at fault:
+# a dataset's on_error policy applies to these.
+RECORD_ERRORS = (IotoolError, OSError, ValueError)

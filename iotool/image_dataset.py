@@ -9,7 +9,7 @@ from typing import Any, Callable
 from torch.utils.data import Dataset
 
 from .decode import AUTO, decode, resolve_backend
-from .errors import DecodeError, IotoolError, RecordError, UsageError
+from .errors import RECORD_ERRORS, DecodeError, RecordError, UsageError
 from .formats import FormatReader
 from .ramcache import RamCache, open_ram_cache
 from .transforms.fused import fuse, leaves_input_alone
@@ -115,7 +115,7 @@ class ImageDataset(_ReaderInfo, Dataset):
         try:
             data, label = self._read(index, data, label)
             return self._decode(index, data, min_size), label
-        except (IotoolError, OSError, ValueError) as exc:
+        except RECORD_ERRORS as exc:
             return self._bad_record(index, exc)
 
     def _read(self, index: int, data: bytes | None, label: int | None) -> tuple[bytes, int]:
@@ -139,7 +139,7 @@ class ImageDataset(_ReaderInfo, Dataset):
             transform = fused
             try:
                 loaded = self._read(index, data, label)
-            except (IotoolError, OSError, ValueError) as exc:
+            except RECORD_ERRORS as exc:
                 return self._bad_record(index, exc)
         else:
             loaded = self.load(index, data, label)

@@ -11,6 +11,7 @@ import numpy as np
 from .errors import UsageError
 
 ENCODINGS = ("keep", "jpeg", "png", "bmp")
+REDUCING_GAP = 2  # a resize decodes a JPEG at a DCT scale that keeps at least this multiple of the target
 EXTENSIONS = {"jpeg": "jpg", "png": "png", "bmp": "bmp"}
 
 

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from .errors import IotoolError, UsageError
-from .imageops import target_size
+from .decode.backends import DCT_SCALES
+from .imageops import REDUCING_GAP, target_size
 from .memory import available_memory
 from .transforms import resize as _resize
 
@@ -146,8 +147,7 @@ class RamCache:
     """
 
     def __init__(self, sizes: np.ndarray, resize: int | None = None):
-        if not hasattr(os, "memfd_create"):  # checked first by open_ram_cache
-            raise UsageError("cache='ram' needs Linux (os.memfd_create); use the bmp cache on disk instead.")
+        _require_memfd()
         self.resize = resize
         layout = CacheLayout.plan(sizes, resize)
         self.nbytes = layout.nbytes
@@ -201,7 +201,7 @@ class RamCache:
         if self._fd is None:
             return None
         h, w = (int(v) for v in self.shapes[index])
-        return (2 * h, 2 * w) if self.resize is not None else None
+        return (REDUCING_GAP * h, REDUCING_GAP * w) if self.resize is not None else None
 
     def put(self, index: int, image: np.ndarray) -> np.ndarray:
         """Store a decoded RGB image (shrunk to the slot first when ``resize``); return what is cached.
@@ -232,7 +232,7 @@ class RamCache:
         full_h, full_w = (int(v) for v in self.decoded[index])
         if full_h == 0 or full_w == 0:
             return False
-        scales = (1, 2, 4, 8) if self.resize is not None else (1,)
+        scales = (1, *DCT_SCALES) if self.resize is not None else (1,)
         return any(image.shape[:2] == (-(-full_h // s), -(-full_w // s)) for s in scales)
 
     def _mismatch(self, index: int, image: np.ndarray) -> None:
@@ -308,6 +308,11 @@ class RamCache:
         return f"RamCache({_gib(self.nbytes)}, {self.filled()}/{self.count} filled{resize})"
 
 
+def _require_memfd() -> None:
+    if not hasattr(os, "memfd_create"):
+        raise UsageError("cache='ram' needs Linux (os.memfd_create); use the bmp cache on disk instead.")
+
+
 def _release(block: mmap.mmap, fd: int) -> None:
     try:
         block.close()
@@ -341,8 +346,7 @@ def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = Fals
 
     if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize <= 0):
         raise UsageError(f"cache_resize={resize!r}: give a positive int (the shorter side), or None.")
-    if not hasattr(os, "memfd_create"):
-        raise UsageError("cache='ram' needs Linux (os.memfd_create); use the bmp cache on disk instead.")
+    _require_memfd()
     sizes = cache_sizes(reader)
     need = CacheLayout.plan(sizes, resize).nbytes
     smaller = CacheLayout.plan(sizes, 256).nbytes if resize is None or resize > 256 else None

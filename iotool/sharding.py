@@ -44,15 +44,20 @@ def distributed_rank() -> tuple[int, int] | None:
     return None
 
 
-def current_env(captured: tuple[int, int] | None = None) -> ShardEnv:
-    """This process's place: rank/world from torch.distributed when initialised, else ``captured``
-    (what the main process saw; DataLoader workers are not part of the group), else the
-    RANK/WORLD_SIZE variables; worker id and count from the DataLoader."""
+def rank_world(captured: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(rank, world size) from torch.distributed when initialised, else ``captured`` (what the
+    main process saw; DataLoader workers are not part of the group), else the RANK/WORLD_SIZE
+    variables (torchrun), else (0, 1)."""
     dist = distributed_rank() or captured
     if dist is not None:
-        rank, world = dist
-    else:
-        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        return dist
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def current_env(captured: tuple[int, int] | None = None) -> ShardEnv:
+    """This process's place: rank/world from :func:`rank_world`; worker id and count from the
+    DataLoader."""
+    rank, world = rank_world(captured)
     info = get_worker_info()
     worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
     return ShardEnv(rank, world, worker_id, num_workers)
@@ -147,10 +152,6 @@ class WorkerStream:
         self.rng, self.buffer_size = rng, buffer_size
         self.taken = 0  # records taken from the runs (handed out, or waiting in the buffer)
         self.buffer: list[int] = []
-
-    def __len__(self) -> int:
-        """Records in this worker's runs this epoch."""
-        return sum(hi - lo for lo, hi in self.runs)
 
     def position(self) -> dict[str, Any]:
         """Where the stream is: plain data (JSON-serialisable), small (no per-record lists)."""

@@ -237,14 +237,11 @@ class FormatReader(ABC):
         """(N, 2) int32 array of every record's decoded (height, width), in index order: the
         shape of what ``decode(payload)`` (or :attr:`native_decode`) returns. Computed once per
         reader object, never pickled: from the index where the format records it, else read
-        from each record's image header (:meth:`_load_image_sizes`).
-
-        ``strict=False``: a record whose size cannot be read is (0, 0) instead of an error
-        (computed again on each call; the strict result is the one kept)."""
-        if not strict:
-            return self._image_sizes if getattr(self, "_image_sizes", None) is not None \
-                else self._load_image_sizes(strict=False)
+        from each record's image header (:meth:`_load_image_sizes`). ``strict=False``: (0, 0)
+        for a record whose size cannot be read instead of an error (not kept)."""
         if getattr(self, "_image_sizes", None) is None:
+            if not strict:
+                return self._load_image_sizes(strict=False)
             self._image_sizes = self._load_image_sizes()
         return self._image_sizes
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import DecodeError, FormatError, IotoolError
+from ..errors import RECORD_ERRORS, DecodeError, FormatError
 
 if TYPE_CHECKING:
     from .base import FormatReader
@@ -60,7 +60,7 @@ def _size_of(reader: "FormatReader", i: int, data: bytes | None, strict: bool) -
     except DecodeError as exc:
         if strict:
             raise DecodeError(f"{_record_name(reader, i)}: {str(exc).removeprefix('<bytes>: ')}") from None
-    except (IotoolError, OSError, ValueError):
+    except RECORD_ERRORS:
         if strict:
             raise
     return UNKNOWN

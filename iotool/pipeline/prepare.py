@@ -11,10 +11,9 @@ from typing import Any, Callable
 
 from ..errors import DecodeError, IotoolError, UsageError
 from ..formats import FormatSpec
-from ..imageops import EXTENSIONS, check_options, encode, payload_extension, resize_rgb, target_size
+from ..imageops import EXTENSIONS, REDUCING_GAP, check_options, encode, payload_extension, resize_rgb, target_size
 from ..records import Record, SkippedFile, checksum
 
-REDUCING_GAP = 2  # reduced-scale JPEG decode keeps at least this multiple of the target size
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,10 @@ from typing import Any, Sequence
 
 from ..decode import AUTO, decode, image_format, resolve_backend
 from ..decode import region as _region
-from ..decode.backends import JpegHeader, parse_jpeg_header, scaled
+from ..decode.backends import DCT_SCALES, JpegHeader, parse_jpeg_header, scaled
 from ..errors import DecodeError, UsageError
 from .image_transforms import RandomResizedCrop
 from .images import Image, _as_chw
-
-DCT_SCALES = (8, 4, 2)
 
 
 class DecodeRandomResizedCrop(RandomResizedCrop):

@@ -20,7 +20,8 @@ JPEGs the region decoder does not handle, are decoded in full and transformed as
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from itertools import islice
+from typing import Any, Callable, Iterable
 
 from ..decode import AUTO, decode
 from ..decode import region as _region
@@ -52,11 +53,12 @@ def leaves_input_alone(transform: Callable[[Any], Any] | None) -> bool:
     return type(_first(transform)[0]) in FUSABLE
 
 
-def _first(transform: Any) -> tuple[Any, list[Any]]:
-    """The first transform and the rest, looking into a Compose."""
+def _first(transform: Any) -> tuple[Any, Iterable[Any]]:
+    """The first transform and the rest, looking into a Compose (no copy of its list: this runs
+    for every sample)."""
     if type(transform) is Compose and transform.transforms:
-        return transform.transforms[0], list(transform.transforms[1:])
-    return transform, []
+        return transform.transforms[0], islice(transform.transforms, 1, None)
+    return transform, ()
 
 
 def _decoding_step(first: Any) -> Callable[[bytes], Image] | None:

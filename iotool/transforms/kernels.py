@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from .images import Image, _as_chw, _check_backend, _check_output, _emit, _size_pair
-from .native import native_source, resize_native
+from .native import crop_resize_hwc, native_hwc, native_source, resize_native
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,9 +46,11 @@ def resize(image: Image, size: tuple[int, int], *, antialias: bool = True, backe
     Raises:
         UsageError: a bad image type, size, backend or output.
     """
+    size, backend, output = _size_pair(size, "size"), _check_backend(backend), _check_output(output)
+    if native_hwc(image, antialias, backend):  # a decoded array: straight to the C kernel
+        return crop_resize_hwc(image, (0, 0, image.shape[0], image.shape[1]), size, output)
     chw = _as_chw(image)
-    output = _check_output(output)
-    out = _resize_chw(chw, _size_pair(size, "size"), antialias, _check_backend(backend), output)
+    out = _resize_chw(chw, size, antialias, backend, output)
     return _emit(out, output, fresh=out is not chw)
 
 

@@ -52,15 +52,19 @@ def resize_native(hwc: np.ndarray, size: tuple[int, int], output: str) -> torch.
     a CxHxW view of a C-contiguous HxWxC tensor (the kernel writes interleaved pixels), so the
     caller's layout step copies nothing.
     """
+    out = _native_into(hwc, size, output)
+    return torch.from_numpy(out).permute(2, 0, 1) if output == "hwc_array" else torch.from_numpy(out)
+
+
+def _native_into(hwc: np.ndarray, size: tuple[int, int], output: str) -> np.ndarray:
+    """The C kernel's resize of an HxWxC view into a new array: HxWxC for ``"hwc_array"``, else
+    CxHxW planes."""
     out_h, out_w = size
     channels = hwc.shape[2]
-    if output == "hwc_array":
-        out = np.empty((out_h, out_w, channels), dtype=np.uint8)
-        _ext.resize(hwc, out, out_h, out_w, False)
-        return torch.from_numpy(out).permute(2, 0, 1)
-    planes = np.empty((channels, out_h, out_w), dtype=np.uint8)
-    _ext.resize(hwc, planes, out_h, out_w, True)
-    return torch.from_numpy(planes)
+    interleaved = output == "hwc_array"
+    out = np.empty((out_h, out_w, channels) if interleaved else (channels, out_h, out_w), dtype=np.uint8)
+    _ext.resize(hwc, out, out_h, out_w, not interleaved)
+    return out
 
 
 def native_hwc(image: object, antialias: bool, backend: str) -> bool:
@@ -84,10 +88,5 @@ def crop_resize_hwc(image: np.ndarray, box: tuple[int, int, int, int], size: tup
     if (h, w) == (out_h, out_w):  # nothing to resample: a copy, as the torch path makes
         out = np.array(crop if output == "hwc_array" else crop.transpose(2, 0, 1), order="C")  # always a copy
         return out if output == "hwc_array" else torch.from_numpy(out)
-    if output == "hwc_array":
-        out = np.empty((out_h, out_w, image.shape[2]), dtype=np.uint8)
-        _ext.resize(crop, out, out_h, out_w, False)
-        return out
-    planes = np.empty((image.shape[2], out_h, out_w), dtype=np.uint8)
-    _ext.resize(crop, planes, out_h, out_w, True)
-    return torch.from_numpy(planes)
+    out = _native_into(crop, size, output)
+    return out if output == "hwc_array" else torch.from_numpy(out)
