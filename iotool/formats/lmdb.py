@@ -223,6 +223,12 @@ def _open_writable(path: str) -> lmdb.Environment:
 _ENVS: dict[str, tuple[int, tuple[int, int], lmdb.Environment]] = {}
 
 
+def _canonical(path: str) -> str:
+    """The one name of an environment: py-lmdb knows it by its real path, so ``s.lmdb``,
+    ``./s.lmdb/`` and a symlink to it must share one handle."""
+    return os.path.realpath(path)
+
+
 def _data_file_id(path: str) -> tuple[int, int]:
     st = os.stat(os.path.join(path, "data.mdb"))
     return st.st_dev, st.st_ino
@@ -234,6 +240,7 @@ def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
     With ``check_file`` (when a reader opens), a handle on a data.mdb that has since been
     replaced, e.g. by ``--overwrite``, is dropped and reopened.
     """
+    path = _canonical(path)
     pid = os.getpid()
     cached = _ENVS.get(path)
     if cached is not None and cached[0] == pid and not check_file:
@@ -267,7 +274,7 @@ def _check_file_size(path: str, env: lmdb.Environment) -> None:
 
 def close_env(path: str) -> None:
     """Close this process's handle on ``path`` if one is open."""
-    cached = _ENVS.pop(os.path.abspath(path), None)
+    cached = _ENVS.pop(_canonical(path), None)
     if cached is not None:
         cached[2].close()
 
