@@ -11,8 +11,8 @@ Each check runs in its own process, under its own time limit:
    races, host syncs and layouts of ``CUDAPrefetcher``), with each test's outcome;
 2. ``train_feed``: ``benchmarks/train_feed.py`` on CUDA: plain feed vs ``fast_collate`` +
    ``CUDAPrefetcher``, a small CNN under bf16 autocast, channels_last; images/s and the ratio;
-3. ``dali``: the DALI pipeline with ``"mixed"`` decoding, when the DALI extra (``iotool.dali``
-   and ``nvidia.dali``) is installed; it calls ``iotool.dali.gpu_check(decoding="mixed")``,
+3. ``dali``: the DALI pipeline with ``"mixed"`` decoding, when the DALI extra (``iotool.loading.dali``
+   and ``nvidia.dali``) is installed; it calls ``iotool.loading.dali.gpu_check(decoding="mixed")``,
    which returns a JSON-ready dict of figures. Without the extra: "skipped: DALI extra not installed".
 
 It writes one JSON report (the GPU, driver, torch and CUDA versions, and each check's status and
@@ -148,7 +148,7 @@ def check_train_feed(tmp: Path) -> Result:
 
 def dali_missing() -> str | None:
     """None when the DALI extra is installed, else a short reason."""
-    for name in ("nvidia.dali", "iotool.dali"):
+    for name in ("nvidia.dali", "iotool.loading.dali"):
         try:
             found = importlib.util.find_spec(name) is not None
         except (ImportError, ValueError):
@@ -159,14 +159,14 @@ def dali_missing() -> str | None:
 
 
 def check_dali(tmp: Path) -> Result:
-    """The DALI pipeline on "mixed" decoding, through iotool.dali.gpu_check()."""
+    """The DALI pipeline on "mixed" decoding, through iotool.loading.dali.gpu_check()."""
     missing = dali_missing()
     if missing:
         return {"status": "skipped", "detail": missing}
     figures = tmp / "dali.json"
-    script = ("import json, sys, iotool.dali as dali\n"
+    script = ("import json, sys, iotool.loading.dali as dali\n"
               "hook = getattr(dali, 'gpu_check', None)\n"
-              "if hook is None: sys.exit('iotool.dali has no gpu_check(decoding=...) to call')\n"
+              "if hook is None: sys.exit('iotool.loading.dali has no gpu_check(decoding=...) to call')\n"
               f"open({str(figures)!r}, 'w').write(json.dumps(hook(decoding='mixed')))\n")
     code, output, seconds = run_limited([sys.executable, "-c", script], LIMIT_S["dali"])
     result = step_result(code, output, seconds, LIMIT_S["dali"])

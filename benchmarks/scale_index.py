@@ -4,7 +4,7 @@ Writing 14 million real records would take hours and tens of GB. Instead the for
 (:class:`iotool.formats.tar.TarWriter`) writes one real shard of ``--shard-size`` tiny JPEG
 records (and one more for the remainder), every other shard is a hard link to the first, and the
 index is written through the format's own index API (column files with
-:class:`iotool.formats.columns.ColumnWriter`, then ``index.json``): one row per record, unique
+:class:`iotool.formats.sharded.columns.ColumnWriter`, then ``index.json``): one row per record, unique
 keys, the real member keys, labels, checksums and byte locations of the shard each record is in.
 The result opens, iterates and passes ``iotool verify`` like any tar dataset; it uses a few MB for
 the shards plus the index columns (about 130 bytes a record).
@@ -32,8 +32,8 @@ import numpy as np
 
 import iotool
 from iotool.formats import get_format
-from iotool.formats.columns import ColumnWriter
-from iotool.formats.index import write_index
+from iotool.formats.sharded.columns import ColumnWriter
+from iotool.formats.sharded.index import write_index
 from iotool.formats.tar import TarOptions, TarWriter, shard_name
 from iotool.formats.tar.writer import KINDS, tar_index
 from iotool.records import DatasetMeta, Record, checksum

@@ -25,15 +25,15 @@ _LAZY = {
     "convert": ("pipeline.run", "convert"),
     "ConversionReport": ("pipeline.job", "ConversionReport"),
     "Progress": ("pipeline.job", "Progress"),
-    "verify": ("verification", "verify"),
-    "VerifyReport": ("verification", "VerifyReport"),
-    "open_dataset": ("datasets", "open_dataset"),
-    "open_reader": ("datasets", "open_reader"),
-    "ImageDataset": ("datasets", "ImageDataset"),
-    "ShardedIterableDataset": ("datasets", "ShardedIterableDataset"),
+    "verify": ("loading.verify", "verify"),
+    "VerifyReport": ("loading.verify", "VerifyReport"),
+    "open_dataset": ("loading.opening", "open_dataset"),
+    "open_reader": ("loading.opening", "open_reader"),
+    "ImageDataset": ("loading.opening", "ImageDataset"),
+    "ShardedIterableDataset": ("loading.opening", "ShardedIterableDataset"),
     "scan_imagefolder": ("pipeline.sources", "scan_imagefolder"),
-    "fast_collate": ("collate", "fast_collate"),
-    "CUDAPrefetcher": ("prefetch", "CUDAPrefetcher"),
+    "fast_collate": ("loading.collate", "fast_collate"),
+    "CUDAPrefetcher": ("loading.prefetch", "CUDAPrefetcher"),
 }
 _SUBMODULES = ("transforms", "decode", "formats")
 

@@ -118,7 +118,7 @@ def rewrite_meta(fmt: str, path: Path, **changes) -> None:
     import h5py
     import lmdb
 
-    from iotool.formats.index import write_index
+    from iotool.formats.sharded.index import write_index
 
     if fmt == "lmdb":
         env = lmdb.open(str(path), lock=False)
@@ -148,8 +148,8 @@ def rewrite_columns(path: Path, **values: list) -> None:
     and re-sign index.json, so only the readers' own checks can catch what the values hold."""
     import json
 
-    from iotool.formats.columns import write_columns
-    from iotool.formats.index import write_index
+    from iotool.formats.sharded.columns import write_columns
+    from iotool.formats.sharded.index import write_index
 
     index = json.loads((path / "index.json").read_text())
     index.pop("integrity")
@@ -166,7 +166,7 @@ def downgrade_to_v1(path: Path) -> None:
     import json
 
     import iotool
-    from iotool.formats.index import write_index
+    from iotool.formats.sharded.index import write_index
 
     reader = iotool.open_reader(path)
     index = json.loads((path / "index.json").read_text())
@@ -183,7 +183,7 @@ def downgrade_to_v1(path: Path) -> None:
 
 def indices_by_place(ds, world: int, workers: int) -> dict[tuple[int, int], list[int]]:
     """The record indices each (rank, worker) of a sharded dataset reads this epoch, by setting its env."""
-    from iotool.sharding import ShardEnv
+    from iotool.loading.split import ShardEnv
 
     out = {}
     for rank in range(world):

@@ -90,7 +90,7 @@ def test_import_iotool_is_light():
     assert out.strip() == "False"
 
 
-_FORMAT_FREE = ["cli", "pipeline", "engines", "datasets.py", "verification.py"]
+_FORMAT_FREE = ["cli", "pipeline", "loading/opening.py", "loading/verify.py"]
 
 
 @pytest.mark.parametrize("part", _FORMAT_FREE)

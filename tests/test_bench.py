@@ -280,7 +280,7 @@ def test_bench_loader_library_same_batches(tiny):
 def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
     result = bench_loader(tiny, formats=["tar", "bmp"], rounds=2, epochs=2, batch_size=4, size=16,
                           pipeline="center")
-    dali = ["DALI (CPU)"] if DaliCPU.available() else []  # iotool.dali's CPU pipeline, when installed
+    dali = ["DALI (CPU)"] if DaliCPU.available() else []  # iotool.loading.dali's CPU pipeline, when installed
     assert [r.name for r in result.results] == ["torchvision-style (PIL)", "webdataset (PIL)", *dali, "iotool tar",
                                                 "iotool bmp"]
     assert all(len(r.images_per_s.to_dict()) > 0 and r.images_per_s.median > 0 for r in result.results)

@@ -1,5 +1,5 @@
 """NVIDIA DALI's own readers over iotool datasets, through the index files iotool writes, and
-:mod:`iotool.dali`'s pipeline and iterator. Real DALI CPU pipelines (``device_id=None``); the
+:mod:`iotool.loading.dali`'s pipeline and iterator. Real DALI CPU pipelines (``device_id=None``); the
 GPU paths are marked ``cuda``. Skipped without ``nvidia.dali`` (``pip install 'iotool[dali]'``)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .conftest import make_image, write_tree
 dali = pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI: pip install 'iotool[dali]'")
 from nvidia.dali import fn, pipeline_def  # noqa: E402
 
-import iotool.dali as idali  # noqa: E402
+import iotool.loading.dali as idali  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -208,7 +208,7 @@ def test_normalisation_units_are_cuda_prefetchers(imagefolder, tmp_path):
 
 
 def test_missing_dali_is_a_usage_error_and_import_iotool_does_not_load_it():
-    code = "import sys, iotool, iotool.dali; print('nvidia.dali' in sys.modules)"
+    code = "import sys, iotool, iotool.loading.dali; print('nvidia.dali' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import iotool
-from iotool.engines.ray import FAULT_ENV
+from iotool.pipeline.engines.ray import FAULT_ENV
 from iotool.errors import ConversionError, UsageError
 
 from .conftest import formats_where, make_image, write_tree
@@ -108,7 +108,7 @@ def test_a_task_that_dies_mid_shard_is_retried_without_damage(cluster, source, t
                                                               caplog):
     markers = [tmp_path / "fault-1", tmp_path / "fault-4"]
     monkeypatch.setenv(FAULT_ENV, f"1:{mode}:{markers[0]},4:{mode}:{markers[1]}")
-    with caplog.at_level(logging.INFO, logger="iotool.engines.ray"):
+    with caplog.at_level(logging.INFO, logger="iotool.pipeline.engines.ray"):
         iotool.convert(source, tmp_path / "ray", "tar", engine="ray", shard_size=4)
     assert all(m.exists() for m in markers)  # both first attempts failed after writing half a shard
     if mode == "exit":  # the dead workers' half shards stayed under temporary names until the driver's cleanup

@@ -13,8 +13,8 @@ import iotool
 from iotool.pipeline.prepare import REDUCING_GAP, PayloadOptions, prepare
 from iotool.decode import decode
 from iotool.errors import DecodeError, UsageError
-from iotool.formats.bmp import decode_bmp, encode_bmp
-from iotool.imageops import resize_rgb, target_size
+from iotool.decode.bmp import decode_bmp, encode_bmp
+from iotool.pipeline.prepare import resize_rgb, target_size
 
 from .conftest import SAMPLE, make_image
 

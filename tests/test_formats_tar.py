@@ -18,8 +18,8 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 import iotool
-from iotool.datasets import ShardEnv, ShardedIterableDataset
-from iotool.formats.index import unique_stem
+from iotool.loading.opening import ShardEnv, ShardedIterableDataset
+from iotool.formats.sharded.index import unique_stem
 
 from .conftest import indices_by_place, make_image, write_tree
 

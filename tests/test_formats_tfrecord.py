@@ -167,7 +167,7 @@ def test_random_access_and_sharded_iteration(shards, source):
         assert data == (source / reader.keys[i]).read_bytes() and _sha(data) == reader.checksums[i]
     ds = iotool.open_dataset(shards, decoder=None, shuffle=True, seed=1)
     assert sorted(_sha(d) for d, _ in ds) == sorted(reader.checksums)
-    from iotool.sharding import ShardEnv
+    from iotool.loading.split import ShardEnv
 
     parts = [list(iotool.open_dataset(shards, decoder=None, even=True, env=ShardEnv(rank=r, world_size=2)))
              for r in range(2)]

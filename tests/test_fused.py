@@ -14,7 +14,8 @@ import iotool
 from iotool.decode import decode
 from iotool.transforms import (CenterCrop, Compose, DecodeRandomResizedCrop, RandomHorizontalFlip,
                                RandomResizedCrop, Resize)
-from iotool.transforms.fused import RESIZE_GAP, DecodeResize, fuse
+from iotool.transforms.fused import DecodeResize, fuse
+from iotool.transforms.sizing import REDUCING_GAP
 
 from .conftest import make_image, write_tree
 
@@ -85,7 +86,7 @@ def test_with_a_reduction_pixels_stay_close_to_full_decode(large, transform, mea
 def test_resize_keeps_twice_the_output_before_reducing(large):
     resize = Resize(96)
     data, _ = iotool.open_dataset(large, decoder=None).reader.read(0)
-    image = decode(data, "auto", min_size=(RESIZE_GAP * 96, RESIZE_GAP * 96))
+    image = decode(data, "auto", min_size=(REDUCING_GAP * 96, REDUCING_GAP * 96))
     assert min(image.shape[:2]) >= 2 * 96 and min(image.shape[:2]) < min(decode(data).shape[:2])
     assert DecodeResize(resize)(data).shape == resize(decode(data)).shape
 

@@ -19,7 +19,7 @@ import iotool
 from iotool.decode import decode
 from iotool.errors import DecodeError
 from iotool.formats import get_format
-from iotool.formats.index import write_index
+from iotool.formats.sharded.index import write_index
 from iotool.formats.lmdb import close_env
 
 from .conftest import FORMATS, downgrade_to_v1, formats_where, make_image, options_for, rewrite_meta, write_tree

@@ -13,8 +13,8 @@ import pytest
 
 import iotool
 from iotool.errors import FormatError
-from iotool.formats.columns import ChecksumColumn, IntColumn, StringColumn, write_columns
-from iotool.formats.index import IndexedReader
+from iotool.formats.sharded.columns import ChecksumColumn, IntColumn, StringColumn, write_columns
+from iotool.formats.sharded.index import IndexedReader
 
 from .conftest import FORMATS, downgrade_to_v1, get_format, options_for, write_tree
 

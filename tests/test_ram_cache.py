@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import iotool
-from iotool.ramcache import (MIN_MARGIN, CacheLayout, CacheMemoryError, RamCache, available_memory,
+from iotool.loading.ramcache import (MIN_MARGIN, CacheLayout, CacheMemoryError, RamCache, available_memory,
                              cached_shape, check_memory)
 from iotool.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
@@ -310,7 +310,7 @@ def _in_memory_cgroup(room: int, code: str) -> subprocess.CompletedProcess:
 def test_cache_that_does_not_fit_is_refused_or_falls_back(lmdb):
     code = textwrap.dedent(f"""
         import logging
-        from iotool.ramcache import CacheMemoryError
+        from iotool.loading.ramcache import CacheMemoryError
         try:
             iotool.open_dataset({str(lmdb)!r}, cache="ram")
         except CacheMemoryError as exc:
@@ -329,7 +329,7 @@ def test_the_check_counts_what_open_caches_have_still_to_fill(sample_lmdb):
     """Blocks fill lazily, so the available memory does not show an open cache yet: each new
     check subtracts what the open ones will still take, and refuses before memory runs out."""
     code = textwrap.dedent(f"""
-        from iotool.ramcache import CacheMemoryError
+        from iotool.loading.ramcache import CacheMemoryError
         caches = []
         try:
             while len(caches) < 60:

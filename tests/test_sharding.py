@@ -14,8 +14,8 @@ import torch.multiprocessing as tmp_mp
 from torch.utils.data import DataLoader
 
 import iotool
-from iotool.datasets import ShardedIterableDataset
-from iotool.sharding import EpochSplit, ShardEnv
+from iotool.loading.opening import ShardedIterableDataset
+from iotool.loading.split import EpochSplit, ShardEnv
 
 from .conftest import indices_by_place, write_tree
 

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import iotool
-from iotool.datasets import ShardedIterableDataset
+from iotool.loading.opening import ShardedIterableDataset
 from iotool.errors import UsageError
 from iotool.formats.tar import TarReader
-from iotool.sharding import EpochSplit, ShardEnv
+from iotool.loading.split import EpochSplit, ShardEnv
 
 from .conftest import write_tree
 

@@ -17,11 +17,11 @@ from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
 import iotool
-from iotool.bench.tune import (
+from iotool.tune.tuner import (
     Trial, choose_trial, classify_bound, load_transform, tune_loader, worker_ladder,
 )
-from iotool.bench.tune import _stops_climbing
-from iotool.bench.tune_measure import epoch_rate, proc_cpu_seconds
+from iotool.tune.tuner import _stops_climbing
+from iotool.tune.measure import epoch_rate, proc_cpu_seconds
 from iotool.cli import app
 from iotool.errors import UsageError
 
@@ -129,8 +129,8 @@ RATES = {  # a stubbed timing table: (workers, prefetch, persistent, pinned) -> 
 
 def _stub_search(monkeypatch, cuda: bool):
     """tune_loader over the RATES table: no dataset, no processes; returns the measured configs too."""
-    import iotool.bench.tune as tune
-    from iotool.bench.tune_setup import Feed
+    import iotool.tune.tuner as tune
+    from iotool.tune.feed import Feed
 
     measured = []
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import iotool
 from iotool.cli import app
 
-from iotool.formats.index import canonical_json
+from iotool.formats.sharded.index import canonical_json
 
 from .conftest import FORMATS, dataset_files, get_format, options_with_units, write_tree
 
@@ -102,7 +102,7 @@ def regions(fmt: str, path: Path) -> dict[str, list[Region]]:
         index += [r for r in (found(files, f) for f in forms) if r]
     for digest in (reader.checksums[0], reader.checksums[-1]):  # single checksums, hex text or raw
         index += [r for r in (found(files, f) for f in (digest.encode(), bytes.fromhex(digest))) if r]
-    # index.json and the column files beside it (iotool.formats.columns), whole
+    # index.json and the column files beside it (iotool.formats.sharded.columns), whole
     index += [(f, 0, f.stat().st_size) for f in files if f.name.startswith("index.")]
     if fmt == "tar":  # the member name fields of tar headers
         shards = [path / s["name"] for s in reader.shards]

@@ -34,8 +34,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..collate import fast_collate
-from ..datasets import open_reader
+from ..loading.collate import fast_collate
+from ..loading.opening import open_reader
 from ..decode import decode
 from ..decode import region as R
 from ..decode.backends import parse_jpeg_header

@@ -5,7 +5,7 @@ The baseline is torchvision's own ``ImageFolder`` pipeline when torchvision is i
 of ``torchvision.datasets.ImageFolder`` with its default loader (open the file,
 ``PIL.Image.open``, ``convert("RGB")``) and iotool's ``RandomResizedCrop``; ``result.baseline``
 names the one that ran. Optionally ``webdataset`` with PIL decoding reads the same tar shards,
-and, when ``nvidia.dali`` is installed, :mod:`iotool.dali`'s CPU pipeline (``device_id=None``:
+and, when ``nvidia.dali`` is installed, :mod:`iotool.loading.dali`'s CPU pipeline (``device_id=None``:
 DALI's webdataset reader with iotool's index files, CPU decoding, float output normalised to
 [0, 1]). Every other contestant runs the same pipeline after decoding:
 
@@ -193,7 +193,7 @@ def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str |
     """(dataset decoder, transform) for a contestant of ``pipeline``."""
     if pipeline == "center":
         return decoder, CenterCropResize(size)
-    from ..image_dataset import DEFAULT_DECODER
+    from ..loading.mapstyle import DEFAULT_DECODER
     from ..transforms import RandomResizedCrop
 
     if fmt in ("imagefolder", "webdataset"):
@@ -208,7 +208,7 @@ def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str |
 def _contestants(src: str, built: dict[str, tuple[str, float]], decoder: str, pipeline: str, size: int,
                  webdataset: bool, failed: dict[str, str]) -> dict[str, tuple[str, Any]]:
     """name -> (format, dataset) for the baseline, webdataset and every built format."""
-    from ..datasets import open_dataset
+    from ..loading.opening import open_dataset
 
     out: dict[str, tuple[str, Any]] = dict([_baseline(src, pipeline, size, decoder)])
     if webdataset:
@@ -272,7 +272,7 @@ class WebDatasetPIL:
 
 
 class DaliCPU:
-    """:func:`iotool.dali.dali_loader` on the CPU over the tar shards: ``rrc`` is its training
+    """:func:`iotool.loading.dali.dali_loader` on the CPU over the tar shards: ``rrc`` is its training
     pipeline (random-crop decoding, resize), ``center`` its evaluation one; one DALI thread per
     DataLoader worker (one with none), no shuffling, as the other contestants."""
 
@@ -289,7 +289,7 @@ class DaliCPU:
             return False
 
     def loader(self, batch_size: int, workers: int) -> Any:
-        from ..dali import dali_loader
+        from ..loading.dali import dali_loader
 
         it = dali_loader(self.path, batch_size, size=self.size, train=self.train, device_id=None, shard_id=0,
                          num_shards=1, num_threads=max(1, workers), shuffle=False, seed=0)
@@ -392,7 +392,7 @@ def per_round_ratio(stats: Stats, base: Stats) -> float | None:
 def _run_rounds(contestants: dict[str, tuple[str, Any]], batch_size: int, workers: int, rounds: int,
                 epochs: int, pipeline: str, progress: ProgressFn) -> dict[str, list[float]]:
     """One warm-up epoch each, then ``rounds`` rounds of ``epochs`` epochs (best kept), rotated."""
-    from ..collate import fast_collate
+    from ..loading.collate import fast_collate
 
     collate = fast_collate if pipeline == "rrc" else stack_collate
     loaders = {name: ds.loader(batch_size, workers) if isinstance(ds, DaliCPU) else

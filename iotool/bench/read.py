@@ -134,7 +134,7 @@ def bench_read(
     Returns:
         A :class:`ReadBenchResult` with images/s and MB/s (dataset bytes on disk) per epoch.
     """
-    from ..datasets import open_dataset
+    from ..loading.opening import open_dataset
     from ..formats import detect_format
 
     progress = progress or no_progress

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from ..errors import UsageError
 from ..formats import format_names
-from ..imageops import ENCODINGS, parse_size
+from ..decode.encode import ENCODINGS
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
 from ..pipeline.sources import SOURCE_KINDS
@@ -119,6 +119,17 @@ def convert(
         console.print(summary_table(report))
         for s in report.skipped:
             err_console.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}", highlight=False, soft_wrap=True)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """'320x240' -> (320, 240) as (width, height)."""
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"--size {text!r}: expected WIDTHxHEIGHT, e.g. 256x256.") from None
+    if w <= 0 or h <= 0:
+        raise UsageError(f"--size {text!r}: width and height must be positive.")
+    return w, h
 
 
 def parse_options(items: list[str], flag: str = "--option") -> dict[str, str]:

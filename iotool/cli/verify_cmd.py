@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from ..verification import verify as run_verify
+from ..loading.verify import verify as run_verify
 from .common import EXIT_DATA_ERROR, console, err_console, write_json
 
 

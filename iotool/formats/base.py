@@ -247,7 +247,7 @@ class FormatReader(ABC):
 
     def _load_image_sizes(self, strict: bool = True) -> "np.ndarray":
         """Every record's (height, width); by default read once from each payload's header."""
-        from .sizes import header_sizes
+        from .shapes import header_sizes
 
         return header_sizes(self, strict)
 

@@ -13,72 +13,22 @@ Layout of DST_DIR::
 from __future__ import annotations
 
 import os
-import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import DecodeError, FormatError
+from ..decode.bmp import bmp_size, decode_bmp
+from ..errors import FormatError
 from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatSpec, FormatWriter, ShardPlan, ShardUnit, WriterHooks
-from .columns import ColumnWriter, write_columns
-from .index import IndexedReader, meta_dict, read_index, sniff_index, unique_stem, write_index
+from .sharded.columns import ColumnWriter, write_columns
+from .sharded.index import IndexedReader, meta_dict, read_index, sniff_index, unique_stem, write_index
 
 if TYPE_CHECKING:
     from ..storage import OutputDir
 
 FORMAT_VERSION = 2  # index columns in memory-mapped files; version 1 kept them as JSON lists
 TASK_SIZE = 256  # BMP files per Ray task
-_FILE_HEADER = struct.Struct("<2sIHHI")
-_INFO_HEADER = struct.Struct("<IiiHHIIiiII")
-
-
-def encode_bmp(image: np.ndarray) -> bytes:
-    """Encode an RGB uint8 HWC array as a top-down, uncompressed 24-bit BMP.
-
-    Top-down (a negative height in the header, which PIL, OpenCV and browsers read) keeps the
-    rows in reading order, so :func:`decode_bmp` needs no flipping copy.
-    """
-    h, w = image.shape[:2]
-    stride = (w * 3 + 3) & ~3
-    rows = np.zeros((h, stride), dtype=np.uint8)
-    rows[:, : w * 3] = image[:, :, ::-1].reshape(h, w * 3)  # BGR
-    offset = _FILE_HEADER.size + _INFO_HEADER.size
-    header = _FILE_HEADER.pack(b"BM", offset + rows.nbytes, 0, 0, offset)
-    info = _INFO_HEADER.pack(_INFO_HEADER.size, w, -h, 1, 24, 0, rows.nbytes, 2835, 2835, 0, 0)
-    return header + info + rows.tobytes()
-
-
-def decode_bmp(data: bytes | memoryview) -> np.ndarray:
-    """Decode an uncompressed 24-bit BMP with numpy only; RGB uint8 HWC, C-contiguous.
-
-    Raises:
-        DecodeError: not a 24-bit uncompressed BMP, or the data is shorter than its header says.
-    """
-    if len(data) < _FILE_HEADER.size + _INFO_HEADER.size:
-        raise DecodeError("too short for a BMP header")
-    magic, _, _, _, offset = _FILE_HEADER.unpack_from(data, 0)
-    _, w, h, planes, bpp, compression = _INFO_HEADER.unpack_from(data, _FILE_HEADER.size)[:6]
-    if magic != b"BM" or bpp != 24 or compression != 0 or planes != 1 or w <= 0 or h == 0:
-        raise DecodeError(f"not an uncompressed 24-bit BMP (bpp={bpp}, compression={compression})")
-    stride = (w * 3 + 3) & ~3
-    rows = abs(h)
-    if offset + stride * rows > len(data):
-        raise DecodeError(f"BMP data truncated: {len(data)} bytes for {w}x{rows}")
-    pixels = np.frombuffer(data, dtype=np.uint8, count=stride * rows, offset=offset).reshape(rows, stride)
-    bgr = pixels[:, : w * 3].reshape(rows, w, 3)  # a view; rows keep their padding
-    # OpenCV's channel swap is ~25x faster than numpy's copy of a [..., ::-1] view; flipping
-    # the rows of the contiguous result is then a plain memcpy per row.
-    rgb = _cv2().cvtColor(bgr, _cv2().COLOR_BGR2RGB)
-    return np.ascontiguousarray(rgb[::-1]) if h > 0 else rgb  # positive height: bottom-up rows
-
-
-def _cv2():
-    import cv2
-
-    return cv2
-
-
 class BmpWriter(FormatWriter):
     """Writes one .bmp file per record in a mirrored tree; the index columns record by record,
     index.json last."""
@@ -112,15 +62,9 @@ COLUMNS = ("files", "keys", "labels", "sizes", "checksums")
 KINDS = {"files": "str", "keys": "str", "labels": "int", "sizes": "int2", "checksums": "sha256"}
 
 
-def bmp_size(data: bytes) -> list[int]:
-    """[width, height] from a BMP header."""
-    w, h = _INFO_HEADER.unpack_from(data, _FILE_HEADER.size)[1:3]
-    return [w, abs(h)]
-
-
 def bmp_index(meta: DatasetMeta, columns: dict[str, Any]) -> dict[str, Any]:
     """The content of index.json (before its integrity digest): metadata and the table of
-    column files (see :mod:`iotool.formats.columns`)."""
+    column files (see :mod:`iotool.formats.sharded.columns`)."""
     return {"meta": meta_dict(meta), "columns": columns}
 
 
@@ -155,7 +99,7 @@ class BmpReader(IndexedReader):
 
     def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
         """From the ``sizes`` column ([width, height], every version): no file is opened."""
-        from .sizes import recorded_sizes
+        from .shapes import recorded_sizes
 
         sizes = np.asarray(self.column("sizes"), dtype=np.int64).reshape(-1, 2)
         return recorded_sizes(self, sizes[:, ::-1], strict)

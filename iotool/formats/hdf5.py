@@ -33,9 +33,9 @@ import numpy as np
 from ..errors import FormatError
 from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
-from .columns import AsciiColumn, IntColumn, LazyColumn
-from .index import canonical_json, sha256_hex
-from .sizes import record_shape, recorded_sizes
+from .sharded.columns import AsciiColumn, IntColumn, LazyColumn
+from .sharded.index import canonical_json, sha256_hex
+from .shapes import record_shape, recorded_sizes
 
 FORMAT_VERSION = 3  # 3: /shapes; 2: /images one byte array with /offsets
 VLEN_VERSION = 1  # /images as (N,) variable-length uint8; read, no longer written

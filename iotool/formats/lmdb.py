@@ -31,9 +31,9 @@ import numpy as np
 from ..errors import FormatError, UsageError
 from ..records import DatasetMeta, Record
 from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
-from .columns import ChecksumColumn, IntColumn, StringColumn
-from .index import sha256_hex
-from .sizes import record_shape, recorded_sizes
+from .sharded.columns import ChecksumColumn, IntColumn, StringColumn
+from .sharded.index import sha256_hex
+from .shapes import record_shape, recorded_sizes
 
 FORMAT_VERSION = 3  # 3: shapes; 2: keys as offsets + UTF-8 bytes; 1: keys as a JSON list (all read)
 META_KEY = b"__iotool_meta__"

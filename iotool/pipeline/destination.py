@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import DestinationExistsError, DestinationLockedError
 from ..formats import FormatSpec
-from ..formats.index import INDEX_NAME
+from ..formats.sharded.index import INDEX_NAME
 from ..storage import OutputDir, StorageConfig, pid_alive
 
 log = logging.getLogger(__name__)

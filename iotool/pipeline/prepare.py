@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
+from ..decode.encode import ENCODINGS, EXTENSIONS, encode, payload_extension
 from ..errors import DecodeError, IotoolError, UsageError
 from ..formats import FormatSpec
-from ..imageops import EXTENSIONS, REDUCING_GAP, check_options, encode, payload_extension, resize_rgb, target_size
 from ..records import Record, SkippedFile, checksum
-
+from ..transforms.sizing import REDUCING_GAP, shorter_side_to
 
 
 @dataclass(frozen=True)
@@ -115,3 +117,46 @@ def preload_decoder() -> None:
 
     resolve_backend("auto", "jpeg")
     check_pixels(1, 1)
+
+
+def target_size(width: int, height: int, resize: int | None, size: tuple[int, int] | None) -> tuple[int, int]:
+    """The output (width, height): exact ``size``, or the shorter side set to ``resize``.
+
+    The longer side follows torchvision's ``Resize(int)`` (:func:`~iotool.transforms.sizing.shorter_side_to`).
+    """
+    if size is not None:
+        return size
+    if resize is None:
+        return width, height
+    h, w = shorter_side_to(height, width, resize)
+    return w, h
+
+
+def resize_rgb(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Resize an RGB uint8 HWC array to (width, height) with an antialiased filter.
+
+    Downscaling uses OpenCV's INTER_AREA (a box filter over the source pixels, antialiased);
+    upscaling uses INTER_CUBIC.
+    """
+    import cv2
+
+    h, w = image.shape[:2]
+    if (w, h) == tuple(size):
+        return image
+    shrinking = size[0] <= w and size[1] <= h
+    out = cv2.resize(image, tuple(size), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
+    return np.ascontiguousarray(out)
+
+
+def check_options(resize: int | None, size: tuple[int, int] | None, encoding: str, quality: int) -> None:
+    """Refuse inconsistent resize / encode options with a message naming the values."""
+    if resize is not None and size is not None:
+        raise UsageError("Give either --resize N (shorter side) or --size WxH (exact), not both.")
+    if resize is not None and resize <= 0:
+        raise UsageError(f"--resize {resize}: must be a positive number of pixels.")
+    if encoding not in ENCODINGS:
+        raise UsageError(f"--encode {encoding!r}; choose one of: {', '.join(ENCODINGS)}.")
+    if not 1 <= quality <= 100:
+        raise UsageError(f"--quality {quality}: must be between 1 and 100.")
+    if encoding == "keep" and (resize is not None or size is not None):
+        raise UsageError("--encode keep cannot be combined with --resize/--size: resized pixels must be re-encoded.")

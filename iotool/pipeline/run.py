@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from .. import storage
-from ..engines import get_engine
+from .engines import get_engine
 from ..errors import DestinationError, DestinationExistsError, Interrupted, UsageError
 from ..formats import all_formats, format_names, get_format
 from ..storage import StorageConfig
@@ -56,7 +56,7 @@ def convert(
             and renamed, and ``index.json`` is written last, so readers trust only a finished run.
         to: the output format (``lmdb`` ...; see ``iotool.formats.FORMATS``).
         src_format: ``imagefolder``, ``tfrecord-files`` (``src`` is a glob pattern of TFRecord files
-            iotool did not write; see :mod:`iotool.pipeline.foreign`) or the name of an iotool format.
+            iotool did not write; see :mod:`iotool.pipeline.tfrecord_files`) or the name of an iotool format.
         workers: reader/validator processes (default: CPU count; 0 or 1 = in this process);
             not used with ``engine="ray"``, where Ray runs one task per CPU of the cluster.
         on_error: ``fail`` stops at the first bad file and leaves nothing at ``dst``;
@@ -73,7 +73,7 @@ def convert(
             ``dst`` from its last commit, instead of starting over (formats that declare resume).
         progress: called with a :class:`Progress` after every record (Ray: after every task).
         engine: ``local`` (a process pool on this machine) or ``ray`` (sharded formats only:
-            shard-sized tasks on a Ray cluster, see :mod:`iotool.engines.ray`).
+            shard-sized tasks on a Ray cluster, see :mod:`iotool.pipeline.engines.ray`).
         ray_address: the Ray cluster to join (``auto``, ``ray://host:10001`` ...); default: the
             one this process is connected to, else Ray's own choice (``$RAY_ADDRESS``, a cluster
             started with ``ray start`` on this machine, or a new local one).

@@ -1,5 +1,5 @@
 """Where conversion reads from: an ImageFolder tree, an existing iotool dataset, or files iotool
-did not write (:mod:`iotool.pipeline.foreign`: TFRecord files, source kind ``tfrecord-files``).
+did not write (:mod:`iotool.pipeline.tfrecord_files`: TFRecord files, source kind ``tfrecord-files``).
 
 The ImageFolder scan follows ``torchvision.datasets.ImageFolder`` exactly. Classes are the sorted names of the root's sub-folders (symlinked folders included),
 samples come from a sorted recursive walk of each class folder that follows symlinked
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from ..errors import SourceError, UsageError
 from ..storage import StorageConfig
-from .foreign import SOURCE_KIND as FOREIGN_KIND
-from .foreign import TfrecordFilesSource
+from .tfrecord_files import SOURCE_KIND as FOREIGN_KIND
+from .tfrecord_files import TfrecordFilesSource
 
 if TYPE_CHECKING:
     from ..formats import FormatReader

@@ -8,7 +8,7 @@ header, works out the box and output size the transform would use, and decodes o
   own random stream (region decode of the crop, reduced DCT scale when the crop is at least twice
   the output on both axes);
 - ``Resize``: the whole image at the largest DCT reduction (1/2, 1/4, 1/8) that still keeps twice
-  the output size on both axes (:data:`RESIZE_GAP`), then the same antialiased resize to the same
+  the output size on both axes (:data:`~iotool.transforms.sizing.REDUCING_GAP`), then the same antialiased resize to the same
   output size;
 - ``CenterCrop``: the centre box alone with the region decoder (no resize, so no reduction).
 
@@ -31,9 +31,9 @@ from .decoding import DecodeRandomResizedCrop, _as_bytes, _jpeg_header
 from .image_transforms import CenterCrop, Compose, RandomResizedCrop, Resize
 from .images import Image, _as_chw, _emit
 from .kernels import _resize_chw
+from .sizing import REDUCING_GAP
 
 FUSABLE = (RandomResizedCrop, Resize, CenterCrop)
-RESIZE_GAP = 2  # Resize decodes at a DCT reduction that keeps at least twice the output size
 
 
 def fuse(transform: Callable[[Any], Any] | None) -> Callable[[bytes], Any] | None:
@@ -126,10 +126,10 @@ class DecodeResize:
         if header is None:
             return self.resize(decode(data, AUTO, name="Resize"))
         out_size = self.resize.output_size(header.height, header.width)
-        # decode() picks the largest DCT reduction whose image still covers RESIZE_GAP x out_size
+        # decode() picks the largest DCT reduction whose image still covers REDUCING_GAP x out_size
         # (none: full size), so the antialiased resize still has a margin to filter, as PIL's
         # reducing_gap=2 keeps
-        keep = (RESIZE_GAP * out_size[0], RESIZE_GAP * out_size[1])
+        keep = (REDUCING_GAP * out_size[0], REDUCING_GAP * out_size[1])
         chw = _as_chw(decode(data, AUTO, min_size=keep, name="Resize"))
         out = _resize_chw(chw, out_size, self.resize.antialias, self.resize.backend)
         return _emit(out, self.resize.output, fresh=out is not chw)

@@ -13,6 +13,7 @@ from .images import (Box, Image, _as_chw, _check_backend, _check_output, _emit, 
                      _size_pair)
 from .kernels import _resize_chw
 from .native import crop_resize_hwc, native_hwc
+from .sizing import shorter_side_to
 
 
 class RandomResizedCrop:
@@ -116,11 +117,7 @@ class Resize:
         """The (height, width) an image of ``height`` x ``width`` is resized to."""
         if self.size is not None:
             return self.size
-        short, long = (width, height) if width <= height else (height, width)
-        new_short, new_long = self.shorter, int(self.shorter * long / short)
-        if self.max_size is not None and new_long > self.max_size:
-            new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
-        return (new_long, new_short) if width <= height else (new_short, new_long)
+        return shorter_side_to(height, width, self.shorter, self.max_size)
 
     def __call__(self, image: Image) -> Image:
         if native_hwc(image, self.antialias, self.backend):  # a decoded array: no torch views needed

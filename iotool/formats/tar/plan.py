@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 from ...records import Record
 from ..base import ShardUnit
-from ..index import unique_stem
-from ..sizes import record_shape
-from ..sharded_writer import ShardedPlan, ShardedUnit
+from ..sharded.index import unique_stem
+from ..shapes import record_shape
+from ..sharded.writer import ShardedPlan, ShardedUnit
 from .dali_index import WdsIndex, dali_index_name
 from .shardfile import ShardFile, shard_name
 from .writer import COLUMNS, KINDS, TarOptions

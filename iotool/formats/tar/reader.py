@@ -1,5 +1,5 @@
 """The tar reader: random and sequential access to shards through the index's byte offsets
-(the shared part is :class:`iotool.formats.shards.OffsetShardReader`)."""
+(the shared part is :class:`iotool.formats.sharded.reader.OffsetShardReader`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import FormatError
 from ...records import DatasetMeta
-from ..shards import OffsetShardReader
+from ..sharded.reader import OffsetShardReader
 
 FORMAT_VERSION = 3  # 3: the shapes column (decoded sizes); 2: columns in memory-mapped files; 1: JSON lists
 

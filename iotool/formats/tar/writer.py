@@ -8,9 +8,9 @@ from typing import Any
 
 from ...records import Record
 from ..base import WriterHooks
-from ..index import unique_stem
-from ..sizes import record_shape
-from ..sharded_writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter, sharded_index
+from ..sharded.index import unique_stem
+from ..shapes import record_shape
+from ..sharded.writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter, sharded_index
 from .dali_index import WdsIndex, dali_index_name
 from .shardfile import ShardFile, shard_name
 

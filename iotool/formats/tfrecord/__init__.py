@@ -6,7 +6,7 @@ Layout of DST_DIR::
     shard-000000.tfrecord.idx   tfrecord2idx: one "offset size" line per record (size = framed
                                 bytes), as DALI's fn.readers.tfrecord and the tfrecord package read
     ...
-    index.json + index.*.npy    iotool's index (:mod:`iotool.formats.index`): shards
+    index.json + index.*.npy    iotool's index (:mod:`iotool.formats.sharded.index`): shards
                                 [{"name", "count", "bytes"}], and by record index the columns keys,
                                 labels (0-based class index), checksums (SHA-256 of the payload),
                                 locations [shard, record offset, framed record size]
@@ -29,7 +29,7 @@ Example fields parsed with bounds checks and unknown fields skipped. CRC32C need
 from __future__ import annotations
 
 from ..base import FormatSpec
-from ..index import sniff_index, sniff_index_remote
+from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TfrecordShardPlan
 from .reader import FORMAT_VERSION, TfrecordReader
 from .writer import DEFAULT_SHARD_SIZE, TfrecordOptions, TfrecordWriter, index_name, shard_name

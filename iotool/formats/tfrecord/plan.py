@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...records import DatasetMeta, Record
 from ..base import FormatOptions, ShardPlan, ShardUnit
-from ..sharded_writer import ShardedPlan, ShardedUnit
-from ..sizes import record_shape
+from ..sharded.writer import ShardedPlan, ShardedUnit
+from ..shapes import record_shape
 from .writer import COLUMNS, KINDS, ShardFile, TfrecordOptions, TfrecordWriter, record_bytes, shard_name, write_idx
 
 if TYPE_CHECKING:

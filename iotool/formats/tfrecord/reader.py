@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ... import storage
 from ...errors import FormatError
-from ..shards import OffsetShardReader
+from ..sharded.reader import OffsetShardReader
 from . import example
 from .framing import MAX_RECORD_BYTES, RecordError, scan, unframe
 from .writer import KINDS, index_name

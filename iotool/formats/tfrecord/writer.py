@@ -8,8 +8,8 @@ from typing import Any
 
 from ...errors import UsageError
 from ...records import Record
-from ..sharded_writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter
-from ..sizes import UNKNOWN, record_shape
+from ..sharded.writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter
+from ..shapes import UNKNOWN, record_shape
 from . import example
 from .framing import frame, index_lines
 

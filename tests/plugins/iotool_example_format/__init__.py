@@ -5,7 +5,7 @@ Layout of DST_DIR::
     data.bin     every payload, unchanged, back to back
     index.json   {"meta": {...}, "columns": the table of column files}
     index.*.npy  the per-record columns keys, labels, checksums and spans ([start, stop) in
-                 data.bin), memory-mapped by readers (iotool.formats.columns)
+                 data.bin), memory-mapped by readers (iotool.formats.sharded.columns)
 
 It is registered through the ``iotool.formats`` entry-point group (see the ``.dist-info``
 folder beside this package; a real package declares it in its pyproject.toml), and the shared
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from iotool.errors import FormatError, UsageError
 from iotool.formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks
-from iotool.formats.columns import ColumnWriter
-from iotool.formats.index import IndexedReader, meta_dict, read_index, sniff_index, write_index
+from iotool.formats.sharded.columns import ColumnWriter
+from iotool.formats.sharded.index import IndexedReader, meta_dict, read_index, sniff_index, write_index
 from iotool.records import DatasetMeta, Record
 
 FORMAT_VERSION = 1

@@ -6,7 +6,7 @@ format; ``shard-000000.tfrecord.idx``, ``tfrecord2idx``'s; ``iotool index --dali
 to a dataset written before), and decodes, crops, resizes and normalises on the GPU (``mixed``
 decoding with nvJPEG) or, without a GPU, on the CPU::
 
-    from iotool.dali import dali_loader
+    from iotool.loading.dali import dali_loader
 
     loader = dali_loader("/data/imagenet.tar", batch_size=256, size=224,
                          mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
@@ -29,7 +29,7 @@ import math
 import os
 from typing import Any, Iterator, Sequence
 
-from .errors import UsageError
+from ..errors import UsageError
 
 AUTO = "auto"
 READER = "Reader"  # the reader's name in every pipeline built here
@@ -41,7 +41,7 @@ def _import_dali() -> Any:
     try:
         import nvidia.dali as dali
     except ImportError as exc:
-        raise UsageError("iotool.dali needs NVIDIA DALI: pip install 'iotool[dali]' "
+        raise UsageError("iotool.loading.dali needs NVIDIA DALI: pip install 'iotool[dali]' "
                          "(the nvidia-dali-cuda120 wheel; it also runs CPU-only pipelines).") from exc
     return dali
 
@@ -49,7 +49,7 @@ def _import_dali() -> Any:
 def ddp_rank() -> tuple[int, int]:
     """(rank, world size) from ``torch.distributed`` when it is initialised, else from the
     ``RANK``/``WORLD_SIZE`` environment variables (torchrun), else (0, 1)."""
-    from .sharding import rank_world
+    from .split import rank_world
 
     return rank_world()
 
@@ -66,13 +66,13 @@ def default_device_id() -> int | None:
 def dali_inputs(path: str | os.PathLike) -> dict[str, Any]:
     """What a DALI reader needs of the local dataset at ``path``: its format, shard files,
     index files (checked to exist) and record count."""
-    from .formats import detect_format
-    from .formats.tar.dali_index import dali_index_name
+    from ..formats import detect_format
+    from ..formats.tar.dali_index import dali_index_name
 
     path = os.fspath(path)
     spec = detect_format(path)
     if spec.name not in ("tar", "tfrecord"):
-        raise UsageError(f"{path}: a {spec.name} dataset; iotool.dali reads tar and tfrecord datasets.")
+        raise UsageError(f"{path}: a {spec.name} dataset; iotool.loading.dali reads tar and tfrecord datasets.")
     reader = spec.reader(path)
     shards = [reader.shard_path(i) for i in range(len(reader.shards))]
     if spec.name == "tar":

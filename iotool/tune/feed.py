@@ -157,7 +157,7 @@ def _pick_collate(samples: list[Any], name: str) -> tuple[Callable[..., Any] | N
     """fast_collate for uint8 images, else torch's default; checked on the first two samples."""
     from torch.utils.data import default_collate
 
-    from ..collate import fast_collate
+    from ..loading.collate import fast_collate
 
     sample = samples[0]
     image = sample[0] if isinstance(sample, (tuple, list)) and len(sample) == 2 else None
@@ -177,7 +177,7 @@ def open_feed(path: str | os.PathLike, transform: Callable[[Any], Any] | None, b
     import torch
     from torch.utils.data import IterableDataset
 
-    from ..datasets import open_dataset
+    from ..loading.opening import open_dataset
     from ..formats import detect_format
 
     if transform is None:

@@ -7,10 +7,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .decode import AUTO, decode
-from .errors import IotoolError
-from .formats import FormatReader, detect_format
-from .storage import StorageConfig, normalize
+from ..decode import AUTO, decode
+from ..errors import IotoolError
+from ..formats import FormatReader, detect_format
+from ..storage import StorageConfig, normalize
 
 
 @dataclass

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from .errors import UsageError
+from ..errors import UsageError
 
 MEMORY_FORMATS = (torch.contiguous_format, torch.channels_last)
 

@@ -12,12 +12,12 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FormatError
-from ..records import DatasetMeta
-from .base import FormatReader
+from ...errors import FormatError
+from ...records import DatasetMeta
+from ..base import FormatReader
 
 if TYPE_CHECKING:
-    from ..storage import StorageConfig
+    from ...storage import StorageConfig
 
 INDEX_NAME = "index.json"
 MAX_INDEX_BYTES = 1 << 31
@@ -55,7 +55,7 @@ def write_index(path: str, index: dict[str, Any]) -> None:
 
 def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> bytes:
     """The bytes of ``path``/index.json, from local disk or through fsspec."""
-    from .. import storage as st
+    from ... import storage as st
 
     index_path = st.join(path, INDEX_NAME)
     if st.is_url(path):
@@ -71,7 +71,7 @@ def read_index(path: str, expected_format: str, max_bytes: int = MAX_INDEX_BYTES
                storage: "StorageConfig | None" = None) -> tuple[DatasetMeta, dict]:
     """Read ``index.json`` of a directory format (a local path or a URL); return (metadata, the whole
     index, whose ``integrity`` field holds the verified digest)."""
-    from ..storage import join
+    from ...storage import join
 
     index_path = join(path, INDEX_NAME)
     try:
@@ -119,7 +119,7 @@ def sniff_index(path: str) -> str | None:
 
 def sniff_index_remote(url: str, config: "StorageConfig") -> str | None:
     """The format the index.json at a URL declares (None when there is no index.json)."""
-    from .. import storage as st
+    from ... import storage as st
 
     index_url = st.join(url, INDEX_NAME)
     if not st.exists(index_url, config):
@@ -168,7 +168,7 @@ _LIST_TYPES = {"str": str, "int": int, "sha256": str}
 
 class IndexedReader(FormatReader):
     """A reader whose per-record columns come from its index: memory-mapped column files
-    (current versions, see :mod:`iotool.formats.columns`) or JSON lists inside index.json
+    (current versions, see :mod:`iotool.formats.sharded.columns`) or JSON lists inside index.json
     (version 1, still read). Subclasses set :attr:`column_kinds` and call :meth:`_load_columns`
     from ``_load_meta``."""
 
@@ -198,7 +198,7 @@ class IndexedReader(FormatReader):
 
     def _load_image_sizes(self, strict: bool = True) -> Any:
         """The recorded ``shapes`` column where this dataset has one, else the headers."""
-        from .sizes import SHAPES, recorded_sizes
+        from ..shapes import SHAPES, recorded_sizes
 
         if SHAPES in self._present:
             return recorded_sizes(self, self.column(SHAPES), strict)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)

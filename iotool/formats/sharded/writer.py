@@ -13,15 +13,15 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import FormatError, UsageError
-from ..records import DatasetMeta, Record
-from .base import FormatOptions, FormatWriter, ShardPlan, ShardUnit, WriterHooks
+from ...errors import FormatError, UsageError
+from ...records import DatasetMeta, Record
+from ..base import FormatOptions, FormatWriter, ShardPlan, ShardUnit, WriterHooks
 from .columns import ColumnWriter, write_columns
 from .index import meta_dict, write_index
-from .sizes import SHAPES, UNKNOWN
+from ..shapes import SHAPES, UNKNOWN
 
 if TYPE_CHECKING:
-    from ..storage import OutputDir
+    from ...storage import OutputDir
 
 DEFAULT_SHARD_SIZE = 1000
 
@@ -40,7 +40,7 @@ class ShardedOptions(FormatOptions):
 
 def sharded_index(meta: DatasetMeta, shards: list[dict[str, Any]], columns: dict[str, Any]) -> dict[str, Any]:
     """The content of index.json (before its integrity digest): metadata, shards, and the table
-    of column files (see :mod:`iotool.formats.columns`)."""
+    of column files (see :mod:`iotool.formats.sharded.columns`)."""
     return {
         "meta": meta_dict(meta),
         "shards": [{k: s[k] for k in ("name", "count", "bytes")} for s in shards],

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from ..errors import ConversionError, UsageError
-from ..formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks, all_formats
-from ..pipeline.destination import Destination
-from ..pipeline.job import Job
-from ..pipeline.pool import results
-from ..pipeline.resume import Checkpoint, fingerprint, restore
-from ..records import SkippedFile
+from ...errors import ConversionError, UsageError
+from ...formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks, all_formats
+from ..destination import Destination
+from ..job import Job
+from ..pool import results
+from ..resume import Checkpoint, fingerprint, restore
+from ...records import SkippedFile
 from .base import Engine, EngineResult
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator, Sequence, Union
 
 import torch
 
-from .errors import UsageError
+from ..errors import UsageError
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from ..formats import FormatOptions, FormatSpec
-from ..pipeline.destination import Destination
-from ..pipeline.job import Job
-from ..records import SkippedFile
+from ...formats import FormatOptions, FormatSpec
+from ..destination import Destination
+from ..job import Job
+from ...records import SkippedFile
 
 
 @dataclass

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import FormatError
+from ...errors import FormatError
 
 if TYPE_CHECKING:
-    from ..storage import StorageConfig
+    from ...storage import StorageConfig
 
 PREFIX = "index."
 _MAGIC = b"\x93NUMPY\x01\x00"
@@ -351,7 +351,7 @@ def fetch_column_files(url: str, table: dict[str, dict[str, Any]], config: "Stor
     import shutil
     import tempfile
 
-    from .. import storage
+    from ... import storage
 
     names = [name for entry in table.values() for name in entry["files"]]
     local = tempfile.mkdtemp(prefix="iotool-columns-")

@@ -8,13 +8,13 @@ from typing import Any, Callable
 
 from torch.utils.data import Dataset
 
-from .decode import AUTO, decode, resolve_backend
-from .errors import RECORD_ERRORS, DecodeError, RecordError, UsageError
-from .formats import FormatReader
+from ..decode import AUTO, decode, resolve_backend
+from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError
+from ..formats import FormatReader
 from .ramcache import RamCache, open_ram_cache
-from .transforms.fused import fuse, leaves_input_alone
+from ..transforms.fused import fuse, leaves_input_alone
 
-log = logging.getLogger("iotool.datasets")
+log = logging.getLogger("iotool.loading.opening")
 ON_ERROR = ("raise", "skip")
 CACHES = (None, "ram")
 
@@ -64,7 +64,7 @@ class ImageDataset(_ReaderInfo, Dataset):
     With the default decoder and a transform that :func:`iotool.transforms.fused.fuse` knows
     (iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``, or a ``Compose`` starting with
     one), JPEG records are decoded only as far as that transform needs. With ``cache="ram"`` the
-    decoded pixels are kept in one shared block (:mod:`iotool.ramcache`) and the transform is
+    decoded pixels are kept in one shared block (:mod:`iotool.loading.ramcache`) and the transform is
     applied to them in every epoch.
     """
 

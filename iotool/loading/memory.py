@@ -1,6 +1,6 @@
 """How much memory this process may still use: ``MemAvailable``, capped by its memory cgroups.
 
-Used by the RAM cache's check before it allocates (:mod:`iotool.ramcache`). A cgroup's usage
+Used by the RAM cache's check before it allocates (:mod:`iotool.loading.ramcache`). A cgroup's usage
 counts the page cache, much of which the kernel reclaims under pressure, so, as the kubelet's
 "working set" does, the inactive file pages are not counted as used. Every cgroup from this
 process's own up to the root is checked (a limit is often set on a parent), in cgroup v2 and v1.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import UsageError
+from ..errors import UsageError
 
 CGROUP_ROOTS = {"v2": "/sys/fs/cgroup", "v1": "/sys/fs/cgroup/memory"}
 FILES = {"v2": ("memory.max", "memory.current", "inactive_file"),

@@ -1,7 +1,7 @@
 """Shards addressed by byte offsets from an index: what the tar and TFRecord readers share.
 
 A dataset of this kind is a folder of shard files plus ``index.json`` (see
-:mod:`iotool.formats.index`) whose ``shards`` list names the files and counts their records and
+:mod:`iotool.formats.sharded.index`) whose ``shards`` list names the files and counts their records and
 whose ``locations`` column holds ``[shard, offset, size]`` per record. The reader reads those
 bytes (one seek and read locally, one ranged request or a cached copy for a URL), and the
 format turns them into the payload (:meth:`OffsetShardReader._payload`: the bytes themselves
@@ -17,10 +17,10 @@ from typing import IO, Any, Iterable, Iterator
 
 import numpy as np
 
-from .. import storage
-from ..errors import FormatError, IotoolError
-from ..records import DatasetMeta
-from .base import ShardedReader
+from ... import storage
+from ...errors import FormatError, IotoolError
+from ...records import DatasetMeta
+from ..base import ShardedReader
 from .index import IndexedReader, read_index
 
 

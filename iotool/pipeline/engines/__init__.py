@@ -1,11 +1,11 @@
 """Where conversion work runs: ``local`` (a process pool) or ``ray`` (one task per shard).
 
-Every engine implements :class:`~iotool.engines.base.Engine` over the same destinations.
+Every engine implements :class:`~iotool.pipeline.engines.base.Engine` over the same destinations.
 """
 
 from __future__ import annotations
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .base import Engine, EngineResult
 
 ENGINES = ("local", "ray")

@@ -23,13 +23,13 @@ import logging
 import os
 from typing import Any, Callable, Iterator
 
-from ..errors import ConversionError, IotoolError, UsageError
-from ..formats import FormatOptions, FormatSpec, ShardPlan, ShardUnit, all_formats
-from ..pipeline.destination import Destination
-from ..pipeline.job import Job
-from ..pipeline.prepare import PayloadOptions, init_worker, process_chunk
-from ..records import Record, SkippedFile
-from ..storage import MissingExtraError, OutputDir
+from ...errors import ConversionError, IotoolError, UsageError
+from ...formats import FormatOptions, FormatSpec, ShardPlan, ShardUnit, all_formats
+from ..destination import Destination
+from ..job import Job
+from ..prepare import PayloadOptions, init_worker, process_chunk
+from ...records import Record, SkippedFile
+from ...storage import MissingExtraError, OutputDir
 from .base import Engine, EngineResult
 
 log = logging.getLogger(__name__)

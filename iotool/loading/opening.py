@@ -10,12 +10,12 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .errors import UsageError
-from .formats import FormatReader, ShardedReader, detect_format
-from .image_dataset import DEFAULT_DECODER, ON_ERROR, ImageDataset, _ReaderInfo
-from .sharding import (STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env,
+from ..errors import UsageError
+from ..formats import FormatReader, ShardedReader, detect_format
+from .mapstyle import DEFAULT_DECODER, ON_ERROR, ImageDataset, _ReaderInfo
+from .split import (STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env,
                        distributed_rank)
-from .storage import StorageConfig
+from ..storage import StorageConfig
 
 __all__ = ["ImageDataset", "ShardedIterableDataset", "open_reader", "open_dataset", "DEFAULT_DECODER", "ON_ERROR"]
 
@@ -25,7 +25,7 @@ class ShardedIterableDataset(_ReaderInfo, IterableDataset):
 
     Each epoch orders the shards (shuffled, when ``shuffle``, with the same ``(seed, epoch)`` on
     every rank) and splits their records, end to end, into equal contiguous runs: one per rank,
-    cut again per DataLoader worker (:mod:`iotool.sharding`). Every (rank, worker) reads distinct
+    cut again per DataLoader worker (:mod:`iotool.loading.split`). Every (rank, worker) reads distinct
     records, sequentially inside each shard, every record is read exactly once per epoch, and
     every worker has work whatever the shard count. Within a worker, samples pass through a
     shuffle buffer seeded from ``(seed, epoch, rank, worker)``.
@@ -224,14 +224,14 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = DEFAULT_DECODER,
         retries: how many times a failed remote read is retried (with backoff) before a
             :class:`~iotool.storage.StorageError` naming the URL is raised.
         cache: ``"ram"``: keep every record's decoded pixels in one shared-memory block used by
-            the main process and all DataLoader workers (:mod:`iotool.ramcache`), filled as records
+            the main process and all DataLoader workers (:mod:`iotool.loading.ramcache`), filled as records
             are first decoded; ``transform`` still runs on them in every epoch. The block's size is
             checked against the available memory first.
         cache_resize: with ``cache="ram"``, cache images shrunk to this shorter side (as
             ``iotool.transforms.Resize(cache_resize)``; never enlarged), to cut memory. None: as decoded.
         cache_fallback: when the cache does not fit, log a warning and run as without ``cache``
             (fused decoding, no ``cache_resize``) instead of raising
-            :class:`~iotool.ramcache.CacheMemoryError`.
+            :class:`~iotool.loading.ramcache.CacheMemoryError`.
         **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
             (``shuffle``, ``seed``, ``buffer_size``, ``even``).
 

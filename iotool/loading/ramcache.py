@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import IotoolError, UsageError
-from .decode.backends import DCT_SCALES
-from .imageops import REDUCING_GAP, target_size
+from ..errors import IotoolError, UsageError
+from ..decode.backends import DCT_SCALES
+from ..transforms.sizing import REDUCING_GAP, shorter_side_to
 from .memory import available_memory
-from .transforms import resize as _resize
+from ..transforms import resize as _resize
 
 MAGIC = b"IOTRAMC1"
 HEADER = 64  # magic, record count, then the offsets of the state, shapes, offsets and pixel areas
@@ -99,15 +99,14 @@ def cached_shape(height: int, width: int, resize: int | None) -> tuple[int, int]
     """
     if resize is None or min(height, width) <= resize:
         return height, width
-    w, h = target_size(width, height, resize, None)
-    return h, w
+    return shorter_side_to(height, width, resize)
 
 
 def _shrunk(shapes: np.ndarray, resize: int) -> np.ndarray:
     """:func:`cached_shape` of every row of an (N, 2) int64 array, vectorised."""
     h, w = shapes[:, 0], shapes[:, 1]
     shrink = np.minimum(h, w) > resize
-    wide = w > h  # as target_size: width <= height sets the width to resize
+    wide = w > h  # as shorter_side_to: width <= height sets the width to resize
     # int(resize * long / short) in float64, as Python computes it
     short_side = np.maximum(np.where(wide, h, w), 1)  # unknown sizes (0, 0) stay (0, 0) below
     long_side = (resize * np.where(wide, w, h) / short_side).astype(np.int64)

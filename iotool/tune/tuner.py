@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..errors import UsageError
-from .common import ProgressFn, environment, no_progress
-from .tune_measure import Trial, measure_trial
-from .tune_setup import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
+from ..bench.common import ProgressFn, environment, no_progress
+from .measure import Trial, measure_trial
+from .feed import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
 
 __all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "choose_trial", "classify_bound",
            "load_transform", "plot_tune", "tune_loader", "usable_cpus", "worker_ladder"]
@@ -337,7 +337,7 @@ def _conclude(result: TuneResult, feed: Feed) -> None:
 
 def plot_tune(result: TuneResult, dest: str | os.PathLike) -> None:
     """Epoch images/s against num_workers (the ladder as a line, other trials as points, the choice starred)."""
-    from .plot import require_matplotlib
+    from ..bench.plot import require_matplotlib
 
     plt = require_matplotlib()
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -1,0 +1,1 @@
+"""iotool.loading."""

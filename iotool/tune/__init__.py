@@ -1,0 +1,1 @@
+"""iotool.tune."""
