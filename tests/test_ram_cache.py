@@ -220,6 +220,14 @@ def test_layout_sizes_slots_from_the_recorded_sizes():
     assert cached_shape(400, 300, 256) == (341, 256)
 
 
+def test_the_vectorised_layout_shrinks_exactly_as_cached_shape():
+    rng = np.random.default_rng(0)
+    sizes = np.concatenate([rng.integers(1, 5000, size=(2000, 2)), [[0, 0], [256, 256], [257, 1000], [999, 3]]])
+    for resize in (1, 7, 224, 256, 1000):
+        expected = [list(cached_shape(int(h), int(w), resize)) if h else [0, 0] for h, w in sizes]
+        assert CacheLayout.plan(sizes, resize).shapes.tolist() == expected
+
+
 def test_a_slot_is_ready_only_after_put(lmdb):
     cache = RamCache(np.array([[2, 3], [4, 5]]))
     assert cache.get(0) is None and cache.get(1) is None

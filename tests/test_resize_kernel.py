@@ -23,7 +23,7 @@ from iotool import transforms as T
 from iotool.decode import decode
 from iotool.errors import UsageError
 from iotool.transforms import native
-from iotool.transforms.images import _as_chw
+from iotool.transforms.layouts import as_chw
 
 from .conftest import SAMPLE
 
@@ -110,7 +110,7 @@ def test_strided_views_and_views_the_kernel_does_not_take():
     assert_same(rgb[::2, ::1], (50, 33))  # every other row
     # Pixels 4 bytes apart (the RGB of RGBA), columns skipped, channels-first tensors: torch's kernel
     for view in (big[..., :3], rgb[:, ::2]):
-        assert native.native_source(_as_chw(view)) is None
+        assert native.native_source(as_chw(view)) is None
         out = T.resize(view, (30, 40), backend="native", output="hwc_array")
         np.testing.assert_array_equal(out, reference(view, (30, 40)))
     planes = torch.from_numpy(rgb).permute(2, 0, 1).contiguous()

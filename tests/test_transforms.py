@@ -34,6 +34,7 @@ import iotool
 from iotool import transforms as T
 from iotool.decode import available, decode
 from iotool.errors import DecodeError, UsageError
+from iotool.transforms.decoding import reduced_span
 
 from .conftest import SAMPLE
 
@@ -231,6 +232,16 @@ def test_resize_output_size_follows_torchvision(hw, size, expected):
     transform = T.Resize(size)
     assert transform.output_size(*hw) == expected
     assert tuple(transform(smooth_image(6, *hw)).shape) == (3, *expected)
+
+
+def test_the_vectorised_shorter_side_rule_is_the_rule():
+    from iotool.transforms.sizing import shorter_side_to, shorter_sides_to
+
+    rng = np.random.default_rng(1)
+    sizes = np.concatenate([rng.integers(1, 6000, size=(3000, 2)), [[1, 1], [5, 5], [224, 300], [301, 224]]])
+    for shorter in (1, 3, 224, 256, 4096):
+        expected = [list(shorter_side_to(int(h), int(w), shorter)) for h, w in sizes]
+        assert shorter_sides_to(sizes, shorter).tolist() == expected
 
 
 def test_resize_max_size_caps_the_longer_side():
@@ -502,8 +513,8 @@ def test_decode_crop_differs_from_full_decode_of_the_snapped_box_only_by_the_dct
         s = fast.decode_scale(h, w)
         reduced = decode(data, min_size=(height // s, width // s))
         assert reduced.shape[:2] == (-(-height // s), -(-width // s))
-        top, bottom = T._reduced_span(i, h, height, s, reduced.shape[0])
-        left, right = T._reduced_span(j, w, width, s, reduced.shape[1])
+        top, bottom = reduced_span(i, h, height, s, reduced.shape[0])
+        left, right = reduced_span(j, w, width, s, reduced.shape[1])
         assert abs(top * s - i) <= s / 2 and abs(bottom * s - (i + h)) <= s / 2
         snapped = T.resize(full[top * s:bottom * s, left * s:right * s], (64, 64), output="hwc_array")
         assert abs_diff(fast(data), snapped).mean() <= 1.5

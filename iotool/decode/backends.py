@@ -42,7 +42,7 @@ class JpegHeader:
 
 
 def parse_jpeg_header(data: bytes) -> JpegHeader:
-    """Walk the marker segments up to the frame header; microseconds, no decoding."""
+    """Walk the marker segments up to the frame header: no entropy decoding, no pixels."""
     n, pos = len(data), 2
     while pos + 4 <= n:
         if data[pos] != 0xFF:

@@ -15,7 +15,7 @@ from ..decode.encode import ENCODINGS, EXTENSIONS, encode, payload_extension
 from ..errors import DecodeError, IotoolError, UsageError
 from ..formats import FormatSpec
 from ..records import Record, SkippedFile, checksum
-from ..transforms.sizing import REDUCING_GAP, shorter_side_to
+from ..transforms.sizing import min_decode_size, shorter_side_to
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str,
     size = target_size(width, height, options.resize, options.size)
     # Decode at the smallest JPEG DCT scale that keeps REDUCING_GAP x the target, then resize
     # exactly with an antialiased filter (a gap of 1 chains two resamplings and blurs visibly).
-    min_size = (size[1] * REDUCING_GAP, size[0] * REDUCING_GAP)
+    min_size = min_decode_size(size[1], size[0])  # size is (width, height)
     image = decode(data, "auto", name=key, min_size=min_size)
     image = resize_rgb(image, size)
     return encode(image, options.encode, options.quality), EXTENSIONS[options.encode], _shape(image)

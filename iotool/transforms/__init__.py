@@ -16,36 +16,38 @@ The resize is antialiased bilinear with the bytes of torch's uint8 kernel
 ``Image.resize(..., BILINEAR)`` to within 1 grey level. iotool's C kernel (``iotool._resize``,
 built at install time with a C compiler; ``backend="native"``) computes it from the crop view of
 the HWC array in place, with torch's weights, rounding and pass order (identical bytes, checked
-by the tests), writing the requested layout directly: a RandomResizedCrop(224) box of a 500x375
-photo takes 0.14 ms to a CHW tensor against 0.32 ms through torch's kernel, and 0.10 against
-0.22 ms to an HWC array (medians, one thread, loaded 2-core machine; ``benchmarks/transforms_bench.py``).
+by the tests), writing the requested layout directly, faster than torch's kernel (timings in
+``docs/performance.md``; ``benchmarks/transforms_bench.py``).
 Without the extension, or for inputs it does not take (``antialias=False``, channels-first
 tensors), torch's kernel runs on a zero-copy CHW view; where torch lacks the uint8 kernel,
-OpenCV's ``INTER_AREA`` (shrinking) / ``INTER_LINEAR`` (enlarging) is used. OpenCV's
-``INTER_AREA`` took 0.75 ms and PIL 1.2 ms in the same run.
+OpenCV's ``INTER_AREA`` (shrinking) / ``INTER_LINEAR`` (enlarging) is used.
 DataLoader workers run torch on one thread; in the main process (``num_workers=0``) on a busy
-machine, ``torch.set_num_threads(1)`` avoids OpenMP stalls that made this tiny op 70x slower here.
+machine, ``torch.set_num_threads(1)`` avoids OpenMP stalls that can make this tiny op many times slower.
 
 :class:`DecodeRandomResizedCrop` takes the encoded bytes (``open_dataset(..., decoder=None)``),
 draws the crop from the JPEG header alone, decodes only the crop's region when iotool's region
-decoder is built (:mod:`iotool.decode.region`; pixel-identical, 22% less decode time on
-500x375 photos), and decodes at the smallest DCT scale (1/2, 1/4, 1/8) whose reduced crop still
-covers the output size: 1.5x faster on 900-1800 px JPEGs, where crops allow such a reduction.
+decoder is built (:mod:`iotool.decode.region`; pixel-identical, less decode time), and decodes
+at the smallest DCT scale (1/2, 1/4, 1/8) whose reduced crop still covers the output size,
+which pays on large JPEGs, where crops allow such a reduction.
 
 Randomness: each random transform owns a :class:`random.Random` seeded lazily in each process, so
 DataLoader workers draw different crops (see :class:`ProcessRandom`).
 
-The modules: ``images`` (argument checks, layouts), ``kernels`` (resize), ``native`` (the C
-kernel's wrapper), ``boxes`` (random streams, crop boxes), ``image_transforms`` (the transforms
-of decoded images), ``decoding`` (:class:`DecodeRandomResizedCrop`).
+The modules: ``layouts`` (the Image type, CHW views, output layouts), ``arguments`` (the
+argument checks), ``sizing`` (the "shorter side to N" rule, the reducing gap), ``kernels``
+(resize), ``native`` (the C kernel's wrapper), ``boxes`` (random streams, crop boxes),
+``pixel_transforms`` (the transforms of decoded pixels), ``decoding`` (the transforms of encoded
+bytes: :class:`DecodeRandomResizedCrop`, and the decoding forms of Resize and CenterCrop),
+``fused`` (which transform fuses into which decoding step: one table).
 """
 
 from __future__ import annotations
 
 from .boxes import ATTEMPTS, ProcessRandom, center_crop_box, random_resized_crop_params
-from .decoding import DCT_SCALES, DecodeRandomResizedCrop, _reduced_span
-from .image_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
-from .images import OUTPUTS, RESIZE_BACKENDS, Box, Image
+from .arguments import RESIZE_BACKENDS
+from .decoding import DCT_SCALES, DecodeRandomResizedCrop
+from .layouts import OUTPUTS, Box, Image
+from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .kernels import resize, torch_uint8_resize_available
 from .native import native_available, native_status
 

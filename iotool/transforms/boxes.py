@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..errors import UsageError
-from .images import Box
+from .layouts import Box
 
 ATTEMPTS = 10  # torchvision's RandomResizedCrop.get_params tries 10 random boxes
 

@@ -1,4 +1,9 @@
-"""Decode and crop in one step: DecodeRandomResizedCrop takes encoded bytes (reduced-scale, region decode)."""
+"""The transforms that take encoded bytes and decode only what they need (region, reduced DCT scale).
+
+:class:`DecodeRandomResizedCrop` is public (use it with ``open_dataset(..., decoder=None)``);
+:class:`DecodeResize` and :class:`DecodeCenterCrop` are the decoding forms of :class:`Resize` and
+:class:`CenterCrop` that :func:`iotool.transforms.fused.fuse` uses.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,11 @@ from ..decode import AUTO, decode, image_format, resolve_backend
 from ..decode import region as _region
 from ..decode.backends import DCT_SCALES, JpegHeader, parse_jpeg_header, scaled
 from ..errors import DecodeError, UsageError
-from .image_transforms import RandomResizedCrop
-from .images import Image, _as_chw
+from .boxes import center_crop_box
+from .layouts import Image, as_chw, emit
+from .kernels import resize_chw
+from .pixel_transforms import CenterCrop, RandomResizedCrop, Resize
+from .sizing import min_decode_size
 
 
 class DecodeRandomResizedCrop(RandomResizedCrop):
@@ -22,8 +30,7 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
     :class:`RandomResizedCrop`). When iotool's region decoder is built
     (:mod:`iotool.decode.region`), only the crop is decoded: rows above it are skipped, columns
     outside it are not inverse-transformed, rows below it are not read. The pixels are identical to
-    the same box of a full decode, and 22% of the decode time is saved on ImageNet-sized photos
-    (``benchmarks/pipeline_costs.py``). The image is decoded at the largest DCT reduction
+    the same box of a full decode, in less time (measured in ``docs/performance.md``). The image is decoded at the largest DCT reduction
     ``s`` in {8, 4, 2} with ``h / s >= reducing_gap * out_h`` and ``w / s >= reducing_gap * out_w``
     (else in full), the box is mapped to the reduced image (``round(i / s)`` ... ``round((i + h) / s)``,
     at most half a reduced pixel off, which is at most half an output pixel) and resized to
@@ -99,15 +106,15 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
         s = self.decode_scale(h, w)
         if self.uses_region and _region.supports(header):
             rows, cols = scaled(height, s), scaled(width, s)
-            top, bottom = _reduced_span(i, h, height, s, rows)
-            left, right = _reduced_span(j, w, width, s, cols)
+            top, bottom = reduced_span(i, h, height, s, rows)
+            left, right = reduced_span(j, w, width, s, cols)
             box = (top, left, bottom - top, right - left)
             crop = _region.decode_jpeg_region(data, header, box, s, name=self.label)
-            return self._resize(_as_chw(crop))
+            return self._resize(as_chw(crop))
         image = decode(data, self.decoder, min_size=(height // s, width // s), name=self.label)
-        chw = _as_chw(image)
-        top, bottom = _reduced_span(i, h, height, s, chw.shape[1])
-        left, right = _reduced_span(j, w, width, s, chw.shape[2])
+        chw = as_chw(image)
+        top, bottom = reduced_span(i, h, height, s, chw.shape[1])
+        left, right = reduced_span(j, w, width, s, chw.shape[2])
         return self._resize(chw[:, top:bottom, left:right])
 
 
@@ -134,9 +141,58 @@ def _jpeg_header(data: bytes) -> JpegHeader | None:
         return None
 
 
-def _reduced_span(start: int, length: int, full: int, s: int, reduced: int) -> tuple[int, int]:
-    """Map [start, start + length) of a full-size axis onto the decoded axis (1/s, or as decoded)."""
+def reduced_span(start: int, length: int, full: int, s: int, reduced: int) -> tuple[int, int]:
+    """Map ``[start, start + length)`` of a full-size axis of ``full`` pixels onto the decoded axis of
+    ``reduced`` pixels (decoded at 1/``s``, or at whatever size the decoder gave), as ``(low, high)``."""
     factor = 1.0 / s if reduced == scaled(full, s) else reduced / full
     low = min(int(round(start * factor)), reduced - 1)
     high = min(max(int(round((start + length) * factor)), low + 1), reduced)
     return low, high
+
+
+class DecodeResize:
+    """Decode and :class:`Resize` in one step, at the largest DCT reduction that covers the output."""
+
+    def __init__(self, resize: Resize):
+        self.resize = resize
+
+    def __call__(self, data: bytes | bytearray | memoryview) -> Image:
+        data = _as_bytes(data)
+        header = _jpeg_header(data)
+        if header is None:
+            return self.resize(decode(data, AUTO, name="Resize"))
+        out_size = self.resize.output_size(header.height, header.width)
+        # decode() picks the largest DCT reduction whose image still covers REDUCING_GAP x out_size
+        # (none: full size), so the antialiased resize still has a margin to filter, as PIL's
+        # reducing_gap=2 keeps
+        chw = as_chw(decode(data, AUTO, min_size=min_decode_size(*out_size), name="Resize"))
+        out = resize_chw(chw, out_size, self.resize.antialias, self.resize.backend)
+        return emit(out, self.resize.output, fresh=out is not chw)
+
+    def __repr__(self) -> str:
+        return f"DecodeResize({self.resize!r})"
+
+
+class DecodeCenterCrop:
+    """Decode and :class:`CenterCrop` in one step: only the centre box is decoded (same pixels)."""
+
+    def __init__(self, crop: CenterCrop):
+        self.crop = crop
+
+    def __call__(self, data: bytes | bytearray | memoryview) -> Image:
+        data = _as_bytes(data)
+        header = _jpeg_header(data)
+        crop_h, crop_w = self.crop.size
+        if not _regional(header) or header.height < crop_h or header.width < crop_w:
+            return self.crop(decode(data, AUTO, name="CenterCrop"))  # padding, or no region decoder
+        top, left = center_crop_box(header.height, header.width, crop_h, crop_w)
+        pixels = _region.decode_jpeg_region(data, header, (top, left, crop_h, crop_w), 1, name="CenterCrop")
+        return emit(as_chw(pixels), self.crop.output, fresh=True)  # the region is new memory
+
+    def __repr__(self) -> str:
+        return f"DecodeCenterCrop({self.crop!r})"
+
+
+def _regional(header: JpegHeader | None) -> bool:
+    """True when this JPEG's regions can be decoded alone."""
+    return header is not None and _region.region_available() and _region.supports(header)

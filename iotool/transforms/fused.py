@@ -8,14 +8,16 @@ header, works out the box and output size the transform would use, and decodes o
   own random stream (region decode of the crop, reduced DCT scale when the crop is at least twice
   the output on both axes);
 - ``Resize``: the whole image at the largest DCT reduction (1/2, 1/4, 1/8) that still keeps twice
-  the output size on both axes (:data:`~iotool.transforms.sizing.REDUCING_GAP`), then the same antialiased resize to the same
-  output size;
+  the output size on both axes (:data:`~iotool.transforms.sizing.REDUCING_GAP`), then the same
+  antialiased resize to the same output size;
 - ``CenterCrop``: the centre box alone with the region decoder (no resize, so no reduction).
 
 Where no DCT reduction is used the pixels are identical to decoding in full and applying the
 transform; where one is, the image is resampled from libjpeg's scaled IDCT instead of from the
 full image (the measured difference is in ``docs/performance.md``). Other image formats, and
 JPEGs the region decoder does not handle, are decoded in full and transformed as before.
+
+:data:`FUSED_DECODING` is the one table of which transform fuses into which decoding step.
 """
 
 from __future__ import annotations
@@ -24,33 +26,59 @@ from itertools import islice
 from typing import Any, Callable, Iterable
 
 from ..decode import AUTO, decode
-from ..decode import region as _region
-from ..decode.backends import JpegHeader
-from .boxes import center_crop_box
-from .decoding import DecodeRandomResizedCrop, _as_bytes, _jpeg_header
-from .image_transforms import CenterCrop, Compose, RandomResizedCrop, Resize
-from .images import Image, _as_chw, _emit
-from .kernels import _resize_chw
-from .sizing import REDUCING_GAP
+from .decoding import DecodeCenterCrop, DecodeRandomResizedCrop, DecodeResize
+from .layouts import Image
+from .pixel_transforms import CenterCrop, Compose, RandomResizedCrop, Resize
 
-FUSABLE = (RandomResizedCrop, Resize, CenterCrop)
+
+class _SharedDecodeCrop(DecodeRandomResizedCrop):
+    """DecodeRandomResizedCrop with a RandomResizedCrop's parameters, read at each call, and its
+    random stream."""
+
+    label = "RandomResizedCrop"  # what errors call it
+
+    def __init__(self, crop: RandomResizedCrop):
+        super().__init__(crop.size, crop.scale, crop.ratio, crop.antialias, output=crop.output,
+                         backend=crop.backend)
+        self.crop = crop
+        self.rng = crop.rng  # the same object: draws advance the user's transform's stream
+
+    def __call__(self, data: bytes | bytearray | memoryview) -> Image:  # type: ignore[override]
+        crop = self.crop
+        self.size, self.scale, self.ratio = crop.size, crop.scale, crop.ratio
+        self.antialias, self.output, self.backend, self.rng = crop.antialias, crop.output, crop.backend, crop.rng
+        return super().__call__(data)
+
+
+FUSED_DECODING: dict[type, Callable[[Any], Callable[[bytes], Image]]] = {
+    RandomResizedCrop: _SharedDecodeCrop,
+    Resize: DecodeResize,
+    CenterCrop: DecodeCenterCrop,
+}
+"""Transform type (exactly, not subclasses) -> the decoding step it fuses into, built from the transform.
+
+These transforms only read their input and return new memory, which is also what lets a shared,
+cached image be handed to them (:func:`leaves_input_alone`)."""
+
+FUSABLE = tuple(FUSED_DECODING)
 
 
 def fuse(transform: Callable[[Any], Any] | None) -> Callable[[bytes], Any] | None:
     """A callable ``bytes -> transform(decode(bytes))`` that decodes only what ``transform`` needs.
 
     None when ``transform`` is not iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``
-    (exactly those classes, not subclasses) or a :class:`Compose` that starts with one. The
-    returned callable reads the transform at each call: it shares the crop's random stream, and
-    later changes to the transform object (its parameters, the Compose's list) apply.
+    (exactly those classes, not subclasses: :data:`FUSED_DECODING`) or a :class:`Compose` that
+    starts with one. The returned callable reads the transform at each call: it shares the crop's
+    random stream, and later changes to the transform object (its parameters, the Compose's list)
+    apply.
     """
     return FusedTransform(transform) if leaves_input_alone(transform) else None
 
 
 def leaves_input_alone(transform: Callable[[Any], Any] | None) -> bool:
-    """True when ``transform`` starts with iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``:
-    those only read their input and return new memory, so it may be a shared, cached image."""
-    return type(_first(transform)[0]) in FUSABLE
+    """True when ``transform`` starts with a transform of :data:`FUSED_DECODING`: those only read
+    their input and return new memory, so it may be a shared, cached image."""
+    return type(_first(transform)[0]) in FUSED_DECODING
 
 
 def _first(transform: Any) -> tuple[Any, Iterable[Any]]:
@@ -63,13 +91,8 @@ def _first(transform: Any) -> tuple[Any, Iterable[Any]]:
 
 def _decoding_step(first: Any) -> Callable[[bytes], Image] | None:
     """The decoding version of a fusable first transform (None for any other)."""
-    if type(first) is RandomResizedCrop:
-        return _SharedDecodeCrop(first)
-    if type(first) is Resize:
-        return DecodeResize(first)
-    if type(first) is CenterCrop:
-        return DecodeCenterCrop(first)
-    return None
+    step = FUSED_DECODING.get(type(first))
+    return step(first) if step is not None else None
 
 
 class FusedTransform:
@@ -95,72 +118,5 @@ class FusedTransform:
         return f"FusedTransform({self.transform!r})"
 
 
-class _SharedDecodeCrop(DecodeRandomResizedCrop):
-    """DecodeRandomResizedCrop with a RandomResizedCrop's parameters, read at each call, and its
-    random stream."""
-
-    label = "RandomResizedCrop"  # what errors call it
-
-    def __init__(self, crop: RandomResizedCrop):
-        super().__init__(crop.size, crop.scale, crop.ratio, crop.antialias, output=crop.output,
-                         backend=crop.backend)
-        self.crop = crop
-        self.rng = crop.rng  # the same object: draws advance the user's transform's stream
-
-    def __call__(self, data: bytes | bytearray | memoryview) -> Image:  # type: ignore[override]
-        crop = self.crop
-        self.size, self.scale, self.ratio = crop.size, crop.scale, crop.ratio
-        self.antialias, self.output, self.backend, self.rng = crop.antialias, crop.output, crop.backend, crop.rng
-        return super().__call__(data)
-
-
-class DecodeResize:
-    """Decode and :class:`Resize` in one step, at the largest DCT reduction that covers the output."""
-
-    def __init__(self, resize: Resize):
-        self.resize = resize
-
-    def __call__(self, data: bytes | bytearray | memoryview) -> Image:
-        data = _as_bytes(data)
-        header = _jpeg_header(data)
-        if header is None:
-            return self.resize(decode(data, AUTO, name="Resize"))
-        out_size = self.resize.output_size(header.height, header.width)
-        # decode() picks the largest DCT reduction whose image still covers REDUCING_GAP x out_size
-        # (none: full size), so the antialiased resize still has a margin to filter, as PIL's
-        # reducing_gap=2 keeps
-        keep = (REDUCING_GAP * out_size[0], REDUCING_GAP * out_size[1])
-        chw = _as_chw(decode(data, AUTO, min_size=keep, name="Resize"))
-        out = _resize_chw(chw, out_size, self.resize.antialias, self.resize.backend)
-        return _emit(out, self.resize.output, fresh=out is not chw)
-
-    def __repr__(self) -> str:
-        return f"DecodeResize({self.resize!r})"
-
-
-class DecodeCenterCrop:
-    """Decode and :class:`CenterCrop` in one step: only the centre box is decoded (same pixels)."""
-
-    def __init__(self, crop: CenterCrop):
-        self.crop = crop
-
-    def __call__(self, data: bytes | bytearray | memoryview) -> Image:
-        data = _as_bytes(data)
-        header = _jpeg_header(data)
-        crop_h, crop_w = self.crop.size
-        if not _regional(header) or header.height < crop_h or header.width < crop_w:
-            return self.crop(decode(data, AUTO, name="CenterCrop"))  # padding, or no region decoder
-        top, left = center_crop_box(header.height, header.width, crop_h, crop_w)
-        pixels = _region.decode_jpeg_region(data, header, (top, left, crop_h, crop_w), 1, name="CenterCrop")
-        return _emit(_as_chw(pixels), self.crop.output, fresh=True)  # the region is new memory
-
-    def __repr__(self) -> str:
-        return f"DecodeCenterCrop({self.crop!r})"
-
-
-def _regional(header: JpegHeader | None) -> bool:
-    """True when this JPEG's regions can be decoded alone."""
-    return header is not None and _region.region_available() and _region.supports(header)
-
-
-__all__ = ["FUSABLE", "fuse", "leaves_input_alone", "FusedTransform", "DecodeResize", "DecodeCenterCrop"]
+__all__ = ["FUSED_DECODING", "FUSABLE", "fuse", "leaves_input_alone", "FusedTransform", "DecodeResize",
+           "DecodeCenterCrop"]

@@ -7,7 +7,8 @@ import functools
 import numpy as np
 import torch
 
-from .images import Image, _as_chw, _check_backend, _check_output, _emit, _size_pair
+from .arguments import check_backend, check_output, size_pair
+from .layouts import Image, as_chw, emit
 from .native import crop_resize_hwc, native_hwc, native_source, resize_native
 
 
@@ -33,7 +34,7 @@ def resize(image: Image, size: tuple[int, int], *, antialias: bool = True, backe
             detail averages instead of aliasing. Enlarging is plain bilinear either way.
         backend: ``"auto"`` (iotool's C kernel when built, else torch's uint8 kernel when
             available, else OpenCV), ``"native"`` (iotool's C kernel: the same bytes as torch's,
-            in about half the time; inputs it does not take, listed below, go to torch's),
+            faster (``docs/performance.md``); inputs it does not take, listed below, go to torch's),
             ``"torch"`` or ``"opencv"`` (``INTER_AREA`` when shrinking an axis, ``INTER_LINEAR``
             otherwise). The C kernel takes antialiased resizes of images with 1 to 4 channels
             whose pixels are adjacent bytes (HWC arrays and their crops); channels-first tensors
@@ -46,23 +47,23 @@ def resize(image: Image, size: tuple[int, int], *, antialias: bool = True, backe
     Raises:
         UsageError: a bad image type, size, backend or output.
     """
-    size, backend, output = _size_pair(size, "size"), _check_backend(backend), _check_output(output)
+    size, backend, output = size_pair(size, "size"), check_backend(backend), check_output(output)
     if native_hwc(image, antialias, backend):  # a decoded array: straight to the C kernel
         return crop_resize_hwc(image, (0, 0, image.shape[0], image.shape[1]), size, output)
-    chw = _as_chw(image)
-    out = _resize_chw(chw, size, antialias, backend, output)
-    return _emit(out, output, fresh=out is not chw)
+    chw = as_chw(image)
+    out = resize_chw(chw, size, antialias, backend, output)
+    return emit(out, output, fresh=out is not chw)
 
 
-def _resize_chw(chw: torch.Tensor, size: tuple[int, int], antialias: bool, backend: str,
+def resize_chw(chw: torch.Tensor, size: tuple[int, int], antialias: bool, backend: str,
                 output: str = "chw_tensor") -> torch.Tensor:
     """Resize a CxHxW uint8 tensor of any strides; new memory unless sizes match.
 
     The C kernel writes its result laid out for ``output`` (planes, or interleaved pixels seen
-    through a CxHxW view), so ``_emit`` copies nothing; the other kernels return contiguous CxHxW.
+    through a CxHxW view), so :func:`~iotool.transforms.layouts.emit` copies nothing; the other kernels return contiguous CxHxW.
     """
     if tuple(chw.shape[1:]) == tuple(size):
-        return chw  # the caller's _emit copies it
+        return chw  # the caller's emit copies it
     if backend in ("auto", "native") and antialias:
         hwc = native_source(chw)
         if hwc is not None:
@@ -71,7 +72,7 @@ def _resize_chw(chw: torch.Tensor, size: tuple[int, int], antialias: bool, backe
         batch = chw[None]
         if chw.shape[0] in (3, 4) and not batch.is_contiguous(memory_format=torch.channels_last):
             # torch's vectorised uint8 kernel wants dense NHWC input: a crop view or a CHW
-            # tensor resizes 1.2-2.3x slower than this copy plus the kernel (same pixels).
+            # tensor resizes slower than this copy plus the kernel (same pixels; docs/performance.md).
             batch = batch.contiguous(memory_format=torch.channels_last)
         out = torch.nn.functional.interpolate(batch, size=size, mode="bilinear",
                                               antialias=antialias, align_corners=False)

@@ -1,4 +1,5 @@
-"""The transforms of decoded images: RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, Compose."""
+"""The transforms of decoded pixels (uint8 arrays or tensors): RandomResizedCrop, Resize, CenterCrop,
+RandomHorizontalFlip, Compose. The transforms that take encoded bytes are in :mod:`.decoding`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import torch
 
 from ..errors import UsageError
 from .boxes import ProcessRandom, center_crop_box, random_resized_crop_params
-from .images import (Box, Image, _as_chw, _check_backend, _check_output, _emit, _height_width, _range,
-                     _size_pair)
-from .kernels import _resize_chw
+from .arguments import check_backend, check_output, size_pair, value_range
+from .kernels import resize_chw
+from .layouts import Box, Image, as_chw, emit, height_width
 from .native import crop_resize_hwc, native_hwc
 from .sizing import shorter_side_to
 
@@ -46,12 +47,12 @@ class RandomResizedCrop:
     def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
                  ratio: Sequence[float] = (3 / 4, 4 / 3), antialias: bool = True, *,
                  seed: int | None = None, output: str = "chw_tensor", backend: str = "auto"):
-        self.size = _size_pair(size, "size")
-        self.scale = _range(scale, "scale", positive=False)
-        self.ratio = _range(ratio, "ratio", positive=True)
+        self.size = size_pair(size, "size")
+        self.scale = value_range(scale, "scale", positive=False)
+        self.ratio = value_range(ratio, "ratio", positive=True)
         self.antialias = bool(antialias)
-        self.output = _check_output(output)
-        self.backend = _check_backend(backend)
+        self.output = check_output(output)
+        self.backend = check_backend(backend)
         self.rng = ProcessRandom(seed)
 
     draw_params = staticmethod(random_resized_crop_params)
@@ -64,14 +65,14 @@ class RandomResizedCrop:
         if native_hwc(image, self.antialias, self.backend):  # a decoded array: no torch views needed
             box = self.get_params(image.shape[0], image.shape[1])
             return crop_resize_hwc(image, box, self.size, self.output)
-        chw = _as_chw(image)
-        i, j, h, w = self.get_params(*_height_width(chw))
+        chw = as_chw(image)
+        i, j, h, w = self.get_params(*height_width(chw))
         return self._resize(chw[:, i:i + h, j:j + w])
 
     def _resize(self, crop: torch.Tensor) -> Image:
         """Resize a CxHxW crop to ``size`` and emit it in the ``output`` layout."""
-        out = _resize_chw(crop, self.size, self.antialias, self.backend, self.output)
-        return _emit(out, self.output, fresh=out is not crop)
+        out = resize_chw(crop, self.size, self.antialias, self.backend, self.output)
+        return emit(out, self.output, fresh=out is not crop)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
@@ -101,17 +102,17 @@ class Resize:
     def __init__(self, size: int | Sequence[int], antialias: bool = True, *, max_size: int | None = None,
                  output: str = "chw_tensor", backend: str = "auto"):
         self.shorter = _shorter_side(size)
-        self.size = None if self.shorter is not None else _size_pair(size, "size")
+        self.size = None if self.shorter is not None else size_pair(size, "size")
         if max_size is not None:
             if self.shorter is None:
                 raise UsageError(f"max_size={max_size!r} only applies when size is an int (the shorter side), "
                                  f"not the exact size {size!r}.")
-            if _size_pair(max_size, "max_size")[0] <= self.shorter:
+            if size_pair(max_size, "max_size")[0] <= self.shorter:
                 raise UsageError(f"max_size={max_size!r} must be greater than size={self.shorter}.")
         self.max_size = max_size
         self.antialias = bool(antialias)
-        self.output = _check_output(output)
-        self.backend = _check_backend(backend)
+        self.output = check_output(output)
+        self.backend = check_backend(backend)
 
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         """The (height, width) an image of ``height`` x ``width`` is resized to."""
@@ -123,9 +124,9 @@ class Resize:
         if native_hwc(image, self.antialias, self.backend):  # a decoded array: no torch views needed
             height, width = image.shape[:2]
             return crop_resize_hwc(image, (0, 0, height, width), self.output_size(height, width), self.output)
-        chw = _as_chw(image)
-        out = _resize_chw(chw, self.output_size(*_height_width(chw)), self.antialias, self.backend, self.output)
-        return _emit(out, self.output, fresh=out is not chw)
+        chw = as_chw(image)
+        out = resize_chw(chw, self.output_size(*height_width(chw)), self.antialias, self.backend, self.output)
+        return emit(out, self.output, fresh=out is not chw)
 
     def __repr__(self) -> str:
         size = self.shorter if self.size is None else self.size
@@ -135,9 +136,9 @@ class Resize:
 def _shorter_side(size: Any) -> int | None:
     """The shorter-side length when ``size`` is an int or a one-element sequence, else None."""
     if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
-        return _size_pair(size, "size")[0]
+        return size_pair(size, "size")[0]
     if isinstance(size, (list, tuple)) and len(size) == 1:
-        return _size_pair(size[0], "size")[0]
+        return size_pair(size[0], "size")[0]
     return None
 
 
@@ -158,14 +159,14 @@ class CenterCrop:
     """
 
     def __init__(self, size: int | Sequence[int], *, output: str = "chw_tensor"):
-        self.size = _size_pair(size, "size")
-        self.output = _check_output(output)
+        self.size = size_pair(size, "size")
+        self.output = check_output(output)
 
     def __call__(self, image: Image) -> Image:
-        chw = _pad_to(_as_chw(image), *self.size)
+        chw = _pad_to(as_chw(image), *self.size)
         crop_h, crop_w = self.size
         top, left = center_crop_box(chw.shape[1], chw.shape[2], crop_h, crop_w)
-        return _emit(chw[:, top:top + crop_h, left:left + crop_w], self.output, fresh=False)
+        return emit(chw[:, top:top + crop_h, left:left + crop_w], self.output, fresh=False)
 
     def __repr__(self) -> str:
         return f"CenterCrop(size={self.size}, output={self.output!r})"
@@ -199,7 +200,7 @@ class RandomHorizontalFlip:
         self.rng = ProcessRandom(seed)
 
     def __call__(self, image: Image) -> Image:
-        chw = _as_chw(image)  # validates the input
+        chw = as_chw(image)  # validates the input
         if self.rng().random() >= self.p:
             return image
         if isinstance(image, np.ndarray):
