@@ -173,7 +173,7 @@ def run_contestant(make: Callable[[], Any], batch_size: int, workers: int, epoch
         seconds.append(time.perf_counter() - start)
         counts.append(n)
     mem = memory(loader)
-    cache = getattr(getattr(dataset, "maps", dataset), "cache", None)
+    cache = getattr(dataset, "cache", None)
     out = {
         "epoch_seconds": seconds,
         "epoch_images": counts,

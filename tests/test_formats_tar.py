@@ -18,7 +18,8 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 import iotool
-from iotool.loading.opening import ShardEnv, ShardedIterableDataset
+from iotool.loading.iterable import ShardedIterableDataset
+from iotool.loading.split import ShardEnv
 from iotool.formats.sharded.index import unique_stem
 
 from .conftest import indices_by_place, make_image, write_tree

@@ -126,7 +126,7 @@ def test_through_dataloader_workers_and_tar_shards(small, tmp_path):
     for path, extra in ((small, {}), (tmp_path / "c.tar", {"shuffle": True})):
         fused = iotool.open_dataset(path, transform=RandomResizedCrop(40, seed=2), **extra)
         explicit = iotool.open_dataset(path, decoder=None, transform=DecodeRandomResizedCrop(40, seed=2), **extra)
-        assert getattr(fused, "maps", fused).fused is not None
+        assert getattr(fused, "mapstyle", fused).fused is not None
         batches = []
         for ds in (fused, explicit):
             loader = DataLoader(ds, batch_size=4, num_workers=2, generator=torch.Generator().manual_seed(1),

@@ -136,7 +136,7 @@ def test_every_format(fmt, tree, tmp_path):
     plain = iotool.open_dataset(dst, decoder="auto", transform=crop(), **iterable)
     cached, expected = epochs_of(ds, 2), epochs_of(plain, 2)
     assert len(cached) == len(expected) > 0 and all(torch.equal(a, b) for a, b in zip(cached, expected))
-    maps = getattr(ds, "maps", ds)
+    maps = getattr(ds, "mapstyle", ds)
     assert maps.cache.filled() == len(maps)
 
 
@@ -193,13 +193,13 @@ def test_an_index_that_disagrees_with_the_decoder_is_served_right_and_not_cached
     rewrite_columns(dst, shapes=sizes)
     for resize in (None, 20):
         ds = iotool.open_dataset(dst, cache="ram", cache_resize=resize, shuffle=True)
-        images = {int(ds.maps.keys.index(k)): None for k in ds.maps.keys}
+        images = {int(ds.mapstyle.keys.index(k)): None for k in ds.mapstyle.keys}
         for i in images:
-            image = ds.maps.sample(i)[0]
-            reference = iotool.open_dataset(dst, decoder="auto").maps.load(i)[0]
+            image = ds.mapstyle.sample(i)[0]
+            reference = iotool.open_dataset(dst, decoder="auto").mapstyle.load(i)[0]
             expected = reference.shape if resize is None else (*cached_shape(*reference.shape[:2], 20), 3)
             assert image.shape == expected
-        assert ds.maps.cache.get(0) is None and ds.maps.cache.filled() == len(ds) - 1
+        assert ds.mapstyle.cache.get(0) is None and ds.mapstyle.cache.filled() == len(ds) - 1
         assert "record 0 decodes to" in caplog.text
 
 

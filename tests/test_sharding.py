@@ -14,7 +14,7 @@ import torch.multiprocessing as tmp_mp
 from torch.utils.data import DataLoader
 
 import iotool
-from iotool.loading.opening import ShardedIterableDataset
+from iotool.loading.iterable import ShardedIterableDataset
 from iotool.loading.split import EpochSplit, ShardEnv
 
 from .conftest import indices_by_place, write_tree

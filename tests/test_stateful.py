@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import iotool
-from iotool.loading.opening import ShardedIterableDataset
+from iotool.loading.iterable import ShardedIterableDataset
 from iotool.errors import UsageError
 from iotool.formats.tar import TarReader
 from iotool.loading.split import EpochSplit, ShardEnv

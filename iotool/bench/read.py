@@ -142,7 +142,7 @@ def bench_read(
     fmt = detect_format(path).name
     iterable = {"shuffle": shuffle} if detect_format(path).iterable else {}
     dataset = open_dataset(path, decoder=dec, cache=cache, cache_resize=cache_resize, **iterable)
-    ram = getattr(dataset, "maps", dataset).cache
+    ram = dataset.cache
     nbytes = disk_usage(path)
     result = ReadBenchResult(
         path=os.path.abspath(os.fspath(path)),

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from ..decode.backends import _library_version_in
+from ..decode.backends import libjpeg_turbo_version_in as _library_version_in
 
 _FPS = re.compile(r"Decompress\s*-->\s*Frame rate:\s*([0-9.]+)\s*fps")
 

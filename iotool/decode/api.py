@@ -18,8 +18,8 @@ from . import backends as _b
 AUTO = "auto"
 DEFAULT_MAX_IMAGE_PIXELS = 1024 * 1024 * 1024 // 4 // 3  # PIL's default, used if PIL is absent
 
-# The formats OpenCV reads here; "unknown" lets an explicit opencv try what we do not sniff.
 _OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+# The formats OpenCV reads here; "unknown" lets an explicit opencv try what we do not sniff.
 _OPENCV_FORMATS = frozenset({"jpeg", "png", "bmp", "webp", "tiff", "pnm", "unknown"})
 
 
@@ -103,6 +103,12 @@ def available() -> dict[str, BackendStatus]:
         (the import or load error), the install hint, and the libjpeg-turbo version it carries.
     """
     return {name: _with_jpeg_library(_status(name)) for name in BACKENDS}
+
+
+def error_detail(exc: BaseException) -> str:
+    """An exception's message with memory addresses (``<... object at 0x...>``) replaced by "the
+    image bytes", so the same input always gives the same error message."""
+    return _OBJECT_REPR.sub("the image bytes", str(exc))
 
 
 def image_format(data: bytes | memoryview) -> str:
@@ -278,5 +284,5 @@ def decode(
     except DecodeError as exc:
         raise DecodeError(f"{name}: {exc}") from None
     except Exception as exc:  # backends raise many types; the contract is DecodeError
-        detail = _OBJECT_REPR.sub("the image bytes", str(exc))  # no memory addresses: same input, same message
+        detail = error_detail(exc)
         raise DecodeError(f"{name}: cannot decode with {chosen} ({type(exc).__name__}: {detail}).") from None

@@ -119,7 +119,7 @@ def _as_rgb_contiguous(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def _library_version_in(path: str | None) -> str:
+def libjpeg_turbo_version_in(path: str | None) -> str:
     """Find 'libjpeg-turbo version X.Y.Z' in a shared library's bytes; '' if not found."""
     if not path or not os.path.isfile(path):
         return ""
@@ -221,7 +221,7 @@ def jpeg_library_simplejpeg() -> str:
     """The libjpeg-turbo version linked statically into simplejpeg's extension."""
     import simplejpeg._jpeg as ext
 
-    version = _library_version_in(getattr(ext, "__file__", None))
+    version = libjpeg_turbo_version_in(getattr(ext, "__file__", None))
     return f"libjpeg-turbo {version}" if version else ""
 
 
@@ -268,7 +268,7 @@ def jpeg_library_jpeg4py() -> str:
     except OSError:
         paths = set()
     for path in sorted(paths):
-        version = _library_version_in(path)
+        version = libjpeg_turbo_version_in(path)
         if version:
             return f"libjpeg-turbo {version} (system {os.path.basename(path)})"
     return "system libturbojpeg" if paths else ""

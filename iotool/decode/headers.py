@@ -11,7 +11,7 @@ import io
 
 from ..errors import DecodeError
 from . import backends as _b
-from .api import _OBJECT_REPR, image_format
+from .api import error_detail, image_format
 
 
 def image_size(data: bytes | bytearray | memoryview, name: str = "<bytes>") -> tuple[int, int]:
@@ -34,7 +34,7 @@ def image_size(data: bytes | bytearray | memoryview, name: str = "<bytes>") -> t
     except DecodeError as exc:
         raise DecodeError(f"{name}: {exc}") from None
     except Exception as exc:  # PIL raises many types on garbage; the contract is DecodeError
-        detail = _OBJECT_REPR.sub("the image bytes", str(exc))  # same input, same message
+        detail = error_detail(exc)
         raise DecodeError(f"{name}: not a readable image header ({type(exc).__name__}: {detail}).") from None
 
 

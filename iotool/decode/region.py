@@ -66,7 +66,7 @@ class JpegLibrary:
     @functools.cached_property
     def version(self) -> str:
         """libjpeg-turbo's version, read from the library file ('' when it does not say)."""
-        return _b._library_version_in(self.path)
+        return _b.libjpeg_turbo_version_in(self.path)
 
     def describe(self) -> str:
         """For example ``libjpeg-turbo 3.2.0 (Pillow: /.../pillow.libs/libjpeg-6dc8d115.so.62.4.0)``."""

@@ -8,26 +8,46 @@ from typing import Any, Callable
 
 from torch.utils.data import Dataset
 
-from ..decode import AUTO, decode, resolve_backend
+from ..decode import AUTO, BACKENDS, decode, resolve_backend
 from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError
 from ..formats import FormatReader
 from .ramcache import RamCache, open_ram_cache
 from ..transforms.fused import fuse, leaves_input_alone
 
-log = logging.getLogger("iotool.loading.opening")
+log = logging.getLogger(__name__)
 ON_ERROR = ("raise", "skip")
 CACHES = (None, "ram")
 
+FUSED = "fused"
+DEFAULT_DECODER = FUSED
+"""The datasets' default decoder, ``"fused"``: when the transform starts with one iotool can fuse
+(:data:`iotool.transforms.fused.FUSED_DECODING`: ``RandomResizedCrop``, ``Resize``, ``CenterCrop``,
+alone or first in a ``Compose``), JPEGs are decoded only as far as it needs (the crop's region, a
+reduced DCT scale); otherwise (another transform, none, ``cache="ram"``, a format with its own
+decoder) records decode exactly as with ``"auto"``. ``"auto"`` never fuses."""
+DECODERS = (FUSED, AUTO, *BACKENDS)
+"""What a dataset's ``decoder`` may be, besides None (the stored bytes)."""
 
-class _DefaultDecoder(str):
-    """``"auto"`` when left at its default: the dataset may then fuse decoding into iotool's crops."""
+
+def check_decoder(decoder: str | None) -> None:
+    """Refuse a decoder name the datasets do not know, or a backend not installed here.
+
+    Raises:
+        UsageError: the message lists the choices, or says how to install the backend.
+    """
+    if decoder is None:
+        return
+    if decoder not in DECODERS:
+        raise UsageError(f"Unknown decoder {decoder!r}; choose one of: {', '.join(DECODERS)} "
+                         f"(default {DEFAULT_DECODER!r}: 'auto', fused with iotool's crops), "
+                         f"or None for the stored bytes.")
+    if decoder != FUSED:
+        resolve_backend(decoder, "jpeg")  # a backend that is not installed fails now, not in a worker
 
 
-DEFAULT_DECODER = _DefaultDecoder(AUTO)
-
-
-class _ReaderInfo:
-    """What every dataset tells about its stored data, as torchvision's ImageFolder does."""
+class ReaderInfo:
+    """What every dataset tells about its stored data, as torchvision's ImageFolder does (a mixin
+    for datasets that hold a format ``reader``)."""
 
     reader: FormatReader
 
@@ -54,16 +74,17 @@ class _ReaderInfo:
         return self.reader.meta
 
 
-class ImageDataset(_ReaderInfo, Dataset):
+class ImageDataset(ReaderInfo, Dataset):
     """Map-style dataset over a format reader: ``ds[i] -> (image, label)``.
 
     Images are RGB uint8 HWC numpy arrays (or the stored bytes with ``decoder=None``);
     ``transform`` is applied last. Safe to hand to ``DataLoader(num_workers>0)`` under fork
     and spawn: the reader holds a path and opens its handle in each process.
 
-    With the default decoder and a transform that :func:`iotool.transforms.fused.fuse` knows
-    (iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``, or a ``Compose`` starting with
-    one), JPEG records are decoded only as far as that transform needs. With ``cache="ram"`` the
+    With the default decoder, ``"fused"`` (:data:`DEFAULT_DECODER`), and a transform that
+    :func:`iotool.transforms.fused.fuse` knows (iotool's ``RandomResizedCrop``, ``Resize`` or
+    ``CenterCrop``, or a ``Compose`` starting with one), JPEG records are decoded only as far as
+    that transform needs; otherwise ``"fused"`` decodes as ``"auto"``. With ``cache="ram"`` the
     decoded pixels are kept in one shared block (:mod:`iotool.loading.ramcache`) and the transform is
     applied to them in every epoch.
     """
@@ -72,8 +93,7 @@ class ImageDataset(_ReaderInfo, Dataset):
                  transform: Callable[[Any], Any] | None = None, *, on_error: str = "raise",
                  max_skips: int = 100, check_checksums: bool = False, cache: str | None = None,
                  cache_resize: int | None = None, cache_fallback: bool = False):
-        if decoder is not None:
-            resolve_backend(decoder, "jpeg")  # fail now, not in a worker, on a bad name
+        check_decoder(decoder)  # fail now, not in a worker, on a bad name
         if on_error not in ON_ERROR:
             raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR)}.")
         if cache not in CACHES:
@@ -83,7 +103,8 @@ class ImageDataset(_ReaderInfo, Dataset):
         if cache is None and cache_resize is not None:
             raise UsageError(f"cache_resize={cache_resize!r} only applies with cache='ram'.")
         self.reader = reader
-        self.decoder = None if decoder is None else str(decoder)
+        self.decoder = decoder
+        self._backend = AUTO if decoder == FUSED else decoder  # what decodes when nothing is fused
         self.transform = transform
         self.on_error = on_error
         self.max_skips = max_skips
@@ -91,7 +112,7 @@ class ImageDataset(_ReaderInfo, Dataset):
         self.skipped = 0  # bad records skipped in this process
         self.cache: RamCache | None = open_ram_cache(reader, cache_resize, cache_fallback) if cache else None
         # without a cache (also after cache_fallback), as plain open_dataset(path, transform=T)
-        self.fusing = isinstance(decoder, _DefaultDecoder) and reader.native_decode is None and self.cache is None
+        self.fusing = decoder == FUSED and reader.native_decode is None and self.cache is None
         self._fused_for: tuple[Any, Any] = (None, None)
 
     def __len__(self) -> int:
@@ -190,12 +211,12 @@ class ImageDataset(_ReaderInfo, Dataset):
 
     def _decode(self, index: int, data: bytes, min_size: tuple[int, int] | None = None) -> Any:
         """Decode one payload (unless decoder=None); JPEGs at a DCT reduction that keeps ``min_size``."""
-        if self.decoder is None:
+        if self._backend is None:
             return data
         native = self.reader.native_decode
-        if native is not None and self.decoder == AUTO:
+        if native is not None and self._backend == AUTO:
             return native(data)  # e.g. the BMP cache: numpy, no PIL
-        return decode(data, self.decoder, min_size=min_size, name=f"{self.reader.path}[{index}]")
+        return decode(data, self._backend, min_size=min_size, name=f"{self.reader.path}[{index}]")
 
     def _transform(self, image: Any) -> Any:
         return self.transform(image) if self.transform is not None else image

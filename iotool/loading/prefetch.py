@@ -10,20 +10,19 @@ Without CUDA the same conversion runs synchronously, so a training loop runs unc
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, Iterable, Iterator, Sequence, Union
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 
 from ..errors import UsageError
+from .normalization import ChannelValues, mean_std_255
 
 log = logging.getLogger(__name__)
 
 IMAGE_KEYS = ("image", "images")
-Stats = Union[float, Sequence[float], torch.Tensor, None]
 
 
 class CUDAPrefetcher:
@@ -106,8 +105,8 @@ class CUDAPrefetcher:
     def __init__(
         self,
         loader: Iterable[Any],
-        mean: Stats = None,
-        std: Stats = None,
+        mean: ChannelValues = None,
+        std: ChannelValues = None,
         device: str | torch.device | None = None,
         channels_last: bool = False,
         dtype: torch.dtype = torch.float32,
@@ -120,7 +119,7 @@ class CUDAPrefetcher:
         self.dtype = _check_dtype(dtype)
         self.depth = _check_depth(depth)
         self.image_key = image_key
-        self.mean255, self.std255 = _stats_255(mean, std)
+        self.mean255, self.std255 = mean_std_255(mean, std)
         self.stream: torch.cuda.Stream | None = None
         self.streams_created = 0
         self._compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
@@ -360,31 +359,6 @@ def _check_depth(depth: int) -> int:
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise UsageError(f"CUDAPrefetcher: depth={depth!r}; use an integer of 1 or more (2 is typical).")
     return depth
-
-
-def _stats_255(mean: Stats, std: Stats) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """Resolve mean/std to float64 vectors in 0-255 units (see the class docstring)."""
-    if mean is None and std is None:
-        return None, torch.tensor([255.0], dtype=torch.float64)
-    if mean is None or std is None:
-        raise UsageError("CUDAPrefetcher: give both mean and std, or neither (plain / 255 scaling).")
-    m, s = _as_vector(mean, "mean"), _as_vector(std, "std")
-    if not bool((s > 0).all()):
-        raise UsageError(f"CUDAPrefetcher: std={s.tolist()}; every value must be greater than 0.")
-    if max(m.max().item(), s.max().item()) <= 1:
-        m, s = m * 255, s * 255
-    return m, s
-
-
-def _as_vector(values: Stats, name: str) -> torch.Tensor:
-    """One or more finite numbers as a 1-D float64 CPU tensor."""
-    try:
-        vector = torch.as_tensor(values, dtype=torch.float64).detach().cpu().reshape(-1).clone()
-    except (TypeError, ValueError, RuntimeError):
-        raise UsageError(f"CUDAPrefetcher: {name}={values!r}; give a number or a sequence of numbers.") from None
-    if vector.numel() == 0 or not all(math.isfinite(v) for v in vector.tolist()):
-        raise UsageError(f"CUDAPrefetcher: {name}={values!r}; give one or more finite numbers.")
-    return vector
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:

@@ -114,7 +114,7 @@ class ShardCache:
             if TMP_TAG in entry.name:
                 pid = entry.name.rsplit(TMP_TAG, 1)[1].split("-", 1)[0]
                 if pid.isdigit() and not pid_alive(int(pid)):
-                    _unlink(entry.path, removed)
+                    remove_if_exists(entry.path, removed)
                 continue
             files.append((st.st_mtime, st.st_size, entry.path))
         total = sum(f[1] for f in files)
@@ -122,7 +122,7 @@ class ShardCache:
             if total <= self.max_bytes:
                 break
             if path != keep:
-                _unlink(path, removed)
+                remove_if_exists(path, removed)
                 total -= length
         return removed
 
@@ -134,7 +134,8 @@ def _touch(path: str) -> None:
         pass
 
 
-def _unlink(path: str, removed: list[str]) -> None:
+def remove_if_exists(path: str, removed: list[str]) -> None:
+    """Remove the local file ``path`` and append it to ``removed``; nothing when it is already gone."""
     try:
         os.remove(path)
         removed.append(path)

@@ -6,7 +6,7 @@ import os
 import uuid
 from typing import Any
 
-from .cache import _unlink
+from .cache import remove_if_exists
 from .config import TMP_TAG, StorageConfig, StorageError, basename, is_url, join, normalize
 from .remote import exists, filesystem
 from .retries import with_retries
@@ -122,7 +122,7 @@ class OutputDir:
             for folder, _, files in os.walk(self.location):
                 for name in files:
                     if name.startswith(".") and TMP_TAG in name:
-                        _unlink(os.path.join(folder, name), stale)
+                        remove_if_exists(os.path.join(folder, name), stale)
             return [os.path.relpath(p, self.location) for p in stale]
         stale = [n for n in self.names() if n.startswith(".") and TMP_TAG in n]
         for name in stale:

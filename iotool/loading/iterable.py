@@ -1,0 +1,176 @@
+"""The iterable dataset over a sharded format: each epoch's records split over ranks and workers, resumable."""
+
+from __future__ import annotations
+
+import operator
+import random
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from ..errors import UsageError
+from ..formats import ShardedReader
+from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo
+from .ramcache import RamCache
+from .split import (STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env,
+                    distributed_rank)
+
+__all__ = ["ShardedIterableDataset"]
+
+
+class ShardedIterableDataset(ReaderInfo, IterableDataset):
+    """Streams a sharded dataset (tar shards, ...) once per epoch across ranks and workers.
+
+    Each epoch orders the shards (shuffled, when ``shuffle``, with the same ``(seed, epoch)`` on
+    every rank) and splits their records, end to end, into equal contiguous runs: one per rank,
+    cut again per DataLoader worker (:mod:`iotool.loading.split`). Every (rank, worker) reads distinct
+    records, sequentially inside each shard, every record is read exactly once per epoch, and
+    every worker has work whatever the shard count. Within a worker, samples pass through a
+    shuffle buffer seeded from ``(seed, epoch, rank, worker)``.
+
+    With ``even=True`` every rank yields the same number of samples, as DDP needs: a rank with
+    one sample fewer repeats its own first sample (like ``DistributedSampler``'s padding), so
+    nothing is dropped and at most ``world_size - 1`` samples repeat per epoch.
+
+    Resumable mid-epoch with torchdata's ``StatefulDataLoader`` (:meth:`state_dict`,
+    :meth:`load_state_dict`): a resumed epoch continues sample for sample, without reading or
+    decoding the samples it skips.
+
+    Each record is decoded and transformed by :attr:`mapstyle`, an :class:`ImageDataset` over the
+    same reader (so ``decoder``, ``transform``, ``on_error``, the checksums and the RAM cache
+    behave as there; ``decoder`` defaults to ``"fused"``, see :data:`DEFAULT_DECODER`).
+    """
+
+    def __init__(self, reader: ShardedReader, decoder: str | None = DEFAULT_DECODER,
+                 transform: Callable[[Any], Any] | None = None, *, shuffle: bool = False, seed: int = 0,
+                 buffer_size: int = 1000, even: bool = False, env: ShardEnv | None = None,
+                 on_error: str = "raise", max_skips: int = 100, check_checksums: bool = False,
+                 cache: str | None = None, cache_resize: int | None = None, cache_fallback: bool = False):
+        if buffer_size < 1:
+            raise UsageError(f"buffer_size={buffer_size}: must be at least 1.")
+        # the map-style dataset over the same reader: it decodes, transforms (or skips) each record
+        self.mapstyle = ImageDataset(reader, decoder, transform, on_error=on_error, max_skips=max_skips,
+                                     check_checksums=check_checksums, cache=cache, cache_resize=cache_resize,
+                                     cache_fallback=cache_fallback)
+        self.reader = reader
+        self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even
+        self.env = env
+        # In shared memory, so DataLoader workers that persist across epochs
+        # (persistent_workers=True) see set_epoch too; their copy of the dataset is made once.
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._dist = distributed_rank()
+        self._loaded: dict[str, Any] | None = None  # from load_state_dict, for the next pass
+        self._pending: dict[str, Any] | None = None  # the state the next pass starts from
+        self._pass: tuple[dict[str, Any], WorkerStream] | None = None  # the running (or last) pass
+
+    @property
+    def cache(self) -> RamCache | None:
+        """The RAM cache of decoded images, or None: :attr:`mapstyle`'s, as ``ImageDataset.cache``."""
+        return self.mapstyle.cache
+
+    @property
+    def epoch(self) -> int:
+        """The epoch that seeds shuffling (see :meth:`set_epoch`)."""
+        return int(self._epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds shuffling; call before each epoch's iteration.
+
+        Works with ``persistent_workers=True``: the value lives in shared memory, and a
+        persistent worker starts its next epoch's pass only when the next ``iter(loader)`` begins.
+        """
+        self._epoch.fill_(operator.index(epoch))
+        self._dist = distributed_rank() or self._dist
+
+    def _env(self) -> ShardEnv:
+        if self.env is not None:
+            return self.env
+        if get_worker_info() is None:  # the main process: remember the rank for the workers
+            self._dist = distributed_rank() or self._dist
+        return current_env(self._dist)
+
+    def split(self, epoch: int | None = None) -> EpochSplit:
+        """This epoch's (or ``epoch``'s) record order and its cut over ranks and workers."""
+        return EpochSplit.of(self.reader.shard_ranges(), self.shuffle, self.seed,
+                             self.epoch if epoch is None else epoch)
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch (all workers together)."""
+        env = self._env()
+        return self.split().rank_length(env.rank, env.world_size, self.even)
+
+    def _stream(self, env: ShardEnv, epoch: int) -> WorkerStream:
+        """This process's record stream for ``epoch``, from its start."""
+        split = self.split(epoch)
+        rng = random.Random(f"{self.seed}-{epoch}-{env.rank}-{env.worker_id}") if self.shuffle else None
+        return WorkerStream(split, env, self.even, rng, self.buffer_size)
+
+    def iter_indices(self) -> Iterator[int]:
+        """The record indices this process yields this epoch, in order (shuffled if asked)."""
+        yield from self._stream(self._env(), self.epoch)
+
+    def _place(self, env: ShardEnv) -> dict[str, Any]:
+        """What a saved state must match to resume in this process (all but the epoch)."""
+        return {"version": STATE_VERSION, "records": len(self.reader), "seed": self.seed,
+                "shuffle": self.shuffle, "even": self.even,
+                "buffer_size": self.buffer_size if self.shuffle else None, "rank": env.rank,
+                "world_size": env.world_size, "worker_id": env.worker_id, "num_workers": env.num_workers}
+
+    def state_dict(self) -> dict[str, Any]:
+        """This process's place in its epoch, as small plain data (JSON-serialisable).
+
+        torchdata's ``StatefulDataLoader`` calls this in each worker and keeps one state per
+        worker in ``loader.state_dict()``: the epoch, seed and split, the records this worker has
+        taken from its runs, and with ``shuffle`` the shuffle buffer's record indices (at most
+        ``buffer_size``) and the RNG state. Before a pass starts it is the state that pass will
+        start from (a loaded one, or the epoch's start).
+        """
+        waiting = self._loaded if self._loaded is not None else self._pending
+        if waiting is not None:
+            return dict(waiting)
+        if self._pass is not None:
+            place, stream = self._pass
+            return {**place, **stream.position()}
+        env = self._env()
+        return {**self._place(env), "epoch": self.epoch, **self._stream(env, self.epoch).position()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from a :meth:`state_dict`: the next pass continues where it was saved, reading
+        none of the records before that point.
+
+        Raises :class:`~iotool.UsageError` naming the mismatch when the state was saved with other
+        options, another rank, world size, worker or worker count, or (when the pass starts)
+        another epoch: call ``set_epoch`` with the saved epoch before iterating.
+        """
+        check_resumable(state, self._place(self._env()))
+        self._loaded = dict(state)
+
+    def __iter__(self) -> Iterator[tuple[Any, int]]:
+        loaded, self._loaded = self._loaded, None  # a loaded state resumes this pass only
+        self._pass, self._pending = None, loaded
+        return self._samples(loaded)
+
+    def _samples(self, loaded: dict[str, Any] | None) -> Iterator[tuple[Any, int]]:
+        env, epoch = self._env(), self.epoch  # read when the pass starts (set_epoch may come late)
+        place = {**self._place(env), "epoch": epoch}
+        stream = self._stream(env, epoch)
+        if loaded is not None:
+            check_resumable(loaded, place)
+            stream.restore(loaded)
+        self._pass, self._pending = (place, stream), None
+        if self.shuffle:  # random reads, one index at a time: the stream's position is exact
+            records = ((i, None, None) for i in stream)
+        else:  # one sequential pass over each shard file; count what comes out
+            records = self.reader.read_many(stream.remaining())
+        for i, data, label in records:
+            if not self.shuffle:
+                stream.taken += 1
+            sample = self.mapstyle.sample(i, data, label)
+            if sample is not None:
+                yield sample
+
+    def __repr__(self) -> str:
+        cache = f", cache={self.cache!r}" if self.cache is not None else ""
+        return (f"{type(self).__name__}({self.reader.path!r}, shards={len(self.reader.shard_ranges())}, "
+                f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even}{cache})")
