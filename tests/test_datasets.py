@@ -49,6 +49,20 @@ def test_decoder_none_returns_stored_bytes_and_transform_runs_last(sample_lmdb):
 def test_unknown_decoder_is_refused_with_choices(sample_lmdb):
     with pytest.raises(UsageError, match="opencv"):
         iotool.open_dataset(sample_lmdb, decoder="turbo")
+    with pytest.raises(UsageError, match="fused"):
+        iotool.open_dataset(sample_lmdb, decoder="turbo")
+
+
+def test_the_default_decoder_is_fused_and_decodes_as_auto(sample_lmdb):
+    from iotool.loading.mapstyle import DEFAULT_DECODER
+
+    assert DEFAULT_DECODER == "fused"
+    default, fused, auto = (iotool.open_dataset(sample_lmdb, **kw) for kw in ({}, {"decoder": "fused"},
+                                                                               {"decoder": "auto"}))
+    assert default.decoder == fused.decoder == "fused" and auto.decoder == "auto"
+    for i in (0, 7):  # no transform: nothing to fuse, the same pixels as "auto"
+        np.testing.assert_array_equal(default[i][0], auto[i][0])
+        np.testing.assert_array_equal(fused[i][0], auto[i][0])
 
 
 def test_pickling_drops_handles(sample_lmdb):

@@ -67,6 +67,10 @@ def test_without_a_reduction_pixels_equal_full_decode_then_transform(small, tran
     full = iotool.open_dataset(small, decoder="auto", transform=transform())  # decoder given: no fusing
     assert fused.fused is not None and full.fused is None
     assert all(torch.equal(a, b) for a, b in zip(outputs(fused), outputs(full)))
+    named = iotool.open_dataset(small, decoder="fused", transform=transform())  # the default, by name
+    full = iotool.open_dataset(small, decoder="auto", transform=transform())  # a fresh random stream
+    assert named.fused is not None
+    assert all(torch.equal(a, b) for a, b in zip(outputs(named), outputs(full)))
 
 
 @pytest.mark.parametrize("transform,mean_bound", [(lambda: RandomResizedCrop(64, seed=1), 9.0),
