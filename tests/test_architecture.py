@@ -1,4 +1,4 @@
-"""The shape rules of DESIGN.md section 2, checked on the code itself.
+"""The shape rules of docs/contributing.md ("Architecture"), checked on the code itself.
 
 Layering is checked by import-linter (`lint-imports`, in CI); these tests add what it does not:
 no import cycles at all, a light ``import iotool``, no built-in format names outside the formats,
