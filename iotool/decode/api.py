@@ -278,5 +278,6 @@ def decode(
     except DecodeError as exc:
         raise DecodeError(f"{name}: {exc}") from None
     except Exception as exc:  # backends raise many types; the contract is DecodeError
-        detail = _OBJECT_REPR.sub("the image bytes", str(exc))  # no memory addresses: same input, same message
+        # no memory addresses (same input, same message): PIL's "cannot identify image file <BytesIO ...>"
+        detail = " ".join(_OBJECT_REPR.sub("", str(exc)).split()).rstrip(".")
         raise DecodeError(f"{name}: cannot decode with {chosen} ({type(exc).__name__}: {detail}).") from None
