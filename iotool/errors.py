@@ -6,11 +6,10 @@ Every error iotool raises on bad input derives from :class:`IotoolError`, so cal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Remedy:
+class Remedy(NamedTuple):
     """What the user can do about an error, said once for library callers and once for the CLI."""
 
     api: str  # e.g. "Pass overwrite=True to replace it."
