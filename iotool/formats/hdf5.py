@@ -32,7 +32,10 @@ import numpy as np
 
 from ..errors import FormatError
 from ..records import DatasetMeta, Record
-from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
+from .options import FormatOptions
+from .reader import FormatReader
+from .spec import FormatSpec
+from .writer import FormatWriter, WriterHooks
 from .sharded.columns import AsciiColumn, IntColumn, LazyColumn
 from .sharded.index import canonical_json, sha256_hex
 from .shapes import record_shape, recorded_sizes

@@ -13,7 +13,7 @@ import logging
 from typing import Iterator, Mapping
 
 from ..errors import UnknownFormatError
-from .base import FormatSpec
+from .spec import FormatSpec
 
 log = logging.getLogger(__name__)
 

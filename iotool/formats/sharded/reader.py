@@ -20,7 +20,7 @@ import numpy as np
 from ... import storage
 from ...errors import FormatError, IotoolError
 from ...records import DatasetMeta
-from ..base import ShardedReader
+from ..reader import ShardedReader
 from .index import IndexedReader, read_index
 
 

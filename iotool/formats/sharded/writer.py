@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ...errors import FormatError, UsageError
 from ...records import DatasetMeta, Record
-from ..base import FormatOptions, FormatWriter, ShardPlan, ShardUnit, WriterHooks
+from ..options import FormatOptions
+from ..plan import ShardPlan, ShardUnit
+from ..writer import FormatWriter, WriterHooks
 from .columns import ColumnWriter, write_columns
 from .index import meta_dict, write_index
 from ..shapes import SHAPES, UNKNOWN

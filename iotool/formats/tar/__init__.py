@@ -13,7 +13,7 @@ offsets instead of parsing tar headers, so records are also reachable by index.
 
 from __future__ import annotations
 
-from ..base import FormatSpec
+from ..spec import FormatSpec
 from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TarShardPlan
 from .reader import FORMAT_VERSION, TarReader, unsafe_member_name

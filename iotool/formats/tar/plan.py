@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...records import Record
-from ..base import ShardUnit
+from ..plan import ShardUnit
 from ..sharded.index import unique_stem
 from ..shapes import record_shape
 from ..sharded.writer import ShardedPlan, ShardedUnit

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...records import Record
-from ..base import WriterHooks
+from ..writer import WriterHooks
 from ..sharded.index import unique_stem
 from ..shapes import record_shape
 from ..sharded.writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter, sharded_index

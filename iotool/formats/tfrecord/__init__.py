@@ -28,7 +28,7 @@ Example fields parsed with bounds checks and unknown fields skipped. CRC32C need
 
 from __future__ import annotations
 
-from ..base import FormatSpec
+from ..spec import FormatSpec
 from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TfrecordShardPlan
 from .reader import FORMAT_VERSION, TfrecordReader
