@@ -196,7 +196,7 @@ def test_verify_names_a_damaged_record_and_a_stale_idx_file(shards, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(shards, copy)
     reader = iotool.open_reader(copy)
-    _, offset, size = (int(v) for v in reader._locations[6])
+    _, offset, size = (int(v) for v in reader.locations[6])
     path = copy / reader.shards[1]["name"]
     data = bytearray(path.read_bytes())
     data[offset + size - 30] ^= 0x10

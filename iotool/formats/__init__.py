@@ -18,7 +18,7 @@ from .plan import ShardPlan, ShardUnit
 from .reader import FormatReader, ShardedReader
 from .spec import FormatSpec
 from .writer import FormatWriter, WriterHooks
-from .registry import FORMATS, all_formats, format_names, get_format, register
+from .registry import FORMATS, all_formats, format_names, formats_where, get_format, register
 
 if TYPE_CHECKING:
     from ..storage import StorageConfig
@@ -75,5 +75,6 @@ def _detect_remote(url: str, config: "StorageConfig") -> FormatSpec:
 
 __all__ = [
     "FORMATS", "FormatOptions", "FormatReader", "FormatSpec", "FormatWriter", "ShardPlan", "ShardUnit",
-    "ShardedReader", "WriterHooks", "all_formats", "detect_format", "format_names", "get_format", "register",
+    "ShardedReader", "WriterHooks", "all_formats", "detect_format", "format_names", "formats_where", "get_format",
+    "register",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .dali import DaliReading
 from .options import FormatOptions
 from .plan import ShardPlan
 from .reader import FormatReader, ShardedReader
@@ -38,6 +39,10 @@ class FormatSpec:
             publish them to a URL destination; ``unit_glob`` matches their file names.
         encoding: a payload encoding the format requires (the BMP cache: ``bmp``).
         needs_resize: the format stores resized images only.
+        dali: how NVIDIA DALI reads the format's shards (its reader, index files and how to
+            rebuild them; :mod:`iotool.formats.dali`), or None when DALI does not read it.
+        webdataset: the ``webdataset`` package reads the shards as they are
+            (``webdataset.WebDataset(reader.shard_urls())``; samples ``<key>.<ext>`` + ``<key>.cls``).
         example_options: options for a tiny dataset that still has several units (shards,
             commits); the shared test suites and docs use them.
     """
@@ -54,6 +59,8 @@ class FormatSpec:
     unit_glob: str | None = None
     encoding: str | None = None
     needs_resize: bool = False
+    dali: DaliReading | None = None
+    webdataset: bool = False
     example_options: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -29,6 +29,7 @@ Example fields parsed with bounds checks and unknown fields skipped. CRC32C need
 from __future__ import annotations
 
 from ..spec import FormatSpec
+from .dali import TfrecordDali
 from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TfrecordShardPlan
 from .reader import FORMAT_VERSION, TfrecordReader
@@ -37,8 +38,9 @@ from .writer import DEFAULT_SHARD_SIZE, TfrecordOptions, TfrecordWriter, index_n
 SPEC = FormatSpec(
     "tfrecord", "TFRecord shards of tf.train.Example, with tfrecord2idx files (directory)", TfrecordWriter,
     TfrecordReader, sniff_index, sniff_remote=sniff_index_remote, options=TfrecordOptions,
-    sharded=TfrecordShardPlan(), remote_write=True, unit_glob="shard-*.tfrecord*", example_options={"shard_size": 4},
+    sharded=TfrecordShardPlan(), remote_write=True, unit_glob="shard-*.tfrecord*", dali=TfrecordDali(),
+    example_options={"shard_size": 4},
 )
 
-__all__ = ["DEFAULT_SHARD_SIZE", "FORMAT_VERSION", "SPEC", "TfrecordOptions", "TfrecordReader", "TfrecordWriter",
+__all__ = ["DEFAULT_SHARD_SIZE", "FORMAT_VERSION", "SPEC", "TfrecordDali", "TfrecordOptions", "TfrecordReader", "TfrecordWriter",
            "index_name", "shard_name"]

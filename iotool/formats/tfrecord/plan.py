@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ...records import DatasetMeta, Record
 from ..options import FormatOptions
 from ..plan import ShardPlan, ShardUnit
-from ..sharded.writer import ShardedPlan, ShardedUnit
+from ..sharded.plan import ShardedPlan, ShardedUnit
 from ..shapes import record_shape
 from .writer import COLUMNS, KINDS, ShardFile, TfrecordOptions, TfrecordWriter, record_bytes, shard_name, write_idx
 
