@@ -1,6 +1,6 @@
 """The Ray engine: a sharded format's conversion as one task per shard on a Ray cluster.
 
-The work is split by the format's :class:`~iotool.formats.base.ShardPlan`: task k takes the
+The work is split by the format's :class:`~iotool.formats.plan.ShardPlan`: task k takes the
 source samples at positions ``[k * S, (k + 1) * S)``, reads, validates and resizes them exactly
 as a local worker does (:func:`iotool.pipeline.prepare.process_chunk`), and writes its unit
 straight into the destination, under a temporary name renamed when complete, so a task that
