@@ -6,9 +6,40 @@ Every error iotool raises on bad input derives from :class:`IotoolError`, so cal
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+
+class Remedy(NamedTuple):
+    """What the user can do about an error, said once for library callers and once for the CLI."""
+
+    api: str  # e.g. "Pass overwrite=True to replace it."
+    cli: str  # e.g. "Pass --overwrite to replace it."
+
 
 class IotoolError(Exception):
-    """Base class for every error iotool raises on bad input or bad usage."""
+    """Base class for every error iotool raises on bad input or bad usage.
+
+    An error may carry a :class:`Remedy`: ``str(error)`` ends with its library spelling, and
+    :meth:`cli_message` with its command-line spelling.
+    """
+
+    remedy: Remedy | None = None
+
+    def with_remedy(self, remedy: Remedy) -> "IotoolError":
+        """This error, told what the user can do about it (returns ``self``, to raise)."""
+        self.remedy = remedy
+        return self
+
+    def _message(self, hint: str | None) -> str:
+        text = super().__str__()
+        return f"{text} {hint}" if hint else text
+
+    def __str__(self) -> str:
+        return self._message(self.remedy.api if self.remedy else None)
+
+    def cli_message(self) -> str:
+        """The message in the command line's words."""
+        return self._message(self.remedy.cli if self.remedy else None)
 
 
 class SourceError(IotoolError):

@@ -12,7 +12,7 @@ import pytest
 import iotool
 from iotool.pipeline.destination import TMP_MARKER, cleanup_stale_temporaries
 from iotool.errors import ConversionError, DestinationExistsError, UsageError
-from iotool.formats import lmdb as lmdb_format
+from iotool.formats.lmdb import writer as lmdb_writer
 from iotool.pipeline.sources import scan_imagefolder
 
 from .conftest import listdir_all, make_image
@@ -67,7 +67,7 @@ def test_layout_readable_with_plain_lmdb(imagefolder, tmp_path):
 
 
 def test_map_size_grows_as_needed(imagefolder, tmp_path, monkeypatch):
-    monkeypatch.setattr(lmdb_format, "INITIAL_MAP_SIZE", 64 << 10)  # far smaller than the data
+    monkeypatch.setattr(lmdb_writer, "INITIAL_MAP_SIZE", 64 << 10)  # far smaller than the data
     dst = tmp_path / "out.lmdb"
     iotool.convert(imagefolder, dst, "lmdb", workers=0, commit_every=3)
     assert len(read_all(dst)) == 13

@@ -87,7 +87,7 @@ def test_shard_bytes_bounds_shards(tmp_path, shards):
     dst = tmp_path / "bytes"
     iotool.convert(shards, dst, "tar", src_format="tar", workers=0, shard_size=1000, shard_bytes=20000)
     reader = iotool.open_reader(dst)
-    sizes = [sum(reader._locations[i][2] for i in r) for r in reader.shard_ranges()]
+    sizes = [sum(reader.locations[i][2] for i in r) for r in reader.shard_ranges()]
     assert len(sizes) > 2 and all(s <= 20000 or len(r) == 1 for s, r in zip(sizes, reader.shard_ranges()))
     assert reader.keys == iotool.open_reader(shards).keys
 

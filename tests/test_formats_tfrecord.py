@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 import iotool
+from iotool.formats import get_format
+from iotool.formats.registry import BUILTIN
 from iotool.formats.tfrecord import example, framing
 from iotool.formats.tfrecord.writer import index_name
 
@@ -196,7 +198,7 @@ def test_verify_names_a_damaged_record_and_a_stale_idx_file(shards, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(shards, copy)
     reader = iotool.open_reader(copy)
-    _, offset, size = (int(v) for v in reader._locations[6])
+    _, offset, size = (int(v) for v in reader.locations[6])
     path = copy / reader.shards[1]["name"]
     data = bytearray(path.read_bytes())
     data[offset + size - 30] ^= 0x10
@@ -289,13 +291,13 @@ def foreign(tmp_path):
     return tmp_path, images, paths
 
 
-@pytest.mark.parametrize("to", ["lmdb", "hdf5", "tar", "tfrecord"])
+@pytest.mark.parametrize("to", [name for name in BUILTIN if not get_format(name).needs_resize])
 def test_files_written_by_the_tfrecord_package_convert(foreign, to):
     tmp, images, _ = foreign
     dst = tmp / f"out-{to}"
     report = iotool.convert(str(tmp / "foreign" / "train-*"), dst, to, workers=0, src_format="tfrecord-files",
                             source_options={"label_file": str(tmp / "labels.txt")},
-                            **({"shard_size": 4} if to in ("tar", "tfrecord") else {}))
+                            **get_format(to).example_options)
     assert report.count == 10
     reader = iotool.open_reader(dst)
     assert reader.classes == ["tench", "goldfish", "shark"]

@@ -19,13 +19,20 @@ import iotool
 from iotool.decode import decode
 from iotool.errors import DecodeError
 from iotool.formats import get_format
-from iotool.formats.sharded.index import write_index
 from iotool.formats.lmdb import close_env
+from iotool.formats.registry import BUILTIN
+from iotool.formats.sharded.index import write_index
+from iotool.formats.sharded.reader import OffsetShardReader
 
 from .conftest import FORMATS, downgrade_to_v1, formats_where, make_image, options_for, rewrite_meta, write_tree
 from .test_engines_ray import cluster, needs_ray  # noqa: F401  (the module's local Ray cluster)
 
-BUILTIN_RECORDING = ["lmdb", "hdf5", "tar", "tfrecord", "bmp"]  # formats that store the sizes in their index
+BUILTIN_RECORDING = list(BUILTIN)  # every built-in format stores the sizes in its index (a plugin need not)
+# The offset-addressed sharded formats keep them as a column of index.json's (index.shapes.npy).
+SHARDED = formats_where(lambda s: issubclass(s.reader, OffsetShardReader))
+# The built-in formats whose previous version did not record them: all but the BMP cache, whose
+# "sizes" column every version has (the one format-specific exception, as in _stored_shapes).
+SIZES_ADDED_LATER = [name for name in BUILTIN if name != "bmp"]
 PLAIN = formats_where(lambda s: not s.needs_resize)  # formats that store payloads as given
 
 
@@ -97,7 +104,7 @@ def test_sizes_after_resize_are_those_of_the_stored_payload(fmt, how, varied, tm
 
 def _stored_shapes(fmt: str, path: Path) -> np.ndarray:
     """The sizes as each built-in format stores them, read without iotool's readers."""
-    if fmt in ("tar", "tfrecord"):
+    if fmt in SHARDED:
         return np.load(path / "index.shapes.npy", allow_pickle=False)
     if fmt == "bmp":
         return np.load(path / "index.sizes.npy", allow_pickle=False)[:, ::-1]  # [width, height]
@@ -124,7 +131,7 @@ def test_builtin_formats_record_the_sizes_in_their_index(fmt, varied, tmp_path):
 
 def _as_previous_version(fmt: str, path: Path) -> None:
     """Rewrite a dataset as the format version before the sizes were recorded wrote it."""
-    if fmt in ("tar", "tfrecord"):
+    if fmt in SHARDED:
         index = json.loads((path / "index.json").read_text())
         index.pop("integrity")
         for name in index["columns"].pop("shapes")["files"]:
@@ -150,7 +157,7 @@ def _as_previous_version(fmt: str, path: Path) -> None:
         rewrite_meta(fmt, path, format_version=2)
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "tfrecord"])
+@pytest.mark.parametrize("fmt", SIZES_ADDED_LATER)
 def test_datasets_written_before_fall_back_to_the_headers(fmt, varied, tmp_path):
     dst = tmp_path / "out"
     iotool.convert(varied, dst, fmt, workers=0, **options_for(fmt))
@@ -160,7 +167,7 @@ def test_datasets_written_before_fall_back_to_the_headers(fmt, varied, tmp_path)
     assert reader.meta.format_version == reader.format_versions[-2]
     assert np.array_equal(_check(reader), recorded)
     assert iotool.verify(dst).ok
-    if fmt in ("tar", "tfrecord"):  # and the version before that: columns as JSON lists in index.json
+    if fmt in SHARDED:  # and the version before that: columns as JSON lists in index.json
         downgrade_to_v1(dst)
         assert np.array_equal(_check(iotool.open_reader(dst)), recorded)
 

@@ -106,7 +106,7 @@ def regions(fmt: str, path: Path) -> dict[str, list[Region]]:
     index += [(f, 0, f.stat().st_size) for f in files if f.name.startswith("index.")]
     if fmt == "tar":  # the member name fields of tar headers
         shards = [path / s["name"] for s in reader.shards]
-        index += [(shards[s], off - 512, off - 512 + 100) for s, off, _ in reader._locations]
+        index += [(shards[s], off - 512, off - 512 + 100) for s, off, _ in reader.locations]
     assert metadata and index, f"{fmt}: metadata {metadata}, index {index}"
     found_regions = {"payload": payload, "metadata": metadata, "index": index}
     # Each index column on its own, where it is stored as one block (not inside index.json or a
@@ -171,7 +171,7 @@ def test_cli_verify_lists_bad_records_and_exits_1(pristine, tmp_path):
     copy = tmp_path / "t"
     shutil.copytree(pristine["tar"], copy)
     reader = iotool.open_reader(copy)
-    shard, offset, _ = reader._locations[5]
+    shard, offset, _ = reader.locations[5]
     shard_file = copy / reader.shards[shard]["name"]
     data = bytearray(shard_file.read_bytes())
     data[offset + 30] ^= 0xFF

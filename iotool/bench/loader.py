@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import IotoolError, UsageError
+from ..formats import formats_where
 from .common import ProgressFn, Stats, disk_usage, environment, no_progress, rotated, \
     single_threaded, summarize
 from .read import make_loader, run_epoch
@@ -211,17 +212,17 @@ def _contestants(src: str, built: dict[str, tuple[str, float]], decoder: str, pi
     from ..loading.opening import open_dataset
 
     out: dict[str, tuple[str, Any]] = dict([_baseline(src, pipeline, size, decoder)])
+    wds = next(iter(formats_where(lambda spec: spec.webdataset, built)), None)  # shards webdataset, DALI read
     if webdataset:
-        if "tar" not in built:
-            failed[WEBDATASET] = "needs the tar format in --formats"
+        if wds is None:
+            failed[WEBDATASET] = f"needs the {' or '.join(formats_where(lambda s: s.webdataset))} format in --formats"
         else:
             try:
-                out[WEBDATASET] = ("webdataset", WebDatasetPIL(built["tar"][0], _transforms(pipeline, size,
-                                                                                         "webdataset", decoder)[1]))
+                out[WEBDATASET] = ("webdataset", WebDatasetPIL(built[wds][0], _transforms(pipeline, size, "webdataset", decoder)[1]))
             except ImportError as exc:
                 failed[WEBDATASET] = f"webdataset is not installed ({exc}); pip install webdataset"
-    if "tar" in built and DaliCPU.available():
-        out[DALI] = ("dali", DaliCPU(built["tar"][0], pipeline, size))
+    if wds in formats_where(lambda spec: spec.dali is not None, built) and DaliCPU.available():
+        out[DALI] = ("dali", DaliCPU(built[wds][0], pipeline, size))
     for fmt, (path, _) in built.items():
         try:
             fmt_decoder, transform = _transforms(pipeline, size, fmt, decoder)
@@ -371,8 +372,9 @@ def bench_loader(
             progress("timing each step on one core (the ceilings)", 1, 1)
             result.ceiling = ceilings(src, {fmt: path for fmt, (path, _) in built.items()}, ceiling_rounds)
         result.environment = environment()
+        wds = next(iter(formats_where(lambda spec: spec.webdataset, built)), None)  # as in _contestants
         for name, (fmt, _) in contestants.items():
-            path, seconds = built.get("tar" if fmt in ("webdataset", "dali") else fmt, (src, None))
+            path, seconds = built.get(wds if fmt in ("webdataset", "dali") else fmt, (src, None))
             result.results.append(LoaderResult(name, fmt, result.images, summarize(tallies[name]),
                                                convert_seconds=seconds, bytes=disk_usage(path),
                                                options=conversion_options(fmt, size)))

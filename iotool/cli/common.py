@@ -7,7 +7,7 @@ import json
 import os
 import signal
 import sys
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import typer
 from rich.console import Console
@@ -29,10 +29,10 @@ def handle_errors() -> Iterator[None]:
     try:
         yield
     except (UsageError, DestinationExistsError, DestinationLockedError) as exc:
-        err_console.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]Error:[/] {escape(exc.cli_message())}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE_ERROR) from None
     except IotoolError as exc:
-        err_console.print(f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]Error:[/] {escape(exc.cli_message())}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_DATA_ERROR) from None
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
@@ -96,22 +96,59 @@ def write_json(obj: Any, dest: str | None) -> None:
             f.write(text + "\n")
 
 
+def choice(names: Sequence[str]) -> Callable[[str], str]:
+    """A parameter parser that accepts one of ``names`` and refuses anything else with
+    "'lmbd' is not one of: lmdb, hdf5, ..." (Typer's Enum parameters prefix pydantic's
+    "Value error," to that)."""
+    choices = list(names)
+
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"{value!r} is not one of: {', '.join(choices)}.")
+        return value
+
+    return parse
+
+
+def bars_wanted(show: bool) -> bool:
+    """Progress bars only on a terminal: a pipe, a log file or ``--json`` gets none (as git does)."""
+    return show and err_console.is_terminal
+
+
+class LazyBar:
+    """A rich progress bar on stderr that appears at the first progress report, so that option and
+    format errors, which the library raises before any work, are never printed under a bar."""
+
+    def __init__(self, show: bool, *columns: Any, transient: bool = True):
+        self.bar = Progress(*columns, console=err_console, disable=not bars_wanted(show), transient=transient)
+        self.task: Any = None
+
+    def advance(self, **fields: Any) -> None:
+        """Update the bar (starting it on the first call)."""
+        if self.task is None:
+            self.bar.start()
+            self.task = self.bar.add_task("", total=None, **{k: v for k, v in fields.items()
+                                                              if k not in ("completed", "total", "description")})
+        self.bar.update(self.task, **fields)
+
+    def stop(self) -> None:
+        """Take the bar off the screen (if it ever appeared)."""
+        if self.task is not None:
+            self.bar.stop()
+
+
 class progress_line:
     """A rich progress line fed by the library's (what, done, total) callback."""
 
     def __init__(self, show: bool, label: str):
-        self.bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.description}"), TimeElapsedColumn(),
-                            console=err_console, disable=not show, transient=True)
-        self.task: Any = None
+        self.bar = LazyBar(show, TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
+                           TextColumn("{task.description}"), TimeElapsedColumn())
 
     def __enter__(self):
-        self.bar.start()
-        self.task = self.bar.add_task("", total=None)
         return self.update
 
     def update(self, what: str, done: int, total: int) -> None:
-        self.bar.update(self.task, description=escape(what), completed=done, total=total)
+        self.bar.advance(description=escape(what), completed=done, total=total)
 
     def __exit__(self, *exc) -> None:
         self.bar.stop()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from rich.markup import escape
@@ -17,37 +16,27 @@ from ..decode.encode import ENCODINGS
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
 from ..pipeline.sources import SOURCE_KINDS
-from .common import console, err_console, handle_errors, human_bytes, raise_if_stopped, stop_on_signals, write_json
+from .common import (LazyBar, choice, console, err_console, handle_errors, human_bytes, raise_if_stopped, stop_on_signals,
+                     write_json)
 
-SourceFormat = Enum("SourceFormat", {n: n for n in [*SOURCE_KINDS, *format_names()]}, type=str)
-OutputFormat = Enum("OutputFormat", {n: n for n in format_names()}, type=str)
-
-
-Encoding = Enum("Encoding", {n: n for n in ENCODINGS}, type=str)
-
-
-class OnError(str, Enum):
-    fail = "fail"
-    skip = "skip"
-
-
-class Engine(str, Enum):
-    local = "local"
-    ray = "ray"
+SOURCE_CHOICES = [*SOURCE_KINDS, *format_names()]
+ON_ERROR = ["fail", "skip"]
+ENGINES = ["local", "ray"]
 
 
 def convert(
-    src_format: Annotated[SourceFormat, typer.Argument(
+    src_format: Annotated[str, typer.Argument(parser=choice(SOURCE_CHOICES), metavar="SRC_FORMAT",
         help="What SRC is: imagefolder, tfrecord-files (SRC: a quoted glob of TFRecord files) or an iotool format.")],
-    dst_format: Annotated[OutputFormat, typer.Argument(help="The format to write.")],
+    dst_format: Annotated[str, typer.Argument(parser=choice(format_names()), metavar="DST_FORMAT",
+                                              help="The format to write.")],
     src: Annotated[str, typer.Argument(
         help="Source: an ImageFolder root or an iotool dataset; a path or a URL (s3://, gs://, ...).")],
     dst: Annotated[str, typer.Argument(
         help="Destination (must not exist unless --overwrite): a path, or a URL (s3://bucket/shards) for formats written to URLs.")],
     workers: Annotated[Optional[int], typer.Option(
         "--workers", "-w", min=0, help="Reader/validator processes (default: CPU count).")] = None,
-    on_error: Annotated[OnError, typer.Option(
-        help="fail: stop at the first bad file, leave nothing at DST. skip: store the rest, list the bad ones.")] = OnError.fail,
+    on_error: Annotated[str, typer.Option(parser=choice(ON_ERROR),
+        help="fail: stop at the first bad file, leave nothing at DST. skip: store the rest, list the bad ones.")] = "fail",
     validate: Annotated[bool, typer.Option(
         "--validate/--no-validate", help="Fully decode every image before storing it.")] = True,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing DST.")] = False,
@@ -57,7 +46,7 @@ def convert(
     resize: Annotated[Optional[int], typer.Option(
         min=1, help="Resize so the shorter side is N pixels (antialiased). Required for bmp.")] = None,
     size: Annotated[Optional[str], typer.Option(help="Resize to exactly WIDTHxHEIGHT, e.g. 224x224.")] = None,
-    encode: Annotated[Optional[Encoding], typer.Option(
+    encode: Annotated[Optional[str], typer.Option(parser=choice(ENCODINGS),
         help="Payload encoding: keep the original bytes (default without resize) or re-encode "
         "(jpeg is the default with resize).")] = None,
     quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality when re-encoding.")] = 90,
@@ -71,9 +60,9 @@ def convert(
     src_option: Annotated[Optional[list[str]], typer.Option(
         "--src-option", "-s", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt "
         "for tfrecord-files (image_key, label_key, filename_key, label_file, label_offset).")] = None,
-    engine: Annotated[Engine, typer.Option(
+    engine: Annotated[str, typer.Option(parser=choice(ENGINES),
         help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
-        "pip install 'iotool\\[ray]').")] = Engine.local,
+        "pip install 'iotool\\[ray]').")] = "local",
     ray_address: Annotated[Optional[str], typer.Option(
         help="--engine ray: the cluster to join, e.g. auto or ray://HEAD:10001 (default: $RAY_ADDRESS, else a "
         "cluster started with `ray start` on this machine, else a new local one).")] = None,
@@ -104,11 +93,11 @@ def convert(
         source_options = parse_options(src_option or [], "--src-option")
         size_wh = parse_size(size) if size else None
     with handle_errors(), stop_on_signals(), _progress_bar(show) as (bar, callback):
-        report = run_convert(src, dst, dst_format.value, src_format=src_format.value, workers=workers,
-                             on_error=on_error.value, validate=validate, overwrite=overwrite,
+        report = run_convert(src, dst, dst_format, src_format=src_format, workers=workers,
+                             on_error=on_error, validate=validate, overwrite=overwrite,
                              resize=resize, size=size_wh,
-                             encode=encode.value if encode else None, quality=quality, resume=resume,
-                             progress=callback, engine=engine.value, ray_address=ray_address,
+                             encode=encode, quality=quality, resume=resume,
+                             progress=callback, engine=engine, ray_address=ray_address,
                              source_options=source_options or None, **format_options)
         bar.stop()
     if json_out:
@@ -116,7 +105,10 @@ def convert(
     if show:
         if report.resumed_from:
             console.print(f"resumed after {report.resumed_from:,} source files done by the interrupted run")
+        console.print(f"iotool convert -> {report.format}: {escape(report.dst)}", highlight=False, soft_wrap=True)
         console.print(summary_table(report))
+        console.print("[dim]images/s: images written over the whole run, the final commit included "
+                      "(the bar counts source files done so far)[/]", soft_wrap=True)
         for s in report.skipped:
             err_console.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}", highlight=False, soft_wrap=True)
 
@@ -144,25 +136,20 @@ def parse_options(items: list[str], flag: str = "--option") -> dict[str, str]:
 
 
 class _progress_bar:
-    """A rich progress bar fed by the library's progress callback (or nothing when hidden)."""
+    """The conversion's progress bar (a terminal only; it appears once work has started)."""
 
     def __init__(self, show: bool):
-        self.bar = Progress(
-            TextColumn("[bold]converting"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]:>8.0f} img/s"), TextColumn("skipped {task.fields[skipped]}"),
-            TimeRemainingColumn(), console=err_console, disable=not show, transient=False,
-        )
-        self.task = None
+        self.bar = LazyBar(show, TextColumn("[bold]converting"), BarColumn(), MofNCompleteColumn(),
+                           TextColumn("{task.fields[rate]:>8.0f} img/s"),
+                           TextColumn("skipped {task.fields[skipped]}"), TimeRemainingColumn(), transient=False)
 
     def __enter__(self):
-        self.bar.start()
-        self.task = self.bar.add_task("convert", total=None, rate=0.0, skipped=0)
         return self.bar, self.update
 
     def update(self, p) -> None:
         raise_if_stopped()
         rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
-        self.bar.update(self.task, completed=p.done, total=p.total, rate=rate, skipped=p.skipped)
+        self.bar.advance(completed=p.done, total=p.total, rate=rate, skipped=p.skipped)
 
     def __exit__(self, *exc) -> None:
         self.bar.stop()
@@ -180,7 +167,7 @@ def report_dict(report: ConversionReport) -> dict:
 
 def summary_table(report: ConversionReport) -> Table:
     """The end-of-run summary table."""
-    table = Table(title=f"iotool convert -> {report.format}: {report.dst}", show_header=False)
+    table = Table(show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
     rows = [

@@ -106,9 +106,10 @@ def available() -> dict[str, BackendStatus]:
 
 
 def error_detail(exc: BaseException) -> str:
-    """An exception's message with memory addresses (``<... object at 0x...>``) replaced by "the
-    image bytes", so the same input always gives the same error message."""
-    return _OBJECT_REPR.sub("the image bytes", str(exc))
+    """An exception's message without memory addresses (``<... object at 0x...>``, as in PIL's
+    "cannot identify image file <BytesIO ...>"), spaces collapsed and no final full stop, so the
+    same input always gives the same error message."""
+    return " ".join(_OBJECT_REPR.sub("", str(exc)).split()).rstrip(".")
 
 
 def image_format(data: bytes | memoryview) -> str:

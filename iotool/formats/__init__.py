@@ -1,8 +1,10 @@
-"""Storage formats: the registry, detection, and the base classes every format implements.
+"""Storage formats: the registry, detection, and the contract every format implements.
 
 A format is one module (or sub-package) defining a :class:`FormatSpec` named ``SPEC`` that
-owns its writer and its reader; see :mod:`iotool.formats.base` and
-:mod:`iotool.formats.registry`.
+owns its writer and its reader. The contract is one module per concept:
+:mod:`~iotool.formats.spec` (the declaration), :mod:`~iotool.formats.options`,
+:mod:`~iotool.formats.writer`, :mod:`~iotool.formats.reader` and :mod:`~iotool.formats.plan`
+(distributed conversion); :mod:`iotool.formats.registry` finds the formats.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import os
 from typing import TYPE_CHECKING
 
 from ..errors import UnknownFormatError
-from .base import (
-    FormatOptions, FormatReader, FormatSpec, FormatWriter, ShardedReader, ShardPlan, ShardUnit, WriterHooks,
-)
-from .registry import FORMATS, all_formats, format_names, get_format, register
+from .options import FormatOptions
+from .plan import ShardPlan, ShardUnit
+from .reader import FormatReader, ShardedReader
+from .spec import FormatSpec
+from .writer import FormatWriter, WriterHooks
+from .registry import FORMATS, all_formats, format_names, formats_where, get_format, register
 
 if TYPE_CHECKING:
     from ..storage import StorageConfig
@@ -71,5 +75,6 @@ def _detect_remote(url: str, config: "StorageConfig") -> FormatSpec:
 
 __all__ = [
     "FORMATS", "FormatOptions", "FormatReader", "FormatSpec", "FormatWriter", "ShardPlan", "ShardUnit",
-    "ShardedReader", "WriterHooks", "all_formats", "detect_format", "format_names", "get_format", "register",
+    "ShardedReader", "WriterHooks", "all_formats", "detect_format", "format_names", "formats_where", "get_format",
+    "register",
 ]

@@ -20,7 +20,10 @@ import numpy as np
 from ..decode.bmp import bmp_size, decode_bmp
 from ..errors import FormatError
 from ..records import DatasetMeta, Record
-from .base import FormatOptions, FormatSpec, FormatWriter, ShardPlan, ShardUnit, WriterHooks
+from .options import FormatOptions
+from .plan import ShardPlan, ShardUnit
+from .spec import FormatSpec
+from .writer import FormatWriter, WriterHooks
 from .sharded.columns import ColumnWriter, write_columns
 from .sharded.index import IndexedReader, meta_dict, read_index, sniff_index, unique_stem, write_index
 

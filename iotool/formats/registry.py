@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 from ..errors import UnknownFormatError
-from .base import FormatSpec
+from .spec import FormatSpec
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,12 @@ def register(spec: FormatSpec) -> FormatSpec:
 def all_formats() -> list[FormatSpec]:
     """Every registered spec (imports each format)."""
     return [get_format(name) for name in format_names()]
+
+
+def formats_where(capable: Callable[[FormatSpec], bool], among: Iterable[str] | None = None) -> list[str]:
+    """The registered formats (or those named in ``among``, in its order) whose spec has a
+    capability, e.g. ``lambda spec: spec.dali is not None``; imports each format asked about."""
+    return [name for name in (format_names() if among is None else among) if capable(get_format(name))]
 
 
 class _Formats(Mapping[str, FormatSpec]):

@@ -7,14 +7,31 @@ none, :func:`header_sizes` reads every payload's image header once (no pixels de
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
 from ..errors import RECORD_ERRORS, DecodeError, FormatError
 
-if TYPE_CHECKING:
-    from .base import FormatReader
+
+class RecordSource(Protocol):
+    """What reading sizes needs of a dataset: :class:`iotool.formats.reader.FormatReader` has it.
+
+    A protocol rather than the reader class, so that the reader depends on this module and not
+    the other way round.
+    """
+
+    path: str
+    native_decode: Callable[[bytes], Any] | None
+
+    @property
+    def keys(self) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def read(self, index: int) -> tuple[bytes, int]: ...
+
+    def read_many(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes | None, int | None]]: ...
 
 
 def payload_size(data: bytes | memoryview, native_decode: Any = None, name: str = "<bytes>") -> tuple[int, int]:
@@ -31,7 +48,7 @@ def payload_size(data: bytes | memoryview, native_decode: Any = None, name: str 
     return image_size(data, name)
 
 
-def header_sizes(reader: "FormatReader", strict: bool = True) -> np.ndarray:
+def header_sizes(reader: RecordSource, strict: bool = True) -> np.ndarray:
     """Every record's (height, width) from its payload's header, read in one sequential pass.
     ``strict=False``: (0, 0) for a record whose size cannot be read.
 
@@ -50,7 +67,7 @@ def header_sizes(reader: "FormatReader", strict: bool = True) -> np.ndarray:
     return out
 
 
-def _size_of(reader: "FormatReader", i: int, data: bytes | None, strict: bool) -> tuple[int, int] | list[int]:
+def _size_of(reader: RecordSource, i: int, data: bytes | None, strict: bool) -> tuple[int, int] | list[int]:
     """Record ``i``'s size from its payload (read again when ``data`` is None); an error names the
     record, or, when not ``strict``, the size is (0, 0)."""
     try:
@@ -66,7 +83,7 @@ def _size_of(reader: "FormatReader", i: int, data: bytes | None, strict: bool) -
     return UNKNOWN
 
 
-def _record_name(reader: "FormatReader", i: int) -> str:
+def _record_name(reader: RecordSource, i: int) -> str:
     try:
         key = reader.keys[i]
     except Exception:  # noqa: BLE001  (the key only decorates the message)
@@ -92,7 +109,7 @@ def record_shape(record: Any) -> list[int]:
         return list(UNKNOWN)
 
 
-def recorded_sizes(reader: "FormatReader", values: Any, strict: bool = True) -> np.ndarray:
+def recorded_sizes(reader: RecordSource, values: Any, strict: bool = True) -> np.ndarray:
     """The (N, 2) int32 sizes of a recorded ``shapes`` column (N x 2 int64, or lists), checked;
     rows recorded as unknown ([0, 0]) are read from their payloads (raising a clear error, or,
     when not ``strict``, staying (0, 0))."""

@@ -1,9 +1,11 @@
-"""NVIDIA DALI pipelines over iotool tar and tfrecord datasets (``pip install 'iotool[dali]'``).
+"""NVIDIA DALI pipelines over iotool datasets that DALI reads (``pip install 'iotool[dali]'``).
 
-DALI reads the shards with its own readers (``fn.readers.webdataset``, ``fn.readers.tfrecord``),
-through the index files iotool writes beside each shard (``shard-000000.idx``, DALI's ``wds2idx``
-format; ``shard-000000.tfrecord.idx``, ``tfrecord2idx``'s; ``iotool index --dali PATH`` adds them
-to a dataset written before), and decodes, crops, resizes and normalises on the GPU (``mixed``
+A format says whether and how DALI reads it (its spec's ``dali``, :mod:`iotool.formats.dali`);
+among the built-in formats, tar and tfrecord. DALI reads the shards with its own readers
+(``fn.readers.webdataset``, ``fn.readers.tfrecord``), through the index files iotool writes
+beside each shard (``shard-000000.idx``, DALI's ``wds2idx`` format;
+``shard-000000.tfrecord.idx``, ``tfrecord2idx``'s; ``iotool index --dali PATH`` adds them to a
+dataset written before), and decodes, crops, resizes and normalises on the GPU (``mixed``
 decoding with nvJPEG) or, without a GPU, on the CPU::
 
     from iotool.loading.dali import dali_loader
@@ -31,10 +33,10 @@ from typing import Any, Iterator, Sequence
 
 from ..errors import UsageError
 
+from ..formats.dali import IMAGE_EXTS  # noqa: F401  (part of this module's API: the extensions DALI decodes)
+
 AUTO = "auto"
 READER = "Reader"  # the reader's name in every pipeline built here
-# Payload extensions DALI decodes, as one output of fn.readers.webdataset (';' groups them).
-IMAGE_EXTS = "jpg;jpeg;png;bmp;tif;tiff;webp;ppm;pgm;pbm;pnm;jp2"
 
 
 def _import_dali() -> Any:
@@ -65,28 +67,23 @@ def default_device_id() -> int | None:
 
 def dali_inputs(path: str | os.PathLike) -> dict[str, Any]:
     """What a DALI reader needs of the local dataset at ``path``: its format, shard files,
-    index files (checked to exist) and record count."""
-    from ..formats import detect_format
-    from ..formats.tar.dali_index import dali_index_name
+    index files (checked to exist), record count, and the reader and :class:`DaliReading` of its
+    format (``reader``, ``dali``)."""
+    from ..formats.dali_index import open_for_dali
 
     path = os.fspath(path)
-    spec = detect_format(path)
-    if spec.name not in ("tar", "tfrecord"):
-        raise UsageError(f"{path}: a {spec.name} dataset; iotool.loading.dali reads tar and tfrecord datasets.")
-    reader = spec.reader(path)
-    shards = [reader.shard_path(i) for i in range(len(reader.shards))]
-    if spec.name == "tar":
-        indexes = [os.path.join(path, dali_index_name(s["name"])) for s in reader.shards]
-    else:
-        indexes = reader.index_paths()
+    reader, dali = open_for_dali(path, "{path}: a {format} dataset; iotool.loading.dali reads {dali_formats} "
+                                       "datasets.")
+    shards = reader.shard_urls()
+    indexes = dali.index_paths(reader)
     missing = [i for i in indexes if not os.path.isfile(i)]
     if missing:
         raise UsageError(f"{path}: no DALI index file {os.path.basename(missing[0])} (written before iotool wrote "
                          f"them); add them with: iotool index --dali {path}")
     if not shards:
         raise UsageError(f"{path}: the dataset has no records.")
-    return {"format": spec.name, "shards": shards, "indexes": indexes, "count": len(reader),
-            "label_offset": int(reader.meta.options.get("label_offset") or 0)}
+    return {"format": reader.format_name, "shards": shards, "indexes": indexes, "count": len(reader),
+            "reader": reader, "dali": dali}
 
 
 def _stats(mean: Any, std: Any) -> tuple[list[float], list[float]]:
@@ -104,11 +101,12 @@ def build_pipeline(path: str | os.PathLike, batch_size: int, *, size: int | Sequ
                    random_aspect_ratio: Sequence[float] = (3 / 4, 4 / 3), eval_resize: float = 256 / 224,
                    shuffle: bool | None = None, initial_fill: int = 1024, num_threads: int = 4,
                    seed: int | None = None, prefetch_queue_depth: int = 2) -> Any:
-    """A DALI pipeline over the iotool tar or tfrecord dataset at ``path``, outputs ``(images, labels)``.
+    """A DALI pipeline over the iotool dataset at ``path`` (a format DALI reads), outputs ``(images, labels)``.
 
-    Reading: ``fn.readers.webdataset`` (tar: ``ext=["jpg;jpeg;png;...", "cls"]``) or
-    ``fn.readers.tfrecord`` (``image/encoded``, ``image/class/label`` less the dataset's
-    ``label_offset``) with the dataset's index files, sharded over
+    Reading: the format's DALI reader (:meth:`~iotool.formats.dali.DaliReading.read`; tar:
+    ``fn.readers.webdataset``, ``ext=["jpg;jpeg;png;...", "cls"]``; tfrecord: ``fn.readers.tfrecord``,
+    ``image/encoded``, ``image/class/label`` less the dataset's ``label_offset``) with the dataset's
+    index files, sharded over
     ``num_shards`` readers (default: the DDP world size) of which this is ``shard_id`` (default:
     the rank), padding the last batch (:class:`DALIIterator` drops the padding). Training
     (``train=True``): ``decoders.image_random_crop`` (``random_area``, ``random_aspect_ratio``),
@@ -161,16 +159,7 @@ def build_pipeline(path: str | os.PathLike, batch_size: int, *, size: int | Sequ
 
 def _reader(fn: Any, inputs: dict[str, Any], **options: Any) -> tuple[Any, Any]:
     """DALI's reader of the dataset's format: (encoded images, labels)."""
-    if inputs["format"] == "tar":
-        return fn.readers.webdataset(paths=inputs["shards"], index_paths=inputs["indexes"], ext=[IMAGE_EXTS, "cls"],
-                                     missing_component_behavior="error", **options)
-    import nvidia.dali.tfrecord as tfrec
-
-    features = {"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
-                "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)}
-    out = fn.readers.tfrecord(path=inputs["shards"], index_path=inputs["indexes"], features=features, **options)
-    labels = out["image/class/label"]
-    return out["image/encoded"], (labels - inputs["label_offset"] if inputs["label_offset"] else labels)
+    return inputs["dali"].read(fn, inputs["reader"], **options)
 
 
 def shard_size(count: int, shard_id: int, num_shards: int) -> int:

@@ -20,13 +20,14 @@ import tempfile
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
-from ..errors import DestinationExistsError, DestinationLockedError
+from ..errors import DestinationExistsError, DestinationLockedError, Remedy
 from ..formats import FormatSpec
 from ..formats.sharded.index import INDEX_NAME
 from ..storage import OutputDir, StorageConfig, pid_alive
 
 log = logging.getLogger(__name__)
 
+OVERWRITE = Remedy(api="Pass overwrite=True to replace it.", cli="Pass --overwrite to replace it.")
 TMP_MARKER = ".iotool-tmp-"
 OLD_SUFFIX = ".old"  # an old DST moved aside during a two-step replace (no atomic swap)
 
@@ -176,8 +177,7 @@ def rename_into_place(tmp: str, dst: str, overwrite: bool) -> None:
         _sync_or_undo(parent, lambda: os.rename(dst, tmp))
         return
     if not overwrite:
-        raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (CLI: --overwrite) to "
-                                     f"replace it.")
+        raise DestinationExistsError(f"{dst!r} already exists.").with_remedy(OVERWRITE)
     if exchange(tmp, dst):  # DST is the new dataset, tmp the old one
         _sync_or_undo(parent, lambda: exchange(tmp, dst))
         remove_path(tmp)
@@ -339,8 +339,8 @@ class UrlDestination(Destination):
         """
         if self.out.exists(INDEX_NAME):
             if not self.overwrite:
-                raise DestinationExistsError(f"{self.location!r} already holds a dataset ({INDEX_NAME}); pass "
-                                             f"overwrite=True (CLI: --overwrite) to replace it.")
+                raise DestinationExistsError(
+                    f"{self.location!r} already holds a dataset ({INDEX_NAME}).").with_remedy(OVERWRITE)
             self.out.remove(INDEX_NAME)
         self.out.remove_temporaries()
         self.work_path = tempfile.mkdtemp(prefix="iotool-stage-")

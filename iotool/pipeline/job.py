@@ -8,11 +8,14 @@ from typing import Any, Callable
 
 from .._version import __version__
 from ..formats import FormatOptions, FormatSpec
+from ..errors import Remedy
 from ..records import DatasetMeta, SkippedFile
 from .prepare import PayloadOptions
 from .sources import DatasetSource, ImageFolderSource, TfrecordFilesSource
 
 ON_ERROR_CHOICES = ("fail", "skip")
+SKIP_BAD_FILES = Remedy(api='Pass on_error="skip" to leave bad files out (the report lists each one).',
+                        cli="Pass --on-error skip to leave bad files out (the summary lists each one).")
 
 
 @dataclass

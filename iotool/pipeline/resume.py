@@ -1,7 +1,7 @@
 """Resuming a killed conversion: the checkpoint a resumable writer stores, and the job's fingerprint.
 
 The contract itself (what a writer stores and when) is written once, in
-:class:`iotool.formats.base.FormatWriter`.
+:class:`iotool.formats.writer.FormatWriter`.
 """
 
 from __future__ import annotations

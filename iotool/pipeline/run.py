@@ -16,7 +16,7 @@ from .engines import get_engine
 from ..errors import DestinationError, DestinationExistsError, Interrupted, UsageError
 from ..formats import all_formats, format_names, get_format
 from ..storage import StorageConfig
-from .destination import Destination, LocalDestination, UrlDestination
+from .destination import OVERWRITE, Destination, LocalDestination, UrlDestination
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
 from .prepare import PayloadOptions
 from .sources import SOURCE_KINDS, open_source
@@ -110,7 +110,7 @@ def convert(
     dest: Destination = (UrlDestination(dst, spec, overwrite, config) if remote
                          else LocalDestination(dst, spec, overwrite, resume))
     if dest.exists() and not overwrite:
-        raise DestinationExistsError(f"{dst!r} already exists; pass overwrite=True (CLI: --overwrite) to replace it.")
+        raise DestinationExistsError(f"{dst!r} already exists.").with_remedy(OVERWRITE)
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")

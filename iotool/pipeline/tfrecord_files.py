@@ -26,8 +26,7 @@ from typing import Any, NamedTuple, Sequence
 
 from ..errors import FormatError, SourceError, UsageError
 from ..formats import FormatOptions
-from ..formats.tfrecord import example
-from ..formats.tfrecord.framing import scan, unframe
+from ..formats import tfrecord as tfr  # its public reading API only: scan, unframe, decode_example, ...
 
 SOURCE_KIND = "tfrecord-files"
 
@@ -36,9 +35,9 @@ SOURCE_KIND = "tfrecord-files"
 class TfrecordFilesOptions(FormatOptions):
     """Options of the TFRecord-files source (``--src-option KEY=VALUE``)."""
 
-    image_key: str = example.IMAGE
-    label_key: str = example.LABEL
-    filename_key: str = example.FILENAME  # "" or "none": keys are <file>#<record index>
+    image_key: str = tfr.IMAGE
+    label_key: str = tfr.LABEL
+    filename_key: str = tfr.FILENAME  # "" or "none": keys are <file>#<record index>
     label_file: str | None = None  # one class name per line; line k = label k + label_offset
     label_offset: int = 1  # TF-slim's 1-based labels; 0 for records that store the class index
 
@@ -117,7 +116,7 @@ class TfrecordFilesSource:
             except OSError as exc:
                 raise SourceError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
             with f:
-                for k, rec in enumerate(scan(f, path)):
+                for k, rec in enumerate(tfr.scan(f, path)):
                     fallback = f"{rel}#{k}"
                     if rec.error is not None:
                         reason = str(rec.error).removeprefix(f"{path}: ").removeprefix(f"record at byte {rec.offset}: ")
@@ -135,20 +134,20 @@ class TfrecordFilesSource:
         """(key, class index, None) of a record, or (key, -1, why it cannot be converted)."""
         opts = self.options
         try:
-            features = example.decode_example(data)
-        except example.ExampleError as exc:
+            features = tfr.decode_example(data)
+        except tfr.ExampleError as exc:
             return fallback, -1, f"not a tf.train.Example ({exc})"
         key = fallback
-        name = example.first_bytes(features, opts.filename_key) if opts.filename_key.lower() not in ("", "none") \
+        name = tfr.first_bytes(features, opts.filename_key) if opts.filename_key.lower() not in ("", "none") \
             else None
         if name is not None:
             text = bytes(name).decode("utf-8", "replace").replace("\\", "/").lstrip("/")
             if text and text not in used:
                 key = text
         used.add(key)
-        if example.first_bytes(features, opts.image_key) is None:
+        if tfr.first_bytes(features, opts.image_key) is None:
             return key, -1, f"no {opts.image_key!r} bytes feature (features: {', '.join(sorted(features))[:200]})"
-        value = example.first_int(features, opts.label_key)
+        value = tfr.first_int(features, opts.label_key)
         if value is None:
             return key, -1, f"no {opts.label_key!r} int64 feature"
         index = value - opts.label_offset
@@ -174,8 +173,8 @@ class TfrecordFilesSource:
             f.seek(task.offset)
             raw = f.read(task.size)
         try:
-            data = unframe(raw, task.path, task.offset)
-            image = example.first_bytes(example.decode_example(data), image_key)
+            data = tfr.unframe(raw, task.path, task.offset)
+            image = tfr.first_bytes(tfr.decode_example(data), image_key)
         except FormatError as exc:  # the file changed since the scan
             raise FormatError(f"byte {task.offset}: {str(exc).removeprefix(f'{task.path}: ')}") from None
         if image is None:

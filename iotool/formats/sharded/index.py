@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import FormatError
 from ...records import DatasetMeta
-from ..base import FormatReader
+from ..reader import FormatReader
 
 if TYPE_CHECKING:
     from ...storage import StorageConfig

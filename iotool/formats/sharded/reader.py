@@ -20,7 +20,7 @@ import numpy as np
 from ... import storage
 from ...errors import FormatError, IotoolError
 from ...records import DatasetMeta
-from ..base import ShardedReader
+from ..reader import ShardedReader
 from .index import IndexedReader, read_index
 
 
@@ -74,13 +74,21 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         return locations
 
     @property
-    def _locations(self) -> Any:
+    def locations(self) -> Any:
         """(shard, offset, size) of every record: an N x 3 int64 array (or lists, version 1)."""
         return self.column("locations")
 
+    _locations = locations  # the older name, still used by benchmarks/scale_index.py and tests/test_remote.py
+
+    def shard_locations(self, shard: int) -> list[tuple[int, int]]:
+        """The (offset, size) of every record of ``shard``, in order, as the index places them
+        (for the index files other tools read beside a shard)."""
+        locations = self.locations
+        return [(int(locations[i][1]), int(locations[i][2])) for i in self.shard_ranges()[shard]]
+
     def _location(self, index: int) -> tuple[int, int, int]:
         """One record's location, checked (the whole column is checked by ``verify``)."""
-        shard, offset, size = (int(v) for v in self._locations[index])
+        shard, offset, size = (int(v) for v in self.locations[index])
         if not (0 <= shard < len(self.shards) and offset >= 0 and size >= 0):
             raise FormatError(f"{self.path}: invalid location {[shard, offset, size]} of record {index} in the index.")
         return shard, offset, size
@@ -112,7 +120,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
 
     def _check_index(self) -> None:
         """Whole-index checks for verify (FormatError); by default every location, vectorised."""
-        self._check_locations(self._locations)
+        self._check_locations(self.locations)
 
     def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
         """The problems of one shard, read from the local file ``local``, against the index."""

@@ -1,9 +1,9 @@
-"""What the sharded formats (tar, tfrecord) share: options bounding a shard by a record count
-and/or a byte size, the local writer that rolls shards and checkpoints each finished one, and
-the Ray plan's merge and index.
+"""The sharded formats' local writer: options bounding a shard by a record count and/or a byte
+size, and the writer that rolls shards and checkpoints each finished one (the Ray engine's
+counterpart is :mod:`iotool.formats.sharded.plan`).
 
 A format supplies the per-shard file and its companions through a few hooks; see
-:class:`ShardedWriter` and :class:`ShardedPlan`.
+:class:`ShardedWriter`.
 """
 
 from __future__ import annotations
@@ -11,17 +11,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 from ...errors import FormatError, UsageError
 from ...records import DatasetMeta, Record
-from ..base import FormatOptions, FormatWriter, ShardPlan, ShardUnit, WriterHooks
-from .columns import ColumnWriter, write_columns
-from .index import meta_dict, write_index
+from ..options import FormatOptions
+from ..writer import FormatWriter, WriterHooks
 from ..shapes import SHAPES, UNKNOWN
-
-if TYPE_CHECKING:
-    from ...storage import OutputDir
+from .columns import ColumnWriter
+from .index import meta_dict, write_index
 
 DEFAULT_SHARD_SIZE = 1000
 
@@ -214,76 +212,3 @@ class ShardedWriter(FormatWriter):
             self.shard.close(sync=False)
         if self.columns is not None:
             self.columns.abort()
-
-
-# --- the Ray engine ---------------------------------------------------------------------------
-
-class ShardedUnit(ShardUnit):
-    """One shard written under a temporary name by a Ray task, published when it completes.
-
-    Subclasses implement ``add`` and ``publish``; ``cols`` holds ``keys``, ``offsets``,
-    ``sizes`` and ``BYTES_COLUMN`` (the payload sizes a shard's ``bytes`` counts) among others.
-    """
-
-    BYTES_COLUMN = "sizes"
-
-    def __init__(self, name: str, out: "OutputDir", open_file: Callable[[str], Any], columns: tuple[str, ...]):
-        self.name = name
-        self.out = out
-        self.local = out.scratch_path(self.name)
-        self.shard = open_file(self.local)
-        self.cols: dict[str, list] = {column: [] for column in columns}
-
-    def sync(self) -> None:
-        self.shard.f.flush()
-        os.fsync(self.shard.f.fileno())
-
-    def discard(self) -> None:
-        self.shard.close(sync=False)
-        if os.path.exists(self.local):
-            os.remove(self.local)
-
-    def columns(self) -> dict[str, list]:
-        return self.cols
-
-    def unit(self) -> dict[str, Any]:
-        return {"name": self.name, "count": len(self.cols["keys"]), "bytes": sum(self.cols[self.BYTES_COLUMN])}
-
-
-class ShardedPlan(ShardPlan):
-    """One Ray task per shard of ``shard_size`` source samples (fixed by source position).
-
-    A format declares ``OPTIONS`` (its options class), ``COLUMNS``/``KINDS`` and
-    ``META_OPTIONS`` as its writer does, and implements ``plan_names`` and ``open_unit``.
-    """
-
-    OPTIONS: type[ShardedOptions] = ShardedOptions
-    COLUMNS: tuple[str, ...] = ()
-    KINDS: dict[str, str] = {}
-    META_OPTIONS: tuple[str, ...] = ("shard_size", "shard_bytes")
-
-    def task_size(self, options: FormatOptions) -> int:
-        assert isinstance(options, self.OPTIONS)
-        return options.shard_size
-
-    def check(self, options: FormatOptions) -> None:
-        assert isinstance(options, self.OPTIONS)
-        if options.shard_bytes:
-            raise UsageError("--shard-bytes cannot be used with --engine ray: shard boundaries are fixed by "
-                             "source position there; use --shard-size.")
-
-    def merge(self, columns: dict[str, list], units: list[dict[str, Any]], part: dict[str, Any]) -> None:
-        shard = len(units)
-        units.append(part["unit"])
-        cols = part["columns"]
-        locations = [[shard, offset, size] for offset, size in zip(cols["offsets"], cols["sizes"])]
-        for name in self.COLUMNS:
-            columns.setdefault(name, []).extend(locations if name == "locations" else cols[name])
-
-    def write_index(self, folder: str, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
-                    options: FormatOptions) -> None:
-        assert isinstance(options, self.OPTIONS)
-        meta.options = {**meta.options, **{name: None if name == "shard_bytes" else getattr(options, name)
-                                           for name in self.META_OPTIONS}}
-        rows = (dict(zip(self.COLUMNS, values)) for values in zip(*(columns[name] for name in self.COLUMNS)))
-        write_index(folder, sharded_index(meta, units, write_columns(folder, self.KINDS, rows)))

@@ -13,7 +13,8 @@ offsets instead of parsing tar headers, so records are also reachable by index.
 
 from __future__ import annotations
 
-from ..base import FormatSpec
+from ..spec import FormatSpec
+from .dali import TarDali
 from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TarShardPlan
 from .reader import FORMAT_VERSION, TarReader, unsafe_member_name
@@ -23,10 +24,10 @@ from .writer import COLUMNS, DEFAULT_SHARD_SIZE, TarOptions, TarWriter, tar_inde
 SPEC = FormatSpec(
     "tar", "WebDataset tar shards (directory)", TarWriter, TarReader, sniff_index,
     sniff_remote=sniff_index_remote, options=TarOptions, sharded=TarShardPlan(), remote_write=True,
-    unit_glob="shard-*.tar", example_options={"shard_size": 4},
+    unit_glob="shard-*.tar", dali=TarDali(), webdataset=True, example_options={"shard_size": 4},
 )
 
 __all__ = [
-    "COLUMNS", "DEFAULT_SHARD_SIZE", "FORMAT_VERSION", "SPEC", "ShardFile", "TarOptions", "TarReader", "TarWriter",
+    "COLUMNS", "DEFAULT_SHARD_SIZE", "FORMAT_VERSION", "SPEC", "ShardFile", "TarDali", "TarOptions", "TarReader", "TarWriter",
     "WRITEBACK_BYTES", "member_header", "shard_name", "tar_index", "unsafe_member_name",
 ]

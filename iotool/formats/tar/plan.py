@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...records import Record
-from ..base import ShardUnit
+from ..plan import ShardUnit
 from ..sharded.index import unique_stem
 from ..shapes import record_shape
-from ..sharded.writer import ShardedPlan, ShardedUnit
-from .dali_index import WdsIndex, dali_index_name
+from ..sharded.plan import ShardedPlan, ShardedUnit
+from .dali import dali_index_name
 from .shardfile import ShardFile, shard_name
 from .writer import COLUMNS, KINDS, TarOptions
 
@@ -27,13 +27,9 @@ class _TarUnit(ShardedUnit):
     def __init__(self, task: int, out: "OutputDir"):
         super().__init__(shard_name(task), out, ShardFile,
                          ("keys", "member_keys", "labels", "checksums", "offsets", "sizes", "shapes"))
-        self.dali = WdsIndex()
 
     def add(self, name: str, record: Record) -> None:
-        offset = self.shard.add(f"{name}.{record.ext}", record.data)
-        label = str(record.label).encode("ascii")
-        self.dali.add(f"{name}.{record.ext}", offset, len(record.data))
-        self.dali.add(f"{name}.cls", self.shard.add(f"{name}.cls", label), len(label))
+        offset = self.shard.add_sample(name, record.ext, record.data, record.label)
         self.cols["offsets"].append(offset)
         for column, value in (("keys", record.key), ("member_keys", name), ("labels", record.label),
                               ("checksums", record.checksum), ("sizes", len(record.data)),
@@ -46,7 +42,7 @@ class _TarUnit(ShardedUnit):
         size = self.out.publish(self.local, self.name)
         idx_name = dali_index_name(self.name)
         idx_local = self.out.scratch_path(idx_name)
-        self.dali.write(idx_local)
+        self.shard.dali.write(idx_local)
         return size + self.out.publish(idx_local, idx_name)
 
 

@@ -1,9 +1,12 @@
-"""Tar shard files written member by member, byte-identical to ``tarfile``'s PAX output."""
+"""Tar shard files written member by member, byte-identical to ``tarfile``'s PAX output, each
+sample as its payload and label members, with the shard's DALI index built on the way."""
 
 from __future__ import annotations
 
 import os
 import tarfile
+
+from .dali import WdsIndex
 
 def shard_name(i: int) -> str:
     """shard-000000.tar, shard-000001.tar, ..."""
@@ -65,6 +68,7 @@ class ShardFile:
         self.f = open(path, "wb", buffering=1 << 20)
         self.offset = 0
         self.handed_over = 0  # bytes before this offset were flushed and their writeback started
+        self.dali = WdsIndex()  # the shard's DALI index, written beside it when it is complete
 
     def _start_writeback(self) -> None:
         self.f.flush()
@@ -84,6 +88,17 @@ class ShardFile:
         if self.offset - self.handed_over >= WRITEBACK_BYTES:
             self._start_writeback()
         return start
+
+    def add_sample(self, member_key: str, ext: str, data: bytes, label: int) -> int:
+        """Append one sample, the members ``<member_key>.<ext>`` (the payload) and
+        ``<member_key>.cls`` (the label's ASCII digits), and its line of the DALI index; return the
+        offset of the payload's data. The one way both engines write a sample."""
+        name = f"{member_key}.{ext}"
+        offset = self.add(name, data)
+        self.dali.add(name, offset, len(data))
+        label_bytes = str(label).encode("ascii")
+        self.dali.add(f"{member_key}.cls", self.add(f"{member_key}.cls", label_bytes), len(label_bytes))
+        return offset
 
     def close(self, sync: bool = True) -> None:
         """End the archive as tarfile does (two zero blocks, then up to a whole record), fsync, close."""

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...records import Record
-from ..base import WriterHooks
+from ..writer import WriterHooks
 from ..sharded.index import unique_stem
 from ..shapes import record_shape
 from ..sharded.writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter, sharded_index
-from .dali_index import WdsIndex, dali_index_name
+from .dali import WdsIndex, dali_index_name
 from .shardfile import ShardFile, shard_name
 
 __all__ = ["COLUMNS", "DEFAULT_SHARD_SIZE", "KINDS", "TarOptions", "TarWriter", "tar_index"]
@@ -38,19 +38,17 @@ class TarWriter(ShardedWriter):
 
     def __init__(self, path: str, options: TarOptions, hooks: WriterHooks = WriterHooks()):
         super().__init__(path, options, hooks)
-        self.dali: WdsIndex | None = None  # the open shard's DALI index (shard-NNNNNN.idx)
+        self.dali: WdsIndex | None = None  # the open (or just closed) shard's DALI index
         self.used: set[str] = set()
 
     def _open_shard(self, path: str) -> ShardFile:
-        self.dali = WdsIndex()
-        return ShardFile(path)
+        shard = ShardFile(path)
+        self.dali = shard.dali
+        return shard
 
     def _write_record(self, record: Record) -> dict[str, Any]:
         member_key = unique_stem(record.key, self.used, escape_dots=True)
-        offset = self.shard.add(f"{member_key}.{record.ext}", record.data)
-        label = str(record.label).encode("ascii")
-        self.dali.add(f"{member_key}.{record.ext}", offset, len(record.data))
-        self.dali.add(f"{member_key}.cls", self.shard.add(f"{member_key}.cls", label), len(label))
+        offset = self.shard.add_sample(member_key, record.ext, record.data, record.label)
         return {"keys": record.key, "member_keys": member_key, "labels": record.label, "checksums": record.checksum,
                 "locations": [len(self.shards) - 1, offset, len(record.data)], "shapes": record_shape(record)}
 

@@ -24,11 +24,27 @@ readers see ``image/class/label`` as written.
 Reading treats the files as hostile: lengths capped, both CRCs of every record checked,
 Example fields parsed with bounds checks and unknown fields skipped. CRC32C needs the
 ``google-crc32c`` package (``pip install 'iotool[tfrecord]'``), imported on first use.
+
+Reading any TFRecord file (also one iotool did not write, as the ``tfrecord-files`` source
+does), with the same rules, takes only these names of this package:
+
+- :func:`scan` ``(f, where)``: every record of an open file in order, as :class:`RawRecord`
+  ``(offset, size, data, error)``, CRCs checked; a damaged record carries its
+  :class:`RecordError` (``where`` names the file in messages);
+- :func:`unframe` ``(raw, where, offset)``: the data of one framed record read back from
+  ``offset``, both CRCs checked (a ``FormatError`` otherwise);
+- :func:`decode_example` ``(data)``: a ``tf.train.Example``'s features as
+  ``{name: (kind, values)}`` (:class:`ExampleError` when it is not one), and
+  :func:`first_bytes` / :func:`first_int` ``(features, name)``: a feature's first value or None;
+- the feature names iotool writes: :data:`IMAGE`, :data:`LABEL`, :data:`FILENAME`.
 """
 
 from __future__ import annotations
 
-from ..base import FormatSpec
+from ..spec import FormatSpec
+from .dali import TfrecordDali
+from .example import FILENAME, IMAGE, LABEL, ExampleError, decode_example, first_bytes, first_int
+from .framing import RawRecord, RecordError, scan, unframe
 from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TfrecordShardPlan
 from .reader import FORMAT_VERSION, TfrecordReader
@@ -37,8 +53,10 @@ from .writer import DEFAULT_SHARD_SIZE, TfrecordOptions, TfrecordWriter, index_n
 SPEC = FormatSpec(
     "tfrecord", "TFRecord shards of tf.train.Example, with tfrecord2idx files (directory)", TfrecordWriter,
     TfrecordReader, sniff_index, sniff_remote=sniff_index_remote, options=TfrecordOptions,
-    sharded=TfrecordShardPlan(), remote_write=True, unit_glob="shard-*.tfrecord*", example_options={"shard_size": 4},
+    sharded=TfrecordShardPlan(), remote_write=True, unit_glob="shard-*.tfrecord*", dali=TfrecordDali(),
+    example_options={"shard_size": 4},
 )
 
-__all__ = ["DEFAULT_SHARD_SIZE", "FORMAT_VERSION", "SPEC", "TfrecordOptions", "TfrecordReader", "TfrecordWriter",
-           "index_name", "shard_name"]
+__all__ = ["DEFAULT_SHARD_SIZE", "FILENAME", "FORMAT_VERSION", "IMAGE", "LABEL", "SPEC", "ExampleError", "RawRecord",
+           "RecordError", "TfrecordDali", "TfrecordOptions", "TfrecordReader", "TfrecordWriter", "decode_example",
+           "first_bytes", "first_int", "index_name", "scan", "shard_name", "unframe"]

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...records import DatasetMeta, Record
-from ..base import FormatOptions, ShardPlan, ShardUnit
-from ..sharded.writer import ShardedPlan, ShardedUnit
+from ..options import FormatOptions
+from ..plan import ShardPlan, ShardUnit
+from ..sharded.plan import ShardedPlan, ShardedUnit
 from ..shapes import record_shape
 from .writer import COLUMNS, KINDS, ShardFile, TfrecordOptions, TfrecordWriter, record_bytes, shard_name, write_idx
 

@@ -8,7 +8,7 @@ from typing import Sequence
 from ...errors import ConversionError, UsageError
 from ...formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks, all_formats
 from ..destination import Destination
-from ..job import Job
+from ..job import SKIP_BAD_FILES, Job
 from ..pool import results
 from ..resume import Checkpoint, fingerprint, restore
 from ...records import SkippedFile
@@ -56,7 +56,8 @@ def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint
         bytes_in += size
         if isinstance(item, SkippedFile):
             if job.on_error == "fail":
-                raise ConversionError(f"{item.path}: {item.reason}", item.path, item.reason)
+                raise ConversionError(f"{item.path}: {item.reason.rstrip('.')}.", item.path,
+                                      item.reason).with_remedy(SKIP_BAD_FILES)
             log.warning("skipping %s: %s", item.path, item.reason)
             checkpoint.skipped.append([position, item.key, item.path, item.reason])
         else:

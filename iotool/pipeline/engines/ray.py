@@ -1,6 +1,6 @@
 """The Ray engine: a sharded format's conversion as one task per shard on a Ray cluster.
 
-The work is split by the format's :class:`~iotool.formats.base.ShardPlan`: task k takes the
+The work is split by the format's :class:`~iotool.formats.plan.ShardPlan`: task k takes the
 source samples at positions ``[k * S, (k + 1) * S)``, reads, validates and resizes them exactly
 as a local worker does (:func:`iotool.pipeline.prepare.process_chunk`), and writes its unit
 straight into the destination, under a temporary name renamed when complete, so a task that
@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 from ...errors import ConversionError, IotoolError, UsageError
 from ...formats import FormatOptions, FormatSpec, ShardPlan, ShardUnit, all_formats
 from ..destination import Destination
-from ..job import Job
+from ..job import SKIP_BAD_FILES, Job
 from ..prepare import PayloadOptions, init_worker, process_chunk
 from ...records import Record, SkippedFile
 from ...storage import MissingExtraError, OutputDir
@@ -143,7 +143,7 @@ def _collect(ray: Any, refs: list, plan: ShardPlan, job: Job,
             raise ConversionError(f"Ray task {k} failed after {MAX_RETRIES} retries: {exc}") from exc
         if part["failed"]:
             _, key, path, reason = part["failed"]
-            raise ConversionError(f"{path}: {reason}", path, reason)
+            raise ConversionError(f"{path}: {reason.rstrip('.')}.", path, reason).with_remedy(SKIP_BAD_FILES)
         plan.merge(columns, units, part)
         result.count += part["count"]
         result.bytes_in += part["bytes_in"]

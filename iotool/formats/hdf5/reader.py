@@ -1,191 +1,22 @@
-"""HDF5 format: one file with every payload concatenated in one byte array, plus index columns.
-
-Layout (version 3, all readable with plain h5py)::
-
-    /images      (total bytes,) uint8, chunked, unfiltered   every payload, unchanged, back to back
-    /offsets     (N + 1,) int64      record i is images[offsets[i]:offsets[i + 1]]
-    /labels      (N,) int64
-    /keys        (N,) variable-length UTF-8 strings (relative source paths)
-    /checksums   (N,) 64-byte ASCII hex SHA-256
-    /shapes      (N, 2) int32        decoded (height, width); [0, 0]: header unreadable (version 3)
-    attrs["iotool_meta"]        the metadata JSON
-    attrs["iotool_integrity"]   SHA-256 digests of the metadata and the index columns
-
-Reading a record costs one ``pread`` (two when it straddles a chunk): the reader maps each
-chunk of ``/images`` to its place in the file once per process (``H5Dchunk_iter``), then reads the
-bytes itself, which is about 10x faster than h5py's slicing and 100x faster than the
-variable-length elements of version 1 (still read). A file whose ``/images`` was rewritten with
-filters (say, ``h5repack`` with compression) is read through h5py instead.
-"""
+"""The HDF5 reader: a record by one ``pread`` through the chunk map of ``/images``, else through h5py."""
 
 from __future__ import annotations
 
 import bisect
-import errno
 import json
 import os
-
 from typing import Any, Iterator
 
 import h5py
 import numpy as np
 
-from ..errors import FormatError
-from ..records import DatasetMeta, Record
-from .base import FormatOptions, FormatReader, FormatSpec, FormatWriter, WriterHooks
-from .sharded.columns import AsciiColumn, IntColumn, LazyColumn
-from .sharded.index import canonical_json, sha256_hex
-from .shapes import record_shape, recorded_sizes
-
-FORMAT_VERSION = 3  # 3: /shapes; 2: /images one byte array with /offsets
-VLEN_VERSION = 1  # /images as (N,) variable-length uint8; read, no longer written
-META_ATTR = "iotool_meta"
-INTEGRITY_ATTR = "iotool_integrity"
-BATCH = 256
-CHUNK_BYTES = 1 << 20  # /images chunk: large enough that most records lie in one chunk
-SPACE_MARGIN = 2 * CHUNK_BYTES  # free space kept for HDF5's chunk cache and metadata
-_STR = h5py.string_dtype("utf-8")
-
-
-class Hdf5Writer(FormatWriter):
-    """Appends payloads to one chunked byte array and records in batches to resizable columns."""
-
-    def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
-        super().__init__(path, options, hooks)
-        # A chunk cache of several chunks keeps the chunk being filled in memory between batches.
-        self.file = h5py.File(path, "w", libver="latest", rdcc_nbytes=4 * CHUNK_BYTES)
-        column = {"maxshape": (None,), "chunks": (BATCH,), "track_times": False}  # no timestamps: same input, same bytes
-        self.images = self.file.create_dataset("images", (0,), "u1", maxshape=(None,), chunks=(CHUNK_BYTES,),
-                                               track_times=False)
-        self.labels = self.file.create_dataset("labels", (0,), "<i8", **column)
-        self.keys = self.file.create_dataset("keys", (0,), _STR, **column)
-        self.checksums = self.file.create_dataset("checksums", (0,), "S64", **column)
-        self.shapes = self.file.create_dataset("shapes", (0, 2), "<i4", maxshape=(None, 2), chunks=(BATCH, 2),
-                                               track_times=False)
-        self.offsets = [0]
-        self.pending: list[tuple[int, str, str, list[int]]] = []  # (label, key, checksum, shape) not written yet
-        self.unwritten: list[bytes] = []  # payloads not written yet, at most about one chunk
-        self.count = 0
-
-    def add(self, record: Record) -> None:
-        self.pending.append((record.label, record.key, record.checksum, record_shape(record)))
-        self.offsets.append(self.offsets[-1] + len(record.data))
-        self.unwritten.append(record.data)
-        if self.offsets[-1] - self.images.shape[0] >= CHUNK_BYTES:
-            self._write_payloads()
-        if len(self.pending) >= BATCH:
-            self._flush()
-
-    def _ensure_space(self, nbytes: int) -> None:
-        """Refuse, as the OS would, a write the file system has no room for.
-
-        HDF5 keeps what it could not write in its caches, and then crashes the process while
-        closing the file; so the writer checks the free space itself (with a margin for HDF5's
-        own metadata) and raises ENOSPC before handing HDF5 the bytes.
-        """
-        st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
-        if st.f_bavail * st.f_frsize < nbytes + SPACE_MARGIN:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
-
-    def _write_payloads(self) -> None:
-        """Append the unwritten payloads to ``/images`` with one write (memory stays about one chunk)."""
-        if not self.unwritten:
-            return
-        self._ensure_space(sum(map(len, self.unwritten)))
-        payload = b"".join(self.unwritten)
-        start = self.images.shape[0]
-        self.images.resize((start + len(payload),))
-        if payload:
-            self.images[start:] = np.frombuffer(payload, dtype=np.uint8)
-        self.unwritten.clear()
-        self.file.flush()  # hands the bytes to the OS now: nothing unwritten waits in HDF5's caches
-
-    def _flush(self) -> None:
-        """Write the index columns of the pending records."""
-        if not self.pending:
-            return
-        n, k = self.count, len(self.pending)
-        labels, keys, checksums, shapes = zip(*self.pending)
-        columns = {
-            self.labels: np.array(labels, dtype="<i8"),
-            self.keys: np.array(keys, dtype=object),
-            self.checksums: np.array([c.encode("ascii") for c in checksums], dtype="S64"),
-        }
-        for dataset, values in columns.items():
-            dataset.resize((n + k,))
-            dataset[n:n + k] = values
-        self.shapes.resize((n + k, 2))
-        self.shapes[n:n + k] = np.array(shapes, dtype="<i4").reshape(k, 2)
-        self.count += k
-        self.pending.clear()
-
-    def finish(self, meta: DatasetMeta) -> None:
-        self._write_payloads()
-        self._ensure_space(len(self.offsets) * 96)  # the offsets, and the keys and checksums still cached
-        self._flush()
-        offsets = np.asarray(self.offsets, dtype="<i8")
-        self.file.create_dataset("offsets", data=offsets, track_times=False)
-        meta_json = meta.to_json()
-        integrity = json.dumps({
-            "meta": sha256_hex(meta_json.encode("utf-8")),
-            **_column_digests(self.labels[:], self.keys[:], self.checksums[:], offsets, self.shapes[:]),
-        })
-        self.file.attrs[META_ATTR] = meta_json
-        self.file.attrs[INTEGRITY_ATTR] = integrity
-        self.file.flush()
-        self.file.close()
-        with open(self.path, "rb+") as f:
-            os.fsync(f.fileno())
-        self._check_written(meta_json, integrity, offsets)
-
-    def _check_written(self, meta_json: str, integrity: str, offsets: np.ndarray) -> None:
-        """Read the closed file back: HDF5 reports some failed writes (those made while h5py
-        releases an object) only as printed warnings, and would leave a torn file that looks
-        complete. A file that does not read back as written is an I/O error."""
-        try:
-            with h5py.File(self.path, "r") as f:
-                stored = f["offsets"][:]
-                ok = (f.attrs.get(META_ATTR) == meta_json and f.attrs.get(INTEGRITY_ATTR) == integrity
-                      and f["images"].shape == (int(offsets[-1]),) and np.array_equal(stored, offsets)
-                      and json.loads(integrity) == {"meta": sha256_hex(meta_json.encode("utf-8")), **_column_digests(
-                          f["labels"][:], f["keys"][:], f["checksums"][:], stored, f["shapes"][:])})
-        except (OSError, RuntimeError, KeyError, ValueError) as exc:
-            raise OSError(errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written ({exc})",
-                          self.path) from None
-        if not ok:
-            raise OSError(errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written",
-                          self.path)
-
-    def abort(self) -> None:
-        # HDF5 crashes the process (SIGSEGV) when it cannot write its caches while handles close
-        # (a full disk). So first free the disk the file holds (it is deleted anyway), then drop
-        # the dataset handles, then the file.
-        try:
-            os.truncate(self.path, 0)
-        except OSError:
-            pass
-        self.images = self.labels = self.keys = self.checksums = self.shapes = None
-        try:
-            self.file.close()
-        except Exception:  # h5py raises various errors on a half-written file; it is deleted anyway
-            pass
-
-
-def _column_digests(labels: np.ndarray, keys, checksums: np.ndarray, offsets: np.ndarray | None = None,
-                    shapes: np.ndarray | None = None) -> dict[str, str]:
-    """Digests of the index columns, as stored in the integrity attribute (offsets: version 2+,
-    shapes: version 3)."""
-    keys = [k.decode("utf-8") if isinstance(k, bytes) else k for k in keys]
-    digests = {
-        "labels": sha256_hex(np.asarray(labels, dtype="<i8").tobytes()),
-        "keys": sha256_hex(canonical_json(keys)),
-        "checksums": sha256_hex(np.asarray(checksums, dtype="S64").tobytes()),
-    }
-    if offsets is not None:
-        digests["offsets"] = sha256_hex(np.asarray(offsets, dtype="<i8").tobytes())
-    if shapes is not None:
-        digests["shapes"] = sha256_hex(np.ascontiguousarray(shapes, dtype="<i4").tobytes())
-    return digests
+from ...errors import FormatError
+from ...records import DatasetMeta
+from ..reader import FormatReader
+from ..shapes import recorded_sizes
+from ..sharded.columns import AsciiColumn, IntColumn, LazyColumn
+from ..sharded.index import sha256_hex
+from .layout import FORMAT_VERSION, INTEGRITY_ATTR, META_ATTR, VLEN_VERSION, column_digests
 
 
 class _Extents:
@@ -296,7 +127,7 @@ class Hdf5Reader(FormatReader):
         try:
             offsets = self._dataset("offsets", self.meta.count + 1)[:] if self.meta.format_version != VLEN_VERSION \
                 else None
-            actual = _column_digests(self._dataset("labels")[:], self._dataset("keys")[:],
+            actual = column_digests(self._dataset("labels")[:], self._dataset("keys")[:],
                                      self._dataset("checksums")[:], offsets, self._shapes())
             if offsets is not None:
                 self._open_payload()  # checks the offsets against /images
@@ -387,23 +218,3 @@ class _Payload:
             return self.extents.read(self.raw.fileno(), start, stop)
         except FormatError as exc:
             raise FormatError(f"{self.path}: record {index}: {exc}.") from None
-
-
-def sniff(path: str) -> str | None:
-    """The format an HDF5 file's metadata attribute declares (None: not an HDF5 file)."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        if f.read(8) != b"\x89HDF\r\n\x1a\n":
-            return None
-    try:
-        with h5py.File(path, "r") as f:
-            raw = f.attrs.get(META_ATTR)
-    except (OSError, RuntimeError, KeyError) as exc:
-        raise FormatError(f"{path}: cannot open as HDF5 ({exc}).") from None
-    if not isinstance(raw, str):
-        raise FormatError(f"{path}: no '{META_ATTR}' attribute; not an iotool HDF5 file.")
-    return DatasetMeta.from_json(raw, path).format
-
-
-SPEC = FormatSpec("hdf5", "HDF5 file", Hdf5Writer, Hdf5Reader, sniff)

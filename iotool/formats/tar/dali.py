@@ -1,4 +1,5 @@
-"""NVIDIA DALI index files for tar shards (``shard-000000.idx`` beside ``shard-000000.tar``).
+"""How NVIDIA DALI reads tar shards (:class:`TarDali`), and their index files (``shard-000000.idx``
+beside ``shard-000000.tar``).
 
 ``nvidia.dali.fn.readers.webdataset(paths=..., index_paths=...)`` reads a shard through its
 index instead of parsing every tar header at start-up. The format is that of DALI's
@@ -14,7 +15,7 @@ DALI parses the lines with whitespace-separated fields, so a member name holding
 (a source file ``my photo.jpg``) cannot be written in version 1.2; a shard with such a name gets
 a version 1.1 index, the same lines without the name (DALI uses the name only to describe
 where a sample came from). The writer knows every offset and writes the index as the shard
-closes; :func:`write_dali_indexes` rebuilds the indexes of a dataset written before from the
+closes; :meth:`TarDali.write_indexes` rebuilds the indexes of a dataset written before from the
 shards' own tar headers, checked against index.json's locations.
 """
 
@@ -22,9 +23,13 @@ from __future__ import annotations
 
 import os
 import tarfile
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ...errors import FormatError
+from ..dali import IMAGE_EXTS, DaliReading
+
+if TYPE_CHECKING:
+    from ..reader import ShardedReader
 
 VERSION_NAMED = "v1.2"  # members as <ext> <offset> <size> <name>
 VERSION_UNNAMED = "v1.1"  # members as <ext> <offset> <size>
@@ -111,19 +116,32 @@ def _check_against(index: WdsIndex, shard: str, locations: Iterable[tuple[int, i
                               f"shard has no member there; run iotool verify.")
 
 
-def write_tar_dali_indexes(path: str) -> list[str]:
-    """Write ``shard-NNNNNN.idx`` beside every shard of the local tar dataset at ``path``;
-    return the index files written."""
-    from .reader import TarReader
+class TarDali(DaliReading):
+    """DALI reads tar shards with ``fn.readers.webdataset``, through ``wds2idx`` index files."""
 
-    reader = TarReader(path)
-    locations = reader._locations
-    written = []
-    for shard, records in enumerate(reader.shard_ranges()):
-        shard_path = reader.shard_path(shard)
-        index = scan_shard(shard_path)
-        _check_against(index, shard_path, ((int(locations[i][1]), int(locations[i][2])) for i in records))
-        target = os.path.join(path, dali_index_name(reader.shards[shard]["name"]))
-        index.write(target)
-        written.append(target)
-    return written
+    op = "webdataset"
+
+    def index_paths(self, reader: "ShardedReader") -> list[str]:
+        return [os.path.join(reader.path, dali_index_name(name)) for name in _shard_names(reader)]
+
+    def write_indexes(self, path: str, reader: "ShardedReader") -> list[str]:
+        """``shard-NNNNNN.idx`` beside every shard, from its tar headers, checked against index.json's
+        locations."""
+        written = []
+        for shard, shard_path in enumerate(reader.shard_urls()):
+            name = os.path.basename(shard_path)
+            index = scan_shard(shard_path)
+            _check_against(index, shard_path, reader.shard_locations(shard))
+            target = os.path.join(path, dali_index_name(name))
+            index.write(target)
+            written.append(target)
+        return written
+
+    def read(self, fn: Any, reader: "ShardedReader", **options: Any) -> tuple[Any, Any]:
+        """The payload member (any image extension DALI decodes) and the ``.cls`` label member."""
+        return fn.readers.webdataset(paths=reader.shard_urls(), index_paths=self.index_paths(reader),
+                                     ext=[IMAGE_EXTS, "cls"], missing_component_behavior="error", **options)
+
+
+def _shard_names(reader: "ShardedReader") -> list[str]:
+    return [os.path.basename(url) for url in reader.shard_urls()]

@@ -1,0 +1,42 @@
+"""How NVIDIA DALI reads a format: the ``dali`` capability a :class:`~iotool.formats.spec.FormatSpec` declares.
+
+DALI reads the shards of some formats with readers of its own (``nvidia.dali.fn.readers.*``),
+through an index file per shard that iotool writes beside the shard at conversion. A format
+that DALI reads says so by giving its spec a :class:`DaliReading`: which DALI reader it uses,
+where its index files are, how to rebuild them for a dataset written before, and how to
+build the reader's node in a pipeline. :mod:`iotool.loading.dali` and ``iotool index --dali``
+ask only this; they name no format.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .reader import ShardedReader
+
+# Payload extensions DALI decodes, as one output of fn.readers.webdataset (';' groups them).
+IMAGE_EXTS = "jpg;jpeg;png;bmp;tif;tiff;webp;ppm;pgm;pbm;pnm;jp2"
+
+
+class DaliReading(ABC):
+    """How DALI reads the shards of one format (stateless; one instance per spec)."""
+
+    op: str = ""  # DALI's reader: nvidia.dali.fn.readers.<op>
+
+    @abstractmethod
+    def index_paths(self, reader: "ShardedReader") -> list[str]:
+        """The DALI index file of every shard of the dataset ``reader`` reads, in shard order."""
+
+    @abstractmethod
+    def write_indexes(self, path: str, reader: "ShardedReader") -> list[str]:
+        """(Re)write the index file of every shard of the local dataset at ``path`` (read by
+        ``reader``), from the shards and iotool's index; return the files written, under ``path``."""
+
+    @abstractmethod
+    def read(self, fn: Any, reader: "ShardedReader", **options: Any) -> tuple[Any, Any]:
+        """DALI's reader over the dataset's shards, inside a pipeline being defined: the nodes of
+        the encoded images and of the labels (a label as its ASCII digits, or an int64 class
+        index). ``fn`` is ``nvidia.dali.fn``; ``options`` go to the reader (sharding, shuffling,
+        padding, name)."""

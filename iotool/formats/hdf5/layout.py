@@ -1,0 +1,34 @@
+"""What an iotool HDF5 file holds where: versions, attribute names, chunking, the column digests."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+from ..sharded.index import canonical_json, sha256_hex
+
+FORMAT_VERSION = 3  # 3: /shapes; 2: /images one byte array with /offsets
+VLEN_VERSION = 1  # /images as (N,) variable-length uint8; read, no longer written
+META_ATTR = "iotool_meta"
+INTEGRITY_ATTR = "iotool_integrity"
+BATCH = 256
+CHUNK_BYTES = 1 << 20  # /images chunk: large enough that most records lie in one chunk
+SPACE_MARGIN = 2 * CHUNK_BYTES  # free space kept for HDF5's chunk cache and metadata
+STR = h5py.string_dtype("utf-8")  # the /keys element type
+
+
+def column_digests(labels: np.ndarray, keys, checksums: np.ndarray, offsets: np.ndarray | None = None,
+                    shapes: np.ndarray | None = None) -> dict[str, str]:
+    """Digests of the index columns, as stored in the integrity attribute (offsets: version 2+,
+    shapes: version 3)."""
+    keys = [k.decode("utf-8") if isinstance(k, bytes) else k for k in keys]
+    digests = {
+        "labels": sha256_hex(np.asarray(labels, dtype="<i8").tobytes()),
+        "keys": sha256_hex(canonical_json(keys)),
+        "checksums": sha256_hex(np.asarray(checksums, dtype="S64").tobytes()),
+    }
+    if offsets is not None:
+        digests["offsets"] = sha256_hex(np.asarray(offsets, dtype="<i8").tobytes())
+    if shapes is not None:
+        digests["shapes"] = sha256_hex(np.ascontiguousarray(shapes, dtype="<i4").tobytes())
+    return digests

@@ -1,0 +1,141 @@
+"""The HDF5 writer: payloads appended to one chunked byte array, the index columns at the end."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import h5py
+import numpy as np
+
+from ...records import DatasetMeta, Record
+from ..options import FormatOptions
+from ..shapes import record_shape
+from ..sharded.index import sha256_hex
+from ..writer import FormatWriter, WriterHooks
+from .layout import BATCH, CHUNK_BYTES, INTEGRITY_ATTR, META_ATTR, SPACE_MARGIN, STR, column_digests
+
+
+class Hdf5Writer(FormatWriter):
+    """Appends payloads to one chunked byte array and records in batches to resizable columns."""
+
+    def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
+        super().__init__(path, options, hooks)
+        # A chunk cache of several chunks keeps the chunk being filled in memory between batches.
+        self.file = h5py.File(path, "w", libver="latest", rdcc_nbytes=4 * CHUNK_BYTES)
+        column = {"maxshape": (None,), "chunks": (BATCH,), "track_times": False}  # no timestamps: same input, same bytes
+        self.images = self.file.create_dataset("images", (0,), "u1", maxshape=(None,), chunks=(CHUNK_BYTES,),
+                                               track_times=False)
+        self.labels = self.file.create_dataset("labels", (0,), "<i8", **column)
+        self.keys = self.file.create_dataset("keys", (0,), STR, **column)
+        self.checksums = self.file.create_dataset("checksums", (0,), "S64", **column)
+        self.shapes = self.file.create_dataset("shapes", (0, 2), "<i4", maxshape=(None, 2), chunks=(BATCH, 2),
+                                               track_times=False)
+        self.offsets = [0]
+        self.pending: list[tuple[int, str, str, list[int]]] = []  # (label, key, checksum, shape) not written yet
+        self.unwritten: list[bytes] = []  # payloads not written yet, at most about one chunk
+        self.count = 0
+
+    def add(self, record: Record) -> None:
+        self.pending.append((record.label, record.key, record.checksum, record_shape(record)))
+        self.offsets.append(self.offsets[-1] + len(record.data))
+        self.unwritten.append(record.data)
+        if self.offsets[-1] - self.images.shape[0] >= CHUNK_BYTES:
+            self._write_payloads()
+        if len(self.pending) >= BATCH:
+            self._flush()
+
+    def _ensure_space(self, nbytes: int) -> None:
+        """Refuse, as the OS would, a write the file system has no room for.
+
+        HDF5 keeps what it could not write in its caches, and then crashes the process while
+        closing the file; so the writer checks the free space itself (with a margin for HDF5's
+        own metadata) and raises ENOSPC before handing HDF5 the bytes.
+        """
+        st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
+        if st.f_bavail * st.f_frsize < nbytes + SPACE_MARGIN:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
+
+    def _write_payloads(self) -> None:
+        """Append the unwritten payloads to ``/images`` with one write (memory stays about one chunk)."""
+        if not self.unwritten:
+            return
+        self._ensure_space(sum(map(len, self.unwritten)))
+        payload = b"".join(self.unwritten)
+        start = self.images.shape[0]
+        self.images.resize((start + len(payload),))
+        if payload:
+            self.images[start:] = np.frombuffer(payload, dtype=np.uint8)
+        self.unwritten.clear()
+        self.file.flush()  # hands the bytes to the OS now: nothing unwritten waits in HDF5's caches
+
+    def _flush(self) -> None:
+        """Write the index columns of the pending records."""
+        if not self.pending:
+            return
+        n, k = self.count, len(self.pending)
+        labels, keys, checksums, shapes = zip(*self.pending)
+        columns = {
+            self.labels: np.array(labels, dtype="<i8"),
+            self.keys: np.array(keys, dtype=object),
+            self.checksums: np.array([c.encode("ascii") for c in checksums], dtype="S64"),
+        }
+        for dataset, values in columns.items():
+            dataset.resize((n + k,))
+            dataset[n:n + k] = values
+        self.shapes.resize((n + k, 2))
+        self.shapes[n:n + k] = np.array(shapes, dtype="<i4").reshape(k, 2)
+        self.count += k
+        self.pending.clear()
+
+    def finish(self, meta: DatasetMeta) -> None:
+        self._write_payloads()
+        self._ensure_space(len(self.offsets) * 96)  # the offsets, and the keys and checksums still cached
+        self._flush()
+        offsets = np.asarray(self.offsets, dtype="<i8")
+        self.file.create_dataset("offsets", data=offsets, track_times=False)
+        meta_json = meta.to_json()
+        integrity = json.dumps({
+            "meta": sha256_hex(meta_json.encode("utf-8")),
+            **column_digests(self.labels[:], self.keys[:], self.checksums[:], offsets, self.shapes[:]),
+        })
+        self.file.attrs[META_ATTR] = meta_json
+        self.file.attrs[INTEGRITY_ATTR] = integrity
+        self.file.flush()
+        self.file.close()
+        with open(self.path, "rb+") as f:
+            os.fsync(f.fileno())
+        self._check_written(meta_json, integrity, offsets)
+
+    def _check_written(self, meta_json: str, integrity: str, offsets: np.ndarray) -> None:
+        """Read the closed file back: HDF5 reports some failed writes (those made while h5py
+        releases an object) only as printed warnings, and would leave a torn file that looks
+        complete. A file that does not read back as written is an I/O error."""
+        try:
+            with h5py.File(self.path, "r") as f:
+                stored = f["offsets"][:]
+                ok = (f.attrs.get(META_ATTR) == meta_json and f.attrs.get(INTEGRITY_ATTR) == integrity
+                      and f["images"].shape == (int(offsets[-1]),) and np.array_equal(stored, offsets)
+                      and json.loads(integrity) == {"meta": sha256_hex(meta_json.encode("utf-8")), **column_digests(
+                          f["labels"][:], f["keys"][:], f["checksums"][:], stored, f["shapes"][:])})
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:
+            raise OSError(errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written ({exc})",
+                          self.path) from None
+        if not ok:
+            raise OSError(errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written",
+                          self.path)
+
+    def abort(self) -> None:
+        # HDF5 crashes the process (SIGSEGV) when it cannot write its caches while handles close
+        # (a full disk). So first free the disk the file holds (it is deleted anyway), then drop
+        # the dataset handles, then the file.
+        try:
+            os.truncate(self.path, 0)
+        except OSError:
+            pass
+        self.images = self.labels = self.keys = self.checksums = self.shapes = None
+        try:
+            self.file.close()
+        except Exception:  # h5py raises various errors on a half-written file; it is deleted anyway
+            pass

@@ -1,0 +1,70 @@
+"""This process's read-only LMDB environment handles, one per dataset, checked on open."""
+
+from __future__ import annotations
+
+import os
+
+import lmdb
+
+from ...errors import FormatError
+
+
+# One read-only environment per process and path: py-lmdb refuses to open the same
+# environment twice in a process, and a forked child must not use its parent's handle.
+_ENVS: dict[str, tuple[int, tuple[int, int], lmdb.Environment]] = {}
+
+
+def _canonical(path: str) -> str:
+    """The one name of an environment: py-lmdb knows it by its real path, so ``s.lmdb``,
+    ``./s.lmdb/`` and a symlink to it must share one handle."""
+    return os.path.realpath(path)
+
+
+def _data_file_id(path: str) -> tuple[int, int]:
+    st = os.stat(os.path.join(path, "data.mdb"))
+    return st.st_dev, st.st_ino
+
+
+def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
+    """This process's read-only environment for ``path`` (opened on first use).
+
+    With ``check_file`` (when a reader opens), a handle on a data.mdb that has since been
+    replaced, e.g. by ``--overwrite``, is dropped and reopened.
+    """
+    path = _canonical(path)
+    pid = os.getpid()
+    cached = _ENVS.get(path)
+    if cached is not None and cached[0] == pid and not check_file:
+        return cached[2]
+    file_id = _data_file_id(path)
+    if cached is not None:
+        if cached[0] == pid and cached[1] == file_id:
+            return cached[2]
+        del _ENVS[path]
+        try:
+            cached[2].close()  # inherited across fork, or the file was replaced: drop it first
+        except lmdb.Error:
+            pass
+    env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=False,
+                    meminit=False, max_readers=4096, max_spare_txns=4)
+    _check_file_size(path, env)
+    _ENVS[path] = (pid, file_id, env)
+    return env
+
+
+def _check_file_size(path: str, env: lmdb.Environment) -> None:
+    """Refuse a data.mdb shorter than its own meta page says: reading past the end of the
+    memory map would kill the process with SIGBUS (a truncated copy, a full disk)."""
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    actual = os.path.getsize(os.path.join(path, "data.mdb"))
+    if actual < needed:
+        env.close()
+        raise FormatError(f"{path}: data.mdb is truncated ({actual} bytes, the environment needs "
+                          f"{needed}); copy or convert the dataset again.")
+
+
+def close_env(path: str) -> None:
+    """Close this process's handle on ``path`` if one is open."""
+    cached = _ENVS.pop(_canonical(path), None)
+    if cached is not None:
+        cached[2].close()

@@ -1,0 +1,138 @@
+"""The LMDB reader: records by index, the index arrays checked against their digests."""
+
+from __future__ import annotations
+
+import json
+
+import lmdb
+import numpy as np
+
+from ...errors import FormatError
+from ...records import DatasetMeta
+from ..reader import FormatReader
+from ..shapes import recorded_sizes
+from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
+from ..sharded.index import sha256_hex
+from .env import open_env
+from .layout import (
+    CHECKSUMS_KEY, FORMAT_VERSION, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, RESERVED, SHAPES_KEY, record_key,
+)
+
+
+class LmdbReader(FormatReader):
+    """Map-style reader of an iotool LMDB environment."""
+
+    format_name = "lmdb"
+    format_versions = (1, 2, FORMAT_VERSION)
+
+    def _get(self, key: bytes) -> bytes | None:
+        try:
+            with open_env(self.path).begin(buffers=False) as txn:
+                return txn.get(key)
+        except FileNotFoundError:
+            raise FormatError(f"{self.path}: data.mdb is missing.") from None
+        except lmdb.Error as exc:
+            raise FormatError(f"{self.path}: cannot read LMDB environment ({exc}).") from None
+
+    def _get_required(self, key: bytes) -> bytes:
+        value = self._get(key)
+        if value is None:
+            raise FormatError(f"{self.path}: missing {key.decode()!r}; not a complete iotool LMDB dataset.")
+        return value
+
+    def _digests(self) -> dict:
+        try:
+            digests = json.loads(self._get_required(INTEGRITY_KEY))
+        except ValueError:
+            digests = None
+        if not isinstance(digests, dict):
+            raise FormatError(f"{self.path}: the integrity record is corrupted. Re-convert the dataset.")
+        return digests
+
+    def _check_digest(self, key: bytes, value: bytes, digests: dict) -> None:
+        if digests.get(key.decode()) != sha256_hex(value):
+            raise FormatError(f"{self.path}: {key.decode()!r} does not match its integrity digest; it was "
+                              f"modified or corrupted after conversion. Re-convert the dataset.")
+
+    def _load_meta(self) -> DatasetMeta:
+        try:
+            open_env(self.path, check_file=True)
+        except (OSError, lmdb.Error) as exc:
+            raise FormatError(f"{self.path}: cannot open the LMDB environment ({exc}).") from None
+        raw = self._get_required(META_KEY)
+        self._check_digest(META_KEY, raw, self._digests())
+        meta = DatasetMeta.from_json(raw, self.path)
+        entries = open_env(self.path).stat()["entries"]
+        reserved = len(RESERVED) + (meta.format_version >= 3)  # SHAPES_KEY
+        if meta.count + reserved != entries:
+            raise FormatError(f"{self.path}: metadata says {meta.count} records but the environment holds "
+                              f"{entries - reserved}.")
+        if meta.format != "lmdb":
+            raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'lmdb'.")
+        return meta
+
+    def read(self, index: int) -> tuple[bytes, int]:
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        data = self._get(record_key(index))
+        if data is None:
+            raise FormatError(f"{self.path}: record {index} is missing.")
+        return data, self.labels[index]
+
+    def integrity_problems(self) -> list[str]:
+        problems = []
+        digests = self._digests()
+        for key in (KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY, *((SHAPES_KEY,) if self.meta.format_version >= 3 else ())):
+            try:
+                self._check_digest(key, self._get_required(key), digests)
+            except FormatError as exc:
+                problems.append(str(exc))
+        return problems
+
+    def _load_keys(self) -> list[str] | StringColumn:
+        raw = self._get_required(KEYS_KEY)
+        if self.meta.format_version >= 2:
+            return self._unpack_keys(raw)
+        try:
+            keys = json.loads(raw)
+        except ValueError:
+            raise FormatError(f"{self.path}: the keys record is not valid JSON.") from None
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise FormatError(f"{self.path}: the keys record must be a JSON list of strings.")
+        self._expect_count("keys", len(keys))
+        return keys
+
+    def _unpack_keys(self, raw: bytes) -> StringColumn:
+        head = 8 * (self.meta.count + 1)
+        if len(raw) < head:
+            raise FormatError(f"{self.path}: the keys record is shorter than its {self.meta.count + 1} offsets.")
+        offsets = np.frombuffer(raw, dtype="<i8", count=self.meta.count + 1)
+        blob = np.frombuffer(raw, dtype=np.uint8, offset=head)
+        if offsets[0] != 0 or offsets[-1] != len(blob):
+            raise FormatError(f"{self.path}: the keys record's offsets do not describe its {len(blob)} bytes.")
+        return StringColumn(offsets, blob, f"{self.path} keys")
+
+    def _load_labels(self) -> IntColumn:
+        raw = self._get_required(LABELS_KEY)
+        labels = np.frombuffer(raw, dtype="<i8")  # one compact array, not a list of Python ints
+        self._expect_count("labels", len(labels))
+        return IntColumn(labels)
+
+    def _load_checksums(self) -> ChecksumColumn:
+        raw = self._get_required(CHECKSUMS_KEY)
+        if len(raw) % 32:
+            raise FormatError(f"{self.path}: the checksums record is not a whole number of SHA-256 digests.")
+        self._expect_count("checksums", len(raw) // 32)
+        return ChecksumColumn(np.frombuffer(raw, dtype=np.uint8).reshape(-1, 32))
+
+    def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
+        """From ``__iotool_shapes__`` (version 3), else from each record's header."""
+        if self.meta.format_version < 3:
+            return super()._load_image_sizes(strict)
+        raw = self._get_required(SHAPES_KEY)
+        self._expect_count("shapes", len(raw) // 8 if len(raw) % 8 == 0 else -1)
+        return recorded_sizes(self, np.frombuffer(raw, dtype="<i4").reshape(-1, 2), strict)
+
+    def _expect_count(self, what: str, n: int) -> None:
+        if n != self.meta.count:
+            raise FormatError(f"{self.path}: {n} {what} stored but metadata says {self.meta.count} records.")

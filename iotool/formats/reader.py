@@ -1,0 +1,172 @@
+"""Reading a format: a stored dataset by record index, and the sharded variant read sequentially."""
+
+from __future__ import annotations
+
+import os
+import typing
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from ..errors import FormatVersionError, UsageError
+from ..records import DatasetMeta
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..storage import StorageConfig
+
+
+class FormatReader(ABC):
+    """Reads one stored dataset. Holds a path; handles open lazily, once per process.
+
+    Subclasses load :attr:`meta` in ``_load_meta`` and implement ``read``. Pickling keeps
+    only the path and the metadata, so a reader crosses into DataLoader workers under fork
+    and spawn.
+    """
+
+    format_name: str = ""
+    format_versions: tuple[int, ...] = (1,)
+    remote_ok = False  # readers that can read an fsspec URL set this
+    # A decoder for the payloads this format stores, used instead of the generic one when the
+    # dataset's decoder is "auto" (the BMP cache: numpy only). None: the generic decoders.
+    native_decode: Callable[[bytes], Any] | None = None
+
+    def __init__(self, path: str | os.PathLike, *, storage: "StorageConfig | None" = None):
+        from ..storage import StorageConfig, is_url, normalize
+
+        self.path = normalize(path)
+        self.storage = storage or StorageConfig()
+        self.remote = is_url(self.path)
+        if self.remote and not self.remote_ok:
+            raise UsageError(f"{self.path}: {self.format_name} datasets are read from local paths only; "
+                             f"copy it to local disk first.")
+        self.meta: DatasetMeta = self._load_meta()
+        self._check_version()
+
+    @abstractmethod
+    def _load_meta(self) -> DatasetMeta:
+        """Read and validate the metadata."""
+
+    @abstractmethod
+    def read(self, index: int) -> tuple[bytes, int]:
+        """Return (payload bytes, label) of record ``index``."""
+
+    @abstractmethod
+    def _load_keys(self) -> list[str]:
+        """Return every record's key, in index order."""
+
+    @abstractmethod
+    def _load_labels(self) -> list[int]:
+        """Return every record's label, in index order."""
+
+    @abstractmethod
+    def _load_checksums(self) -> list[str]:
+        """Return every record's hex checksum, in index order."""
+
+    def integrity_problems(self) -> list[str]:
+        """Check the stored metadata/index against their digests and the container's structure.
+
+        Used by ``iotool verify``; returns a reason per problem (empty when intact).
+        """
+        return []
+
+    def files(self) -> list[str]:
+        """Every file (or URL) the dataset consists of, for sizes and copies."""
+        return [self.path]
+
+    def _check_version(self) -> None:
+        if self.meta.format_version not in self.format_versions:
+            raise FormatVersionError(
+                f"{self.path}: {self.format_name} format version {self.meta.format_version} is not "
+                f"supported by this iotool (reads versions {', '.join(map(str, self.format_versions))}). "
+                f"Upgrade iotool or re-convert the dataset."
+            )
+
+    def __len__(self) -> int:
+        return self.meta.count
+
+    @property
+    def classes(self) -> list[str]:
+        return self.meta.classes
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return self.meta.class_to_idx
+
+    @property
+    def keys(self) -> list[str]:
+        """Record keys (relative source paths), loaded on first use."""
+        if getattr(self, "_keys", None) is None:
+            self._keys = self._load_keys()
+        return self._keys
+
+    @property
+    def labels(self) -> list[int]:
+        """Record labels, loaded on first use."""
+        if getattr(self, "_labels", None) is None:
+            self._labels = self._load_labels()
+        return self._labels
+
+    @property
+    def checksums(self) -> list[str]:
+        """Record checksums (hex SHA-256), loaded on first use."""
+        if getattr(self, "_checksum_list", None) is None:
+            self._checksum_list = self._load_checksums()
+        return self._checksum_list
+
+    def image_sizes(self, strict: bool = True) -> "np.ndarray":
+        """(N, 2) int32 array of every record's decoded (height, width), in index order: the
+        shape of what ``decode(payload)`` (or :attr:`native_decode`) returns. Computed once per
+        reader object, never pickled: from the index where the format records it, else read
+        from each record's image header (:meth:`_load_image_sizes`). ``strict=False``: (0, 0)
+        for a record whose size cannot be read instead of an error (not kept)."""
+        if getattr(self, "_image_sizes", None) is None:
+            if not strict:
+                return self._load_image_sizes(strict=False)
+            self._image_sizes = self._load_image_sizes()
+        return self._image_sizes
+
+    def _load_image_sizes(self, strict: bool = True) -> "np.ndarray":
+        """Every record's (height, width); by default read once from each payload's header."""
+        from .shapes import header_sizes  # numpy, imported when sizes are first asked for
+
+        return header_sizes(self, strict)
+
+    def read_many(self, indices: "typing.Iterable[int]") -> Iterator[tuple[int, bytes | None, int | None]]:
+        """Yield (index, payload, label) for ``indices`` in order; a record that fails comes as
+        (index, None, None) and the caller reads it again with ``read`` to get (or skip) the
+        error. Formats with a faster sequential path override this."""
+        for i in indices:
+            try:
+                data, label = self.read(i)
+            except Exception:  # noqa: BLE001  (re-read by the caller, which reports it)
+                yield i, None, None
+                continue
+            yield i, data, label
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in list(state):
+            if name.startswith("_h_") or name in ("_keys", "_labels", "_checksum_list", "_image_sizes"):
+                state[name] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+class ShardedReader(FormatReader):
+    """A reader of a dataset stored as shards read sequentially: ``open_dataset`` gives an
+    IterableDataset that splits each epoch's records over ranks and workers."""
+
+    @abstractmethod
+    def shard_ranges(self) -> list[range]:
+        """The record indices held by each shard, in shard order."""
+
+    @abstractmethod
+    def shard_urls(self) -> list[str]:
+        """Paths (or URLs) of every shard, e.g. for ``webdataset.WebDataset(urls)``."""
+
+    @abstractmethod
+    def read_many(self, indices: "typing.Iterable[int]") -> Iterator[tuple[int, bytes | None, int | None]]:
+        """Yield (index, payload, label), reading each shard sequentially (see FormatReader)."""

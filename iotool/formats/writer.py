@@ -1,0 +1,74 @@
+"""Writing a format: the writer the pipeline feeds records to, and the collaborators it is given."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from ..records import DatasetMeta, Record
+from .options import FormatOptions
+
+
+class CheckpointState(Protocol):
+    """The pipeline's view of its progress, which resumable writers store with each commit."""
+
+    def state(self, count: int, source_done: int) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class WriterHooks:
+    """The pipeline's collaborators, handed to a writer at construction.
+
+    ``checkpoint``: where the conversion stands (resumable writers store its ``state`` with
+    every commit). ``on_unit_closed(local_path, name)``: called when a self-contained output
+    unit (a shard) is complete, so a URL destination can publish it before the run ends.
+    """
+
+    checkpoint: CheckpointState | None = None
+    on_unit_closed: Callable[[str, str], None] | None = None
+
+
+class FormatWriter(ABC):
+    """Writes records, in order, into a temporary path that the pipeline renames into place.
+
+    The pipeline calls ``add`` once per record in source order (``record.index`` is dense,
+    ``record.position`` is its place in the source), then ``finish`` with the metadata; on
+    any failure it calls ``abort`` and removes (or, for resume, keeps) the temporary path.
+
+    Resume contract (formats with ``resumable = True``): at every durable commit the writer
+    stores ``hooks.checkpoint.state(records committed, source positions covered)`` inside its
+    output. ``read_checkpoint(path)`` returns the last stored state of a partial output (or
+    None); the pipeline checks its fingerprint against the new job, builds a writer on the
+    same path and calls ``resume(state)``, which must drop anything written after that commit;
+    then ``add`` continues with record ``state["count"]`` from source position
+    ``state["source_done"]``. ``finish`` removes every checkpoint trace, so a finished output
+    is byte-identical to one written without interruption.
+    """
+
+    resumable = False
+
+    def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
+        self.path = path
+        self.options = options
+        self.hooks = hooks
+
+    @classmethod
+    def read_checkpoint(cls, path: str) -> dict[str, Any] | None:
+        """The committed state of a partial output at ``path``, or None if it has none."""
+        return None
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continue after the committed records described by ``state``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot resume")
+
+    @abstractmethod
+    def add(self, record: Record) -> None:
+        """Store one record."""
+
+    @abstractmethod
+    def finish(self, meta: DatasetMeta) -> None:
+        """Write metadata and indices, flush to disk and close every handle."""
+
+    def abort(self) -> None:
+        """Close handles after a failure; the pipeline deletes the temporary output."""
