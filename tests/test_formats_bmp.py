@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 import iotool
-from iotool.pipeline.prepare import REDUCING_GAP, PayloadOptions, prepare
+from iotool.pipeline.prepare import PayloadOptions, prepare
+from iotool.transforms.sizing import REDUCING_GAP
 from iotool.decode import decode
 from iotool.errors import DecodeError, UsageError
 from iotool.decode.bmp import decode_bmp, encode_bmp
