@@ -7,7 +7,7 @@ on one OpenCV and one torch thread. Contestants:
 
 1. baseline: torchvision's ``ImageFolder`` with ``v2.PILToTensor()`` and
    ``v2.RandomResizedCrop(224, antialias=True)`` when torchvision is installed; otherwise its
-   reimplementation in ``iotool.bench.loader`` (``TorchvisionStyleFolder``: PIL decode, then
+   reimplementation in ``iotool.bench.contestants`` (``TorchvisionStyleFolder``: PIL decode, then
    iotool's ``RandomResizedCrop`` on torch's uint8 kernel, as torchvision's v2 transform resizes).
    The table says which ran.
 2. ``lmdb``: the JPEGs in LMDB, no cache (the default decoder fuses decoding into the crop);
@@ -113,10 +113,10 @@ def baseline_dataset(src: str, size: int) -> tuple[str, Any]:
         from torchvision.datasets import ImageFolder
         from torchvision.transforms import v2
     except ImportError:
-        from iotool.bench.loader import TorchvisionStyleFolder
+        from iotool.bench.contestants import TorchvisionStyleFolder
         from iotool.transforms import RandomResizedCrop
 
-        return ("iotool.bench.loader.TorchvisionStyleFolder (PIL decode) + RandomResizedCrop on torch's uint8 "
+        return ("iotool.bench.contestants.TorchvisionStyleFolder (PIL decode) + RandomResizedCrop on torch's uint8 "
                 "kernel, as torchvision v2 runs it (torchvision not installed)",
                 TorchvisionStyleFolder(src, RandomResizedCrop(size, backend="torch")))
     import torchvision
