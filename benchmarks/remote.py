@@ -27,7 +27,6 @@ import argparse
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 import iotool
+from iotool.bench.common import summarize
 from iotool.storage.testing import http_server, moto_s3_server
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
@@ -101,16 +101,16 @@ def print_table(results: dict[str, list[tuple[float, float]]], decoded: bool) ->
     width = max(len(name) for name in results)
     unit = "px MB/s" if decoded else "MB/s"
     print(f"{'source':<{width}}  {'median img/s':>12}  {unit:>7}  {'min':>8}  {'max':>8}   rounds")
-    local = statistics.median(v[0] for v in results["local"])
+    local = summarize([v[0] for v in results["local"]]).median
     for name, values in results.items():
-        rates = [v[0] for v in values]
-        mb = statistics.median(v[1] for v in values)
-        print(f"{name:<{width}}  {statistics.median(rates):12.0f}  {mb:7.1f}  {min(rates):8.0f}  {max(rates):8.0f}"
-              f"   {' '.join(f'{x:.0f}' for x in rates)}")
+        rates = summarize([v[0] for v in values])
+        mb = summarize([v[1] for v in values]).median
+        print(f"{name:<{width}}  {rates.median:12.0f}  {mb:7.1f}  {rates.min:8.0f}  {rates.max:8.0f}"
+              f"   {' '.join(f'{x:.0f}' for x in rates.values)}")
     print()
     for name, values in results.items():
         if name != "local":
-            print(f"{name} / local (medians): {statistics.median(v[0] for v in values) / local:.2f}x")
+            print(f"{name} / local (medians): {summarize([v[0] for v in values]).median / local:.2f}x")
 
 
 def print_header(args: argparse.Namespace, shards: Path) -> None:
