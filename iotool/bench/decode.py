@@ -1,6 +1,6 @@
 """``bench decode``: images/s, megapixels/s and compressed MB/s of each decoder backend.
 
-Method (DESIGN §6): the encoded bytes are loaded before timing (``mode="file"`` also times
+Method: the encoded bytes are loaded before timing (``mode="file"`` also times
 reading them); OpenCV runs on one thread; every backend decodes once as a warm-up and as a
 check; then ``repeat`` passes, each running every contestant for at least ``min_time`` seconds,
 round-robin with the order rotated per pass; we report the median and the spread over passes.
