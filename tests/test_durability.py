@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 import iotool
+from iotool.pipeline.destination import TMP_MARKER
 
 from .conftest import FORMATS, dataset_files, options_with_units, write_tree
-from .test_faults import TMP_MARKER, Server, faultshim  # noqa: F401  (faultshim: the session fixture)
+from .test_faults import Server, faultshim  # noqa: F401  (faultshim: the session fixture)
 
 WRITES = {"write", "pwrite", "pwrite64", "writev", "pwritev", "ftruncate"}
 SYNCS = {"fsync", "fdatasync"}
