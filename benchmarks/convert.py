@@ -13,6 +13,7 @@ Reports, on a generated ImageNet-like ImageFolder:
 Example:
 
     python benchmarks/convert.py --images 1000 --rounds 3 --rss-images 1000 10000 --json /tmp/convert.json
+    python benchmarks/convert.py --images 4 --rounds 1 --rss-images 4 --formats lmdb  # smoke run
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from iotool.bench.common import summarize
 
 REPO = Path(__file__).resolve().parent.parent
 FORMATS = ("lmdb", "hdf5", "tar")
@@ -74,18 +76,18 @@ def tar_cf_seconds(src: Path, dst: Path) -> float:
     return seconds
 
 
-def speed(src: Path, work: Path, rounds: int) -> dict:
+def speed(src: Path, work: Path, rounds: int, formats: list[str]) -> dict:
     """Interleaved rounds of every (format, workers) pair with validation."""
-    rates: dict[str, list[float]] = {f"{fmt}/{w}": [] for fmt in FORMATS for w in (1, 2)}
+    rates: dict[str, list[float]] = {f"{fmt}/{w}": [] for fmt in formats for w in (1, 2)}
     cpu: dict[str, list[float]] = {k: [] for k in rates}
     for _ in range(rounds):
-        for fmt in FORMATS:
+        for fmt in formats:
             for w in (1, 2):
                 rate, _, _, cpu_s = run_child(src, work / f"out.{fmt}", fmt, w, True)
                 rates[f"{fmt}/{w}"].append(rate)
                 cpu[f"{fmt}/{w}"].append(cpu_s)
-    return ({k: statistics.median(v) for k, v in rates.items()} | {"rounds": rates}
-            | {"cpu_s": {k: statistics.median(v) for k, v in cpu.items()}, "cpu_rounds": cpu})
+    return ({k: summarize(v).median for k, v in rates.items()} | {"rounds": rates}
+            | {"cpu_s": {k: summarize(v).median for k, v in cpu.items()}, "cpu_rounds": cpu})
 
 
 def packing(src: Path, work: Path, rounds: int) -> dict:
@@ -94,15 +96,15 @@ def packing(src: Path, work: Path, rounds: int) -> dict:
     for _ in range(rounds):
         ours.append(run_child(src, work / "nv", "tar", 1, False)[1])
         tar.append(tar_cf_seconds(src, work / "plain.tar"))
-    return {"iotool_no_validate_s": statistics.median(ours), "tar_cf_s": statistics.median(tar)}
+    return {"iotool_no_validate_s": summarize(ours).median, "tar_cf_s": summarize(tar).median}
 
 
-def memory(work: Path, sizes: list[int]) -> dict:
+def memory(work: Path, sizes: list[int], formats: list[str]) -> dict:
     """Peak RSS (KiB) of converting each dataset size to every format, 1 worker."""
     out = {}
     for n in sizes:
         src = generate(work / f"src{n}", n)
-        out[n] = {fmt: run_child(src, work / f"m.{fmt}", fmt, 1, True)[2] for fmt in FORMATS}
+        out[n] = {fmt: run_child(src, work / f"m.{fmt}", fmt, 1, True)[2] for fmt in formats}
     return out
 
 
@@ -113,17 +115,20 @@ def main() -> None:
     parser.add_argument("--rss-images", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--formats", default=",".join(FORMATS),
+                        help=f"comma-separated formats to convert to (default {','.join(FORMATS)})")
     args = parser.parse_args()
+    formats = args.formats.split(",")
     work = args.work or Path(tempfile.mkdtemp(prefix="iotool-convert-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     src = generate(work / f"src{args.images}", args.images)
-    result = {"images": args.images, "cpus": os.cpu_count(), "speed": speed(src, work, args.rounds),
+    result = {"images": args.images, "cpus": os.cpu_count(), "speed": speed(src, work, args.rounds, formats),
               "packing": packing(src, work, args.rounds),
-              "peak_rss_kib": memory(work, args.rss_images) if args.rss_images else {}}
+              "peak_rss_kib": memory(work, args.rss_images, formats) if args.rss_images else {}}
     s = result["speed"]
     print(f"{'format':8} {'1 worker':>10} {'2 workers':>10} {'ratio':>7}   (images/s, median of {args.rounds})"
           f"   {'CPU s 1w':>8} {'CPU s 2w':>8} {'2 x CPU ratio':>13}")
-    for fmt in FORMATS:
+    for fmt in formats:
         c1, c2 = s["cpu_s"][f"{fmt}/1"], s["cpu_s"][f"{fmt}/2"]
         print(f"{fmt:8} {s[f'{fmt}/1']:10.0f} {s[f'{fmt}/2']:10.0f} {s[f'{fmt}/2'] / s[f'{fmt}/1']:6.2f}x"
               f"   {c1:8.2f} {c2:8.2f} {2 * c1 / c2:12.2f}x")
@@ -133,10 +138,10 @@ def main() -> None:
     if result["peak_rss_kib"]:
         sizes = sorted(result["peak_rss_kib"])
         print("\npeak RSS (MiB):", "  ".join(f"{n} images: " + ", ".join(
-            f"{fmt} {result['peak_rss_kib'][n][fmt] / 1024:.0f}" for fmt in FORMATS) for n in sizes))
+            f"{fmt} {result['peak_rss_kib'][n][fmt] / 1024:.0f}" for fmt in formats) for n in sizes))
         if len(sizes) > 1:
             big, small = result["peak_rss_kib"][sizes[-1]], result["peak_rss_kib"][sizes[0]]
-            print("ratio largest/smallest:", ", ".join(f"{fmt} {big[fmt] / small[fmt]:.2f}x" for fmt in FORMATS))
+            print("ratio largest/smallest:", ", ".join(f"{fmt} {big[fmt] / small[fmt]:.2f}x" for fmt in formats))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
 

@@ -26,14 +26,11 @@ MiB = 2 ** 20
 
 def smaps(pid: int) -> dict[str, float]:
     """RSS, PSS and USS (private clean + dirty) of a process, in MiB."""
-    fields = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
-                fields[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    from iotool.bench.procfs import smaps_rollup, unique_set_size
+
+    fields = smaps_rollup(pid)
     return {"rss": fields.get("Rss", 0) / MiB, "pss": fields.get("Pss", 0) / MiB,
-            "uss": (fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)) / MiB}
+            "uss": unique_set_size(fields) / MiB}
 
 
 class Empty:
@@ -59,6 +56,7 @@ def child(path: str, context: str, workers: int, records: int, batch_size: int) 
 
     import iotool
     import iotool.loading.opening  # noqa: F401  (torch and the readers load before the clock starts)
+    from iotool.bench.procfs import worker_pids
 
     start = time.perf_counter()
     ds = Empty(records * workers + batch_size) if path == "empty" else iotool.open_dataset(path, decoder=None)
@@ -75,7 +73,7 @@ def child(path: str, context: str, workers: int, records: int, batch_size: int) 
         if seen >= target:
             break
         seen += len(batch)
-    pids = [w.pid for w in it._workers]
+    pids = worker_pids(it)
     out = {"path": path, "context": context, "records": len(ds), "open_s": round(opened, 3),
            "first_batch_s": round(first, 3), "main_after_open": main_after_open, "main": smaps(os.getpid()),
            "workers": [smaps(pid) for pid in pids], "read_per_worker": seen // workers}

@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--ceiling-rounds", type=int, default=3, help="rounds of the one-core step timing")
     parser.add_argument("--json", type=Path, default=Path("loader.json"))
     parser.add_argument("--plot", type=Path, default=Path("loader.png"))
+    parser.add_argument("--no-plot", action="store_true", help="skip the chart (it needs matplotlib)")
     args = parser.parse_args()
     src = args.src
     if src is None:
@@ -84,6 +85,9 @@ def main() -> None:
     for name, reason in result.failed.items():
         print(f"failed: {name}: {reason}")
     args.json.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    if args.no_plot:
+        print(f"wrote {args.json}")
+        return
     plot_loader(result, args.plot)
     print(f"wrote {args.json} and {args.plot}")
 

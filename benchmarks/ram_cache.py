@@ -7,7 +7,7 @@ on one OpenCV and one torch thread. Contestants:
 
 1. baseline: torchvision's ``ImageFolder`` with ``v2.PILToTensor()`` and
    ``v2.RandomResizedCrop(224, antialias=True)`` when torchvision is installed; otherwise its
-   reimplementation in ``iotool.bench.loader`` (``TorchvisionStyleFolder``: PIL decode, then
+   reimplementation in ``iotool.bench.contestants`` (``TorchvisionStyleFolder``: PIL decode, then
    iotool's ``RandomResizedCrop`` on torch's uint8 kernel, as torchvision's v2 transform resizes).
    The table says which ran.
 2. ``lmdb``: the JPEGs in LMDB, no cache (the default decoder fuses decoding into the crop);
@@ -46,7 +46,6 @@ import gc
 import json
 import os
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -70,39 +69,15 @@ def one_thread_worker(_worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-def smaps_rollup(pid: int) -> dict[str, int]:
-    """``Rss``, ``Pss`` and its anon/file/shmem parts of process ``pid``, in bytes."""
-    out = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in PSS_FIELDS:
-                out[key] = int(rest.split()[0]) * 1024  # kB
-    return out
-
-
-def worker_pids(loader: Any) -> list[int]:
-    """The live DataLoader workers' pids (persistent workers, after an epoch)."""
-    iterator = getattr(loader, "_iterator", None)
-    workers = getattr(iterator, "_workers", None) or []
-    pids = [w.pid for w in workers if w.is_alive()]
-    if pids:
-        return pids
-    children: list[int] = []  # fallback: this process's children
-    for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        try:
-            with open(f"/proc/{os.getpid()}/task/{task}/children") as f:
-                children += [int(p) for p in f.read().split()]
-        except OSError:
-            pass
-    return children
-
-
 def memory(loader: Any) -> dict[str, Any]:
     """Per-process and summed PSS of the main process and the loader's workers."""
+    from iotool.bench.procfs import child_pids, smaps_rollup, worker_pids
+
     procs = {"main": smaps_rollup(os.getpid())}
-    for i, pid in enumerate(worker_pids(loader)):
+    # the live workers of the loader's kept iterator; else this process's children
+    for i, pid in enumerate(worker_pids(loader, alive=True) or child_pids(os.getpid())):
         procs[f"worker {i}"] = smaps_rollup(pid)
+    procs = {name: {k: fields[k] for k in PSS_FIELDS if k in fields} for name, fields in procs.items()}
     total = {k: sum(p.get(k, 0) for p in procs.values()) for k in PSS_FIELDS}
     return {"processes": procs, "sum": total}
 
@@ -113,10 +88,10 @@ def baseline_dataset(src: str, size: int) -> tuple[str, Any]:
         from torchvision.datasets import ImageFolder
         from torchvision.transforms import v2
     except ImportError:
-        from iotool.bench.loader import TorchvisionStyleFolder
+        from iotool.bench.contestants import TorchvisionStyleFolder
         from iotool.transforms import RandomResizedCrop
 
-        return ("iotool.bench.loader.TorchvisionStyleFolder (PIL decode) + RandomResizedCrop on torch's uint8 "
+        return ("iotool.bench.contestants.TorchvisionStyleFolder (PIL decode) + RandomResizedCrop on torch's uint8 "
                 "kernel, as torchvision v2 runs it (torchvision not installed)",
                 TorchvisionStyleFolder(src, RandomResizedCrop(size, backend="torch")))
     import torchvision
@@ -196,11 +171,14 @@ def run_contestant(make: Callable[[], Any], batch_size: int, workers: int, epoch
 
 
 def median_or_none(values: list[float | None]) -> float | None:
+    """The median of the values that were measured (None if none was)."""
+    from iotool.bench.common import summarize
+
     vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
+    return summarize(vals).median if vals else None
 
 
-def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def summary_rows(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Medians over rounds, ratios to the baseline, PSS growth over the no-cache lmdb contestant."""
     base, plain = runs[BASELINE], runs[LMDB]
     out = {}
@@ -219,15 +197,15 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
         growth = [r["memory"]["sum"]["Pss"] - p["memory"]["sum"]["Pss"] for r, p in zip(rounds, plain)]
         shmem = [r["memory"]["sum"]["Pss_Shmem"] - p["memory"]["sum"]["Pss_Shmem"] for r, p in zip(rounds, plain)]
         cache_bytes = rounds[0]["cache_bytes"]
-        row["pss_sum"] = {"median": statistics.median(pss), "values": pss}
-        row["pss_growth_over_lmdb"] = {"median": statistics.median(growth), "values": growth}
-        row["pss_shmem_growth_over_lmdb"] = {"median": statistics.median(shmem), "values": shmem}
+        row["pss_sum"] = {"median": median_or_none(pss), "values": pss}
+        row["pss_growth_over_lmdb"] = {"median": median_or_none(growth), "values": growth}
+        row["pss_shmem_growth_over_lmdb"] = {"median": median_or_none(shmem), "values": shmem}
         row["cache_bytes"] = cache_bytes
         if cache_bytes:
             ratios = [g / cache_bytes for g in growth]
-            row["growth_per_cache_byte"] = {"median": statistics.median(ratios), "values": ratios}
+            row["growth_per_cache_byte"] = {"median": median_or_none(ratios), "values": ratios}
             ratios = [g / cache_bytes for g in shmem]
-            row["shmem_growth_per_cache_byte"] = {"median": statistics.median(ratios), "values": ratios}
+            row["shmem_growth_per_cache_byte"] = {"median": median_or_none(ratios), "values": ratios}
         row["per_process_pss_last_round"] = {k: {f: v[f] for f in ("Pss", "Pss_Shmem")}
                                              for k, v in rounds[-1]["memory"]["processes"].items()}
         row["cache_filled"] = [r["cache_filled"] for r in rounds]
@@ -299,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"round {r + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
                 runs[name].append(run_contestant(makers[name], args.batch_size, args.workers, args.epochs))
         images = runs[LMDB][0]["epoch_images"][0]
-    summary = summarize(runs)
+    summary = summary_rows(runs)
     head = (f"{images} images from {args.src}, {args.workers} workers, batch {args.batch_size}, "
             f"RandomResizedCrop({args.size}), shuffle, {args.epochs} epochs per contestant, "
             f"median of {args.rounds} round(s)\nbaseline: {baseline_name}\n"

@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import iotool
+from iotool.bench.procfs import open_files, rss_bytes
 from iotool.transforms import RandomResizedCrop
 
 
@@ -39,8 +40,7 @@ def collate(batch):
 
 
 def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    return rss_bytes(pid) / 2**20
 
 
 def main() -> None:
@@ -62,7 +62,7 @@ def main() -> None:
                 pids: set[int] = set()
                 for _batch, batch_pids in loader:
                     pids |= batch_pids
-                rows.append([(rss_mib(p), len(os.listdir(f"/proc/{p}/fd"))) for p in sorted(pids)])
+                rows.append([(rss_mib(p), open_files(p)) for p in sorted(pids)])
             growth = max(b[0] - a[0] for a, b in zip(rows[0], rows[-1]))
             epochs = "  ".join("/".join(f"{rss:.0f}" for rss, _ in row) for row in rows)
             fds = {tuple(fd for _, fd in row) for row in rows[1:]}

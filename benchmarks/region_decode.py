@@ -32,12 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
+from iotool.bench.common import rotated, summarize
 from iotool.decode import available, decode
 from iotool.decode import region as R
 from iotool.decode.backends import parse_jpeg_header
@@ -107,14 +107,13 @@ def steps(datas: list[bytes]) -> tuple[dict[str, Callable[[], None]], dict[str, 
 def measure(named: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
     """Median seconds of one pass of each step over ``rounds`` interleaved rounds."""
     times: dict[str, list[float]] = {name: [] for name in named}
-    order = list(named)
     for r in range(rounds + 1):
-        for name in order[r % len(order):] + order[:r % len(order)]:
+        for name in rotated(list(named), r):
             start = time.thread_time()
             named[name]()
             if r:
                 times[name].append(time.thread_time() - start)
-    return {name: statistics.median(v) for name, v in times.items()}
+    return {name: summarize(v).median for name, v in times.items()}
 
 
 def main() -> None:

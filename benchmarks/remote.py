@@ -24,27 +24,22 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
 import shutil
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from torch.utils.data import DataLoader
 
 import iotool
+from iotool.bench.common import summarize
+from iotool.storage.testing import http_server, moto_s3_server
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
-HOST = "127.0.0.1"
-S3_OPTIONS = {"key": "bench", "secret": "bench"}
 
 
 # -- data ---------------------------------------------------------------------------------
@@ -62,77 +57,6 @@ def build_shards(folder: Path, images: int, shard_size: int) -> Path:
     iotool.convert(src, dst, "tar", workers=min(2, os.cpu_count() or 1), shard_size=shard_size, validate=False)
     shutil.rmtree(src)
     return dst
-
-
-# -- servers ------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def http_server(root: Path) -> Iterator[str]:
-    """``python -m http.server`` on 127.0.0.1 serving ``root`` (its own process, so it does not
-    share the reader's GIL); yields its base URL."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", HOST, "--directory", str(root),
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=_die_with_parent)
-    url = f"http://{HOST}:{port}"
-    try:
-        _wait_until_up(url, proc)
-        yield url
-    finally:
-        _stop(proc)
-
-
-def _wait_until_up(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                _stop(proc)
-                raise SystemExit(f"the server for {url} did not start")
-            time.sleep(0.1)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-def _die_with_parent() -> None:
-    """Linux: the server gets SIGTERM when the process that started it dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def s3_server() -> Iterator[dict[str, Any]]:
-    """moto's S3 server on 127.0.0.1; yields the storage options that reach it."""
-    port = _free_port()
-    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            preexec_fn=_die_with_parent)
-    endpoint = f"http://{HOST}:{port}"
-    try:
-        _wait_until_up(endpoint, proc)
-        yield {"endpoint_url": endpoint, **S3_OPTIONS}
-    finally:
-        _stop(proc)
 
 
 def upload(shards: Path, options: dict[str, Any]) -> str:
@@ -177,16 +101,16 @@ def print_table(results: dict[str, list[tuple[float, float]]], decoded: bool) ->
     width = max(len(name) for name in results)
     unit = "px MB/s" if decoded else "MB/s"
     print(f"{'source':<{width}}  {'median img/s':>12}  {unit:>7}  {'min':>8}  {'max':>8}   rounds")
-    local = statistics.median(v[0] for v in results["local"])
+    local = summarize([v[0] for v in results["local"]]).median
     for name, values in results.items():
-        rates = [v[0] for v in values]
-        mb = statistics.median(v[1] for v in values)
-        print(f"{name:<{width}}  {statistics.median(rates):12.0f}  {mb:7.1f}  {min(rates):8.0f}  {max(rates):8.0f}"
-              f"   {' '.join(f'{x:.0f}' for x in rates)}")
+        rates = summarize([v[0] for v in values])
+        mb = summarize([v[1] for v in values]).median
+        print(f"{name:<{width}}  {rates.median:12.0f}  {mb:7.1f}  {rates.min:8.0f}  {rates.max:8.0f}"
+              f"   {' '.join(f'{x:.0f}' for x in rates.values)}")
     print()
     for name, values in results.items():
         if name != "local":
-            print(f"{name} / local (medians): {statistics.median(v[0] for v in values) / local:.2f}x")
+            print(f"{name} / local (medians): {summarize([v[0] for v in values]).median / local:.2f}x")
 
 
 def print_header(args: argparse.Namespace, shards: Path) -> None:
@@ -223,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(built, shards)
         print_header(args, shards)
         decoder = "auto" if args.decode else None
-        with http_server(shards.parent) as http_url, s3_server() as options:
+        with http_server(shards.parent) as http_url, moto_s3_server() as options:
             s3_url = upload(shards, options)
             sources = {
                 "local": iotool.open_dataset(shards, decoder=decoder),

@@ -69,7 +69,8 @@ def real_shard(folder: Path, first: int, count: int, payload: bytes) -> dict:
     reader = iotool.open_reader(folder)
     return {"member_keys": list(reader.member_keys), "labels": np.asarray(reader.labels.array),
             "checksums": bytes(np.asarray(reader.column("checksums").raw)),
-            "offsets": np.asarray(reader.column("locations"))[:, 1:].copy()}
+            "offsets": np.asarray(reader.column("locations"))[:, 1:].copy(),
+            "shapes": np.asarray(reader.column("shapes")).copy()}
 
 
 def build(dst: Path, records: int, shard_size: int) -> None:
@@ -92,7 +93,7 @@ def build(dst: Path, records: int, shard_size: int) -> None:
             keys = [f"s{k:06d}/img_{i:08d}.jpg" for i in range(first, first + n)]
             locations = np.column_stack([np.full(n, k, dtype=np.int64), part["offsets"]])
             columns.append_batch(keys=keys, member_keys=part["member_keys"], labels=part["labels"],
-                                 checksums=part["checksums"], locations=locations)
+                                 checksums=part["checksums"], locations=locations, shapes=part["shapes"])
             units.append({"name": shard_name(k), "count": n, "bytes": n * len(payload)})
         write_index(str(dst), tar_index(meta_for(records, shard_size), units, columns.finish()))
 
@@ -104,7 +105,7 @@ def downgrade(dst: Path) -> None:
     index.pop("integrity")
     table = index.pop("columns")
     index.update(keys=list(reader.keys), member_keys=list(reader.member_keys), labels=list(reader.labels),
-                 checksums=list(reader.checksums), locations=np.asarray(reader._locations).tolist())
+                 checksums=list(reader.checksums), locations=np.asarray(reader.column("locations")).tolist())
     index["meta"]["format_version"] = 1
     write_index(str(dst), index)
     for entry in table.values():

@@ -22,7 +22,6 @@ import functools
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 import iotool
+from iotool.bench.common import summarize
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
 MEAN = (0.485, 0.456, 0.406)
@@ -160,9 +160,10 @@ def print_header(args: argparse.Namespace, path: str, n: int, device: torch.devi
 def summary(args: argparse.Namespace, path: str, n: int, device: torch.device, amp: bool,
             amp_dtype: torch.dtype, results: dict[str, list[float]]) -> dict[str, Any]:
     """The run's settings and figures as one JSON-ready dict (what --json writes)."""
-    rates = {name: {"median": round(statistics.median(r), 1), "min": round(min(r), 1), "max": round(max(r), 1),
-                    "rounds": [round(x, 1) for x in r]} for name, r in results.items()}
-    ratio = statistics.median(results["iotool"]) / statistics.median(results["plain"])
+    stats = {name: summarize(r) for name, r in results.items()}
+    rates = {name: {"median": round(s.median, 1), "min": round(s.min, 1), "max": round(s.max, 1),
+                    "rounds": [round(x, 1) for x in s.values]} for name, s in stats.items()}
+    ratio = stats["iotool"].median / stats["plain"].median
     return {
         "torch": torch.__version__, "iotool": iotool.__version__, "python": platform.python_version(),
         "device": str(device),
@@ -186,8 +187,9 @@ def print_table(results: dict[str, list[float]]) -> None:
     print(f"\n{'pipeline':<8} {'median img/s':>13} {'min':>9} {'max':>9}   rounds")
     for name, rates in results.items():
         rounds = " ".join(f"{r:.0f}" for r in rates)
-        print(f"{name:<8} {statistics.median(rates):>13.1f} {min(rates):>9.1f} {max(rates):>9.1f}   {rounds}")
-    ratio = statistics.median(results["iotool"]) / statistics.median(results["plain"])
+        s = summarize(rates)
+        print(f"{name:<8} {s.median:>13.1f} {s.min:>9.1f} {s.max:>9.1f}   {rounds}")
+    ratio = summarize(results["iotool"]).median / summarize(results["plain"]).median
     print(f"\niotool / plain (medians): {ratio:.2f}x")
 
 

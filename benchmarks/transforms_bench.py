@@ -17,6 +17,7 @@ the spread min-max), with the same crop boxes for every method:
 Examples:
     python benchmarks/transforms_bench.py
     python benchmarks/transforms_bench.py --repeats 15 --size 224 --large-factor 3
+    python benchmarks/transforms_bench.py --repeats 1 --boxes 4 --images 2 --large-factor 1  # smoke run
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import argparse
 import io
 import platform
 import random
-import statistics
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -38,6 +38,7 @@ from PIL import Image
 
 import iotool
 from iotool import transforms as T
+from iotool.bench.common import summarize
 from iotool.decode import decode
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
@@ -71,12 +72,12 @@ def mean_abs_diff(a: Sequence, b: Sequence) -> float:
 
 def print_table(title: str, times: dict[str, list[float]], diffs: dict[str, str], baseline: str) -> None:
     """One row per method: median ms, spread, speed relative to ``baseline``, difference."""
-    base = statistics.median(times[baseline])
+    base = summarize(times[baseline]).median
     print(f"\n{title}")
     print(f"{'method':<44} {'ms/img':>8} {'min-max ms':>14} {'x ' + baseline[:12]:>16} {'mean |diff|':>12}")
     for name, runs in times.items():
-        med = statistics.median(runs)
-        spread = f"{min(runs) * 1e3:.3f}-{max(runs) * 1e3:.3f}"
+        stats = summarize(runs)
+        med, spread = stats.median, f"{stats.min * 1e3:.3f}-{stats.max * 1e3:.3f}"
         print(f"{name:<44} {med * 1e3:8.3f} {spread:>14} {base / med:16.2f} {diffs.get(name, ''):>12}")
 
 
@@ -119,7 +120,7 @@ def bench_resize(args: argparse.Namespace) -> None:
     photo = decode((SAMPLE_DATA / "coffee" / "coffee_00.jpg").read_bytes())
     image = np.ascontiguousarray(cv2.resize(photo, (500, 375), interpolation=cv2.INTER_AREA))
     rng = random.Random(0)
-    boxes = [T.RandomResizedCrop.draw_params(375, 500, (0.08, 1.0), (3 / 4, 4 / 3), rng) for _ in range(64)]
+    boxes = [T.RandomResizedCrop.draw_params(375, 500, (0.08, 1.0), (3 / 4, 4 / 3), rng) for _ in range(args.boxes)]
     methods = resize_methods(image, boxes, args.size)
     times = time_interleaved(methods, len(boxes), args.repeats)
     reference = [methods["PIL resize BILINEAR box= (AA)"](k) for k in range(len(boxes))]
@@ -132,8 +133,8 @@ def bench_resize(args: argparse.Namespace) -> None:
                            - as_hwc(methods["iotool -> CHW tensor, backend=torch"](k))).max())
                 for k in range(len(boxes)))
     for layout in ("CHW tensor", "HWC array"):
-        c_med = statistics.median(times[f"iotool -> {layout}, backend=native (C)"])
-        t_med = statistics.median(times[f"iotool -> {layout}, backend=torch"])
+        c_med = summarize(times[f"iotool -> {layout}, backend=native (C)"]).median
+        t_med = summarize(times[f"iotool -> {layout}, backend=torch"]).median
         print(f"-> {layout}: C kernel {c_med * 1e3:.3f} ms, torch {t_med * 1e3:.3f} ms, ratio {c_med / t_med:.2f}")
     print(f"max |C kernel - torch| over the boxes: {worst} grey levels (C kernel: {T.native_status()})")
 
@@ -186,7 +187,7 @@ def decode_diffs(payloads: list[bytes], size: int) -> dict[str, str]:
 
 def bench_decode(args: argparse.Namespace) -> None:
     """Table 2: decode + crop of sample_data's JPEGs, as stored and enlarged."""
-    jpegs = [p.read_bytes() for p in sorted(SAMPLE_DATA.glob("*/*.jpg"))]
+    jpegs = [p.read_bytes() for p in sorted(SAMPLE_DATA.glob("*/*.jpg"))][:args.images]
     sets = [("sample_data JPEGs", jpegs)]
     if args.large_factor > 1:
         enlarged = [enlarge(d, args.large_factor) for d in jpegs]
@@ -204,6 +205,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=11, help="timed passes per method (default 11)")
     parser.add_argument("--size", type=int, default=224, help="output side (default 224)")
+    parser.add_argument("--boxes", type=int, default=64, help="RandomResizedCrop boxes of table 1 (default 64)")
+    parser.add_argument("--images", type=int, default=None, help="sample_data JPEGs of table 2 (default: all)")
     parser.add_argument("--large-factor", type=int, default=3,
                         help="also time the photos enlarged this many times (default 3; 1 to skip)")
     args = parser.parse_args()

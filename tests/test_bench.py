@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import iotool
 from iotool.bench import bench_decode, bench_loader, bench_read, parse_scale
-from iotool.bench.loader import DaliCPU
+from iotool.bench.contestants import DaliCPU
 from iotool.bench.common import collect_images, rotated, summarize
 from iotool.bench.tjbench import parse_fps, tjbench_path
 from iotool.cli.app import app

@@ -1,17 +1,51 @@
-"""Smoke tests of the scripts in benchmarks/: they run end to end on a tiny tree and report sane figures."""
+"""Smoke runs of the scripts in benchmarks/: each one runs end to end on a tiny input, in seconds, and
+reports sane figures, so a change that breaks a published figure's command fails here.
+
+Every script in benchmarks/ has its smoke run below, registered with ``@smoke("script.py")``;
+:func:`test_every_benchmark_script_has_a_smoke_run` fails when a script has none.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import write_tree
 
 REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO / "benchmarks"
+SMOKE_RUNS: dict[str, str] = {}  # script name -> the test that runs it in smoke mode
 
 
+def smoke(script: str):
+    """Register the decorated test as the smoke run of ``benchmarks/<script>``."""
+    def register(test):
+        SMOKE_RUNS[script] = test.__name__
+        return test
+    return register
+
+
+def run_script(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``benchmarks/<script>`` with ``args``; fail with its stderr unless it exits 0."""
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_every_benchmark_script_has_a_smoke_run():
+    scripts = {p.name for p in BENCHMARKS.glob("*.py")}
+    assert scripts - set(SMOKE_RUNS) == set(), "scripts without a smoke run in this file"
+    assert set(SMOKE_RUNS) - scripts == set(), "smoke runs of scripts that no longer exist"
+    assert all(callable(globals().get(name)) for name in SMOKE_RUNS.values())
+
+
+@smoke("pipeline_costs.py")
 def test_pipeline_costs_reports_every_step_and_the_ceiling(tmp_path):
     root = tmp_path / "src"
     write_tree(root, {"a": 6, "b": 5}, seed=4)
@@ -34,6 +68,7 @@ def test_pipeline_costs_reports_every_step_and_the_ceiling(tmp_path):
         assert f"iotool {fmt}" in proc.stdout and "one-core ceiling" in proc.stdout
 
 
+@smoke("train_feed.py")
 def test_train_feed_writes_its_figures_as_json(tmp_path):
     out = tmp_path / "feed.json"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "train_feed.py"), "--feed-only", "--device", "cpu",
@@ -46,6 +81,7 @@ def test_train_feed_writes_its_figures_as_json(tmp_path):
     assert figures["ratio"] > 0 and all(r["median"] > 0 for r in figures["images_per_s"].values())
 
 
+@smoke("gpu_check.py")
 def test_gpu_check_without_cuda_exits_2_at_once(tmp_path):
     import torch
     if torch.cuda.is_available():
@@ -81,6 +117,7 @@ def test_gpu_check_reads_pytest_outcomes_and_skips_dali_without_the_extra(tmp_pa
     assert code is None and seconds < 30
 
 
+@smoke("region_decode.py")
 def test_region_decode_compares_each_library_with_the_full_decoders(tmp_path):
     from iotool.decode import region as R
 
@@ -100,6 +137,7 @@ def test_region_decode_compares_each_library_with_the_full_decoders(tmp_path):
         assert steps[f"{tag} full"]["library"] == R.LIBRARY.describe()
 
 
+@smoke("ram_cache.py")
 def test_ram_cache_times_every_contestant_and_counts_the_shared_block_once(tmp_path):
     root = tmp_path / "src"
     write_tree(root, {"a": 12, "b": 12}, seed=6)
@@ -123,3 +161,105 @@ def test_ram_cache_times_every_contestant_and_counts_the_shared_block_once(tmp_p
     assert summary["lmdb ram 40"]["cache_bytes"] < summary["lmdb ram full"]["cache_bytes"]
     assert summary["baseline"]["later_images_per_s"]["ratio_of_medians"] == 1.0
     assert "baseline:" in proc.stdout and "growth/cache" in proc.stdout
+
+
+@smoke("scale_index.py")
+def test_scale_index_builds_a_dataset_that_opens_and_verifies(tmp_path):
+    """The published command (``scale_index.py tar DIR --records N``) at 25 records, both index versions."""
+    import iotool
+
+    for version in (2, 1):
+        dst = tmp_path / f"v{version}"
+        proc = run_script("scale_index.py", "tar", dst, "--records", "25", "--shard-size", "10",
+                          "--index-version", version)
+        assert f"25 records in 3 shards, index version {version}" in proc.stdout
+        assert iotool.verify(dst).ok
+        ds = iotool.open_dataset(dst, decoder=None)
+        assert len(ds) == 25 and sum(1 for _ in ds) == 25
+
+
+@smoke("convert.py")
+def test_convert_reports_speed_packing_and_memory(tmp_path):
+    out = tmp_path / "convert.json"
+    run_script("convert.py", "--images", "4", "--rounds", "1", "--rss-images", "4", "--formats", "lmdb",
+               "--work", tmp_path / "work", "--json", out)
+    figures = json.loads(out.read_text())
+    assert figures["images"] == 4
+    assert figures["speed"]["lmdb/1"] > 0 and figures["speed"]["lmdb/2"] > 0
+    assert figures["packing"]["iotool_no_validate_s"] > 0 and figures["packing"]["tar_cf_s"] > 0
+    assert figures["peak_rss_kib"]["4"]["lmdb"] > 0
+
+
+@smoke("fused_accuracy.py")
+def test_fused_accuracy_measures_every_transform(tmp_path):
+    root = tmp_path / "src"
+    write_tree(root, {"a": 3}, seed=7)
+    out = tmp_path / "fused.json"
+    run_script("fused_accuracy.py", root, "--images", "3", "--json", out)
+    results = json.loads(out.read_text())
+    assert results and all(r["images"] == 3 for r in results.values())
+
+
+@smoke("index_memory.py")
+def test_index_memory_measures_the_main_process_and_each_worker(tmp_path):
+    import iotool
+
+    root = tmp_path / "src"
+    write_tree(root, {"a": 4, "b": 4}, seed=8)
+    iotool.convert(root, tmp_path / "d.lmdb", "lmdb", workers=0)
+    out = tmp_path / "index.json"
+    run_script("index_memory.py", tmp_path / "d.lmdb", "--workers", "1", "--records", "2", "--batch-size", "2",
+               "--contexts", "fork", "--json", out)
+    rows = json.loads(out.read_text())
+    assert [r["path"] for r in rows] == ["empty", str(tmp_path / "d.lmdb")]
+    assert all(len(r["workers"]) == 1 and r["main"]["rss"] > 0 and r["workers"][0]["uss"] > 0 for r in rows)
+
+
+@smoke("loader.py")
+def test_loader_script_compares_the_baseline_with_a_format(tmp_path):
+    root = tmp_path / "src"
+    write_tree(root, {"a": 3, "b": 3}, seed=9)
+    out = tmp_path / "loader.json"
+    proc = run_script("loader.py", root, "--workers", "0", "--batch-size", "4", "--rounds", "1", "--epochs", "1",
+                      "--formats", "lmdb", "--ceiling-rounds", "0", "--json", out, "--no-plot")
+    figures = json.loads(out.read_text())
+    assert figures["images"] == 6 and "iotool lmdb" in {r["name"] for r in figures["results"]}
+    assert all(r["images_per_s"]["median"] > 0 for r in figures["results"])
+    assert "iotool lmdb" in proc.stdout and f"wrote {out}" in proc.stdout
+
+
+@smoke("make_imagenet_like.py")
+def test_make_imagenet_like_writes_the_images(tmp_path):
+    dst = tmp_path / "gen"
+    proc = run_script("make_imagenet_like.py", dst, "--images", "3", "--classes", "2")
+    assert len(list(dst.rglob("*.jpg"))) == 3 and "wrote 3 images in 2 classes" in proc.stdout
+
+
+@smoke("reader_memory.py")
+def test_reader_memory_reports_worker_rss_and_descriptors(tmp_path):
+    root = tmp_path / "src"
+    write_tree(root, {"a": 4, "b": 4}, seed=10)
+    proc = run_script("reader_memory.py", root, "--epochs", "2", "--formats", "lmdb")
+    assert "lmdb  worker RSS MiB by epoch:" in proc.stdout and "open fds after epoch 1" in proc.stdout
+
+
+@smoke("remote.py")
+def test_remote_reads_local_http_and_s3(tmp_path):
+    for module in ("s3fs", "aiohttp", "moto.server"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # moto itself is missing
+            found = False
+        if not found:
+            pytest.skip(f"benchmarks/remote.py needs {module} (pip install -e '.[test,s3,http]')")
+    proc = run_script("remote.py", "--images", "8", "--shard-size", "4", "--rounds", "1")
+    for source in ("local", "http (loopback)", "s3 (moto, loopback)", "s3 + warm cache_dir"):
+        assert source in proc.stdout
+    assert "# 8 images in 2 shards" in proc.stdout
+
+
+@smoke("transforms_bench.py")
+def test_transforms_bench_prints_both_tables():
+    proc = run_script("transforms_bench.py", "--repeats", "1", "--boxes", "4", "--images", "2",
+                      "--large-factor", "1")
+    assert "1. crop-resize" in proc.stdout and "2. decode + RandomResizedCrop" in proc.stdout

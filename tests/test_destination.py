@@ -160,7 +160,8 @@ def wait_for_lock(dst: Path) -> None:
 
 def test_a_second_conversion_to_the_same_destination_exits_2_naming_the_first(source, tmp_path):
     dst = tmp_path / "out"
-    first = cli(*convert_args("lmdb", source, dst), slow=0.05)
+    # slow enough that the first still runs when the second has started, on a loaded machine too
+    first = cli(*convert_args("lmdb", source, dst), slow=0.25)
     wait_for_lock(dst)
     start = time.monotonic()
     code, text = run_cli(*convert_args("lmdb", source, dst))

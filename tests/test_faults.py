@@ -35,7 +35,7 @@ import pytest
 import iotool
 from iotool.pipeline.destination import TMP_MARKER
 
-from .conftest import FORMATS, options_with_units, write_tree
+from .conftest import FORMATS, dataset_files, options_with_units, write_tree
 
 NATIVE = Path(__file__).resolve().parent / "native"
 LAYOUT = {"a": 4, "b": 4}  # 8 images in units of 3: three units (commits, shards) for formats with units
@@ -197,8 +197,10 @@ class Campaign:
         log.unlink(missing_ok=True)
         code, result = self.server.run(self._job(case, "count"))
         assert code == 0 and result["ok"], result
+        lines = log.read_text().splitlines()
+        self.flushed = any(line.startswith("0 ") for line in lines)  # sync(): every file, not a point
         calls = [line.split(" ", 2)[1] + " " + os.path.relpath(line.split(" ", 2)[2], case)
-                 for line in log.read_text().splitlines()]
+                 for line in lines if not line.startswith("0 ")]
         assert identity(case / "out") == self.reference
         shutil.rmtree(case)
         return calls
@@ -270,13 +272,27 @@ def summary(c: Campaign) -> str:
     return f"{c.fmt}: {len(c.exercised)} of {c.points} injection points exercised ({c.mode}, overwrite={c.overwrite})"
 
 
+WRITE_CALLS = {"write", "pwrite", "pwrite64", "writev", "pwritev", "msync"}
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_injection_points_cover_writes_syncs_and_the_commit_rename(fmt, campaign):
+    """Every file of the dataset is written and synced at injection points (or, for a writer that
+    flushes the whole file system with sync(), which cannot fail, written at one), the temporary
+    is fsynced at one, then the commit rename and the fsync of DST's folder are the last."""
     c = campaign(fmt, "fail", False)
-    kinds = {call.split()[0] for call in c.calls}
-    assert kinds & {"write", "pwrite", "pwrite64", "writev", "pwritev", "msync"}, c.calls
-    assert kinds & {"fsync", "fdatasync"}, c.calls
+    calls = [tuple(call.split(" ", 1)) for call in c.calls]
+    tmp = next(path.split("/")[0] for _, path in calls if TMP_MARKER in path)
+    reference = c.base / "reference"
+    for rel in (os.path.relpath(p, reference) for p in dataset_files(reference)):
+        names = {tmp if rel == "." else f"{tmp}/{rel}"}
+        names |= {name + ".tmp" for name in names}  # written under a temporary name, renamed
+        assert any(call in WRITE_CALLS and path in names for call, path in calls), (rel, c.calls)
+        assert c.flushed or any(call in {"fsync", "fdatasync"} and path in names for call, path in calls), \
+            (rel, c.calls)
+    assert ("fsync", tmp) in calls, c.calls
     assert c.calls[-2].startswith("rename") and c.calls[-2].endswith(" out"), c.calls  # the commit
+    assert c.calls[-1] == "fsync .", c.calls  # DST's folder, after the rename
     print(summary(c))
 
 

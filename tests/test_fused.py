@@ -88,11 +88,24 @@ def test_with_a_reduction_pixels_stay_close_to_full_decode(large, transform, mea
 
 
 def test_resize_keeps_twice_the_output_before_reducing(large):
-    resize = Resize(96)
-    data, _ = iotool.open_dataset(large, decoder=None).reader.read(0)
-    image = decode(data, "auto", min_size=(REDUCING_GAP * 96, REDUCING_GAP * 96))
-    assert min(image.shape[:2]) >= 2 * 96 and min(image.shape[:2]) < min(decode(data).shape[:2])
-    assert DecodeResize(resize)(data).shape == resize(decode(data)).shape
+    """The fused Resize decodes at the largest reduction that keeps twice the output: its pixels
+    are those of Resize on that decode, not on the next larger reduction (which keeps less) nor on
+    the full decode; the output shape alone is the same at any scale."""
+    reader = iotool.open_dataset(large, decoder=None).reader
+    for shorter in (96, 60):
+        resize = Resize(shorter)
+        for i in range(len(reader)):
+            data, _ = reader.read(i)
+            full = decode(data)
+            out = resize.output_size(*full.shape[:2])
+            image = decode(data, "auto", min_size=(REDUCING_GAP * out[0], REDUCING_GAP * out[1]))
+            assert min(image.shape[:2]) >= 2 * shorter and min(image.shape[:2]) < min(full.shape[:2])
+            fused = DecodeResize(resize)(data)
+            assert fused.shape == resize(full).shape
+            assert torch.equal(fused, resize(image))  # exactly Resize of the decode keeping 2x
+            smaller = decode(data, "auto", min_size=out)  # the reduction a gap of 1 would take
+            if smaller.shape != image.shape:
+                assert not torch.equal(fused, resize(smaller))
 
 
 @pytest.mark.parametrize("options,why", [

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import iotool
+from iotool.bench.procfs import open_files, rss_bytes
 from iotool.pipeline.destination import TMP_MARKER
 
 from .conftest import FORMATS, formats_where, get_format, options_for, options_with_units, write_tree
@@ -176,15 +177,6 @@ def _list_collate(batch):
     return batch
 
 
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_long_runs_keep_descriptors_and_memory_flat(fmt, many, tmp_path):
     """Five epochs with persistent workers: open files stay equal, RSS grows < 8 MiB after epoch 1."""
@@ -203,8 +195,8 @@ def test_long_runs_keep_descriptors_and_memory_flat(fmt, many, tmp_path):
         items = [item for batch in loader for item in batch]
         assert len(items) == 300
         pids = sorted({pid for (_, pid), _ in items})
-        per_epoch.append({"pids": pids, "fds": [_fds(p) for p in pids] + [_fds(os.getpid())],
-                          "rss": [_rss_kib(p) for p in pids]})
+        per_epoch.append({"pids": pids, "fds": [open_files(p) for p in pids] + [open_files(os.getpid())],
+                          "rss": [rss_bytes(p) // 1024 for p in pids]})
     assert all(e["pids"] == per_epoch[0]["pids"] for e in per_epoch)  # the same persistent workers
     assert all(e["fds"] == per_epoch[0]["fds"] for e in per_epoch[1:])
     growth = [b - a for a, b in zip(per_epoch[0]["rss"], per_epoch[-1]["rss"])]

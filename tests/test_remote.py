@@ -14,12 +14,10 @@ import hashlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -29,11 +27,11 @@ from torch.utils.data import DataLoader
 import iotool
 from iotool import storage
 from iotool.errors import ConversionError, DestinationExistsError, UnknownFormatError, UsageError
+from iotool.storage.testing import HOST, moto_s3_server
 
 from .conftest import write_tree
 
 pytestmark = pytest.mark.remote
-HOST = "127.0.0.1"
 
 
 # --- an HTTP server on loopback ------------------------------------------------------------
@@ -146,52 +144,14 @@ def http(served):
 
 # --- moto's S3 server on loopback ------------------------------------------------------------
 
-def _die_with_parent() -> None:
-    """Linux: the server gets SIGTERM when the process that started it dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    """moto's standalone S3 server on 127.0.0.1; yields the storage options that reach it."""
+    """moto's standalone S3 server on 127.0.0.1 (:func:`iotool.storage.testing.moto_s3_server`);
+    yields the storage options that reach it."""
     pytest.importorskip("s3fs", reason="s3:// needs the s3 extra: pip install 'iotool[s3]'")
     pytest.importorskip("moto.server", reason="the S3 tests need moto's server: pip install 'moto[server]'")
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_EC2_METADATA_DISABLED": "true"}
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env,
-                            preexec_fn=_die_with_parent)
-    endpoint = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(endpoint, timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"moto_server did not start on {endpoint}; see {log.name}")
-            time.sleep(0.1)
-    yield {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-    log.close()
+    with open(tmp_path_factory.mktemp("moto") / "moto.log", "wb") as log, moto_s3_server(log) as options:
+        yield options
 
 
 @pytest.fixture

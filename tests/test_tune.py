@@ -17,11 +17,11 @@ from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
 import iotool
-from iotool.tune.tuner import (
-    Trial, choose_trial, classify_bound, load_transform, tune_loader, worker_ladder,
+from iotool.tune import (
+    Trial, choose_trial, classify_bound, epoch_rate, load_transform, tune_loader, worker_ladder,
 )
 from iotool.tune.tuner import _stops_climbing
-from iotool.tune.measure import epoch_rate, proc_cpu_seconds
+from iotool.bench.procfs import cpu_seconds
 from iotool.cli import app
 from iotool.errors import UsageError
 
@@ -198,8 +198,8 @@ def test_cpu_time_of_a_process_is_read_from_proc():
     busy_until = time.process_time() + 0.05
     while time.process_time() < busy_until:
         pass
-    assert proc_cpu_seconds(__import__("os").getpid()) >= 0.04
-    assert proc_cpu_seconds(2**31 - 1) is None
+    assert cpu_seconds(__import__("os").getpid()) >= 0.04
+    assert cpu_seconds(2**31 - 1) is None
 
 
 # --- --transform module:callable ---------------------------------------------------------------

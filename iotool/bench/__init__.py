@@ -7,12 +7,13 @@ progress through a callback ``(what, done, total)``; nothing here prints.
 from __future__ import annotations
 
 from .common import Stats, environment
+from .contestants import Contestant, TorchvisionStyleFolder
 from .decode import BackendResult, DecodeBenchResult, Skipped, bench_decode, parse_scale
-from .loader import LoaderBenchResult, LoaderResult, TorchvisionStyleFolder, bench_loader
+from .loader import LoaderBenchResult, LoaderResult, bench_loader
 from .read import Epoch, ReadBenchResult, bench_read, list_collate
 
 __all__ = [
-    "BackendResult", "DecodeBenchResult", "Epoch", "LoaderBenchResult", "LoaderResult",
+    "BackendResult", "Contestant", "DecodeBenchResult", "Epoch", "LoaderBenchResult", "LoaderResult",
     "ReadBenchResult", "Skipped", "Stats", "TorchvisionStyleFolder", "bench_decode", "bench_loader",
     "bench_read", "environment", "list_collate", "parse_scale",
 ]

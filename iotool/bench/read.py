@@ -95,8 +95,9 @@ def make_loader(dataset: Any, batch_size: int, workers: int, shuffle: bool, coll
 
 
 def run_epoch(loader: Any, epoch: int) -> tuple[int, float]:
-    """Iterate the loader once; returns (images, seconds)."""
-    dataset = loader.dataset
+    """Iterate the loader once; returns (images, seconds). A loader whose dataset has
+    ``set_epoch`` (the sharded formats) is told the epoch first."""
+    dataset = getattr(loader, "dataset", None)
     if hasattr(dataset, "set_epoch"):
         dataset.set_epoch(epoch)
     images, start = 0, time.perf_counter()

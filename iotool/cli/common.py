@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import DestinationExistsError, DestinationLockedError, Interrupted, IotoolError, UsageError
+from ..storage.units import human_bytes  # noqa: F401  (the commands' tables import it from here)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -75,15 +76,6 @@ def stop_on_signals() -> Iterator[None]:
         _stopped.clear()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def write_json(obj: Any, dest: str | None) -> None:

@@ -1,4 +1,4 @@
-"""``iotool tune``: parse options, run :func:`iotool.tune.tuner.tune_loader`, render the table and the advice."""
+"""``iotool tune``: parse options, run :func:`iotool.tune.tune_loader`, render the table and the advice."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def tune(
 
         iotool tune /data/shards --json tune.json --plot tune.png
     """
-    from ..tune.tuner import plot_tune, tune_loader
+    from ..tune import plot_tune, tune_loader
 
     show = json_out != "-"
     with handle_errors():

@@ -16,6 +16,7 @@ from .engines import get_engine
 from ..errors import DestinationError, DestinationExistsError, Interrupted, UsageError
 from ..formats import all_formats, format_names, get_format
 from ..storage import StorageConfig
+from ..storage.units import human_bytes
 from .destination import OVERWRITE, Destination, LocalDestination, UrlDestination
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
 from .prepare import PayloadOptions
@@ -179,17 +180,8 @@ def _destination_error(dest: Destination, exc: OSError, written: int, kept: str 
             if job.spec.resumable else "nothing was left behind"
     if dest.replaces_existing():
         left += f"; the existing dataset at {dest.location} is untouched"
-    return DestinationError(f"Cannot write {dest.location}: {reason} (after {human_size(written)} written); "
+    return DestinationError(f"Cannot write {dest.location}: {reason} (after {human_bytes(written)} written); "
                             f"{left}.", exc.errno)
-
-
-def human_size(n: int) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def _check_not_inside(src: str, dst: str) -> None:

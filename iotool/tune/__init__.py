@@ -1,1 +1,23 @@
-"""iotool.tune."""
+"""``iotool tune``: the DataLoader settings (``num_workers``, ``prefetch_factor``, persistence,
+pinning) that feed a dataset fastest with the user's own transform, found in a time budget.
+
+The modules, by job: ``tuner`` (the search, the choice rule, the CPU/IO verdict, the result and
+its plot), ``measure`` (one trial: start-up, steady and per-epoch images/s, CPU time of every
+process), ``feed`` (the dataset opened with the user's transform, its collate function, and the
+DataLoader of a trial).
+
+Library code: nothing here prints; progress goes to a callback ``(what, done, total)``.
+"""
+
+from __future__ import annotations
+
+from .feed import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
+from .measure import Trial, epoch_rate, measure_trial
+from .tuner import (TOLERANCE, Bound, TuneResult, choose_trial, classify_bound, plot_tune, tune_loader,
+                    usable_cpus, worker_ladder)
+
+__all__ = [
+    "DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Feed", "Trial", "TuneResult", "choose_trial", "classify_bound",
+    "epoch_rate", "load_transform", "measure_trial", "open_feed", "plot_tune", "tune_loader", "usable_cpus",
+    "worker_ladder",
+]

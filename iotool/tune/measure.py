@@ -1,7 +1,7 @@
 """Measure one DataLoader configuration for ``iotool tune``: start-up, steady images/s, the cost of an
 epoch boundary, and the CPU time of the workers and of the main process.
 
-CPU time comes from ``/proc/<pid>/stat`` (utime + stime) of the worker processes that are alive,
+CPU time comes from ``/proc/<pid>/stat`` (read by :mod:`iotool.bench.procfs`) (utime + stime) of the worker processes that are alive,
 plus the growth of this process's reaped-children times (``os.times()``), which holds the CPU of
 workers that exited and were joined during the window (non-persistent workers at an epoch end).
 The time a process was ready to run but waited for a free core comes from
@@ -19,7 +19,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+from ..bench.procfs import cpu_seconds, run_queue_seconds, worker_pids
 
 
 @dataclass
@@ -101,36 +101,6 @@ def epoch_rate(images_per_s: float, restart_s: float | None, epoch_images: int) 
     return epoch_images / (epoch_images / images_per_s + (restart_s or 0.0))
 
 
-def proc_cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process from /proc/<pid>/stat, in seconds (None when unreadable)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces and ')'
-    try:
-        return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # fields 14 and 15 of proc(5)
-    except (IndexError, ValueError):
-        return None
-
-
-def proc_wait_seconds(pid: int | str) -> float | None:
-    """Seconds the threads of a process waited on a run queue (/proc/<pid>/task/*/schedstat; None if unreadable)."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    total = 0.0
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as f:
-                total += int(f.read().split()[1]) / 1e9
-        except (OSError, IndexError, ValueError):
-            continue  # a thread that ended meanwhile
-    return total
-
-
 def _children_cpu() -> float:
     """CPU seconds of this process's children that have exited and been waited for."""
     t = os.times()
@@ -148,13 +118,13 @@ class CpuMeter:
 
     def begin(self, pids: list[int]) -> None:
         """Start the window with the workers alive now."""
-        self.start = {p: c for p in pids if (c := proc_cpu_seconds(p)) is not None}
-        self.waits = {p: w for p in pids if (w := proc_wait_seconds(p)) is not None}
+        self.start = {p: c for p in pids if (c := cpu_seconds(p)) is not None}
+        self.waits = {p: w for p in pids if (w := run_queue_seconds(p)) is not None}
         self.children0 = _children_cpu()
 
     def waited(self, pids: list[int]) -> float | None:
         """Run-queue seconds of the workers alive since ``begin`` (None without /proc schedstat)."""
-        now = {p: w for p in pids if p in self.waits and (w := proc_wait_seconds(p)) is not None}
+        now = {p: w for p in pids if p in self.waits and (w := run_queue_seconds(p)) is not None}
         if not self.available or (pids and not now):
             return None
         return sum(w - self.waits[p] for p, w in now.items())
@@ -163,18 +133,12 @@ class CpuMeter:
         """(total worker CPU seconds in the window, per-worker seconds when the workers did not change)."""
         if not self.available:
             return None, []
-        now = {p: c for p in pids if (c := proc_cpu_seconds(p)) is not None}
+        now = {p: c for p in pids if (c := cpu_seconds(p)) is not None}
         joined = _children_cpu() - self.children0
         total = sum(now.values()) - sum(c for p, c in self.start.items() if p in now) + joined
         total -= sum(c for p, c in self.start.items() if p not in now)  # their lifetime CPU is in `joined`
         per_worker = [now[p] - self.start[p] for p in now if p in self.start] if now.keys() == self.start.keys() else []
         return max(total, 0.0), per_worker
-
-
-def worker_pids(iterator: Any) -> list[int]:
-    """The worker process ids of a DataLoader iterator (empty at num_workers=0 or when unknown)."""
-    workers = getattr(iterator, "_workers", None) or []
-    return [w.pid for w in workers if getattr(w, "pid", None)]
 
 
 class BatchStream:
@@ -271,14 +235,14 @@ def _time_batches(trial: Trial, stream: BatchStream, batches: int, min_time: flo
     meter = CpuMeter()
     pids = worker_pids(stream.iterator)
     meter.begin(pids)
-    main0, wait0, t1 = time.process_time(), proc_wait_seconds("self"), clock()
+    main0, wait0, t1 = time.process_time(), run_queue_seconds("self"), clock()
     while (trial.batches < wanted or clock() - t1 < min_time) and clock() < deadline:
         trial.images += stream.next()
         trial.batches += 1
     sync()
     trial.seconds = clock() - t1
     trial.main_cpu_s = time.process_time() - main0
-    wait1 = proc_wait_seconds("self")
+    wait1 = run_queue_seconds("self")
     trial.main_wait_s = wait1 - wait0 if wait0 is not None and wait1 is not None else None
     trial.worker_cpu_s, trial.per_worker_cpu_s = meter.end(worker_pids(stream.iterator))
     trial.worker_wait_s = meter.waited(worker_pids(stream.iterator)) if trial.num_workers else 0.0

@@ -16,6 +16,10 @@
  *                     (appended as it happens, so a killed process leaves its log too)
  * In fail mode the N-th counted call does nothing and returns -1 with errno set; in kill mode
  * the process sends itself SIGKILL before the N-th counted call runs.
+ *
+ * sync() and syncfs() (which flush every file, and cannot report a failure) are logged while the
+ * shim is on, as "0 sync <prefix>" lines: never counted, failed or killed, so the injection points
+ * stay those above; the log then shows when the whole file system was flushed.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -253,6 +257,29 @@ int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpa
     if (decide_path("renameat2", newdirfd, newpath))
         return -1;
     return real_renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+/* Log a whole-file-system flush (not an injection point: the line's number is 0). */
+static void log_flush(const char *call) {
+    configure();
+    if (busy || !prefix || log_fd < 0)
+        return;
+    char line[PATH_MAX + 64];
+    int len = snprintf(line, sizeof line, "0 %s %s\n", call, prefix);
+    if (len > 0)
+        syscall(SYS_write, log_fd, line, (size_t)(len < (int)sizeof line ? len : (int)sizeof line - 1));
+}
+
+void sync(void) {
+    REAL(sync);
+    log_flush("sync");
+    real_sync();
+}
+
+int syncfs(int fd) {
+    REAL(syncfs);
+    log_flush("syncfs");
+    return real_syncfs(fd);
 }
 
 /* Reconfigure in a process that is already running (a forked child of a fork server): the same
