@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import iotool
-from iotool.loading.opening import ShardedIterableDataset
+from iotool.loading.iterable import ShardedIterableDataset
 from iotool.loading.split import ShardEnv
 
 from .conftest import indices_by_place, write_tree
