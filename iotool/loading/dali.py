@@ -88,9 +88,9 @@ def dali_inputs(path: str | os.PathLike) -> dict[str, Any]:
 
 def _stats(mean: Any, std: Any) -> tuple[list[float], list[float]]:
     """mean/std in 0-255 units, by CUDAPrefetcher's rule (0-1 units when every value is <= 1)."""
-    from .normalization import mean_std_255 as _stats_255
+    from .normalization import mean_std_255
 
-    m, s = _stats_255(mean, std)
+    m, s = mean_std_255(mean, std)
     return ([0.0] if m is None else m.tolist()), s.tolist()
 
 
