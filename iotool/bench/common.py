@@ -119,18 +119,6 @@ def collect_images(paths: Sequence[str | os.PathLike]) -> list[str]:
     return found
 
 
-def disk_usage(path: str | os.PathLike) -> int:
-    """Bytes of a file, or of every file under a folder."""
-    path = os.fspath(path)
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    total = 0
-    for dirpath, _, filenames in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in filenames
-                     if os.path.isfile(os.path.join(dirpath, f)))
-    return total
-
-
 def cpu_model() -> str:
     """The CPU's model name (Linux /proc/cpuinfo; else platform's guess)."""
     try:

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from ..errors import IotoolError, UsageError
-from .common import ProgressFn, Stats, disk_usage, environment, no_progress, rotated, single_threaded, summarize
+from ..storage.files import disk_usage
+from .common import ProgressFn, Stats, environment, no_progress, rotated, single_threaded, summarize
 from .contestants import BASELINE, PIPELINES, Built, Contestant, conversion_options, make_contestants
 from .read import run_epoch
 

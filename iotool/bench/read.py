@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .common import ProgressFn, Stats, disk_usage, environment, no_progress, summarize
+from ..storage.files import disk_usage
+from .common import ProgressFn, Stats, environment, no_progress, summarize
 
 NO_DECODER = "none"
 

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from .. import storage
 from ..formats import FormatReader, detect_format
-from ..pipeline.destination import du
+from ..storage.files import disk_usage
 from .common import console, handle_errors, human_bytes, write_json
 
 
@@ -57,5 +57,5 @@ def info(
 def _dataset_bytes(reader: FormatReader) -> int:
     """Bytes on disk; for a remote dataset the sizes of each of its files."""
     if not reader.remote:
-        return du(reader.path)
+        return disk_usage(reader.path)
     return sum(storage.size(url, reader.storage) for url in reader.files())

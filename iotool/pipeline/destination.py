@@ -10,12 +10,9 @@
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import fnmatch
 import logging
 import os
-import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
@@ -24,6 +21,7 @@ from ..errors import DestinationExistsError, DestinationLockedError, Remedy
 from ..formats import FormatSpec
 from ..formats.sharded.index import INDEX_NAME
 from ..storage import OutputDir, StorageConfig, pid_alive
+from ..storage.files import LockHeld, PidLock, disk_usage, exchange, fsync_dir, remove_path
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +72,6 @@ class Destination(ABC):
 
 # --- local -------------------------------------------------------------------------------------
 
-def remove_path(path: str) -> None:
-    """Remove a file or a folder tree (missing is fine)."""
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    elif os.path.lexists(path):
-        os.remove(path)
-
-
 def stale_temporaries(dst: str) -> list[str]:
     """Temporaries of DST whose conversion process no longer exists, newest first."""
     parent, name = os.path.split(os.path.abspath(dst))
@@ -124,43 +114,6 @@ def temporary_path(dst: str) -> str:
     """This process's temporary sibling of DST."""
     parent, name = os.path.split(os.path.abspath(dst))
     return os.path.join(parent, f".{name}{TMP_MARKER}{os.getpid()}")
-
-
-def fsync_dir(path: str) -> None:
-    """Make a folder's entries (a rename, new files) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def du(path: str) -> int:
-    """Bytes of a file, or of every file under a folder."""
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
-
-
-_RENAME_EXCHANGE = 2  # renameat2 flag (Linux 3.15+: ext4, xfs, btrfs, tmpfs, ...)
-_AT_FDCWD = -100
-
-
-def exchange(a: str, b: str) -> bool:
-    """Swap two existing paths in one atomic step (``renameat2(RENAME_EXCHANGE)``); False where
-    the OS or file system cannot (the caller then renames in two steps)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
-    if renameat2 is None:
-        return False
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), b)
 
 
 def rename_into_place(tmp: str, dst: str, overwrite: bool) -> None:
@@ -209,46 +162,26 @@ def lock_path(dst: str) -> str:
 
 
 class DestinationLock:
-    """An exclusive ``flock`` on a file beside DST: one conversion per destination.
+    """One conversion per destination: a :class:`~iotool.storage.files.PidLock` beside DST.
 
     The kernel releases it when its process dies, however it dies, so a lock left by a killed
-    run is simply taken over. The file holds the owner's pid, to name it in the refusal.
+    run is simply taken over; the refusal names the process that holds it.
     """
 
     def __init__(self, dst: str):
-        self.dst, self.path, self.fd = dst, lock_path(dst), None
+        self.dst, self.path = dst, lock_path(dst)
+        self.lock = PidLock(self.path)
 
     def acquire(self) -> None:
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-                os.close(fd)
-                raise DestinationLockedError(
-                    f"{self.dst!r} is being written by another conversion (process {holder}); wait for it to "
-                    f"finish, or stop it and run again.") from None
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False  # its owner finished and removed it between our open and our lock
-            if same:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-                self.fd = fd
-                return
-            os.close(fd)
+        try:
+            self.lock.acquire()
+        except LockHeld as held:
+            raise DestinationLockedError(
+                f"{self.dst!r} is being written by another conversion (process {held.holder}); wait for it to "
+                f"finish, or stop it and run again.") from None
 
     def release(self) -> None:
-        if self.fd is None:
-            return
-        try:
-            os.remove(self.path)
-        except OSError:
-            pass
-        os.close(self.fd)
-        self.fd = None
+        self.lock.release()
 
 
 class LocalDestination(Destination):
@@ -289,7 +222,7 @@ class LocalDestination(Destination):
 
     def commit(self, units: Sequence[str] = (), units_bytes: int = 0) -> int:
         fsync_dir(self.work_path)
-        size = du(self.work_path)
+        size = disk_usage(self.work_path)
         rename_into_place(self.work_path, self.location, self.overwrite)
         self.lock.release()
         return size
@@ -306,7 +239,7 @@ class LocalDestination(Destination):
         """The most bytes seen in the temporary output (engines ask before a writer's abort
         cleans up, so the figure is what was on disk when the write failed)."""
         try:
-            now = du(self.work_path) if os.path.lexists(self.work_path) else 0
+            now = disk_usage(self.work_path) if os.path.lexists(self.work_path) else 0
         except OSError:
             now = 0
         self._written = max(self._written, now)
@@ -397,7 +330,7 @@ class UrlDestination(Destination):
 
     def _drop_staging(self) -> None:
         if self.work_path:
-            shutil.rmtree(self.work_path, ignore_errors=True)
+            remove_path(self.work_path)
             self.work_path = ""
 
 

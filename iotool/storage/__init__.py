@@ -13,7 +13,9 @@ evicted first, by mtime), and is safe when several processes fill it at once: ea
 to a temporary name and is renamed into place when complete.
 
 The modules, by job: ``config`` (settings, errors, names), ``retries``, ``remote`` (fsspec reads
-and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`).
+and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`), ``files``
+(file-system primitives: durable renames, the atomic swap, removal, sizes, a process lock),
+``units`` (byte sizes for people), ``testing`` (loopback servers for tests and benchmarks).
 """
 
 from __future__ import annotations

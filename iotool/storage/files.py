@@ -1,0 +1,110 @@
+"""File-system primitives: durable renames, an atomic swap, removal, sizes, a process lock.
+
+Policy (what to write where, what may be replaced) lives with the callers; these functions only
+do one thing to the file system each, the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+
+
+def remove_path(path: str) -> None:
+    """Remove a file or a folder tree (missing is fine)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a folder's entries (a rename, new files) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def disk_usage(path: str | os.PathLike) -> int:
+    """Bytes of a file, or of every regular file under a folder (links to nothing are skipped)."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs
+               if os.path.isfile(os.path.join(d, f)))
+
+
+_RENAME_EXCHANGE = 2  # renameat2 flag (Linux 3.15+: ext4, xfs, btrfs, tmpfs, ...)
+_AT_FDCWD = -100
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap two existing paths in one atomic step (``renameat2(RENAME_EXCHANGE)``); False where
+    the OS or file system cannot (the caller then renames in two steps)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+class LockHeld(Exception):
+    """Another live process holds the lock; ``holder`` is its pid as it wrote it."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+class PidLock:
+    """An exclusive ``flock`` on ``path`` that stores the owner's pid (to name it in a refusal).
+
+    The kernel releases it when its process dies, however it dies, so a lock left by a killed
+    process is simply taken over; :meth:`release` removes the file.
+    """
+
+    def __init__(self, path: str):
+        self.path, self.fd = path, None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`LockHeld` at once (no waiting)."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise LockHeld(holder) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False  # its owner finished and removed it between our open and our lock
+            if same:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                self.fd = fd
+                return
+            os.close(fd)
+
+    def release(self) -> None:
+        """Remove the lock file and let go (nothing when not held)."""
+        if self.fd is None:
+            return
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
