@@ -275,8 +275,8 @@ def test_check_memory_names_both_figures_and_the_ways_out():
     with pytest.raises(CacheMemoryError) as err:
         check_memory(3 << 30, 2 << 30, smaller=1 << 30)
     text = str(err.value)
-    assert "needs 3.00 GiB" in text and "2.00 GiB of memory is available" in text
-    assert "cache_resize=256 (about 1.00 GiB)" in text and "bmp" in text and "cache_fallback=True" in text
+    assert "needs 3.0 GiB" in text and "2.0 GiB of memory is available" in text
+    assert "cache_resize=256 (about 1.0 GiB)" in text and "bmp" in text and "cache_fallback=True" in text
     with pytest.raises(CacheMemoryError):
         check_memory(MIN_MARGIN, MIN_MARGIN + (1 << 20))  # the margin is kept free
 

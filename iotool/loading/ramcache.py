@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IotoolError, UsageError
 from ..decode.backends import DCT_SCALES
+from ..errors import IotoolError, UsageError
+from ..storage.units import human_bytes
 from ..transforms.sizing import min_decode_size, shorter_side_to, shorter_sides_to
 from .memory import available_memory
 from ..transforms import resize as _resize
@@ -120,11 +121,11 @@ def check_memory(need: int, available: int, *, what: str = "the RAM cache",
         return
     ways = []
     if smaller is not None and smaller < need:
-        ways.append(f"cache_resize=256 (about {_gib(smaller)})")
+        ways.append(f"cache_resize=256 (about {human_bytes(smaller)})")
     ways += ["the bmp cache on disk (iotool convert SRC bmp DST --resize 256)",
              "cache_fallback=True to warn and run without the cache"]
     raise CacheMemoryError(
-        f"{what} needs {_gib(need)}, but {_gib(available)} of memory is available and {_gib(margin)} of it "
+        f"{what} needs {human_bytes(need)}, but {human_bytes(available)} of memory is available and {human_bytes(margin)} of it "
         f"is kept free; use {', or '.join(ways)}.")
 
 
@@ -298,7 +299,7 @@ class RamCache:
 
     def __repr__(self) -> str:
         resize = f", resize={self.resize}" if self.resize is not None else ""
-        return f"RamCache({_gib(self.nbytes)}, {self.filled()}/{self.count} filled{resize})"
+        return f"RamCache({human_bytes(self.nbytes)}, {self.filled()}/{self.count} filled{resize})"
 
 
 def _require_memfd() -> None:
@@ -316,12 +317,6 @@ def _release(block: mmap.mmap, fd: int) -> None:
 
 def _align(value: int, to: int) -> int:
     return (value + to - 1) // to * to
-
-
-def _gib(n: int) -> str:
-    if n >= 1 << 30:
-        return f"{n / (1 << 30):.2f} GiB"
-    return f"{n / (1 << 20):.1f} MiB"
 
 
 def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = False) -> RamCache | None:
