@@ -137,7 +137,12 @@ def test_index_dali_adds_the_index_files_to_a_dataset_written_before(fmt, corner
     result = CliRunner().invoke(app, ["index", "--dali", str(dst)])
     assert result.exit_code == 0, result.output
     assert {p.name: p.read_bytes() for p in dst.glob("shard-*.idx")} == written
-    assert CliRunner().invoke(app, ["index", str(dst)]).exit_code == 2  # nothing asked
+    for name in written:
+        (dst / name).unlink()
+    result = CliRunner().invoke(app, ["index", str(dst)])  # DALI's index files are the default
+    assert result.exit_code == 0, result.output
+    assert {p.name: p.read_bytes() for p in dst.glob("shard-*.idx")} == written
+    assert CliRunner().invoke(app, ["index", "--no-dali", str(dst)]).exit_code == 2  # nothing asked
 
 
 def test_index_dali_refuses_a_format_dali_does_not_read(imagefolder, tmp_path):

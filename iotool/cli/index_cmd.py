@@ -16,19 +16,19 @@ from .common import console, handle_errors, write_json
 def index(
     path: Annotated[str, typer.Argument(help="A local dataset written by iotool convert.")],
     dali: Annotated[bool, typer.Option(
-        "--dali", help="Write NVIDIA DALI's index file beside every shard (shard-000000.idx), as "
-                       "conversions do, for fn.readers.webdataset(index_paths=...).")] = False,
+        "--dali/--no-dali", help="Write NVIDIA DALI's index file beside every shard (shard-000000.idx), as "
+                                 "conversions do (the default: the only index kind today).")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the files written as JSON.")] = False,
 ) -> None:
     """Write index files for other readers beside a dataset's shards (existing ones are replaced).
 
     Example:
 
-        iotool index --dali /tmp/sample.tar
+        iotool index /tmp/shards
     """
     with handle_errors():
         if not dali:
-            raise UsageError("Nothing to write: pass --dali.")
+            raise UsageError("Nothing to write: --no-dali leaves no index kind to write.")
         written = write_dali_indexes(path)
     if as_json:
         write_json({"path": path, "dali_indexes": written}, None)
