@@ -104,3 +104,20 @@ def test_a_mistyped_choice_reads_plainly(tree):
     assert "Value error" not in message
     result = piped(["convert", "imagefolder", "lmdb", "src", "x", "--on-error", "ignore"], tree)
     assert result.returncode == 2 and "'ignore' is not one of: fail, skip" in " ".join(result.stderr.split())
+
+
+WITHOUT_CRC = "import sys; sys.modules['google_crc32c'] = None; sys.argv[0] = 'iotool'; " \
+              "from iotool.cli import main; main()"
+
+
+def test_a_missing_extra_is_named_before_any_work_and_listed_by_formats(tree):
+    """The TFRecord format without google-crc32c (its import blocked in the child process)."""
+    run = lambda *args: subprocess.run([sys.executable, "-c", WITHOUT_CRC, *args], capture_output=True,
+                                       text=True, cwd=tree, timeout=120)
+    result = run("convert", "imagefolder", "tfrecord", "src", "out")
+    assert result.returncode == 2, result.stderr
+    assert "pip install 'iotool[tfrecord]'" in " ".join(result.stderr.split())
+    assert not (tree / "out").exists() and "converting" not in result.stderr
+    listing = run("formats")
+    assert "tfrecord needs the 'tfrecord' extra (not installed: pip install 'iotool[tfrecord]')" in listing.stdout
+    assert "(installed)" in piped(["formats"], tree).stdout  # here it is installed

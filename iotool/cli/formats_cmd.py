@@ -6,6 +6,7 @@ from dataclasses import MISSING, fields
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..formats import FormatSpec, all_formats
@@ -19,6 +20,7 @@ def describe(spec: FormatSpec) -> dict[str, Any]:
         "name": spec.name, "description": spec.description, "reader": "iterable" if spec.iterable else "map-style",
         "resume": spec.resumable, "ray": spec.sharded is not None, "url_read": spec.remote_read,
         "url_write": spec.remote_write, "needs_resize": spec.needs_resize, "options": options,
+        "extra": spec.extra[0] if spec.extra else None, "missing": spec.missing_extra(),
         "module": spec.writer.__module__.rsplit(".", 1)[0] if "." in spec.writer.__module__ else spec.writer.__module__,
     }
 
@@ -48,3 +50,8 @@ def formats(
                       ", ".join([*(f"{k}={v}" for k, v in r["options"].items()),
                                  *(["needs --resize"] if r["needs_resize"] else [])]))
     console.print(table)
+    for r in rows:
+        if r["extra"]:
+            state = f"not installed: {r['missing']}" if r["missing"] else "installed"
+            console.print(escape(f"{r['name']} needs the '{r['extra']}' extra ({state})."), highlight=False,
+                          soft_wrap=True)

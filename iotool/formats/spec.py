@@ -45,6 +45,8 @@ class FormatSpec:
             (``webdataset.WebDataset(reader.shard_urls())``; samples ``<key>.<ext>`` + ``<key>.cls``).
         example_options: options for a tiny dataset that still has several units (shards,
             commits); the shared test suites and docs use them.
+        extra: the optional dependencies the format needs, as ``(pip extra, (module, ...))``,
+            e.g. ``("tfrecord", ("google_crc32c",))``; None when it needs none.
     """
 
     name: str
@@ -62,6 +64,23 @@ class FormatSpec:
     dali: DaliReading | None = None
     webdataset: bool = False
     example_options: dict[str, Any] = field(default_factory=dict)
+    extra: tuple[str, tuple[str, ...]] | None = None
+
+    def missing_extra(self) -> str | None:
+        """``pip install 'iotool[<extra>]'`` when a module the format needs is not installed
+        (looked up without importing it), else None."""
+        if self.extra is None:
+            return None
+        import importlib.util
+
+        name, modules = self.extra
+        for module in modules:
+            try:
+                if importlib.util.find_spec(module) is None:
+                    return f"pip install 'iotool[{name}]'"
+            except (ImportError, ValueError):  # a parent package missing, or an import blocked
+                return f"pip install 'iotool[{name}]'"
+        return None
 
     @property
     def resumable(self) -> bool:

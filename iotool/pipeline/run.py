@@ -93,6 +93,10 @@ def convert(
         SourceError, UsageError: the source or an option is unusable.
     """
     spec = get_format(to)
+    missing = spec.missing_extra()
+    if missing:  # before any work: the writer would find out only at its first record
+        raise storage.MissingExtraError(f"The {spec.name} format needs an optional dependency that is not "
+                                        f"installed: {missing}.")
     if on_error not in ON_ERROR_CHOICES:
         raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR_CHOICES)}.")
     if src_format not in SOURCE_KINDS and src_format not in format_names():

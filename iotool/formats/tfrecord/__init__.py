@@ -54,7 +54,7 @@ SPEC = FormatSpec(
     "tfrecord", "TFRecord shards of tf.train.Example, with tfrecord2idx files (directory)", TfrecordWriter,
     TfrecordReader, sniff_index, sniff_remote=sniff_index_remote, options=TfrecordOptions,
     sharded=TfrecordShardPlan(), remote_write=True, unit_glob="shard-*.tfrecord*", dali=TfrecordDali(),
-    example_options={"shard_size": 4},
+    example_options={"shard_size": 4}, extra=("tfrecord", ("google_crc32c",)),
 )
 
 __all__ = ["DEFAULT_SHARD_SIZE", "FILENAME", "FORMAT_VERSION", "IMAGE", "LABEL", "SPEC", "ExampleError", "RawRecord",
