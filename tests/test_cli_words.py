@@ -118,6 +118,10 @@ def test_a_missing_extra_is_named_before_any_work_and_listed_by_formats(tree):
     assert result.returncode == 2, result.stderr
     assert "pip install 'iotool[tfrecord]'" in " ".join(result.stderr.split())
     assert not (tree / "out").exists() and "converting" not in result.stderr
+    # before any work: even before the source is looked at (a missing one would be named otherwise)
+    result = run("convert", "imagefolder", "tfrecord", "no-such-src", "out")
+    assert result.returncode == 2 and "pip install 'iotool[tfrecord]'" in " ".join(result.stderr.split())
+    assert "no-such-src" not in result.stderr
     listing = run("formats")
     assert "tfrecord needs the 'tfrecord' extra (not installed: pip install 'iotool[tfrecord]')" in listing.stdout
     assert "(installed)" in piped(["formats"], tree).stdout  # here it is installed
