@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -414,3 +415,20 @@ def test_bench_decode_names_missing_bundled_images(monkeypatch):
     monkeypatch.setattr(decode_mod, "SAMPLE_IMAGES", "no_such_folder")
     with pytest.raises(UsageError, match="bundled sample images are missing.*iotool bench decode /path"):
         bench_decode(None, ["pil"], min_time=0.01, repeat=1, tjbench=False)
+
+
+WITHOUT_WEBDATASET = "import sys; sys.modules['webdataset'] = None; sys.argv[0] = 'iotool'; " \
+                     "from iotool.cli import main; main()"
+
+
+def test_bench_loader_names_a_missing_optional_contestant_as_not_installed(tiny, tmp_path):
+    """webdataset missing (its import blocked in the child) is a note with the pip command, not a failure."""
+    out = tmp_path / "loader.json"
+    result = subprocess.run([sys.executable, "-c", WITHOUT_WEBDATASET, "bench", "loader", str(tiny), "--formats",
+                             "tar", "--rounds", "1", "--batch-size", "3", "--size", "16", "--json", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "failed" not in result.stderr
+    assert "not installed: webdataset (PIL); pip install webdataset" in " ".join(result.stderr.split())
+    data = json.loads(out.read_text())
+    assert data["not_installed"] == {"webdataset (PIL)": "pip install webdataset"} and data["failed"] == {}

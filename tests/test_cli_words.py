@@ -104,6 +104,10 @@ def test_a_mistyped_choice_reads_plainly(tree):
     assert "Value error" not in message
     result = piped(["convert", "imagefolder", "lmdb", "src", "x", "--on-error", "ignore"], tree)
     assert result.returncode == 2 and "'ignore' is not one of: fail, skip" in " ".join(result.stderr.split())
+    result = piped(["bench", "decode", "--scale", "1/3"], tree)
+    message = " ".join(result.stderr.replace("│", " ").split())
+    assert result.returncode == 2 and "'1/3' is not one of: 1, 1/2, 1/4, 1/8" in message
+    assert "Value error" not in message
 
 
 WITHOUT_CRC = "import sys; sys.modules['google_crc32c'] = None; sys.argv[0] = 'iotool'; " \

@@ -243,9 +243,10 @@ def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str |
 
 
 def make_contestants(src: str, built: Built, decoder: str, pipeline: str, size: int, webdataset: bool,
-                     failed: dict[str, str]) -> list[Contestant]:
+                     failed: dict[str, str], not_installed: dict[str, str]) -> list[Contestant]:
     """The baseline first, then webdataset and DALI over the shards, then every built format;
-    what cannot run is named in ``failed`` with the reason."""
+    what cannot run is named in ``failed`` with the reason, an optional contestant whose package
+    is missing in ``not_installed`` with the pip command."""
     from ..loading.opening import open_dataset
 
     collate = _collate_for(pipeline)
@@ -258,8 +259,8 @@ def make_contestants(src: str, built: Built, decoder: str, pipeline: str, size: 
             try:
                 out.append(WebDatasetPIL(*built[shards], _transforms(pipeline, size, "webdataset", decoder)[1],
                                          collate))
-            except ImportError as exc:
-                failed[WEBDATASET] = f"webdataset is not installed ({exc}); pip install webdataset"
+            except ImportError:
+                not_installed[WEBDATASET] = "pip install webdataset"
     if shards in formats_where(lambda spec: spec.dali is not None, built) and DaliCPU.available():
         out.append(DaliCPU(*built[shards], pipeline, size))
     for fmt, (path, seconds) in built.items():

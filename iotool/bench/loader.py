@@ -59,6 +59,7 @@ class LoaderBenchResult:
     rounds: int
     results: list[LoaderResult] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    not_installed: dict[str, str] = field(default_factory=dict)  # optional contestant -> pip command
     environment: dict[str, Any] = field(default_factory=dict)
     pipeline: str = "rrc"
     epochs: int = 1
@@ -73,7 +74,7 @@ class LoaderBenchResult:
             "workers": self.workers, "batch_size": self.batch_size, "size": self.size,
             "rounds": self.rounds, "epochs": self.epochs, "pipeline": self.pipeline,
             "results": [r.to_dict() for r in self.results],
-            "failed": self.failed, "environment": self.environment,
+            "failed": self.failed, "not_installed": self.not_installed, "environment": self.environment,
         }
 
 
@@ -160,7 +161,8 @@ def bench_loader(
                                epochs=epochs)
     with tempfile.TemporaryDirectory(prefix="iotool-bench-", dir=workdir) as tmp, single_threaded():
         built = _build_formats(src, tmp, names, size, progress, result.failed)
-        contestants = make_contestants(src, built, decoder, pipeline, size, webdataset, result.failed)
+        contestants = make_contestants(src, built, decoder, pipeline, size, webdataset, result.failed,
+                                       result.not_installed)
         result.baseline = contestants[0].name
         result.images = len(contestants[0])
         tallies = _run_rounds(contestants, batch_size, workers, rounds, epochs, progress)

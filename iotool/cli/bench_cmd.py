@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -12,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
-from .common import console, err_console, handle_errors, human_bytes, progress_line, write_json
+from .common import choice, console, err_console, handle_errors, human_bytes, progress_line, write_json
 
 app = typer.Typer(
     name="bench",
@@ -23,16 +22,8 @@ app = typer.Typer(
 )
 
 
-class Mode(str, Enum):
-    memory = "memory"
-    file = "file"
-
-
-class Scale(str, Enum):
-    full = "1"
-    half = "1/2"
-    quarter = "1/4"
-    eighth = "1/8"
+MODES = ["memory", "file"]
+SCALES = ["1", "1/2", "1/4", "1/8"]
 
 
 def _split(names: str | None) -> list[str] | None:
@@ -128,9 +119,10 @@ def decode(
         show_default=False)] = None,
     backends: Annotated[Optional[str], typer.Option(
         "--backends", "-b", help="Comma-separated backends: pil,opencv,simplejpeg,jpeg4py (default: all).")] = None,
-    mode: Annotated[Mode, typer.Option(
-        help="memory: bytes loaded before timing. file: each decode also reads its file.")] = Mode.memory,
-    scale: Annotated[Scale, typer.Option(help="Decode JPEGs at this DCT scale.")] = Scale.full,
+    mode: Annotated[str, typer.Option(parser=choice(MODES), metavar="memory|file",
+        help="memory: bytes loaded before timing. file: each decode also reads its file.")] = "memory",
+    scale: Annotated[str, typer.Option(parser=choice(SCALES), metavar="1|1/2|1/4|1/8",
+                                       help="Decode JPEGs at this DCT scale.")] = "1",
     min_time: Annotated[float, typer.Option(min=0.0, help="Seconds per backend per pass.")] = 1.0,
     repeat: Annotated[int, typer.Option(min=1, help="Timed passes (median and spread reported).")] = 5,
     tjbench: Annotated[bool, typer.Option(
@@ -165,7 +157,7 @@ def decode(
             require_matplotlib()
         with progress_line(show and not quiet, "bench decode") as callback:
             result = bench_decode([str(p) for p in paths] if paths else None,
-                                  _split(backends), mode=mode.value, scale=scale.value,
+                                  _split(backends), mode=mode, scale=scale,
                                   min_time=min_time, repeat=repeat, tjbench=tjbench,
                                   tjbench_files=tjbench_files, progress=callback)
         if plot is not None:
@@ -321,6 +313,9 @@ def loader(
         console.print(loader_table(result))
         for fmt, reason in result.failed.items():
             err_console.print(f"[yellow]failed[/] {fmt}: {escape(reason)}", highlight=False, soft_wrap=True)
+        for name, install in result.not_installed.items():
+            err_console.print(f"[dim]not installed: {escape(name)}; {escape(install)}[/]", highlight=False,
+                              soft_wrap=True)
 
 
 app.command("decode")(decode)
