@@ -464,7 +464,7 @@ def test_cli_convert_info_and_verify_on_s3_with_environment_settings(bucket, ima
     # a flipped byte in a remote shard's payload is found
     key = f"{name}/shards/shard-000001.tar"
     reader = iotool.open_reader(url, storage_options=options)
-    _, offset, _ = reader._locations[reader.shard_ranges()[1][0]]
+    _, offset, _ = reader.locations[reader.shard_ranges()[1][0]]
     data = bytearray(fs.cat_file(key))
     data[offset + 10] ^= 0xFF
     fs.pipe_file(key, bytes(data))

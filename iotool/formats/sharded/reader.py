@@ -78,8 +78,6 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         """(shard, offset, size) of every record: an N x 3 int64 array (or lists, version 1)."""
         return self.column("locations")
 
-    _locations = locations  # the older name, still used by benchmarks/scale_index.py and tests/test_remote.py
-
     def shard_locations(self, shard: int) -> list[tuple[int, int]]:
         """The (offset, size) of every record of ``shard``, in order, as the index places them
         (for the index files other tools read beside a shard)."""
