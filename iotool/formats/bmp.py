@@ -19,6 +19,7 @@ import numpy as np
 
 from ..decode.bmp import bmp_size, decode_bmp
 from ..errors import FormatError
+from ..names import ALLOWED, name_problem
 from ..records import DatasetMeta, Record
 from .options import FormatOptions
 from .plan import ShardPlan, ShardUnit
@@ -112,8 +113,9 @@ class BmpReader(IndexedReader):
 
 def _check_inside(root: str, rel: str) -> None:
     """Refuse an index entry naming a file outside the dataset."""
-    if rel.startswith("/") or ".." in rel.split("/") or "\0" in rel:
-        raise FormatError(f"{root}: index names a file outside the dataset: {rel!r}.")
+    reason = name_problem(rel)
+    if reason:
+        raise FormatError(f"{root}: index names an unsafe file {rel!r} ({reason}); a file name must be {ALLOWED}.")
 
 
 def _read_file(path: str) -> bytes:

@@ -12,8 +12,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..decode.encode import ENCODINGS, EXTENSIONS, encode, payload_extension
-from ..errors import DecodeError, IotoolError, UsageError
+from ..errors import DecodeError, IotoolError, RecordError, UsageError
 from ..formats import FormatSpec
+from ..names import ALLOWED, name_problem
 from ..records import Record, SkippedFile, checksum
 from ..transforms.sizing import min_decode_size, shorter_side_to
 
@@ -100,6 +101,7 @@ def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Skip
         try:
             key, where, label, data = load(state, task)
             size = len(data)
+            check_key(key)
             payload, ext, shape = prepare(key, data, options)
             out.append((index, Record(index, key, label, payload, ext, checksum(payload), shape=shape), size))
         except (OSError, DecodeError, IotoolError, ValueError) as exc:
@@ -108,6 +110,14 @@ def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Skip
             reason = reason[len(prefix):] if reason.startswith(prefix) else reason
             out.append((index, SkippedFile(key, where, reason), size))
     return out
+
+
+def check_key(key: str) -> None:
+    """Refuse a record key that could not become a path or member name under DST (one rule,
+    :mod:`iotool.names`): a bad record, like a file that does not decode."""
+    reason = name_problem(key)
+    if reason:
+        raise RecordError(f"unsafe key {key!r}: {reason}; a key must be {ALLOWED}.")
 
 
 def preload_decoder() -> None:

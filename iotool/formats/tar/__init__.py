@@ -17,7 +17,7 @@ from ..spec import FormatSpec
 from .dali import TarDali
 from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TarShardPlan
-from .reader import FORMAT_VERSION, TarReader, unsafe_member_name
+from .reader import FORMAT_VERSION, TarReader
 from .shardfile import WRITEBACK_BYTES, ShardFile, member_header, shard_name
 from .writer import COLUMNS, DEFAULT_SHARD_SIZE, TarOptions, TarWriter, tar_index
 
@@ -29,5 +29,5 @@ SPEC = FormatSpec(
 
 __all__ = [
     "COLUMNS", "DEFAULT_SHARD_SIZE", "FORMAT_VERSION", "SPEC", "ShardFile", "TarDali", "TarOptions", "TarReader", "TarWriter",
-    "WRITEBACK_BYTES", "member_header", "shard_name", "tar_index", "unsafe_member_name",
+    "WRITEBACK_BYTES", "member_header", "shard_name", "tar_index",
 ]

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ...errors import FormatError
+from ...names import ALLOWED, first_bad_name, name_problem
 from ...records import DatasetMeta
 from ..sharded.reader import OffsetShardReader
 
@@ -42,18 +43,18 @@ class TarReader(OffsetShardReader):
 
     def _check_member_keys(self, member_keys: Iterable[str]) -> None:
         for key in member_keys:
-            if unsafe_member_name(key):
-                raise FormatError(f"{self.path}: index names an unsafe tar member key {key!r}.")
+            if name_problem(key):
+                raise unsafe_key(self.path, key)
 
     @property
     def member_keys(self) -> Any:
         """WebDataset keys of the records (member names without the extension), by index; checked
-        for unsafe names (absolute, ``..``, NUL) once per process, on first use."""
+        for unsafe names (:mod:`iotool.names`) once per process, on first use."""
         keys = self.column("member_keys")
         if self._lists is None and not getattr(self, "_h_member_keys_checked", False):
-            bad = first_unsafe_name(keys.offsets, keys.blob)
+            bad = first_bad_name(keys.offsets, keys.blob)
             if bad >= 0:
-                raise FormatError(f"{self.path}: index names an unsafe tar member key {keys[bad]!r}.")
+                raise unsafe_key(self.path, keys[bad])
             self._h_member_keys_checked = True
         return keys
 
@@ -78,7 +79,7 @@ class TarReader(OffsetShardReader):
             for j, i in enumerate(indices):
                 payload, cls = members[2 * j], members[2 * j + 1]
                 mk, (_, offset, size) = self.member_keys[i], self._location(i)
-                bad = [m for m in (payload, cls) if not m.isreg() or unsafe_member_name(m.name)]
+                bad = [m for m in (payload, cls) if not m.isreg() or name_problem(m.name)]
                 if bad:
                     problems += [f"{where}: member {m.name!r} is a link, special file or unsafe path." for m in bad]
                     continue
@@ -90,30 +91,7 @@ class TarReader(OffsetShardReader):
             return problems
 
 
-def first_unsafe_name(offsets: np.ndarray, blob: np.ndarray) -> int:
-    """The index of the first name in a string column that :func:`unsafe_member_name` refuses
-    (empty, absolute, a ``..`` component, NUL), or -1; vectorised over the whole column."""
-    starts, ends = np.asarray(offsets[:-1]), np.asarray(offsets[1:])
-    if len(starts) == 0:
-        return -1
-    data = np.asarray(blob)
-    bad = ends <= starts  # empty
-    nonempty = ~bad
-    bad[nonempty] |= data[starts[nonempty]] == ord("/")
-    nuls = np.flatnonzero(data == 0)
-    if len(nuls):
-        bad[np.searchsorted(starts, nuls, side="right") - 1] = True
-    dots = np.flatnonzero((data[:-1] == ord(".")) & (data[1:] == ord("."))) if len(data) > 1 else np.empty(0, int)
-    if len(dots):
-        owner = np.searchsorted(starts, dots, side="right") - 1  # the name each ".." lies in
-        begins = (dots == starts[owner]) | (data[np.maximum(dots - 1, 0)] == ord("/"))
-        after = dots + 2
-        finishes = (after == ends[owner]) | (data[np.minimum(after, len(data) - 1)] == ord("/"))
-        bad[owner[begins & finishes & (after <= ends[owner])]] = True
-    hits = np.flatnonzero(bad)
-    return int(hits[0]) if len(hits) else -1
-
-
-def unsafe_member_name(name: str) -> bool:
-    """True for absolute names, names with '..' components or NUL: never extract or trust those."""
-    return name.startswith("/") or ".." in name.split("/") or "\0" in name or name == ""
+def unsafe_key(path: str, key: str) -> FormatError:
+    """The refusal of an index naming an unsafe tar member key."""
+    return FormatError(f"{path}: index names an unsafe tar member key {key!r} ({name_problem(key)}); "
+                       f"a member name must be {ALLOWED}.")

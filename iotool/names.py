@@ -1,0 +1,104 @@
+"""The one rule for names that become paths: record keys, file and member names from a dataset.
+
+A name read from a dataset (an ImageFolder key, a key of an iotool dataset used as a source, a
+TFRecord's ``image/filename``, a tar member, a DALI index line, a file named by an index) may
+become a file or a tar member under a destination, or a file opened under a dataset. It is
+safe when it is relative, POSIX (``/`` only), and every component is a plain name: no empty,
+``.`` or ``..`` component, no NUL, control character or backslash. This is what git refuses in
+the paths it reads from an object, and what tar strips unless told otherwise.
+
+:func:`name_problem` checks one name, :func:`first_bad_name` a whole string column at once;
+:func:`inside` is the containment check a writer or reader makes after joining a name to its
+root (a symlink on the way may still lead out).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+ALLOWED = ("a relative POSIX path of plain names: no leading '/', no empty, '.' or '..' "
+           "component, no backslash, NUL or control character")
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` may not become a path under a root (None: it may)."""
+    if not isinstance(name, str):
+        return f"not a string ({type(name).__name__})"
+    if name == "":
+        return "empty"
+    if name.startswith("/"):
+        return "absolute"
+    bad = next((c for c in name if c < " " or c in "\x7f\\"), None)
+    if bad is not None:
+        return "holds a backslash" if bad == "\\" else f"holds the control character {bad!r}"
+    parts = name.split("/")
+    if "" in parts:
+        return "has an empty component"
+    if ".." in parts:
+        return "climbs out ('..')"
+    if "." in parts:
+        return "has a '.' component"
+    return None
+
+
+def first_bad_name(offsets: "np.ndarray", blob: "np.ndarray") -> int:
+    """The index of the first name that :func:`name_problem` refuses in a string column (names
+    ``blob[offsets[i]:offsets[i+1]]``, UTF-8), or -1; vectorised over the whole column."""
+    import numpy as np
+
+    starts, ends = np.asarray(offsets[:-1], dtype=np.int64), np.asarray(offsets[1:], dtype=np.int64)
+    if len(starts) == 0:
+        return -1
+    data = np.asarray(blob, dtype=np.uint8)
+    if len(data) == 0:
+        return 0
+    bad = ends <= starts  # empty
+    full = ~bad
+    slash = data == ord("/")
+    bad[full] |= slash[starts[full]] | slash[ends[full] - 1]  # absolute, or a trailing empty component
+
+    def owner(positions: "np.ndarray") -> "np.ndarray":
+        return np.searchsorted(starts, positions, side="right") - 1
+
+    odd = np.flatnonzero((data < 0x20) | (data == 0x7F) | (data == ord("\\")))
+    bad[owner(odd)] = True
+    # a component of only dots, one or two long, or an empty one ("a//b"): found where it begins
+    begins_component = np.ones(len(data), dtype=bool)
+    begins_component[1:] = slash[:-1]
+    begins_component[starts[full]] = True
+    for pattern in (b"/", b".", b".."):
+        k = len(pattern)
+        if len(data) < k:
+            continue
+        hit = np.ones(len(data) - k + 1, dtype=bool)
+        for j, byte in enumerate(pattern):
+            hit &= data[j:len(data) - k + 1 + j] == byte
+        candidates = np.flatnonzero(hit & begins_component[:len(hit)])
+        if len(candidates) == 0:
+            continue
+        who = owner(candidates)
+        inside_name = candidates >= starts[who]
+        after = candidates + k
+        if pattern == b"/":  # "//": the slash begins a component (follows a slash) in the same name
+            found = inside_name & (candidates > starts[who]) & (after <= ends[who])
+        else:
+            at_end = after == ends[who]
+            then_slash = slash[np.minimum(after, len(data) - 1)] & (after < ends[who])
+            starts_here = (candidates == starts[who]) | slash[np.maximum(candidates - 1, 0)]
+            found = inside_name & (after <= ends[who]) & starts_here & (at_end | then_slash)
+        bad[who[found]] = True
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if len(hits) else -1
+
+
+def inside(root: str | os.PathLike, name: str) -> str | None:
+    """``root/name`` when its real path (symlinks resolved) lies under the real ``root``, else
+    None. Check :func:`name_problem` first: this only catches what links on the way do."""
+    base = os.path.realpath(root)
+    path = os.path.join(base, name)
+    real = os.path.realpath(path)
+    return path if real == base or real.startswith(base.rstrip(os.sep) + os.sep) else None

@@ -1,0 +1,86 @@
+"""The one name rule (iotool.names): every name, one at a time and as a whole column, against a
+plain reference written here from the rule's own words."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from iotool.names import first_bad_name, inside, name_problem
+
+
+def reference_ok(name: str) -> bool:
+    """Relative, POSIX, plain components; no backslash, NUL or control character."""
+    if not name or name[0] == "/" or "\\" in name:
+        return False
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+GOOD = ["a.jpg", "cls/img.jpg", "a/b/c/d.png", "...", "a/.../b", "..a", "a..", ".hidden/x", "x/.y",
+        "ünïcødé 画像.jpg", "name with spaces 'q' \"d\".jpg", "a.b.c", "%2E%2E/x", "C:x"]
+BAD = ["", "/abs", "../x", "a/../b", "a/..", "..", ".", "./a", "a/./b", "a/.", "a//b", "a/", "//",
+       "a\\b", "..\\x", "a\0b", "new\nline.jpg", "tab\there", "del\x7f", "esc\x1b[31m"]
+
+
+@pytest.mark.parametrize("name", GOOD)
+def test_plain_names_pass(name):
+    assert name_problem(name) is None and reference_ok(name)
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_names_that_climb_or_hide_are_refused_with_a_reason(name):
+    reason = name_problem(name)
+    assert reason and not reference_ok(name)
+
+
+def test_reasons_say_what_is_wrong():
+    assert name_problem("../x") == "climbs out ('..')"
+    assert name_problem("/etc/passwd") == "absolute"
+    assert name_problem("a\\b") == "holds a backslash"
+    assert "control character" in name_problem("a\nb")
+    assert name_problem(3) == "not a string (int)"
+
+
+def column(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [n.encode() for n in names]
+    offsets = np.zeros(len(names) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in encoded])
+    return offsets, np.frombuffer(b"".join(encoded), dtype=np.uint8)
+
+
+def test_column_check_finds_each_bad_name_at_any_position():
+    for bad in BAD:
+        for at in range(3):
+            names = GOOD[:2] + GOOD[5:6]
+            names.insert(at, bad)
+            assert first_bad_name(*column(names)) == at, (bad, at)
+    assert first_bad_name(*column(GOOD)) == -1
+    assert first_bad_name(*column([])) == -1
+
+
+alphabet = st.sampled_from(list("ab./\\\n\x00é"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(alphabet, max_size=6), min_size=1, max_size=6))
+def test_column_check_agrees_with_the_reference(names):
+    expected = next((i for i, n in enumerate(names) if not reference_ok(n)), -1)
+    assert first_bad_name(*column(names)) == expected
+    assert [name_problem(n) is None for n in names] == [reference_ok(n) for n in names]
+
+
+def test_inside_follows_links(tmp_path):
+    root = tmp_path / "ds"
+    (root / "sub").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    os.symlink(tmp_path / "outside", root / "leak")
+    os.symlink(root / "sub", root / "alias")
+    assert inside(root, "sub/x.bmp") == os.path.join(os.path.realpath(root), "sub/x.bmp")
+    assert inside(root, "alias/x.bmp") is not None  # a link that stays inside is fine
+    assert inside(root, "leak/x.bmp") is None
