@@ -9,13 +9,16 @@ import typer
 from .._version import __version__
 from . import bench_cmd, convert_cmd, formats_cmd, index_cmd, info_cmd, verify_cmd
 from . import tune_cmd
+from .helptext import Command, Group
 
 app = typer.Typer(
     name="iotool",
     help="Fast, safe input pipelines for PyTorch: convert ImageFolders to training formats, "
-    "inspect them, and benchmark the IO path.\n\nExample: iotool convert imagefolder lmdb "
-    "sample_data/imagefolder /tmp/sample.lmdb",
+    "inspect them, and benchmark the IO path.\n\nExample:\n\n    iotool convert imagefolder lmdb "
+    "sample_data/imagefolder /tmp/sample.lmdb\n\nSee 'iotool COMMAND --help' for a command's options.",
     no_args_is_help=True,
+    cls=Group,
+    rich_markup_mode=None,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -36,13 +39,13 @@ def _root(
     """iotool command line."""
 
 
-app.command("convert", no_args_is_help=True)(convert_cmd.convert)
-app.command("info", no_args_is_help=True)(info_cmd.info)
-app.command("verify", no_args_is_help=True)(verify_cmd.verify)
-app.command("formats")(formats_cmd.formats)
-app.command("index", no_args_is_help=True)(index_cmd.index)
-app.add_typer(bench_cmd.app, name="bench")
-app.command("tune", no_args_is_help=True)(tune_cmd.tune)
+app.command("convert", no_args_is_help=True, cls=Command, short_help="Convert an ImageFolder or a dataset into a training format")(convert_cmd.convert)
+app.command("info", no_args_is_help=True, cls=Command, short_help="Show what a dataset holds")(info_cmd.info)
+app.command("verify", no_args_is_help=True, cls=Command, short_help="Check a dataset's metadata and every record's checksum")(verify_cmd.verify)
+app.command("formats", cls=Command, short_help="List the formats and what each can do")(formats_cmd.formats)
+app.command("index", no_args_is_help=True, cls=Command, short_help="Write other readers' index files (DALI) beside shards")(index_cmd.index)
+app.add_typer(bench_cmd.app, name="bench", short_help="Time the decoders, a dataset's reads, or the whole loader")
+app.command("tune", no_args_is_help=True, cls=Command, short_help="Find the DataLoader settings that feed a dataset fastest")(tune_cmd.tune)
 
 
 def main() -> None:

@@ -11,13 +11,16 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
+from .helptext import Command, Group
 from .common import choice, console, err_console, handle_errors, human_bytes, progress_line, write_json
 
 app = typer.Typer(
     name="bench",
     help="Measure the IO path: decoders, a converted dataset through a DataLoader, or the whole "
-    "loader against a torchvision-style baseline.\n\nExample: iotool bench decode --json decode.json",
+    "loader against a torchvision-style baseline.\n\nExample:\n\n    iotool bench decode --json decode.json",
     no_args_is_help=True,
+    cls=Group,
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -118,7 +121,7 @@ def decode(
         "with iotool (4 JPEGs, 1 PNG), to try it out; time your own images for real numbers.",
         show_default=False)] = None,
     backends: Annotated[Optional[str], typer.Option(
-        "--backends", "-b", help="Comma-separated backends: pil,opencv,simplejpeg,jpeg4py (default: all).")] = None,
+        "--backends", "-b", metavar="NAMES", help="Comma-separated backends: pil,opencv,simplejpeg,jpeg4py (default: all).")] = None,
     mode: Annotated[str, typer.Option(parser=choice(MODES), metavar="memory|file",
         help="memory: bytes loaded before timing. file: each decode also reads its file.")] = "memory",
     scale: Annotated[str, typer.Option(parser=choice(SCALES), metavar="1|1/2|1/4|1/8",
@@ -130,7 +133,7 @@ def decode(
     tjbench_files: Annotated[int, typer.Option(
         min=1, help="Run tjbench on at most N files per pass (a seeded sample of the JPEGs).")] = 64,
     json_out: Annotated[Optional[str], typer.Option(
-        "--json", help="Write results, versions and CPU as JSON to FILE ('-' for stdout, no table).")] = None,
+        "--json", metavar="FILE", help="Write results, versions and CPU as JSON to FILE ('-' for stdout, no table).")] = None,
     plot: Annotated[Optional[Path], typer.Option(
         help="Draw a bar chart to FILE.png (needs matplotlib: pip install matplotlib).")] = None,
     wide: Annotated[bool, typer.Option(
@@ -198,19 +201,19 @@ def _cache_note(result: Any) -> str:
 
 
 def read(
-    path: Annotated[Path, typer.Argument(help="A dataset written by iotool convert.")],
-    decoder: Annotated[str, typer.Option(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="A dataset written by iotool convert.")],
+    decoder: Annotated[str, typer.Option(metavar="NAME",
         help="auto, pil, opencv, simplejpeg, jpeg4py, or none for the stored bytes.")] = "auto",
     workers: Annotated[int, typer.Option("--workers", "-w", min=0, help="DataLoader workers.")] = 0,
     batch_size: Annotated[int, typer.Option(min=1, help="Samples per batch.")] = 64,
     epochs: Annotated[int, typer.Option(min=1, help="Timed epochs.")] = 2,
     shuffle: Annotated[bool, typer.Option(help="Random order (map-style formats).")] = False,
-    cache: Annotated[Optional[str], typer.Option(
+    cache: Annotated[Optional[str], typer.Option(metavar="ram",
         help="ram: read through the shared decoded-image RAM cache (epoch 1 fills it).")] = None,
     cache_resize: Annotated[Optional[int], typer.Option(
         min=1, help="With --cache ram: cache images shrunk to this shorter side.")] = None,
     json_out: Annotated[Optional[str], typer.Option(
-        "--json", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
+        "--json", metavar="FILE", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """Throughput of a converted dataset through a torch DataLoader, per epoch.
@@ -261,23 +264,23 @@ def loader_table(result: Any) -> Table:
 
 
 def loader(
-    src: Annotated[Path, typer.Argument(help="An ImageFolder root.")],
-    formats: Annotated[Optional[str], typer.Option(
+    src: Annotated[Path, typer.Argument(metavar="SRC", help="An ImageFolder root.")],
+    formats: Annotated[Optional[str], typer.Option(metavar="NAMES",
         help="Comma-separated formats to build and read (default: every registered format).")] = None,
-    decoder: Annotated[str, typer.Option(help="iotool decoder for the formats (baseline: PIL).")] = "auto",
+    decoder: Annotated[str, typer.Option(metavar="NAME", help="iotool decoder for the formats (baseline: PIL).")] = "auto",
     workers: Annotated[int, typer.Option("--workers", "-w", min=0, help="DataLoader workers.")] = 0,
     batch_size: Annotated[int, typer.Option(min=1, help="Samples per batch.")] = 64,
     size: Annotated[int, typer.Option(min=1, help="Side of the square center crop.")] = 224,
     rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds; the table shows their median.")] = 3,
     epochs: Annotated[int, typer.Option(min=1, help="Epochs per pipeline in each round; the best counts.")] = 1,
-    pipeline: Annotated[str, typer.Option(
+    pipeline: Annotated[str, typer.Option(metavar="rrc|center",
         help="rrc: RandomResizedCrop + fast_collate; center: center crop + resize.")] = "rrc",
     webdataset: Annotated[bool, typer.Option(
         "--webdataset/--no-webdataset", help="Also read the tar shards with the webdataset package + PIL.")] = True,
     workdir: Annotated[Optional[Path], typer.Option(
         help="Where to build the formats (default: the system temp folder; removed after).")] = None,
     json_out: Annotated[Optional[str], typer.Option(
-        "--json", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
+        "--json", metavar="FILE", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Draw a bar chart to this PNG (needs matplotlib).")] = None,
     ceiling_rounds: Annotated[int, typer.Option(
         min=0, help="Rounds of timing each step alone on one core, for each format's ceiling (0: skip).")] = 3,
@@ -318,6 +321,6 @@ def loader(
                               soft_wrap=True)
 
 
-app.command("decode")(decode)
-app.command("read", no_args_is_help=True)(read)
-app.command("loader", no_args_is_help=True)(loader)
+app.command("decode", cls=Command, short_help="Time every decoder on the same images")(decode)
+app.command("read", no_args_is_help=True, cls=Command, short_help="Time a dataset through a DataLoader")(read)
+app.command("loader", no_args_is_help=True, cls=Command, short_help="Every format against torchvision's ImageFolder pipeline")(loader)

@@ -29,13 +29,13 @@ def convert(
         help="What SRC is: imagefolder, tfrecord-files (SRC: a quoted glob of TFRecord files) or an iotool format.")],
     dst_format: Annotated[str, typer.Argument(parser=choice(format_names()), metavar="DST_FORMAT",
                                               help="The format to write.")],
-    src: Annotated[str, typer.Argument(
+    src: Annotated[str, typer.Argument(metavar="SRC",
         help="Source: an ImageFolder root or an iotool dataset; a path or a URL (s3://, gs://, ...).")],
-    dst: Annotated[str, typer.Argument(
+    dst: Annotated[str, typer.Argument(metavar="DST",
         help="Destination (must not exist unless --overwrite): a path, or a URL (s3://bucket/shards) for formats written to URLs.")],
     workers: Annotated[Optional[int], typer.Option(
         "--workers", "-w", min=0, help="Reader/validator processes (default: CPU count).")] = None,
-    on_error: Annotated[str, typer.Option(parser=choice(ON_ERROR),
+    on_error: Annotated[str, typer.Option(parser=choice(ON_ERROR), metavar="fail|skip",
         help="fail: stop at the first bad file, leave nothing at DST. skip: store the rest, list the bad ones.")] = "fail",
     validate: Annotated[bool, typer.Option(
         "--validate/--no-validate", help="Fully decode every image before storing it.")] = True,
@@ -45,8 +45,8 @@ def convert(
         "that can resume: see `iotool formats`).")] = False,
     resize: Annotated[Optional[int], typer.Option(
         min=1, help="Resize so the shorter side is N pixels (antialiased). Required for bmp.")] = None,
-    size: Annotated[Optional[str], typer.Option(help="Resize to exactly WIDTHxHEIGHT, e.g. 224x224.")] = None,
-    encode: Annotated[Optional[str], typer.Option(parser=choice(ENCODINGS),
+    size: Annotated[Optional[str], typer.Option(metavar="WxH", help="Resize to exactly WIDTHxHEIGHT, e.g. 224x224.")] = None,
+    encode: Annotated[Optional[str], typer.Option(parser=choice(ENCODINGS), metavar="|".join(ENCODINGS),
         help="Payload encoding: keep the original bytes (default without resize) or re-encode "
         "(jpeg is the default with resize).")] = None,
     quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality when re-encoding.")] = 90,
@@ -55,19 +55,19 @@ def convert(
     shard_bytes: Annotated[Optional[int], typer.Option(
         min=1, help="Sharded formats (tar): start a new shard before its payloads exceed this many bytes.")] = None,
     option: Annotated[Optional[list[str]], typer.Option(
-        "--option", "-o", help="A format option as KEY=VALUE (repeatable), e.g. -o commit_every=512 for lmdb; "
+        "--option", "-o", metavar="KEY=VALUE", help="A format option as KEY=VALUE (repeatable), e.g. -o commit_every=512 for lmdb; "
         "`iotool formats` lists each format's options.")] = None,
     src_option: Annotated[Optional[list[str]], typer.Option(
-        "--src-option", "-s", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt "
+        "--src-option", "-s", metavar="KEY=VALUE", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt "
         "for tfrecord-files (image_key, label_key, filename_key, label_file, label_offset).")] = None,
-    engine: Annotated[str, typer.Option(parser=choice(ENGINES),
+    engine: Annotated[str, typer.Option(parser=choice(ENGINES), metavar="local|ray",
         help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
-        "pip install 'iotool\\[ray]').")] = "local",
-    ray_address: Annotated[Optional[str], typer.Option(
+        "pip install 'iotool[ray]').")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option(metavar="ADDRESS",
         help="--engine ray: the cluster to join, e.g. auto or ray://HEAD:10001 (default: $RAY_ADDRESS, else a "
         "cluster started with `ray start` on this machine, else a new local one).")] = None,
     json_out: Annotated[Optional[str], typer.Option(
-        "--json", help="Also write the summary as JSON to this file ('-' for stdout, no table).")] = None,
+        "--json", metavar="FILE", help="Also write the summary as JSON to this file ('-' for stdout, no table).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
 ) -> None:
     """Convert an ImageFolder (or an iotool dataset) into a training format.

@@ -14,7 +14,7 @@ from .common import console, handle_errors, write_json
 
 
 def index(
-    path: Annotated[str, typer.Argument(help="A local dataset written by iotool convert.")],
+    path: Annotated[str, typer.Argument(metavar="PATH", help="A local dataset written by iotool convert.")],
     dali: Annotated[bool, typer.Option(
         "--dali/--no-dali", help="Write NVIDIA DALI's index file beside every shard (shard-000000.idx), as "
                                  "conversions do (the default: the only index kind today).")] = True,

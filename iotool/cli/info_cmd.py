@@ -14,7 +14,7 @@ from .common import console, handle_errors, human_bytes, write_json
 
 
 def info(
-    path: Annotated[str, typer.Argument(
+    path: Annotated[str, typer.Argument(metavar="PATH",
         help="A dataset written by iotool convert: a path, or a URL of tar shards (s3://, https://, ...).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
@@ -24,7 +24,9 @@ def info(
 
         iotool info /tmp/sample.lmdb --json
 
-        iotool info s3://bucket/shards      (endpoint and keys: AWS_* or FSSPEC_S3_* variables)
+        iotool info s3://bucket/shards
+
+    A URL's endpoint and keys come from the AWS_* or FSSPEC_S3_* variables.
     """
     with handle_errors():
         reader = detect_format(path).reader(path)

@@ -62,9 +62,9 @@ def print_advice(result: Any) -> None:
 
 
 def tune(
-    path: Annotated[str, typer.Argument(help="A dataset written by iotool convert (a path or a URL of tar shards).")],
+    path: Annotated[str, typer.Argument(metavar="PATH", help="A dataset written by iotool convert (a path or a URL of tar shards).")],
     transform: Annotated[Optional[str], typer.Option(
-        "--transform", "-t", help="MODULE:CALLABLE applied to each decoded HxWxC uint8 image, imported with the "
+        "--transform", "-t", metavar="MODULE:CALLABLE", help="MODULE:CALLABLE applied to each decoded HxWxC uint8 image, imported with the "
         "current folder on sys.path. A class is instantiated with no arguments; a callable that takes no "
         "argument is a factory, called once; a callable of the image is the transform. "
         "Default: iotool.transforms.RandomResizedCrop(224).", show_default=False)] = None,
@@ -73,12 +73,12 @@ def tune(
         min=0.001, help="Time budget for the whole search; when it runs out the advice comes from what was measured.")] = 60.0,
     max_workers: Annotated[Optional[int], typer.Option(
         min=0, help="Most workers to try (default: twice the usable CPUs).", show_default=False)] = None,
-    decoder: Annotated[str, typer.Option(
+    decoder: Annotated[str, typer.Option(metavar="NAME",
         help="auto, pil, opencv, simplejpeg, jpeg4py, or none to give the transform the stored bytes.")] = "auto",
     batches: Annotated[int, typer.Option(min=1, help="Timed batches per trial (at least 3 per worker).")] = 20,
     min_time: Annotated[float, typer.Option(min=0.0, help="Timed seconds per trial, at least.")] = 1.0,
     json_out: Annotated[Optional[str], typer.Option(
-        "--json", help="Write the table, advice and environment as JSON to FILE ('-' for stdout, no table).")] = None,
+        "--json", metavar="FILE", help="Write the table, advice and environment as JSON to FILE ('-' for stdout, no table).")] = None,
     plot: Annotated[Optional[Path], typer.Option(
         help="Draw images/s against num_workers to FILE.png (needs matplotlib: pip install matplotlib).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,

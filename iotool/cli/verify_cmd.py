@@ -13,7 +13,7 @@ from .common import EXIT_DATA_ERROR, console, err_console, write_json
 
 
 def verify(
-    path: Annotated[str, typer.Argument(
+    path: Annotated[str, typer.Argument(metavar="PATH",
         help="A dataset written by iotool convert: a path, or a URL of tar shards (s3://, https://, ...).")],
     decode: Annotated[bool, typer.Option("--decode", help="Also fully decode every image.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
