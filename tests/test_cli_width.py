@@ -58,3 +58,38 @@ def test_examples_break_between_options_with_a_continuation():
     joined = " ".join(x.rstrip("\\").strip() for x in lines)
     assert joined.split() == line.split()
     assert not any(x.rstrip(" \\").endswith(("--min-time", "--repeat", "--json")) for x in lines)
+
+
+# --- what the commands print -------------------------------------------------------------------
+
+def fits(text: str, width: int) -> list[str]:
+    """Lines wider than ``width`` that could have been wrapped (a lone token may be longer)."""
+    return [line for line in text.splitlines() if len(line) > width and len(line.split()) > 1]
+
+
+@pytest.fixture(scope="module")
+def long_path_dataset(tmp_path_factory):
+    from .conftest import write_tree
+
+    import iotool
+
+    root = tmp_path_factory.mktemp("w")
+    write_tree(root / "src", {"a": 2, "b": 1}, seed=3)
+    dst = root / "a_rather_long_directory_name_for_the_output_dataset" / "with-hyphens-in-it.lmdb"
+    iotool.convert(root / "src", dst, "lmdb", workers=0)
+    return root, dst
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("args", [["info", "{dst}"], ["verify", "{dst}"], ["formats"],
+                                  ["convert", "lmdb", "tar", "{dst}", "{root}/out-{width}"]],
+                         ids=lambda a: a[0])
+def test_outputs_fit_and_keep_paths_whole(long_path_dataset, args, width):
+    root, dst = long_path_dataset
+    argv = [a.format(dst=dst, root=root, width=width) for a in args]
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    assert fits(result.output, width) == []
+    assert "…" not in result.output
+    if len(argv) > 1:  # the dataset the command names (convert: its output) stays whole on one line
+        assert argv[-1] in {w.rstrip(":,.") for w in result.output.split()}

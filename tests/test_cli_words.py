@@ -127,5 +127,5 @@ def test_a_missing_extra_is_named_before_any_work_and_listed_by_formats(tree):
     assert result.returncode == 2 and "pip install 'iotool[tfrecord]'" in " ".join(result.stderr.split())
     assert "no-such-src" not in result.stderr
     listing = run("formats")
-    assert "tfrecord needs the 'tfrecord' extra (not installed: pip install 'iotool[tfrecord]')" in listing.stdout
+    assert "tfrecord needs the 'tfrecord' extra (not installed: pip install 'iotool[tfrecord]')" in " ".join(listing.stdout.split())
     assert "(installed)" in piped(["formats"], tree).stdout  # here it is installed

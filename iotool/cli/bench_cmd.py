@@ -6,13 +6,12 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
+from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from ..errors import UsageError
 from .helptext import Command, Group
-from .common import choice, console, err_console, handle_errors, human_bytes, progress_line, write_json
+from .common import choice, console, err_console, handle_errors, human_bytes, progress_line, say, write_json
 
 app = typer.Typer(
     name="bench",
@@ -78,7 +77,7 @@ def _versions(result: Any) -> str:
                      for r in result.results)
 
 
-def _decode_caption(result: Any, wide: bool) -> Text:
+def _decode_notes(result: Any, wide: bool) -> list[str]:
     """Method, machine, notes; the short table's versions; the bundled-data hint."""
     env = result.environment
     passes = f"{result.repeat} pass{'' if result.repeat == 1 else 'es'}"
@@ -88,17 +87,35 @@ def _decode_caption(result: Any, wide: bool) -> Text:
     if not wide:
         lines += [f"versions: {_versions(result)}", "--wide: version, libjpeg and MB/s as columns"]
     if result.jpeg_libraries.get("region"):
-        lines.append(f"region decoder (DecodeRandomResizedCrop): {result.jpeg_libraries['region']}")
+        library = result.jpeg_libraries["region"]
+        lines.append(f"region decoder (DecodeRandomResizedCrop): {library if wide else _no_path(library)}")
     lines += [f"{r.name}: {r.note}" for r in result.results if r.note]
     if result.bundled:
         lines.append(f"These are iotool's bundled sample images, too few to judge by; time your own: "
                      f"{OWN_IMAGES_HINT}")
-    return Text("\n".join(lines))
+    return lines
+
+
+def _no_path(library: str) -> str:
+    """'libjpeg-turbo 3.2.0 (Pillow: /long/path/libjpeg.so)' -> 'libjpeg-turbo 3.2.0 (Pillow's)'."""
+    name, sep, rest = library.partition(" (")
+    owner = rest.split(":", 1)[0] if ":" in rest else rest.rstrip(")")
+    return f"{name} ({owner}'s)" if sep and owner else name
+
+
+def print_report(title: str, table: Table, notes: list[str], out: Console | None = None) -> None:
+    """A result as the commands print it: the title line, the table, the notes under it (lines
+    wrapped at the terminal's width, never inside a word, not at the table's width)."""
+    out = out or console
+    say(title, style="bold", out=out)
+    out.print(table)
+    for note in notes:
+        say(note, style="dim", out=out)
 
 
 def decode_table(result: Any, wide: bool = False) -> Table:
     """The decode results as a rich table: short columns that fit 80 characters, or ``wide``."""
-    table = Table(title=_decode_title(result), caption=_decode_caption(result, wide), caption_justify="left")
+    table = Table()
     for col, justify in (WIDE_DECODE_COLUMNS if wide else DECODE_COLUMNS):
         table.add_column(col, justify=justify, overflow="fold")
     for r in result.results:
@@ -109,10 +126,12 @@ def decode_table(result: Any, wide: bool = False) -> Table:
 def _print_decode_notes(result: Any) -> None:
     """List unavailable backends and every image a backend did not decode."""
     for name, reason in result.unavailable.items():
-        err_console.print(f"[yellow]unavailable[/] {name}: {escape(reason)}", highlight=False)
+        if "not installed" in reason:  # an optional tool: a note with its install command
+            say(f"{name}; {reason.split('; ', 1)[-1]}", label="not installed:", style="dim", out=err_console)
+        else:
+            say(f"{name}: {reason}", label="unavailable", style="yellow", out=err_console)
     for s in result.skipped:
-        err_console.print(f"[yellow]not timed[/] {escape(s.path)} ({s.backend}): {escape(s.reason)}",
-                          highlight=False, soft_wrap=True)
+        say(f"{s.path} ({s.backend}): {s.reason}", label="not timed", style="yellow", out=err_console)
 
 
 def decode(
@@ -170,20 +189,25 @@ def decode(
     if json_out:
         write_json(result.to_dict(), json_out)
     if show:
-        console.print(decode_table(result, wide))
+        print_report(_decode_title(result), decode_table(result, wide), _decode_notes(result, wide))
         _print_decode_notes(result)
 
 
 # --- read --------------------------------------------------------------------------------
 
+def read_title(result: Any) -> str:
+    return (f"iotool bench read: {result.path} ({result.format}, {result.count:,} images, "
+            f"{human_bytes(result.bytes)})")
+
+
+def read_notes(result: Any) -> list[str]:
+    return [f"decoder {result.decoder}, workers {result.workers}, batch {result.batch_size}"
+            f"{', shuffled' if result.shuffle else ''}{_cache_note(result)}; MB/s = dataset bytes on disk per second"]
+
+
 def read_table(result: Any) -> Table:
     """Per-epoch read results as a rich table."""
-    table = Table(
-        title=f"iotool bench read: {result.path} ({result.format}, {result.count:,} images, "
-        f"{human_bytes(result.bytes)})",
-        caption=f"decoder {result.decoder}, workers {result.workers}, batch {result.batch_size}"
-        f"{', shuffled' if result.shuffle else ''}{_cache_note(result)}; MB/s = dataset bytes on disk per second",
-    )
+    table = Table()
     for col in ("epoch", "images", "seconds", "images/s", "MB/s"):
         table.add_column(col, justify="right")
     for e in result.epochs:
@@ -236,30 +260,42 @@ def read(
     if json_out:
         write_json(result.to_dict(), json_out)
     if show:
-        console.print(read_table(result))
+        print_report(read_title(result), read_table(result), read_notes(result))
 
 
 # --- loader ------------------------------------------------------------------------------
 
-def loader_table(result: Any) -> Table:
-    """The side-by-side loader results as a rich table."""
-    table = Table(
-        title=f"iotool bench loader: {result.src} ({result.images:,} images) -> {result.size}x{result.size} batches",
-        caption=f"median ±half-range of {result.rounds} interleaved rounds (best of {result.epochs} epochs each) "
-        f"after a warm-up; pipeline {result.pipeline}, decoder {result.decoder}, workers {result.workers}, "
-        f"batch {result.batch_size}; baseline: {result.baseline}; 1-core ceiling: the baseline's step costs over "
-        f"the format's, timed alone on one core in this run",
-    )
-    for col, justify in (("pipeline", "left"), ("images/s", "right"), ("vs baseline", "right"),
-                         ("per round", "right"), ("1-core ceiling", "right"), ("on disk", "right"),
-                         ("build s", "right"), ("options", "left")):
-        table.add_column(col, justify=justify)
+LOADER_COLUMNS = (("pipeline", "left"), ("images/s", "right"), ("vs base", "right"), ("ceiling", "right"))
+WIDE_LOADER_COLUMNS = (*LOADER_COLUMNS, ("per round", "right"), ("on disk", "right"), ("build s", "right"),
+                       ("options", "left"))
+
+
+def loader_title(result: Any) -> str:
+    return f"iotool bench loader: {result.src} ({result.images:,} images) -> {result.size}x{result.size} batches"
+
+
+def loader_notes(result: Any, wide: bool = False) -> list[str]:
+    return [f"median ±half-range of {result.rounds} interleaved rounds (best of {result.epochs} epochs each) "
+            f"after a warm-up; pipeline {result.pipeline}, decoder {result.decoder}, workers {result.workers}, "
+            f"batch {result.batch_size}",
+            f"vs base: images/s over the baseline's ({result.baseline}); ceiling: the baseline's step costs "
+            f"over the format's, timed alone on one core in this run: the most 'vs base' can reach on one core",
+            *([] if wide else ["--wide: per-round ratio, size on disk, build time and options as columns"])]
+
+
+def loader_table(result: Any, wide: bool = False) -> Table:
+    """The side-by-side loader results: four columns that fit 80 characters, or ``wide``."""
+    table = Table()
+    for col, justify in (WIDE_LOADER_COLUMNS if wide else LOADER_COLUMNS):
+        table.add_column(col, justify=justify, no_wrap=col == "pipeline")
     ceiling = (result.ceiling or {}).get("ceiling", {})
     for r in result.results:
-        table.add_row(r.name, _fmt_stats(r.images_per_s), _ratio(r.vs_baseline), _ratio(r.vs_baseline_per_round),
-                      _ratio(ceiling.get(r.format)), human_bytes(r.bytes or 0),
+        cells = [r.name, _fmt_stats(r.images_per_s), _ratio(r.vs_baseline), _ratio(ceiling.get(r.format))]
+        if wide:
+            cells += [_ratio(r.vs_baseline_per_round), human_bytes(r.bytes or 0),
                       f"{r.convert_seconds:.1f}" if r.convert_seconds is not None else "-",
-                      ", ".join(f"{k}={v}" for k, v in r.options.items()))
+                      ", ".join(f"{k}={v}" for k, v in r.options.items())]
+        table.add_row(*cells)
     return table
 
 
@@ -284,6 +320,8 @@ def loader(
     plot: Annotated[Optional[Path], typer.Option(help="Draw a bar chart to this PNG (needs matplotlib).")] = None,
     ceiling_rounds: Annotated[int, typer.Option(
         min=0, help="Rounds of timing each step alone on one core, for each format's ceiling (0: skip).")] = 3,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Add per-round ratio, size, build time and options columns (130+ columns).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """torchvision's ImageFolder loading vs every iotool format built from SRC, side by side, with
@@ -313,12 +351,11 @@ def loader(
     if json_out:
         write_json(result.to_dict(), json_out)
     if show:
-        console.print(loader_table(result))
+        print_report(loader_title(result), loader_table(result, wide), loader_notes(result, wide))
         for fmt, reason in result.failed.items():
-            err_console.print(f"[yellow]failed[/] {fmt}: {escape(reason)}", highlight=False, soft_wrap=True)
+            say(f"{fmt}: {reason}", label="failed", style="yellow", out=err_console)
         for name, install in result.not_installed.items():
-            err_console.print(f"[dim]not installed: {escape(name)}; {escape(install)}[/]", highlight=False,
-                              soft_wrap=True)
+            say(f"{name}; {install}", label="not installed:", style="dim", out=err_console)
 
 
 app.command("decode", cls=Command, short_help="Time every decoder on the same images")(decode)

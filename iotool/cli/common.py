@@ -13,9 +13,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from ..errors import DestinationExistsError, DestinationLockedError, Interrupted, IotoolError, UsageError
 from ..storage.units import human_bytes  # noqa: F401  (the commands' tables import it from here)
+from .helptext import wrap_paragraphs
 
 console = Console()
 err_console = Console(stderr=True)
@@ -76,6 +78,33 @@ def stop_on_signals() -> Iterator[None]:
         _stopped.clear()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def say(text: str, *, label: str = "", style: str = "", out: Console | None = None, indent: int = 0) -> None:
+    """Print a paragraph wrapped at the terminal's width without breaking a word (a path or URL
+    longer than a line stays whole on a line of its own); ``label`` starts it in ``style``
+    (``say(path, label="skipped", style="yellow")``). Titles and notes go through here rather
+    than into a table's title or caption, which rich wraps at the table's width."""
+    out = out or console
+    head = f"{label} " if label else ""
+    pad = " " * indent
+    for i, line in enumerate(wrap_paragraphs(head + text, max(out.width - indent, 20), examples=False)):
+        styled = Text(pad + line)
+        if i == 0 and label and style:
+            styled.stylize(style, indent, indent + len(label))
+        out.print(styled, soft_wrap=True, highlight=False)
+
+
+def say_fields(rows: Sequence[tuple[str, str]], out: Console | None = None) -> None:
+    """Print ``name  value`` lines, each value wrapped under itself without breaking a word."""
+    out = out or console
+    names = max((len(name) for name, _ in rows), default=0)
+    width = max(out.width - names - 4, 20)
+    for name, value in rows:
+        lines = wrap_paragraphs(value, width, examples=False) or [""]
+        out.print(Text(f"  {name:<{names}}  {lines[0]}"), soft_wrap=True, highlight=False)
+        for line in lines[1:]:
+            out.print(Text(" " * (names + 4) + line), soft_wrap=True, highlight=False)
 
 
 def write_json(obj: Any, dest: str | None) -> None:

@@ -8,7 +8,6 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from rich.markup import escape
 
 from ..errors import UsageError
 from ..formats import format_names
@@ -16,7 +15,7 @@ from ..decode.encode import ENCODINGS
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
 from ..pipeline.sources import SOURCE_KINDS
-from .common import (LazyBar, choice, console, err_console, handle_errors, human_bytes, raise_if_stopped, stop_on_signals,
+from .common import (LazyBar, choice, console, err_console, handle_errors, human_bytes, raise_if_stopped, say, stop_on_signals,
                      write_json)
 
 SOURCE_CHOICES = [*SOURCE_KINDS, *format_names()]
@@ -104,13 +103,13 @@ def convert(
         write_json(report_dict(report), json_out)
     if show:
         if report.resumed_from:
-            console.print(f"resumed after {report.resumed_from:,} source files done by the interrupted run")
-        console.print(f"iotool convert -> {report.format}: {escape(report.dst)}", highlight=False, soft_wrap=True)
+            say(f"resumed after {report.resumed_from:,} source files done by the interrupted run")
+        say(f"iotool convert -> {report.format}: {report.dst}")
         console.print(summary_table(report))
-        console.print("[dim]images/s: images written over the whole run, the final commit included "
-                      "(the bar counts source files done so far)[/]", soft_wrap=True)
+        say("images/s: images written over the whole run, the final commit included "
+            "(the bar counts source files done so far)", style="dim", label="note:")
         for s in report.skipped:
-            err_console.print(f"[yellow]skipped[/] {escape(s.path)}: {escape(s.reason)}", highlight=False, soft_wrap=True)
+            say(f"{s.path}: {s.reason}", label="skipped", style="yellow", out=err_console)
 
 
 def parse_size(text: str) -> tuple[int, int]:

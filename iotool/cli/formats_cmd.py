@@ -6,11 +6,10 @@ from dataclasses import MISSING, fields
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from ..formats import FormatSpec, all_formats
-from .common import console, handle_errors, write_json
+from .common import console, handle_errors, say, write_json
 
 
 def describe(spec: FormatSpec) -> dict[str, Any]:
@@ -53,5 +52,4 @@ def formats(
     for r in rows:
         if r["extra"]:
             state = f"not installed: {r['missing']}" if r["missing"] else "installed"
-            console.print(escape(f"{r['name']} needs the '{r['extra']}' extra ({state})."), highlight=False,
-                          soft_wrap=True)
+            say(f"{r['name']} needs the '{r['extra']}' extra ({state}).")

@@ -48,9 +48,10 @@ def command_lines(line: str, width: int) -> list[str]:
     return lines + [current]
 
 
-def wrap_paragraphs(text: str, width: int) -> list[str]:
+def wrap_paragraphs(text: str, width: int, examples: bool = True) -> list[str]:
     """Lines of ``text`` wrapped to ``width`` without breaking a word; paragraphs are separated
-    by blank lines, and one that starts with a ``\\b`` line is kept as written (examples)."""
+    by blank lines, and one that starts with a ``\\b`` line is kept as written. With ``examples``,
+    a paragraph of lines that start with ``iotool`` is a list of commands (:func:`command_lines`)."""
     lines: list[str] = []
     for paragraph in re.split(r"\n\s*\n", text.expandtabs().strip("\n")):
         if lines:
@@ -58,7 +59,7 @@ def wrap_paragraphs(text: str, width: int) -> list[str]:
         rows = paragraph.splitlines()
         if rows and rows[0].strip() == "\b":
             lines += textwrap.dedent("\n".join(rows[1:])).splitlines()
-        elif rows and all(row.strip().startswith("iotool ") for row in rows):  # examples
+        elif examples and rows and all(row.strip().startswith("iotool ") for row in rows):
             lines += ["  " + piece for row in rows for piece in command_lines(row.strip(), width - 2)]
         else:
             lines += textwrap.wrap(" ".join(r.strip() for r in rows), width, break_on_hyphens=False,

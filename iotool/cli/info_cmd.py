@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from .. import storage
 from ..formats import FormatReader, detect_format
 from ..storage.files import disk_usage
-from .common import console, handle_errors, human_bytes, write_json
+from .common import handle_errors, human_bytes, say, say_fields, write_json
 
 
 def info(
@@ -40,20 +39,17 @@ def info(
     if as_json:
         write_json(data, None)
         return
-    table = Table(title=f"{data['path']}", show_header=False)
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
-    table.add_row("format", f"{meta.format} (version {meta.format_version})")
-    table.add_row("images", f"{meta.count:,}")
-    table.add_row("classes", f"{len(meta.classes)}: {', '.join(meta.classes[:20])}"
-                  + (" ..." if len(meta.classes) > 20 else ""))
-    table.add_row("size on disk", human_bytes(data["bytes"]))
-    table.add_row("options", ", ".join(f"{k}={v}" for k, v in meta.options.items()))
-    table.add_row("skipped", str(len(meta.skipped)))
-    table.add_row("created by", meta.created_by)
-    console.print(table)
+    say(f"iotool info: {data['path']}")
+    more = f" and {len(meta.classes) - 20:,} more" if len(meta.classes) > 20 else ""
+    say_fields([
+        ("format", f"{meta.format} (version {meta.format_version})"), ("images", f"{meta.count:,}"),
+        ("classes", f"{len(meta.classes)}: {', '.join(meta.classes[:20])}{more}"),
+        ("size on disk", human_bytes(data["bytes"])),
+        ("options", ", ".join(f"{k}={v}" for k, v in meta.options.items())),
+        ("skipped", str(len(meta.skipped))), ("created by", meta.created_by),
+    ])
     for s in meta.skipped:
-        console.print(f"  skipped {s.get('key')}: {s.get('reason')}", highlight=False)
+        say(f"{s.get('key')}: {s.get('reason')}", label="skipped", style="yellow", indent=2)
 
 
 def _dataset_bytes(reader: FormatReader) -> int:

@@ -7,10 +7,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich import box
-from rich.markup import escape
 from rich.table import Table
 
-from .common import console, err_console, handle_errors, progress_line, write_json
+from .common import console, err_console, handle_errors, progress_line, say, write_json
+from .helptext import wrap_paragraphs
 
 NO_DECODER = "none"
 
@@ -25,16 +25,20 @@ def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def tune_title(result: Any) -> str:
+    return f"iotool tune: {result.path} ({result.format}, {result.count:,} samples, batch {result.batch_size})"
+
+
+def tune_notes(result: Any) -> list[str]:
+    return [f"transform {result.transform}, collate {result.collate}; {result.cpus} usable CPUs; "
+            f"{result.seconds:.0f} s of a {result.max_seconds:g} s budget",
+            "img/s: over an epoch, paying its start (end s) once per pass; CPU / wait: share of the time "
+            "each worker (the main process at 0) ran / was ready but waited for a core"]
+
+
 def tune_table(result: Any) -> Table:
     """One row per trial, the recommendation in bold green; fits 80 columns."""
-    table = Table(
-        title=f"iotool tune: {result.path} ({result.format}, {result.count:,} samples, batch {result.batch_size})",
-        caption=f"transform {result.transform}, collate {result.collate}; {result.cpus} usable CPUs; "
-        f"{result.seconds:.0f} s of a {result.max_seconds:g} s budget. img/s: over an epoch, paying its "
-        "start (end s) once per pass; CPU / wait: share of the time each worker (the main process at 0) "
-        "ran / was ready but waited for a core",
-        box=box.SIMPLE_HEAD, pad_edge=False,
-    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     columns = ["workers", "prefetch", "persist"] + (["pin"] if result.cuda else []) + \
         ["start s", "end s", "img/s", "CPU", "wait", ""]
     for col in columns:
@@ -53,12 +57,16 @@ def tune_table(result: Any) -> Table:
 def print_advice(result: Any) -> None:
     """The recommendation to paste, what bounds the feed, and the notes."""
     console.print("\nRecommended (the fewest workers within 5% of the best):\n")
-    console.print(f"    {escape(result.snippet())}\n", highlight=False, soft_wrap=True)
+    snippet = result.snippet()
+    head = snippet.index("(") + 1  # continuation lines line up inside the parenthesis
+    for i, line in enumerate(wrap_paragraphs(snippet, max(console.width - 4 - head, 30), examples=False)):
+        say(line, indent=4 + (head if i else 0))
+    console.print()
     if result.bound is not None:
         kind = {"cpu": "CPU-bound", "io": "IO-bound"}.get(result.bound.kind, "Bound unknown")
-        console.print(f"[bold]{kind}[/]: {escape(result.bound.reason)}.", highlight=False)
+        say(f"{result.bound.reason}.", label=f"{kind}:", style="bold")
     for note in result.notes:
-        err_console.print(f"[yellow]note[/] {escape(note)}", highlight=False, soft_wrap=True)
+        say(note, label="note", style="yellow", out=err_console)
 
 
 def tune(
@@ -111,5 +119,8 @@ def tune(
     if json_out:
         write_json(result.to_dict(), json_out)
     if show:
+        say(tune_title(result), style="bold")
         console.print(tune_table(result))
+        for note in tune_notes(result):
+            say(note, style="dim")
         print_advice(result)

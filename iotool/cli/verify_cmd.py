@@ -5,11 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..loading.verify import verify as run_verify
-from .common import EXIT_DATA_ERROR, console, err_console, write_json
+from .common import EXIT_DATA_ERROR, err_console, progress_line, say, write_json
 
 
 def verify(
@@ -24,24 +22,19 @@ def verify(
 
         iotool verify /tmp/sample.lmdb --decode
     """
-    bar = Progress(TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(),
-                   console=err_console, disable=as_json, transient=True)
-    with bar:
-        task = bar.add_task("verify", total=None)
-        report = run_verify(path, decode_images=decode,
-                            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    with progress_line(not as_json, "verifying") as update:
+        report = run_verify(path, decode_images=decode, progress=lambda done, total: update("", done, total))
     if as_json:
         write_json({"path": report.path, "format": report.format, "count": report.count,
                     "checked": report.checked, "decoded": report.decoded, "ok": report.ok,
                     "problems": [vars(p) for p in report.problems]}, None)
     elif report.ok:
-        console.print(f"[green]OK[/] {escape(report.path)}: {report.format}, {report.count:,} records, "
-                      f"every checksum matches{', every image decodes' if decode else ''}.", highlight=False)
+        say(f"{report.path}: {report.format}, {report.count:,} records, every checksum matches"
+            f"{', every image decodes' if decode else ''}.", label="OK", style="green")
     else:
-        err_console.print(f"[bold red]{len(report.problems)} problem(s)[/] in {escape(report.path)}:",
-                          highlight=False, soft_wrap=True)
+        say(f"in {report.path}:", label=f"{len(report.problems)} problem(s)", style="bold red", out=err_console)
         for p in report.problems:
             where = "dataset" if p.index is None else f"record {p.index} ({p.key})"
-            err_console.print(f"  {escape(where)}: {escape(p.reason)}", highlight=False, soft_wrap=True)
+            say(f"{where}: {p.reason}", out=err_console, indent=2)
     if not report.ok:
         raise typer.Exit(EXIT_DATA_ERROR)
