@@ -18,6 +18,9 @@
  * vertical pass pairs rows in pmaddwd (SSE2, or AVX2): chosen at run time. A portable scalar path
  * does everything else (other CPUs, 1, 2 or 4 channels, tails); all paths give the same bytes.
  * Each call allocates one block (weights and the intermediate rows); the GIL is released.
+ *
+ * Built against CPython's limited API (Py_LIMITED_API, set by setup.py; the buffer protocol is in
+ * it from 3.11), so one abi3 wheel serves every CPython the project supports.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
