@@ -26,6 +26,7 @@
 #include <Python.h>
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -474,6 +475,7 @@ static void hpass(const job_t *j, const axis_t *ax, int y0, int y1, uint8_t *out
                 planes2[c] = planes[c] + ax->out;
             }
         }
+        (void)planes2;  /* read by the AVX2 path only */
 #if HAVE_X86
         if (simd) {
             if (y + 1 < y1 && y + 1 < j->height - 1 && have_avx2()) {  /* two rows, neither the last */
