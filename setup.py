@@ -10,9 +10,35 @@ build prints a warning, installs iotool without it, and crops fall back to a ful
 ``iotool._resize`` is the antialiased bilinear uint8 resize of the transforms (see
 ``iotool/transforms/kernels.py``), bit-exact with torch's kernel and faster on crops. It needs
 only a C compiler; without one, the transforms use torch's kernel.
+
+Both use only CPython's limited API (the stable ABI) of the oldest CPython that pyproject.toml's
+``requires-python`` admits: one wheel, tagged ``cp3X-abi3``, serves that CPython and every newer
+one.
 """
 
+import re
+import tomllib  # Python >= 3.11, as requires-python says
+
 from setuptools import Extension, setup
+
+
+def oldest_python() -> tuple[int, int]:
+    """The oldest CPython supported: pyproject.toml's ``requires-python = ">=3.X"``."""
+    with open("pyproject.toml", "rb") as file:
+        requires = tomllib.load(file)["project"]["requires-python"]
+    found = re.fullmatch(r">=\s*(\d+)\.(\d+)", requires.strip())
+    if found is None:
+        raise SystemExit(f"pyproject.toml: requires-python = {requires!r}: setup.py reads only '>=3.X'")
+    return int(found[1]), int(found[2])
+
+
+# The buffer protocol that both extensions take their arguments through is in the limited API
+# from 3.11, so requires-python cannot go below that.
+LIMITED_API = oldest_python()
+STABLE_ABI = {
+    "define_macros": [("Py_LIMITED_API", f"0x{LIMITED_API[0]:02X}{LIMITED_API[1]:02X}0000")],
+    "py_limited_api": True,
+}
 
 setup(
     ext_modules=[
@@ -21,12 +47,15 @@ setup(
             sources=["iotool/_jpegregion.c"],
             libraries=["dl"],  # dlopen (part of libc since glibc 2.34; libdl before)
             optional=True,
+            **STABLE_ABI,
         ),
         Extension(
             "iotool._resize",
             sources=["iotool/_resize.c"],
             extra_compile_args=["-O3"],
             optional=True,
+            **STABLE_ABI,
         ),
-    ]
+    ],
+    options={"bdist_wheel": {"py_limited_api": f"cp{LIMITED_API[0]}{LIMITED_API[1]}"}},
 )

@@ -23,6 +23,9 @@
  * (strict, as iotool's other decoders): a corrupt stream raises ValueError with libjpeg's message.
  *
  * Nothing is kept between calls but the bound library; the GIL is released while libjpeg works.
+ *
+ * Built against CPython's limited API (Py_LIMITED_API, set by setup.py), so one abi3 wheel serves
+ * every CPython the project supports.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE  /* dladdr */
@@ -31,6 +34,26 @@
 #include <Python.h>
 
 #include <dlfcn.h>
+
+/* glibc 2.34 moved dlopen & co. from libdl into libc under a new symbol version, GLIBC_2.34, which
+ * a build on a newer glibc binds by default: such a wheel would not load on glibc < 2.34 (RHEL 8,
+ * Ubuntu 20.04; auditwheel: manylinux_2_34). Bind the versions every glibc still exports, the
+ * architecture's base version. On an older glibc they are found in libdl.so.2, which any CPython
+ * there has loaded (it dlopens extension modules itself); setup.py links -ldl too. */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+#if defined(__x86_64__)
+#define DL_BASE_VERSION "GLIBC_2.2.5"
+#elif defined(__aarch64__)
+#define DL_BASE_VERSION "GLIBC_2.17"
+#endif
+#ifdef DL_BASE_VERSION
+__asm__(".symver dlopen,dlopen@" DL_BASE_VERSION);
+__asm__(".symver dlsym,dlsym@" DL_BASE_VERSION);
+__asm__(".symver dlerror,dlerror@" DL_BASE_VERSION);
+__asm__(".symver dlclose,dlclose@" DL_BASE_VERSION);
+__asm__(".symver dladdr,dladdr@" DL_BASE_VERSION);
+#endif
+#endif
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,7 +207,7 @@ static PyObject *load(PyObject *self, PyObject *args)
     }
     char message[JMSG_LENGTH_MAX + 128];
     const char *problem = NULL;
-    lib->handle = dlopen(PyBytes_AS_STRING(name), RTLD_NOW | RTLD_LOCAL);
+    lib->handle = dlopen(PyBytes_AsString(name), RTLD_NOW | RTLD_LOCAL);
     if (lib->handle == NULL) {
         const char *why = dlerror();
         snprintf(message, sizeof(message), "%s", why ? why : "dlopen failed");
@@ -193,7 +216,7 @@ static PyObject *load(PyObject *self, PyObject *args)
 #define BIND(field, symbol)                                                              \
     if (problem == NULL && (*(void **)&lib->field = dlsym(lib->handle, symbol)) == NULL) { \
         snprintf(message, sizeof(message), "%s lacks %s: not a libjpeg(-turbo >= 1.5) library",  \
-                 PyBytes_AS_STRING(name), symbol);                                        \
+                 PyBytes_AsString(name), symbol);                                         \
         problem = message;                                                                \
     }
     SYMBOLS(BIND)
@@ -259,7 +282,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
     struct job job;
     memset(&job, 0, sizeof(job));
     job.lib = lib;
-    job.out = (unsigned char *)PyByteArray_AS_STRING(pixels);
+    job.out = (unsigned char *)PyByteArray_AsString(pixels);
     job.cinfo.err = lib->std_error(&job.err.pub);
     job.err.pub.error_exit = on_error;
     job.err.pub.emit_message = on_message;

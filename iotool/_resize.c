@@ -18,11 +18,15 @@
  * vertical pass pairs rows in pmaddwd (SSE2, or AVX2): chosen at run time. A portable scalar path
  * does everything else (other CPUs, 1, 2 or 4 channels, tails); all paths give the same bytes.
  * Each call allocates one block (weights and the intermediate rows); the GIL is released.
+ *
+ * Built against CPython's limited API (Py_LIMITED_API, set by setup.py; the buffer protocol is in
+ * it from 3.11), so one abi3 wheel serves every CPython the project supports.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,6 +475,7 @@ static void hpass(const job_t *j, const axis_t *ax, int y0, int y1, uint8_t *out
                 planes2[c] = planes[c] + ax->out;
             }
         }
+        (void)planes2;  /* read by the AVX2 path only */
 #if HAVE_X86
         if (simd) {
             if (y + 1 < y1 && y + 1 < j->height - 1 && have_avx2()) {  /* two rows, neither the last */
