@@ -371,3 +371,83 @@ def test_cli_plot(lmdb_path, tmp_path):
         return
     assert result.exit_code == 0, result.output
     assert dest.stat().st_size > 0 and json.loads((tmp_path / "t.json").read_text())["benchmark"] == "tune"
+
+
+# --- the verdict agrees with what the same run measured (real runs) ---------------------------
+
+def waits(image):
+    """A transform that waits without computing (a stand-in for one that sleeps or locks)."""
+    time.sleep(0.05)
+    return np.ascontiguousarray(image[:8, :8])
+
+
+def computes(image):
+    """A CPU-heavy transform: 40 ms on a CPU per sample."""
+    end = time.process_time() + 0.04
+    while time.process_time() < end:
+        pass
+    return np.ascontiguousarray(image[:8, :8])
+
+
+REAL = {"batch_size": 4, "max_workers": 2, "batches": 4, "warmup": 1, "min_time": 0.5, "max_seconds": 40}
+
+
+def test_a_page_cached_dataset_that_waits_is_not_called_io_bound(lmdb_path):
+    result = tune_loader(lmdb_path, waits, **REAL)
+    assert result.bound.kind == "idle", result.bound
+    assert result.bound.storage_bytes is not None and result.bound.storage_bytes < 1024 * result.chosen.images
+    assert "page cache" in result.bound.reason and "IO-bound" not in result.bound.reason.replace("not IO", "")
+
+
+def test_a_cpu_heavy_transform_is_cpu_bound(lmdb_path):
+    result = tune_loader(lmdb_path, computes, **REAL)
+    assert result.bound.kind == "cpu", result.bound
+
+
+@pytest.fixture
+def throttled_shards(tmp_path):
+    """tar shards of the sample behind a real loopback HTTP server that answers each request after
+    0.3 s and sends at most 256 KiB/s: a slow link."""
+    import http.server
+    import shutil
+    import threading
+
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "shards"
+    iotool.convert(SAMPLE, root, "tar", workers=0, shard_size=6)
+
+    class Slow(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def copyfile(self, source, outputfile):
+            time.sleep(0.3)
+            while chunk := source.read(16 * 1024):
+                outputfile.write(chunk)
+                time.sleep(16 / 256)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    shutil.rmtree(root)
+
+
+def test_a_dataset_behind_a_slow_link_is_io_bound(throttled_shards):
+    result = tune_loader(throttled_shards, lambda im: np.ascontiguousarray(im[:8, :8]),
+                         **{**REAL, "max_workers": 1})
+    assert result.bound.kind == "io" and "network" in result.bound.reason, result.bound
+
+
+def test_storage_reads_are_measured_from_proc(tmp_path):
+    import os
+
+    from iotool.bench.procfs import storage_read_bytes
+
+    if not Path("/proc/self/io").exists():
+        pytest.skip("no /proc/<pid>/io on this system")
+    assert storage_read_bytes(os.getpid()) is not None and storage_read_bytes(2**31 - 1) is None

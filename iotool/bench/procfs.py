@@ -77,6 +77,19 @@ def run_queue_seconds(pid: int | str) -> float | None:
     return total
 
 
+def storage_read_bytes(pid: int | str) -> int | None:
+    """Bytes a process caused to be fetched from storage (``read_bytes`` of ``/proc/<pid>/io``):
+    reads served by the page cache do not count (None when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def child_pids(pid: int | str) -> list[int]:
     """The direct children of a process (``/proc/<pid>/task/*/children``; empty when unreadable)."""
     children: list[int] = []

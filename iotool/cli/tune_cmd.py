@@ -63,7 +63,7 @@ def print_advice(result: Any) -> None:
         say(line, indent=4 + (head if i else 0))
     console.print()
     if result.bound is not None:
-        kind = {"cpu": "CPU-bound", "io": "IO-bound"}.get(result.bound.kind, "Bound unknown")
+        kind = {"cpu": "CPU-bound", "io": "IO-bound", "idle": "Not IO-bound"}.get(result.bound.kind, "Bound unknown")
         say(f"{result.bound.reason}.", label=f"{kind}:", style="bold")
     for note in result.notes:
         say(note, label="note", style="yellow", out=err_console)

@@ -19,7 +19,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from ..bench.procfs import cpu_seconds, run_queue_seconds, worker_pids
+from ..bench.procfs import cpu_seconds, run_queue_seconds, storage_read_bytes, worker_pids
 
 
 @dataclass
@@ -48,6 +48,7 @@ class Trial:
     worker_wait_s: float | None = None
     main_cpu_s: float | None = None
     main_wait_s: float | None = None
+    storage_bytes: int | None = None  # bytes fetched from storage (not the page cache) while timed
     partial: bool = False
 
     def loader_kwargs(self) -> dict[str, Any]:
@@ -114,13 +115,23 @@ class CpuMeter:
         self.available = os.path.exists(f"/proc/{os.getpid()}/stat")
         self.start: dict[int, float] = {}
         self.waits: dict[int, float] = {}
+        self.reads: dict[int, int] = {}
         self.children0 = 0.0
 
     def begin(self, pids: list[int]) -> None:
         """Start the window with the workers alive now."""
         self.start = {p: c for p in pids if (c := cpu_seconds(p)) is not None}
         self.waits = {p: w for p in pids if (w := run_queue_seconds(p)) is not None}
+        self.reads = {p: r for p in [*pids, os.getpid()] if (r := storage_read_bytes(p)) is not None}
         self.children0 = _children_cpu()
+
+    def storage_bytes(self, pids: list[int]) -> int | None:
+        """Bytes fetched from storage since ``begin`` by this process and the workers alive since
+        then (None without ``/proc/<pid>/io``)."""
+        now = {p: r for p in [*pids, os.getpid()] if p in self.reads and (r := storage_read_bytes(p)) is not None}
+        if os.getpid() not in now:
+            return None
+        return sum(r - self.reads[p] for p, r in now.items())
 
     def waited(self, pids: list[int]) -> float | None:
         """Run-queue seconds of the workers alive since ``begin`` (None without /proc schedstat)."""
@@ -213,6 +224,7 @@ def measure_trial(trial: Trial, make_loader: Callable[[Trial], Any], consume: Ca
             if trial.batches == 0:  # the budget ran out: the first batch is the only evidence
                 trial.images, trial.seconds, trial.partial = first, trial.startup_s, True
                 trial.worker_cpu_s = trial.main_cpu_s = trial.worker_wait_s = trial.main_wait_s = None
+                trial.storage_bytes = None
             trial.images_per_s = trial.images / trial.seconds if trial.seconds else 0.0
             if stream.boundaries:
                 trial.restart_s = stream.boundary_s / stream.boundaries
@@ -246,4 +258,5 @@ def _time_batches(trial: Trial, stream: BatchStream, batches: int, min_time: flo
     trial.main_wait_s = wait1 - wait0 if wait0 is not None and wait1 is not None else None
     trial.worker_cpu_s, trial.per_worker_cpu_s = meter.end(worker_pids(stream.iterator))
     trial.worker_wait_s = meter.waited(worker_pids(stream.iterator)) if trial.num_workers else 0.0
+    trial.storage_bytes = meter.storage_bytes(worker_pids(stream.iterator))
     trial.partial = trial.batches < wanted or trial.seconds < min_time

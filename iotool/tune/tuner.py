@@ -25,6 +25,8 @@ from typing import Any, Callable, Sequence
 
 from ..errors import UsageError
 from ..bench.common import ProgressFn, environment, no_progress
+from ..storage import is_url
+from ..storage.units import human_bytes
 from .measure import Trial, measure_trial
 from .feed import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
 
@@ -34,6 +36,7 @@ __all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "ch
 TOLERANCE = 0.05
 CORES_SATURATED = 0.85  # of the usable cores busy: nothing more to gain from workers
 WORKER_BUSY = 0.7  # of its wall time on a CPU: a worker computing, not waiting
+FROM_STORAGE_PER_IMAGE = 1024  # bytes read from storage per image below which the data came from memory
 
 
 def usable_cpus() -> int:
@@ -84,7 +87,9 @@ def _stops_climbing(rates: Sequence[float], tolerance: float = TOLERANCE) -> boo
 
 @dataclass
 class Bound:
-    """What bounds the feed: ``kind`` is "cpu", "io" or "unknown", ``reason`` says why in words."""
+    """What bounds the feed: ``kind`` is "cpu", "io" (waiting on storage or the network), "idle"
+    (waiting, but not on storage: the data came from the page cache) or "unknown"; ``reason``
+    says why in words, from the figures beside it."""
 
     kind: str
     reason: str
@@ -92,15 +97,18 @@ class Bound:
     worker_busy: float | None = None
     worker_waiting: float | None = None
     main_busy: float | None = None
+    storage_bytes: int | None = None
     cpus: int = 0
 
 
-def classify_bound(trial: Trial, cpus: int) -> Bound:
-    """CPU- or IO-bound, from the CPU time of the workers and the main process during the timed batches."""
+def classify_bound(trial: Trial, cpus: int, remote: bool = False) -> Bound:
+    """CPU- or IO-bound, from the CPU time of the workers and the main process during the timed
+    batches; a feed that waits is IO-bound only when the data came from storage (the bytes read
+    from it while timed) or from a URL (``remote``)."""
     cores, worker, waiting = trial.cores_busy(cpus), trial.worker_busy, trial.worker_waiting or 0.0
     main = trial.main_cpu_s / trial.seconds if trial.main_cpu_s is not None and trial.seconds else None
     evidence = {"cores_busy": cores, "worker_busy": worker, "worker_waiting": trial.worker_waiting,
-                "main_busy": main, "cpus": cpus}
+                "main_busy": main, "storage_bytes": trial.storage_bytes, "cpus": cpus}
     if cores is None or worker is None:
         return Bound("unknown", "worker CPU time could not be read (it needs Linux /proc) or nothing was timed",
                      **evidence)
@@ -120,9 +128,18 @@ def classify_bound(trial: Trial, cpus: int) -> Bound:
     if main is not None and main >= CORES_SATURATED:
         return Bound("cpu", f"the main process is on a CPU {main:.0%} of the time (collating, pinning or "
                      f"receiving batches) while the workers are busy only {worker:.0%}", **evidence)
-    return Bound("io", f"cores idle while reading: {who} on a CPU only {worker:.0%} of the time, {cores:.0%} "
-                 f"of {cpus} cores busy; the workers wait on storage (a faster disk, the page cache, or "
-                 "more workers to overlap the waits)", **evidence)
+    idle = f"{who} on a CPU only {worker:.0%} of the time, {cores:.0%} of {cpus} cores busy"
+    if remote:
+        return Bound("io", f"waiting on the network: {idle} while the shards stream from a URL (a copy "
+                     "closer to the machine, a local cache_dir, or more workers to overlap the waits)", **evidence)
+    read = trial.storage_bytes
+    if read is not None and read < FROM_STORAGE_PER_IMAGE * max(trial.images, 1):
+        return Bound("idle", f"not IO-bound: {idle}, yet only {human_bytes(read)} came from storage (the "
+                     "page cache held the data); the wait is elsewhere: worker start-up and epoch ends "
+                     "(a small dataset), or a transform that sleeps, locks or waits on the network", **evidence)
+    read_text = f"{human_bytes(read)} read from storage" if read is not None else "storage reads not measured"
+    return Bound("io", f"waiting on storage: {idle}, {read_text} (a faster disk, room in the page cache, "
+                 "or more workers to overlap the waits)", **evidence)
 
 
 @dataclass
@@ -324,7 +341,7 @@ def _conclude(result: TuneResult, feed: Feed) -> None:
         result.kwargs["collate_fn"] = feed.collate_fn
     result.environment = environment()
     if result.chosen is not None:
-        result.bound = classify_bound(result.chosen, result.cpus)
+        result.bound = classify_bound(result.chosen, result.cpus, remote=is_url(result.path))
     if result.budget_exhausted:
         result.notes.append(f"The budget of {result.max_seconds:g} s ran out after {len(result.trials)} trial(s); "
                             "the recommendation comes from what was measured. Raise --max-seconds for a fuller search.")
@@ -351,6 +368,9 @@ def plot_tune(result: TuneResult, dest: str | os.PathLike) -> None:
         ax.plot([result.chosen.num_workers], [result.chosen.epoch_images_per_s], "*", color="#dd8452",
                 markersize=16, label="recommended")
     ax.set_xlabel("num_workers")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # worker counts are whole numbers
     ax.set_ylabel("images/s over an epoch")
     ax.set_title(f"iotool tune: {os.path.basename(result.path.rstrip('/'))}, batch {result.batch_size}, "
                  f"{result.cpus} usable CPUs", fontsize=10)
