@@ -451,3 +451,19 @@ def test_storage_reads_are_measured_from_proc(tmp_path):
     if not Path("/proc/self/io").exists():
         pytest.skip("no /proc/<pid>/io on this system")
     assert storage_read_bytes(os.getpid()) is not None and storage_read_bytes(2**31 - 1) is None
+
+
+def test_the_plot_has_whole_worker_ticks():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from iotool.tune.tuner import TuneResult, tune_figure
+
+    result = TuneResult("x.lmdb", "lmdb", 100, 4, "t", "c", 2, 2, 10.0, False)
+    result.trials = [_t(0, 100.0), _t(1, 180.0), _t(2, 190.0)]
+    result.chosen = result.trials[1]
+    fig = tune_figure(result)
+    fig.canvas.draw()
+    ticks = [t for t in fig.axes[0].get_xticks() if 0 <= t <= 2]
+    plt.close(fig)
+    assert ticks and all(float(t).is_integer() for t in ticks)

@@ -353,7 +353,18 @@ def _conclude(result: TuneResult, feed: Feed) -> None:
 
 
 def plot_tune(result: TuneResult, dest: str | os.PathLike) -> None:
-    """Epoch images/s against num_workers (the ladder as a line, other trials as points, the choice starred)."""
+    """Draw :func:`tune_figure` to ``dest`` (a PNG)."""
+    from ..bench.plot import require_matplotlib
+
+    plt = require_matplotlib()
+    fig = tune_figure(result)
+    fig.savefig(os.fspath(dest), dpi=120)
+    plt.close(fig)
+
+
+def tune_figure(result: TuneResult) -> Any:
+    """Epoch images/s against num_workers (the ladder as a line, other trials as points, the
+    choice starred), as a matplotlib figure."""
     from ..bench.plot import require_matplotlib
 
     plt = require_matplotlib()
@@ -377,5 +388,4 @@ def plot_tune(result: TuneResult, dest: str | os.PathLike) -> None:
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.fspath(dest), dpi=120)
-    plt.close(fig)
+    return fig
