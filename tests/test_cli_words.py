@@ -129,3 +129,18 @@ def test_a_missing_extra_is_named_before_any_work_and_listed_by_formats(tree):
     listing = run("formats")
     assert "tfrecord needs the 'tfrecord' extra (not installed: pip install 'iotool[tfrecord]')" in " ".join(listing.stdout.split())
     assert "(installed)" in piped(["formats"], tree).stdout  # here it is installed
+
+
+def test_a_missing_decoder_package_is_a_note_not_a_failure(tmp_path):
+    """bench decode with opencv's import blocked in the child: one 'not installed' note with the
+    pip command, the other backends timed, exit 0."""
+    code = ("import sys; sys.modules['cv2'] = None; sys.argv[0] = 'iotool'; "
+            "from iotool.cli import main; main()")
+    result = subprocess.run([sys.executable, "-c", code, "bench", "decode", "--min-time", "0", "--repeat", "1",
+                             "--no-tjbench"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, "COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    message = " ".join(result.stderr.split())
+    assert "not installed: opencv; install: pip install opencv-python-headless" in message
+    assert "unavailable" not in message and "ModuleNotFoundError" not in message
+    assert " pil " in result.stdout and " opencv " not in result.stdout

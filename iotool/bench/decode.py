@@ -135,6 +135,12 @@ def parse_scale(text: str | int) -> int:
     raise UsageError(f"Unknown scale {text!r}; choose one of: 1, 1/2, 1/4, 1/8.")
 
 
+def _why(reason: str) -> str:
+    """A backend's import failure in words: a missing package is "not installed" (an optional
+    thing, listed as a note), anything else is said as it came."""
+    return "not installed" if reason.startswith("ModuleNotFoundError") else reason
+
+
 def _select_backends(names: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
     """Split the requested backends into usable ones and unavailable ones (with reasons)."""
     names = list(names) if names else list(BACKENDS)
@@ -143,7 +149,7 @@ def _select_backends(names: Sequence[str] | None) -> tuple[list[str], dict[str, 
         raise UsageError(f"Unknown decoder {unknown[0]!r}; choose from: {', '.join(BACKENDS)}.")
     status = available()
     usable = [n for n in dict.fromkeys(names) if status[n].available]
-    missing = {n: f"{status[n].reason}; install: {status[n].hint}"
+    missing = {n: f"{_why(status[n].reason)}; install: {status[n].hint}"
                for n in dict.fromkeys(names) if not status[n].available}
     if not usable:
         raise UsageError(f"None of the decoders {', '.join(names)} is available here: {missing}.")
