@@ -20,20 +20,23 @@ and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`),
 
 from __future__ import annotations
 
-from .cache import CacheFullError, ShardCache, cache_is_full, pid_alive
+from .cache import CacheFullError, CacheTooSmallError, ShardCache, cache_is_full, pid_alive
 from .config import (DEFAULT_CACHE_BYTES, READ_CHUNK, STREAM_CHUNK, TMP_TAG, MissingExtraError,
                      RetriesExhaustedError, StorageConfig, StorageError, basename, is_url, join, normalize,
                      protocol)
 from .output import OutputDir, temporary_name
-from .remote import (EXTRAS, RemoteStream, download, exists, filesystem, list_tree, open_stream, read_bytes,
-                     read_exact, read_range, size)
-from .retries import ShortReadError, is_transient, with_retries
+from .remote import (EXTRAS, BodyTooLargeError, RedirectRefusedError, RemoteStream, download, exists, filesystem,
+                     list_tree, open_stream, read_bounded, read_bytes, read_exact, read_range,
+                     same_origin_redirects, size)
+from .retries import ShortReadError, is_transient, storage_cause, with_retries
 
 __all__ = [
     "DEFAULT_CACHE_BYTES", "EXTRAS", "READ_CHUNK", "STREAM_CHUNK", "TMP_TAG",
     "StorageError", "RetriesExhaustedError", "MissingExtraError", "ShortReadError", "StorageConfig",
     "is_url", "normalize", "join", "basename", "protocol", "filesystem",
-    "is_transient", "with_retries",
+    "is_transient", "with_retries", "storage_cause",
     "exists", "size", "read_bytes", "read_range", "open_stream", "read_exact", "RemoteStream", "download",
-    "list_tree", "pid_alive", "ShardCache", "CacheFullError", "cache_is_full", "temporary_name", "OutputDir",
+    "list_tree", "pid_alive", "ShardCache", "CacheFullError", "CacheTooSmallError", "cache_is_full",
+    "BodyTooLargeError", "RedirectRefusedError", "same_origin_redirects", "read_bounded",
+    "temporary_name", "OutputDir",
 ]

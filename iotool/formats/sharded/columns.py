@@ -344,29 +344,103 @@ class IntColumn(LazyColumn):
         return iter(np.asarray(self.array).tolist()) if len(self.array) < 65536 else (int(v) for v in self.array)
 
 
-def fetch_column_files(url: str, table: dict[str, dict[str, Any]], config: "StorageConfig", version: str) -> str:
-    """A local folder holding a remote dataset's column files: the shard cache's when
-    ``config.cache_dir`` is set, else a per-process temporary folder (removed at exit)."""
+MAX_STRING_BYTES = 4096  # the longest string a column holds (a name: no path is longer, PATH_MAX)
+_HEADER_SLACK = 4096  # the most bytes a column file's .npy header may take
+
+
+def column_file_bound(name: str, kind: str, count: int, string_bytes: int = 0) -> int:
+    """The most bytes column file ``name`` (of a column of ``kind``) may have for ``count``
+    records; ``string_bytes``: the blob length a ``str`` column's offsets end with."""
+    try:
+        width = max(_width(kind), 1)
+    except ValueError:
+        width = 1  # an unknown kind is refused when the column is opened
+    if kind == "str":
+        data = 8 * (count + 1) if name.endswith(".offsets.npy") else string_bytes
+    elif kind == "sha256":
+        data = 32 * count
+    else:
+        data = 8 * width * count
+    return _HEADER_SLACK + data
+
+
+def _blob_bytes(offsets_file: str, count: int) -> int:
+    """The blob length the local offsets file of a ``str`` column ends with, capped at
+    :data:`MAX_STRING_BYTES` per record (0 when the file is unreadable: opening it reports that)."""
+    try:
+        last = int(np.load(offsets_file, mmap_mode="r", allow_pickle=False)[-1])
+    except Exception:  # noqa: BLE001  (a damaged file is reported with its name when it is opened)
+        return 0
+    return min(max(last, 0), MAX_STRING_BYTES * count)
+
+
+def fetch_column_files(url: str, table: dict[str, dict[str, Any]], config: "StorageConfig", version: str,
+                       count: int) -> str:
+    """A per-process local folder (removed at exit) holding a remote dataset's column files.
+
+    Each file is read through the shard cache when ``config.cache_dir`` is set (and linked or
+    copied out of it, so evicting it later does not break this process), else downloaded; either
+    way never past its size for ``count`` records (:func:`column_file_bound`)."""
     import atexit
     import shutil
     import tempfile
 
     from ... import storage
 
-    names = [name for entry in table.values() for name in entry["files"]]
     local = tempfile.mkdtemp(prefix="iotool-columns-")
+    atexit.register(shutil.rmtree, local, True)
     cache = storage.ShardCache(config.cache_dir, config.cache_max_bytes) \
         if config.cache_dir and not storage.cache_is_full(config.cache_dir) else None
-    for n in names:
-        if cache is not None:  # shared by the processes of this machine; linked under its own name
-            try:
-                os.symlink(cache.fetch(storage.join(url, n), config, version), os.path.join(local, n))
-                continue
-            except storage.CacheFullError:
-                cache = None  # read through: this process keeps its own copy
-        storage.download(storage.join(url, n), os.path.join(local, n), config)
-    atexit.register(shutil.rmtree, local, True)
+    for name, entry in table.items():
+        kind, blob = entry["kind"], 0
+        for n in column_files(name, _base(kind)):
+            bound = {"max_size": column_file_bound(n, kind, count, blob),
+                     "what": f"a column file of {count} records"}
+            target = os.path.join(local, n)
+            if cache is not None:  # shared by the processes of this machine
+                try:
+                    _link_or_copy(cache.fetch(storage.join(url, n), config, version, **bound), target)
+                except storage.CacheTooSmallError:
+                    pass  # this file does not fit (warned once); smaller ones still may
+                except storage.CacheFullError:
+                    cache = None  # the disk is full: read through from now on
+            if not os.path.exists(target):
+                storage.download(storage.join(url, n), target, config, **bound)
+            if n.endswith(".offsets.npy"):
+                blob = _blob_bytes(target, count)
     return local
+
+
+class RemoteColumns(Columns):
+    """The columns of a remote dataset, mapped from the local copies :func:`fetch_column_files`
+    made in ``folder``; errors name the files at the dataset's ``url``, not the local copies."""
+
+    def __init__(self, folder: str, table: dict[str, dict[str, Any]], count: int, url: str):
+        super().__init__(folder, table, count)
+        self.url = url
+
+    def as_url(self, text: str) -> str:
+        """``text`` (an error message) with the local copies' paths replaced by their URLs."""
+        return text.replace(os.path.join(self.folder, ""), self.url.rstrip("/") + "/")
+
+    def _open(self, name: str) -> Any:
+        try:
+            column = super()._open(name)
+        except FormatError as exc:
+            raise FormatError(self.as_url(str(exc))) from None
+        if isinstance(column, StringColumn):
+            column.where = self.as_url(column.where)
+        return column
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link to ``source`` at ``target`` (survives the cache evicting ``source``), else a copy."""
+    import shutil
+
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def verify_files(folder: str, table: dict[str, dict[str, Any]]) -> list[str]:
