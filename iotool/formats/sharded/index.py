@@ -59,7 +59,7 @@ def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> by
 
     index_path = st.join(path, INDEX_NAME)
     if st.is_url(path):
-        return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes)
+        return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes, "the largest index iotool reads")
     size = os.path.getsize(index_path)
     if size > max_bytes:
         raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
