@@ -144,10 +144,10 @@ def read_bounded(f: IO[bytes], url: str, max_bytes: int | None, what: str = "") 
 
 
 def too_large(url: str, max_bytes: int, what: str = "") -> BodyTooLargeError:
-    """The error for a body of ``url`` past its bound (``what``: where the bound comes from)."""
-    why = f" ({what})" if what else ""
-    return BodyTooLargeError(f"{url}: more than {max_bytes} bytes, the most expected{why}; stopped reading "
-                             f"there. The server sends more than the dataset's index describes.")
+    """The error for a body of ``url`` past its bound (``what``: whose bound, e.g. "a column file
+    of 25 records may have")."""
+    return BodyTooLargeError(f"{url}: more than {max_bytes} bytes, the most {what or 'expected for this file'}; "
+                             f"stopped reading there (the server sends more than the file can hold).")
 
 
 def read_range(url: str, offset: int, length: int, config: StorageConfig) -> bytes:

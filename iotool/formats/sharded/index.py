@@ -59,7 +59,7 @@ def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> by
 
     index_path = st.join(path, INDEX_NAME)
     if st.is_url(path):
-        return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes, "the largest index iotool reads")
+        return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes, "an index.json may have")
     size = os.path.getsize(index_path)
     if size > max_bytes:
         raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
@@ -210,7 +210,8 @@ class IndexedReader(FormatReader):
             return self._lists[name]
         columns = getattr(self, "_h_columns", None)
         if columns is None:
-            from .columns import Columns, RemoteColumns, fetch_column_files
+            from .columns import Columns
+            from .remote_columns import RemoteColumns, fetch_column_files
 
             if self.remote:  # local copies; errors name the dataset's URL
                 folder = fetch_column_files(self.path, self._table, self.storage, self._digest, self._count)

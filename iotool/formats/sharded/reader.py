@@ -221,7 +221,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
     def _shard_bound(self, shard: int) -> dict[str, Any]:
         """The size bounds of ``shard`` as :meth:`storage.ShardCache.fetch` takes them."""
         return {"min_size": self._min_size(shard), "max_size": self._max_size(shard),
-                "what": f"the end of the last record the index places in it, plus {self.shard_tail_bytes} bytes"}
+                "what": f"the index allows (its last record's end plus {self.shard_tail_bytes} bytes)"}
 
     def _open_cached(self, shard: int, cache: storage.ShardCache) -> IO[bytes]:
         return cache.open(self.shard_path(shard), self.storage, self._digest, **self._shard_bound(shard))
