@@ -88,22 +88,26 @@ class CacheWatch:
 # --- redirects -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", REMOTE)
-@pytest.mark.parametrize("elsewhere", ["port", "scheme"])
-def test_a_redirect_to_another_origin_is_refused_and_never_followed(www, tmp_path, fmt, elsewhere):
+@pytest.mark.parametrize("moved, elsewhere", [("everything", "port"), ("everything", "scheme"),
+                                              ("a column file", "port"), ("a shard", "port")])
+def test_a_redirect_to_another_origin_is_refused_and_never_followed(www, tmp_path, fmt, moved, elsewhere):
     """A server answering 302 to another port (another origin on 127.0.0.1), or to https on the
-    same host: refused with an error naming both URLs; the other server is asked nothing."""
+    same host, for the whole dataset, one column file or one shard: refused with an error naming
+    both URLs, by open, iteration and verify; the other server is asked nothing."""
     asked = tmp_path / "asked.log"
     asked.touch()
-    (tmp_path / "front").mkdir()
+    path = {"everything": f"/{fmt}/", "a column file": f"/{fmt}/index.labels.npy",
+            "a shard": f"/{fmt}/{_first_shard(fmt, www)}"}[moved]
     with http_server(www, log_requests=asked) as other:
         target = other if elsewhere == "port" else other.replace("http://", "https://")
-        with http_server(tmp_path / "front", redirect={"/": target + "/"}) as front:
+        with http_server(www, redirect={path: target + path}) as front:
             with pytest.raises(IotoolError) as opened:
-                iotool.open_dataset(f"{front}/{fmt}", decoder=None)
-            verified = iotool.verify(f"{front}/{fmt}") if fmt == REMOTE[0] and elsewhere == "port" else None
+                payloads(iotool.open_dataset(f"{front}/{fmt}", decoder=None, shuffle=False))
+            verified = iotool.verify(f"{front}/{fmt}") if elsewhere == "port" else None
     message = str(opened.value)
-    assert f"redirected to {target}/{fmt}/index.json" in message, message
-    assert "iotool reads a dataset only from the host it names" in message and front in message
+    first = path + "index.json" if moved == "everything" else path  # the first request refused
+    assert f"{front}{first}: redirected to {target}{first}" in message, message
+    assert "iotool reads a dataset only from the host it names" in message, message
     if verified is not None:
         assert not verified.ok and any("redirected to" in p.reason for p in verified.problems), verified.problems
     assert asked.read_text() == ""  # not one request reached the other origin

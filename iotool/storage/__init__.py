@@ -9,8 +9,13 @@ install (``pip install 'iotool[s3]'``).
 Remote reads are retried a bounded number of times (:class:`StorageConfig` ``retries``) with
 exponential backoff; after the last attempt :class:`RetriesExhaustedError` names the URL.
 :class:`ShardCache` keeps whole remote files on local disk, bounded in size (least recently used
-evicted first, by mtime), and is safe when several processes fill it at once: each download goes
-to a temporary name and is renamed into place when complete.
+evicted first, by mtime, before bytes are written), and is safe when several processes fill it
+at once: each download goes to a temporary name and is renamed into place when complete.
+
+Remote reads stay on the URL's origin: an HTTP redirect to another scheme, host or port is refused
+(:class:`RedirectRefusedError`), one within the origin followed. Callers give each body a bound
+known before it is read (``max_bytes``/``max_size``), enforced while it streams
+(:class:`BodyTooLargeError` at one byte more).
 
 The modules, by job: ``config`` (settings, errors, names), ``retries``, ``remote`` (fsspec reads
 and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`), ``files``
