@@ -50,7 +50,16 @@ async def same_origin_redirects(request: Any, handler: Any) -> Any:
 
 
 def _http_options(options: dict[str, Any]) -> dict[str, Any]:
-    """fsspec HTTP options with :func:`same_origin_redirects` added to the aiohttp session."""
+    """fsspec HTTP options with :func:`same_origin_redirects` added to the aiohttp session.
+
+    Raises:
+        MissingExtraError: aiohttp is older than 3.12 (no client middlewares).
+    """
+    import aiohttp
+
+    if tuple(int(p) for p in aiohttp.__version__.split(".")[:2] if p.isdigit()) < (3, 12):
+        raise MissingExtraError(f"aiohttp {aiohttp.__version__} cannot check where redirects lead; http(s):// "
+                                f"needs aiohttp>=3.12: pip install 'iotool[http]' --upgrade.")
     client = dict(options.get("client_kwargs") or {})
     middlewares = tuple(client.get("middlewares") or ())
     if same_origin_redirects not in middlewares:
@@ -73,9 +82,9 @@ def filesystem(url: str, config: StorageConfig | None = None) -> tuple[Any, str]
     except ImportError:
         raise MissingExtraError(f"{url}: reading {proto}:// URLs needs fsspec; {hint}.") from None
     options = dict(config.options) if config else {}
-    if proto in ("http", "https"):
-        options = _http_options(options)
     try:
+        if proto in ("http", "https"):
+            options = _http_options(options)  # imports aiohttp
         return fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
         needed = package or getattr(exc, "name", None) or "the filesystem package"
