@@ -9,8 +9,13 @@ install (``pip install 'iotool[s3]'``).
 Remote reads are retried a bounded number of times (:class:`StorageConfig` ``retries``) with
 exponential backoff; after the last attempt :class:`RetriesExhaustedError` names the URL.
 :class:`ShardCache` keeps whole remote files on local disk, bounded in size (least recently used
-evicted first, by mtime), and is safe when several processes fill it at once: each download goes
-to a temporary name and is renamed into place when complete.
+evicted first, by mtime, before bytes are written), and is safe when several processes fill it
+at once: each download goes to a temporary name and is renamed into place when complete.
+
+Remote reads stay on the URL's origin: an HTTP redirect to another scheme, host or port is refused
+(:class:`RedirectRefusedError`), one within the origin followed. Callers give each body a bound
+known before it is read (``max_bytes``/``max_size``), enforced while it streams
+(:class:`BodyTooLargeError` at one byte more).
 
 The modules, by job: ``config`` (settings, errors, names), ``retries``, ``remote`` (fsspec reads
 and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`), ``files``
@@ -20,20 +25,23 @@ and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`),
 
 from __future__ import annotations
 
-from .cache import CacheFullError, ShardCache, cache_is_full, pid_alive
+from .cache import CacheFullError, CacheTooSmallError, ShardCache, cache_is_full, pid_alive
 from .config import (DEFAULT_CACHE_BYTES, READ_CHUNK, STREAM_CHUNK, TMP_TAG, MissingExtraError,
                      RetriesExhaustedError, StorageConfig, StorageError, basename, is_url, join, normalize,
                      protocol)
 from .output import OutputDir, temporary_name
-from .remote import (EXTRAS, RemoteStream, download, exists, filesystem, list_tree, open_stream, read_bytes,
-                     read_exact, read_range, size)
-from .retries import ShortReadError, is_transient, with_retries
+from .remote import (EXTRAS, BodyTooLargeError, RedirectRefusedError, RemoteStream, download, exists, filesystem,
+                     list_tree, open_stream, read_bounded, read_bytes, read_exact, read_range,
+                     same_origin_redirects, size)
+from .retries import ShortReadError, is_transient, storage_cause, with_retries
 
 __all__ = [
     "DEFAULT_CACHE_BYTES", "EXTRAS", "READ_CHUNK", "STREAM_CHUNK", "TMP_TAG",
     "StorageError", "RetriesExhaustedError", "MissingExtraError", "ShortReadError", "StorageConfig",
     "is_url", "normalize", "join", "basename", "protocol", "filesystem",
-    "is_transient", "with_retries",
+    "is_transient", "with_retries", "storage_cause",
     "exists", "size", "read_bytes", "read_range", "open_stream", "read_exact", "RemoteStream", "download",
-    "list_tree", "pid_alive", "ShardCache", "CacheFullError", "cache_is_full", "temporary_name", "OutputDir",
+    "list_tree", "pid_alive", "ShardCache", "CacheFullError", "CacheTooSmallError", "cache_is_full",
+    "BodyTooLargeError", "RedirectRefusedError", "same_origin_redirects", "read_bounded",
+    "temporary_name", "OutputDir",
 ]

@@ -6,6 +6,7 @@ import errno
 import hashlib
 import logging
 import os
+import stat
 import uuid
 from typing import IO
 
@@ -14,6 +15,7 @@ from .remote import download
 
 log = logging.getLogger(__name__)
 _FULL: set[str] = set()  # cache folders found full in this process: read through them from now on
+_WARNED: set[str] = set()  # cache folders whose cache_max_bytes was found too small (warned once)
 
 
 class CacheFullError(StorageError):
@@ -36,15 +38,25 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+class CacheTooSmallError(CacheFullError):
+    """A file does not fit within ``cache_max_bytes``; the caller reads it without caching."""
+
+
 class ShardCache:
     """Whole remote files kept in a local folder, at most ``max_bytes`` in total.
 
     A file is named by a digest of its URL and a version (the dataset index's integrity digest,
     so a re-converted dataset never serves stale shards) plus its base name. Several processes
     may fill the cache at once: each downloads to its own temporary name and renames it into place
-    (the last rename wins; the contents are the same). After each fill the least recently used
-    files (oldest mtime; a read touches the file) are removed until the total fits, never the file
-    just added, so the bound can be exceeded by the files being read at that moment.
+    (the last rename wins; the contents are the same).
+
+    The bound holds before bytes are written: before a download starts, and again before each
+    block that would take the folder past ``max_bytes``, the least recently used files (oldest
+    mtime; a read touches the file) are removed to make room; other processes' downloads in
+    progress count and are never removed. A file that still does not fit (``cache_max_bytes``
+    smaller than a shard) is read without caching, with one warning per process and folder
+    (:class:`CacheTooSmallError`, a :class:`CacheFullError`). A file removed while a reader has it
+    open stays readable to that reader.
     """
 
     def __init__(self, root: str, max_bytes: int = DEFAULT_CACHE_BYTES):
@@ -56,21 +68,42 @@ class ShardCache:
         digest = hashlib.sha256(f"{version}\0{url}".encode()).hexdigest()[:24]
         return os.path.join(self.root, f"{digest}-{basename(url)[:80]}")
 
-    def fetch(self, url: str, config: StorageConfig, version: str = "", min_size: int = 0) -> str:
-        """The local path of a complete copy of ``url``, downloading it if needed."""
+    def fetch(self, url: str, config: StorageConfig, version: str = "", min_size: int = 0,
+              max_size: int | None = None, what: str = "") -> str:
+        """The local path of a complete copy of ``url``, downloading it if needed.
+
+        ``min_size``/``max_size``: the bounds the dataset's index sets on the file (``what``: where
+        ``max_size`` comes from); a body past ``max_size`` stops the download with
+        :class:`~iotool.storage.remote.BodyTooLargeError` naming the URL.
+
+        Raises:
+            CacheFullError: the disk is full, or the file does not fit in ``max_bytes``
+                (:class:`CacheTooSmallError`): read it without the cache.
+        """
         path = self.local_path(url, version)
         try:
-            if os.path.getsize(path) >= min_size:
+            found = os.path.getsize(path)
+            if found >= min_size and (max_size is None or found <= max_size):
                 _touch(path)
                 return path
         except FileNotFoundError:
             pass
         if self.root in _FULL:
             raise CacheFullError(f"{self.root}: full; {url} is read without caching")
+        if min_size > self.max_bytes:
+            raise self._too_small(url, min_size)
         os.makedirs(self.root, exist_ok=True)
         tmp = os.path.join(self.root, f".{os.path.basename(path)}{TMP_TAG}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        room = [self._make_room(min_size, exclude=tmp)]
+
+        def before_write(total: int) -> None:  # the bound applies before the bytes are written
+            if total > room[0]:
+                room[0] = self._make_room(total, exclude=tmp)
+                if total > room[0]:
+                    raise self._too_small(url, total)
+
         try:
-            download(url, tmp, config, min_size)
+            download(url, tmp, config, min_size, max_size, what, before_write)
             os.replace(tmp, path)
         except (OSError, StorageError) as exc:
             cause = exc if isinstance(exc, OSError) else exc.__cause__
@@ -88,10 +121,21 @@ class ShardCache:
         self.evict(keep=path)
         return path
 
-    def open(self, url: str, config: StorageConfig, version: str = "", min_size: int = 0) -> IO[bytes]:
+    def _too_small(self, url: str, size: int) -> CacheTooSmallError:
+        """The error (and, once per process and folder, the warning) for a file that does not fit."""
+        if self.root not in _WARNED:
+            _WARNED.add(self.root)
+            log.warning("the shard cache %s: cache_max_bytes=%d is too small for %s (%d bytes or more); files "
+                        "that do not fit are read without caching. Raise cache_max_bytes above the largest "
+                        "shard to cache them.", self.root, self.max_bytes, url, size)
+        return CacheTooSmallError(f"{url}: {size} bytes or more do not fit in the shard cache {self.root} "
+                                  f"(cache_max_bytes={self.max_bytes}); read without caching")
+
+    def open(self, url: str, config: StorageConfig, version: str = "", min_size: int = 0,
+             max_size: int | None = None, what: str = "") -> IO[bytes]:
         """Open the cached copy of ``url`` for reading (fetched first if needed)."""
         for _ in range(3):
-            path = self.fetch(url, config, version, min_size)
+            path = self.fetch(url, config, version, min_size, max_size, what)
             try:
                 return open(path, "rb", buffering=1 << 20)
             except FileNotFoundError:  # evicted by another process between fetch and open
@@ -101,30 +145,45 @@ class ShardCache:
 
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove dead temporaries and least recently used files until the cache fits its bound."""
-        files, removed = [], []
+        return self._shrink(self.max_bytes, keep)[0]
+
+    def _make_room(self, need: int, exclude: str) -> int:
+        """Evict until ``need`` more bytes fit; return how many fit now (``exclude``: the caller's
+        own temporary, not counted)."""
+        total = self._shrink(self.max_bytes - need, None, exclude)[1]
+        return self.max_bytes - total
+
+    def _shrink(self, target: int, keep: str | None = None, exclude: str | None = None) -> tuple[list[str], int]:
+        """Remove dead temporaries, then least recently used files (never ``keep``) until at most
+        ``target`` bytes are left; return (the removed paths, the bytes left)."""
+        files, removed, busy = [], [], 0
         try:
             entries = list(os.scandir(self.root))
         except FileNotFoundError:
-            return removed
+            return removed, 0
         for entry in entries:
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
+            if entry.path == exclude or not stat.S_ISREG(st.st_mode):
+                continue
             if TMP_TAG in entry.name:
                 pid = entry.name.rsplit(TMP_TAG, 1)[1].split("-", 1)[0]
                 if pid.isdigit() and not pid_alive(int(pid)):
                     remove_if_exists(entry.path, removed)
+                else:
+                    busy += st.st_size  # another download in progress: it counts, it stays
                 continue
             files.append((st.st_mtime, st.st_size, entry.path))
-        total = sum(f[1] for f in files)
+        total = busy + sum(f[1] for f in files)
         for _, length, path in sorted(files):
-            if total <= self.max_bytes:
+            if total <= target:
                 break
             if path != keep:
                 remove_if_exists(path, removed)
                 total -= length
-        return removed
+        return removed, total
 
 
 def _touch(path: str) -> None:

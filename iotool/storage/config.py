@@ -39,7 +39,9 @@ class StorageConfig:
         retries: how many times a failed remote operation is retried (so ``retries + 1`` attempts).
         backoff: seconds before the first retry; doubled for each further one, at most 10 s.
         cache_dir: a local folder where whole remote shards are kept; None: stream, keep nothing.
-        cache_max_bytes: the size bound of ``cache_dir``; least recently used shards go first.
+        cache_max_bytes: the size bound of ``cache_dir``, kept before bytes are written (least
+            recently used files go first); a file that does not fit is read without caching,
+            with one warning.
         block_size: bytes per ranged request when streaming from an object store.
     """
 

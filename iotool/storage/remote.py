@@ -5,12 +5,13 @@ fsspec is imported on first use (in :func:`filesystem`), never when this module 
 
 from __future__ import annotations
 
-import shutil
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from ..errors import UsageError
 from .config import READ_CHUNK, STREAM_CHUNK, MissingExtraError, StorageConfig, StorageError, protocol
-from .retries import ShortReadError, with_retries
+from .retries import ShortReadError, storage_cause, with_retries
+
+REDIRECTS = (301, 302, 303, 307, 308)
 
 # protocol -> (the package that implements it, the iotool extra that installs it)
 EXTRAS: dict[str, tuple[str, str]] = {
@@ -20,7 +21,51 @@ EXTRAS: dict[str, tuple[str, str]] = {
 }
 
 
+class RedirectRefusedError(StorageError):
+    """An HTTP server sent iotool to another origin (scheme, host or port); not followed."""
+
+
+class BodyTooLargeError(StorageError):
+    """A remote body went past the bound known for it before it was read; reading stopped there."""
+
+
 # --- filesystems -------------------------------------------------------------------------
+
+async def same_origin_redirects(request: Any, handler: Any) -> Any:
+    """aiohttp client middleware (run for every request, each redirect hop included): a redirect
+    to another scheme, host or port raises :class:`RedirectRefusedError` before it is followed;
+    one within the same origin is followed as usual (aiohttp's bound on redirects applies)."""
+    response = await handler(request)
+    location = response.headers.get("Location") if response.status in REDIRECTS else None
+    if location:
+        import yarl
+
+        target = request.url.join(yarl.URL(location))
+        if target.origin() != request.url.origin():
+            response.close()
+            raise RedirectRefusedError(
+                f"{request.url}: redirected to {target}; iotool reads a dataset only from the host it names "
+                f"(redirects within {request.url.origin()} are followed). Use the URL the data is at.")
+    return response
+
+
+def _http_options(options: dict[str, Any]) -> dict[str, Any]:
+    """fsspec HTTP options with :func:`same_origin_redirects` added to the aiohttp session.
+
+    Raises:
+        MissingExtraError: aiohttp is older than 3.12 (no client middlewares).
+    """
+    import aiohttp
+
+    if tuple(int(p) for p in aiohttp.__version__.split(".")[:2] if p.isdigit()) < (3, 12):
+        raise MissingExtraError(f"aiohttp {aiohttp.__version__} cannot check where redirects lead; http(s):// "
+                                f"needs aiohttp>=3.12: pip install 'iotool[http]' --upgrade.")
+    client = dict(options.get("client_kwargs") or {})
+    middlewares = tuple(client.get("middlewares") or ())
+    if same_origin_redirects not in middlewares:
+        client["middlewares"] = (same_origin_redirects, *middlewares)
+    return {**options, "client_kwargs": client}
+
 
 def filesystem(url: str, config: StorageConfig | None = None) -> tuple[Any, str]:
     """The fsspec filesystem for ``url`` and the path within it.
@@ -36,8 +81,11 @@ def filesystem(url: str, config: StorageConfig | None = None) -> tuple[Any, str]
         import fsspec.core
     except ImportError:
         raise MissingExtraError(f"{url}: reading {proto}:// URLs needs fsspec; {hint}.") from None
+    options = dict(config.options) if config else {}
     try:
-        return fsspec.core.url_to_fs(url, **(config.options if config else {}))
+        if proto in ("http", "https"):
+            options = _http_options(options)  # imports aiohttp
+        return fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
         needed = package or getattr(exc, "name", None) or "the filesystem package"
         raise MissingExtraError(f"{url}: {proto}:// URLs need the {needed} package, which is not installed; "
@@ -64,7 +112,10 @@ def exists(url: str, config: StorageConfig) -> bool:
     def check() -> bool:
         try:
             fs.info(path)
-        except FileNotFoundError:
+        except FileNotFoundError as exc:  # fsspec's HTTP info turns every failure into this
+            refused = storage_cause(exc)
+            if refused is not None:
+                raise refused from None
             return False
         return True
 
@@ -77,17 +128,35 @@ def size(url: str, config: StorageConfig) -> int:
     return with_retries("size query", url, lambda: int(fs.size(path)), config)
 
 
-def read_bytes(url: str, config: StorageConfig, max_bytes: int | None = None) -> bytes:
-    """The whole content of ``url`` (retried); refused when it is larger than ``max_bytes``."""
-    fs, path = filesystem(url, config)
-    if max_bytes is not None:
-        length = with_retries("size query", url, lambda: fs.info(path).get("size"), config)
-        if length is not None and length > max_bytes:  # a server may not tell the size up front
-            raise StorageError(f"{url}: {length} bytes is more than the {max_bytes} expected.")
-    data = with_retries("read", url, lambda: fs.cat_file(path), config)
-    if max_bytes is not None and len(data) > max_bytes:
-        raise StorageError(f"{url}: {len(data)} bytes is more than the {max_bytes} expected.")
-    return data
+def read_bytes(url: str, config: StorageConfig, max_bytes: int | None = None, what: str = "") -> bytes:
+    """The whole content of ``url`` (retried), streamed; more than ``max_bytes`` (``what``: why that
+    bound) raises :class:`BodyTooLargeError` once ``max_bytes + 1`` bytes have arrived, whatever the
+    server said about the length."""
+    def fetch() -> bytes:
+        with open_stream(url, config) as f:
+            return read_bounded(f, url, max_bytes, what)
+
+    return with_retries("read", url, fetch, config)
+
+
+def read_bounded(f: IO[bytes], url: str, max_bytes: int | None, what: str = "") -> bytes:
+    """Read ``f`` to its end, stopping with :class:`BodyTooLargeError` at ``max_bytes + 1`` bytes."""
+    buf = bytearray()
+    while True:
+        want = STREAM_CHUNK if max_bytes is None else min(STREAM_CHUNK, max_bytes + 1 - len(buf))
+        chunk = f.read(want)
+        if not chunk:
+            return bytes(buf)
+        buf += chunk
+        if max_bytes is not None and len(buf) > max_bytes:
+            raise too_large(url, max_bytes, what)
+
+
+def too_large(url: str, max_bytes: int, what: str = "") -> BodyTooLargeError:
+    """The error for a body of ``url`` past its bound (``what``: whose bound, e.g. "a column file
+    of 25 records may have")."""
+    return BodyTooLargeError(f"{url}: more than {max_bytes} bytes, the most {what or 'expected for this file'}; "
+                             f"stopped reading there (the server sends more than the file can hold).")
 
 
 def read_range(url: str, offset: int, length: int, config: StorageConfig) -> bytes:
@@ -97,8 +166,18 @@ def read_range(url: str, offset: int, length: int, config: StorageConfig) -> byt
         StorageError: the server ignored the range (an HTTP server without Range support).
     """
     fs, path = filesystem(url, config)
+    if length == 0:
+        return b""
 
     def fetch() -> bytes:
+        if _streams(fs):  # one streamed GET of the range: never more than ``length`` bytes are read
+            headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}),
+                       "Range": f"bytes={offset}-{offset + length - 1}"}
+            with fs.open(path, "rb", block_size=0, headers=headers) as f:
+                status = getattr(getattr(f, "r", None), "status", 206)
+                if status != 206 and offset:
+                    return b""  # the server ignored the range (reported below)
+                return read_exact(f, length)
         data = fs.cat_file(path, start=offset, end=offset + length)
         if len(data) < length:
             raise ShortReadError(f"got {len(data)} of {length} bytes at offset {offset}")
@@ -191,13 +270,30 @@ class RemoteStream:
         self.close()
 
 
-def download(url: str, dest: str, config: StorageConfig, min_size: int = 0) -> int:
-    """Copy ``url`` to the local file ``dest`` (retried from the start); return its size."""
+def download(url: str, dest: str, config: StorageConfig, min_size: int = 0, max_size: int | None = None,
+             what: str = "", before_write: Callable[[int], None] | None = None) -> int:
+    """Copy ``url`` to the local file ``dest`` (retried from the start); return its size.
+
+    At most ``max_size`` bytes are written (``what``: why that bound): the copy stops with
+    :class:`BodyTooLargeError` once one byte more arrives. ``before_write(total)`` is called before
+    each block is written with the size the file will have; it may raise to stop the copy (the
+    shard cache keeps its bound that way).
+    """
     def copy() -> int:
+        written = 0
         with open_stream(url, config) as src, open(dest, "wb") as out:
-            shutil.copyfileobj(src, out, STREAM_CHUNK)
+            while True:
+                want = STREAM_CHUNK if max_size is None else min(STREAM_CHUNK, max_size + 1 - written)
+                chunk = src.read(want)
+                if not chunk:
+                    break
+                if max_size is not None and written + len(chunk) > max_size:
+                    raise too_large(url, max_size, what)
+                if before_write is not None:
+                    before_write(written + len(chunk))
+                out.write(chunk)
+                written += len(chunk)
             out.flush()
-            written = out.tell()
         if written < min_size:
             raise ShortReadError(f"downloaded {written} bytes, the index needs at least {min_size}")
         return written

@@ -38,6 +38,17 @@ def is_transient(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in _TRANSIENT_MODULES
 
 
+def storage_cause(exc: BaseException) -> StorageError | None:
+    """The :class:`StorageError` behind an error a library wrapped (fsspec's HTTP ``info`` turns
+    every failure, a refused redirect included, into FileNotFoundError); None when there is none."""
+    seen = exc.__cause__ or exc.__context__
+    while seen is not None:
+        if isinstance(seen, StorageError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc) or repr(exc)
     return text if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {text}"
@@ -58,6 +69,9 @@ def with_retries(what: str, url: str, fn: Callable[[], T], config: StorageConfig
         except IotoolError:
             raise
         except Exception as exc:  # fsspec backends raise many types; classified just below
+            cause = storage_cause(exc)
+            if cause is not None:
+                raise cause from None
             if not is_transient(exc):
                 raise StorageError(f"{url}: {what} failed ({_describe(exc)}).") from exc
             if attempt == attempts:

@@ -12,13 +12,14 @@ moto's server needs ``pip install 'moto[server]'`` and reading it the s3 extra (
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from .config import StorageError
 
@@ -104,14 +105,105 @@ def moto_s3_server(log: IO[bytes] | None = None, timeout: float = 30.0) -> Itera
 
 
 @contextlib.contextmanager
-def http_server(root: str | os.PathLike, timeout: float = 30.0) -> Iterator[str]:
-    """``python -m http.server`` on 127.0.0.1 serving the folder ``root``; yields its base URL.
+def http_server(root: str | os.PathLike, timeout: float = 30.0, *, redirect: dict[str, str] | None = None,
+                no_length: Iterable[str] = (), endless: Iterable[str] = (), padded: dict[str, int] | None = None,
+                log_requests: str | os.PathLike | None = None) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 serving the folder ``root`` (``http.server``'s file handler, in its
+    own process); yields its base URL. The keywords make it misbehave, as a hostile server would:
+
+    - ``redirect``: ``{path prefix: target}``; a request under the prefix is answered 302 to
+      ``target`` + the rest of the path (``{self}`` in ``target``: this server's own URL);
+    - ``no_length``: file names served without a Content-Length (the body ends with the connection);
+    - ``endless``: file names whose body never ends (no Content-Length);
+    - ``padded``: ``{file name: n}``: the file followed by ``n`` zero bytes (the length says so);
+    - ``log_requests``: a file each request is appended to as ``METHOD PATH`` (to show that a server
+      was never asked).
 
     Raises:
         StorageError: the server did not answer within ``timeout`` seconds.
     """
     port = free_port()
     url = f"http://{HOST}:{port}"
-    cmd = [sys.executable, "-m", "http.server", "--bind", HOST, "--directory", os.fspath(root), str(port)]
-    with _serving(cmd, url, None, None, timeout):
+    settings = {"root": os.fspath(root), "port": port,
+                "redirect": {k: v.replace("{self}", url) for k, v in (redirect or {}).items()},
+                "no_length": sorted(no_length), "endless": sorted(endless), "padded": dict(padded or {}),
+                "log": os.fspath(log_requests) if log_requests is not None else None}
+    cmd = [sys.executable, "-m", "iotool.storage.testing", json.dumps(settings)]
+    with _serving(cmd, url + ALIVE, None, None, timeout):
         yield url
+
+
+ALIVE = "/.iotool-alive"  # answered 200 by :func:`http_server` (how its start is waited for)
+
+
+def _serve(settings: dict[str, Any]) -> None:
+    """Run the server :func:`http_server` describes until terminated."""
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    names = {"no_length": set(settings["no_length"]), "endless": set(settings["endless"])}
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_HEAD(self) -> None:  # noqa: N802  (http.server's naming)
+            self._answer(body=False)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._answer(body=True)
+
+        def _answer(self, body: bool) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == ALIVE:
+                self._head(200, 0)
+                return
+            if settings["log"]:
+                with open(settings["log"], "a") as log:
+                    log.write(f"{self.command} {path}\n")
+            name = path.rsplit("/", 1)[-1]
+            for prefix, target in settings["redirect"].items():
+                if path.startswith(prefix):
+                    self.send_response(302)
+                    self.send_header("Location", target + path[len(prefix):])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+            if name in names["endless"]:
+                self._head(200, None)
+                while body:
+                    self.wfile.write(b" " * (1 << 16))
+                return
+            local = self.translate_path(path)
+            if not os.path.isfile(local):
+                super().do_GET() if body else super().do_HEAD()
+                return
+            extra = int(settings["padded"].get(name, 0))
+            self._head(200, None if name in names["no_length"] else os.path.getsize(local) + extra)
+            if body:
+                with open(local, "rb") as f:
+                    self.wfile.write(f.read())
+                while extra > 0:
+                    self.wfile.write(bytes(min(extra, 1 << 20)))
+                    extra -= 1 << 20
+
+        def _head(self, status: int, length: int | None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/octet-stream")
+            if length is not None:
+                self.send_header("Content-Length", str(length))
+            self.end_headers()
+
+        def handle_one_request(self) -> None:
+            try:
+                super().handle_one_request()
+            except (BrokenPipeError, ConnectionResetError):  # the client stopped reading: as it should
+                self.close_connection = True
+
+    handler = lambda *a, **kw: Handler(*a, directory=settings["root"], **kw)  # noqa: E731
+    server = ThreadingHTTPServer((HOST, settings["port"]), handler)
+    server.daemon_threads = True
+    server.serve_forever(poll_interval=0.05)
+
+
+if __name__ == "__main__":
+    _serve(json.loads(sys.argv[1]))

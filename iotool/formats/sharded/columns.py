@@ -344,31 +344,6 @@ class IntColumn(LazyColumn):
         return iter(np.asarray(self.array).tolist()) if len(self.array) < 65536 else (int(v) for v in self.array)
 
 
-def fetch_column_files(url: str, table: dict[str, dict[str, Any]], config: "StorageConfig", version: str) -> str:
-    """A local folder holding a remote dataset's column files: the shard cache's when
-    ``config.cache_dir`` is set, else a per-process temporary folder (removed at exit)."""
-    import atexit
-    import shutil
-    import tempfile
-
-    from ... import storage
-
-    names = [name for entry in table.values() for name in entry["files"]]
-    local = tempfile.mkdtemp(prefix="iotool-columns-")
-    cache = storage.ShardCache(config.cache_dir, config.cache_max_bytes) \
-        if config.cache_dir and not storage.cache_is_full(config.cache_dir) else None
-    for n in names:
-        if cache is not None:  # shared by the processes of this machine; linked under its own name
-            try:
-                os.symlink(cache.fetch(storage.join(url, n), config, version), os.path.join(local, n))
-                continue
-            except storage.CacheFullError:
-                cache = None  # read through: this process keeps its own copy
-        storage.download(storage.join(url, n), os.path.join(local, n), config)
-    atexit.register(shutil.rmtree, local, True)
-    return local
-
-
 def verify_files(folder: str, table: dict[str, dict[str, Any]]) -> list[str]:
     """Problems with the column files: missing, or not matching the digest the index records."""
     problems = []

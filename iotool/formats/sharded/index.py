@@ -59,7 +59,7 @@ def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> by
 
     index_path = st.join(path, INDEX_NAME)
     if st.is_url(path):
-        return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes)
+        return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes, "an index.json may have")
     size = os.path.getsize(index_path)
     if size > max_bytes:
         raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
@@ -210,11 +210,14 @@ class IndexedReader(FormatReader):
             return self._lists[name]
         columns = getattr(self, "_h_columns", None)
         if columns is None:
-            from .columns import Columns, fetch_column_files
+            from .columns import Columns
+            from .remote_columns import RemoteColumns, fetch_column_files
 
-            folder = fetch_column_files(self.path, self._table, self.storage, self._digest) if self.remote \
-                else self.path
-            columns = self._h_columns = Columns(folder, self._table, self._count)
+            if self.remote:  # local copies; errors name the dataset's URL
+                folder = fetch_column_files(self.path, self._table, self.storage, self._digest, self._count)
+                columns = self._h_columns = RemoteColumns(folder, self._table, self._count, self.path)
+            else:
+                columns = self._h_columns = Columns(self.path, self._table, self._count)
         return columns.get(name)
 
     def index_files(self) -> list[str]:
@@ -229,7 +232,8 @@ class IndexedReader(FormatReader):
         from .columns import verify_files
 
         self.column("keys")  # maps (and for a URL fetches) the files
-        return verify_files(self._h_columns.folder, self._table)
+        problems = verify_files(self._h_columns.folder, self._table)
+        return [self._h_columns.as_url(p) for p in problems] if self.remote else problems
 
     def _load_keys(self) -> Any:
         return self.column("keys")

@@ -28,6 +28,9 @@ class OffsetShardReader(IndexedReader, ShardedReader):
     """Random and sequential access to shard files through the index's ``locations`` column."""
 
     remote_ok = True  # shards and index may be fsspec URLs (streamed, optionally cached on disk)
+    # the most bytes a shard holds after the end of its last record's location (tar: the last
+    # record's label member, pax headers for a long name, the end blocks and padding to a record)
+    shard_tail_bytes = 64 << 10
 
     def _load_meta(self) -> DatasetMeta:
         meta, raw = read_index(self.path, self.format_name, storage=self.storage)
@@ -210,8 +213,18 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         _, offset, size = self._location(records[-1])
         return offset + size
 
+    def _max_size(self, shard: int) -> int:
+        """The most bytes a copy of ``shard`` may have: the end of its last record plus the format's
+        trailer (:attr:`shard_tail_bytes`); a remote body is never read past it."""
+        return self._min_size(shard) + self.shard_tail_bytes
+
+    def _shard_bound(self, shard: int) -> dict[str, Any]:
+        """The size bounds of ``shard`` as :meth:`storage.ShardCache.fetch` takes them."""
+        return {"min_size": self._min_size(shard), "max_size": self._max_size(shard),
+                "what": f"the index allows (its last record's end plus {self.shard_tail_bytes} bytes)"}
+
     def _open_cached(self, shard: int, cache: storage.ShardCache) -> IO[bytes]:
-        return cache.open(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
+        return cache.open(self.shard_path(shard), self.storage, self._digest, **self._shard_bound(shard))
 
     def _read_remote(self, shard: int, offset: int, size: int) -> bytes:
         """One record of a remote shard: from the local cache, else one ranged request."""
@@ -286,7 +299,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         cache = self._cache()
         if cache is not None:
             try:
-                path = cache.fetch(self.shard_path(shard), self.storage, self._digest, self._min_size(shard))
+                path = cache.fetch(self.shard_path(shard), self.storage, self._digest, **self._shard_bound(shard))
             except storage.CacheFullError:
                 path = None
             if path is not None:
@@ -295,7 +308,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         fd, tmp = tempfile.mkstemp(prefix="iotool-verify-", suffix=os.path.splitext(self.shards[shard]["name"])[1])
         os.close(fd)
         try:
-            storage.download(self.shard_path(shard), tmp, self.storage)
+            storage.download(self.shard_path(shard), tmp, self.storage, **self._shard_bound(shard))
             yield tmp
         finally:
             os.remove(tmp)
