@@ -183,9 +183,26 @@ def test_bound_is_cpu_when_workers_wait_for_a_core_held_by_others():
     assert bound.kind == "cpu" and "waiting for a free core" in bound.reason
 
 
-def test_bound_is_io_when_workers_idle_while_cores_idle():
-    bound = classify_bound(_timed(8, 1.6, 0.2, wait=0.1), cpus=16)
-    assert bound.kind == "io" and "idle" in bound.reason and bound.worker_busy == pytest.approx(0.2)
+def test_bound_is_io_when_workers_idle_while_cores_idle_and_data_comes_from_storage():
+    trial = _timed(8, 1.6, 0.2, wait=0.1)
+    trial.images, trial.storage_bytes = 100, 100 * 100_000
+    bound = classify_bound(trial, cpus=16)
+    assert bound.kind == "io" and "waiting on storage" in bound.reason and bound.worker_busy == pytest.approx(0.2)
+    assert "9.5 MiB read from storage" in bound.reason
+
+
+def test_a_wait_with_nothing_read_from_storage_is_not_io():
+    trial = _timed(8, 1.6, 0.2, wait=0.1)
+    trial.images, trial.storage_bytes = 100, 4096
+    bound = classify_bound(trial, cpus=16)
+    assert bound.kind == "idle" and "page cache" in bound.reason
+
+
+def test_a_wait_on_a_url_is_the_network():
+    trial = _timed(8, 1.6, 0.2, wait=0.1)
+    trial.images, trial.storage_bytes = 100, 0
+    assert classify_bound(trial, cpus=16, remote=True).kind == "io"
+    assert "network" in classify_bound(trial, cpus=16, remote=True).reason
 
 
 def test_bound_without_cpu_times_is_unknown():
