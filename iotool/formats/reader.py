@@ -7,7 +7,7 @@ import typing
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ..errors import FormatError, FormatVersionError, UsageError
+from ..errors import FormatError, FormatVersionError, IotoolError, UsageError
 from ..records import DatasetMeta
 
 if TYPE_CHECKING:
@@ -144,6 +144,23 @@ class FormatReader(ABC):
                 return self._load_image_sizes(strict=False)
             self._image_sizes = self._load_image_sizes()
         return self._image_sizes
+
+    def records_image_sizes(self) -> bool:
+        """Whether this dataset records its images' sizes (then :meth:`image_sizes` reads no
+        payload): true where the format reads them its own way."""
+        return type(self)._load_image_sizes is not FormatReader._load_image_sizes
+
+    def size_problems(self) -> list[str]:
+        """For ``verify``: the recorded image sizes refused (negative, beyond int32, past the
+        decompression-bomb limit: :func:`iotool.formats.shapes.check_sizes`); none where the
+        dataset records none (its headers are read, and checked, when records decode)."""
+        if not self.records_image_sizes():
+            return []
+        try:
+            self.image_sizes(strict=False)
+        except IotoolError as exc:
+            return [str(exc)]
+        return []
 
     def _load_image_sizes(self, strict: bool = True) -> "np.ndarray":
         """Every record's (height, width); by default read once from each payload's header."""

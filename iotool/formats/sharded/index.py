@@ -197,6 +197,12 @@ class IndexedReader(FormatReader):
         self._lists = {name: index_list(raw, name, count, _LIST_TYPES.get(kind, list), self.path)
                        for name, kind in kinds.items()}
 
+    def records_image_sizes(self) -> bool:
+        """A ``shapes`` column, or a format that reads its sizes its own way (bmp's ``sizes``)."""
+        from ..shapes import SHAPES
+
+        return SHAPES in self._present or type(self)._load_image_sizes is not IndexedReader._load_image_sizes
+
     def _load_image_sizes(self, strict: bool = True) -> Any:
         """The recorded ``shapes`` column where this dataset has one, else the headers."""
         from ..shapes import SHAPES, recorded_sizes
