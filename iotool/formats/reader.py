@@ -206,7 +206,7 @@ def check_labels(labels: Any, classes: int, where: str, key_of: Callable[[int], 
         values = np.asarray(array, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
         raise FormatError(f"{where}: the labels are not integers.") from None
-    if values.size == 0 or (values.min() >= 0 and values.max() < classes):
+    if values.size == 0 or values.view(np.uint64).max() < classes:  # one pass: a negative label is huge unsigned
         return
     i = int(np.flatnonzero((values < 0) | (values >= classes))[0])
     try:
