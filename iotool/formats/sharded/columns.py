@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ...errors import FormatError
+from .npyfile import map_npy
 
 if TYPE_CHECKING:
     from ...storage import StorageConfig
@@ -216,37 +217,6 @@ def check_table(table: Any, kinds: dict[str, str], where: str) -> dict[str, dict
     return table
 
 
-def _load_npy(path: str, root: str | None = None) -> np.ndarray:
-    """Map an .npy file read-only, opened as a regular file of the dataset under ``root``
-    (:func:`iotool.storage.files.open_regular`); never unpickles (object arrays are refused), and
-    the header's shape must fit in the file before anything is mapped."""
-    from numpy.lib import format as npy
-
-    from ...storage.files import regular_file
-
-    with regular_file(path, root) as f:
-        try:
-            version = npy.read_magic(f)
-            read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-            shape, fortran, dtype = read_header(f)
-        except Exception as exc:  # numpy's header parser raises many types on a damaged file
-            if isinstance(exc, MemoryError):
-                raise
-            raise FormatError(f"{path}: not a readable column file ({exc}).") from None
-        if dtype.hasobject:
-            raise FormatError(f"{path}: object arrays are not allowed in an index.")
-        offset, size = f.tell(), os.fstat(f.fileno()).st_size
-        nbytes = dtype.itemsize
-        for n in shape:
-            nbytes *= n
-        if offset + nbytes > size:
-            raise FormatError(f"{path}: truncated column file (its header declares shape {shape} of "
-                              f"{dtype}: {nbytes} bytes from byte {offset}, the file has {size}).")
-        if nbytes == 0:
-            return np.empty(shape, dtype=dtype)
-        return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
-
-
 class Columns:
     """The mapped columns of one dataset in this process (opened on first use, never pickled)."""
 
@@ -265,11 +235,11 @@ class Columns:
         kind = self.table[name]["kind"]
         paths = [os.path.join(self.folder, f) for f in column_files(name, _base(kind))]
         if kind == "str":
-            offsets, blob = _load_npy(paths[0], self.root), _load_npy(paths[1], self.root)
+            offsets, blob = map_npy(paths[0], self.root), map_npy(paths[1], self.root)
             _expect(paths[0], offsets, (self.count + 1,), "<i8")
             _expect(paths[1], blob, (int(offsets[-1]) if len(offsets) else 0,), "|u1")
             return StringColumn(offsets, blob, paths[0])  # each item's offsets checked when read
-        array = _load_npy(paths[0], self.root)
+        array = map_npy(paths[0], self.root)
         if kind == "sha256":
             _expect(paths[0], array, (self.count, 32), "|u1")
             return ChecksumColumn(array)

@@ -23,7 +23,18 @@ from ...names import ALLOWED, name_problem
 from ...storage.files import regular_file
 from ...records import DatasetMeta
 from ..reader import ShardedReader
-from .index import IndexedReader, read_index
+from .index import INDEX_NAME, IndexedReader, read_index
+
+
+def shard_name_problem(name: str) -> str | None:
+    """Why a shard name from an index may not be opened in the dataset's folder (None: it may):
+    :func:`iotool.names.name_problem`'s rule, and one plain, not hidden, file name."""
+    problem = name_problem(name)
+    if problem is None and "/" in name:
+        return "names a file in a subfolder"
+    if problem is None and name.startswith("."):
+        return "a hidden file"
+    return problem
 
 
 class OffsetShardReader(IndexedReader, ShardedReader):
@@ -44,14 +55,14 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                 isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("count"), int)
                 for s in shards):
             raise FormatError(f"{self.path}: index field 'shards' must be a list of {{name, count}} objects.")
+        where = storage.join(self.path, INDEX_NAME)
         for s in shards:
-            problem = name_problem(s["name"]) or ("not a file of the dataset's folder" if "/" in s["name"] or
-                                                  s["name"].startswith(".") else None)
+            problem = shard_name_problem(s["name"])
             if problem:
-                raise FormatError(f"{storage.join(self.path, 'index.json')}: unsafe shard name {s['name']!r:.100} "
-                                  f"({problem}); a shard name must be a plain file name: {ALLOWED}.")
+                raise FormatError(f"{where}: unsafe shard name {s['name']!r:.100} ({problem}); a shard name must be "
+                                  f"a file name in the dataset's folder, not hidden: {ALLOWED}.")
             if s["count"] < 0:
-                raise FormatError(f"{storage.join(self.path, 'index.json')}: invalid shard entry {s!r:.100}.")
+                raise FormatError(f"{where}: invalid shard entry {s!r:.100}.")
         if sum(s["count"] for s in shards) != count:
             raise FormatError(f"{self.path}: shard counts add up to {sum(s['count'] for s in shards)}, "
                               f"but metadata says {count} records.")
