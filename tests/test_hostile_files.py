@@ -441,3 +441,29 @@ def test_a_column_of_another_kind_than_the_format_stores_is_refused(fmt, copy):
     resign(path, lambda index: index["columns"]["labels"].update(kind="int2"))
     with pytest.raises(FormatError, match="column 'labels': column kind 'int2' where this format stores 'int'"):
         iotool.open_reader(path)
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if get_format(f).dali is not None])
+def test_writing_dali_indexes_never_blocks_on_a_fifo_shard(fmt, copy):
+    import threading
+
+    from iotool.formats.dali_index import write_dali_indexes
+
+    path = copy(fmt)
+    for f in data_files(path):
+        f.unlink()
+        os.mkfifo(f)
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(write_dali_indexes(path))
+        except Exception as exc:  # noqa: BLE001  (judged below)
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)  # a regression blocks here, not the suite
+    worker.start()
+    worker.join(BOUND_S)
+    assert outcome, f"writing DALI indexes of {path} blocked on a FIFO shard"
+    if isinstance(outcome[0], Exception):  # built from the shards' own headers: refused
+        assert isinstance(outcome[0], FormatError) and "a FIFO" in str(outcome[0]), outcome[0]
