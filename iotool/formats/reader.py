@@ -7,13 +7,16 @@ import typing
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ..errors import FormatVersionError, UsageError
+from ..errors import FormatError, FormatVersionError, IotoolError, UsageError
 from ..records import DatasetMeta
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..storage import StorageConfig
+
+
+MAX_RECORD_BYTES = 1 << 30
 
 
 class FormatReader(ABC):
@@ -30,6 +33,9 @@ class FormatReader(ABC):
     # A decoder for the payloads this format stores, used instead of the generic one when the
     # dataset's decoder is "auto" (the BMP cache: numpy only). None: the generic decoders.
     native_decode: Callable[[bytes], Any] | None = None
+    # No image record is this large: a bigger size in an index is damage or an attack, refused
+    # before anything is read or allocated.
+    max_record_bytes: int = MAX_RECORD_BYTES
 
     def __init__(self, path: str | os.PathLike, *, storage: "StorageConfig | None" = None):
         from ..storage import StorageConfig, is_url, normalize
@@ -42,6 +48,8 @@ class FormatReader(ABC):
                              f"copy it to local disk first.")
         self.meta: DatasetMeta = self._load_meta()
         self._check_version()
+        if self._labels_are_cheap():
+            self.labels  # noqa: B018  (checked against the classes at open)
 
     @abstractmethod
     def _load_meta(self) -> DatasetMeta:
@@ -58,6 +66,15 @@ class FormatReader(ABC):
     @abstractmethod
     def _load_labels(self) -> list[int]:
         """Return every record's label, in index order."""
+
+    def labels_file(self) -> str:
+        """The file the labels are stored in, for messages (the dataset's path by default)."""
+        return self.path
+
+    def _labels_are_cheap(self) -> bool:
+        """Whether the labels are in memory (or mapped) after the open, so checking them there
+        costs no read; readers that must read them check them on first use instead."""
+        return False
 
     @abstractmethod
     def _load_checksums(self) -> list[str]:
@@ -104,7 +121,9 @@ class FormatReader(ABC):
     def labels(self) -> list[int]:
         """Record labels, loaded on first use."""
         if getattr(self, "_labels", None) is None:
-            self._labels = self._load_labels()
+            labels = self._load_labels()
+            check_labels(labels, len(self.meta.classes), self.labels_file(), lambda i: self.keys[i])
+            self._labels = labels
         return self._labels
 
     @property
@@ -125,6 +144,23 @@ class FormatReader(ABC):
                 return self._load_image_sizes(strict=False)
             self._image_sizes = self._load_image_sizes()
         return self._image_sizes
+
+    def records_image_sizes(self) -> bool:
+        """Whether this dataset records its images' sizes (then :meth:`image_sizes` reads no
+        payload): true where the format reads them its own way."""
+        return type(self)._load_image_sizes is not FormatReader._load_image_sizes
+
+    def size_problems(self) -> list[str]:
+        """For ``verify``: the recorded image sizes refused (negative, beyond int32, past the
+        decompression-bomb limit: :func:`iotool.formats.shapes.check_sizes`); none where the
+        dataset records none (its headers are read, and checked, when records decode)."""
+        if not self.records_image_sizes():
+            return []
+        try:
+            self.image_sizes(strict=False)
+        except IotoolError as exc:
+            return [str(exc)]
+        return []
 
     def _load_image_sizes(self, strict: bool = True) -> "np.ndarray":
         """Every record's (height, width); by default read once from each payload's header."""
@@ -153,6 +189,32 @@ class FormatReader(ABC):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+def check_labels(labels: Any, classes: int, where: str, key_of: Callable[[int], str] | None = None) -> None:
+    """Refuse a label column holding a value outside ``range(classes)`` (vectorised: an array,
+    an :class:`~iotool.formats.sharded.columns.IntColumn` or a list); the error names the first
+    bad record.
+
+    Raises:
+        FormatError: naming ``where``, the record, its label and the valid range.
+    """
+    import numpy as np
+
+    array = getattr(labels, "array", labels)
+    try:
+        values = np.asarray(array, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise FormatError(f"{where}: the labels are not integers.") from None
+    if values.size == 0 or values.view(np.uint64).max() < classes:  # one pass: a negative label is huge unsigned
+        return
+    i = int(np.flatnonzero((values < 0) | (values >= classes))[0])
+    try:
+        key = f" ({key_of(i)})" if key_of is not None else ""
+    except Exception:  # noqa: BLE001  (the key only decorates the message)
+        key = ""
+    raise FormatError(f"{where}: record {i}{key} has label {int(values[i])}, but the dataset has "
+                      f"{classes} classes (labels 0 to {classes - 1}).")
 
 
 class ShardedReader(FormatReader):

@@ -109,13 +109,40 @@ def record_shape(record: Any) -> list[int]:
         return list(UNKNOWN)
 
 
+def check_sizes(reader: RecordSource, array: np.ndarray) -> None:
+    """Refuse recorded (height, width) rows that are negative, beyond int32, or more pixels than
+    the decompression-bomb limit (:func:`iotool.decode.check_pixels`), vectorised; the error names
+    a bad record (the first out of range, else the largest).
+
+    Raises:
+        FormatError: naming the dataset, the record, its recorded size and why it is refused.
+    """
+    from ..decode import check_pixels
+
+    if not len(array):
+        return
+    bad = np.flatnonzero((array < 0).any(axis=1) | (array > np.iinfo(np.int32).max).any(axis=1))
+    if len(bad):
+        i = int(bad[0])
+        raise FormatError(f"{_record_name(reader, i)}: recorded image size {array[i].tolist()} is negative or "
+                          f"beyond 2^31-1.")
+    pixels = array[:, 0] * array[:, 1]  # each factor < 2^31: no overflow in int64
+    i = int(np.argmax(pixels))
+    try:
+        check_pixels(int(array[i, 0]), int(array[i, 1]), warn=False)
+    except DecodeError as exc:
+        raise FormatError(f"{_record_name(reader, i)}: recorded image size {array[i].tolist()}: {exc}.") from None
+
+
 def recorded_sizes(reader: RecordSource, values: Any, strict: bool = True) -> np.ndarray:
     """The (N, 2) int32 sizes of a recorded ``shapes`` column (N x 2 int64, or lists), checked;
     rows recorded as unknown ([0, 0]) are read from their payloads (raising a clear error, or,
     when not ``strict``, staying (0, 0))."""
     array = np.asarray(values, dtype=np.int64).reshape(-1, 2) if len(values) else np.empty((0, 2), np.int64)
-    if len(array) != len(reader) or (len(array) and (array.min() < 0 or array.max() > np.iinfo(np.int32).max)):
-        raise FormatError(f"{reader.path}: the index's image sizes column is damaged (wrong length or values).")
+    if len(array) != len(reader):
+        raise FormatError(f"{reader.path}: the index's image sizes column has {len(array)} rows for "
+                          f"{len(reader)} records.")
+    check_sizes(reader, array)
     out = array.astype(np.int32)
     for i in np.flatnonzero((out == 0).any(axis=1)):
         out[i] = _size_of(reader, int(i), None, strict)

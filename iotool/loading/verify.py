@@ -72,6 +72,7 @@ def verify(path: str | os.PathLike, decode_images: bool = False,
         report.problems.append(Problem(None, None, _describe(exc)))
         return report
     report.problems += [Problem(None, None, reason) for reason in reader.integrity_problems()]
+    report.problems += [Problem(None, None, reason) for reason in reader.size_problems()]
     for i, data in _records(reader, report.count):
         try:
             key, expected = keys[i], checksums[i]

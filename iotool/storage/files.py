@@ -1,4 +1,5 @@
-"""File-system primitives: durable renames, an atomic swap, removal, sizes, a process lock.
+"""File-system primitives: durable renames, an atomic swap, removal, sizes, a process lock, and
+the one way a reader opens a file of a dataset (:func:`open_regular`, :func:`regular_file`).
 
 Policy (what to write where, what may be replaced) lives with the callers; these functions only
 do one thing to the file system each, the same way everywhere.
@@ -8,8 +9,87 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import shutil
+import stat
+from typing import BinaryIO
+
+from ..errors import FormatError
+
+REGULAR_ONLY = "files of a dataset must be regular files inside it"
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _SPECIAL if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | os.PathLike, root: str | os.PathLike | None = None) -> int:
+    """A read-only descriptor of the regular file at ``path``, for a reader of a dataset.
+
+    The open never blocks (``O_NONBLOCK``: a FIFO with no writer opens at once) and never takes
+    a terminal; then ``fstat`` must say a regular file. With ``root`` (the dataset's folder),
+    the file actually opened must lie under the real ``root``: a symlink that stays inside the
+    dataset is fine, one that leads out is refused. The caller closes the descriptor.
+
+    Raises:
+        FormatError: missing or unreadable, a FIFO, socket, device or directory, or a link out
+            of ``root``; the message names the file.
+    """
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FormatError(f"{path}: not a regular file ({_kind(mode)}); {REGULAR_ONLY}.")
+        if root is not None:
+            _check_under(fd, path, os.fspath(root))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def regular_file(path: str | os.PathLike, root: str | os.PathLike | None = None,
+                 buffering: int = -1) -> BinaryIO:
+    """:func:`open_regular` as a binary file object (a context manager that closes it)."""
+    return os.fdopen(open_regular(path, root), "rb", buffering=buffering)
+
+
+def _open_error(path: str, exc: OSError) -> FormatError:
+    """Why ``path`` could not be opened: its kind when it is a special file (a socket), else the OS's words."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = stat.S_IFREG
+    if not stat.S_ISREG(mode):
+        return FormatError(f"{path}: not a regular file ({_kind(mode)}); {REGULAR_ONLY}.")
+    return FormatError(f"{path}: cannot open ({exc.strerror or exc}).")
+
+
+@functools.lru_cache(maxsize=256)
+def _real_root(root: str) -> str:
+    return os.path.realpath(root)
+
+
+def _check_under(fd: int, path: str, root: str) -> None:
+    """Refuse a descriptor whose file (as opened: every link on the way followed) is not under ``root``."""
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")  # what was opened, one call, no race
+    except OSError:
+        real = os.path.realpath(path)
+    base = _real_root(root)
+    if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
+        base = os.path.realpath(root)  # the root itself may have moved since it was first resolved
+        if not real.startswith(base.rstrip(os.sep) + os.sep):
+            raise FormatError(f"{path}: a symlink leading outside the dataset (to {real}); {REGULAR_ONLY} "
+                              f"({root}), or links that stay inside it.")
 
 
 def remove_path(path: str) -> None:

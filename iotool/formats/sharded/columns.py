@@ -17,14 +17,12 @@ import hashlib
 import operator
 import os
 import struct
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ...errors import FormatError
-
-if TYPE_CHECKING:
-    from ...storage import StorageConfig
+from .npyfile import map_npy
 
 PREFIX = "index."
 _MAGIC = b"\x93NUMPY\x01\x00"
@@ -160,10 +158,12 @@ def _width(kind: str) -> int:
     return int(kind[3:]) if kind.startswith("int") and kind != "int" else 0
 
 
-def file_digest(path: str) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+def file_digest(path: str, root: str | None = None) -> str:
+    """Hex SHA-256 of a regular file (of the dataset under ``root``), read in 1 MiB blocks."""
+    from ...storage.files import regular_file
+
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with regular_file(path, root) as f:
         while block := f.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
@@ -183,37 +183,42 @@ def write_columns(folder: str, kinds: dict[str, str], rows: Iterable[dict[str, A
 
 # --- reading ---------------------------------------------------------------------------------------
 
-def check_table(table: Any, names: Sequence[str], where: str) -> dict[str, dict[str, Any]]:
-    """The column table of an index, checked for the expected columns and safe file names."""
-    if not isinstance(table, dict) or set(table) != set(names):
-        raise FormatError(f"{where}: index field 'columns' must describe exactly {', '.join(names)}.")
+KINDS = ("int", "intN (N int64 per record, e.g. int2)", "str", "sha256")  # for messages
+
+
+def kind_problem(kind: object) -> str | None:
+    """Why ``kind`` is not a column kind that exists (None: it is one)."""
+    if kind in ("int", "str", "sha256"):
+        return None
+    if isinstance(kind, str) and kind.startswith("int") and kind[3:].isdigit() and kind[3:].isascii() \
+            and 1 <= int(kind[3:]) <= 64:
+        return None
+    return f"column kind {kind!r:.40} does not exist (the kinds: {', '.join(KINDS)})"
+
+
+def check_table(table: Any, kinds: dict[str, str], where: str) -> dict[str, dict[str, Any]]:
+    """The column table of an index, checked for the expected columns, their kinds (each that of
+    ``kinds``, the format's) and their file names."""
+    if not isinstance(table, dict) or set(table) != set(kinds):
+        raise FormatError(f"{where}: index field 'columns' must describe exactly {', '.join(kinds)}.")
     for name, entry in table.items():
         files = entry.get("files") if isinstance(entry, dict) else None
         kind = entry.get("kind") if isinstance(entry, dict) else None
-        expected = column_files(name, _base(kind)) if isinstance(kind, str) else None
-        if not isinstance(files, dict) or expected is None or sorted(files) != sorted(expected):
-            raise FormatError(f"{where}: invalid description of column {name!r} in the index.")
+        problem = kind_problem(kind)
+        if problem is None and kind != kinds[name]:
+            problem = f"column kind {kind!r} where this format stores {kinds[name]!r}"
+        if problem is not None:
+            raise FormatError(f"{where}: index.json: column {name!r}: {problem}.")
+        if not isinstance(files, dict) or sorted(files) != sorted(column_files(name, _base(kind))):
+            raise FormatError(f"{where}: index.json: invalid description of column {name!r} (its files).")
     return table
-
-
-def _load_npy(path: str) -> np.ndarray:
-    """Map an .npy file read-only; never unpickles (object arrays are refused)."""
-    try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except Exception as exc:  # numpy's header parser raises many types on a damaged file
-        if isinstance(exc, MemoryError):
-            raise
-        raise FormatError(f"{path}: not a readable column file ({exc}).") from None
-    if array.dtype.hasobject:
-        raise FormatError(f"{path}: object arrays are not allowed in an index.")
-    return array
 
 
 class Columns:
     """The mapped columns of one dataset in this process (opened on first use, never pickled)."""
 
-    def __init__(self, folder: str, table: dict[str, dict[str, Any]], count: int):
-        self.folder, self.table, self.count = folder, table, count
+    def __init__(self, folder: str, table: dict[str, dict[str, Any]], count: int, root: str | None = None):
+        self.folder, self.table, self.count, self.root = folder, table, count, root
         self._arrays: dict[str, Any] = {}
 
     def get(self, name: str) -> Any:
@@ -227,11 +232,11 @@ class Columns:
         kind = self.table[name]["kind"]
         paths = [os.path.join(self.folder, f) for f in column_files(name, _base(kind))]
         if kind == "str":
-            offsets, blob = _load_npy(paths[0]), _load_npy(paths[1])
+            offsets, blob = map_npy(paths[0], self.root), map_npy(paths[1], self.root)
             _expect(paths[0], offsets, (self.count + 1,), "<i8")
             _expect(paths[1], blob, (int(offsets[-1]) if len(offsets) else 0,), "|u1")
             return StringColumn(offsets, blob, paths[0])  # each item's offsets checked when read
-        array = _load_npy(paths[0])
+        array = map_npy(paths[0], self.root)
         if kind == "sha256":
             _expect(paths[0], array, (self.count, 32), "|u1")
             return ChecksumColumn(array)
@@ -344,16 +349,20 @@ class IntColumn(LazyColumn):
         return iter(np.asarray(self.array).tolist()) if len(self.array) < 65536 else (int(v) for v in self.array)
 
 
-def verify_files(folder: str, table: dict[str, dict[str, Any]]) -> list[str]:
-    """Problems with the column files: missing, or not matching the digest the index records."""
+def verify_files(folder: str, table: dict[str, dict[str, Any]], root: str | None = None) -> list[str]:
+    """Problems with the column files: missing, special or outside ``root`` (the dataset), or not
+    matching the digest the index records."""
     problems = []
     for entry in table.values():
         for name, digest in entry["files"].items():
             path = os.path.join(folder, name)
             try:
-                actual = file_digest(path)
+                actual = file_digest(path, root)
             except OSError as exc:
                 problems.append(f"{path}: unreadable column file ({exc.strerror or exc}).")
+                continue
+            except FormatError as exc:
+                problems.append(f"unreadable column file: {exc}")
                 continue
             if actual != digest:
                 problems.append(f"{path}: the column file does not match its integrity digest.")

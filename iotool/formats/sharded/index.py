@@ -56,15 +56,16 @@ def write_index(path: str, index: dict[str, Any]) -> None:
 def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> bytes:
     """The bytes of ``path``/index.json, from local disk or through fsspec."""
     from ... import storage as st
+    from ...storage.files import regular_file
 
     index_path = st.join(path, INDEX_NAME)
     if st.is_url(path):
         return st.read_bytes(index_path, storage or st.StorageConfig(), max_bytes, "an index.json may have")
-    size = os.path.getsize(index_path)
-    if size > max_bytes:
-        raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
-    with open(index_path, "rb") as f:
-        return f.read()
+    with regular_file(index_path, path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise FormatError(f"{index_path}: {size} bytes is larger than any index iotool writes.")
+        return f.read(size)
 
 
 def read_index(path: str, expected_format: str, max_bytes: int = MAX_INDEX_BYTES,
@@ -186,7 +187,7 @@ class IndexedReader(FormatReader):
         kinds = {n: k for n, k in self.column_kinds.items() if version >= self.column_since.get(n, 0)}
         self._present = list(kinds)
         if "columns" in raw:
-            self._table: dict | None = check_table(raw["columns"], list(kinds), self.path)
+            self._table: dict | None = check_table(raw["columns"], kinds, self.path)
             self._lists: dict[str, list] | None = None
             if not self.remote:  # map every column now: a wrong length or type fails the open
                 for name in kinds:
@@ -195,6 +196,12 @@ class IndexedReader(FormatReader):
         self._table = None
         self._lists = {name: index_list(raw, name, count, _LIST_TYPES.get(kind, list), self.path)
                        for name, kind in kinds.items()}
+
+    def records_image_sizes(self) -> bool:
+        """A ``shapes`` column, or a format that reads its sizes its own way (bmp's ``sizes``)."""
+        from ..shapes import SHAPES
+
+        return SHAPES in self._present or type(self)._load_image_sizes is not IndexedReader._load_image_sizes
 
     def _load_image_sizes(self, strict: bool = True) -> Any:
         """The recorded ``shapes`` column where this dataset has one, else the headers."""
@@ -217,7 +224,7 @@ class IndexedReader(FormatReader):
                 folder = fetch_column_files(self.path, self._table, self.storage, self._digest, self._count)
                 columns = self._h_columns = RemoteColumns(folder, self._table, self._count, self.path)
             else:
-                columns = self._h_columns = Columns(self.path, self._table, self._count)
+                columns = self._h_columns = Columns(self.path, self._table, self._count, root=self.path)
         return columns.get(name)
 
     def index_files(self) -> list[str]:
@@ -232,8 +239,19 @@ class IndexedReader(FormatReader):
         from .columns import verify_files
 
         self.column("keys")  # maps (and for a URL fetches) the files
-        problems = verify_files(self._h_columns.folder, self._table)
+        problems = verify_files(self._h_columns.folder, self._table, self._h_columns.root)
         return [self._h_columns.as_url(p) for p in problems] if self.remote else problems
+
+    def labels_file(self) -> str:
+        """The labels column's file (index.json for version 1, whose lists it holds)."""
+        from ...storage import join
+        from .columns import column_files
+
+        return join(self.path, column_files("labels", "int")[0] if self._table is not None else INDEX_NAME)
+
+    def _labels_are_cheap(self) -> bool:
+        """Local columns are mapped at open (version 1 lists are in memory): labels checked there."""
+        return not self.remote
 
     def _load_keys(self) -> Any:
         return self.column("keys")

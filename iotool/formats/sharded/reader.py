@@ -19,9 +19,22 @@ import numpy as np
 
 from ... import storage
 from ...errors import FormatError, IotoolError
+from ...names import ALLOWED, name_problem
+from ...storage.files import regular_file
 from ...records import DatasetMeta
 from ..reader import ShardedReader
-from .index import IndexedReader, read_index
+from .index import INDEX_NAME, IndexedReader, read_index
+
+
+def shard_name_problem(name: str) -> str | None:
+    """Why a shard name from an index may not be opened in the dataset's folder (None: it may):
+    :func:`iotool.names.name_problem`'s rule, and one plain, not hidden, file name."""
+    problem = name_problem(name)
+    if problem is None and "/" in name:
+        return "names a file in a subfolder"
+    if problem is None and name.startswith("."):
+        return "a hidden file"
+    return problem
 
 
 class OffsetShardReader(IndexedReader, ShardedReader):
@@ -45,9 +58,14 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                 isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("count"), int)
                 for s in shards):
             raise FormatError(f"{self.path}: index field 'shards' must be a list of {{name, count}} objects.")
+        where = storage.join(self.path, INDEX_NAME)
         for s in shards:
-            if "/" in s["name"] or s["name"].startswith(".") or s["count"] < 0:
-                raise FormatError(f"{self.path}: invalid shard entry {s!r:.100}.")
+            problem = shard_name_problem(s["name"])
+            if problem:
+                raise FormatError(f"{where}: unsafe shard name {s['name']!r:.100} ({problem}); a shard name must be "
+                                  f"a file name in the dataset's folder, not hidden: {ALLOWED}.")
+            if s["count"] < 0:
+                raise FormatError(f"{where}: invalid shard entry {s!r:.100}.")
         if sum(s["count"] for s in shards) != count:
             raise FormatError(f"{self.path}: shard counts add up to {sum(s['count'] for s in shards)}, "
                               f"but metadata says {count} records.")
@@ -112,6 +130,8 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                 problems += self._companion_problems(shard, indices)
             except storage.StorageError as exc:
                 problems.append(f"{self.shard_path(shard)}: unreadable ({exc}).")
+            except FormatError as exc:  # not a regular file of the dataset, or damaged: says which
+                problems.append(str(exc))
             except Exception as exc:  # noqa: BLE001  (the format says which errors mean unreadable)
                 reason = self._unreadable(exc)
                 if reason is None:
@@ -157,10 +177,19 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         shard, offset, size = self._location(index)
         if self.remote:
             return self._payload(shard, offset, self._read_remote(shard, offset, size)), self.labels[index]
-        with open(self.shard_path(shard), "rb") as f:
+        with self.open_local(self.shard_path(shard), buffering=0) as f:
             return self._payload(shard, offset, self._read_at(f, shard, offset, size)), self.labels[index]
 
+    def open_local(self, path: str, buffering: int = -1) -> IO[bytes]:
+        """A local file of this dataset (a shard, a companion file, or for a URL its cached or
+        downloaded copy), opened as a regular file: inside the dataset's folder when local
+        (:func:`iotool.storage.files.regular_file`)."""
+        return regular_file(path, None if self.remote else self.path, buffering)
+
     def _read_at(self, f, shard: int, offset: int, size: int) -> bytes:
+        if size > self.max_record_bytes:  # before anything is read or allocated
+            raise FormatError(f"{self.shard_path(shard)}: record at byte {offset}: the index gives it {size} bytes, "
+                              f"more than the {self.max_record_bytes} any record may have.")
         available = os.fstat(f.fileno()).st_size - offset
         if size > available:  # a damaged index must not make a huge read (or allocation)
             raise FormatError(f"{self.shard_path(shard)}: truncated shard (record at byte {offset} "
@@ -185,7 +214,14 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                 if shard != current:
                     if f is not None:
                         f.close()
-                    f, current = open(self.shard_path(shard), "rb", buffering=1 << 20), shard
+                    f, current = None, shard
+                    try:
+                        f = self.open_local(self.shard_path(shard), buffering=1 << 20)
+                    except FormatError:
+                        pass  # each record of this shard is read again by read(i), which names the error
+                if f is None:
+                    yield i, None, None
+                    continue
                 try:
                     data = self._payload(shard, offset, self._read_at(f, shard, offset, size))
                 except (OSError, FormatError):

@@ -97,10 +97,13 @@ def _has_space(text: str) -> bool:
     return any(c.isspace() for c in text)
 
 
-def scan_shard(path: str) -> WdsIndex:
-    """The DALI index of an existing shard, from its tar headers (regular files only)."""
+def scan_shard(path: str, root: str | None = None) -> WdsIndex:
+    """The DALI index of an existing shard (a regular file, of the dataset at ``root`` when
+    given), from its tar headers (regular members only)."""
+    from ...storage.files import regular_file
+
     index = WdsIndex()
-    with tarfile.open(path, "r:") as tar:
+    with regular_file(path, root) as f, tarfile.open(fileobj=f, mode="r:") as tar:
         for member in tar:
             if member.isreg():
                 index.add(member.name, member.offset_data, member.size)

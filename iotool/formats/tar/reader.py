@@ -70,7 +70,7 @@ class TarReader(OffsetShardReader):
 
     def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
         where = self.shard_path(shard)
-        with tarfile.open(local, "r:") as tf:
+        with self.open_local(local) as f, tarfile.open(fileobj=f, mode="r:") as tf:
             members = tf.getmembers()
             expected = 2 * len(indices)
             if len(members) != expected:

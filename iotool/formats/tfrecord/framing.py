@@ -11,6 +11,7 @@ with the file and the byte offset of the record.
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import IO, Callable, Iterator, NamedTuple
 
@@ -112,7 +113,7 @@ def scan(f: IO[bytes], where: str, max_bytes: int = MAX_RECORD_BYTES) -> Iterato
     intact); a bad header or a truncation ends the scan with a last error record, since
     nothing after it can be found reliably.
     """
-    offset = 0
+    offset, end = 0, _file_end(f)
     while True:
         header = f.read(HEADER_BYTES)
         if not header:
@@ -122,12 +123,14 @@ def scan(f: IO[bytes], where: str, max_bytes: int = MAX_RECORD_BYTES) -> Iterato
         except RecordError as exc:
             yield RawRecord(offset, len(header), None, exc)
             return
-        rest = f.read(length + FOOTER_BYTES)
         size = framed_size(length)
+        # a file's length is checked before the body is read (nothing allocated for a lie)
+        fits = end is None or offset + size <= end
+        rest = f.read(length + FOOTER_BYTES) if fits else b""
         if len(rest) != length + FOOTER_BYTES:
-            yield RawRecord(offset, HEADER_BYTES + len(rest), None, RecordError(
-                f"{where}: truncated record at byte {offset} ({HEADER_BYTES + len(rest)} of {size} bytes).",
-                offset, False))
+            have = HEADER_BYTES + len(rest) if fits else end - offset
+            yield RawRecord(offset, have, None, RecordError(
+                f"{where}: truncated record at byte {offset} ({have} of {size} bytes).", offset, False))
             return
         try:
             data = bytes(unframe(header + rest, where, offset, max_bytes))
@@ -135,6 +138,14 @@ def scan(f: IO[bytes], where: str, max_bytes: int = MAX_RECORD_BYTES) -> Iterato
         except RecordError as exc:
             yield RawRecord(offset, size, None, exc)
         offset += size
+
+
+def _file_end(f: IO[bytes]) -> int | None:
+    """The size of the file behind ``f`` when it is one (None for a stream)."""
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def index_lines(locations: "Iterator[tuple[int, int]] | list[tuple[int, int]]") -> str:

@@ -6,7 +6,7 @@ from ... import storage
 from ...errors import FormatError
 from ..sharded.reader import OffsetShardReader
 from . import example
-from .framing import MAX_RECORD_BYTES, RecordError, scan, unframe
+from .framing import MAX_RECORD_BYTES, RecordError, framed_size, scan, unframe
 from .writer import KINDS, index_name
 
 FORMAT_VERSION = 2  # 2: the shapes column (decoded sizes)
@@ -20,6 +20,7 @@ class TfrecordReader(OffsetShardReader):
     format_versions = (1, FORMAT_VERSION)
     column_kinds = KINDS
     column_since = {"shapes": 2}
+    max_record_bytes = framed_size(MAX_RECORD_BYTES)  # the framing's cap, checked before a read
 
     @property
     def label_offset(self) -> int:
@@ -29,8 +30,6 @@ class TfrecordReader(OffsetShardReader):
 
     def _payload(self, shard: int, offset: int, raw: bytes) -> bytes:
         where = self.shard_path(shard)
-        if len(raw) > MAX_RECORD_BYTES + 16:
-            raise FormatError(f"{where}: record at byte {offset}: {len(raw)} bytes is more than any record.")
         data = unframe(raw, where, offset)
         try:
             image = example.first_bytes(example.decode_example(data), example.IMAGE)
@@ -49,7 +48,7 @@ class TfrecordReader(OffsetShardReader):
 
     def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
         where, problems = self.shard_path(shard), []
-        with open(local, "rb") as f:
+        with self.open_local(local) as f:
             found = list(scan(f, where))
         if len(found) != len(indices):
             problems.append(f"{where}: {len(found)} records, the index expects {len(indices)}.")
@@ -82,9 +81,9 @@ class TfrecordReader(OffsetShardReader):
             if self.remote:
                 found = storage.read_bytes(path, self.storage, len(expected) + 1)
             else:
-                with open(path, "rb") as f:
+                with self.open_local(path) as f:
                     found = f.read(len(expected) + 1)
-        except (OSError, storage.StorageError) as exc:
+        except (OSError, FormatError) as exc:
             return [f"{path}: unreadable ({exc}); rewrite it with `python -m tfrecord.tools.tfrecord2idx`."]
         return [] if found == expected else [f"{path}: does not match the records of its shard."]
 

@@ -23,6 +23,7 @@ from iotool.formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks
 from iotool.formats.sharded.columns import ColumnWriter
 from iotool.formats.sharded.index import IndexedReader, meta_dict, read_index, sniff_index, write_index
 from iotool.records import DatasetMeta, Record
+from iotool.storage.files import regular_file
 
 FORMAT_VERSION = 1
 DATA = "data.bin"
@@ -87,8 +88,10 @@ class PackReader(IndexedReader):
         if not 0 <= start <= stop:
             raise FormatError(f"{self.path}: record {index} has an invalid span [{start}, {stop}).")
         path = os.path.join(self.path, DATA)
+        if stop - start > self.max_record_bytes:  # before anything is read or allocated
+            raise FormatError(f"{path}: record {index} declares {stop - start} bytes, more than any record.")
         try:
-            with open(path, "rb", buffering=0) as f:
+            with regular_file(path, self.path, buffering=0) as f:  # a regular file inside the dataset
                 if stop > os.fstat(f.fileno()).st_size:  # a damaged index must not make a huge read
                     raise FormatError(f"{path}: truncated (record {index} needs bytes {start}-{stop}).")
                 data = os.pread(f.fileno(), stop - start, start)

@@ -1,0 +1,45 @@
+"""Mapping an index column's ``.npy`` file read-only, as a regular file of its dataset.
+
+``np.load(mmap_mode="r")`` opens the path itself (a FIFO there would block, a link out of the
+dataset would be followed) and leaves a header that declares more than the file holds to
+``mmap``. Here the file is opened once by :func:`iotool.storage.files.regular_file`, its header
+read with numpy's own parser, its declared shape checked against the file's size, and the
+checked descriptor mapped.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from numpy.lib import format as npy
+
+from ...errors import FormatError
+from ...storage.files import regular_file
+
+
+def map_npy(path: str, root: str | None = None) -> np.ndarray:
+    """Map an .npy file read-only, opened as a regular file of the dataset under ``root``
+    (:func:`iotool.storage.files.open_regular`); never unpickles (object arrays are refused), and
+    the header's shape must fit in the file before anything is mapped."""
+    with regular_file(path, root) as f:
+        try:
+            version = npy.read_magic(f)
+            read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            shape, fortran, dtype = read_header(f)
+        except Exception as exc:  # numpy's header parser raises many types on a damaged file
+            if isinstance(exc, MemoryError):
+                raise
+            raise FormatError(f"{path}: not a readable column file ({exc}).") from None
+        if dtype.hasobject:
+            raise FormatError(f"{path}: object arrays are not allowed in an index.")
+        offset, size = f.tell(), os.fstat(f.fileno()).st_size
+        nbytes = dtype.itemsize
+        for n in shape:
+            nbytes *= n
+        if offset + nbytes > size:
+            raise FormatError(f"{path}: truncated column file (its header declares shape {shape} of "
+                              f"{dtype}: {nbytes} bytes from byte {offset}, the file has {size}).")
+        if nbytes == 0:
+            return np.empty(shape, dtype=dtype)
+        return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
