@@ -54,7 +54,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import h5py  # noqa: F401  (imported before forking, so a case costs no import)
 import lmdb  # noqa: F401
@@ -221,7 +221,9 @@ def _iterate(dataset: Path) -> int:
     return sum(1 for _ in items)
 
 
-def _step(results: dict, name: str, fn) -> Any:
+def step(results: dict, name: str, fn: Callable[[], Any]) -> Any:
+    """Run one step of a probe; record in ``results[name]`` whether it was fine, raised an iotool
+    error (its text) or anything else (its type, text and where it was raised)."""
     try:
         value = fn()
     except IotoolError as exc:
@@ -237,26 +239,28 @@ def _step(results: dict, name: str, fn) -> Any:
 def probe(dataset: Path) -> dict:
     """Read ``dataset`` as a user would and say what each step did (the child's whole job)."""
     results: dict[str, Any] = {}
-    reader = _step(results, "open_reader", lambda: iotool.open_reader(dataset))
+    reader = step(results, "open_reader", lambda: iotool.open_reader(dataset))
     if reader is not None:
-        results["contents"] = _step(results, "read", lambda: _contents(reader))
-    _step(results, "iterate", lambda: _iterate(dataset))
-    report = _step(results, "verify", lambda: iotool.verify(dataset, decode_images=True))
+        results["contents"] = step(results, "read", lambda: _contents(reader))
+    step(results, "iterate", lambda: _iterate(dataset))
+    report = step(results, "verify", lambda: iotool.verify(dataset, decode_images=True))
     if report is not None:
         results["verify_ok"] = report.ok
         results["problems"] = [p.reason for p in report.problems][:50]
     return results
 
 
-def _child(case: Case | None, pristine: Path, workdir: Path, bound: float, memory: int) -> None:
+def _child(case: Case | None, pristine: Path, workdir: Path, bound: float, memory: int,
+           read: Callable[[Path], dict]) -> None:
     """Runs in the forked child; never returns (``os._exit``)."""
     code = 3
     try:
         trace = os.open(workdir / "trace.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(trace, 1)
         os.dup2(trace, 2)
-        faulthandler.enable(all_threads=True)
-        faulthandler.dump_traceback_later(bound, exit=True)
+        sys.stdout = sys.stderr = open(2, "w", closefd=False)  # also under pytest's capture
+        faulthandler.enable(2, all_threads=True)
+        faulthandler.dump_traceback_later(bound, exit=True, file=2)
         mapped = _mapped_bytes()
         resource.setrlimit(resource.RLIMIT_AS, (mapped + memory, mapped + memory))
         dataset = workdir / pristine.name
@@ -266,7 +270,7 @@ def _child(case: Case | None, pristine: Path, workdir: Path, bound: float, memor
                 m.apply(dataset)
             if case.resign:
                 resign_index(dataset)
-        results = probe(dataset)
+        results = (probe if case is None else read)(dataset)  # the pristine dataset: always read fully
         (workdir / "result.json").write_text(json.dumps(results))
         code = 0
     except BaseException:  # noqa: BLE001 (the harness itself failed: exit code says so)
@@ -323,12 +327,15 @@ def classify(results: dict, dataset: Path, pristine_contents: str | None, resign
 
 @dataclass
 class FuzzRun:
-    """Runs cases in forked children, ``jobs`` at a time, each under ``bound`` seconds."""
+    """Runs cases in forked children, ``jobs`` at a time, each under ``bound`` seconds and
+    ``memory`` more bytes of address space; ``read`` is what a child does with the mutated
+    dataset (:func:`probe`; the harness's own tests give it one that crashes or hangs)."""
 
     root: Path
     jobs: int = 2
     bound: float = BOUND_S
     memory: int = MEMORY_BYTES
+    read: Callable[[Path], dict] = probe
     pristine: dict[str, Path] = field(default_factory=dict)
     contents: dict[str, str | None] = field(default_factory=dict)
 
@@ -363,7 +370,7 @@ class FuzzRun:
                 workdir = Path(tempfile.mkdtemp(prefix=f"case-{slot}-", dir=self.root))
                 pid = os.fork()
                 if pid == 0:
-                    _child(case, self.pristine[fmt], workdir, self.bound, self.memory)
+                    _child(case, self.pristine[fmt], workdir, self.bound, self.memory, self.read)
                 running[pid] = (slot, case, workdir, time.monotonic())
             done = False
             for pid, (slot, case, workdir, start) in list(running.items()):
@@ -385,7 +392,9 @@ class FuzzRun:
     def _outcome(self, case: Case | None, fmt: str, workdir: Path, status: int, killed: bool,
                  seconds: float) -> Outcome:
         trace_file = workdir / "trace.txt"
-        trace = trace_file.read_text(errors="replace")[-4000:] if trace_file.exists() else ""
+        trace = trace_file.read_text(errors="replace") if trace_file.exists() else ""
+        start = max(trace.find("Fatal Python error"), trace.find("Timeout ("), 0)
+        trace = trace[start:start + 4000]  # faulthandler's dump, innermost frame first
         result = workdir / "result.json"
         if killed or "Timeout (" in trace:
             return Outcome(case, "hang", f"past the {self.bound:g} s bound", trace, seconds)
@@ -415,7 +424,7 @@ def summarize(fmt: str, outcomes: list[Outcome], examples: int = 3) -> dict:
                                                + ("" if out.case.seed == SEED else f" --seed {out.case.seed}"),
                                      "mutations": [asdict(m) for m in out.case.mutations],
                                      "resign": out.case.resign, "detail": out.detail[:3000],
-                                     "trace": out.trace[-3000:]})
+                                     "trace": out.trace[:3000]})
     seconds = sum(o.seconds for o in outcomes)
     return {"format": fmt, "cases": len(outcomes), "counts": counts, "bad": sum(counts.get(k, 0) for k in BAD),
             "case_seconds_mean": round(seconds / max(len(outcomes), 1), 3), "examples": found}
