@@ -370,13 +370,13 @@ class FuzzRun:
                 workdir = Path(tempfile.mkdtemp(prefix=f"case-{slot}-", dir=self.root))
                 pid = os.fork()
                 if pid == 0:
-                    _child(case, self.pristine[fmt], workdir, self.bound, self.memory, self.read)
+                    _child(case, self.pristine[fmt], workdir, self._bound(case), self.memory, self.read)
                 running[pid] = (slot, case, workdir, time.monotonic())
             done = False
             for pid, (slot, case, workdir, start) in list(running.items()):
                 waited, status = os.waitpid(pid, os.WNOHANG)
                 killed = False
-                if not waited and time.monotonic() - start > self.bound + 5:
+                if not waited and time.monotonic() - start > self._bound(case) + 5:
                     os.kill(pid, signal.SIGKILL)
                     waited, status = os.waitpid(pid, 0)
                     killed = True
@@ -389,6 +389,10 @@ class FuzzRun:
                 time.sleep(0.005)
         return [outcomes[i] for i in range(len(cases))]
 
+    def _bound(self, case: Case | None) -> float:
+        """A case's time bound; the pristine dataset's is generous (it is not under test)."""
+        return self.bound if case is not None else max(self.bound, BOUND_S) * 3
+
     def _outcome(self, case: Case | None, fmt: str, workdir: Path, status: int, killed: bool,
                  seconds: float) -> Outcome:
         trace_file = workdir / "trace.txt"
@@ -397,7 +401,7 @@ class FuzzRun:
         trace = trace[start:start + 4000]  # faulthandler's dump, innermost frame first
         result = workdir / "result.json"
         if killed or "Timeout (" in trace:
-            return Outcome(case, "hang", f"past the {self.bound:g} s bound", trace, seconds)
+            return Outcome(case, "hang", f"past the {self._bound(case):g} s bound", trace, seconds)
         if os.WIFSIGNALED(status):
             return Outcome(case, "signal", signal.Signals(os.WTERMSIG(status)).name, trace, seconds)
         if not result.exists():
@@ -412,22 +416,47 @@ class FuzzRun:
         return Outcome(case, klass, detail, trace if klass in BAD else "", seconds)
 
 
+def signature(out: Outcome) -> str:
+    """What tells one finding from another of the same class: the step and the exception's type
+    and the innermost iotool line it passed (raw), the error's type (unnamed), the innermost iotool
+    line in the trace (signal, hang), or the words without their numbers (silent, exit)."""
+    import re
+
+    text = out.detail + "\n" + out.trace
+    line = re.findall(r'File "[^"]*?(iotool/[^"]+)", line (\d+)', text)
+    where = f" at {line[0][0]}:{line[0][1]}" if out.klass in ("signal", "hang") and line else ""
+    if out.klass in ("raw", "memory", "unnamed"):
+        head = out.detail.split("\n")[0]
+        kind = re.match(r"(\w+: \w+)|(verify \w+ [^:]*?(\w+Error|\w+Exception))", head)
+        where = f" at {line[-1][0]}:{line[-1][1]}" if line else ""
+        return (kind.group(0) if kind else head[:80]) + where
+    if out.klass in ("signal", "hang"):
+        return out.klass + (f" {out.detail}" if out.klass == "signal" else "") + where
+    return re.sub(r"\d+", "N", out.detail.split("\n")[0])[:120]
+
+
 def summarize(fmt: str, outcomes: list[Outcome], examples: int = 3) -> dict:
-    """Counts per class and, for each bad class, a few replayable examples (the smallest cases)."""
+    """Counts per class, and per finding (:func:`signature`) of each bad class its count, the
+    cases that showed it and a few replayable examples (the smallest cases)."""
     counts: dict[str, int] = {}
-    found: dict[str, list] = {}
+    findings: dict[str, dict] = {}
     for out in outcomes:
         counts[out.klass] = counts.get(out.klass, 0) + 1
-        if out.klass in BAD and len(found.setdefault(out.klass, [])) < examples:
-            found[out.klass].append({"case": out.case.number, "seed": out.case.seed,
-                                     "replay": f"python -m tests.fuzzing --replay {fmt} {out.case.number}"
-                                               + ("" if out.case.seed == SEED else f" --seed {out.case.seed}"),
-                                     "mutations": [asdict(m) for m in out.case.mutations],
-                                     "resign": out.case.resign, "detail": out.detail[:3000],
-                                     "trace": out.trace[:3000]})
+        if out.klass not in BAD:
+            continue
+        found = findings.setdefault(f"{out.klass}: {signature(out)}", {"count": 0, "cases": [], "examples": []})
+        found["count"] += 1
+        found["cases"].append(out.case.number)
+        if len(found["examples"]) < examples:
+            found["examples"].append({
+                "case": out.case.number, "seed": out.case.seed,
+                "replay": f"python -m tests.fuzzing --replay {fmt} {out.case.number}"
+                          + ("" if out.case.seed == SEED else f" --seed {out.case.seed}"),
+                "mutations": [asdict(m) for m in out.case.mutations], "resign": out.case.resign,
+                "detail": out.detail[:3000], "trace": out.trace[:3000]})
     seconds = sum(o.seconds for o in outcomes)
     return {"format": fmt, "cases": len(outcomes), "counts": counts, "bad": sum(counts.get(k, 0) for k in BAD),
-            "case_seconds_mean": round(seconds / max(len(outcomes), 1), 3), "examples": found}
+            "case_seconds_mean": round(seconds / max(len(outcomes), 1), 3), "findings": findings}
 
 
 def _print(text: str) -> None:

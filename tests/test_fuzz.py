@@ -7,6 +7,7 @@ writes a summary per format with replayable examples of each failure class.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -31,9 +32,10 @@ def fuzz(tmp_path_factory) -> fuzzing.FuzzRun:
 
 def describe(summary: dict) -> str:
     lines = [f"{summary['format']}: {summary['counts']}"]
-    for klass, examples in summary["examples"].items():
-        first = examples[0]
-        lines += [f"  {klass}: {first['replay']}  {first['mutations']} resign={first['resign']}",
+    for finding, found in summary["findings"].items():
+        first = found["examples"][0]
+        lines += [f"  {finding} ({found['count']} cases): {first['replay']}",
+                  f"    {first['mutations']} resign={first['resign']}",
                   "    " + first["detail"][:600].replace("\n", "\n    ")]
     return "\n".join(lines)
 
@@ -87,13 +89,14 @@ def exiting(dataset: Path) -> dict:
 
 @pytest.mark.parametrize("read, klass", [(crashing, "signal"), (hanging, "hang"), (allocating, "memory"),
                                          (raising, "raw"), (unnamed, "unnamed"), (exiting, "exit")])
-def test_the_harness_classes_each_kind_of_failure(tmp_path, read, klass):
-    run = fuzzing.FuzzRun(tmp_path, jobs=1, bound=1.5, memory=1 << 30, read=read)
+def test_the_harness_classes_each_kind_of_failure(fuzz, read, klass):
+    bound = 1.5 if klass == "hang" else fuzzing.BOUND_S  # the others must not be slow to be seen
+    run = dataclasses.replace(fuzz, jobs=1, bound=bound, memory=1 << 30, read=read)  # the same pristine datasets
     outcome = run.run(run.cases("tar", [0]), "tar")[0]
     assert outcome.klass == klass, (outcome.detail, outcome.trace)
     if klass in ("signal", "hang"):  # faulthandler says where the child was
         assert "File " in outcome.trace and ("crashing" if klass == "signal" else "hanging") in outcome.trace
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("case-")] == []  # cases cleaned up
+    assert [p.name for p in fuzz.root.iterdir() if p.name.startswith("case-")] == []  # cases cleaned up
 
 
 def test_a_case_is_fixed_by_the_seed_and_its_number(fuzz):
