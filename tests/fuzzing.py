@@ -209,7 +209,7 @@ def _where(exc: BaseException) -> str:
     """The innermost frame in iotool that the exception went through, and where it was raised."""
     frames = traceback.extract_tb(exc.__traceback__)
     ours = [f for f in frames if f"{os.sep}iotool{os.sep}" in f.filename]
-    picked = ([ours[-1]] if ours else []) + ([frames[-1]] if frames and (not ours or frames[-1] is not ours[-1]) else [])
+    picked = ours[-1:] + [f for f in frames[-1:] if not ours or f is not ours[-1]]
     return "".join(traceback.format_list(picked))
 
 
