@@ -17,7 +17,8 @@ case is one class (:data:`BAD` first, worst first):
 - ``hang``: the case ran past its bound (the trace of where it was is kept);
 - ``memory``: ``MemoryError`` (the address-space bound was reached);
 - ``raw``: an exception that is not an :class:`iotool.errors.IotoolError` reached the caller, or
-  ``verify`` raised, or reported a problem in Python's words (``ValueError: ...``);
+  ``verify`` reported a problem in Python's words (``ValueError: ...``);
+- ``verify-raised``: ``verify`` raised an iotool error instead of reporting it as a problem;
 - ``unnamed``: an iotool error whose message names neither the dataset nor one of its files;
 - ``silent``: ``verify`` said OK, yet what the reader serves does not match its own index (a
   record's bytes against its checksum, a label outside the classes, the counts), or differs from
@@ -74,7 +75,7 @@ NAME = "fuzzed"  # the dataset's name, fuzzed.<format>: distinctive in a message
 # Integers at the edges of the widths a file stores (counts, sizes, offsets, lengths).
 BOUNDARY = (0, 1, 0x7F, 0x80, 0xFF, 0xFFFF, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1)
 CHANGES = ("flip", "zero", "truncate", "insert", "boundary")
-BAD = ("signal", "hang", "memory", "raw", "unnamed", "silent", "exit")
+BAD = ("signal", "hang", "memory", "raw", "verify-raised", "unnamed", "silent", "exit")
 ALLOWED = ("error", "same", "resigned", "verify-missed")
 
 
@@ -258,7 +259,8 @@ def _child(case: Case | None, pristine: Path, workdir: Path, bound: float, memor
         trace = os.open(workdir / "trace.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(trace, 1)
         os.dup2(trace, 2)
-        sys.stdout = sys.stderr = open(2, "w", closefd=False)  # also under pytest's capture
+        # also under pytest's capture; as Python's own stderr, it writes any text (lone surrogates too)
+        sys.stdout = sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")
         faulthandler.enable(2, all_threads=True)
         faulthandler.dump_traceback_later(bound, exit=True, file=2)
         mapped = _mapped_bytes()
@@ -303,7 +305,7 @@ def classify(results: dict, dataset: Path, pristine_contents: str | None, resign
             klass = "memory" if got["raw"] == "MemoryError" else "raw"
             return klass, f"{step}: {got['raw']}: {got['text']}\n{got['where']}"
     if "iotool" in results.get("verify", {}):
-        return "raw", f"verify raised {results['verify']['iotool']}: {results['verify']['text']}"
+        return "verify-raised", f"verify raised {results['verify']['iotool']}: {results['verify']['text']}"
     raw = [p for p in results.get("problems", []) if RAW_EXCEPTION.search(p)]
     if raw:
         return "raw", f"verify reported Python's words: {raw[0]}"
@@ -425,7 +427,7 @@ def signature(out: Outcome) -> str:
     text = out.detail + "\n" + out.trace
     line = re.findall(r'File "[^"]*?(iotool/[^"]+)", line (\d+)', text)
     where = f" at {line[0][0]}:{line[0][1]}" if out.klass in ("signal", "hang") and line else ""
-    if out.klass in ("raw", "memory", "unnamed"):
+    if out.klass in ("raw", "memory", "unnamed", "verify-raised"):
         head = out.detail.split("\n")[0]
         kind = re.match(r"(\w+: \w+)|(verify \w+ [^:]*?(\w+Error|\w+Exception))", head)
         where = f" at {line[-1][0]}:{line[-1][1]}" if line else ""
