@@ -184,4 +184,4 @@ def test_cli_verify_lists_bad_records_and_exits_1(pristine, tmp_path):
     result = runner.invoke(app, ["verify", str(pristine["lmdb"]), "--decode"])
     assert result.exit_code == 0 and "OK" in result.output
     result = runner.invoke(app, ["verify", str(tmp_path / "nothing")])
-    assert result.exit_code == 1 and "does not exist" in result.stderr
+    assert result.exit_code == 1 and "does not exist" in " ".join(result.stderr.split())
