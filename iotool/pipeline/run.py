@@ -118,13 +118,13 @@ def convert(
     config = StorageConfig(options=dict(storage_options or {}))
     dest: Destination = (UrlDestination(dst, spec, overwrite, config) if remote
                          else LocalDestination(dst, spec, overwrite, resume))
-    src_root, pattern = _source_location(src, src_format)
-    check_apart(src_root, dst, src_is_pattern=pattern)  # before what is at DST: the clearer refusal
-    dest.check()
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")
     payload = PayloadOptions.for_format(spec, validate, resize, size, encode, quality)
+    src_root, pattern = _source_location(src, src_format)
+    check_apart(src_root, dst, src_is_pattern=pattern)  # before what is at DST: the clearer refusal
+    dest.check()
     source = open_source(src, src_format, config, source_options)
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if source.options_dict():  # stored (and fingerprinted) only for sources that take options
