@@ -7,10 +7,8 @@
 - :class:`UrlDestination`: units (shards) are published whole under their names as they close,
   and the index is written last, so readers trust only a finished run.
 
-What may be replaced is one rule (:meth:`Destination.check`, before anything is written):
-``overwrite`` replaces only what iotool wrote, an iotool dataset of any registered format
-(recognised by its own metadata), an empty folder, or nothing; and :func:`check_apart` keeps DST
-and the source apart (neither is, holds or lies inside the other).
+What may be replaced is one rule, in :mod:`iotool.pipeline.overwrite`, that
+:meth:`Destination.check` applies before anything is written.
 """
 
 from __future__ import annotations
@@ -22,21 +20,18 @@ import tempfile
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
-from ..errors import (DestinationExistsError, DestinationLockedError, IotoolError, Remedy, UnknownFormatError,
-                      UsageError)
-from ..formats import FormatSpec, detect_format
+from ..errors import DestinationExistsError, DestinationLockedError, IotoolError
+from ..formats import FormatSpec
 from ..formats.sharded.index import INDEX_NAME, sniff_index_remote
-from ..storage import OutputDir, StorageConfig, is_url, normalize, pid_alive
+from ..storage import OutputDir, StorageConfig, pid_alive
 from ..storage.config import TMP_TAG
 from ..storage.files import LockHeld, PidLock, disk_usage, exchange, fsync_dir, remove_path
+from .overwrite import OVERWRITE, entries_text, refuse_local
 
 log = logging.getLogger(__name__)
 
-OVERWRITE = Remedy(api="Pass overwrite=True to replace it.", cli="Pass --overwrite to replace it.")
 TMP_MARKER = ".iotool-tmp-"
 OLD_SUFFIX = ".old"  # an old DST moved aside during a two-step replace (no atomic swap)
-REPLACEABLE = "an iotool dataset (of any format), an empty folder, or nothing"
-SHOWN_ENTRIES = 3  # entries a refusal names
 
 
 class Destination(ABC):
@@ -85,80 +80,6 @@ class Destination(ABC):
 
 
 # --- local -------------------------------------------------------------------------------------
-
-def entries_text(names: Sequence[str], folders: Sequence[str] = ()) -> str:
-    """``thesis.docx, photos/, ...``: the first few entries of a listing, folders with a ``/``."""
-    shown = [f"{n}/" if n in folders else n for n in sorted(names)[:SHOWN_ENTRIES]]
-    return ", ".join(shown) + (", ..." if len(names) > SHOWN_ENTRIES else "")
-
-
-def _what_is_there(path: str) -> str:
-    """What a path that is not a dataset holds, for a refusal."""
-    if os.path.isdir(path):
-        names = os.listdir(path)
-        folders = [n for n in names if os.path.isdir(os.path.join(path, n))]
-        return f"it holds {entries_text(names, folders)}"
-    if os.path.islink(path) and not os.path.exists(path):
-        return f"a symlink to {os.readlink(path)!r}, which does not exist"
-    if os.path.isfile(path):
-        return f"a file of {os.path.getsize(path):,} bytes"
-    return "neither a file nor a folder"
-
-
-def not_replaceable(dst: str) -> str | None:
-    """Why ``--overwrite`` may not replace the local ``dst`` (None: it may): only an iotool
-    dataset of any registered format, recognised by its own metadata, an empty folder, or
-    nothing may be replaced."""
-    try:
-        if not os.path.lexists(dst) or (os.path.isdir(dst) and not os.listdir(dst)):
-            return None
-        try:
-            detect_format(dst)
-            return None
-        except IotoolError as exc:
-            # a file that looks like a dataset but whose metadata cannot be read says why
-            why = "" if isinstance(exc, UnknownFormatError) else f"; {str(exc).rstrip('.')}"
-        return _what_is_there(dst) + why
-    except OSError as exc:
-        return f"it cannot be read: {exc.strerror or exc}"
-
-
-def refuse_local(dst: str, overwrite: bool) -> None:
-    """The refusal of a local DST that exists without ``overwrite``, or is not replaceable."""
-    why = not_replaceable(dst)
-    if why is not None:
-        raise DestinationExistsError(
-            f"{dst!r} is not a dataset iotool wrote ({why}); --overwrite replaces only {REPLACEABLE}. "
-            f"Choose another DST, or move or delete it yourself.")
-    if os.path.lexists(dst) and not overwrite:
-        raise DestinationExistsError(f"{dst!r} already exists.").with_remedy(OVERWRITE)
-
-
-def check_apart(src: str, dst: str, src_is_pattern: bool = False) -> None:
-    """Refuse a DST that is the source, holds it, or lies inside it (real paths: symlinks and
-    ``..`` resolved; URLs compared as normalised strings). ``src_is_pattern``: ``src`` is the
-    folder a glob pattern starts in, which DST may lie inside (the pattern picks the files)."""
-    if is_url(src) != is_url(dst):
-        return
-    if is_url(src):
-        root, target = normalize(src).rstrip("/"), normalize(dst).rstrip("/")
-        sep, may_hold = "/", True
-    else:
-        root, target = os.path.realpath(src), os.path.realpath(dst)
-        sep, may_hold = os.sep, os.path.isdir(root) and not src_is_pattern
-
-    def under(child: str, parent: str) -> bool:
-        return child.startswith(parent.rstrip(sep) + sep)
-
-    if target == root:
-        raise UsageError(f"{dst!r} is the source {src!r}; choose another DST.")
-    if under(root, target):
-        raise UsageError(f"{dst!r} holds the source {src!r}; writing there would replace the source. "
-                         f"Choose a DST outside it.")
-    if may_hold and under(target, root):
-        raise UsageError(f"{dst!r} is inside the source {src!r}; the conversion would read its own output. "
-                         f"Choose a DST outside the source tree.")
-
 
 def stale_temporaries(dst: str) -> list[str]:
     """Temporaries of DST whose conversion process no longer exists, newest first."""

@@ -18,7 +18,8 @@ from ..errors import DestinationError, Interrupted, UsageError
 from ..formats import all_formats, format_names, get_format
 from ..storage import StorageConfig
 from ..storage.units import human_bytes
-from .destination import Destination, LocalDestination, UrlDestination, check_apart
+from .destination import Destination, LocalDestination, UrlDestination
+from .overwrite import check_apart
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
 from .prepare import PayloadOptions
 from .sources import FOREIGN_KIND, SOURCE_KINDS, open_source
