@@ -239,8 +239,9 @@ class LocalDestination(Destination):
                 break
         self.leftovers = [path for path in found if os.path.lexists(path)]
         if state is None:
-            what = (f"the partial output found holds no commit yet ({entries_text([os.path.basename(p) for p in found])}; "
-                    f"removed when this run succeeds)" if found else "no interrupted run left a partial output")
+            names = entries_text([os.path.basename(p) for p in found])
+            what = (f"the partial output found holds no commit yet ({names}; removed when this run succeeds)"
+                    if found else "no interrupted run left a partial output")
             log.warning("--resume: nothing to resume for %s (%s); starting from the beginning", self.location, what)
         return state
 

@@ -77,10 +77,10 @@ def check_apart(src: str, dst: str, src_is_pattern: bool = False) -> None:
         return
     if is_url(src):
         root, target = normalize(src).rstrip("/"), normalize(dst).rstrip("/")
-        sep, may_hold = "/", True
+        sep, check_inside = "/", True
     else:
         root, target = os.path.realpath(src), os.path.realpath(dst)
-        sep, may_hold = os.sep, os.path.isdir(root) and not src_is_pattern
+        sep, check_inside = os.sep, os.path.isdir(root) and not src_is_pattern
 
     def under(child: str, parent: str) -> bool:
         return child.startswith(parent.rstrip(sep) + sep)
@@ -90,6 +90,6 @@ def check_apart(src: str, dst: str, src_is_pattern: bool = False) -> None:
     if under(root, target):
         raise UsageError(f"{dst!r} holds the source {src!r}; writing there would replace the source. "
                          f"Choose a DST outside it.")
-    if may_hold and under(target, root):
+    if check_inside and under(target, root):
         raise UsageError(f"{dst!r} is inside the source {src!r}; the conversion would read its own output. "
                          f"Choose a DST outside the source tree.")
