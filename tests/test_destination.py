@@ -210,12 +210,23 @@ def test_a_signal_stops_the_conversion_and_removes_its_temporaries(fmt, sig, sou
     assert os.listdir(tmp_path) == []  # workers stopped, temporaries and lock removed
 
 
+def wait_for_a_commit(dst: Path, fmt: str) -> None:
+    """Until the running conversion's temporary holds a checkpoint (at most 60 s)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        temps = [dst.parent / n for n in os.listdir(dst.parent) if TMP_MARKER in n]
+        if any(get_format(fmt).writer.read_checkpoint(str(t)) for t in temps):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the conversion never committed")
+
+
 @pytest.mark.parametrize("fmt", formats_where(lambda spec: spec.resumable))
 def test_ctrl_c_with_resume_keeps_the_partial_and_says_so(fmt, source, tmp_path):
     dst = tmp_path / "out"
     proc = cli(*convert_args(fmt, source, dst, "--resume"), slow=0.05)
     wait_until_writing(dst, proc)
-    time.sleep(0.8)
+    wait_for_a_commit(dst, fmt)  # a partial output without one is not kept (it would start over)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "the partial output is kept for --resume" in flat(err), out + err

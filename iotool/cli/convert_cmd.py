@@ -38,7 +38,10 @@ def convert(
         help="fail: stop at the first bad file, leave nothing at DST. skip: store the rest, list the bad ones.")] = "fail",
     validate: Annotated[bool, typer.Option(
         "--validate/--no-validate", help="Fully decode every image before storing it.")] = True,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing DST.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        help="Replace an existing DST, only if iotool wrote it: a dataset of any format, or an empty folder. "
+        "Anything else (a folder of other files, a plain file) is refused, as is a DST that is, holds or is "
+        "inside SRC.")] = False,
     resume: Annotated[bool, typer.Option(
         help="Continue the partial output of a killed or interrupted run from its last commit (formats "
         "that can resume: see `iotool formats`).")] = False,

@@ -26,6 +26,8 @@ from .options import FormatOptions
 from .plan import ShardPlan, ShardUnit
 from .spec import FormatSpec
 from .writer import FormatWriter, WriterHooks
+from ..errors import ConversionError
+from ..names import inside
 from .sharded.columns import ColumnWriter, write_columns
 from .sharded.index import IndexedReader, meta_dict, read_index, sniff_index, unique_stem, write_index
 
@@ -48,7 +50,7 @@ class BmpWriter(FormatWriter):
         if record.data[:2] != b"BM":
             raise FormatError(f"{record.key}: the bmp format stores BMP payloads only.")
         rel = unique_stem(record.key, self.used, escape_dots=False) + ".bmp"
-        full = os.path.join(self.path, *rel.split("/"))
+        full = output_file(self.path, rel, record.key)
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "wb") as f:
             f.write(record.data)
@@ -61,6 +63,20 @@ class BmpWriter(FormatWriter):
 
     def abort(self) -> None:
         self.columns.abort()
+
+
+def output_file(root: str, rel: str, key: str, local: bool = True) -> str:
+    """The path the file ``rel`` of record ``key`` is written to under ``root``: a safe name
+    (:mod:`iotool.names`) whose real path stays under a ``local`` root, else a ConversionError
+    naming the key (keys are checked where they enter a conversion; this is the writer's own line
+    of defence)."""
+    reason = name_problem(rel)
+    full = None if reason else inside(root, rel) if local else f"{root}/{rel}"
+    if full is None:
+        reason = reason or "a symlink on the way leads outside the destination"
+        raise ConversionError(f"{key}: refused to write {rel!r} under {root} ({reason}); a file name must be "
+                              f"{ALLOWED}.", key, reason)
+    return full
 
 
 COLUMNS = ("files", "keys", "labels", "sizes", "checksums")
@@ -144,6 +160,7 @@ class _BmpUnit(ShardUnit):
         self.cols: dict[str, list] = {name: [] for name in COLUMNS}
 
     def add(self, name: str, record: Record) -> None:
+        output_file(self.out.location, name, record.key, local=not self.out.remote)
         local = self.out.scratch_path(name)
         self.written.append((local, name))
         with open(local, "wb") as f:

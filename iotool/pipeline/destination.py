@@ -6,6 +6,9 @@
   which the next run removes (or ``--resume`` adopts).
 - :class:`UrlDestination`: units (shards) are published whole under their names as they close,
   and the index is written last, so readers trust only a finished run.
+
+What may be replaced is one rule, in :mod:`iotool.pipeline.overwrite`, that
+:meth:`Destination.check` applies before anything is written.
 """
 
 from __future__ import annotations
@@ -17,15 +20,16 @@ import tempfile
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
-from ..errors import DestinationExistsError, DestinationLockedError, Remedy
+from ..errors import DestinationExistsError, DestinationLockedError, IotoolError
 from ..formats import FormatSpec
-from ..formats.sharded.index import INDEX_NAME
+from ..formats.sharded.index import INDEX_NAME, sniff_index_remote
 from ..storage import OutputDir, StorageConfig, pid_alive
+from ..storage.config import TMP_TAG
 from ..storage.files import LockHeld, PidLock, disk_usage, exchange, fsync_dir, remove_path
+from .overwrite import OVERWRITE, entries_text, refuse_local
 
 log = logging.getLogger(__name__)
 
-OVERWRITE = Remedy(api="Pass overwrite=True to replace it.", cli="Pass --overwrite to replace it.")
 TMP_MARKER = ".iotool-tmp-"
 OLD_SUFFIX = ".old"  # an old DST moved aside during a two-step replace (no atomic swap)
 
@@ -38,6 +42,11 @@ class Destination(ABC):
     # itself writes it (the temporary sibling of DST, or a staging folder for a URL).
     work_path: str
     on_unit_closed: Callable[[str, str], None] | None = None  # for writers that publish units
+
+    @abstractmethod
+    def check(self) -> None:
+        """Refuse, before anything is written, a destination this conversion may not write:
+        one that exists without ``overwrite``, or that holds something iotool did not write."""
 
     @abstractmethod
     def begin(self) -> None:
@@ -192,29 +201,49 @@ class LocalDestination(Destination):
         self.work_path = temporary_path(dst)
         self.lock = DestinationLock(dst)
         self.existed = False
+        self.leftovers: list[str] = []  # temporaries --resume found and did not adopt: removed by commit
         self._written = 0
 
     def exists(self) -> bool:
         return os.path.lexists(self.location)
 
+    def check(self) -> None:
+        refuse_local(self.location, self.overwrite)
+
     def begin(self) -> None:
         os.makedirs(os.path.dirname(self.location) or ".", exist_ok=True)
         self.lock.acquire()
-        restore_moved_aside(self.location)
+        try:
+            restore_moved_aside(self.location)
+            self.check()  # again, now that no other conversion can change DST
+        except BaseException:
+            self.lock.release()
+            raise
         self.existed = self.exists()
         if not self.resume:
             cleanup_stale_temporaries(self.location)
         remove_path(self.work_path)
 
     def adopt(self) -> dict[str, Any] | None:
-        """Take over the newest partial output of a dead run of DST; return its checkpoint."""
-        for candidate in stale_temporaries(self.location):
+        """Take over the newest partial output of a dead run of DST; return its checkpoint.
+
+        Every other temporary found (older, or holding no checkpoint) is removed when this run
+        commits; finding nothing to resume is a warning, and the run starts from the beginning.
+        """
+        found = stale_temporaries(self.location)
+        state = None
+        for candidate in found:
             state = self.spec.writer.read_checkpoint(candidate)
             if state is not None:
                 os.rename(candidate, self.work_path)
-                return state
-        log.info("no partial output of %s to resume; starting from the beginning", self.location)
-        return None
+                break
+        self.leftovers = [path for path in found if os.path.lexists(path)]
+        if state is None:
+            names = entries_text([os.path.basename(p) for p in found])
+            what = (f"the partial output found holds no commit yet ({names}; removed when this run succeeds)"
+                    if found else "no interrupted run left a partial output")
+            log.warning("--resume: nothing to resume for %s (%s); starting from the beginning", self.location, what)
+        return state
 
     def output_dir(self) -> OutputDir:
         os.makedirs(self.work_path, exist_ok=True)
@@ -224,16 +253,32 @@ class LocalDestination(Destination):
         fsync_dir(self.work_path)
         size = disk_usage(self.work_path)
         rename_into_place(self.work_path, self.location, self.overwrite)
+        for path in self.leftovers:
+            remove_path(path)
         self.lock.release()
         return size
 
     def abort(self, keep_partial: bool = False) -> str | None:
+        """Remove the temporary, or keep it for ``--resume`` when asked to and it holds a commit
+        (one that holds none would be started over anyway)."""
         try:
+            if keep_partial and not self._resumable():
+                keep_partial = False
             if not keep_partial:
                 remove_path(self.work_path)
             return self.work_path if keep_partial and os.path.lexists(self.work_path) else None
         finally:
             self.lock.release()
+
+    def _resumable(self) -> bool:
+        """Whether the temporary holds a checkpoint a later ``--resume`` can continue from (when
+        it cannot be read, e.g. on a full disk, it is kept: the next run decides)."""
+        if not os.path.lexists(self.work_path):
+            return False
+        try:
+            return self.spec.writer.read_checkpoint(self.work_path) is not None
+        except Exception:  # noqa: BLE001  (deciding what to keep must not hide the original error)
+            return True
 
     def written(self) -> int:
         """The most bytes seen in the temporary output (engines ask before a writer's abort
@@ -264,16 +309,37 @@ class UrlDestination(Destination):
     def exists(self) -> bool:
         return self.out.exists(INDEX_NAME)
 
+    def check(self) -> None:
+        """A URL folder is written only when it holds nothing (temporaries of dead tasks aside),
+        or, with ``overwrite``, an iotool index (whose units are then replaced)."""
+        names = self.out.names()
+        if INDEX_NAME in names:
+            if not self.overwrite:
+                raise DestinationExistsError(
+                    f"{self.location!r} already holds a dataset ({INDEX_NAME}).").with_remedy(OVERWRITE)
+            try:
+                sniff_index_remote(self.location, self.out.config)
+                return
+            except IotoolError as exc:
+                why = f"its {INDEX_NAME} is not an iotool index: {str(exc).rstrip('.')}"
+        else:
+            others = [n for n in names if not (n.startswith(".") and TMP_TAG in n)]
+            if not others:
+                return
+            why = f"it holds {entries_text(others)} and no {INDEX_NAME}"
+        raise DestinationExistsError(
+            f"{self.location!r} is not a dataset iotool wrote ({why}); a URL destination is written only "
+            f"when it holds nothing, or with --overwrite an iotool dataset. Choose another DST, or delete "
+            f"those files yourself (a killed conversion's leftovers too).")
+
     def begin(self) -> None:
         """Refuse or untrust an existing dataset, drop dead temporaries, make a staging folder.
 
         With ``overwrite`` the old index is deleted first, so no reader trusts the folder while
         its units are replaced (the old dataset is unreadable from then on).
         """
+        self.check()
         if self.out.exists(INDEX_NAME):
-            if not self.overwrite:
-                raise DestinationExistsError(
-                    f"{self.location!r} already holds a dataset ({INDEX_NAME}).").with_remedy(OVERWRITE)
             self.out.remove(INDEX_NAME)
         self.out.remove_temporaries()
         self.work_path = tempfile.mkdtemp(prefix="iotool-stage-")

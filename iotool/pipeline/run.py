@@ -6,6 +6,7 @@ in source order, into a destination that shows the output only when it is comple
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import time
@@ -13,14 +14,15 @@ from typing import Any, Callable
 
 from .. import storage
 from .engines import get_engine
-from ..errors import DestinationError, DestinationExistsError, Interrupted, UsageError
+from ..errors import DestinationError, Interrupted, UsageError
 from ..formats import all_formats, format_names, get_format
 from ..storage import StorageConfig
 from ..storage.units import human_bytes
-from .destination import OVERWRITE, Destination, LocalDestination, UrlDestination
+from .destination import Destination, LocalDestination, UrlDestination
+from .overwrite import check_apart
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
 from .prepare import PayloadOptions
-from .sources import SOURCE_KINDS, open_source
+from .sources import FOREIGN_KIND, SOURCE_KINDS, open_source
 
 __all__ = ["ConversionReport", "Progress", "convert"]
 
@@ -63,7 +65,8 @@ def convert(
         on_error: ``fail`` stops at the first bad file and leaves nothing at ``dst``;
             ``skip`` stores every good file and lists each skipped one in the metadata.
         validate: fully decode every image before storing it.
-        overwrite: replace an existing ``dst``.
+        overwrite: replace an existing ``dst``; only what iotool wrote is replaced (a dataset of any
+            registered format, recognised by its metadata, or an empty folder), anything else is refused.
         resize: resize each image so its shorter side is this many pixels (antialiased;
             JPEGs are first decoded at a reduced DCT scale when the target allows).
         size: resize each image to exactly (width, height) instead.
@@ -89,8 +92,10 @@ def convert(
 
     Raises:
         ConversionError: a bad file under ``on_error="fail"``; the message names it and why.
-        DestinationExistsError: ``dst`` exists and ``overwrite`` is false.
-        SourceError, UsageError: the source or an option is unusable.
+        DestinationExistsError: ``dst`` exists and ``overwrite`` is false, or it holds something
+            that is not an iotool dataset (a folder of other files).
+        SourceError, UsageError: the source or an option is unusable; ``dst`` is the source, holds it
+            or lies inside it.
     """
     spec = get_format(to)
     missing = spec.missing_extra()
@@ -114,16 +119,14 @@ def convert(
     config = StorageConfig(options=dict(storage_options or {}))
     dest: Destination = (UrlDestination(dst, spec, overwrite, config) if remote
                          else LocalDestination(dst, spec, overwrite, resume))
-    if dest.exists() and not overwrite:
-        raise DestinationExistsError(f"{dst!r} already exists.").with_remedy(OVERWRITE)
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")
     payload = PayloadOptions.for_format(spec, validate, resize, size, encode, quality)
-    _check_not_inside(src, dst)
+    src_root, pattern = _source_location(src, src_format)
+    check_apart(src_root, dst, src_is_pattern=pattern)  # before what is at DST: the clearer refusal
+    dest.check()
     source = open_source(src, src_format, config, source_options)
-    if storage.normalize(source.root) == dst:
-        raise UsageError("The destination is the source; choose another DST.")
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if source.options_dict():  # stored (and fingerprinted) only for sources that take options
         given["source_options"] = source.options_dict()
@@ -188,11 +191,11 @@ def _destination_error(dest: Destination, exc: OSError, written: int, kept: str 
                             f"{left}.", exc.errno)
 
 
-def _check_not_inside(src: str, dst: str) -> None:
-    """Refuse a local destination inside the source tree: the conversion would feed on itself."""
-    if storage.is_url(src) or storage.is_url(dst):
-        return
-    root, target = os.path.realpath(src), os.path.realpath(dst)
-    if os.path.isdir(root) and os.path.commonpath([root, target]) == root:
-        raise UsageError(f"{dst!r} is inside the source {src!r}; the conversion would read its own output. "
-                         f"Choose a DST outside the source tree.")
+def _source_location(src: str, src_format: str) -> tuple[str, bool]:
+    """What :func:`check_apart` compares DST with: the source path, or for a glob pattern of
+    files the folder it starts in (and that it is one)."""
+    if src_format != FOREIGN_KIND:
+        return src, False
+    parts = os.path.expanduser(src).split(os.sep)
+    fixed = next((i for i, part in enumerate(parts) if glob.has_magic(part)), len(parts))
+    return os.sep.join(parts[:fixed]) or ".", True

@@ -26,6 +26,7 @@ import tarfile
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ...errors import FormatError
+from ...names import ALLOWED, name_problem
 from ..dali import IMAGE_EXTS, DaliReading
 
 if TYPE_CHECKING:
@@ -58,9 +59,14 @@ class WdsIndex:
         self.samples: list[list[Member]] = []
         self._last_key: str | None = None
 
-    def add(self, name: str, offset: int, size: int) -> None:
+    def add(self, name: str, offset: int, size: int, checked: bool = False) -> None:
         """Add the member ``name`` whose data starts at ``offset``; members of one sample
-        (the same key) must follow each other, as in a WebDataset shard."""
+        (the same key) must follow each other, as in a WebDataset shard. A name that could lead
+        outside a folder (:mod:`iotool.names`; ``checked``: the caller has just checked it) is
+        refused: no line of the index names it."""
+        reason = None if checked else name_problem(name)
+        if reason:
+            raise FormatError(f"member {name!r}: {reason}; a member name must be {ALLOWED}.")
         key, ext = split_member(name)
         if not key or key.endswith("/"):
             return  # hidden files: DALI and wds2idx skip them too
@@ -106,7 +112,10 @@ def scan_shard(path: str, root: str | None = None) -> WdsIndex:
     with regular_file(path, root) as f, tarfile.open(fileobj=f, mode="r:") as tar:
         for member in tar:
             if member.isreg():
-                index.add(member.name, member.offset_data, member.size)
+                try:
+                    index.add(member.name, member.offset_data, member.size)
+                except FormatError as exc:
+                    raise FormatError(f"{path}: {exc} No DALI index was written for it; run iotool verify.") from None
     return index
 
 

@@ -29,7 +29,7 @@ class _TarUnit(ShardedUnit):
                          ("keys", "member_keys", "labels", "checksums", "offsets", "sizes", "shapes"))
 
     def add(self, name: str, record: Record) -> None:
-        offset = self.shard.add_sample(name, record.ext, record.data, record.label)
+        offset = self.shard.add_sample(name, record.ext, record.data, record.label, record.key)
         self.cols["offsets"].append(offset)
         for column, value in (("keys", record.key), ("member_keys", name), ("labels", record.label),
                               ("checksums", record.checksum), ("sizes", len(record.data)),

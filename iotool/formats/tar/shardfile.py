@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import tarfile
 
+from ...errors import ConversionError
+from ...names import ALLOWED, name_problem
 from .dali import WdsIndex
+
 
 def shard_name(i: int) -> str:
     """shard-000000.tar, shard-000001.tar, ..."""
@@ -77,8 +80,13 @@ class ShardFile:
                              os.POSIX_FADV_DONTNEED)
         self.handed_over = self.offset
 
-    def add(self, name: str, data: bytes) -> int:
-        """Append a member; return the offset of its data."""
+    def add(self, name: str, data: bytes, key: str | None = None) -> int:
+        """Append a member; return the offset of its data. A member name that an extracting tool
+        could place outside its target (:mod:`iotool.names`) is refused, naming the record ``key``."""
+        reason = name_problem(name)
+        if reason:
+            raise ConversionError(f"{key or name}: refused to write the tar member {name!r} ({reason}); a member "
+                                  f"name must be {ALLOWED}.", key or name, reason)
         header = member_header(name, len(data))
         self.f.write(header)
         self.f.write(data)
@@ -89,15 +97,17 @@ class ShardFile:
             self._start_writeback()
         return start
 
-    def add_sample(self, member_key: str, ext: str, data: bytes, label: int) -> int:
+    def add_sample(self, member_key: str, ext: str, data: bytes, label: int, key: str | None = None) -> int:
         """Append one sample, the members ``<member_key>.<ext>`` (the payload) and
         ``<member_key>.cls`` (the label's ASCII digits), and its line of the DALI index; return the
-        offset of the payload's data. The one way both engines write a sample."""
+        offset of the payload's data. The one way both engines write a sample (``key``: the
+        record's, for a refusal)."""
         name = f"{member_key}.{ext}"
-        offset = self.add(name, data)
-        self.dali.add(name, offset, len(data))
+        offset = self.add(name, data, key)
+        self.dali.add(name, offset, len(data), checked=True)
         label_bytes = str(label).encode("ascii")
-        self.dali.add(f"{member_key}.cls", self.add(f"{member_key}.cls", label_bytes), len(label_bytes))
+        label_name = f"{member_key}.cls"
+        self.dali.add(label_name, self.add(label_name, label_bytes, key), len(label_bytes), checked=True)
         return offset
 
     def close(self, sync: bool = True) -> None:

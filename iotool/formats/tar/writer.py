@@ -48,7 +48,7 @@ class TarWriter(ShardedWriter):
 
     def _write_record(self, record: Record) -> dict[str, Any]:
         member_key = unique_stem(record.key, self.used, escape_dots=True)
-        offset = self.shard.add_sample(member_key, record.ext, record.data, record.label)
+        offset = self.shard.add_sample(member_key, record.ext, record.data, record.label, record.key)
         return {"keys": record.key, "member_keys": member_key, "labels": record.label, "checksums": record.checksum,
                 "locations": [len(self.shards) - 1, offset, len(record.data)], "shapes": record_shape(record)}
 
