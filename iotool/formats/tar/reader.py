@@ -6,7 +6,6 @@ from __future__ import annotations
 import tarfile
 from typing import Any, Iterable
 
-import numpy as np
 
 from ...errors import FormatError
 from ...names import ALLOWED, first_bad_name, name_problem
