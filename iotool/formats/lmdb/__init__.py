@@ -26,7 +26,7 @@ import lmdb
 from ...errors import FormatError
 from ...records import DatasetMeta
 from ..spec import FormatSpec
-from .env import close_env, open_env
+from .env import close_env, open_env, read_value
 from .layout import (
     CHECKSUMS_KEY, FORMAT_VERSION, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, PART_KEY, PROGRESS_KEY, RESERVED,
     SHAPES_KEY, pack_strings, record_key,
@@ -40,8 +40,8 @@ def sniff(path: str) -> str | None:
     if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "data.mdb"))):
         return None
     try:
-        with open_env(path, check_file=True).begin() as txn:
-            raw = txn.get(META_KEY)
+        open_env(path, check_file=True)
+        raw = read_value(path, META_KEY)
     except (OSError, lmdb.Error) as exc:
         raise FormatError(f"{path}: cannot open the LMDB environment ({exc}).") from None
     if raw is None:

@@ -7,11 +7,13 @@ import os
 import lmdb
 
 from ...errors import FormatError
+from .pages import ValueBounds
 
 
 # One read-only environment per process and path: py-lmdb refuses to open the same
 # environment twice in a process, and a forked child must not use its parent's handle.
-_ENVS: dict[str, tuple[int, tuple[int, int], lmdb.Environment]] = {}
+# Each with the walker that checks a value's pages before py-lmdb touches them (see pages.py).
+_ENVS: dict[str, tuple[int, tuple[int, int], lmdb.Environment, ValueBounds]] = {}
 
 
 def _canonical(path: str) -> str:
@@ -48,8 +50,24 @@ def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
     env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=False,
                     meminit=False, max_readers=4096, max_spare_txns=4)
     _check_file_size(path, env)
-    _ENVS[path] = (pid, file_id, env)
+    try:
+        bounds = ValueBounds(path, env.stat()["psize"], env.info()["last_txnid"])
+    except BaseException:
+        env.close()
+        raise
+    _ENVS[path] = (pid, file_id, env, bounds)
     return env
+
+
+def read_value(path: str, key: bytes) -> bytes | None:
+    """The value stored under ``key`` (None: no such key), copied out of the map only once its
+    node and pages were found inside data.mdb: py-lmdb touches a value's pages as it looks it
+    up, and a value declared past the end of the file would kill the process with SIGBUS."""
+    env = open_env(path)
+    _ENVS[_canonical(path)][3].check(key)
+    with env.begin(buffers=True) as txn:
+        value = txn.get(key)
+        return None if value is None else bytes(value)
 
 
 def _check_file_size(path: str, env: lmdb.Environment) -> None:

@@ -13,7 +13,7 @@ from ..reader import FormatReader
 from ..shapes import recorded_sizes
 from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
 from ..sharded.index import sha256_hex
-from .env import open_env
+from .env import open_env, read_value
 from .layout import (
     CHECKSUMS_KEY, FORMAT_VERSION, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, RESERVED, SHAPES_KEY, record_key,
 )
@@ -27,10 +27,11 @@ class LmdbReader(FormatReader):
 
     def _get(self, key: bytes) -> bytes | None:
         try:
-            with open_env(self.path).begin(buffers=False) as txn:
-                return txn.get(key)
+            return read_value(self.path, key)
         except FileNotFoundError:
             raise FormatError(f"{self.path}: data.mdb is missing.") from None
+        except OSError as exc:
+            raise FormatError(f"{self.path}: cannot read data.mdb ({exc}).") from None
         except lmdb.Error as exc:
             raise FormatError(f"{self.path}: cannot read LMDB environment ({exc}).") from None
 
