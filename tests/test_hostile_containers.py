@@ -105,26 +105,6 @@ def test_lmdb_value_declared_past_the_file_is_refused_without_sigbus(source, tmp
     assert len(ds[3][0]) > 0
 
 
-def test_lmdb_metadata_value_declared_past_the_file_is_refused_at_open(source, tmp_path):
-    dst = converted(source, tmp_path / "d.lmdb", "lmdb")
-    data = bytearray((dst / "data.mdb").read_bytes())
-    pos = data.find(b"__iotool_meta__")
-    while pos >= 0:  # the metadata node, every copy of it
-        struct.pack_into("<HH", data, pos - 8, 0xFFFF, 0x7FFF)
-        pos = data.find(b"__iotool_meta__", pos + 1)
-    (dst / "data.mdb").write_bytes(bytes(data))
-    result = run_child("""
-        import sys, iotool
-        from iotool.errors import IotoolError
-        try:
-            iotool.open_dataset(sys.argv[1], decoder=None)
-        except IotoolError as exc:
-            print("IOTOOL", exc)
-    """, str(dst))
-    assert result.returncode == 0, f"child died (rc {result.returncode}): {result.stderr[-2000:]}"
-    assert result.stdout.startswith("IOTOOL") and str(dst) in result.stdout
-
-
 # --- HDF5: storage outside the file ----------------------------------------------------------
 
 def replace_images(path: Path, make, offsets: np.ndarray | None = None) -> None:

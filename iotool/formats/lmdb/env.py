@@ -33,15 +33,19 @@ def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
     With ``check_file`` (when a reader opens), a handle on a data.mdb that has since been
     replaced, e.g. by ``--overwrite``, is dropped and reopened.
     """
+    return _open(path, check_file)[2]
+
+
+def _open(path: str, check_file: bool = False) -> tuple[int, tuple[int, int], lmdb.Environment, ValueBounds]:
     path = _canonical(path)
     pid = os.getpid()
     cached = _ENVS.get(path)
     if cached is not None and cached[0] == pid and not check_file:
-        return cached[2]
+        return cached
     file_id = _data_file_id(path)
     if cached is not None:
         if cached[0] == pid and cached[1] == file_id:
-            return cached[2]
+            return cached
         del _ENVS[path]
         try:
             cached[2].close()  # inherited across fork, or the file was replaced: drop it first
@@ -56,15 +60,15 @@ def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
         env.close()
         raise
     _ENVS[path] = (pid, file_id, env, bounds)
-    return env
+    return _ENVS[path]
 
 
 def read_value(path: str, key: bytes) -> bytes | None:
     """The value stored under ``key`` (None: no such key), copied out of the map only once its
     node and pages were found inside data.mdb: py-lmdb touches a value's pages as it looks it
     up, and a value declared past the end of the file would kill the process with SIGBUS."""
-    env = open_env(path)
-    _ENVS[_canonical(path)][3].check(key)
+    _pid, _file, env, bounds = _open(path)
+    bounds.check(key)
     with env.begin(buffers=True) as txn:
         value = txn.get(key)
         return None if value is None else bytes(value)

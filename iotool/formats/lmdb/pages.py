@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import struct
 
-import numpy as np
-
 from ...errors import FormatError
 
 PAGE_HEADER = 16  # mp_pgno u64, mp_pad u16, mp_flags u16, mp_lower u16, mp_upper u16 (mp_pages u32)
@@ -23,7 +21,7 @@ P_BRANCH, P_LEAF, P_OVERFLOW, P_LEAF2 = 0x01, 0x02, 0x04, 0x20
 F_BIGDATA = 0x01
 MAGIC, DATA_VERSION = 0xBEEFC0DE, 1
 _META = struct.Struct("<IIQQ48xIHHQQQQQQQ")  # at PAGE_HEADER: magic .. mm_dbs[0], mm_dbs[1], last_pg, txnid
-_BRANCH_CACHE = 4096  # parsed branch pages kept per reader (the upper levels of the tree)
+_BRANCH_CACHE = 4096  # branch pages kept per reader (the upper levels of the tree)
 
 
 class ValueBounds:
@@ -39,7 +37,7 @@ class ValueBounds:
         except BaseException:
             os.close(self.fd)
             raise
-        self.branches: dict[int, tuple[list[bytes], list[int]]] = {}
+        self.branches: dict[int, bytes] = {}  # the upper levels of the tree, read once
 
     def __del__(self) -> None:
         fd = getattr(self, "fd", None)
@@ -69,55 +67,57 @@ class ValueBounds:
             raise self._bad("the meta page names pages past the end of the file")
         return root, depth, last_pg + 1
 
-    def _page(self, pgno: int, what: str) -> bytes:
+    def _page(self, pgno: int, what: str, size: int = 0) -> bytes:
+        """Page ``pgno`` (its first ``size`` bytes, if given)."""
         if pgno >= self.next_pgno:  # LMDB refuses these itself (MDB_PAGE_NOTFOUND)
             raise self._bad(f"{what} names page {pgno}, past the last page {self.next_pgno - 1}")
-        page = os.pread(self.fd, self.psize, pgno * self.psize)
-        if len(page) != self.psize:
+        size = size or self.psize
+        page = os.pread(self.fd, size, pgno * self.psize)
+        if len(page) != size:
             raise self._bad(f"page {pgno} is past the end of the file")
         return page
 
-    def _nodes(self, page: bytes, pgno: int) -> np.ndarray:
-        """Offsets of the page's nodes, each checked to lie (header and key) inside the page."""
+    def _count(self, page: bytes, pgno: int) -> int:
+        """How many nodes the page holds (NUMKEYS), checked against the page size."""
         lower = struct.unpack_from("<H", page, 12)[0]
         if not PAGE_HEADER <= lower <= self.psize:
             raise self._bad(f"page {pgno} has an impossible node count")
-        ptrs = np.frombuffer(page, "<u2", (lower - PAGE_HEADER) // 2, PAGE_HEADER).astype(np.int64)
-        if ptrs.size and (ptrs.min() < lower or ptrs.max() > self.psize - NODE_HEADER):
+        return (lower - PAGE_HEADER) >> 1
+
+    def _node(self, page: bytes, pgno: int, i: int) -> tuple[int, bytes]:
+        """(offset, key) of node ``i``, checked to lie, header and key, inside the page: only the
+        nodes LMDB's search visits are looked at, and each of them is checked."""
+        ptr = struct.unpack_from("<H", page, PAGE_HEADER + 2 * i)[0]
+        if ptr < PAGE_HEADER or ptr + NODE_HEADER > self.psize:
             raise self._bad(f"page {pgno} has a node outside the page")
-        arr = np.frombuffer(page, np.uint8)
-        ksize = arr[ptrs + 6].astype(np.int64) | arr[ptrs + 7].astype(np.int64) << 8
-        if ptrs.size and (ptrs + NODE_HEADER + ksize).max() > self.psize:
+        end = ptr + NODE_HEADER + struct.unpack_from("<H", page, ptr + 6)[0]
+        if end > self.psize:
             raise self._bad(f"page {pgno} has a key reaching outside the page")
-        return ptrs
+        return ptr, page[ptr + NODE_HEADER:end]
 
-    @staticmethod
-    def _key(page: bytes, ptr: int) -> bytes:
-        ksize = struct.unpack_from("<H", page, ptr + 6)[0]
-        return page[ptr + NODE_HEADER:ptr + NODE_HEADER + ksize]
-
-    def _search(self, page: bytes, ptrs: np.ndarray, key: bytes, low: int) -> tuple[int, bool]:
-        """mdb_node_search: (index of the first node >= key, exact)."""
-        high, i, rc = len(ptrs) - 1, 0, 0
+    def _search(self, page: bytes, pgno: int, key: bytes, low: int) -> tuple[int, int, bool]:
+        """mdb_node_search: (node count, index of the first node >= key, exact)."""
+        count = self._count(page, pgno)
+        high, i, rc = count - 1, 0, 0
         while low <= high:
             i = (low + high) >> 1
-            node = self._key(page, int(ptrs[i]))
+            node = self._node(page, pgno, i)[1]
             rc = (key > node) - (key < node)
             if rc == 0:
                 break
             low, high = (i + 1, high) if rc > 0 else (low, i - 1)
-        return (i + 1 if rc > 0 else i), rc == 0 and len(ptrs) > 0
+        return count, (i + 1 if rc > 0 else i), rc == 0 and count > 0
 
-    def _child(self, page: bytes, ptrs: np.ndarray, key: bytes) -> int:
-        """The page number LMDB follows from a branch page for ``key``."""
-        i, exact = self._search(page, ptrs, key, 1)
-        if i >= len(ptrs):
-            i = len(ptrs) - 1
+    def _child(self, page: bytes, pgno: int, key: bytes) -> int:
+        """The page number LMDB follows from branch page ``pgno`` for ``key``."""
+        count, i, exact = self._search(page, pgno, key, 1)
+        if i >= count:
+            i = count - 1
         elif not exact:
             i -= 1
         if i < 0:
-            raise self._bad("a branch page has no nodes")
-        lo, hi, flags = struct.unpack_from("<HHH", page, int(ptrs[i]))
+            raise self._bad(f"branch page {pgno} has no nodes")
+        lo, hi, flags = struct.unpack_from("<HHH", page, self._node(page, pgno, i)[0])
         return lo | hi << 16 | flags << 32
 
     def check(self, key: bytes) -> None:
@@ -126,17 +126,16 @@ class ValueBounds:
             return  # an empty database: nothing is read
         pgno, levels = self.root, 0
         while True:
-            cached = self.branches.get(pgno)
-            if cached is None:
+            page = self.branches.get(pgno)
+            if page is None:
                 page = self._page(pgno, "a branch page" if levels else "the meta page")
                 flags = struct.unpack_from("<H", page, 10)[0]
                 if not flags & P_BRANCH:
                     break
-                cached = (page, self._nodes(page, pgno))
                 if len(self.branches) >= _BRANCH_CACHE:
                     self.branches.clear()
-                self.branches[pgno] = cached
-            pgno = self._child(*cached, key)
+                self.branches[pgno] = page
+            pgno = self._child(page, pgno, key)
             levels += 1
             if levels > 64:
                 raise self._bad("its tree is deeper than any LMDB tree")
@@ -145,11 +144,10 @@ class ValueBounds:
         self._check_leaf(page, pgno, key)
 
     def _check_leaf(self, page: bytes, pgno: int, key: bytes) -> None:
-        ptrs = self._nodes(page, pgno)
-        i, exact = self._search(page, ptrs, key, 0)
+        _count, i, exact = self._search(page, pgno, key, 0)
         if not exact:
             return  # LMDB reports the key missing
-        ptr = int(ptrs[i])
+        ptr = self._node(page, pgno, i)[0]
         lo, hi, flags, ksize = struct.unpack_from("<HHHH", page, ptr)
         size, start = lo | hi << 16, ptr + NODE_HEADER + ksize
         name = key.decode("ascii", "replace")
@@ -162,7 +160,7 @@ class ValueBounds:
         if start + 8 > self.psize:
             raise self._bad(f"the node of {name!r} ends outside its page")
         overflow = struct.unpack_from("<Q", page, start)[0]
-        header = self._page(overflow, f"the node of {name!r}")
+        header = self._page(overflow, f"the node of {name!r}", PAGE_HEADER)
         oflags, pages = struct.unpack_from("<H", header, 10)[0], struct.unpack_from("<I", header, 12)[0]
         if not oflags & P_OVERFLOW or PAGE_HEADER + size > pages * self.psize \
                 or overflow * self.psize + PAGE_HEADER + size > self.size:
