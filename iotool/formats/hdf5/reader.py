@@ -21,7 +21,7 @@ from .layout import FORMAT_VERSION, INTEGRITY_ATTR, META_ATTR, VLEN_VERSION, col
 from .storage import check_columns
 
 # What h5py raises on a damaged or crafted file (a bad B-tree, heap or message): never to the user.
-H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, OverflowError)
+H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, OverflowError, RecursionError)
 
 
 @contextmanager
