@@ -244,6 +244,22 @@ def test_hdf5_external_storage_on_dev_zero_keeps_memory_bounded(source, tmp_path
     assert str(dst) in said and "/dev/zero" in said
 
 
+def test_hdf5_filtered_images_with_unstored_chunks_are_not_made_up(source, tmp_path):
+    """A compressed /images declaring 1 GiB but storing no chunk: HDF5 would return 1 GiB of fill
+    value for record 0, from a file of a few KB."""
+    dst = converted(source, tmp_path / "d.h5", "hdf5")
+    declared = 1 << 30
+    offsets = np.full(COUNT + 1, declared, dtype="<i8")
+    offsets[0] = 0
+    replace_images(dst, lambda f, _: f.create_dataset("images", (declared,), "u1", chunks=(1 << 20,),
+                                                      compression="gzip"), offsets)
+    kind, said = forked(lambda: peak_rss_growth(lambda: iotool.open_dataset(dst, decoder=None)[0][0]), timeout=120)
+    assert kind == "grew", f"{kind}: {said}"
+    growth, said = said.split("\n", 1)
+    assert int(growth) < 200 * 1024, f"the peak RSS grew by {int(growth) // 1024} MB: {said}"
+    assert str(dst) in said and "record 0" in said and "stored" in said
+
+
 # --- HDF5: a byte-level fuzz ---------------------------------------------------------------
 
 def read_everything(path: Path) -> tuple[str, str]:

@@ -263,15 +263,39 @@ class _Payload:
             self.extents = _Extents.of(images, self.file_size)
         except FormatError as exc:
             raise FormatError(f"{path}: {exc}; the file was modified or crafted after conversion.") from None
+        # read through h5py (filters): only chunks stored in the file, never a fill value HDF5 makes up
+        self.stored = _stored_chunks(images) if self.extents is None else None
+
+    def _check_stored(self, index: int, start: int, stop: int) -> None:
+        """FormatError unless every chunk of ``/images`` that record ``index`` covers is stored."""
+        if self.stored is None or stop <= start:
+            return
+        chunk, starts = self.stored
+        first, last = start // chunk, (stop - 1) // chunk
+        have = bisect.bisect_right(starts, last) - bisect.bisect_left(starts, first)
+        if have != last - first + 1:
+            raise FormatError(f"{self.path}: record {index} declares {stop - start} bytes, but only {have} of "
+                              f"the {last - first + 1} chunks of '/images' holding them are stored in the file.")
 
     def read(self, index: int) -> bytes:
         start, stop = int(self.offsets[index]), int(self.offsets[index + 1])
         if self.extents is not None and stop - start > self.file_size:  # each byte is stored once
             raise FormatError(f"{self.path}: record {index} declares {stop - start} bytes, more than the "
                               f"{self.file_size}-byte file holds.")
+        self._check_stored(index, start, stop)
         try:
             if self.extents is None:
                 return self.images[start:stop].tobytes()
             return self.extents.read(self.raw.fileno(), start, stop)
         except FormatError as exc:
             raise FormatError(f"{self.path}: record {index}: {exc}.") from None
+
+
+def _stored_chunks(images: h5py.Dataset) -> tuple[int, list[int]] | None:
+    """(chunk length, sorted indices of the chunks stored in the file) of a chunked 1-D dataset;
+    None when it is not chunked (compact: its bytes are in the object header)."""
+    if images.chunks is None or images.ndim != 1:
+        return None
+    chunk, stored = images.chunks[0], []
+    images.id.chunk_iter(lambda info: stored.append(info.chunk_offset[0] // chunk))
+    return chunk, sorted(stored)
