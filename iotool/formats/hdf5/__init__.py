@@ -29,7 +29,7 @@ from ...errors import FormatError
 from ...records import DatasetMeta
 from ..spec import FormatSpec
 from .layout import CHUNK_BYTES, FORMAT_VERSION, INTEGRITY_ATTR, META_ATTR, VLEN_VERSION
-from .reader import Hdf5Reader
+from .reader import H5_ERRORS, Hdf5Reader
 from .writer import Hdf5Writer
 
 
@@ -43,7 +43,7 @@ def sniff(path: str) -> str | None:
     try:
         with h5py.File(path, "r") as f:
             raw = f.attrs.get(META_ATTR)
-    except (OSError, RuntimeError, KeyError) as exc:
+    except H5_ERRORS as exc:
         raise FormatError(f"{path}: cannot open as HDF5 ({exc}).") from None
     if not isinstance(raw, str):
         raise FormatError(f"{path}: no '{META_ATTR}' attribute; not an iotool HDF5 file.")
