@@ -15,7 +15,9 @@ Reading a record costs one ``pread`` (two when it straddles a chunk): the reader
 chunk of ``/images`` to its place in the file once per process (``H5Dchunk_iter``), then reads the
 bytes itself instead of slicing through h5py or reading the variable-length elements of
 version 1 (still read); the measured difference is in docs/performance.md. A file whose ``/images`` was rewritten with
-filters (say, ``h5repack`` with compression) is read through h5py instead.
+filters (say, ``h5repack`` with compression) is read through h5py instead, from stored chunks only.
+A column kept outside the file (external storage, a virtual dataset, a soft or external link, a
+filter only a plugin decodes) is refused at open and by ``verify`` (see storage.py).
 """
 
 

@@ -13,7 +13,8 @@ Layout (main database, no named sub-databases):
                                            by index (version 3; [0, 0]: header unreadable)
 
 Keys, labels and checksums are compact arrays in each process, never lists of Python objects;
-a key becomes a string only when asked for.
+a key becomes a string only when asked for. Every value is found in data.mdb's pages and checked
+to lie inside the file before py-lmdb touches it (pages.py).
 """
 
 
