@@ -15,7 +15,9 @@ Reading a record costs one ``pread`` (two when it straddles a chunk): the reader
 chunk of ``/images`` to its place in the file once per process (``H5Dchunk_iter``), then reads the
 bytes itself instead of slicing through h5py or reading the variable-length elements of
 version 1 (still read); the measured difference is in docs/performance.md. A file whose ``/images`` was rewritten with
-filters (say, ``h5repack`` with compression) is read through h5py instead.
+filters (say, ``h5repack`` with compression) is read through h5py instead, from stored chunks only.
+A column kept outside the file (external storage, a virtual dataset, a soft or external link, a
+filter only a plugin decodes) is refused at open and by ``verify`` (see storage.py).
 """
 
 
@@ -29,7 +31,7 @@ from ...errors import FormatError
 from ...records import DatasetMeta
 from ..spec import FormatSpec
 from .layout import CHUNK_BYTES, FORMAT_VERSION, INTEGRITY_ATTR, META_ATTR, VLEN_VERSION
-from .reader import Hdf5Reader
+from .reader import H5_ERRORS, Hdf5Reader
 from .writer import Hdf5Writer
 
 
@@ -43,7 +45,7 @@ def sniff(path: str) -> str | None:
     try:
         with h5py.File(path, "r") as f:
             raw = f.attrs.get(META_ATTR)
-    except (OSError, RuntimeError, KeyError) as exc:
+    except H5_ERRORS as exc:
         raise FormatError(f"{path}: cannot open as HDF5 ({exc}).") from None
     if not isinstance(raw, str):
         raise FormatError(f"{path}: no '{META_ATTR}' attribute; not an iotool HDF5 file.")

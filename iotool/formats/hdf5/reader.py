@@ -5,18 +5,36 @@ from __future__ import annotations
 import bisect
 import json
 import os
+from contextlib import contextmanager
 from typing import Any, Iterator
 
 import h5py
 import numpy as np
 
-from ...errors import FormatError
+from ...errors import FormatError, IotoolError, RecordError
 from ...records import DatasetMeta
 from ..reader import FormatReader
 from ..shapes import recorded_sizes
 from ..sharded.columns import AsciiColumn, IntColumn, LazyColumn
 from ..sharded.index import sha256_hex
 from .layout import FORMAT_VERSION, INTEGRITY_ATTR, META_ATTR, VLEN_VERSION, column_digests
+from .storage import check_columns
+
+# What h5py raises on a damaged or crafted file (a bad B-tree, heap or message): never to the user.
+H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, OverflowError, RecursionError)
+
+
+@contextmanager
+def h5_errors(path: str, index: int | None = None) -> Iterator[None]:
+    """Turn h5py's exceptions into a FormatError (RecordError for ``index``) naming the file."""
+    try:
+        yield
+    except IotoolError:
+        raise
+    except H5_ERRORS as exc:
+        where = f"{path}: record {index}" if index is not None else path
+        error = RecordError if index is not None else FormatError
+        raise error(f"{where}: the HDF5 file is damaged or was crafted ({type(exc).__name__}: {exc}).") from None
 
 
 class _Extents:
@@ -26,20 +44,34 @@ class _Extents:
         self.starts, self.file_offsets, self.sizes = starts, file_offsets, sizes
 
     @classmethod
-    def of(cls, images: h5py.Dataset) -> "_Extents | None":
-        """The map for an unfiltered dataset; None when h5py must read it (filters, compact layout)."""
+    def of(cls, images: h5py.Dataset, file_size: int) -> "_Extents | None":
+        """The map for an unfiltered dataset; None when h5py must read it (filters, compact layout).
+        FormatError when an extent does not lie inside the file's ``file_size`` bytes."""
         if images.dtype != np.uint8 or images.ndim != 1 or images.id.get_create_plist().get_nfilters():
             return None
         if images.chunks is None:  # contiguous (after h5repack, say)
             offset = images.id.get_offset()
-            return None if offset is None else cls([0], [offset], [images.shape[0]])
-        chunk = images.chunks[0]
-        extents: list[tuple[int, int]] = []
-        images.id.chunk_iter(lambda info: extents.append((info.chunk_offset[0], info.byte_offset)))
-        extents.sort()
-        starts = [start for start, _ in extents]
-        sizes = [min(chunk, images.shape[0] - start) for start in starts]
-        return cls(starts, [offset for _, offset in extents], sizes)
+            extents = None if offset is None else cls([0], [offset], [images.shape[0]])
+        else:
+            chunk = images.chunks[0]
+            found: list[tuple[int, int, int]] = []
+            images.id.chunk_iter(lambda info: found.append((info.chunk_offset[0], info.byte_offset, info.size)))
+            found.sort()
+            starts = [start for start, _, _ in found]
+            sizes = [min(chunk, images.shape[0] - start) for start in starts]
+            if any(stored < size for (_, _, stored), size in zip(found, sizes)):
+                raise FormatError("a chunk of '/images' is stored shorter than its length")
+            extents = cls(starts, [offset for _, offset, _ in found], sizes)
+        if extents is not None:
+            extents.check_inside(file_size)
+        return extents
+
+    def check_inside(self, file_size: int) -> None:
+        """FormatError unless every extent lies inside the file (nothing read from past its end)."""
+        for start, offset, size in zip(self.starts, self.file_offsets, self.sizes):
+            if offset < 0 or size < 0 or offset + size > file_size:
+                raise FormatError(f"'/images' bytes {start}..{start + size} are declared at file offset {offset}, "
+                                  f"outside the {file_size}-byte file")
 
     def read(self, fd: int, start: int, stop: int) -> bytes:
         """Bytes [start, stop) of ``/images``; FormatError when a chunk is missing or the file is short."""
@@ -69,7 +101,7 @@ class Hdf5Reader(FormatReader):
         if getattr(self, "_h_file", None) is None or self._h_pid != pid:
             try:
                 self._h_file = h5py.File(self.path, "r")
-            except OSError as exc:
+            except H5_ERRORS as exc:
                 raise FormatError(f"{self.path}: cannot open as HDF5 ({exc}).") from None
             self._h_pid = pid
             self._h_images = self._h_payload = None  # per-process readers of the datasets
@@ -86,6 +118,12 @@ class Hdf5Reader(FormatReader):
         return ds
 
     def _load_meta(self) -> DatasetMeta:
+        with h5_errors(self.path):
+            meta = self._read_meta()
+            check_columns(self.path, self._file(), meta.format_version)  # nothing stored outside the file
+        return meta
+
+    def _read_meta(self) -> DatasetMeta:
         try:
             raw = self._file().attrs.get(META_ATTR)
             digests = json.loads(self._file().attrs.get(INTEGRITY_ATTR, "null"))
@@ -110,13 +148,14 @@ class Hdf5Reader(FormatReader):
     def read(self, index: int) -> tuple[bytes, int]:
         if not 0 <= index < self.meta.count:
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
-        self._file()  # (re)opens after a fork, resetting the per-process state
-        if self.meta.format_version == VLEN_VERSION:
-            if self._h_images is None:
-                self._h_images = self._dataset("images")
-            return self._h_images[index].tobytes(), self.labels[index]
-        payload = self._h_payload or self._open_payload()
-        return payload.read(index), self.labels[index]
+        with h5_errors(self.path, index):
+            self._file()  # (re)opens after a fork, resetting the per-process state
+            if self.meta.format_version == VLEN_VERSION:
+                if self._h_images is None:
+                    self._h_images = self._dataset("images")
+                return self._h_images[index].tobytes(), self.labels[index]
+            payload = self._h_payload or self._open_payload()
+            return payload.read(index), self.labels[index]
 
     def _open_payload(self) -> "_Payload":
         self._h_payload = _Payload(self.path, self._dataset("images", -1),
@@ -125,13 +164,17 @@ class Hdf5Reader(FormatReader):
 
     def integrity_problems(self) -> list[str]:
         try:
+            check_columns(self.path, self._file(), self.meta.format_version)
+        except FormatError as exc:
+            return [str(exc)]
+        try:
             offsets = self._dataset("offsets", self.meta.count + 1)[:] if self.meta.format_version != VLEN_VERSION \
                 else None
             actual = column_digests(self._dataset("labels")[:], self._dataset("keys")[:],
                                      self._dataset("checksums")[:], offsets, self._shapes())
             if offsets is not None:
                 self._open_payload()  # checks the offsets against /images
-        except (OSError, ValueError, RuntimeError, TypeError, FormatError) as exc:
+        except (*H5_ERRORS, FormatError) as exc:
             return [f"{self.path}: cannot read the index columns ({exc})."]
         return [f"{self.path}: '/{name}' does not match its integrity digest."
                 for name, digest in actual.items() if self._digests.get(name) != digest]
@@ -147,11 +190,13 @@ class Hdf5Reader(FormatReader):
 
     def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
         """From ``/shapes`` (version 3), else from each record's header."""
-        shapes = self._shapes()
+        with h5_errors(self.path):
+            shapes = self._shapes()
         return super()._load_image_sizes(strict) if shapes is None else recorded_sizes(self, shapes, strict)
 
     def _load_keys(self) -> "_Keys":
-        self._dataset("keys")  # checks the column's shape now
+        with h5_errors(self.path):
+            self._dataset("keys")  # checks the column's shape now
         return _Keys(self)
 
     @property
@@ -162,10 +207,12 @@ class Hdf5Reader(FormatReader):
         return self._load_keys()
 
     def _load_labels(self) -> IntColumn:
-        return IntColumn(np.asarray(self._dataset("labels")[:], dtype=np.int64))
+        with h5_errors(self.path):
+            return IntColumn(np.asarray(self._dataset("labels")[:], dtype=np.int64))
 
     def _load_checksums(self) -> AsciiColumn:
-        return AsciiColumn(np.asarray(self._dataset("checksums")[:], dtype="S64"))
+        with h5_errors(self.path):
+            return AsciiColumn(np.asarray(self._dataset("checksums")[:], dtype="S64"))
 
 
 class _Keys(LazyColumn):
@@ -186,11 +233,14 @@ class _Keys(LazyColumn):
         return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
     def _item(self, i: int) -> str:
-        return self._text(self.reader._dataset("keys")[i])
+        with h5_errors(self.reader.path):
+            return self._text(self.reader._dataset("keys")[i])
 
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self), self.BLOCK):
-            yield from (self._text(k) for k in self.reader._dataset("keys")[start:start + self.BLOCK])
+            with h5_errors(self.reader.path):
+                block = self.reader._dataset("keys")[start:start + self.BLOCK]
+            yield from (self._text(k) for k in block)
 
     def __getstate__(self) -> dict:
         raise TypeError("the keys of an HDF5 reader are not pickled; pickle the reader")
@@ -207,14 +257,45 @@ class _Payload:
             raise FormatError(f"{path}: '/offsets' does not describe '/images' ({images.shape[0]} bytes); "
                               f"the file was modified or corrupted after conversion.")
         self.images = images
-        self.extents = _Extents.of(images)
-        self.raw = open(path, "rb", buffering=0) if self.extents is not None else None  # closed with this object
+        self.raw = open(path, "rb", buffering=0)  # closed with this object
+        self.file_size = os.fstat(self.raw.fileno()).st_size
+        try:
+            self.extents = _Extents.of(images, self.file_size)
+        except FormatError as exc:
+            raise FormatError(f"{path}: {exc}; the file was modified or crafted after conversion.") from None
+        # read through h5py (filters): only chunks stored in the file, never a fill value HDF5 makes up
+        self.stored = _stored_chunks(images) if self.extents is None else None
+
+    def _check_stored(self, index: int, start: int, stop: int) -> None:
+        """FormatError unless every chunk of ``/images`` that record ``index`` covers is stored."""
+        if self.stored is None or stop <= start:
+            return
+        chunk, starts = self.stored
+        first, last = start // chunk, (stop - 1) // chunk
+        have = bisect.bisect_right(starts, last) - bisect.bisect_left(starts, first)
+        if have != last - first + 1:
+            raise FormatError(f"{self.path}: record {index} declares {stop - start} bytes, but only {have} of "
+                              f"the {last - first + 1} chunks of '/images' holding them are stored in the file.")
 
     def read(self, index: int) -> bytes:
         start, stop = int(self.offsets[index]), int(self.offsets[index + 1])
+        if self.extents is not None and stop - start > self.file_size:  # each byte is stored once
+            raise FormatError(f"{self.path}: record {index} declares {stop - start} bytes, more than the "
+                              f"{self.file_size}-byte file holds.")
+        self._check_stored(index, start, stop)
         try:
             if self.extents is None:
                 return self.images[start:stop].tobytes()
             return self.extents.read(self.raw.fileno(), start, stop)
         except FormatError as exc:
             raise FormatError(f"{self.path}: record {index}: {exc}.") from None
+
+
+def _stored_chunks(images: h5py.Dataset) -> tuple[int, list[int]] | None:
+    """(chunk length, sorted indices of the chunks stored in the file) of a chunked 1-D dataset;
+    None when it is not chunked (compact: its bytes are in the object header)."""
+    if images.chunks is None or images.ndim != 1:
+        return None
+    chunk, stored = images.chunks[0], []
+    images.id.chunk_iter(lambda info: stored.append(info.chunk_offset[0] // chunk))
+    return chunk, sorted(stored)

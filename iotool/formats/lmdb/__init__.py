@@ -13,7 +13,8 @@ Layout (main database, no named sub-databases):
                                            by index (version 3; [0, 0]: header unreadable)
 
 Keys, labels and checksums are compact arrays in each process, never lists of Python objects;
-a key becomes a string only when asked for.
+a key becomes a string only when asked for. Every value is found in data.mdb's pages and checked
+to lie inside the file before py-lmdb touches it (pages.py).
 """
 
 
@@ -26,7 +27,7 @@ import lmdb
 from ...errors import FormatError
 from ...records import DatasetMeta
 from ..spec import FormatSpec
-from .env import close_env, open_env
+from .env import close_env, open_env, read_value
 from .layout import (
     CHECKSUMS_KEY, FORMAT_VERSION, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, PART_KEY, PROGRESS_KEY, RESERVED,
     SHAPES_KEY, pack_strings, record_key,
@@ -40,8 +41,8 @@ def sniff(path: str) -> str | None:
     if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "data.mdb"))):
         return None
     try:
-        with open_env(path, check_file=True).begin() as txn:
-            raw = txn.get(META_KEY)
+        open_env(path, check_file=True)
+        raw = read_value(path, META_KEY)
     except (OSError, lmdb.Error) as exc:
         raise FormatError(f"{path}: cannot open the LMDB environment ({exc}).") from None
     if raw is None:

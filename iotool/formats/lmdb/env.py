@@ -7,11 +7,13 @@ import os
 import lmdb
 
 from ...errors import FormatError
+from .pages import ValueBounds
 
 
 # One read-only environment per process and path: py-lmdb refuses to open the same
 # environment twice in a process, and a forked child must not use its parent's handle.
-_ENVS: dict[str, tuple[int, tuple[int, int], lmdb.Environment]] = {}
+# Each with the walker that checks a value's pages before py-lmdb touches them (see pages.py).
+_ENVS: dict[str, tuple[int, tuple[int, int], lmdb.Environment, ValueBounds]] = {}
 
 
 def _canonical(path: str) -> str:
@@ -31,15 +33,19 @@ def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
     With ``check_file`` (when a reader opens), a handle on a data.mdb that has since been
     replaced, e.g. by ``--overwrite``, is dropped and reopened.
     """
+    return _open(path, check_file)[2]
+
+
+def _open(path: str, check_file: bool = False) -> tuple[int, tuple[int, int], lmdb.Environment, ValueBounds]:
     path = _canonical(path)
     pid = os.getpid()
     cached = _ENVS.get(path)
     if cached is not None and cached[0] == pid and not check_file:
-        return cached[2]
+        return cached
     file_id = _data_file_id(path)
     if cached is not None:
         if cached[0] == pid and cached[1] == file_id:
-            return cached[2]
+            return cached
         del _ENVS[path]
         try:
             cached[2].close()  # inherited across fork, or the file was replaced: drop it first
@@ -48,8 +54,24 @@ def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
     env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=False,
                     meminit=False, max_readers=4096, max_spare_txns=4)
     _check_file_size(path, env)
-    _ENVS[path] = (pid, file_id, env)
-    return env
+    try:
+        bounds = ValueBounds(path, env.stat()["psize"], env.info()["last_txnid"])
+    except BaseException:
+        env.close()
+        raise
+    _ENVS[path] = (pid, file_id, env, bounds)
+    return _ENVS[path]
+
+
+def read_value(path: str, key: bytes) -> bytes | None:
+    """The value stored under ``key`` (None: no such key), copied out of the map only once its
+    node and pages were found inside data.mdb: py-lmdb touches a value's pages as it looks it
+    up, and a value declared past the end of the file would kill the process with SIGBUS."""
+    _pid, _file, env, bounds = _open(path)
+    bounds.check(key)
+    with env.begin(buffers=True) as txn:
+        value = txn.get(key)
+        return None if value is None else bytes(value)
 
 
 def _check_file_size(path: str, env: lmdb.Environment) -> None:

@@ -3,20 +3,40 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
+from typing import Iterator
 
 import lmdb
 import numpy as np
 
-from ...errors import FormatError
+from ...errors import FormatError, IotoolError, RecordError
 from ...records import DatasetMeta
 from ..reader import FormatReader
 from ..shapes import recorded_sizes
 from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
 from ..sharded.index import sha256_hex
-from .env import open_env
+from .env import open_env, read_value
 from .layout import (
     CHECKSUMS_KEY, FORMAT_VERSION, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, RESERVED, SHAPES_KEY, record_key,
 )
+
+# What py-lmdb, numpy and json raise on a damaged or crafted environment: never to the user.
+LMDB_ERRORS = (lmdb.Error, OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError)
+
+
+@contextmanager
+def lmdb_errors(path: str, index: int | None = None) -> Iterator[None]:
+    """Turn a stray exception into a FormatError (RecordError for ``index``) naming the dataset."""
+    try:
+        yield
+    except IotoolError:
+        raise
+    except FileNotFoundError:
+        raise FormatError(f"{path}: data.mdb is missing.") from None
+    except LMDB_ERRORS as exc:
+        where = f"{path}: record {index}" if index is not None else path
+        error = RecordError if index is not None else FormatError
+        raise error(f"{where}: cannot read the LMDB environment ({type(exc).__name__}: {exc}).") from None
 
 
 class LmdbReader(FormatReader):
@@ -26,13 +46,8 @@ class LmdbReader(FormatReader):
     format_versions = (1, 2, FORMAT_VERSION)
 
     def _get(self, key: bytes) -> bytes | None:
-        try:
-            with open_env(self.path).begin(buffers=False) as txn:
-                return txn.get(key)
-        except FileNotFoundError:
-            raise FormatError(f"{self.path}: data.mdb is missing.") from None
-        except lmdb.Error as exc:
-            raise FormatError(f"{self.path}: cannot read LMDB environment ({exc}).") from None
+        with lmdb_errors(self.path):
+            return read_value(self.path, key)
 
     def _get_required(self, key: bytes) -> bytes:
         value = self._get(key)
@@ -43,7 +58,7 @@ class LmdbReader(FormatReader):
     def _digests(self) -> dict:
         try:
             digests = json.loads(self._get_required(INTEGRITY_KEY))
-        except ValueError:
+        except (ValueError, RecursionError):
             digests = None
         if not isinstance(digests, dict):
             raise FormatError(f"{self.path}: the integrity record is corrupted. Re-convert the dataset.")
@@ -55,10 +70,11 @@ class LmdbReader(FormatReader):
                               f"modified or corrupted after conversion. Re-convert the dataset.")
 
     def _load_meta(self) -> DatasetMeta:
-        try:
-            open_env(self.path, check_file=True)
-        except (OSError, lmdb.Error) as exc:
-            raise FormatError(f"{self.path}: cannot open the LMDB environment ({exc}).") from None
+        with lmdb_errors(self.path):
+            return self._read_meta()
+
+    def _read_meta(self) -> DatasetMeta:
+        open_env(self.path, check_file=True)
         raw = self._get_required(META_KEY)
         self._check_digest(META_KEY, raw, self._digests())
         meta = DatasetMeta.from_json(raw, self.path)
@@ -74,14 +90,18 @@ class LmdbReader(FormatReader):
     def read(self, index: int) -> tuple[bytes, int]:
         if not 0 <= index < self.meta.count:
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
-        data = self._get(record_key(index))
-        if data is None:
-            raise FormatError(f"{self.path}: record {index} is missing.")
-        return data, self.labels[index]
+        with lmdb_errors(self.path, index):
+            data = self._get(record_key(index))
+            if data is None:
+                raise FormatError(f"{self.path}: record {index} is missing.")
+            return data, self.labels[index]
 
     def integrity_problems(self) -> list[str]:
+        try:
+            digests = self._digests()
+        except FormatError as exc:
+            return [str(exc)]
         problems = []
-        digests = self._digests()
         for key in (KEYS_KEY, LABELS_KEY, CHECKSUMS_KEY, *((SHAPES_KEY,) if self.meta.format_version >= 3 else ())):
             try:
                 self._check_digest(key, self._get_required(key), digests)
@@ -90,6 +110,10 @@ class LmdbReader(FormatReader):
         return problems
 
     def _load_keys(self) -> list[str] | StringColumn:
+        with lmdb_errors(self.path):
+            return self._read_keys()
+
+    def _read_keys(self) -> list[str] | StringColumn:
         raw = self._get_required(KEYS_KEY)
         if self.meta.format_version >= 2:
             return self._unpack_keys(raw)
@@ -114,6 +138,8 @@ class LmdbReader(FormatReader):
 
     def _load_labels(self) -> IntColumn:
         raw = self._get_required(LABELS_KEY)
+        if len(raw) % 8:
+            raise FormatError(f"{self.path}: the labels record is not a whole number of 8-byte labels.")
         labels = np.frombuffer(raw, dtype="<i8")  # one compact array, not a list of Python ints
         self._expect_count("labels", len(labels))
         return IntColumn(labels)

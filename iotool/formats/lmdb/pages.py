@@ -1,0 +1,168 @@
+"""Where a value lies in data.mdb, found by walking LMDB's pages with ``pread`` before py-lmdb reads it.
+
+py-lmdb touches every page of a value (its "preload") as soon as it is looked up, with or
+without ``buffers=True``; a crafted leaf node that declares a value reaching past the end of
+data.mdb therefore kills the process with SIGBUS before any Python code sees the value. So the
+reader first follows the path LMDB will take for the key, the same binary search over the same
+pages (LMDB 0.9 on-disk layout, 64-bit), and refuses a value that does not lie inside the file,
+as well as any page or node on the way that does not lie inside its page.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from ...errors import FormatError
+
+PAGE_HEADER = 16  # mp_pgno u64, mp_pad u16, mp_flags u16, mp_lower u16, mp_upper u16 (mp_pages u32)
+NODE_HEADER = 8  # mn_lo u16, mn_hi u16, mn_flags u16, mn_ksize u16
+P_BRANCH, P_LEAF, P_OVERFLOW, P_LEAF2 = 0x01, 0x02, 0x04, 0x20
+F_BIGDATA = 0x01
+MAGIC, DATA_VERSION = 0xBEEFC0DE, 1
+_META = struct.Struct("<IIQQ48xIHHQQQQQQQ")  # at PAGE_HEADER: magic .. mm_dbs[0], mm_dbs[1], last_pg, txnid
+_BRANCH_CACHE = 4096  # branch pages kept per reader (the upper levels of the tree)
+
+
+class ValueBounds:
+    """The main database's tree as LMDB reads it, for checking values before they are touched."""
+
+    def __init__(self, path: str, psize: int, last_txnid: int):
+        self.path = path
+        self.fd = os.open(os.path.join(path, "data.mdb"), os.O_RDONLY)
+        try:
+            self.size = os.fstat(self.fd).st_size
+            self.psize = psize
+            self.root, self.depth, self.next_pgno = self._meta(last_txnid)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.branches: dict[int, bytes] = {}  # the upper levels of the tree, read once
+
+    def __del__(self) -> None:
+        fd = getattr(self, "fd", None)
+        if fd is not None:
+            os.close(fd)
+
+    def _bad(self, what: str) -> FormatError:
+        return FormatError(f"{self.path}: data.mdb is corrupted or crafted ({what}); it cannot be read "
+                           f"safely. Copy or convert the dataset again.")
+
+    def _meta(self, last_txnid: int) -> tuple[int, int, int]:
+        """(root page, depth, next page number) of the main database, from the meta page LMDB picks."""
+        metas = []
+        for offset in (0, self.psize):
+            raw = os.pread(self.fd, _META.size, offset + PAGE_HEADER)
+            if len(raw) != _META.size:
+                raise self._bad("a meta page is missing")
+            magic, version, _addr, _mapsize, _pad, _flags, depth, _b, _l, _o, _e, root, last_pg, txnid = \
+                _META.unpack(raw)
+            if magic != MAGIC or version != DATA_VERSION:
+                raise self._bad("a meta page has no LMDB magic")
+            metas.append((txnid, root, depth, last_pg))
+        txnid, root, depth, last_pg = metas[metas[0][0] < metas[1][0]]  # as mdb_env_pick_meta
+        if txnid != last_txnid:
+            raise self._bad("its meta pages changed while it was opened")
+        if (last_pg + 1) * self.psize > self.size:
+            raise self._bad("the meta page names pages past the end of the file")
+        return root, depth, last_pg + 1
+
+    def _page(self, pgno: int, what: str, size: int = 0) -> bytes:
+        """Page ``pgno`` (its first ``size`` bytes, if given)."""
+        if pgno >= self.next_pgno:  # LMDB refuses these itself (MDB_PAGE_NOTFOUND)
+            raise self._bad(f"{what} names page {pgno}, past the last page {self.next_pgno - 1}")
+        size = size or self.psize
+        page = os.pread(self.fd, size, pgno * self.psize)
+        if len(page) != size:
+            raise self._bad(f"page {pgno} is past the end of the file")
+        return page
+
+    def _count(self, page: bytes, pgno: int) -> int:
+        """How many nodes the page holds (NUMKEYS), checked against the page size."""
+        lower = struct.unpack_from("<H", page, 12)[0]
+        if not PAGE_HEADER <= lower <= self.psize:
+            raise self._bad(f"page {pgno} has an impossible node count")
+        return (lower - PAGE_HEADER) >> 1
+
+    def _node(self, page: bytes, pgno: int, i: int) -> tuple[int, bytes]:
+        """(offset, key) of node ``i``, checked to lie, header and key, inside the page: only the
+        nodes LMDB's search visits are looked at, and each of them is checked."""
+        ptr = struct.unpack_from("<H", page, PAGE_HEADER + 2 * i)[0]
+        if ptr < PAGE_HEADER or ptr + NODE_HEADER > self.psize:
+            raise self._bad(f"page {pgno} has a node outside the page")
+        end = ptr + NODE_HEADER + struct.unpack_from("<H", page, ptr + 6)[0]
+        if end > self.psize:
+            raise self._bad(f"page {pgno} has a key reaching outside the page")
+        return ptr, page[ptr + NODE_HEADER:end]
+
+    def _search(self, page: bytes, pgno: int, key: bytes, low: int) -> tuple[int, int, bool]:
+        """mdb_node_search: (node count, index of the first node >= key, exact)."""
+        count = self._count(page, pgno)
+        high, i, rc = count - 1, 0, 0
+        while low <= high:
+            i = (low + high) >> 1
+            node = self._node(page, pgno, i)[1]
+            rc = (key > node) - (key < node)
+            if rc == 0:
+                break
+            low, high = (i + 1, high) if rc > 0 else (low, i - 1)
+        return count, (i + 1 if rc > 0 else i), rc == 0 and count > 0
+
+    def _child(self, page: bytes, pgno: int, key: bytes) -> int:
+        """The page number LMDB follows from branch page ``pgno`` for ``key``."""
+        count, i, exact = self._search(page, pgno, key, 1)
+        if i >= count:
+            i = count - 1
+        elif not exact:
+            i -= 1
+        if i < 0:
+            raise self._bad(f"branch page {pgno} has no nodes")
+        lo, hi, flags = struct.unpack_from("<HHH", page, self._node(page, pgno, i)[0])
+        return lo | hi << 16 | flags << 32
+
+    def check(self, key: bytes) -> None:
+        """Raise FormatError unless the value LMDB returns for ``key`` (if any) lies inside the file."""
+        if self.root >= 0xFFFFFFFFFFFFFFFF or self.depth == 0:
+            return  # an empty database: nothing is read
+        pgno, levels = self.root, 0
+        while True:
+            page = self.branches.get(pgno)
+            if page is None:
+                page = self._page(pgno, "a branch page" if levels else "the meta page")
+                flags = struct.unpack_from("<H", page, 10)[0]
+                if not flags & P_BRANCH:
+                    break
+                if len(self.branches) >= _BRANCH_CACHE:
+                    self.branches.clear()
+                self.branches[pgno] = page
+            pgno = self._child(page, pgno, key)
+            levels += 1
+            if levels > 64:
+                raise self._bad("its tree is deeper than any LMDB tree")
+        if flags & P_LEAF2 or not flags & P_LEAF:
+            raise self._bad(f"page {pgno} is neither a branch nor a leaf page")
+        self._check_leaf(page, pgno, key)
+
+    def _check_leaf(self, page: bytes, pgno: int, key: bytes) -> None:
+        _count, i, exact = self._search(page, pgno, key, 0)
+        if not exact:
+            return  # LMDB reports the key missing
+        ptr = self._node(page, pgno, i)[0]
+        lo, hi, flags, ksize = struct.unpack_from("<HHHH", page, ptr)
+        size, start = lo | hi << 16, ptr + NODE_HEADER + ksize
+        name = key.decode("ascii", "replace")
+        if flags & ~F_BIGDATA:
+            raise self._bad(f"the node of {name!r} has flags {flags:#x}; iotool writes plain values only")
+        if not flags & F_BIGDATA:
+            if start + size > self.psize:
+                raise self._bad(f"{name!r} declares {size} bytes, more than its page holds")
+            return
+        if start + 8 > self.psize:
+            raise self._bad(f"the node of {name!r} ends outside its page")
+        overflow = struct.unpack_from("<Q", page, start)[0]
+        header = self._page(overflow, f"the node of {name!r}", PAGE_HEADER)
+        oflags, pages = struct.unpack_from("<H", header, 10)[0], struct.unpack_from("<I", header, 12)[0]
+        if not oflags & P_OVERFLOW or PAGE_HEADER + size > pages * self.psize \
+                or overflow * self.psize + PAGE_HEADER + size > self.size:
+            raise self._bad(f"{name!r} declares {size} bytes, past its {pages} overflow pages or the "
+                            f"end of the {self.size}-byte file")
