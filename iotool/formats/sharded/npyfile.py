@@ -17,12 +17,15 @@ from numpy.lib import format as npy
 from ...errors import FormatError
 from ...storage.files import regular_file
 
+MAX_HEADER_BYTES = 64 * 1024  # iotool writes 128; numpy's parser would read whatever length is declared
+
 
 def map_npy(path: str, root: str | None = None) -> np.ndarray:
     """Map an .npy file read-only, opened as a regular file of the dataset under ``root``
     (:func:`iotool.storage.files.open_regular`); never unpickles (object arrays are refused), and
     the header's shape must fit in the file before anything is mapped."""
     with regular_file(path, root) as f:
+        _check_header_length(f, path)
         try:
             version = npy.read_magic(f)
             read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
@@ -43,3 +46,16 @@ def map_npy(path: str, root: str | None = None) -> np.ndarray:
         if nbytes == 0:
             return np.empty(shape, dtype=dtype)
         return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+
+
+def _check_header_length(f, path: str) -> None:
+    """Refuse a header length field beyond :data:`MAX_HEADER_BYTES` before numpy reads that many
+    bytes (a version 2 or 3 header declares up to 4 GiB); leaves ``f`` at its start."""
+    head = f.read(12)
+    f.seek(0)
+    if len(head) < 10 or not head.startswith(b"\x93NUMPY"):
+        return  # numpy's parser says what is wrong
+    length = int.from_bytes(head[8:10] if head[6:8] == b"\x01\x00" else head[8:12], "little")  # as map_npy parses it
+    if length > MAX_HEADER_BYTES:
+        raise FormatError(f"{path}: not a readable column file (its header declares {length} bytes; "
+                          f"iotool's are {MAX_HEADER_BYTES} at most).")
