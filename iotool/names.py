@@ -47,13 +47,17 @@ def name_problem(name: object) -> str | None:
 
 def first_bad_name(offsets: "np.ndarray", blob: "np.ndarray") -> int:
     """The index of the first name that :func:`name_problem` refuses in a string column (names
-    ``blob[offsets[i]:offsets[i+1]]``, UTF-8), or -1; vectorised over the whole column."""
+    ``blob[offsets[i]:offsets[i+1]]``, UTF-8), or whose offsets lie outside the blob, or -1;
+    vectorised over the whole column."""
     import numpy as np
 
     starts, ends = np.asarray(offsets[:-1], dtype=np.int64), np.asarray(offsets[1:], dtype=np.int64)
     if len(starts) == 0:
         return -1
     data = np.asarray(blob, dtype=np.uint8)
+    broken = np.flatnonzero((starts < 0) | (ends < starts) | (ends > len(data)) | (starts > len(data)))
+    if len(broken):  # offsets that describe no name in the blob: that name is bad, first of all
+        return int(broken[0])
     if len(data) == 0:
         return 0
     bad = ends <= starts  # empty

@@ -84,3 +84,11 @@ def test_inside_follows_links(tmp_path):
     assert inside(root, "sub/x.bmp") == os.path.join(os.path.realpath(root), "sub/x.bmp")
     assert inside(root, "alias/x.bmp") is not None  # a link that stays inside is fine
     assert inside(root, "leak/x.bmp") is None
+
+
+def test_offsets_outside_the_blob_make_that_name_bad_not_an_index_error():
+    offsets, blob = column(["a.jpg", "b/c.jpg", "d.png"])  # offsets 0, 5, 12, 17
+    for i, value, first in [(1, -5, 0), (1, 10**12, 0), (2, 1, 1), (3, len(blob) + 1, 2)]:
+        broken = offsets.copy()
+        broken[i] = value
+        assert first_bad_name(broken, blob) == first, (i, value)
