@@ -309,3 +309,29 @@ def test_byte_fuzz_gives_iotool_errors_naming_the_file(fmt, cases, source, tmp_p
     bad = {kind: cases for kind, cases in outcomes.items() if kind not in ("ok", "error")}
     assert not bad, {kind: cases[:3] for kind, cases in bad.items()}
     assert "error" in outcomes  # the fuzz does reach the checks
+
+
+def test_a_record_checked_once_is_not_walked_to_again(tmp_path):
+    """The value check's memo: a bit per record index, set once the record's pages were found
+    inside data.mdb; a reopened environment (a replaced file) starts with none."""
+    from iotool.formats.lmdb.env import _open
+
+    from .conftest import write_tree
+
+    write_tree(tmp_path / "src", {"a": 3}, seed=5)
+    iotool.convert(tmp_path / "src", tmp_path / "d.lmdb", "lmdb", workers=0)
+    reader = iotool.open_reader(tmp_path / "d.lmdb")
+    bounds = _open(reader.path)[3]
+    assert not any(bounds.passed(i) for i in range(3))
+    reader.read(1)
+    assert [bounds.passed(i) for i in range(3)] == [False, True, False]
+    walks = []
+    original = type(bounds).check
+    type(bounds).check = lambda self, key: walks.append(key) or original(self, key)
+    try:
+        reader.read(1), reader.read(2)
+    finally:
+        type(bounds).check = original
+    from iotool.formats.lmdb.layout import record_key
+
+    assert walks == [record_key(2)]  # record 1 passed before: only record 2 is walked to

@@ -63,12 +63,17 @@ def _open(path: str, check_file: bool = False) -> tuple[int, tuple[int, int], lm
     return _ENVS[path]
 
 
-def read_value(path: str, key: bytes) -> bytes | None:
+def read_value(path: str, key: bytes, record: int | None = None) -> bytes | None:
     """The value stored under ``key`` (None: no such key), copied out of the map only once its
     node and pages were found inside data.mdb: py-lmdb touches a value's pages as it looks it
-    up, and a value declared past the end of the file would kill the process with SIGBUS."""
+    up, and a value declared past the end of the file would kill the process with SIGBUS.
+    ``record``: the record's index, so that a record checked once in this process is not
+    walked to again (the file under a handle does not change: a replaced one is reopened)."""
     _pid, _file, env, bounds = _open(path)
-    bounds.check(key)
+    if record is None or not bounds.passed(record):
+        bounds.check(key)
+        if record is not None:
+            bounds.mark_passed(record)
     with env.begin(buffers=True) as txn:
         value = txn.get(key)
         return None if value is None else bytes(value)

@@ -38,11 +38,24 @@ class ValueBounds:
             os.close(self.fd)
             raise
         self.branches: dict[int, bytes] = {}  # the upper levels of the tree, read once
+        self.checked = bytearray()  # a bit per record index whose value passed check()
 
     def __del__(self) -> None:
         fd = getattr(self, "fd", None)
         if fd is not None:
             os.close(fd)
+
+    def passed(self, record: int) -> bool:
+        """Whether record ``record``'s value already passed :meth:`check` in this process."""
+        byte = record >> 3
+        return byte < len(self.checked) and bool(self.checked[byte] >> (record & 7) & 1)
+
+    def mark_passed(self, record: int) -> None:
+        """Remember that record ``record``'s value passed :meth:`check` (a bit per record)."""
+        byte = record >> 3
+        if byte >= len(self.checked):
+            self.checked.extend(bytes(byte + 1 - len(self.checked)))
+        self.checked[byte] |= 1 << (record & 7)
 
     def _bad(self, what: str) -> FormatError:
         return FormatError(f"{self.path}: data.mdb is corrupted or crafted ({what}); it cannot be read "

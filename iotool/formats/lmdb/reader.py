@@ -45,9 +45,9 @@ class LmdbReader(FormatReader):
     format_name = "lmdb"
     format_versions = (1, 2, FORMAT_VERSION)
 
-    def _get(self, key: bytes) -> bytes | None:
+    def _get(self, key: bytes, record: int | None = None) -> bytes | None:
         with lmdb_errors(self.path):
-            return read_value(self.path, key)
+            return read_value(self.path, key, record)
 
     def _get_required(self, key: bytes) -> bytes:
         value = self._get(key)
@@ -91,7 +91,7 @@ class LmdbReader(FormatReader):
         if not 0 <= index < self.meta.count:
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
         with lmdb_errors(self.path, index):
-            data = self._get(record_key(index))
+            data = self._get(record_key(index), index)
             if data is None:
                 raise FormatError(f"{self.path}: record {index} is missing.")
             return data, self.labels[index]
