@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import typing
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ..errors import FormatError, FormatVersionError, IotoolError, UsageError
+from ..errors import FormatError, FormatVersionError, IotoolError, RecordError, UsageError
 from ..records import DatasetMeta
 
 if TYPE_CHECKING:
@@ -17,6 +18,22 @@ if TYPE_CHECKING:
 
 
 MAX_RECORD_BYTES = 1 << 30
+
+
+@contextlib.contextmanager
+def library_errors(path: str, caught: tuple[type[BaseException], ...], what: str,
+                   index: int | None = None) -> Iterator[None]:
+    """The boundary of a reader over a C library (py-lmdb, h5py): what the library raises on a
+    damaged or crafted file (``caught``) becomes a FormatError naming ``path`` ("``path``: ``what``
+    (KeyError: ...)"), or a RecordError also naming record ``index``; iotool's own errors pass."""
+    try:
+        yield
+    except IotoolError:
+        raise
+    except caught as exc:
+        where = f"{path}: record {index}" if index is not None else path
+        error = RecordError if index is not None else FormatError
+        raise error(f"{where}: {what} ({type(exc).__name__}: {exc}).") from None
 
 
 class FormatReader(ABC):

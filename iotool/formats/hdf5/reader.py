@@ -5,15 +5,14 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, ContextManager, Iterator
 
 import h5py
 import numpy as np
 
-from ...errors import FormatError, IotoolError, RecordError
+from ...errors import FormatError
 from ...records import DatasetMeta
-from ..reader import FormatReader
+from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import AsciiColumn, IntColumn, LazyColumn
 from ..sharded.index import sha256_hex
@@ -24,17 +23,9 @@ from .storage import check_columns
 H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, OverflowError, RecursionError)
 
 
-@contextmanager
-def h5_errors(path: str, index: int | None = None) -> Iterator[None]:
+def h5_errors(path: str, index: int | None = None) -> ContextManager[None]:
     """Turn h5py's exceptions into a FormatError (RecordError for ``index``) naming the file."""
-    try:
-        yield
-    except IotoolError:
-        raise
-    except H5_ERRORS as exc:
-        where = f"{path}: record {index}" if index is not None else path
-        error = RecordError if index is not None else FormatError
-        raise error(f"{where}: the HDF5 file is damaged or was crafted ({type(exc).__name__}: {exc}).") from None
+    return library_errors(path, H5_ERRORS, "the HDF5 file is damaged or was crafted", index)
 
 
 class _Extents:

@@ -9,9 +9,9 @@ from typing import Iterator
 import lmdb
 import numpy as np
 
-from ...errors import FormatError, IotoolError, RecordError
+from ...errors import FormatError
 from ...records import DatasetMeta
-from ..reader import FormatReader
+from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
 from ..sharded.index import sha256_hex
@@ -27,16 +27,11 @@ LMDB_ERRORS = (lmdb.Error, OSError, ValueError, KeyError, TypeError, OverflowErr
 @contextmanager
 def lmdb_errors(path: str, index: int | None = None) -> Iterator[None]:
     """Turn a stray exception into a FormatError (RecordError for ``index``) naming the dataset."""
-    try:
-        yield
-    except IotoolError:
-        raise
-    except FileNotFoundError:
-        raise FormatError(f"{path}: data.mdb is missing.") from None
-    except LMDB_ERRORS as exc:
-        where = f"{path}: record {index}" if index is not None else path
-        error = RecordError if index is not None else FormatError
-        raise error(f"{where}: cannot read the LMDB environment ({type(exc).__name__}: {exc}).") from None
+    with library_errors(path, LMDB_ERRORS, "cannot read the LMDB environment", index):
+        try:
+            yield
+        except FileNotFoundError:
+            raise FormatError(f"{path}: data.mdb is missing.") from None
 
 
 class LmdbReader(FormatReader):
