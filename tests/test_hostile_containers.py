@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import iotool
-from iotool.errors import IotoolError
+from iotool.errors import FormatError, IotoolError
 
 from .conftest import options_for, write_tree
 
@@ -335,3 +335,17 @@ def test_a_record_checked_once_is_not_walked_to_again(tmp_path):
     from iotool.formats.lmdb.layout import record_key
 
     assert walks == [record_key(2)]  # record 1 passed before: only record 2 is walked to
+
+
+def test_an_lmdb_whose_data_file_went_missing_is_named(tmp_path):
+    from .conftest import write_tree
+
+    write_tree(tmp_path / "src", {"a": 2}, seed=6)
+    iotool.convert(tmp_path / "src", tmp_path / "d.lmdb", "lmdb", workers=0)
+    reader = iotool.open_reader(tmp_path / "d.lmdb")
+    from iotool.formats.lmdb.env import close_env
+
+    os.remove(tmp_path / "d.lmdb" / "data.mdb")
+    close_env(reader.path)  # as in a new worker process: the handle is opened again on first read
+    with pytest.raises(FormatError, match=r"d\.lmdb: data\.mdb is missing"):
+        reader.read(0)
