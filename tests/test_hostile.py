@@ -150,6 +150,27 @@ def test_files_that_vanish_or_become_unreadable_after_the_scan(tmp_path):
     assert report.count == 38
 
 
+def test_source_files_that_are_fifos_or_huge_are_bad_files_not_hangs(tmp_path):
+    """A FIFO named like an image (no writer: a plain open would block forever) and a sparse
+    2 GiB file: each refused unread, named, in a child with a time bound."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "src"
+    write_tree(root, {"a": 3}, seed=8)
+    os.mkfifo(root / "a" / "pipe.jpg")
+    with open(root / "a" / "huge.jpg", "wb") as f:
+        f.truncate(2 << 30)
+    code = ("import json, sys, iotool; r = iotool.convert(sys.argv[1], sys.argv[2], 'lmdb', workers=0, "
+            "on_error='skip'); print(json.dumps({s.key: s.reason for s in r.skipped}))")
+    done = subprocess.run([sys.executable, "-c", code, str(root), str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    reasons = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(reasons) == {"a/pipe.jpg", "a/huge.jpg"}
+    assert "not a regular file" in reasons["a/pipe.jpg"] and "more than any image" in reasons["a/huge.jpg"]
+
+
 # --- readers ------------------------------------------------------------------------------
 
 def lmdb_with_garbage_record(tmp_path, index=3):

@@ -9,18 +9,22 @@ imported; the rules are reimplemented and tested against hand-built trees.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
-from ..errors import SourceError, UsageError
+from ..errors import RecordError, SourceError, UsageError
 from ..storage import StorageConfig
 from .tfrecord_files import SOURCE_KIND as FOREIGN_KIND
 from .tfrecord_files import TfrecordFilesSource
 
 if TYPE_CHECKING:
     from ..formats import FormatReader
+
+MAX_SOURCE_FILE_BYTES = 1 << 30  # no source image is this large: a bigger file is refused unread
 
 IMG_EXTENSIONS: tuple[str, ...] = (
     ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp",
@@ -215,9 +219,30 @@ class ImageFolderSource:
         if state is not None:
             from .. import storage
 
-            return task.key, task.path, task.label, storage.read_bytes(task.path, state)
-        with open(task.path, "rb") as f:
-            return task.key, task.path, task.label, f.read()
+            return task.key, task.path, task.label, storage.read_bytes(
+                task.path, state, MAX_SOURCE_FILE_BYTES, "a source image may have")
+        return task.key, task.path, task.label, read_source_file(task.path)
+
+
+def read_source_file(path: str) -> bytes:
+    """A source image's bytes, read only if it is a regular file of at most
+    :data:`MAX_SOURCE_FILE_BYTES` (a FIFO named ``x.jpg`` would block the read, a device would
+    never end): anything else is a bad file, named with the reason."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(st.st_mode):
+            raise RecordError(f"{path}: not a regular file (a FIFO, socket or device); only files are read.")
+        if st.st_size > MAX_SOURCE_FILE_BYTES:
+            raise RecordError(f"{path}: {st.st_size} bytes, more than any image iotool reads "
+                              f"({MAX_SOURCE_FILE_BYTES} at most).")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(st.st_size)
+    finally:
+        os.close(fd)
 
 
 class DatasetSource:
