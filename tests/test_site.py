@@ -43,7 +43,7 @@ pytestmark = [
 # Runs in the page once it has loaded. Measures, does not judge: the tests below say what is wrong.
 CHECK_JS = r"""
 window.addEventListener("load", function () { setTimeout(function () {
-  var out = {wide: [], clipped: [], roles: [], emptyHeaders: [], images: [], tables: 0};
+  var out = {wide: [], clipped: [], roles: [], emptyHeaders: [], images: [], tables: 0, blocks: 0};
   function name(el) {
     var text = (el.textContent || el.getAttribute("src") || "").trim().replace(/\s+/g, " ");
     return el.tagName.toLowerCase() + " '" + text.slice(0, 70) + "'";
@@ -61,6 +61,7 @@ window.addEventListener("load", function () { setTimeout(function () {
       var right = el.getBoundingClientRect().right;
       if (right > edge + 1) out.wide.push(name(el) + " ends at " + Math.round(right) + " px, past " + Math.round(edge));
     });
+  out.blocks = content.querySelectorAll("pre > code").length;
   content.querySelectorAll("table").forEach(function (table) {
     out.tables += 1;
     var frame = (table.closest(".md-typeset__scrollwrap") || table.parentElement).getBoundingClientRect();
@@ -174,6 +175,7 @@ def test_every_page_of_the_nav_is_rendered(rendered):
 def test_nothing_is_wider_than_the_page(rendered):
     wide = {name: found["wide"] for name, found in rendered.items() if found["wide"]}
     assert not wide, f"code blocks, tables or images wider than their container at {WIDTH} px: {wide}"
+    assert rendered["home"]["blocks"] >= 3, "the home page's code blocks were not found (Material's markup changed?)"
 
 
 def test_every_table_column_is_visible(rendered):
