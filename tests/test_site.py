@@ -203,3 +203,12 @@ def test_no_raw_sphinx_role_anywhere_in_the_built_site(site):
             if hits:
                 raw[str(path.relative_to(site))] = hits[:5]
     assert not raw, f"raw docstring roles in the built site: {raw}"
+@pytest.mark.parametrize("page, least", [("performance", 3), ("training", 1)])
+def test_the_plots_load(rendered, page, least):
+    images = rendered[page]["images"]
+    plots = [i for i in images if i["src"].endswith(".png")]
+    assert len(plots) >= least, f"{page} shows {len(plots)} plots, expected at least {least}"
+    broken = [i["src"] for i in images if not i["loaded"]]
+    assert not broken, f"images on {page} that did not load: {broken}"
+    squeezed = [i["src"] for i in plots if i["width"] < min(i["natural"], 600) - 1]
+    assert not squeezed, f"plots on {page} shown narrower than 600 px (or their own width): {squeezed}"
