@@ -67,5 +67,5 @@ def plot_loader(result: Any, dest: str | os.PathLike) -> None:
         [r.images_per_s.min for r in rows], [r.images_per_s.max for r in rows],
         f"iotool bench loader: {result.images} images, {result.pipeline} {result.size}, "
         f"{result.workers} workers, batch {result.batch_size}",
-        "images/s (median of rounds, each the best of its epochs; min-max over rounds)", dest,
+        "images/s (median of rounds, each the best of its epochs;\nwhiskers: min-max over rounds)", dest,
     )
