@@ -467,3 +467,21 @@ def test_writing_dali_indexes_never_blocks_on_a_fifo_shard(fmt, copy):
     assert outcome, f"writing DALI indexes of {path} blocked on a FIFO shard"
     if isinstance(outcome[0], Exception):  # built from the shards' own headers: refused
         assert isinstance(outcome[0], FormatError) and "a FIFO" in str(outcome[0]), outcome[0]
+
+
+def test_a_column_header_declaring_gigabytes_is_refused_before_it_is_read(tmp_path):
+    """An .npy column whose version byte says 2.0 and whose header length field says 3 GiB:
+    numpy's parser would read that many bytes (MemoryError); refused from the 12 bytes it has."""
+    import numpy as np
+
+    from iotool.errors import FormatError
+    from iotool.formats.sharded.npyfile import map_npy
+
+    path = tmp_path / "index.labels.npy"
+    np.save(path, np.arange(5, dtype="<i8"))
+    raw = bytearray(path.read_bytes())
+    raw[6:8] = b"\x02\x00"
+    raw[8:12] = (3 << 30).to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match=r"index\.labels\.npy: .*header declares 3221225472 bytes"):
+        map_npy(str(path), str(tmp_path))
