@@ -269,3 +269,51 @@ def test_an_s3_shard_longer_than_its_index_says_never_passes_the_cache_bound(www
                 payloads(ds)
     assert f"{url}/{shard}: more than" in str(err.value), str(err.value)
     assert watch.largest <= bound, watch.largest
+
+
+_S3_RANGES = """
+import json, resource, sys
+import iotool
+from iotool.storage import StorageConfig, remote
+url, shard, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+try:  # import everything the read path uses (torch, s3fs, aiobotocore) before measuring
+    remote.exists(url + "/no-such-file", StorageConfig(options=options))
+except iotool.errors.IotoolError:
+    pass
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+errors = []
+for read in (lambda: [bytes(d) for d, _ in iotool.open_dataset(url, decoder=None, storage_options=options)],
+             lambda: remote.read_range(f"{url}/{shard}", 100, 50, StorageConfig(options=options))):
+    try:
+        read()
+        errors.append(None)
+    except iotool.errors.IotoolError as exc:
+        errors.append([type(exc).__name__, str(exc)])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"errors": errors, "grew_kib": after - before}))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter importing iotool and s3fs: ~10 s on a busy machine
+def test_an_s3_server_that_ignores_ranges_is_read_no_further_than_asked(www):
+    """An S3 endpoint (a loopback server speaking just enough S3: HEAD and GET of /bucket/key) that
+    ignores Range and serves the first shard with 1 GiB more than its records: streaming the dataset
+    and a 50-byte ranged read each stop one byte past the range they asked for, with an error
+    naming the s3:// URL; the reading process grows by tens of MiB, not the 1 GiB sent."""
+    pytest.importorskip("s3fs", reason="s3:// needs the s3 extra: pip install 'iotool[s3]'")
+    fmt = REMOTE[0]
+    shard = _first_shard(fmt, www)
+    options = {"endpoint_url": None, "key": "k", "secret": "s"}
+    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
+    with http_server(www.parent, padded={shard: 1 << 30}) as server:
+        options["endpoint_url"] = server
+        url = f"s3://{www.name}/{fmt}"
+        limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
+        done = subprocess.run([sys.executable, "-c", limit + _S3_RANGES, url, shard, json.dumps(options)],
+                              capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    for error in result["errors"]:
+        assert error is not None and error[0] in ("RangeIgnoredError", "RecordError"), result
+        assert f"{url}/{shard}" in error[1] and "ignores ranged requests" in error[1], error
+    assert result["grew_kib"] < 160 << 10, result  # 16 MiB blocks, never the 1 GiB body

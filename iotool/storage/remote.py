@@ -9,6 +9,7 @@ from typing import IO, Any, Callable
 
 from ..errors import UsageError
 from .config import READ_CHUNK, STREAM_CHUNK, MissingExtraError, StorageConfig, StorageError, protocol
+from .ranged import RangedFile, fetch_range, is_s3
 from .retries import ShortReadError, storage_cause, with_retries
 
 REDIRECTS = (301, 302, 303, 307, 308)
@@ -178,7 +179,7 @@ def read_range(url: str, offset: int, length: int, config: StorageConfig) -> byt
                 if status != 206 and offset:
                     return b""  # the server ignored the range (reported below)
                 return read_exact(f, length)
-        data = fs.cat_file(path, start=offset, end=offset + length)
+        data = fetch_range(fs, path, offset, length, url)
         if len(data) < length:
             raise ShortReadError(f"got {len(data)} of {length} bytes at offset {offset}")
         return data
@@ -195,6 +196,8 @@ def open_stream(url: str, config: StorageConfig) -> IO[bytes]:
     fs, path = filesystem(url, config)
     if _streams(fs):
         return fs.open(path, "rb", block_size=0)
+    if is_s3(fs):  # every GET bounded by the bytes it asks for (storage/ranged.py)
+        return RangedFile(fs, path, url, config.block_size)
     return fs.open(path, "rb", block_size=config.block_size, cache_type="readahead")
 
 
