@@ -294,20 +294,28 @@ print(json.dumps({"errors": errors, "grew_kib": after - before}))
 """
 
 
+# protocol -> (its package, the extra, storage options besides endpoint_url, environment)
+_STORES = {
+    "s3": ("s3fs", "s3", {"key": "k", "secret": "s"}, {"AWS_EC2_METADATA_DISABLED": "true"}),
+    "gs": ("gcsfs", "gcs", {"token": "anon"}, {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}),
+}
+
+
 @pytest.mark.slow  # a fresh interpreter importing iotool and s3fs: ~10 s on a busy machine
-def test_an_s3_server_that_ignores_ranges_is_read_no_further_than_asked(www):
-    """An S3 endpoint (a loopback server speaking just enough S3: HEAD and GET of /bucket/key) that
-    ignores Range and serves the first shard with 1 GiB more than its records: streaming the dataset
-    and a 50-byte ranged read each stop one byte past the range they asked for, with an error
-    naming the s3:// URL; the reading process grows by tens of MiB, not the 1 GiB sent."""
-    pytest.importorskip("s3fs", reason="s3:// needs the s3 extra: pip install 'iotool[s3]'")
+@pytest.mark.parametrize("proto", sorted(_STORES))
+def test_an_object_store_that_ignores_ranges_is_read_no_further_than_asked(www, proto):
+    """An S3 or GCS endpoint (a loopback server speaking just enough of each API: metadata and GET
+    of bucket/key) that ignores Range and serves the first shard with 1 GiB more than its records:
+    streaming the dataset and a 50-byte ranged read each stop one byte past the range they asked
+    for, with an error naming the URL; the reading process grows by tens of MiB, not the 1 GiB."""
+    package, extra, options, environment = _STORES[proto]
+    pytest.importorskip(package, reason=f"{proto}:// needs the {extra} extra: pip install 'iotool[{extra}]'")
     fmt = REMOTE[0]
     shard = _first_shard(fmt, www)
-    options = {"endpoint_url": None, "key": "k", "secret": "s"}
-    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
-    with http_server(www.parent, padded={shard: 1 << 30}) as server:
-        options["endpoint_url"] = server
-        url = f"s3://{www.name}/{fmt}"
+    env = {**os.environ, **environment}
+    with http_server(www.parent, padded={shard: 1 << 30}, gcs=proto == "gs") as server:
+        options = {**options, "endpoint_url": server}
+        url = f"{proto}://{www.name}/{fmt}"
         limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
         done = subprocess.run([sys.executable, "-c", limit + _S3_RANGES, url, shard, json.dumps(options)],
                               capture_output=True, text=True, timeout=300, env=env)

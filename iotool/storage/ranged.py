@@ -2,9 +2,9 @@
 
 fsspec's S3 reads (``cat_file`` with a range, the buffered file's block fetch) read the whole
 response body, so a server that ignores the ``Range`` header (or pads the body) can make one read
-of a few bytes allocate gigabytes. Here every S3 GET reads its body in chunks and stops one byte
-past the length it asked for; a longer body means the server ignored the range and is refused.
-Other object stores (gs://) go through fsspec's own ranged read.
+of a few bytes allocate gigabytes. gcsfs's do the same. Here every S3 and GCS GET reads its body in chunks and stops
+one byte past the length it asked for; a longer body means the server ignored the range and is
+refused. Other filesystems go through fsspec's own ranged read.
 """
 
 from __future__ import annotations
@@ -19,10 +19,23 @@ class RangeIgnoredError(StorageError):
     """A server answered a ranged GET with more bytes than the range holds."""
 
 
+def _protocols(fs: Any) -> tuple[str, ...]:
+    return tuple(fs.protocol) if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+
+
 def is_s3(fs: Any) -> bool:
-    """Whether ``fs`` is s3fs's filesystem (its GETs are read here, bounded)."""
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return any(p in ("s3", "s3a") for p in protocols)
+    """Whether ``fs`` is s3fs's filesystem."""
+    return any(p in ("s3", "s3a") for p in _protocols(fs))
+
+
+def is_gcs(fs: Any) -> bool:
+    """Whether ``fs`` is gcsfs's filesystem."""
+    return any(p in ("gs", "gcs") for p in _protocols(fs))
+
+
+def bounded_gets(fs: Any) -> bool:
+    """Whether iotool reads ``fs``'s ranged GETs itself, bounded (S3 and GCS)."""
+    return is_s3(fs) or is_gcs(fs)
 
 
 def fetch_range(fs: Any, path: str, offset: int, length: int, url: str) -> bytes:
@@ -34,34 +47,54 @@ def fetch_range(fs: Any, path: str, offset: int, length: int, url: str) -> bytes
     """
     if length <= 0:
         return b""
-    if not is_s3(fs):
+    get = _s3_get if is_s3(fs) else _gcs_get if is_gcs(fs) else None
+    if get is None:
         return fs.cat_file(path, start=offset, end=offset + length)
     from fsspec.asyn import sync
 
-    return sync(fs.loop, _s3_get, fs, path, offset, length, url)
-
-
-async def _s3_get(fs: Any, path: str, offset: int, length: int, url: str) -> bytes:
-    bucket, key, version = fs.split_path(path)
-    extra = {"VersionId": version} if version else {}
-    resp = await fs._call_s3("get_object", Bucket=bucket, Key=key,
-                             Range=f"bytes={offset}-{offset + length - 1}", **extra)
-    body = resp["Body"]
-    try:
-        parts, got = [], 0
-        while got <= length:
-            chunk = await body.read(min(STREAM_CHUNK, length + 1 - got))
-            if not chunk:
-                break
-            parts.append(chunk)
-            got += len(chunk)
-    finally:
-        body.close()
-    if got > length:
+    data = sync(fs.loop, get, fs, path, f"bytes={offset}-{offset + length - 1}", length)
+    if len(data) > length:
         raise RangeIgnoredError(
             f"{url}: asked for {length} bytes at offset {offset} and the server sent more; it ignores "
-            f"ranged requests, so iotool stopped reading (an S3 service always honours them).")
+            f"ranged requests, so iotool stopped reading (an object store always honours them).")
+    return data
+
+
+async def _take(read: Any, length: int) -> bytes:
+    """Read a body with ``read(n)`` until it ends or holds ``length + 1`` bytes."""
+    parts, got = [], 0
+    while got <= length:
+        chunk = await read(min(STREAM_CHUNK, length + 1 - got))
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
     return b"".join(parts)
+
+
+async def _s3_get(fs: Any, path: str, byte_range: str, length: int) -> bytes:
+    bucket, key, version = fs.split_path(path)
+    extra = {"VersionId": version} if version else {}
+    resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=byte_range, **extra)
+    body = resp["Body"]
+    try:
+        return await _take(body.read, length)
+    finally:
+        body.close()
+
+
+ERROR_BODY_BYTES = 64 << 10  # what is read of an error response (its JSON message)
+
+
+async def _gcs_get(fs: Any, path: str, byte_range: str, length: int) -> bytes:
+    from gcsfs.retry import validate_response
+
+    await fs._set_session()
+    async with fs.session.get(fs.url(path), headers=fs._get_headers({"Range": byte_range}),
+                              timeout=fs.requests_timeout) as r:
+        if r.status >= 400:
+            validate_response(r.status, await r.content.read(ERROR_BODY_BYTES), path)
+        return await _take(r.content.read, length)
 
 
 class RangedFile:

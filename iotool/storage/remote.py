@@ -9,7 +9,7 @@ from typing import IO, Any, Callable
 
 from ..errors import UsageError
 from .config import READ_CHUNK, STREAM_CHUNK, MissingExtraError, StorageConfig, StorageError, protocol
-from .ranged import RangedFile, fetch_range, is_s3
+from .ranged import RangedFile, bounded_gets, fetch_range
 from .retries import ShortReadError, storage_cause, with_retries
 
 REDIRECTS = (301, 302, 303, 307, 308)
@@ -196,7 +196,7 @@ def open_stream(url: str, config: StorageConfig) -> IO[bytes]:
     fs, path = filesystem(url, config)
     if _streams(fs):
         return fs.open(path, "rb", block_size=0)
-    if is_s3(fs):  # every GET bounded by the bytes it asks for (storage/ranged.py)
+    if bounded_gets(fs):  # every GET bounded by the bytes it asks for (storage/ranged.py)
         return RangedFile(fs, path, url, config.block_size)
     return fs.open(path, "rb", block_size=config.block_size, cache_type="readahead")
 

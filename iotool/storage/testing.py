@@ -107,7 +107,7 @@ def moto_s3_server(log: IO[bytes] | None = None, timeout: float = 30.0) -> Itera
 @contextlib.contextmanager
 def http_server(root: str | os.PathLike, timeout: float = 30.0, *, redirect: dict[str, str] | None = None,
                 no_length: Iterable[str] = (), endless: Iterable[str] = (), padded: dict[str, int] | None = None,
-                log_requests: str | os.PathLike | None = None) -> Iterator[str]:
+                log_requests: str | os.PathLike | None = None, gcs: bool = False) -> Iterator[str]:
     """An HTTP server on 127.0.0.1 serving the folder ``root`` (``http.server``'s file handler, in its
     own process); yields its base URL. The keywords make it misbehave, as a hostile server would:
 
@@ -117,7 +117,10 @@ def http_server(root: str | os.PathLike, timeout: float = 30.0, *, redirect: dic
     - ``endless``: file names whose body never ends (no Content-Length);
     - ``padded``: ``{file name: n}``: the file followed by ``n`` zero bytes (the length says so);
     - ``log_requests``: a file each request is appended to as ``METHOD PATH`` (to show that a server
-      was never asked).
+      was never asked);
+    - ``gcs``: speak just enough of Google Cloud Storage's JSON API for gcsfs (``endpoint_url`` =
+      the yielded URL, ``token="anon"``): object metadata, listings and ``alt=media`` downloads of
+      ``root/<bucket>/<key>``. Ranges are ignored here as everywhere on this server.
 
     Raises:
         StorageError: the server did not answer within ``timeout`` seconds.
@@ -127,7 +130,7 @@ def http_server(root: str | os.PathLike, timeout: float = 30.0, *, redirect: dic
     settings = {"root": os.fspath(root), "port": port,
                 "redirect": {k: v.replace("{self}", url) for k, v in (redirect or {}).items()},
                 "no_length": sorted(no_length), "endless": sorted(endless), "padded": dict(padded or {}),
-                "log": os.fspath(log_requests) if log_requests is not None else None}
+                "log": os.fspath(log_requests) if log_requests is not None else None, "gcs": gcs}
     cmd = [sys.executable, "-m", "iotool.storage.testing", json.dumps(settings)]
     with _serving(cmd, url + ALIVE, None, None, timeout):
         yield url
@@ -160,6 +163,10 @@ def _serve(settings: dict[str, Any]) -> None:
             if settings["log"]:
                 with open(settings["log"], "a") as log:
                     log.write(f"{self.command} {path}\n")
+            if settings.get("gcs"):
+                path = self._gcs(path, body)
+                if path is None:
+                    return
             name = path.rsplit("/", 1)[-1]
             for prefix, target in settings["redirect"].items():
                 if path.startswith(prefix):
@@ -186,6 +193,46 @@ def _serve(settings: dict[str, Any]) -> None:
                     self.wfile.write(bytes(min(extra, 1 << 20)))
                     extra -= 1 << 20
 
+        def _gcs(self, path: str, body: bool) -> str | None:
+            """A GCS JSON API request: answered here (None), or the file path to serve as media."""
+            from urllib.parse import parse_qs, unquote
+
+            query = parse_qs(self.path.partition("?")[2])
+            media = "/download/storage/v1/b/"
+            if path.startswith(media):
+                bucket, _, key = path[len(media):].partition("/o/")
+                return f"/{bucket}/{unquote(key)}"
+            bucket, _, key = path[len("/storage/v1/b/"):].partition("/o")
+            folder = os.path.join(settings["root"], bucket)
+            if key.startswith("/"):  # one object's metadata
+                key = unquote(key[1:])
+                local = os.path.join(folder, key)
+                if not os.path.isfile(local):
+                    return self._json(404, {"error": {"code": 404, "message": "not found"}}, body)
+                size = os.path.getsize(local) + int(settings["padded"].get(key.rsplit("/", 1)[-1], 0))
+                return self._json(200, _gcs_object(bucket, key, size), body)
+            prefix = query.get("prefix", [""])[0]
+            items, prefixes = [], set()
+            for dirpath, _, files in os.walk(folder):
+                for file in files:
+                    key = os.path.relpath(os.path.join(dirpath, file), folder).replace(os.sep, "/")
+                    if key.startswith(prefix):
+                        rest = key[len(prefix):]
+                        if "/" in rest and query.get("delimiter"):
+                            prefixes.add(prefix + rest.split("/", 1)[0] + "/")
+                        else:
+                            items.append(_gcs_object(bucket, key, os.path.getsize(os.path.join(dirpath, file))))
+            return self._json(200, {"kind": "storage#objects", "items": items, "prefixes": sorted(prefixes)}, body)
+
+        def _json(self, status: int, value: Any, body: bool) -> None:
+            data = json.dumps(value).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if body:
+                self.wfile.write(data)
+
         def _head(self, status: int, length: int | None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/octet-stream")
@@ -203,6 +250,11 @@ def _serve(settings: dict[str, Any]) -> None:
     server = ThreadingHTTPServer((HOST, settings["port"]), handler)
     server.daemon_threads = True
     server.serve_forever(poll_interval=0.05)
+
+
+def _gcs_object(bucket: str, key: str, size: int) -> dict[str, Any]:
+    return {"kind": "storage#object", "bucket": bucket, "name": key, "size": str(size), "generation": "1",
+            "updated": "2026-01-01T00:00:00.000Z", "contentType": "application/octet-stream"}
 
 
 if __name__ == "__main__":
