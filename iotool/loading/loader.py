@@ -24,8 +24,6 @@ from __future__ import annotations
 import logging
 import operator
 import os
-import random
-import threading
 import warnings
 from typing import Any, Iterator
 
@@ -33,20 +31,18 @@ import numpy as np
 import torch
 
 from ..errors import IotoolError, RecordError, UsageError
-from ..transforms.samplescope import enter_sample, leave_sample
-from .batchring import BatchRing, Slot
-from .collate import copy_image, image_chw
+from .batchring import BatchRing
 from .iterable import ShardedIterableDataset
 from .mapstyle import ImageDataset
 from .order import rank_order, stream_order
 from .split import EpochSplit, rank_world
+from .threadpass import Batches, Pass, record_name
 
 log = logging.getLogger(__name__)
 
 ON_ERROR = (None, "raise", "skip")
 STATE_VERSION = 1
 MAX_THREADS = 8  # the default's cap: past it the GIL binds on every path measured
-STOP_WAIT_S = 10.0  # how long a new pass waits for the last one's threads (each finishes its sample)
 _STATE_FIELDS = ("records", "batch_size", "drop_last", "shuffle", "seed", "even", "rank", "world_size")
 
 
@@ -139,7 +135,7 @@ class Loader:
         self._ring: BatchRing | None = None
         self._resume: tuple[int, int] | None = None  # (epoch, batches) from load_state_dict
         self._taken = 0  # batches handed out in the current (or last) pass
-        self._pass: _Pass | None = None
+        self._pass: Pass | None = None
         self._warn_foreign_transform()
 
     def _sampling(self, shuffle: bool | None, seed: int | None, even: bool | None) -> tuple[bool, int, bool]:
@@ -273,8 +269,8 @@ class Loader:
         if self._ring is None:
             self._ring = BatchRing(self.prefetch + self.keep + 1, self.batch_size, self.keep, self.pin_memory)
         self._taken = first
-        self._pass = _Pass(self, self.order(), first)
-        return _Batches(self._pass)
+        self._pass = Pass(self, self.order(), first)
+        return Batches(self._pass)
 
     def _handed(self, count: int) -> None:
         self._taken = count
@@ -297,9 +293,9 @@ class Loader:
                 self._skip(exc)
                 served = None
             except IotoolError as exc:
-                raise type(exc)(f"{_record_name(ds, record)}: {exc}") from exc
+                raise type(exc)(f"{record_name(ds, record)}: {exc}") from exc
             except Exception as exc:
-                raise RecordError(f"{_record_name(ds, record)}: {type(exc).__name__}: {exc} "
+                raise RecordError(f"{record_name(ds, record)}: {type(exc).__name__}: {exc} "
                                   f"(raised by the transform in an iotool.Loader thread)") from exc
             if served is not None:
                 return served[0], served[1], record
@@ -316,185 +312,3 @@ class Loader:
     def __repr__(self) -> str:
         return (f"Loader({self.dataset!r}, batch_size={self.batch_size}, threads={self.threads}, "
                 f"shuffle={self.shuffle}, drop_last={self.drop_last}, rank={self.rank}/{self.world_size})")
-
-
-def _record_name(ds: ImageDataset, index: int) -> str:
-    """``PATH: record I (KEY)``, as the datasets' own errors name a record."""
-    try:
-        key = ds.reader.keys[index]
-    except Exception:
-        key = "?"
-    return f"{ds.reader.path}: record {index} ({key})"
-
-
-class _Pass:
-    """One pass over an epoch: the threads, the work they share and the batches they finish."""
-
-    def __init__(self, loader: Loader, order: np.ndarray, first: int):
-        self.loader, self.order, self.epoch = loader, order, loader.epoch
-        self.ring: BatchRing = loader._ring  # type: ignore[assignment]
-        bs = loader.batch_size
-        self.batches = len(loader)
-        self.end = min(len(order), self.batches * bs)
-        self.first = first
-        self.base = self.ring.taken + 1 - first  # ring sequence number of the epoch's batch 0
-        self.next_pos = first * bs
-        self.chunk = max(1, min(16, bs // (2 * loader.threads)))
-        self.done: dict[int, int] = {}
-        self.error: BaseException | None = None
-        self.stopped = False
-        self.cond = threading.Condition()
-        self.workers = [threading.Thread(target=self._work, name=f"iotool-loader-{k}", daemon=True)
-                        for k in range(min(loader.threads, max(1, self.end - self.next_pos)))]
-        for worker in self.workers:
-            worker.start()
-
-    def count(self, batch: int) -> int:
-        """Samples in batch ``batch`` of the epoch."""
-        bs = self.loader.batch_size
-        return min(self.end, (batch + 1) * bs) - batch * bs
-
-    # -- the threads ------------------------------------------------------------------------------
-    def _work(self) -> None:
-        try:
-            while True:
-                job = self._next_job()
-                if job is None:
-                    return
-                batch, lo, hi, slot = job
-                for position in range(lo, hi):
-                    if self.stopped:
-                        return
-                    self._fill(slot, position - batch * self.loader.batch_size, position)
-                with self.cond:
-                    self.done[batch] = self.done.get(batch, 0) + hi - lo
-                    self.cond.notify_all()
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller
-            with self.cond:
-                if self.error is None:
-                    self.error = exc
-                self.stopped = True
-                self.cond.notify_all()
-
-    def _next_job(self) -> tuple[int, int, int, Slot] | None:
-        """The next run of positions to fill, once its batch's slot is free; None: nothing left."""
-        bs = self.loader.batch_size
-        with self.cond:
-            while True:
-                if self.stopped or self.next_pos >= self.end:
-                    return None
-                batch = self.next_pos // bs
-                if self.ring.writable(self.base + batch):
-                    break
-                self.cond.wait(0.5)
-            lo = self.next_pos
-            hi = min(lo + self.chunk, (batch + 1) * bs, self.end)
-            self.next_pos = hi
-            return batch, lo, hi, self.ring.claim(self.base + batch)
-
-    def _fill(self, slot: Slot, row: int, position: int) -> None:
-        """Compute the sample at ``position`` of the epoch into row ``row`` of ``slot``."""
-        loader = self.loader
-        index = int(self.order[position])
-        rng = random.Random(f"iotool:{loader.seed}:{self.epoch}:{loader.rank}:{index}")
-        target = slot.rows[row] if slot.rows is not None else None
-        enter_sample(rng, target)
-        try:
-            image, label, record = loader.sample(index)
-        finally:
-            leave_sample()
-        shape = self._shape(image, record)
-        self.ring.memory(slot, shape)
-        target = slot.rows[row]
-        if not (isinstance(image, torch.Tensor) and image.data_ptr() == target.ctypes.data):
-            copy_image(slot.images[row], image)  # else the kernel wrote the row itself
-        try:
-            slot.label_rows[row] = operator.index(label)
-        except TypeError:
-            raise UsageError(f"{_record_name(loader.samples, record)}: label {label!r} is not an integer.") from None
-
-    def _shape(self, image: Any, record: int) -> tuple[int, int, int]:
-        """The image's (C, H, W), which must be every image's."""
-        try:
-            shape = image_chw(image, record)
-        except UsageError as exc:
-            raise UsageError(f"{_record_name(self.loader.samples, record)}: {exc}") from None
-        ring = self.ring
-        if ring.shape is None:
-            with self.cond:
-                if ring.shape is None:
-                    ring.shape = shape
-        if shape != ring.shape:
-            raise UsageError(f"{_record_name(self.loader.samples, record)}: image of CxHxW "
-                             f"{'x'.join(map(str, shape))}, but the batches hold {'x'.join(map(str, ring.shape))}; "
-                             f"give the dataset a transform that crops or resizes every image to one size.")
-        return shape
-
-    # -- the caller's side --------------------------------------------------------------------------
-    def take(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Batch ``batch`` of the epoch, once every thread's part of it is written."""
-        seq = self.base + batch
-        with self.cond:
-            self.ring.release_before(seq)
-            self.cond.notify_all()
-            while self.done.get(batch, 0) < self.count(batch) and self.error is None:
-                self.cond.wait(0.5)
-            error = self.error
-        if error is not None:
-            self.stop(wait=True)
-            raise error
-        self.ring.taken = seq
-        self.done.pop(batch, None)
-        self.loader._handed(batch + 1)
-        return self.ring.batch(self.ring.slots[seq % self.ring.size], self.count(batch))
-
-    def stop(self, wait: bool) -> None:
-        """Stop the threads (each finishes the sample it is on); with ``wait``, join them."""
-        with self.cond:
-            self.stopped = True
-            self.cond.notify_all()
-        if wait:
-            current = threading.current_thread()
-            for worker in self.workers:
-                if worker is not current:
-                    worker.join(STOP_WAIT_S)
-
-    def alive(self) -> bool:
-        return any(worker.is_alive() for worker in self.workers)
-
-
-class _Batches:
-    """The iterator of one pass (threads hold the pass, not this: dropping it stops them)."""
-
-    def __init__(self, run: _Pass):
-        self._run = run
-        self._next = run.first
-
-    def __iter__(self) -> "_Batches":
-        return self
-
-    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
-        run = self._run
-        if self._next >= run.batches:
-            run.stop(wait=True)
-            raise StopIteration
-        try:
-            batch = run.take(self._next)
-        except BaseException:  # an error in a thread, Ctrl-C while waiting: no thread left behind
-            run.stop(wait=True)
-            raise
-        self._next += 1
-        return batch
-
-    def __len__(self) -> int:
-        return self._run.batches - self._next
-
-    def close(self) -> None:
-        """Stop this pass's threads now (as breaking out of the loop and dropping it does)."""
-        self._run.stop(wait=True)
-
-    def __del__(self) -> None:
-        try:
-            self._run.stop(wait=False)
-        except Exception:  # interpreter shutdown
-            pass
