@@ -148,7 +148,7 @@ def test_ring_memory_is_reused_across_batches_and_epochs(built):
         loader.set_epoch(epoch)
         for images, _ in loader:
             pointers.add(images.data_ptr())
-    assert len(loader) * 3 == 36 and loader._ring.allocations == len(pointers) == 4  # prefetch + keep + 1
+    assert len(loader) * 3 == 36 and loader.ring.allocations == len(pointers) == 4  # prefetch + keep + 1
     assert loader.reallocations == 0
 
 
@@ -406,6 +406,19 @@ def test_break_del_and_gc_stop_every_thread(built):
     next(it)
     del loader, it
     assert _threads_back(before) == before
+
+
+def test_a_new_pass_ends_the_last_one_clearly(built):
+    ds = iotool.open_dataset(built("lmdb"), transform=CenterCrop(16))
+    loader = iotool.Loader(ds, batch_size=2, threads=2)
+    old = iter(loader)
+    next(old)
+    new = iter(loader)
+    with pytest.raises(iotool.UsageError, match="was ended"):
+        for _ in range(len(loader)):
+            next(old)
+    assert _same([tuple(t.clone() for t in b) for b in new],
+                 DataLoader(ds, batch_size=2, collate_fn=iotool.fast_collate))
 
 
 def test_ctrl_c_stops_every_thread_promptly(built, tmp_path):

@@ -7,7 +7,8 @@ unchanged until the caller has taken ``keep`` more batches** (default 1: the bat
 one before it). A caller that keeps a batch longer (appends it to a list) still never sees it
 change: before a slot is reused the ring checks whether anything outside it still holds its
 memory, and then gives the slot new memory instead (counted in :attr:`BatchRing.reallocations`;
-this costs an allocation per kept batch, no correctness).
+this costs an allocation per kept batch, no correctness). The check counts the holders of the
+slot's storage (``torch._C._storage_Use_Count``); on a torch without it only the rule holds.
 
 Pinned memory (``pinned=True``, only with CUDA) comes from torch's caching pinned-memory
 allocator, which does not hand a block out again while a ``non_blocking`` copy from it may still

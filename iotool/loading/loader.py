@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import operator
 import os
+import threading
 import warnings
 from typing import Any, Iterator
 
@@ -132,9 +133,10 @@ class Loader:
                           "pageable memory.", UserWarning, stacklevel=2)
         self.epoch = 0
         self.skipped = 0  # bad records skipped by this loader (on_error="skip")
-        self._ring: BatchRing | None = None
+        self.ring: BatchRing | None = None  # the batches' memory, made on the first pass
+        self._lock = threading.Lock()
         self._resume: tuple[int, int] | None = None  # (epoch, batches) from load_state_dict
-        self._taken = 0  # batches handed out in the current (or last) pass
+        self.batches_taken = 0  # batches handed out in the current (or last) pass
         self._pass: Pass | None = None
         self._warn_foreign_transform()
 
@@ -217,7 +219,7 @@ class Loader:
         if self._resume is not None:
             epoch, batches = self._resume
         elif self._pass is not None:
-            epoch, batches = self._pass.epoch, self._taken
+            epoch, batches = self._pass.epoch, self.batches_taken
         else:
             epoch, batches = self.epoch, 0
         return {"version": STATE_VERSION, "loader": "iotool.Loader", "epoch": epoch, "batches": batches,
@@ -255,25 +257,22 @@ class Loader:
     @property
     def reallocations(self) -> int:
         """Slots given new memory because a batch kept past the lifetime rule still held theirs."""
-        return self._ring.reallocations if self._ring is not None else 0
+        return self.ring.reallocations if self.ring is not None else 0
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._pass is not None:
             self._pass.stop(wait=True)  # one pass at a time: a new iter() ends the last one
             if self._pass.alive():
-                self._ring = None  # a thread still finishing a sample may write its old slot
+                self.ring = None  # a thread still finishing a sample may write its old slot
         first = 0
         if self._resume is not None:
             first = self._resume[1]
             self._resume = None
-        if self._ring is None:
-            self._ring = BatchRing(self.prefetch + self.keep + 1, self.batch_size, self.keep, self.pin_memory)
-        self._taken = first
-        self._pass = Pass(self, self.order(), first)
+        if self.ring is None:
+            self.ring = BatchRing(self.prefetch + self.keep + 1, self.batch_size, self.keep, self.pin_memory)
+        self.batches_taken = first
+        self._pass = Pass(self, self.ring, self.order(), first)
         return Batches(self._pass)
-
-    def _handed(self, count: int) -> None:
-        self._taken = count
 
     def sample(self, index: int) -> tuple[Any, int, int]:
         """Record ``index`` decoded and transformed: (image, label, the record actually served).
@@ -293,7 +292,7 @@ class Loader:
                 self._skip(exc)
                 served = None
             except IotoolError as exc:
-                raise type(exc)(f"{record_name(ds, record)}: {exc}") from exc
+                raise _named(exc, f"{record_name(ds, record)}: {exc}") from exc
             except Exception as exc:
                 raise RecordError(f"{record_name(ds, record)}: {type(exc).__name__}: {exc} "
                                   f"(raised by the transform in an iotool.Loader thread)") from exc
@@ -303,8 +302,10 @@ class Loader:
         raise RecordError(f"{ds.reader.path}: no readable record left.")
 
     def _skip(self, exc: RecordError) -> None:
-        self.skipped += 1
-        if self.skipped > self.samples.max_skips:
+        with self._lock:  # threads skip concurrently
+            self.skipped += 1
+            skipped = self.skipped
+        if skipped > self.samples.max_skips:
             raise RecordError(f"more than max_skips={self.samples.max_skips} bad records in this loader; "
                               f"the last: {exc}") from None
         log.warning("skipping %s", exc)
@@ -312,3 +313,11 @@ class Loader:
     def __repr__(self) -> str:
         return (f"Loader({self.dataset!r}, batch_size={self.batch_size}, threads={self.threads}, "
                 f"shuffle={self.shuffle}, drop_last={self.drop_last}, rank={self.rank}/{self.world_size})")
+
+
+def _named(exc: IotoolError, message: str) -> IotoolError:
+    """``exc``'s kind of error with ``message`` (a RecordError where that kind takes other arguments)."""
+    try:
+        return type(exc)(message)
+    except Exception:
+        return RecordError(message)

@@ -41,9 +41,8 @@ def record_name(ds: ImageDataset, index: int) -> str:
 class Pass:
     """One pass over an epoch: the threads, the work they share and the batches they finish."""
 
-    def __init__(self, loader: Any, order: np.ndarray, first: int):
-        self.loader, self.order, self.epoch = loader, order, loader.epoch
-        self.ring: BatchRing = loader._ring  # type: ignore[assignment]
+    def __init__(self, loader: Any, ring: BatchRing, order: np.ndarray, first: int):
+        self.loader, self.ring, self.order, self.epoch = loader, ring, order, loader.epoch
         bs = loader.batch_size
         self.batches = len(loader)
         self.end = min(len(order), self.batches * bs)
@@ -148,15 +147,18 @@ class Pass:
         with self.cond:
             self.ring.release_before(seq)
             self.cond.notify_all()
-            while self.done.get(batch, 0) < self.count(batch) and self.error is None:
+            while self.done.get(batch, 0) < self.count(batch) and self.error is None and not self.stopped:
                 self.cond.wait(0.5)
             error = self.error
+            if error is None and self.stopped:  # its slots now belong to the pass that ended it
+                error = UsageError("this pass over the iotool.Loader was ended (a new iter(loader) started "
+                                   "another, or it was closed); iterate the new one.")
         if error is not None:
             self.stop(wait=True)
             raise error
         self.ring.taken = seq
         self.done.pop(batch, None)
-        self.loader._handed(batch + 1)
+        self.loader.batches_taken = batch + 1
         return self.ring.batch(self.ring.slots[seq % self.ring.size], self.count(batch))
 
     def stop(self, wait: bool) -> None:
