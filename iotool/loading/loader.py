@@ -35,7 +35,7 @@ from ..errors import IotoolError, RecordError, UsageError
 from .batchring import BatchRing
 from .iterable import ShardedIterableDataset
 from .mapstyle import ImageDataset
-from .order import rank_order, stream_order
+from .order import RecordOrder, rank_order, stream_from, stream_order
 from .split import EpochSplit, rank_world
 from .threadpass import Batches, Pass, record_name
 
@@ -205,6 +205,13 @@ class Loader:
         return rank_order(len(self.samples), shuffle=self.shuffle, seed=self.seed, epoch=epoch,
                           rank=self.rank, world=self.world_size, even=self.even)
 
+    def _record_order(self, start: int) -> RecordOrder:
+        """This epoch's record indices from position ``start``, drawn lazily for a sharded dataset."""
+        if self.sharded:
+            return stream_from(self.dataset, epoch=self.epoch, rank=self.rank, world=self.world_size,
+                               even=self.even, start=start)
+        return RecordOrder(self.order(), start)
+
     # -- resume ---------------------------------------------------------------------------------
     def _fields(self) -> dict[str, Any]:
         return {"records": len(self.samples), "batch_size": self.batch_size, "drop_last": self.drop_last,
@@ -271,7 +278,7 @@ class Loader:
         if self.ring is None:
             self.ring = BatchRing(self.prefetch + self.keep + 1, self.batch_size, self.keep, self.pin_memory)
         self.batches_taken = first
-        self._pass = Pass(self, self.ring, self.order(), first)
+        self._pass = Pass(self, self.ring, self._record_order(first * self.batch_size), first)
         return Batches(self._pass)
 
     def sample(self, index: int) -> tuple[Any, int, int]:

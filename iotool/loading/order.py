@@ -9,12 +9,14 @@ With one rank it is the order of ``DataLoader(shuffle=True, generator=...)``'s
 ``RandomSampler`` seeded the same way.
 
 Sharded datasets keep their own record-level split over ranks (:mod:`iotool.loading.split`): the
-rank's whole stream, as one worker, shuffle buffer included.
+rank's whole stream, as one worker, shuffle buffer included, drawn lazily as the loader's
+threads ask for records (:class:`RecordOrder`), so a pass starts without walking the epoch.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from itertools import islice
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -41,3 +43,37 @@ def stream_order(dataset: Any, *, epoch: int, rank: int, world: int, even: bool)
     """The record indices a sharded dataset's rank yields this epoch (its split, as one worker)."""
     stream = dataset.epoch_stream(ShardEnv(rank, world, 0, 1), epoch, even)
     return np.fromiter(stream, dtype=np.int64)
+
+
+class RecordOrder:
+    """An epoch's record indices, handed out in order from position ``start`` on: from an array
+    (map-style) or drawn lazily from a sharded dataset's stream. Not thread-safe: the loader asks
+    under its lock."""
+
+    def __init__(self, source: np.ndarray | Iterator[int], start: int = 0):
+        self._array = source if isinstance(source, np.ndarray) else None
+        self._stream = None if self._array is not None else source
+        self._position = start
+
+    def take(self, count: int) -> list[int]:
+        """The next ``count`` record indices (fewer at the end)."""
+        if self._array is not None:
+            out = self._array[self._position:self._position + count].tolist()
+        else:
+            out = list(islice(self._stream, count))
+        self._position += len(out)
+        return out
+
+
+def stream_from(dataset: Any, *, epoch: int, rank: int, world: int, even: bool, start: int) -> RecordOrder:
+    """A sharded dataset's rank stream for ``epoch`` from position ``start``: without shuffling
+    the runs are skipped by arithmetic; with it the buffer's draws are replayed (indices only,
+    nothing read)."""
+    stream = dataset.epoch_stream(ShardEnv(rank, world, 0, 1), epoch, even)
+    if stream.rng is None:
+        stream.taken = start
+        return RecordOrder(iter(stream), start)
+    records = iter(stream)
+    for _ in islice(records, start):
+        pass
+    return RecordOrder(records, start)

@@ -17,7 +17,6 @@ import random
 import threading
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..errors import UsageError
@@ -25,6 +24,7 @@ from ..transforms.samplescope import enter_sample, leave_sample
 from .batchring import BatchRing, Slot
 from .collate import copy_image, image_chw
 from .mapstyle import ImageDataset
+from .order import RecordOrder
 
 STOP_WAIT_S = 10.0  # how long stopping waits for each thread (it finishes the sample it is on)
 
@@ -41,11 +41,11 @@ def record_name(ds: ImageDataset, index: int) -> str:
 class Pass:
     """One pass over an epoch: the threads, the work they share and the batches they finish."""
 
-    def __init__(self, loader: Any, ring: BatchRing, order: np.ndarray, first: int):
+    def __init__(self, loader: Any, ring: BatchRing, order: RecordOrder, first: int):
         self.loader, self.ring, self.order, self.epoch = loader, ring, order, loader.epoch
         bs = loader.batch_size
         self.batches = len(loader)
-        self.end = min(len(order), self.batches * bs)
+        self.end = min(loader.samples_per_epoch(), self.batches * bs)
         self.first = first
         self.base = self.ring.taken + 1 - first  # ring sequence number of the epoch's batch 0
         self.next_pos = first * bs
@@ -71,13 +71,13 @@ class Pass:
                 job = self._next_job()
                 if job is None:
                     return
-                batch, lo, hi, slot = job
-                for position in range(lo, hi):
+                batch, lo, indices, slot = job
+                for k, index in enumerate(indices):
                     if self.stopped:
                         return
-                    self._fill(slot, position - batch * self.loader.batch_size, position)
+                    self._fill(slot, lo + k - batch * self.loader.batch_size, index)
                 with self.cond:
-                    self.done[batch] = self.done.get(batch, 0) + hi - lo
+                    self.done[batch] = self.done.get(batch, 0) + len(indices)
                     self.cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - raised in the caller
             with self.cond:
@@ -86,8 +86,9 @@ class Pass:
                 self.stopped = True
                 self.cond.notify_all()
 
-    def _next_job(self) -> tuple[int, int, int, Slot] | None:
-        """The next run of positions to fill, once its batch's slot is free; None: nothing left."""
+    def _next_job(self) -> tuple[int, int, list[int], Slot] | None:
+        """(batch, first position, record indices, slot) of the next run to fill, once its batch's
+        slot is free; None: nothing left."""
         bs = self.loader.batch_size
         with self.cond:
             while True:
@@ -99,13 +100,16 @@ class Pass:
                 self.cond.wait(0.5)
             lo = self.next_pos
             hi = min(lo + self.chunk, (batch + 1) * bs, self.end)
+            indices = self.order.take(hi - lo)
+            if len(indices) < hi - lo:  # the stream ended early: its length disagrees with the split
+                raise UsageError(f"the epoch's record order ended at position {lo + len(indices)}, "
+                                 f"before the {self.end} the split gives; report this as a bug.")
             self.next_pos = hi
-            return batch, lo, hi, self.ring.claim(self.base + batch)
+            return batch, lo, indices, self.ring.claim(self.base + batch)
 
-    def _fill(self, slot: Slot, row: int, position: int) -> None:
-        """Compute the sample at ``position`` of the epoch into row ``row`` of ``slot``."""
+    def _fill(self, slot: Slot, row: int, index: int) -> None:
+        """Compute record ``index``'s sample into row ``row`` of ``slot``."""
         loader = self.loader
-        index = int(self.order[position])
         rng = random.Random(f"iotool:{loader.seed}:{self.epoch}:{loader.rank}:{index}")
         target = slot.rows[row] if slot.rows is not None else None
         enter_sample(rng, target)
