@@ -13,7 +13,6 @@ Ctrl-C while waiting and the iterator's garbage collection all stop the threads.
 from __future__ import annotations
 
 import operator
-import random
 import threading
 from typing import Any
 
@@ -110,9 +109,8 @@ class Pass:
     def _fill(self, slot: Slot, row: int, index: int) -> None:
         """Compute record ``index``'s sample into row ``row`` of ``slot``."""
         loader = self.loader
-        rng = random.Random(f"iotool:{loader.seed}:{self.epoch}:{loader.rank}:{index}")
         target = slot.rows[row] if slot.rows is not None else None
-        enter_sample(rng, target)
+        enter_sample(f"iotool:{loader.seed}:{self.epoch}:{loader.rank}:{index}", target)
         try:
             image, label, record = loader.sample(index)
         finally:

@@ -20,20 +20,28 @@ import numpy as np
 _local = threading.local()
 
 
-def enter_sample(rng: random.Random, slot: np.ndarray | None) -> None:
-    """Make ``rng`` this thread's random stream, and ``slot`` (a C-contiguous CxHxW uint8 array, or
-    None) the place the next fitting resize writes to, until :func:`leave_sample`."""
-    _local.rng, _local.slot = rng, slot
+def enter_sample(seed: str, slot: np.ndarray | None) -> None:
+    """Make ``random.Random(seed)`` this thread's random stream (made on the first draw: seeding
+    costs about as much as a small crop, so a sample that draws nothing does not pay it), and
+    ``slot`` (a C-contiguous CxHxW uint8 array, or None) the place the next fitting resize writes
+    to, until :func:`leave_sample`."""
+    _local.seed, _local.rng, _local.slot = seed, None, slot
 
 
 def leave_sample() -> None:
     """Back to the transforms' own random streams and fresh outputs."""
-    _local.rng = _local.slot = None
+    _local.seed = _local.rng = _local.slot = None
 
 
 def sample_rng() -> random.Random | None:
     """The current sample's random stream in this thread, or None outside a loader's sample."""
-    return getattr(_local, "rng", None)
+    rng = getattr(_local, "rng", None)
+    if rng is None:
+        seed = getattr(_local, "seed", None)
+        if seed is None:
+            return None
+        rng = _local.rng = random.Random(seed)
+    return rng
 
 
 def take_slot(shape: tuple[int, int, int]) -> np.ndarray | None:
