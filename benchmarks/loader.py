@@ -13,6 +13,13 @@ PIL decoding on the same tar shards, and iotool's lmdb, hdf5, tar (default optio
 reduced DCT scale when it allows). In the same run, ``iotool/bench/costs.py`` times each
 step on one core and prints each format's ceiling next to its measured ratio.
 
+Then, with ``--threads N`` (default 2; 0 skips it), ``iotool.Loader(threads=N)`` beside
+``DataLoader(num_workers=--workers)`` + ``fast_collate`` on the same dataset object, for each
+format and for lmdb with ``cache="ram"`` (steady state: the cache is filled by the warm-up),
+interleaved per round: images/s (median of the rounds, best epoch of each), the ratio, and the
+time from ``iter()`` to the first batch (a fresh DataLoader: its workers start; the Loader: its
+threads start).
+
 Example:
 
     python benchmarks/make_imagenet_like.py /tmp/imagenet-like --images 1000 --classes 10
@@ -23,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from iotool.bench.loader import bench_loader, per_round_ratio
@@ -46,6 +55,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("loader.json"))
     parser.add_argument("--plot", type=Path, default=Path("loader.png"))
     parser.add_argument("--no-plot", action="store_true", help="skip the chart (it needs matplotlib)")
+    parser.add_argument("--threads", type=int, default=2, help="iotool.Loader's threads (0: skip the Loader rows)")
     args = parser.parse_args()
     src = args.src
     if src is None:
@@ -84,12 +94,83 @@ def main() -> None:
                       f"per round {per_round_ratio(r.images_per_s, web.images_per_s):.2f}x")
     for name, reason in result.failed.items():
         print(f"failed: {name}: {reason}")
-    args.json.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    figures = result.to_dict()
+    if args.threads > 0:
+        figures["loader_vs_dataloader"] = compare_loader(src, args.formats.split(","), args)
+    args.json.write_text(json.dumps(figures, indent=2, default=str))
     if args.no_plot:
         print(f"wrote {args.json}")
         return
     plot_loader(result, args.plot)
     print(f"wrote {args.json} and {args.plot}")
+
+
+def _epoch(loader) -> tuple[int, float]:
+    images, start = 0, time.perf_counter()
+    for batch, _ in loader:
+        images += len(batch)
+    return images, time.perf_counter() - start
+
+
+def _first_batch(make) -> float:
+    """Seconds from making the loader and calling iter() to holding its first batch."""
+    start = time.perf_counter()
+    it = iter(make())
+    next(it)
+    seconds = time.perf_counter() - start
+    del it
+    return seconds
+
+
+def compare_loader(src: Path, formats: list[str], args) -> list[dict]:
+    """iotool.Loader(threads) beside DataLoader(num_workers) + fast_collate, interleaved rounds."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    import iotool
+    from iotool.bench.contestants import conversion_options
+    from iotool.transforms import RandomResizedCrop
+
+    torch.set_num_threads(1)
+    work = Path(tempfile.mkdtemp(prefix="iotool-loader-bench-"))
+    cases = []
+    for fmt in formats:
+        dst = work / f"data-{fmt}"
+        iotool.convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, 224))
+        cases.append((f"{fmt}", dst, {}))
+        if fmt == "lmdb":
+            cases.append(("lmdb cache=ram", dst, {"cache": "ram"}))
+    rows = []
+    for name, path, options in cases:
+        ds = iotool.open_dataset(path, transform=RandomResizedCrop(224, seed=0), **options)
+        def make_dl():
+            return DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers,
+                              collate_fn=iotool.fast_collate, persistent_workers=args.workers > 0)
+        def make_ours():
+            return iotool.Loader(ds, batch_size=args.batch_size, threads=args.threads)
+        contestants = {"DataLoader": make_dl(), "Loader": make_ours()}
+        for loader in contestants.values():
+            _epoch(loader)  # warm-up (and the RAM cache's fill)
+        rates: dict[str, list[float]] = {k: [] for k in contestants}
+        for r in range(args.rounds):
+            for key in (list(contestants) if r % 2 == 0 else list(contestants)[::-1]):
+                best = 0.0
+                for _ in range(args.epochs):
+                    images, seconds = _epoch(contestants[key])
+                    best = max(best, images / seconds)
+                rates[key].append(best)
+        first = {"DataLoader": _first_batch(make_dl), "Loader": _first_batch(make_ours)}
+        row = {"dataset": name, "images": len(ds), "threads": args.threads, "workers": args.workers,
+               **{f"{k} img/s": statistics.median(v) for k, v in rates.items()},
+               "ratio": statistics.median(a / b for a, b in zip(rates["Loader"], rates["DataLoader"])),
+               **{f"{k} first batch s": v for k, v in first.items()}}
+        rows.append(row)
+        print(f"{name:16} Loader(threads={args.threads}) {row['Loader img/s']:8.0f} img/s   "
+              f"DataLoader(num_workers={args.workers}) {row['DataLoader img/s']:8.0f} img/s   "
+              f"ratio {row['ratio']:.2f}x (per round)   first batch {first['Loader']:.3f} s vs "
+              f"{first['DataLoader']:.3f} s")
+        del contestants
+    return rows
 
 
 if __name__ == "__main__":

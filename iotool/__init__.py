@@ -1,7 +1,7 @@
 """iotool: fast, safe input pipelines for PyTorch image training.
 
 Public API: :func:`open_dataset`, :func:`open_reader`, :func:`convert`, :func:`verify`,
-:func:`fast_collate`, :class:`CUDAPrefetcher`, :data:`__version__`, the error types, and the
+:func:`fast_collate`, :class:`CUDAPrefetcher`, :class:`Loader`, :data:`__version__`, the error types, and the
 submodules ``iotool.transforms`` (crop/resize on uint8 arrays), ``iotool.decode`` (decoder
 backends) and ``iotool.formats`` (the format registry).
 
@@ -34,6 +34,7 @@ _LAZY = {
     "scan_imagefolder": ("pipeline.sources", "scan_imagefolder"),
     "fast_collate": ("loading.collate", "fast_collate"),
     "CUDAPrefetcher": ("loading.prefetch", "CUDAPrefetcher"),
+    "Loader": ("loading.loader", "Loader"),
 }
 _SUBMODULES = ("transforms", "decode", "formats")
 
@@ -56,6 +57,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "__version__", "open_dataset", "open_reader", "ImageDataset", "ShardedIterableDataset", "convert",
     "ConversionReport", "Progress", "scan_imagefolder", "verify", "VerifyReport", "fast_collate", "CUDAPrefetcher",
+    "Loader",
     "ConversionError", "DecodeError", "DestinationError", "DestinationExistsError", "DestinationLockedError",
     "FormatError", "FormatVersionError", "Interrupted", "IotoolError",
     "RecordError", "SourceError", "UnknownFormatError", "UsageError",

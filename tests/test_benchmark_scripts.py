@@ -226,6 +226,8 @@ def test_loader_script_compares_the_baseline_with_a_format(tmp_path):
     assert figures["images"] == 6 and "iotool lmdb" in {r["name"] for r in figures["results"]}
     assert all(r["images_per_s"]["median"] > 0 for r in figures["results"])
     assert "iotool lmdb" in proc.stdout and f"wrote {out}" in proc.stdout
+    rows = {r["dataset"]: r for r in figures["loader_vs_dataloader"]}  # iotool.Loader beside DataLoader
+    assert set(rows) == {"lmdb", "lmdb cache=ram"} and all(r["Loader img/s"] > 0 for r in rows.values())
 
 
 @smoke("make_imagenet_like.py")

@@ -64,7 +64,7 @@ def fast_collate(
     shape = _common_chw(images)
     out = _allocate((len(images), *shape), memory_format)
     for i, image in enumerate(images):
-        _copy_into(out[i], image)
+        copy_image(out[i], image)
     return out, torch.tensor(labels, dtype=torch.int64)
 
 
@@ -94,8 +94,9 @@ def _as_label(label: Any, index: int) -> int:
         ) from None
 
 
-def _chw(image: Any, index: int) -> tuple[int, int, int]:
-    """The (C, H, W) of one image, after checking its type, dtype and rank."""
+def image_chw(image: Any, index: int) -> tuple[int, int, int]:
+    """The (C, H, W) of one image, after checking its type, dtype and rank (UsageError naming
+    sample ``index`` otherwise)."""
     if isinstance(image, np.ndarray):
         dims, hwc, is_uint8 = image.shape, True, image.dtype == np.uint8
     elif isinstance(image, torch.Tensor):
@@ -124,9 +125,9 @@ def _chw(image: Any, index: int) -> tuple[int, int, int]:
 
 def _common_chw(images: Sequence[Any]) -> tuple[int, int, int]:
     """The shared (C, H, W) of the batch; the error names the first image that differs."""
-    first = _chw(images[0], 0)
+    first = image_chw(images[0], 0)
     for i in range(1, len(images)):
-        shape = _chw(images[i], i)
+        shape = image_chw(images[i], i)
         if shape != first:
             raise UsageError(
                 f"fast_collate needs images of one size; sample {i} has CxHxW={_fmt(shape)} but "
@@ -154,8 +155,9 @@ def _allocate(shape: tuple[int, int, int, int], memory_format: torch.memory_form
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape, strides)
 
 
-def _copy_into(dst: torch.Tensor, image: Any) -> None:
-    """Copy one image into its CxHxW slot of the batch (a single strided copy)."""
+def copy_image(dst: torch.Tensor, image: Any) -> None:
+    """Copy one image (as :func:`fast_collate` takes it) into its CxHxW slot of a batch, in a
+    single strided copy (numpy's, which also handles an image that overlaps the slot)."""
     if isinstance(image, np.ndarray):
         view = dst.numpy()  # CxHxW view of the slot, sharing memory
         src = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)

@@ -102,9 +102,15 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
 
     def _stream(self, env: ShardEnv, epoch: int) -> WorkerStream:
         """This process's record stream for ``epoch``, from its start."""
+        return self.epoch_stream(env, epoch)
+
+    def epoch_stream(self, env: ShardEnv, epoch: int, even: bool | None = None) -> WorkerStream:
+        """The record stream of the place ``env`` in ``epoch`` (indices only, nothing read), with
+        this dataset's shuffle buffer; ``even`` overrides the dataset's. What :class:`iotool.Loader`
+        cuts into batches."""
         split = self.split(epoch)
         rng = random.Random(f"{self.seed}-{epoch}-{env.rank}-{env.worker_id}") if self.shuffle else None
-        return WorkerStream(split, env, self.even, rng, self.buffer_size)
+        return WorkerStream(split, env, self.even if even is None else even, rng, self.buffer_size)
 
     def iter_indices(self) -> Iterator[int]:
         """The record indices this process yields this epoch, in order (shuffled if asked)."""

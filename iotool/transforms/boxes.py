@@ -14,6 +14,7 @@ from torch.utils.data import get_worker_info
 
 from ..errors import UsageError
 from .layouts import Box
+from .samplescope import sample_rng
 
 ATTEMPTS = 10  # torchvision's RandomResizedCrop.get_params tries 10 random boxes
 
@@ -46,7 +47,11 @@ class ProcessRandom:
         self._rng: random.Random | None = None
 
     def __call__(self) -> random.Random:
-        """This process's generator, created on first use."""
+        """This process's generator, created on first use (inside an :class:`iotool.Loader`'s
+        sample, that sample's own stream: :mod:`iotool.transforms.samplescope`)."""
+        scoped = sample_rng()
+        if scoped is not None:
+            return scoped
         pid = os.getpid()
         if self._rng is None or self._pid != pid:
             self._rng, self._pid = random.Random(self.process_seed()), pid

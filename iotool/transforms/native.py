@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .samplescope import take_slot
+
 try:
     from .. import _resize as _ext
 except ImportError as exc:  # not built: no C compiler at install time
@@ -62,7 +64,9 @@ def _native_into(hwc: np.ndarray, size: tuple[int, int], output: str) -> np.ndar
     out_h, out_w = size
     channels = hwc.shape[2]
     interleaved = output == "hwc_array"
-    out = np.empty((out_h, out_w, channels) if interleaved else (channels, out_h, out_w), dtype=np.uint8)
+    out = None if interleaved else take_slot((channels, out_h, out_w))  # a loader's batch slot
+    if out is None:
+        out = np.empty((out_h, out_w, channels) if interleaved else (channels, out_h, out_w), dtype=np.uint8)
     _ext.resize(hwc, out, out_h, out_w, not interleaved)
     return out
 

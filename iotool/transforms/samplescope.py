@@ -1,0 +1,54 @@
+"""Per-sample state of a transform running in a loader thread: the sample's own random stream and
+the batch slot its last resize may write into.
+
+:class:`iotool.Loader` sets both around each sample (:func:`enter_sample`, :func:`leave_sample`),
+in the thread that computes it. While set, every iotool random transform draws from the sample's
+stream instead of its per-process one (:class:`~iotool.transforms.ProcessRandom`), so a sample's
+augmentation depends on the sample alone, not on which thread ran it or what ran before; and the
+first C-kernel resize whose planar output has the slot's exact shape writes straight into the
+slot (:func:`take_slot`), saving the copy into the batch. Outside a loader nothing is set and the
+transforms behave as documented elsewhere.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+
+_local = threading.local()
+
+
+def enter_sample(seed: str, slot: np.ndarray | None) -> None:
+    """Make ``random.Random(seed)`` this thread's random stream (made on the first draw: seeding
+    costs about as much as a small crop, so a sample that draws nothing does not pay it), and
+    ``slot`` (a C-contiguous CxHxW uint8 array, or None) the place the next fitting resize writes
+    to, until :func:`leave_sample`."""
+    _local.seed, _local.rng, _local.slot = seed, None, slot
+
+
+def leave_sample() -> None:
+    """Back to the transforms' own random streams and fresh outputs."""
+    _local.seed = _local.rng = _local.slot = None
+
+
+def sample_rng() -> random.Random | None:
+    """The current sample's random stream in this thread, or None outside a loader's sample."""
+    rng = getattr(_local, "rng", None)
+    if rng is None:
+        seed = getattr(_local, "seed", None)
+        if seed is None:
+            return None
+        rng = _local.rng = random.Random(seed)
+    return rng
+
+
+def take_slot(shape: tuple[int, int, int]) -> np.ndarray | None:
+    """The current sample's batch slot when it has exactly ``shape`` (C, H, W), given out once per
+    sample (a second resize in the same sample writes new memory, so it never reads what it writes)."""
+    slot = getattr(_local, "slot", None)
+    if slot is None or slot.shape != shape:
+        return None
+    _local.slot = None
+    return slot
