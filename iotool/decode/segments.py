@@ -1,0 +1,257 @@
+"""Where the restart segments of a seekable JPEG are, and the sub-JPEG that holds only some of them.
+
+A seekable JPEG (written by :func:`iotool.decode.seekable.transcode`) is an ordinary baseline
+JPEG with one interleaved scan, a restart marker every ``interval`` MCUs, ``interval`` dividing
+the MCUs of a row, and one extra APP9 segment that other decoders skip:
+
+    APP9  "iotool-seek\\0"  version:u8  interval:u16  rows:u16  row_start:u32 * rows
+
+``row_start[r]`` is the offset, from the first byte of the scan's entropy-coded data, of MCU row
+``r``: the byte after the restart marker that ends row ``r - 1`` (0 for row 0). The segments inside
+a row are found by their markers (0xFF 0xD0..0xD7; 0xFF is stuffed in entropy-coded data, so the
+pair is exact), scanning only the rows a crop needs.
+
+Every value of the table comes from a record and is checked before it is used (:func:`read_layout`):
+the table must agree with the frame header and the restart interval, the offsets must rise inside
+the entropy-coded data and each must follow the restart marker of the right number. A table that
+does not is a :class:`~iotool.errors.DecodeError`; no offset is used to read outside the record.
+
+:func:`sub_image` builds, for a box, a JPEG of only the segments that cover it (plus a margin):
+the headers with the frame size changed, the segments in order with their restart markers
+renumbered 0..7, then EOI. Each segment begins byte-aligned with the DC predictions reset (that
+is what a restart is), so the sub-image decodes alone, to the same coefficients and, away from
+its cut edges, to the same pixels as the full image.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+from ..errors import DecodeError
+
+APP9 = 0xE9
+TAG = b"iotool-seek\0"
+VERSION = 1
+_RST = re.compile(rb"\xff[\xd0-\xd7]")
+_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
+_SEQUENTIAL_HUFFMAN = (0xC0, 0xC1)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What the headers of a JPEG up to its first scan say, with the positions :func:`sub_image` needs."""
+
+    height: int
+    width: int
+    components: int
+    mcu_h: int  # pixels
+    mcu_w: int
+    sof: int  # offset of the SOFn marker
+    marker: int  # the SOFn marker (0xC0 baseline ...)
+    interval: int  # restart interval in MCUs (0: none)
+    scan_components: int  # in the first scan
+    entropy: int  # offset of the first byte of entropy-coded data
+    table: tuple[int, int] | None  # (offset, end) of iotool's APP9 segment, if any
+
+    @property
+    def mcus_per_row(self) -> int:
+        return -(-self.width // self.mcu_w)
+
+    @property
+    def mcu_rows(self) -> int:
+        return -(-self.height // self.mcu_h)
+
+
+def read_frame(data: bytes, name: str = "<bytes>") -> Frame:
+    """Walk the marker segments of a JPEG up to its first SOS (every length bounded by the data)."""
+    n, pos = len(data), 2
+    sof = interval = None
+    table = None
+    if data[:2] != b"\xff\xd8":
+        raise DecodeError(f"{name}: not a JPEG (no SOI marker)")
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            raise DecodeError(f"{name}: corrupt JPEG header (expected a marker at byte {pos})")
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in _STANDALONE:
+            pos += 2
+            continue
+        (length,) = struct.unpack_from(">H", data, pos + 2)
+        end = pos + 2 + length
+        if length < 2 or end > n:
+            raise DecodeError(f"{name}: corrupt JPEG (segment 0x{marker:02X} at byte {pos} runs past the data)")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            sof = _frame_header(data, pos, length, name)
+        elif marker == 0xDD and length == 4:
+            (interval,) = struct.unpack_from(">H", data, pos + 4)
+        elif marker == APP9 and data[pos + 4:pos + 4 + len(TAG)] == TAG:
+            table = (pos, end)
+        elif marker == 0xDA:
+            if sof is None:
+                raise DecodeError(f"{name}: corrupt JPEG (a scan before the frame header)")
+            height, width, comps, mcu_h, mcu_w, sof_pos, sof_marker = sof
+            return Frame(height, width, comps, mcu_h, mcu_w, sof_pos, sof_marker, interval or 0,
+                         data[pos + 4] if length > 2 else 0, end, table)
+        elif marker == 0xD9:
+            break
+        pos = end
+    raise DecodeError(f"{name}: truncated JPEG (no scan)")
+
+
+def _frame_header(data: bytes, pos: int, length: int, name: str) -> tuple[int, ...]:
+    if length < 8:
+        raise DecodeError(f"{name}: corrupt JPEG frame header (length {length})")
+    _, height, width, comps = struct.unpack_from(">BHHB", data, pos + 4)
+    if height == 0 or width == 0 or comps == 0 or length < 8 + 3 * comps:
+        raise DecodeError(f"{name}: corrupt JPEG frame header ({width}x{height}, {comps} components)")
+    factors = [data[pos + 11 + 3 * k] for k in range(comps)]
+    h = max(f >> 4 for f in factors)
+    v = max(f & 15 for f in factors)
+    if comps == 1 or h == 0 or v == 0:  # one component: the MCU is one 8x8 block whatever it says
+        h = v = 1
+    return height, width, comps, 8 * v, 8 * h, pos, data[pos + 1]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A seekable JPEG's frame and its checked table of row starts (see the module docstring)."""
+
+    frame: Frame
+    row_starts: tuple[int, ...]  # absolute offsets in the data
+    end: int  # offset of the EOI marker
+
+    @property
+    def per_row(self) -> int:
+        """Restart segments per MCU row."""
+        return self.frame.mcus_per_row // self.frame.interval
+
+
+def segment_layout(frame: Frame) -> str | None:
+    """Why a JPEG with this frame cannot be cut into row segments (None when it can)."""
+    if frame.marker not in _SEQUENTIAL_HUFFMAN:
+        return "not a sequential Huffman-coded JPEG"
+    if frame.scan_components != frame.components:
+        return "not a single interleaved scan"
+    if frame.interval == 0 or frame.mcus_per_row % frame.interval:
+        return f"restart interval {frame.interval} does not divide the {frame.mcus_per_row} MCUs of a row"
+    return None
+
+
+def read_layout(data: bytes, name: str = "<bytes>") -> Layout | None:
+    """The checked layout of a seekable JPEG; None for a JPEG without iotool's table.
+
+    Raises:
+        DecodeError: the table is there but disagrees with the JPEG (a crafted or damaged record).
+    """
+    frame = read_frame(data, name)
+    if frame.table is None:
+        return None
+    start, stop = frame.table
+    body = start + 4 + len(TAG)
+    if stop - body < 5:
+        raise DecodeError(f"{name}: iotool's segment table is {stop - start} bytes: too short")
+    version, interval, rows = struct.unpack_from(">BHH", data, body)
+    problem = segment_layout(frame)
+    if version != VERSION:
+        problem = f"version {version}, not {VERSION}"
+    elif problem is None and start < frame.sof:
+        problem = "the table comes before the frame header"
+    elif problem is None and (interval != frame.interval or rows != frame.mcu_rows or stop - body != 5 + 4 * rows):
+        problem = (f"interval {interval}, {rows} rows in {stop - body} bytes; the JPEG has interval "
+                   f"{frame.interval} and {frame.mcu_rows} MCU rows")
+    end = len(data) - 2
+    if problem is None and data[end:] != b"\xff\xd9":
+        problem = "the data does not end with EOI"
+    if problem is not None:
+        raise DecodeError(f"{name}: iotool's segment table does not fit the JPEG ({problem})")
+    offsets = struct.unpack_from(f">{rows}I", data, body + 5)
+    starts = tuple(frame.entropy + o for o in offsets)
+    check_row_starts(data, starts, frame, end, name)
+    return Layout(frame, starts, end)
+
+
+def check_row_starts(data: bytes, starts: tuple[int, ...], frame: Frame, end: int, name: str) -> None:
+    """Each row must start after the previous one, inside the scan, right after the restart marker
+    that ends the row before it."""
+    per_row = frame.mcus_per_row // frame.interval
+    previous = frame.entropy - 1
+    for row, at in enumerate(starts):
+        if row == 0:
+            ok = at == frame.entropy
+        else:
+            number = (row * per_row - 1) % 8
+            ok = previous < at <= end and data[at - 2] == 0xFF and data[at - 1] == 0xD0 + number
+        if not ok:
+            raise DecodeError(f"{name}: iotool's segment table gives a bad start for MCU row {row} (byte {at})")
+        previous = at
+
+
+def row_start_table(data: bytes, frame: Frame) -> list[int]:
+    """Offsets (from the entropy-coded data) of each MCU row of a JPEG just transcoded with restarts."""
+    per_row = frame.mcus_per_row // frame.interval
+    starts = [0]
+    for count, found in enumerate(_RST.finditer(data, frame.entropy, len(data) - 2), 1):
+        if count % per_row == 0 and len(starts) < frame.mcu_rows:
+            starts.append(found.end() - frame.entropy)
+    if len(starts) != frame.mcu_rows:
+        raise DecodeError(f"found {len(starts)} MCU rows of restart segments, the frame has {frame.mcu_rows}")
+    return starts
+
+
+def table_segment(frame: Frame, offsets: list[int]) -> bytes:
+    """iotool's APP9 segment for these row offsets."""
+    body = TAG + struct.pack(f">BHH{len(offsets)}I", VERSION, frame.interval, len(offsets), *offsets)
+    if len(body) + 2 > 0xFFFF:
+        raise DecodeError(f"{len(offsets)} MCU rows do not fit one APP9 segment")
+    return struct.pack(">BBH", 0xFF, APP9, len(body) + 2) + body
+
+
+@dataclass(frozen=True)
+class SubImage:
+    """A JPEG of some of another's segments, and where it sits in the full image (in pixels)."""
+
+    data: bytes
+    top: int
+    left: int
+    height: int
+    width: int
+
+
+def sub_image(data: bytes, layout: Layout, top: int, left: int, bottom: int, right: int) -> SubImage | None:
+    """The sub-JPEG of the segments covering full-size pixels ``[top, bottom) x [left, right)``.
+
+    None when those are every segment (decode the JPEG itself). Raises DecodeError when a row
+    does not hold the number of restart markers it must.
+    """
+    frame = layout.frame
+    seg_w, per_row = frame.interval * frame.mcu_w, layout.per_row
+    c0, c1 = left // seg_w, min(per_row, -(-right // seg_w))
+    r0, r1 = top // frame.mcu_h, min(frame.mcu_rows, -(-bottom // frame.mcu_h))
+    if c0 == 0 and c1 == per_row and r0 == 0 and r1 == frame.mcu_rows:
+        return None
+    parts, number = [], 0
+    for row in range(r0, r1):
+        stop = layout.row_starts[row + 1] if row + 1 < frame.mcu_rows else layout.end
+        bounds = [layout.row_starts[row]]
+        for found in _RST.finditer(data, layout.row_starts[row], stop):
+            bounds.append(found.start())
+            bounds.append(found.end())
+        bounds.append(stop)
+        expected = per_row if row + 1 < frame.mcu_rows else per_row - 1
+        if len(bounds) != 2 * expected + 2:
+            raise DecodeError(f"MCU row {row} holds {len(bounds) // 2 - 1} restart markers, not {expected}")
+        for k in range(c0, c1):
+            if parts:
+                parts.append(b"\xff" + bytes((0xD0 + number,)))
+                number = (number + 1) % 8
+            parts.append(data[bounds[2 * k]:bounds[2 * k + 1]])
+    x0, y0 = c0 * seg_w, r0 * frame.mcu_h
+    width, height = min(c1 * seg_w, frame.width) - x0, min(r1 * frame.mcu_h, frame.height) - y0
+    sof, (table, table_end) = frame.sof, frame.table or (frame.entropy, frame.entropy)
+    head = data[:sof + 5] + struct.pack(">HH", height, width) + data[sof + 9:table] + data[table_end:frame.entropy]
+    return SubImage(head + b"".join(parts) + b"\xff\xd9", y0, x0, height, width)

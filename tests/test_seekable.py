@@ -1,0 +1,195 @@
+"""Seekable JPEGs (issue 26): the lossless restart-marker transcode, iotool's segment table, and the
+decode of only the segments a crop needs."""
+
+from __future__ import annotations
+
+import io
+import random
+import struct
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from iotool.decode import region, seekable, segments
+from iotool.decode.backends import parse_jpeg_header
+from iotool.errors import DecodeError, IotoolError
+
+pytestmark = pytest.mark.skipif(not region.region_available(), reason="the region decoder is not built")
+
+SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
+SHAPES = [(375, 500), (333, 517), (101, 77), (17, 9), (64, 64)]
+
+
+def photo(height: int, width: int, seed: int) -> np.ndarray:
+    """Seeded pixels with edges and noise (so every block has AC coefficients)."""
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0, 160, width)[None, :, None] + np.linspace(0, 60, height)[:, None, None]
+    return (rng.integers(0, 90, (height, width, 3)) + ramp).clip(0, 255).astype(np.uint8)
+
+
+def jpeg(height: int, width: int, seed: int = 0, subsampling: str = "4:2:0", mode: str = "RGB",
+         progressive: bool = False, **save) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(photo(height, width, seed)).convert(mode).save(
+        out, "JPEG", quality=88, subsampling=SUBSAMPLING[subsampling], progressive=progressive, **save)
+    return out.getvalue()
+
+
+def pixels(data: bytes) -> np.ndarray:
+    """A full decode through PIL (the libjpeg-turbo the region decoder binds to first)."""
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+KINDS = [dict(subsampling=s) for s in SUBSAMPLING] + [dict(mode="L"), dict(progressive=True),
+                                                       dict(progressive=True, subsampling="4:4:4")]
+KIND_IDS = ["444", "422", "420", "gray", "progressive420", "progressive444"]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[1]}x{s[0]}")
+def test_transcode_is_lossless_and_seekable(kind, shape):
+    data = jpeg(*shape, seed=shape[0], **kind)
+    out = seekable.transcode(data)
+    assert np.array_equal(pixels(out), pixels(data))
+    header = parse_jpeg_header(out)
+    assert header.marker == 0xC0 and not header.progressive  # progressive sources come out baseline
+    layout = segments.read_layout(out)
+    assert layout is not None and layout.frame.mcus_per_row % layout.frame.interval == 0
+    assert seekable.is_seekable(out) and not seekable.is_seekable(data)
+
+
+def test_transcode_keeps_metadata_and_one_table():
+    exif = b"Exif\0\0" + bytes(range(40))
+    data = jpeg(120, 160, exif=exif, icc_profile=b"not really a profile" * 10, comment=b"hello")
+    once = seekable.transcode(data)
+    twice = seekable.transcode(once)
+    for out in (once, twice):
+        image = Image.open(io.BytesIO(out))
+        assert image.info["exif"] == exif and image.info["icc_profile"] == b"not really a profile" * 10
+        assert image.info["comment"] == b"hello"
+    assert twice.count(segments.TAG) == 1 and np.array_equal(pixels(twice), pixels(data))
+
+
+def test_choose_interval_divides_the_row():
+    assert seekable.choose_interval(32) == 4
+    assert seekable.choose_interval(33) == 3
+    assert seekable.choose_interval(31) == 31  # a prime row: one segment a row, not one per MCU
+    assert seekable.choose_interval(3) == 3
+    assert all(n % seekable.choose_interval(n, k) == 0 for n in range(1, 80) for k in (1, 2, 4, 8))
+
+
+@pytest.mark.parametrize("data", [b"\xff\xd8\xff\xdb\x00\x43" + bytes(10), jpeg(60, 80)[:-400] + b"\xff\xd9"],
+                         ids=["header", "scan"])
+def test_transcode_refuses_corrupt_jpegs(data):
+    with pytest.raises(DecodeError, match="bad.jpg"):
+        seekable.transcode(data, name="bad.jpg")
+
+
+def test_transcode_refuses_cmyk():
+    out = io.BytesIO()
+    Image.fromarray(photo(40, 40, 1)).convert("CMYK").save(out, "JPEG")
+    with pytest.raises(DecodeError, match="c.jpg: not transcoded"):
+        seekable.transcode(out.getvalue(), name="c.jpg")
+
+
+def random_boxes(rng: random.Random, height: int, width: int, n: int):
+    for _ in range(n):
+        top, left = rng.randrange(height), rng.randrange(width)
+        yield top, left, rng.randint(1, height - top), rng.randint(1, width - left)
+
+
+@pytest.mark.parametrize("kind", KINDS[:4], ids=KIND_IDS[:4])
+@pytest.mark.parametrize("shape", SHAPES[:4], ids=lambda s: f"{s[1]}x{s[0]}")
+def test_segment_decode_equals_the_box_of_a_full_decode(kind, shape):
+    data = seekable.transcode(jpeg(*shape, seed=7, **kind))
+    header = parse_jpeg_header(data)
+    layout = segments.read_layout(data)
+    rng = random.Random(shape[1])
+    cut = 0
+    for scale in region.SCALES:
+        full = region.decode_jpeg_region(data, header, (0, 0, -(-shape[0] // scale), -(-shape[1] // scale)), scale)
+        for top, left, h, w in random_boxes(rng, *full.shape[:2], 40):
+            got = seekable.decode_jpeg_box(data, header, (top, left, h, w), scale)
+            assert np.array_equal(got, full[top:top + h, left:left + w]), (scale, (top, left, h, w))
+            margin = region.MARGIN * scale
+            cut += segments.sub_image(data, layout, max(0, top * scale - margin), max(0, left * scale - margin),
+                                      min(shape[0], (top + h) * scale + margin),
+                                      min(shape[1], (left + w) * scale + margin)) is not None
+    assert cut > 0 or shape == (17, 9)  # most boxes were decoded from a sub-image
+
+
+def test_sub_image_is_an_ordinary_jpeg_of_its_segments():
+    data = seekable.transcode(jpeg(375, 500, seed=3))
+    sub = segments.sub_image(data, segments.read_layout(data), 100, 130, 180, 260)
+    assert (sub.top, sub.left) == (96, 128) and (sub.height, sub.width) == (96, 192)
+    assert np.array_equal(pixels(sub.data)[4:84, 2:132], pixels(data)[100:180, 130:260])
+
+
+def test_ordinary_jpegs_take_the_region_path():
+    data = jpeg(100, 120)
+    header = parse_jpeg_header(data)
+    box = (10, 20, 50, 60)
+    assert np.array_equal(seekable.decode_jpeg_box(data, header, box), region.decode_jpeg_region(data, header, box))
+
+
+# --- hostile tables ----------------------------------------------------------------------------
+
+def with_table(data: bytes, edit) -> bytes:
+    """``data`` with its table's body (after the tag) rewritten by ``edit(bytearray)``."""
+    start, stop = segments.read_frame(data).table
+    body = bytearray(data[start + 4 + len(segments.TAG):stop])
+    edit(body)
+    segment = b"\xff\xe9" + struct.pack(">H", len(body) + 2 + len(segments.TAG)) + segments.TAG + bytes(body)
+    return data[:start] + segment + data[stop:]
+
+
+def poke(offset: int, value: bytes):
+    def edit(body: bytearray) -> None:
+        body[offset:offset + len(value)] = value
+    return edit
+
+
+TAMPERED = {
+    "version": poke(0, b"\x07"),
+    "interval": poke(1, b"\x00\x05"),
+    "rows": poke(3, b"\x00\x02"),
+    "row past the data": poke(5 + 4 * 3, struct.pack(">I", 0xFFFFFF00)),
+    "row not after a marker": lambda body: body.__setitem__(slice(5 + 4 * 3, 9 + 4 * 3),
+                                                            struct.pack(">I", struct.unpack_from(">I", body, 17)[0] + 1)),
+    "rows out of order": lambda body: body.__setitem__(slice(9, 17), body[13:17] + body[9:13]),
+    "first row not at 0": poke(5, struct.pack(">I", 3)),
+    "short": lambda body: body.__delitem__(slice(4, None)),
+}
+
+
+@pytest.mark.parametrize("how", list(TAMPERED))
+def test_a_crafted_table_is_an_iotool_error_naming_the_record(how):
+    data = with_table(seekable.transcode(jpeg(375, 500, seed=5)), TAMPERED[how])
+    header = parse_jpeg_header(data)
+    with pytest.raises(DecodeError, match="rec/7.jpg") as info:
+        seekable.decode_jpeg_box(data, header, (100, 100, 50, 50), name="rec/7.jpg")
+    assert isinstance(info.value, IotoolError)
+
+
+def test_a_table_before_the_frame_header_is_refused():
+    data = seekable.transcode(jpeg(200, 200))
+    start, stop = segments.read_frame(data).table
+    moved = data[:2] + data[start:stop] + data[2:start] + data[stop:]
+    with pytest.raises(DecodeError, match="before the frame header"):
+        segments.read_layout(moved, "m.jpg")
+
+
+def test_fuzzed_seekable_records_fail_cleanly():
+    """Random bytes flipped anywhere in a seekable JPEG: pixels or a DecodeError, never a crash."""
+    data = seekable.transcode(jpeg(160, 200, seed=9))
+    header = parse_jpeg_header(data)
+    rng = random.Random(26)
+    for _ in range(300):
+        damaged = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            damaged[rng.randrange(2, len(data))] = rng.randrange(256)
+        try:
+            seekable.decode_jpeg_box(bytes(damaged), header, (40, 50, 60, 70), name="f.jpg")
+        except DecodeError as exc:
+            assert "f.jpg" in str(exc)
