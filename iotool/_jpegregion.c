@@ -27,6 +27,9 @@
  * coefficients, hence the same pixels through the same library, written sequentially with a
  * restart marker every restart_mcus MCUs and optimised Huffman tables (iotool/decode/seekable.py).
  *
+ * gather(...) copies some restart segments of such a JPEG into a JPEG of their own, restart
+ * markers renumbered (iotool/decode/segments.py), checking every table entry it uses.
+ *
  * Nothing is kept between calls but the bound library; the GIL is released while libjpeg works.
  *
  * Built against CPython's limited API (Py_LIMITED_API, set by setup.py), so one abi3 wheel serves
@@ -495,6 +498,124 @@ static PyObject *transcode(PyObject *self, PyObject *args)
     return result;
 }
 
+/* --- gather: the sub-JPEG of some restart segments of a seekable JPEG ------------------------------ */
+
+static unsigned long read_u32(const unsigned char *p)
+{
+    return ((unsigned long)p[0] << 24) | ((unsigned long)p[1] << 16) | ((unsigned long)p[2] << 8) | p[3];
+}
+
+/* The start of MCU row `row` from the table, checked: inside (entropy, end], after the previous
+ * row's start, and right after the restart marker that ends the row before (0 for row 0). */
+static int row_start(const unsigned char *data, size_t entropy, size_t end, const unsigned char *table,
+                     unsigned int row, unsigned int per_row, size_t *at)
+{
+    unsigned long offset = read_u32(table + 4 * (size_t)row);
+    if (row == 0) {
+        *at = entropy;
+        return offset == 0;
+    }
+    if (offset > end - entropy || offset < 2)
+        return 0;
+    *at = entropy + offset;
+    unsigned int number = (unsigned int)(((unsigned long long)row * per_row - 1) % 8);
+    return data[*at - 2] == 0xFF && data[*at - 1] == 0xD0 + number;
+}
+
+static PyObject *gather(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view, head;
+    Py_ssize_t entropy_, table_, end_;
+    unsigned int rows, per_row, c0, c1, r0, r1;
+    if (!PyArg_ParseTuple(args, "y*y*nnnIIIIII", &view, &head, &entropy_, &table_, &end_, &rows, &per_row, &c0,
+                          &c1, &r0, &r1))
+        return NULL;
+    const unsigned char *data = view.buf;
+    size_t n = (size_t)view.len, entropy = (size_t)entropy_, table = (size_t)table_, end = (size_t)end_;
+    char problem[160] = "";
+    if (entropy_ < 0 || table_ < 0 || end_ < 0 || entropy > end || end > n || rows == 0 || per_row == 0 ||
+        table > n || (n - table) / 4 < rows || c0 >= c1 || c1 > per_row || r0 >= r1 || r1 > rows)
+        snprintf(problem, sizeof(problem), "bad segment request");
+    unsigned char *out = NULL;
+    size_t used = 0;
+    if (!problem[0]) {
+        size_t first = 0, last = 0;
+        if (!row_start(data, entropy, end, data + table, r0, per_row, &first))
+            snprintf(problem, sizeof(problem), "bad start for MCU row %u", r0);
+        else if (r1 < rows && !row_start(data, entropy, end, data + table, r1, per_row, &last))
+            snprintf(problem, sizeof(problem), "bad start for MCU row %u", r1);
+        if (r1 == rows)
+            last = end;
+        if (!problem[0] && last < first)
+            snprintf(problem, sizeof(problem), "MCU rows %u and %u out of order", r0, r1);
+        /* the segments copied lie in [first, last); each brings at most one 2-byte marker */
+        size_t bound = (size_t)head.len + (last - first) + 2 * (size_t)(r1 - r0) * (c1 - c0) + 2;
+        if (!problem[0] && (out = malloc(bound)) == NULL) {
+            PyBuffer_Release(&view);
+            PyBuffer_Release(&head);
+            return PyErr_NoMemory();
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (!problem[0]) {
+        memcpy(out, head.buf, (size_t)head.len);
+        used = (size_t)head.len;
+        unsigned int number = 0, copied = 0;
+        size_t start = 0, stop = 0;
+        row_start(data, entropy, end, data + table, r0, per_row, &start);
+        for (unsigned int row = r0; row < r1 && !problem[0]; row++) {
+            if (row + 1 == rows)
+                stop = end;
+            else if (!row_start(data, entropy, end, data + table, row + 1, per_row, &stop) || stop <= start) {
+                snprintf(problem, sizeof(problem), "bad start for MCU row %u", row + 1);
+                break;
+            }
+            /* segment k of the row runs from `from` to the next RSTn (or to the row's end) */
+            const unsigned char *p = data + start, *limit = data + stop, *from = p;
+            for (unsigned int k = 0; k < c1;) {
+                const unsigned char *ff = p < limit ? memchr(p, 0xFF, (size_t)(limit - p)) : NULL;
+                int is_rst = ff != NULL && ff + 1 < limit && ff[1] >= 0xD0 && ff[1] <= 0xD7;
+                if (ff != NULL && !is_rst) {
+                    p = ff + 1;
+                    continue;
+                }
+                const unsigned char *to = ff != NULL ? ff : limit;
+                if (ff == NULL && (row + 1 < rows || k + 1 < per_row)) {
+                    snprintf(problem, sizeof(problem), "MCU row %u holds %u restart segments, not %u", row, k, per_row);
+                    break;
+                }
+                if (k >= c0) {
+                    if (copied++) {
+                        out[used++] = 0xFF;
+                        out[used++] = (unsigned char)(0xD0 + number);
+                        number = (number + 1) % 8;
+                    }
+                    memcpy(out + used, from, (size_t)(to - from));
+                    used += (size_t)(to - from);
+                }
+                k++;
+                if (ff == NULL)
+                    break;
+                p = from = ff + 2;
+            }
+            start = stop;
+        }
+        out[used++] = 0xFF;
+        out[used++] = 0xD9;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&head);
+    PyObject *result = NULL;
+    if (problem[0])
+        PyErr_SetString(PyExc_ValueError, problem);
+    else
+        result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)used);
+    free(out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"load", load, METH_VARARGS,
      "load(path) -> library\n\n"
@@ -512,6 +633,11 @@ static PyMethodDef methods[] = {
      "API): sequential, a restart marker every restart_mcus MCUs (0: none), optimised Huffman tables\n"
      "when optimize. APPn/COM segments are copied, except the one of marker skip_code whose data\n"
      "starts with skip_tag."},
+    {"gather", gather, METH_VARARGS,
+     "gather(data, head, entropy, table, end, rows, per_row, c0, c1, r0, r1) -> bytes\n\n"
+     "head + the restart segments c0..c1-1 of MCU rows r0..r1-1 of a seekable JPEG (markers\n"
+     "renumbered) + EOI. table: offset of the big-endian u32 row starts (from entropy); every start\n"
+     "used is checked; ValueError when one is wrong or a row lacks its segments."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -105,7 +105,7 @@ def decode_box(data: bytes, layout: _s.Layout, box: tuple[int, int, int, int], s
         raise ValueError(f"box {box} at scale 1/{scale} is outside the {full_w}x{full_h} image")
     sub = _s.sub_image(data, layout, max(0, top * scale - margin), max(0, left * scale - margin),
                        min(frame.height, (top + height) * scale + margin),
-                       min(frame.width, (left + width) * scale + margin))
+                       min(frame.width, (left + width) * scale + margin), name)
     if sub is None:
         header = _b.JpegHeader(frame.height, frame.width, frame.components, 8, False, frame.marker)
         return _region.decode_jpeg_region(data, header, box, scale, name=name)

@@ -31,6 +31,11 @@ from dataclasses import dataclass
 
 from ..errors import DecodeError
 
+try:
+    from .. import _jpegregion
+except ImportError:  # not built: no JPEG is decoded by segments (iotool.decode.region says why)
+    _jpegregion = None
+
 APP9 = 0xE9
 TAG = b"iotool-seek\0"
 VERSION = 1
@@ -119,10 +124,10 @@ def _frame_header(data: bytes, pos: int, length: int, name: str) -> tuple[int, .
 
 @dataclass(frozen=True)
 class Layout:
-    """A seekable JPEG's frame and its checked table of row starts (see the module docstring)."""
+    """A seekable JPEG's frame and where its table of row starts is (see the module docstring)."""
 
     frame: Frame
-    row_starts: tuple[int, ...]  # absolute offsets in the data
+    table: int  # offset of the first row start (big-endian u32s, from frame.entropy)
     end: int  # offset of the EOI marker
 
     @property
@@ -169,26 +174,7 @@ def read_layout(data: bytes, name: str = "<bytes>") -> Layout | None:
         problem = "the data does not end with EOI"
     if problem is not None:
         raise DecodeError(f"{name}: iotool's segment table does not fit the JPEG ({problem})")
-    offsets = struct.unpack_from(f">{rows}I", data, body + 5)
-    starts = tuple(frame.entropy + o for o in offsets)
-    check_row_starts(data, starts, frame, end, name)
-    return Layout(frame, starts, end)
-
-
-def check_row_starts(data: bytes, starts: tuple[int, ...], frame: Frame, end: int, name: str) -> None:
-    """Each row must start after the previous one, inside the scan, right after the restart marker
-    that ends the row before it."""
-    per_row = frame.mcus_per_row // frame.interval
-    previous = frame.entropy - 1
-    for row, at in enumerate(starts):
-        if row == 0:
-            ok = at == frame.entropy
-        else:
-            number = (row * per_row - 1) % 8
-            ok = previous < at <= end and data[at - 2] == 0xFF and data[at - 1] == 0xD0 + number
-        if not ok:
-            raise DecodeError(f"{name}: iotool's segment table gives a bad start for MCU row {row} (byte {at})")
-        previous = at
+    return Layout(frame, body + 5, end)  # the row starts a decode uses are checked by gather()
 
 
 def row_start_table(data: bytes, frame: Frame) -> list[int]:
@@ -222,11 +208,13 @@ class SubImage:
     width: int
 
 
-def sub_image(data: bytes, layout: Layout, top: int, left: int, bottom: int, right: int) -> SubImage | None:
+def sub_image(data: bytes, layout: Layout, top: int, left: int, bottom: int, right: int,
+              name: str = "<bytes>") -> SubImage | None:
     """The sub-JPEG of the segments covering full-size pixels ``[top, bottom) x [left, right)``.
 
-    None when those are every segment (decode the JPEG itself). Raises DecodeError when a row
-    does not hold the number of restart markers it must.
+    None when those are every segment (decode the JPEG itself). The extension copies the segments
+    and checks each table entry it uses (inside the scan, rising, right after the restart marker of
+    the right number); a wrong one, or a row without its markers, is a DecodeError.
     """
     frame = layout.frame
     seg_w, per_row = frame.interval * frame.mcu_w, layout.per_row
@@ -234,24 +222,13 @@ def sub_image(data: bytes, layout: Layout, top: int, left: int, bottom: int, rig
     r0, r1 = top // frame.mcu_h, min(frame.mcu_rows, -(-bottom // frame.mcu_h))
     if c0 == 0 and c1 == per_row and r0 == 0 and r1 == frame.mcu_rows:
         return None
-    parts, number = [], 0
-    for row in range(r0, r1):
-        stop = layout.row_starts[row + 1] if row + 1 < frame.mcu_rows else layout.end
-        bounds = [layout.row_starts[row]]
-        for found in _RST.finditer(data, layout.row_starts[row], stop):
-            bounds.append(found.start())
-            bounds.append(found.end())
-        bounds.append(stop)
-        expected = per_row if row + 1 < frame.mcu_rows else per_row - 1
-        if len(bounds) != 2 * expected + 2:
-            raise DecodeError(f"MCU row {row} holds {len(bounds) // 2 - 1} restart markers, not {expected}")
-        for k in range(c0, c1):
-            if parts:
-                parts.append(b"\xff" + bytes((0xD0 + number,)))
-                number = (number + 1) % 8
-            parts.append(data[bounds[2 * k]:bounds[2 * k + 1]])
     x0, y0 = c0 * seg_w, r0 * frame.mcu_h
     width, height = min(c1 * seg_w, frame.width) - x0, min(r1 * frame.mcu_h, frame.height) - y0
     sof, (table, table_end) = frame.sof, frame.table or (frame.entropy, frame.entropy)
     head = data[:sof + 5] + struct.pack(">HH", height, width) + data[sof + 9:table] + data[table_end:frame.entropy]
-    return SubImage(head + b"".join(parts) + b"\xff\xd9", y0, x0, height, width)
+    try:
+        jpeg = _jpegregion.gather(data, head, frame.entropy, layout.table, layout.end, frame.mcu_rows, per_row,
+                                  c0, c1, r0, r1)
+    except ValueError as exc:
+        raise DecodeError(f"{name}: iotool's segment table does not fit the JPEG ({exc})") from None
+    return SubImage(jpeg, y0, x0, height, width)

@@ -1,0 +1,94 @@
+"""Seekable JPEGs (iotool.decode.seekable) next to today's region decode, in one run.
+
+For each JPEG under SRC: the transcode's cost (images/s) and size change, then, on one thread,
+interleaved over rounds (round 0 dropped; medians of the thread's CPU time):
+
+    region crop          today's region decode of a RandomResizedCrop box (torchvision's
+                         algorithm, seeded) at full scale, on the original JPEG
+    segments crop        the same box from the transcoded JPEG, through its restart segments
+    region fused 224     the box at the DCT scale DecodeRandomResizedCrop(224) picks, original
+    segments fused 224   the same, transcoded
+    region full          the whole original image (the one-core ceiling's reference)
+
+Example:
+
+    python benchmarks/make_imagenet_like.py /tmp/imagenet-like --images 300 --classes 10
+    python benchmarks/seekable.py /tmp/imagenet-like --rounds 7
+    python benchmarks/seekable.py /tmp/imagenet-like --smoke   # a few images, 1 round
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from iotool.bench.common import rotated, summarize
+from iotool.decode import region as R
+from iotool.decode import seekable
+from iotool.decode.backends import parse_jpeg_header
+from iotool.transforms import DecodeRandomResizedCrop, random_resized_crop_params
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from region_decode import load, reduced  # noqa: E402  (the same images and boxes as that benchmark)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("src", type=Path, help="a folder of JPEGs (searched recursively)")
+    parser.add_argument("--images", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--restart-mcus", type=int, default=seekable.RESTART_MCUS)
+    parser.add_argument("--smoke", action="store_true", help="8 images, 1 round: checks the script runs")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if args.smoke:
+        args.images, args.rounds = 8, 1
+    datas = load(args.src, args.images)
+    if not datas:
+        sys.exit(f"no JPEGs the region decoder takes under {args.src}")
+    start = time.thread_time()
+    seekables = [seekable.transcode(d, args.restart_mcus) for d in datas]
+    transcode_s = time.thread_time() - start
+    headers = [parse_jpeg_header(d) for d in datas]
+    rng = random.Random(0)
+    boxes = [random_resized_crop_params(h.height, h.width, (0.08, 1.0), (3 / 4, 4 / 3), rng) for h in headers]
+    fused = [reduced(box, h, DecodeRandomResizedCrop(224).decode_scale(box[2], box[3]))
+             for box, h in zip(boxes, headers)]
+    crops = [(box, 1) for box in boxes]
+    named = {
+        "region full": lambda: [R.decode_jpeg_region(d, h, (0, 0, h.height, h.width)) for d, h in zip(datas, headers)],
+        **{f"{how} {what}": (lambda images=images, jobs=jobs, decode=decode: [
+            decode(d, h, box, s) for d, h, (box, s) in zip(images, headers, jobs)])
+           for what, jobs in (("crop", crops), ("fused 224", fused))
+           for how, images, decode in (("region", datas, R.decode_jpeg_region),
+                                       ("segments", seekables, seekable.decode_jpeg_box))},
+    }
+    times: dict[str, list[float]] = {name: [] for name in named}
+    for r in range(args.rounds + 1):
+        for name in rotated(list(named), r):
+            start = time.thread_time()
+            named[name]()
+            if r:
+                times[name].append(time.thread_time() - start)
+    n = len(datas)
+    ms = {name: summarize(v).median / n * 1e3 for name, v in times.items()}
+    size = sum(map(len, seekables)) / sum(map(len, datas)) - 1
+    print(f"{n} images, one thread, median CPU time of {args.rounds} rounds; {R.region_status()}")
+    print(f"  transcode: {n / transcode_s:.0f} images/s, size {size * 100:+.2f}% (restart_mcus={args.restart_mcus})")
+    for name, value in ms.items():
+        print(f"  {name:20} {value:8.3f} ms/image")
+    speedups = {what: ms[f"region {what}"] / ms[f"segments {what}"] for what in ("crop", "fused 224")}
+    for what, value in speedups.items():
+        print(f"  segments vs region, {what}: {value:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"images": n, "rounds": args.rounds, "ms_per_image": ms,
+                                         "speedup": speedups, "size_change": size,
+                                         "transcode_images_per_s": n / transcode_s}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
