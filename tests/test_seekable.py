@@ -3,6 +3,7 @@ decode of only the segments a crop needs."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import random
 import struct
@@ -69,6 +70,8 @@ def test_transcode_keeps_metadata_and_one_table():
         assert image.info["exif"] == exif and image.info["icc_profile"] == b"not really a profile" * 10
         assert image.info["comment"] == b"hello"
     assert twice.count(segments.TAG) == 1 and np.array_equal(pixels(twice), pixels(data))
+    assert seekable.original_sha256(twice) == seekable.original_sha256(once) == hashlib.sha256(data).hexdigest()
+    assert seekable.original_sha256(data) is None
 
 
 def test_choose_interval_divides_the_row():
@@ -150,16 +153,24 @@ def poke(offset: int, value: bytes):
     return edit
 
 
+ROW = 5 + 32  # the table's first row start: after version, interval, rows and the original's SHA-256
+
+
+def row(r: int) -> slice:
+    return slice(ROW + 4 * r, ROW + 4 * r + 4)
+
+
 TAMPERED = {
     "version": poke(0, b"\x07"),
     "interval": poke(1, b"\x00\x05"),
     "rows": poke(3, b"\x00\x02"),
-    "row past the data": poke(5 + 4 * 3, struct.pack(">I", 0xFFFFFF00)),
-    "row not after a marker": lambda body: body.__setitem__(slice(5 + 4 * 3, 9 + 4 * 3),
-                                                            struct.pack(">I", struct.unpack_from(">I", body, 17)[0] + 1)),
-    "rows out of order": lambda body: body.__setitem__(slice(9, 17), body[13:17] + body[9:13]),
-    "first row not at 0": poke(5, struct.pack(">I", 3)),
+    "row past the data": lambda body: body.__setitem__(row(3), struct.pack(">I", 0xFFFFFF00)),
+    "row not after a marker": lambda body: body.__setitem__(
+        row(3), struct.pack(">I", struct.unpack_from(">I", body, row(3).start)[0] + 1)),
+    "rows out of order": lambda body: body.__setitem__(slice(row(1).start, row(2).stop), body[row(2)] + body[row(1)]),
+    "first row not at 0": lambda body: body.__setitem__(row(0), struct.pack(">I", 3)),
     "short": lambda body: body.__delitem__(slice(4, None)),
+    "one row short": lambda body: body.__delitem__(slice(-4, None)),
 }
 
 

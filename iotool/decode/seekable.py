@@ -18,6 +18,8 @@ seekable JPEG it is given (:func:`iotool.decode.region.decode_jpeg_region`).
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ..errors import DecodeError
@@ -67,18 +69,29 @@ def transcode(data: bytes, restart_mcus: int = RESTART_MCUS, *, optimize: bool =
         out = _region.transcode_with(library, data, interval, optimize, _s.APP9, _s.TAG)
     except ValueError as exc:
         raise DecodeError(f"{name}: corrupt JPEG ({exc})") from None
-    return add_table(out, name)
+    original = _s.original_digest(data, name) or hashlib.sha256(data).digest()  # kept through a re-transcode
+    return add_table(out, original, name)
 
 
-def add_table(data: bytes, name: str = "<bytes>") -> bytes:
-    """A JPEG just written with restarts, with iotool's table inserted before its scan."""
+def add_table(data: bytes, original: bytes, name: str = "<bytes>") -> bytes:
+    """A JPEG just written with restarts, with iotool's table (and the original's SHA-256 digest)
+    inserted before its scan."""
     frame = _s.read_frame(data, name)
     problem = _s.segment_layout(frame)
     if problem is not None:
         raise DecodeError(f"{name}: the transcoded JPEG cannot be cut into segments ({problem})")
     sos = data.rfind(b"\xff\xda", 0, frame.entropy)
-    table = _s.table_segment(frame, _s.row_start_table(data, frame))
+    table = _s.table_segment(frame, _s.row_start_table(data, frame), original)
     return data[:sos] + table + data[sos:]
+
+
+def original_sha256(data: bytes) -> str | None:
+    """The hex SHA-256 of the file a seekable JPEG was transcoded from (None for other data)."""
+    try:
+        digest = _s.original_digest(data)
+    except DecodeError:
+        return None
+    return digest.hex() if digest else None
 
 
 def is_seekable(data: bytes) -> bool:
@@ -124,4 +137,4 @@ def decode_jpeg_box(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int
     return decode_box(data, layout, box, scale, name=name)
 
 
-__all__ = ["RESTART_MCUS", "choose_interval", "transcode", "add_table", "is_seekable", "decode_box", "decode_jpeg_box"]
+__all__ = ["RESTART_MCUS", "choose_interval", "transcode", "add_table", "original_sha256", "is_seekable", "decode_box", "decode_jpeg_box"]

@@ -4,7 +4,10 @@ A seekable JPEG (written by :func:`iotool.decode.seekable.transcode`) is an ordi
 JPEG with one interleaved scan, a restart marker every ``interval`` MCUs, ``interval`` dividing
 the MCUs of a row, and one extra APP9 segment that other decoders skip:
 
-    APP9  "iotool-seek\\0"  version:u8  interval:u16  rows:u16  row_start:u32 * rows
+    APP9  "iotool-seek\\0"  version:u8  interval:u16  rows:u16  original:32 bytes  row_start:u32 * rows
+
+``original`` is the SHA-256 of the JPEG the transcode was given (the user's file: a dataset's
+checksums are of the bytes it stores, this proves where they came from).
 
 ``row_start[r]`` is the offset, from the first byte of the scan's entropy-coded data, of MCU row
 ``r``: the byte after the restart marker that ends row ``r - 1`` (0 for row 0). The segments inside
@@ -39,6 +42,7 @@ except ImportError:  # not built: no JPEG is decoded by segments (iotool.decode.
 APP9 = 0xE9
 TAG = b"iotool-seek\0"
 VERSION = 1
+_FIXED = 5 + 32  # version, interval, rows, original's SHA-256: the bytes before the row starts
 _RST = re.compile(rb"\xff[\xd0-\xd7]")
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 _SEQUENTIAL_HUFFMAN = (0xC0, 0xC1)
@@ -158,7 +162,7 @@ def read_layout(data: bytes, name: str = "<bytes>") -> Layout | None:
         return None
     start, stop = frame.table
     body = start + 4 + len(TAG)
-    if stop - body < 5:
+    if stop - body < _FIXED:
         raise DecodeError(f"{name}: iotool's segment table is {stop - start} bytes: too short")
     version, interval, rows = struct.unpack_from(">BHH", data, body)
     problem = segment_layout(frame)
@@ -166,7 +170,7 @@ def read_layout(data: bytes, name: str = "<bytes>") -> Layout | None:
         problem = f"version {version}, not {VERSION}"
     elif problem is None and start < frame.sof:
         problem = "the table comes before the frame header"
-    elif problem is None and (interval != frame.interval or rows != frame.mcu_rows or stop - body != 5 + 4 * rows):
+    elif problem is None and (interval != frame.interval or rows != frame.mcu_rows or stop - body != _FIXED + 4 * rows):
         problem = (f"interval {interval}, {rows} rows in {stop - body} bytes; the JPEG has interval "
                    f"{frame.interval} and {frame.mcu_rows} MCU rows")
     end = len(data) - 2
@@ -174,7 +178,7 @@ def read_layout(data: bytes, name: str = "<bytes>") -> Layout | None:
         problem = "the data does not end with EOI"
     if problem is not None:
         raise DecodeError(f"{name}: iotool's segment table does not fit the JPEG ({problem})")
-    return Layout(frame, body + 5, end)  # the row starts a decode uses are checked by gather()
+    return Layout(frame, body + _FIXED, end)  # the row starts a decode uses are checked by gather()
 
 
 def row_start_table(data: bytes, frame: Frame) -> list[int]:
@@ -189,12 +193,22 @@ def row_start_table(data: bytes, frame: Frame) -> list[int]:
     return starts
 
 
-def table_segment(frame: Frame, offsets: list[int]) -> bytes:
-    """iotool's APP9 segment for these row offsets."""
-    body = TAG + struct.pack(f">BHH{len(offsets)}I", VERSION, frame.interval, len(offsets), *offsets)
+def table_segment(frame: Frame, offsets: list[int], original: bytes) -> bytes:
+    """iotool's APP9 segment for these row offsets and the original's SHA-256 digest (32 bytes)."""
+    body = (TAG + struct.pack(">BHH", VERSION, frame.interval, len(offsets)) + original
+            + struct.pack(f">{len(offsets)}I", *offsets))
     if len(body) + 2 > 0xFFFF:
         raise DecodeError(f"{len(offsets)} MCU rows do not fit one APP9 segment")
     return struct.pack(">BBH", 0xFF, APP9, len(body) + 2) + body
+
+
+def original_digest(data: bytes, name: str = "<bytes>") -> bytes | None:
+    """The SHA-256 digest of the JPEG a seekable JPEG was transcoded from; None without a table."""
+    table = read_frame(data, name).table
+    body = table[0] + 4 + len(TAG) if table else 0
+    if table is None or table[1] - body < _FIXED:
+        return None
+    return data[body + 5:body + _FIXED]
 
 
 @dataclass(frozen=True)
