@@ -12,9 +12,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import iotool
 from iotool.decode import region, seekable, segments
 from iotool.decode.backends import parse_jpeg_header
-from iotool.errors import DecodeError, IotoolError
+from iotool.errors import DecodeError, IotoolError, UsageError
+from iotool.formats import get_format
+from iotool.transforms import RandomResizedCrop
+from iotool.transforms.fused import fuse
+
+from .conftest import FORMATS, options_for, write_tree
 
 pytestmark = pytest.mark.skipif(not region.region_available(), reason="the region decoder is not built")
 
@@ -204,3 +210,51 @@ def test_fuzzed_seekable_records_fail_cleanly():
             seekable.decode_jpeg_box(bytes(damaged), header, (40, 50, 60, 70), name="f.jpg")
         except DecodeError as exc:
             assert "f.jpg" in str(exc)
+
+
+# --- the conversion option and the fused decoder ---------------------------------------------------
+
+JPEG_FORMATS = [f for f in FORMATS if get_format(f).encoding in (None, "jpeg")]
+
+
+def stored(path) -> list[tuple[str, bytes]]:
+    reader = iotool.open_reader(path)
+    return [(reader.keys[i], reader.read(i)[0]) for i in range(len(reader))]
+
+
+@pytest.mark.parametrize("fmt", JPEG_FORMATS)
+def test_seekable_conversion_stores_lossless_seekable_jpegs(fmt, tmp_path):
+    src = tmp_path / "src"
+    write_tree(src, {"a": 3, "b": 2}, seed=11)
+    options = options_for(fmt)
+    iotool.convert(src, tmp_path / "plain", fmt, workers=0, **options)
+    iotool.convert(src, tmp_path / "seek", fmt, workers=0, seekable=True, **options)
+    plain, seek = stored(tmp_path / "plain"), stored(tmp_path / "seek")
+    assert [k for k, _ in plain] == [k for k, _ in seek]
+    for (key, before), (_, after) in zip(plain, seek):
+        assert not seekable.is_seekable(before) and seekable.is_seekable(after), key
+        assert np.array_equal(pixels(after), pixels(before)), key
+        if "resize" not in options:  # kept bytes: the table names the user's file
+            assert seekable.original_sha256(after) == hashlib.sha256((src / key).read_bytes()).hexdigest()
+    reader = iotool.open_reader(tmp_path / "seek")
+    assert reader.meta.options["seekable"] is True
+    assert "seekable" not in iotool.open_reader(tmp_path / "plain").meta.options  # older datasets read the same
+    assert iotool.verify(tmp_path / "seek").ok  # checksums are of what is stored
+
+
+def test_fused_crop_of_a_seekable_dataset_gives_the_same_pixels(tmp_path):
+    src = tmp_path / "src"
+    write_tree(src, {"a": 4}, seed=12)
+    iotool.convert(src, tmp_path / "plain.lmdb", "lmdb", workers=0)
+    iotool.convert(src, tmp_path / "seek.lmdb", "lmdb", workers=0, seekable=True)
+    for (_, before), (_, after) in zip(stored(tmp_path / "plain.lmdb"), stored(tmp_path / "seek.lmdb")):
+        a, b = fuse(RandomResizedCrop(24, seed=3)), fuse(RandomResizedCrop(24, seed=3))
+        for _ in range(5):
+            assert np.array_equal(np.asarray(a(before)), np.asarray(b(after)))
+
+
+def test_seekable_refuses_encodings_without_jpegs(tmp_path):
+    src = tmp_path / "src"
+    write_tree(src, {"a": 1})
+    with pytest.raises(UsageError, match="--seekable applies to JPEG payloads; --encode png"):
+        iotool.convert(src, tmp_path / "out.lmdb", "lmdb", workers=0, resize=32, encode="png", seekable=True)

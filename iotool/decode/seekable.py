@@ -73,6 +73,15 @@ def transcode(data: bytes, restart_mcus: int = RESTART_MCUS, *, optimize: bool =
     return add_table(out, original, name)
 
 
+def transcodable(data: bytes) -> bool:
+    """True for the JPEGs :func:`transcode` takes: 8-bit Huffman-coded grayscale or YCbCr (the
+    region decoder's, :func:`iotool.decode.region.supports`); False for other data."""
+    try:
+        return _region.supports(_b.parse_jpeg_header(data))
+    except DecodeError:
+        return False
+
+
 def add_table(data: bytes, original: bytes, name: str = "<bytes>") -> bytes:
     """A JPEG just written with restarts, with iotool's table (and the original's SHA-256 digest)
     inserted before its scan."""
@@ -137,4 +146,4 @@ def decode_jpeg_box(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int
     return decode_box(data, layout, box, scale, name=name)
 
 
-__all__ = ["RESTART_MCUS", "choose_interval", "transcode", "add_table", "original_sha256", "is_seekable", "decode_box", "decode_jpeg_box"]
+__all__ = ["RESTART_MCUS", "choose_interval", "transcode", "add_table", "transcodable", "original_sha256", "is_seekable", "decode_box", "decode_jpeg_box"]
