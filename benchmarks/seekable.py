@@ -9,6 +9,9 @@ interleaved over rounds (round 0 dropped; medians of the thread's CPU time):
     region fused 224     the box at the DCT scale DecodeRandomResizedCrop(224) picks, original
     segments fused 224   the same, transcoded
     region full          the whole original image (the one-core ceiling's reference)
+    fused RRC(224) plain / seekable
+                         what the JPEG formats' datasets run per sample: iotool's fused
+                         RandomResizedCrop(224) (decode + antialiased resize), same seed
 
 Example:
 
@@ -30,7 +33,8 @@ from iotool.bench.common import rotated, summarize
 from iotool.decode import region as R
 from iotool.decode import seekable
 from iotool.decode.backends import parse_jpeg_header
-from iotool.transforms import DecodeRandomResizedCrop, random_resized_crop_params
+from iotool.transforms import DecodeRandomResizedCrop, RandomResizedCrop, random_resized_crop_params
+from iotool.transforms.fused import fuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from region_decode import load, reduced  # noqa: E402  (the same images and boxes as that benchmark)
@@ -66,6 +70,9 @@ def main() -> None:
            for what, jobs in (("crop", crops), ("fused 224", fused))
            for how, images, decode in (("region", datas, R.decode_jpeg_region),
                                        ("segments", seekables, seekable.decode_jpeg_box))},
+        **{f"fused RRC(224) {how}": (lambda images=images: [
+            crop(d) for crop in [fuse(RandomResizedCrop(224, seed=0))] for d in images])
+           for how, images in (("plain", datas), ("seekable", seekables))},
     }
     times: dict[str, list[float]] = {name: [] for name in named}
     for r in range(args.rounds + 1):
@@ -82,6 +89,7 @@ def main() -> None:
     for name, value in ms.items():
         print(f"  {name:20} {value:8.3f} ms/image")
     speedups = {what: ms[f"region {what}"] / ms[f"segments {what}"] for what in ("crop", "fused 224")}
+    speedups["fused RRC(224)"] = ms["fused RRC(224) plain"] / ms["fused RRC(224) seekable"]
     for what, value in speedups.items():
         print(f"  segments vs region, {what}: {value:.2f}x")
     if args.json:
