@@ -13,10 +13,15 @@ interleaved over rounds (round 0 dropped; medians of the thread's CPU time):
                          what the JPEG formats' datasets run per sample: iotool's fused
                          RandomResizedCrop(224) (decode + antialiased resize), same seed
 
+With --loader DIR, the folder is also converted twice into lmdb under DIR (as given, and with
+--seekable) and both are read through torch's DataLoader(num_workers=2, batch_size=64) with
+iotool's fused RandomResizedCrop(224), interleaved over rounds: images/s (wall clock) per dataset.
+
 Example:
 
     python benchmarks/make_imagenet_like.py /tmp/imagenet-like --images 300 --classes 10
     python benchmarks/seekable.py /tmp/imagenet-like --rounds 7
+    python benchmarks/seekable.py /tmp/imagenet-like --loader /tmp/seekable-lmdb
     python benchmarks/seekable.py /tmp/imagenet-like --smoke   # a few images, 1 round
 """
 
@@ -48,6 +53,8 @@ def main() -> None:
     parser.add_argument("--restart-mcus", type=int, default=seekable.RESTART_MCUS)
     parser.add_argument("--smoke", action="store_true", help="8 images, 1 round: checks the script runs")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--loader", type=Path, metavar="DIR",
+                        help="also convert SRC into DIR/plain.lmdb and DIR/seekable.lmdb and time a DataLoader on both")
     args = parser.parse_args()
     if args.smoke:
         args.images, args.rounds = 8, 1
@@ -92,10 +99,38 @@ def main() -> None:
     speedups["fused RRC(224)"] = ms["fused RRC(224) plain"] / ms["fused RRC(224) seekable"]
     for what, value in speedups.items():
         print(f"  segments vs region, {what}: {value:.2f}x")
+    figures = {"images": n, "rounds": args.rounds, "ms_per_image": ms, "speedup": speedups, "size_change": size,
+               "transcode_images_per_s": n / transcode_s}
+    if args.loader:
+        figures["loader_images_per_s"] = loader_rates(args.src, args.loader, args.rounds)
+        rates = figures["loader_images_per_s"]
+        for name, value in rates.items():
+            print(f"  DataLoader(num_workers=2), {name:9} {value:8.0f} images/s")
+        print(f"  seekable vs plain through the DataLoader: {rates['seekable'] / rates['plain']:.2f}x")
     if args.json:
-        args.json.write_text(json.dumps({"images": n, "rounds": args.rounds, "ms_per_image": ms,
-                                         "speedup": speedups, "size_change": size,
-                                         "transcode_images_per_s": n / transcode_s}, indent=2))
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+def loader_rates(src: Path, root: Path, rounds: int) -> dict[str, float]:
+    """Images/s of a DataLoader(num_workers=2) over ``src`` converted to lmdb, as given and seekable."""
+    import torch.utils.data
+
+    import iotool
+
+    paths = {"plain": root / "plain.lmdb", "seekable": root / "seekable.lmdb"}
+    for name, path in paths.items():
+        iotool.convert(src, path, "lmdb", workers=2, overwrite=True, seekable=name == "seekable")
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    count = 0
+    for r in range(rounds + 1):
+        for name in rotated(list(paths), r):
+            dataset = iotool.open_dataset(paths[name], transform=RandomResizedCrop(224))
+            loader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=2)
+            start = time.perf_counter()
+            count = sum(len(labels) for _, labels in loader)
+            if r:
+                times[name].append(time.perf_counter() - start)
+    return {name: count / summarize(v).median for name, v in times.items()}
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import random
 import struct
 
@@ -189,12 +190,17 @@ def test_a_crafted_table_is_an_iotool_error_naming_the_record(how):
     assert isinstance(info.value, IotoolError)
 
 
-def test_a_table_before_the_frame_header_is_refused():
+def test_a_table_elsewhere_is_not_looked_for():
+    """Only the table where the transcode puts it is read: moved after the frame header, the JPEG
+    is decoded by region, to the same pixels."""
     data = seekable.transcode(jpeg(200, 200))
     start, stop = segments.read_frame(data).table
-    moved = data[:2] + data[start:stop] + data[2:start] + data[stop:]
-    with pytest.raises(DecodeError, match="before the frame header"):
-        segments.read_layout(moved, "m.jpg")
+    assert start == segments.insert_at(data) and segments.table_hint(data)
+    sos = data.rfind(b"\xff\xda", 0, segments.read_frame(data).entropy)
+    moved = data[:start] + data[stop:sos] + data[start:stop] + data[sos:]
+    assert not segments.table_hint(moved)
+    header, box = parse_jpeg_header(moved), (30, 40, 50, 60)
+    assert np.array_equal(seekable.decode_jpeg_box(moved, header, box), seekable.decode_jpeg_box(data, header, box))
 
 
 def test_fuzzed_seekable_records_fail_cleanly():
@@ -258,3 +264,23 @@ def test_seekable_refuses_encodings_without_jpegs(tmp_path):
     write_tree(src, {"a": 1})
     with pytest.raises(UsageError, match="--seekable applies to JPEG payloads; --encode png"):
         iotool.convert(src, tmp_path / "out.lmdb", "lmdb", workers=0, resize=32, encode="png", seekable=True)
+
+
+def test_cli_seekable_and_info_say_how_crops_decode(tmp_path):
+    from typer.testing import CliRunner
+
+    from iotool.cli import app
+
+    src = tmp_path / "src"
+    write_tree(src, {"a": 2})
+    runner = CliRunner()
+    for name, flags in (("plain.lmdb", []), ("seek.lmdb", ["--seekable"])):
+        done = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(src), str(tmp_path / name), "-w", "0", "-q",
+                                   *flags])
+        assert done.exit_code == 0, done.output
+    crops = {}
+    for name in ("plain.lmdb", "seek.lmdb"):
+        done = runner.invoke(app, ["info", str(tmp_path / name), "--json"])
+        assert done.exit_code == 0, done.output
+        crops[name] = json.loads(done.output)["jpeg_crops"]
+    assert crops == {"plain.lmdb": "region decode", "seek.lmdb": "restart segments (seekable JPEGs; others by region)"}

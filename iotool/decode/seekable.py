@@ -8,7 +8,7 @@ few MCUs. A progressive source comes out baseline: the coefficients are the same
 sequential scan is what can be cut into segments (a progressive file spreads each block over
 several scans). APPn and COM segments (Exif, ICC profiles) are kept.
 
-The transcode adds one APP9 segment, iotool's table of where each MCU row's segments begin
+The transcode adds one APP9 segment after SOI, iotool's table of where each MCU row's segments begin
 (:mod:`iotool.decode.segments`). The file stays an ordinary JPEG: every decoder skips the
 segment. :func:`decode_box` uses it to decode a crop from a JPEG made of only the segments that
 cover the crop plus :data:`~iotool.decode.region.MARGIN` pixels, through the region decoder; the
@@ -84,14 +84,14 @@ def transcodable(data: bytes) -> bool:
 
 def add_table(data: bytes, original: bytes, name: str = "<bytes>") -> bytes:
     """A JPEG just written with restarts, with iotool's table (and the original's SHA-256 digest)
-    inserted before its scan."""
+    inserted after SOI (and its JFIF APP0), where :func:`iotool.decode.segments.table_hint` looks."""
     frame = _s.read_frame(data, name)
     problem = _s.segment_layout(frame)
     if problem is not None:
         raise DecodeError(f"{name}: the transcoded JPEG cannot be cut into segments ({problem})")
-    sos = data.rfind(b"\xff\xda", 0, frame.entropy)
+    at = _s.insert_at(data)
     table = _s.table_segment(frame, _s.row_start_table(data, frame), original)
-    return data[:sos] + table + data[sos:]
+    return data[:at] + table + data[at:]
 
 
 def original_sha256(data: bytes) -> str | None:
@@ -140,7 +140,7 @@ def decode_jpeg_box(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int
                     *, name: str = "<bytes>") -> np.ndarray:
     """:func:`iotool.decode.region.decode_jpeg_region`, through the segments that cover the box
     when ``data`` is a seekable JPEG (:func:`decode_box`), else by region as before."""
-    layout = _s.read_layout(data, name) if header.marker in _SEQUENTIAL else None
+    layout = _s.read_layout(data, name) if header.marker in _SEQUENTIAL and _s.table_hint(data) else None
     if layout is None:
         return _region.decode_jpeg_region(data, header, box, scale, name=name)
     return decode_box(data, layout, box, scale, name=name)

@@ -2,7 +2,8 @@
 
 A seekable JPEG (written by :func:`iotool.decode.seekable.transcode`) is an ordinary baseline
 JPEG with one interleaved scan, a restart marker every ``interval`` MCUs, ``interval`` dividing
-the MCUs of a row, and one extra APP9 segment that other decoders skip:
+the MCUs of a row, and one extra APP9 segment, right after SOI (after the JFIF APP0 where there is
+one, which must come first), that other decoders skip:
 
     APP9  "iotool-seek\\0"  version:u8  interval:u16  rows:u16  original:32 bytes  row_start:u32 * rows
 
@@ -168,8 +169,6 @@ def read_layout(data: bytes, name: str = "<bytes>") -> Layout | None:
     problem = segment_layout(frame)
     if version != VERSION:
         problem = f"version {version}, not {VERSION}"
-    elif problem is None and start < frame.sof:
-        problem = "the table comes before the frame header"
     elif problem is None and (interval != frame.interval or rows != frame.mcu_rows or stop - body != _FIXED + 4 * rows):
         problem = (f"interval {interval}, {rows} rows in {stop - body} bytes; the JPEG has interval "
                    f"{frame.interval} and {frame.mcu_rows} MCU rows")
@@ -211,6 +210,33 @@ def original_digest(data: bytes, name: str = "<bytes>") -> bytes | None:
     return data[body + 5:body + _FIXED]
 
 
+def table_hint(data: bytes) -> bool:
+    """True when iotool's APP9 segment is where :func:`insert_at` puts it (right after SOI, or after
+    a leading APP0): the check every JPEG of the fused path gets, two comparisons. A table
+    anywhere else is not looked for (the JPEG is decoded by region)."""
+    at = insert_at(data)
+    return data[at:at + 2] == b"\xff\xe9" and data[at + 4:at + 4 + len(TAG)] == TAG
+
+
+def insert_at(data: bytes) -> int:
+    """Where the transcode puts iotool's segment: after SOI, and after the JFIF APP0 that must follow it."""
+    if data[2:4] == b"\xff\xe0" and len(data) >= 6:
+        return 4 + int.from_bytes(data[4:6], "big")
+    return 2
+
+
+def _headers(data: bytes, frame: Frame, height: int, width: int) -> bytes:
+    """The headers up to the scan's data, without iotool's segment, with the frame size set."""
+    table, table_end = frame.table or (frame.entropy, frame.entropy)
+    edits = sorted([(frame.sof + 5, frame.sof + 9, struct.pack(">HH", height, width)), (table, table_end, b"")])
+    parts, at = [], 0
+    for start, stop, new in edits:  # two distinct segments of the walk: they never overlap
+        parts += [data[at:start], new]
+        at = stop
+    parts.append(data[at:frame.entropy])
+    return b"".join(parts)
+
+
 @dataclass(frozen=True)
 class SubImage:
     """A JPEG of some of another's segments, and where it sits in the full image (in pixels)."""
@@ -238,8 +264,7 @@ def sub_image(data: bytes, layout: Layout, top: int, left: int, bottom: int, rig
         return None
     x0, y0 = c0 * seg_w, r0 * frame.mcu_h
     width, height = min(c1 * seg_w, frame.width) - x0, min(r1 * frame.mcu_h, frame.height) - y0
-    sof, (table, table_end) = frame.sof, frame.table or (frame.entropy, frame.entropy)
-    head = data[:sof + 5] + struct.pack(">HH", height, width) + data[sof + 9:table] + data[table_end:frame.entropy]
+    head = _headers(data, frame, height, width)
     try:
         jpeg = _jpegregion.gather(data, head, frame.entropy, layout.table, layout.end, frame.mcu_rows, per_row,
                                   c0, c1, r0, r1)
