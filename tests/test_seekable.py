@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import random
+import signal
 import struct
 
 import numpy as np
@@ -21,7 +23,7 @@ from iotool.formats import get_format
 from iotool.transforms import RandomResizedCrop
 from iotool.transforms.fused import fuse
 
-from .conftest import FORMATS, options_for, write_tree
+from .conftest import FORMATS, options_for, options_with_units, write_tree
 
 pytestmark = pytest.mark.skipif(not region.region_available(), reason="the region decoder is not built")
 
@@ -284,3 +286,34 @@ def test_cli_seekable_and_info_say_how_crops_decode(tmp_path):
         assert done.exit_code == 0, done.output
         crops[name] = json.loads(done.output)["jpeg_crops"]
     assert crops == {"plain.lmdb": "region decode", "seek.lmdb": "restart segments (seekable JPEGs; others by region)"}
+
+
+def killed_seekable_run(src, dst, at: int) -> None:
+    """A --resume --seekable lmdb conversion SIGKILLed after ``at`` source files (a commit every 4)."""
+    pid = os.fork()
+    if pid == 0:
+        def progress(p):
+            if p.done >= at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        try:
+            iotool.convert(src, dst, "lmdb", workers=0, resume=True, seekable=True, progress=progress,
+                           **options_with_units("lmdb", 4))
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def test_a_killed_seekable_conversion_resumes_seekable(tmp_path):
+    src = tmp_path / "src"
+    write_tree(src, {"a": 7, "b": 6}, seed=13)
+    dst = tmp_path / "out.lmdb"
+    killed_seekable_run(src, dst, 10)
+    report = iotool.convert(src, dst, "lmdb", workers=0, resume=True, seekable=True, **options_with_units("lmdb", 4))
+    assert report.resumed_from >= 8 and report.count == 13 and iotool.verify(dst).ok
+    assert all(seekable.is_seekable(data) for _, data in stored(dst))
+    other = tmp_path / "other.lmdb"
+    killed_seekable_run(src, other, 10)
+    with pytest.raises(IotoolError, match="different options"):  # seekable or not: not the same conversion
+        iotool.convert(src, other, "lmdb", workers=0, resume=True, **options_with_units("lmdb", 4))
