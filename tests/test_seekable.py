@@ -317,3 +317,10 @@ def test_a_killed_seekable_conversion_resumes_seekable(tmp_path):
     killed_seekable_run(src, other, 10)
     with pytest.raises(IotoolError, match="different options"):  # seekable or not: not the same conversion
         iotool.convert(src, other, "lmdb", workers=0, resume=True, **options_with_units("lmdb", 4))
+
+
+def test_a_seekable_jpeg_past_the_pixel_limit_is_refused_like_any_jpeg(monkeypatch):
+    data = seekable.transcode(jpeg(375, 500, seed=2))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 375 * 500 // 4)  # PIL's limit, which iotool's guard follows
+    with pytest.raises(DecodeError, match="big.jpg"):
+        seekable.decode_jpeg_box(data, parse_jpeg_header(data), (0, 0, 10, 10), name="big.jpg")

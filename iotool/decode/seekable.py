@@ -26,7 +26,7 @@ from ..errors import DecodeError
 from . import backends as _b
 from . import region as _region
 from . import segments as _s
-from .api import check_jpeg
+from .api import check_jpeg, check_pixels
 
 _SEQUENTIAL = (0xC0, 0xC1)  # what a transcode writes; other JPEGs are never seekable
 RESTART_MCUS = 4
@@ -125,6 +125,10 @@ def decode_box(data: bytes, layout: _s.Layout, box: tuple[int, int, int, int], s
     if scale not in _region.SCALES or height <= 0 or width <= 0 or top < 0 or left < 0 \
             or top + height > full_h or left + width > full_w:
         raise ValueError(f"box {box} at scale 1/{scale} is outside the {full_w}x{full_h} image")
+    try:
+        check_pixels(frame.height, frame.width)  # the bomb guard of a whole decode, for the same file
+    except DecodeError as exc:
+        raise DecodeError(f"{name}: {exc}") from None
     sub = _s.sub_image(data, layout, max(0, top * scale - margin), max(0, left * scale - margin),
                        min(frame.height, (top + height) * scale + margin),
                        min(frame.width, (left + width) * scale + margin), name)
