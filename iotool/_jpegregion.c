@@ -22,6 +22,14 @@
  * Returns a dense bytearray of height x width x 3 (RGB). Every libjpeg warning is an error
  * (strict, as iotool's other decoders): a corrupt stream raises ValueError with libjpeg's message.
  *
+ * transcode(library, data, restart_mcus, optimize, ...) rewrites a JPEG's entropy coding with
+ * the coefficient API (jpeg_read_coefficients / jpeg_write_coefficients): the same quantised DCT
+ * coefficients, hence the same pixels through the same library, written sequentially with a
+ * restart marker every restart_mcus MCUs and optimised Huffman tables (iotool/decode/seekable.py).
+ *
+ * gather(...) copies some restart segments of such a JPEG into a JPEG of their own, restart
+ * markers renumbered (iotool/decode/segments.py), checking every table entry it uses.
+ *
  * Nothing is kept between calls but the bound library; the GIL is released while libjpeg works.
  *
  * Built against CPython's limited API (Py_LIMITED_API, set by setup.py), so one abi3 wheel serves
@@ -77,6 +85,16 @@ struct library {
     void (*crop_scanline)(j_decompress_ptr, JDIMENSION *, JDIMENSION *);
     JDIMENSION (*skip_scanlines)(j_decompress_ptr, JDIMENSION);
     JDIMENSION (*read_scanlines)(j_decompress_ptr, JSAMPARRAY, JDIMENSION);
+    /* the coefficient API of transcode() */
+    void (*save_markers)(j_decompress_ptr, int, unsigned int);
+    jvirt_barray_ptr *(*read_coefficients)(j_decompress_ptr);
+    boolean (*finish_decompress)(j_decompress_ptr);
+    void (*create_compress)(j_compress_ptr, int, size_t);
+    void (*destroy_compress)(j_compress_ptr);
+    void (*copy_critical_parameters)(j_decompress_ptr, j_compress_ptr);
+    void (*write_coefficients)(j_compress_ptr, jvirt_barray_ptr *);
+    void (*write_marker)(j_compress_ptr, int, const JOCTET *, unsigned int);
+    void (*finish_compress)(j_compress_ptr);
 };
 
 #define SYMBOLS(X) \
@@ -84,7 +102,13 @@ struct library {
     X(destroy_decompress, "jpeg_destroy_decompress") X(mem_src, "jpeg_mem_src") \
     X(read_header, "jpeg_read_header") X(start_decompress, "jpeg_start_decompress") \
     X(crop_scanline, "jpeg_crop_scanline") X(skip_scanlines, "jpeg_skip_scanlines") \
-    X(read_scanlines, "jpeg_read_scanlines")
+    X(read_scanlines, "jpeg_read_scanlines") \
+    X(save_markers, "jpeg_save_markers") X(read_coefficients, "jpeg_read_coefficients") \
+    X(finish_decompress, "jpeg_finish_decompress") X(create_compress, "jpeg_CreateCompress") \
+    X(destroy_compress, "jpeg_destroy_compress") \
+    X(copy_critical_parameters, "jpeg_copy_critical_parameters") \
+    X(write_coefficients, "jpeg_write_coefficients") X(write_marker, "jpeg_write_marker") \
+    X(finish_compress, "jpeg_finish_compress")
 
 struct strict_error_mgr {
     struct jpeg_error_mgr pub;
@@ -310,6 +334,288 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
     return pixels;
 }
 
+
+/* --- transcode: the same DCT coefficients, re-entropy-coded with restart markers ---------------- */
+
+/* The APPn segment transcode() is told not to copy (iotool's own, from an earlier transcode). */
+struct skip_marker {
+    int code;
+    const unsigned char *tag;
+    size_t tag_length;
+};
+
+static int starts_with(const jpeg_saved_marker_ptr m, const char *tag, size_t length)
+{
+    return m->data_length >= length && memcmp(m->data, tag, length) == 0;
+}
+
+/* Copy the source's APPn and COM segments, as jpegtran -copy all does, but not the JFIF / Adobe
+ * headers the compressor writes itself, nor the segment named by `skip`. */
+static void copy_markers(const struct library *lib, j_decompress_ptr src, j_compress_ptr dst,
+                         const struct skip_marker *skip)
+{
+    for (jpeg_saved_marker_ptr m = src->marker_list; m != NULL; m = m->next) {
+        if (dst->write_JFIF_header && m->marker == JPEG_APP0 && starts_with(m, "JFIF\0", 5))
+            continue;
+        if (dst->write_Adobe_marker && m->marker == JPEG_APP0 + 14 && starts_with(m, "Adobe", 5))
+            continue;
+        if (m->marker == skip->code && starts_with(m, (const char *)skip->tag, skip->tag_length))
+            continue;
+        lib->write_marker(dst, m->marker, m->data, m->data_length);
+    }
+}
+
+/* The output buffer, owned here (not jpeg_mem_dest's, whose reallocated buffer is lost when an
+ * error jumps out): grown by doubling, freed by the caller on every path. */
+struct growing_dest {
+    struct jpeg_destination_mgr pub;
+    unsigned char *buffer;
+    size_t capacity;
+};
+
+static void dest_init(j_compress_ptr cinfo)
+{
+    struct growing_dest *d = (struct growing_dest *)cinfo->dest;
+    d->pub.next_output_byte = d->buffer;
+    d->pub.free_in_buffer = d->capacity;
+}
+
+static boolean dest_grow(j_compress_ptr cinfo)
+{
+    struct growing_dest *d = (struct growing_dest *)cinfo->dest;
+    size_t used = d->capacity;  /* libjpeg calls this when the buffer is full */
+    unsigned char *bigger = d->capacity > ((size_t)-1) / 2 ? NULL : realloc(d->buffer, d->capacity * 2);
+    if (bigger == NULL) {
+        struct strict_error_mgr *err = (struct strict_error_mgr *)cinfo->err;
+        snprintf(err->message, sizeof(err->message), "out of memory for the transcoded JPEG");
+        longjmp(err->escape, 1);
+    }
+    d->buffer = bigger;
+    d->capacity *= 2;
+    d->pub.next_output_byte = bigger + used;
+    d->pub.free_in_buffer = d->capacity - used;
+    return TRUE;
+}
+
+static void dest_term(j_compress_ptr cinfo)
+{
+    (void)cinfo;  /* the length is capacity - free_in_buffer, read by the caller */
+}
+
+struct transcode_job {
+    const struct library *lib;
+    struct jpeg_decompress_struct src;
+    struct jpeg_compress_struct dst;
+    struct strict_error_mgr err;
+    struct growing_dest out;
+    int have_src, have_dst;
+};
+
+static const char *run_transcode(struct transcode_job *job, const unsigned char *data, size_t size,
+                                 unsigned int restart_mcus, int optimize, const struct skip_marker *skip)
+{
+    const struct library *lib = job->lib;
+    lib->mem_src(&job->src, data, (unsigned long)size);
+    lib->save_markers(&job->src, JPEG_COM, 0xFFFF);
+    for (int k = 0; k < 16; k++)
+        lib->save_markers(&job->src, JPEG_APP0 + k, 0xFFFF);
+    lib->read_header(&job->src, TRUE);
+    jvirt_barray_ptr *coefficients = lib->read_coefficients(&job->src);
+    job->dst.err = &job->err.pub;  /* kept by jpeg_CreateCompress */
+    lib->create_compress(&job->dst, JPEG_LIB_VERSION, sizeof(struct jpeg_compress_struct));
+    job->have_dst = 1;
+    lib->copy_critical_parameters(&job->src, &job->dst);  /* sequential (baseline) unless told otherwise */
+    job->dst.restart_interval = restart_mcus;
+    job->dst.optimize_coding = optimize ? TRUE : FALSE;
+    job->dst.dest = &job->out.pub;
+    lib->write_coefficients(&job->dst, coefficients);
+    copy_markers(lib, &job->src, &job->dst, skip);
+    lib->finish_compress(&job->dst);
+    lib->finish_decompress(&job->src);
+    return NULL;
+}
+
+static PyObject *transcode(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *capsule;
+    Py_buffer view, tag;
+    unsigned int restart_mcus;
+    int optimize, skip_code;
+    if (!PyArg_ParseTuple(args, "Oy*Iiiy*", &capsule, &view, &restart_mcus, &optimize, &skip_code, &tag))
+        return NULL;
+    const struct library *lib = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (lib == NULL || restart_mcus > 65535) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&tag);
+        if (lib != NULL)
+            PyErr_Format(PyExc_ValueError, "restart_mcus=%u: must be 0 to 65535", restart_mcus);
+        return NULL;
+    }
+    struct skip_marker skip = {skip_code, (const unsigned char *)tag.buf, (size_t)tag.len};
+    struct transcode_job job;
+    memset(&job, 0, sizeof(job));
+    job.lib = lib;
+    job.out.pub.init_destination = dest_init;
+    job.out.pub.empty_output_buffer = dest_grow;
+    job.out.pub.term_destination = dest_term;
+    job.out.capacity = (size_t)view.len + 65536;
+    if ((job.out.buffer = malloc(job.out.capacity)) == NULL) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&tag);
+        return PyErr_NoMemory();
+    }
+    job.src.err = lib->std_error(&job.err.pub);
+    job.err.pub.error_exit = on_error;
+    job.err.pub.emit_message = on_message;
+    const char *problem = NULL;
+    int failed = 0;
+
+    Py_BEGIN_ALLOW_THREADS
+    if (setjmp(job.err.escape)) {
+        failed = 1;
+    } else {
+        lib->create_decompress(&job.src, JPEG_LIB_VERSION, sizeof(struct jpeg_decompress_struct));
+        job.have_src = 1;
+        problem = run_transcode(&job, (const unsigned char *)view.buf, (size_t)view.len, restart_mcus,
+                                optimize, &skip);
+    }
+    if (job.have_dst)
+        lib->destroy_compress(&job.dst);
+    if (job.have_src)
+        lib->destroy_decompress(&job.src);
+    Py_END_ALLOW_THREADS
+
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&tag);
+    PyObject *result = NULL;
+    if (failed || problem != NULL)
+        PyErr_SetString(PyExc_ValueError, failed ? job.err.message : problem);
+    else
+        result = PyBytes_FromStringAndSize((const char *)job.out.buffer,
+                                           (Py_ssize_t)(job.out.capacity - job.out.pub.free_in_buffer));
+    free(job.out.buffer);
+    return result;
+}
+
+/* --- gather: the sub-JPEG of some restart segments of a seekable JPEG ------------------------------ */
+
+static unsigned long read_u32(const unsigned char *p)
+{
+    return ((unsigned long)p[0] << 24) | ((unsigned long)p[1] << 16) | ((unsigned long)p[2] << 8) | p[3];
+}
+
+/* The start of MCU row `row` from the table, checked: inside (entropy, end], after the previous
+ * row's start, and right after the restart marker that ends the row before (0 for row 0). */
+static int row_start(const unsigned char *data, size_t entropy, size_t end, const unsigned char *table,
+                     unsigned int row, unsigned int per_row, size_t *at)
+{
+    unsigned long offset = read_u32(table + 4 * (size_t)row);
+    if (row == 0) {
+        *at = entropy;
+        return offset == 0;
+    }
+    if (offset > end - entropy || offset < 2)
+        return 0;
+    *at = entropy + offset;
+    unsigned int number = (unsigned int)(((unsigned long long)row * per_row - 1) % 8);
+    return data[*at - 2] == 0xFF && data[*at - 1] == 0xD0 + number;
+}
+
+static PyObject *gather(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view, head;
+    Py_ssize_t entropy_, table_, end_;
+    unsigned int rows, per_row, c0, c1, r0, r1;
+    if (!PyArg_ParseTuple(args, "y*y*nnnIIIIII", &view, &head, &entropy_, &table_, &end_, &rows, &per_row, &c0,
+                          &c1, &r0, &r1))
+        return NULL;
+    const unsigned char *data = view.buf;
+    size_t n = (size_t)view.len, entropy = (size_t)entropy_, table = (size_t)table_, end = (size_t)end_;
+    char problem[160] = "";
+    if (entropy_ < 0 || table_ < 0 || end_ < 0 || entropy > end || end > n || rows == 0 || per_row == 0 ||
+        table > n || (n - table) / 4 < rows || c0 >= c1 || c1 > per_row || r0 >= r1 || r1 > rows)
+        snprintf(problem, sizeof(problem), "bad segment request");
+    unsigned char *out = NULL;
+    size_t used = 0;
+    if (!problem[0]) {
+        size_t first = 0, last = 0;
+        if (!row_start(data, entropy, end, data + table, r0, per_row, &first))
+            snprintf(problem, sizeof(problem), "bad start for MCU row %u", r0);
+        else if (r1 < rows && !row_start(data, entropy, end, data + table, r1, per_row, &last))
+            snprintf(problem, sizeof(problem), "bad start for MCU row %u", r1);
+        if (r1 == rows)
+            last = end;
+        if (!problem[0] && last < first)
+            snprintf(problem, sizeof(problem), "MCU rows %u and %u out of order", r0, r1);
+        /* the segments copied lie in [first, last); each brings at most one 2-byte marker */
+        size_t bound = (size_t)head.len + (last - first) + 2 * (size_t)(r1 - r0) * (c1 - c0) + 2;
+        if (!problem[0] && (out = malloc(bound)) == NULL) {
+            PyBuffer_Release(&view);
+            PyBuffer_Release(&head);
+            return PyErr_NoMemory();
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (!problem[0]) {
+        memcpy(out, head.buf, (size_t)head.len);
+        used = (size_t)head.len;
+        unsigned int number = 0, copied = 0;
+        size_t start = 0, stop = 0;
+        row_start(data, entropy, end, data + table, r0, per_row, &start);
+        for (unsigned int row = r0; row < r1 && !problem[0]; row++) {
+            if (row + 1 == rows)
+                stop = end;
+            else if (!row_start(data, entropy, end, data + table, row + 1, per_row, &stop) || stop <= start) {
+                snprintf(problem, sizeof(problem), "bad start for MCU row %u", row + 1);
+                break;
+            }
+            /* segment k of the row runs from `from` to the next RSTn (or to the row's end) */
+            const unsigned char *p = data + start, *limit = data + stop, *from = p;
+            for (unsigned int k = 0; k < c1;) {
+                const unsigned char *ff = p < limit ? memchr(p, 0xFF, (size_t)(limit - p)) : NULL;
+                int is_rst = ff != NULL && ff + 1 < limit && ff[1] >= 0xD0 && ff[1] <= 0xD7;
+                if (ff != NULL && !is_rst) {
+                    p = ff + 1;
+                    continue;
+                }
+                const unsigned char *to = ff != NULL ? ff : limit;
+                if (ff == NULL && (row + 1 < rows || k + 1 < per_row)) {
+                    snprintf(problem, sizeof(problem), "MCU row %u holds %u restart segments, not %u", row, k, per_row);
+                    break;
+                }
+                if (k >= c0) {
+                    if (copied++) {
+                        out[used++] = 0xFF;
+                        out[used++] = (unsigned char)(0xD0 + number);
+                        number = (number + 1) % 8;
+                    }
+                    memcpy(out + used, from, (size_t)(to - from));
+                    used += (size_t)(to - from);
+                }
+                k++;
+                if (ff == NULL)
+                    break;
+                p = from = ff + 2;
+            }
+            start = stop;
+        }
+        out[used++] = 0xFF;
+        out[used++] = 0xD9;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&head);
+    PyObject *result = NULL;
+    if (problem[0])
+        PyErr_SetString(PyExc_ValueError, problem);
+    else
+        result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)used);
+    free(out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"load", load, METH_VARARGS,
      "load(path) -> library\n\n"
@@ -321,6 +627,17 @@ static PyMethodDef methods[] = {
      "decode_region(library, data, scale_num, top, left, height, width, margin) -> bytearray\n\n"
      "Decode the region of a JPEG at scale_num/8 of its size (height x width x 3 RGB) with a library\n"
      "from load(); coordinates are in the scaled image."},
+    {"transcode", transcode, METH_VARARGS,
+     "transcode(library, data, restart_mcus, optimize, skip_code, skip_tag) -> bytes\n\n"
+     "Rewrite a JPEG's entropy coding losslessly (the same DCT coefficients, libjpeg's coefficient\n"
+     "API): sequential, a restart marker every restart_mcus MCUs (0: none), optimised Huffman tables\n"
+     "when optimize. APPn/COM segments are copied, except the one of marker skip_code whose data\n"
+     "starts with skip_tag."},
+    {"gather", gather, METH_VARARGS,
+     "gather(data, head, entropy, table, end, rows, per_row, c0, c1, r0, r1) -> bytes\n\n"
+     "head + the restart segments c0..c1-1 of MCU rows r0..r1-1 of a seekable JPEG (markers\n"
+     "renumbered) + EOI. table: offset of the big-endian u32 row starts (from entropy); every start\n"
+     "used is checked; ValueError when one is wrong or a row lacks its segments."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -137,6 +137,24 @@ def test_region_decode_compares_each_library_with_the_full_decoders(tmp_path):
         assert steps[f"{tag} full"]["library"] == R.LIBRARY.describe()
 
 
+@smoke("seekable.py")
+def test_seekable_compares_segments_with_the_region_decode(tmp_path):
+    from iotool.decode import region as R
+
+    if not R.region_available():
+        pytest.skip("the region decoder is not built")
+    root = tmp_path / "src"
+    write_tree(root, {"a": 5}, seed=7)
+    out = tmp_path / "seekable.json"
+    run_script("seekable.py", root, "--smoke", "--json", out, "--loader", tmp_path / "lmdb")
+    figures = json.loads(out.read_text())
+    assert figures["images"] == 5 and figures["transcode_images_per_s"] > 0
+    assert set(figures["loader_images_per_s"]) == {"plain", "seekable"}
+    assert all(v > 0 for v in figures["loader_images_per_s"].values())
+    assert {"region crop", "segments crop", "region fused 224", "segments fused 224"} <= set(figures["ms_per_image"])
+    assert all(v > 0 for v in figures["speedup"].values()) and -0.5 < figures["size_change"] < 0.5
+
+
 @smoke("ram_cache.py")
 def test_ram_cache_times_every_contestant_and_counts_the_shared_block_once(tmp_path):
     root = tmp_path / "src"

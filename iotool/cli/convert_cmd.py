@@ -52,6 +52,9 @@ def convert(
         help="Payload encoding: keep the original bytes (default without resize) or re-encode "
         "(jpeg is the default with resize).")] = None,
     quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality when re-encoding.")] = 90,
+    seekable: Annotated[bool, typer.Option(
+        help="Store JPEGs as seekable JPEGs: the same pixels, losslessly re-coded with restart markers, so a "
+        "crop decodes only the segments it needs (docs: Seekable JPEGs). Off: JPEGs are kept byte for byte.")] = False,
     shard_size: Annotated[Optional[int], typer.Option(
         min=1, help="Sharded formats (tar): samples per shard (default 1000).")] = None,
     shard_bytes: Annotated[Optional[int], typer.Option(
@@ -82,6 +85,8 @@ def convert(
 
         iotool convert imagefolder bmp sample_data/imagefolder /tmp/cache --resize 256
 
+        iotool convert imagefolder lmdb sample_data/imagefolder /tmp/seekable.lmdb --seekable
+
         iotool convert lmdb hdf5 /tmp/sample.lmdb /tmp/sample.h5
 
         iotool convert tfrecord-files lmdb 'imagenet/train-*' /tmp/train.lmdb -s label_file=synsets.txt
@@ -98,7 +103,7 @@ def convert(
         report = run_convert(src, dst, dst_format, src_format=src_format, workers=workers,
                              on_error=on_error, validate=validate, overwrite=overwrite,
                              resize=resize, size=size_wh,
-                             encode=encode, quality=quality, resume=resume,
+                             encode=encode, quality=quality, seekable=seekable, resume=resume,
                              progress=callback, engine=engine, ray_address=ray_address,
                              source_options=source_options or None, **format_options)
         bar.stop()

@@ -35,6 +35,7 @@ def info(
             "count": meta.count, "classes": meta.classes, "class_to_idx": meta.class_to_idx,
             "bytes": _dataset_bytes(reader), "options": meta.options, "skipped": meta.skipped,
             "checksum_algorithm": meta.checksum_algorithm, "created_by": meta.created_by,
+            "jpeg_crops": crop_path(meta.options),
         }
     if as_json:
         write_json(data, None)
@@ -46,10 +47,21 @@ def info(
         ("classes", f"{len(meta.classes)}: {', '.join(meta.classes[:20])}{more}"),
         ("size on disk", human_bytes(data["bytes"])),
         ("options", ", ".join(f"{k}={v}" for k, v in meta.options.items())),
-        ("skipped", str(len(meta.skipped))), ("created by", meta.created_by),
+        ("skipped", str(len(meta.skipped))), ("created by", meta.created_by), ("JPEG crops", data["jpeg_crops"]),
     ])
     for s in meta.skipped:
         say(f"{s.get('key')}: {s.get('reason')}", label="skipped", style="yellow", indent=2)
+
+
+def crop_path(options: dict) -> str:
+    """How fused crops decode this dataset's JPEGs: by restart segments (a --seekable dataset) or by region."""
+    from ..decode import region
+
+    if not region.region_available():
+        return f"full decode (the region decoder is {region.region_status()})"
+    if options.get("seekable") is True:
+        return "restart segments (seekable JPEGs; others by region)"
+    return "region decode"
 
 
 def _dataset_bytes(reader: FormatReader) -> int:

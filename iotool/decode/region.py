@@ -186,3 +186,12 @@ def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, 
     except ValueError as exc:
         raise DecodeError(f"{name}: corrupt JPEG ({exc})") from None
     return np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
+
+
+def transcode_with(library: JpegLibrary, data: bytes, restart_mcus: int, optimize: bool, skip_marker: int,
+                   skip_tag: bytes) -> bytes:
+    """The extension's lossless transcode (:func:`iotool.decode.seekable.transcode` is the API):
+    ``data``'s DCT coefficients re-entropy-coded by ``library``, sequential, a restart marker every
+    ``restart_mcus`` MCUs, optimised Huffman tables when ``optimize``; the APPn/COM segments kept
+    but the one of ``skip_marker`` whose data starts with ``skip_tag``. ValueError if corrupt."""
+    return _jpegregion.transcode(library.handle, data, restart_mcus, int(optimize), skip_marker, skip_tag)

@@ -28,10 +28,11 @@ class PayloadOptions:
     size: tuple[int, int] | None = None
     encode: str = "keep"
     quality: int = 90
+    seekable: bool = False  # JPEGs stored as seekable JPEGs (iotool.decode.seekable)
 
     @classmethod
     def for_format(cls, spec: FormatSpec, validate: bool, resize: int | None, size: Any,
-                   encoding: str | None, quality: int) -> "PayloadOptions":
+                   encoding: str | None, quality: int, seekable: bool = False) -> "PayloadOptions":
         """Resolve the resize / encode options for a format, refusing inconsistent ones."""
         size = tuple(size) if size is not None else None
         if spec.needs_resize and resize is None and size is None:
@@ -45,18 +46,37 @@ class PayloadOptions:
         if encoding is None:
             encoding = "keep" if resize is None and size is None else "jpeg"
         check_options(resize, size, encoding, quality)
-        return cls(validate, resize, size, encoding, quality)
+        if seekable:
+            check_seekable(encoding)
+        return cls(validate, resize, size, encoding, quality, seekable)
 
     def as_dict(self) -> dict[str, Any]:
         """The options as stored in the dataset's metadata."""
         return {"validate": self.validate, "resize": self.resize, "size": list(self.size) if self.size else None,
-                "encode": self.encode, "quality": self.quality}
+                "encode": self.encode, "quality": self.quality,
+                **({"seekable": True} if self.seekable else {})}  # absent when off: older datasets read the same
 
 
 def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str, tuple[int, int] | None]:
-    """Validate, and resize / re-encode if asked, one payload; return (bytes to store, ext,
-    decoded (height, width) of those bytes). The size comes from the decoded pixels, or, with
-    validation off, from the header (None when the header is unreadable: stored unchecked)."""
+    """Validate, resize / re-encode and make seekable if asked, one payload; return (bytes to
+    store, ext, decoded (height, width) of those bytes). The size comes from the decoded pixels,
+    or, with validation off, from the header (None when the header is unreadable: stored unchecked)."""
+    payload, ext, shape = _prepare(key, data, options)
+    if options.seekable:
+        payload = make_seekable(key, payload)
+    return payload, ext, shape
+
+
+def make_seekable(key: str, data: bytes) -> bytes:
+    """The JPEG ``data`` as a seekable JPEG (lossless; the same pixels); as given when it is a kind
+    the transcode does not take (CMYK, 12-bit, lossless, arithmetic-coded) or not a JPEG.
+    DecodeError if corrupt."""
+    from ..decode import seekable
+
+    return seekable.transcode(data, name=key) if seekable.transcodable(data) else data
+
+
+def _prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str, tuple[int, int] | None]:
     from ..decode import decode, image_format
     from ..decode.headers import image_size
 
@@ -156,6 +176,16 @@ def resize_rgb(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     shrinking = size[0] <= w and size[1] <= h
     out = cv2.resize(image, tuple(size), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
     return np.ascontiguousarray(out)
+
+
+def check_seekable(encoding: str) -> None:
+    """Refuse --seekable where it cannot apply: it needs the region decoder and JPEG payloads."""
+    from ..decode import region
+
+    if encoding not in ("keep", "jpeg"):
+        raise UsageError(f"--seekable applies to JPEG payloads; --encode {encoding} stores none.")
+    if not region.region_available():
+        raise UsageError(f"--seekable needs iotool's JPEG region decoder, which is {region.region_status()}.")
 
 
 def check_options(resize: int | None, size: tuple[int, int] | None, encoding: str, quality: int) -> None:

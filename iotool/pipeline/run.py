@@ -41,6 +41,7 @@ def convert(
     size: tuple[int, int] | None = None,
     encode: str | None = None,
     quality: int = 90,
+    seekable: bool = False,
     resume: bool = False,
     progress: Callable[[Progress], None] | None = None,
     engine: str = "local",
@@ -73,6 +74,9 @@ def convert(
         encode: ``keep`` (store the original bytes; the default without resize), ``jpeg``
             (the default with resize), ``png`` or ``bmp``. The bmp format always stores BMP.
         quality: JPEG quality when re-encoding.
+        seekable: store each JPEG as a seekable JPEG (:mod:`iotool.decode.seekable`): the same
+            DCT coefficients losslessly re-coded with restart markers and an APP9 table of where
+            they are, so a crop decodes only the segments it needs. Off: JPEGs are kept byte for byte.
         resume: continue the partial output of a killed or interrupted conversion to the same
             ``dst`` from its last commit, instead of starting over (formats that declare resume).
         progress: called with a :class:`Progress` after every record (Ray: after every task).
@@ -122,7 +126,7 @@ def convert(
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")
-    payload = PayloadOptions.for_format(spec, validate, resize, size, encode, quality)
+    payload = PayloadOptions.for_format(spec, validate, resize, size, encode, quality, seekable)
     src_root, pattern = _source_location(src, src_format)
     check_apart(src_root, dst, src_is_pattern=pattern)  # before what is at DST: the clearer refusal
     dest.check()

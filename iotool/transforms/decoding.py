@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from ..decode import AUTO, decode, image_format, resolve_backend
 from ..decode import region as _region
+from ..decode import seekable as _seekable
 from ..decode.backends import DCT_SCALES, JpegHeader, parse_jpeg_header, scaled
 from ..errors import DecodeError, UsageError
 from .boxes import center_crop_box
@@ -109,7 +110,7 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
             top, bottom = reduced_span(i, h, height, s, rows)
             left, right = reduced_span(j, w, width, s, cols)
             box = (top, left, bottom - top, right - left)
-            crop = _region.decode_jpeg_region(data, header, box, s, name=self.label)
+            crop = _seekable.decode_jpeg_box(data, header, box, s, name=self.label)
             return self._resize(as_chw(crop))
         image = decode(data, self.decoder, min_size=(height // s, width // s), name=self.label)
         chw = as_chw(image)
@@ -186,7 +187,7 @@ class DecodeCenterCrop:
         if not _regional(header) or header.height < crop_h or header.width < crop_w:
             return self.crop(decode(data, AUTO, name="CenterCrop"))  # padding, or no region decoder
         top, left = center_crop_box(header.height, header.width, crop_h, crop_w)
-        pixels = _region.decode_jpeg_region(data, header, (top, left, crop_h, crop_w), 1, name="CenterCrop")
+        pixels = _seekable.decode_jpeg_box(data, header, (top, left, crop_h, crop_w), 1, name="CenterCrop")
         return emit(as_chw(pixels), self.crop.output, fresh=True)  # the region is new memory
 
     def __repr__(self) -> str:

@@ -1,0 +1,137 @@
+"""Seekable JPEGs (iotool.decode.seekable) next to today's region decode, in one run.
+
+For each JPEG under SRC: the transcode's cost (images/s) and size change, then, on one thread,
+interleaved over rounds (round 0 dropped; medians of the thread's CPU time):
+
+    region crop          today's region decode of a RandomResizedCrop box (torchvision's
+                         algorithm, seeded) at full scale, on the original JPEG
+    segments crop        the same box from the transcoded JPEG, through its restart segments
+    region fused 224     the box at the DCT scale DecodeRandomResizedCrop(224) picks, original
+    segments fused 224   the same, transcoded
+    region full          the whole original image (the one-core ceiling's reference)
+    fused RRC(224) plain / seekable
+                         what the JPEG formats' datasets run per sample: iotool's fused
+                         RandomResizedCrop(224) (decode + antialiased resize), same seed
+
+With --loader DIR, the folder is also converted twice into lmdb under DIR (as given, and with
+--seekable) and both are read through torch's DataLoader(num_workers=2, batch_size=64) with
+iotool's fused RandomResizedCrop(224), interleaved over rounds: images/s (wall clock) per dataset.
+
+Example:
+
+    python benchmarks/make_imagenet_like.py /tmp/imagenet-like --images 300 --classes 10
+    python benchmarks/seekable.py /tmp/imagenet-like --rounds 7
+    python benchmarks/seekable.py /tmp/imagenet-like --loader /tmp/seekable-lmdb
+    python benchmarks/seekable.py /tmp/imagenet-like --smoke   # a few images, 1 round
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from iotool.bench.common import rotated, summarize
+from iotool.decode import region as R
+from iotool.decode import seekable
+from iotool.decode.backends import parse_jpeg_header
+from iotool.transforms import DecodeRandomResizedCrop, RandomResizedCrop, random_resized_crop_params
+from iotool.transforms.fused import fuse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from region_decode import load, reduced  # noqa: E402  (the same images and boxes as that benchmark)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("src", type=Path, help="a folder of JPEGs (searched recursively)")
+    parser.add_argument("--images", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--restart-mcus", type=int, default=seekable.RESTART_MCUS)
+    parser.add_argument("--smoke", action="store_true", help="8 images, 1 round: checks the script runs")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--loader", type=Path, metavar="DIR",
+                        help="also convert SRC into DIR/plain.lmdb and DIR/seekable.lmdb and time a DataLoader on both")
+    args = parser.parse_args()
+    if args.smoke:
+        args.images, args.rounds = 8, 1
+    datas = load(args.src, args.images)
+    if not datas:
+        sys.exit(f"no JPEGs the region decoder takes under {args.src}")
+    start = time.thread_time()
+    seekables = [seekable.transcode(d, args.restart_mcus) for d in datas]
+    transcode_s = time.thread_time() - start
+    headers = [parse_jpeg_header(d) for d in datas]
+    rng = random.Random(0)
+    boxes = [random_resized_crop_params(h.height, h.width, (0.08, 1.0), (3 / 4, 4 / 3), rng) for h in headers]
+    fused = [reduced(box, h, DecodeRandomResizedCrop(224).decode_scale(box[2], box[3]))
+             for box, h in zip(boxes, headers)]
+    crops = [(box, 1) for box in boxes]
+    named = {
+        "region full": lambda: [R.decode_jpeg_region(d, h, (0, 0, h.height, h.width)) for d, h in zip(datas, headers)],
+        **{f"{how} {what}": (lambda images=images, jobs=jobs, decode=decode: [
+            decode(d, h, box, s) for d, h, (box, s) in zip(images, headers, jobs)])
+           for what, jobs in (("crop", crops), ("fused 224", fused))
+           for how, images, decode in (("region", datas, R.decode_jpeg_region),
+                                       ("segments", seekables, seekable.decode_jpeg_box))},
+        **{f"fused RRC(224) {how}": (lambda images=images: [
+            crop(d) for crop in [fuse(RandomResizedCrop(224, seed=0))] for d in images])
+           for how, images in (("plain", datas), ("seekable", seekables))},
+    }
+    times: dict[str, list[float]] = {name: [] for name in named}
+    for r in range(args.rounds + 1):
+        for name in rotated(list(named), r):
+            start = time.thread_time()
+            named[name]()
+            if r:
+                times[name].append(time.thread_time() - start)
+    n = len(datas)
+    ms = {name: summarize(v).median / n * 1e3 for name, v in times.items()}
+    size = sum(map(len, seekables)) / sum(map(len, datas)) - 1
+    print(f"{n} images, one thread, median CPU time of {args.rounds} rounds; {R.region_status()}")
+    print(f"  transcode: {n / transcode_s:.0f} images/s, size {size * 100:+.2f}% (restart_mcus={args.restart_mcus})")
+    for name, value in ms.items():
+        print(f"  {name:20} {value:8.3f} ms/image")
+    speedups = {what: ms[f"region {what}"] / ms[f"segments {what}"] for what in ("crop", "fused 224")}
+    speedups["fused RRC(224)"] = ms["fused RRC(224) plain"] / ms["fused RRC(224) seekable"]
+    for what, value in speedups.items():
+        print(f"  segments vs region, {what}: {value:.2f}x")
+    figures = {"images": n, "rounds": args.rounds, "ms_per_image": ms, "speedup": speedups, "size_change": size,
+               "transcode_images_per_s": n / transcode_s}
+    if args.loader:
+        figures["loader_images_per_s"] = loader_rates(args.src, args.loader, args.rounds)
+        rates = figures["loader_images_per_s"]
+        for name, value in rates.items():
+            print(f"  DataLoader(num_workers=2), {name:9} {value:8.0f} images/s")
+        print(f"  seekable vs plain through the DataLoader: {rates['seekable'] / rates['plain']:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+def loader_rates(src: Path, root: Path, rounds: int) -> dict[str, float]:
+    """Images/s of a DataLoader(num_workers=2) over ``src`` converted to lmdb, as given and seekable."""
+    import torch.utils.data
+
+    import iotool
+
+    paths = {"plain": root / "plain.lmdb", "seekable": root / "seekable.lmdb"}
+    for name, path in paths.items():
+        iotool.convert(src, path, "lmdb", workers=2, overwrite=True, seekable=name == "seekable")
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    count = 0
+    for r in range(rounds + 1):
+        for name in rotated(list(paths), r):
+            dataset = iotool.open_dataset(paths[name], transform=RandomResizedCrop(224))
+            loader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=2)
+            start = time.perf_counter()
+            count = sum(len(labels) for _, labels in loader)
+            if r:
+                times[name].append(time.perf_counter() - start)
+    return {name: count / summarize(v).median for name, v in times.items()}
+
+
+if __name__ == "__main__":
+    main()
