@@ -1,0 +1,201 @@
+"""The pickled-lmdb source: LMDBs written by the ImageFolder-to-LMDB scripts, read without unpickling."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from iotool.errors import IotoolError, SourceError
+from iotool.pipeline.pickled_lmdb import PickledLmdbSource
+from tests.conftest import make_image
+
+LAYOUTS = {
+    "tuple": lambda image, label: (image, label),
+    "list": lambda image, label: [image, label],
+    "dict": lambda image, label: {"image": image, "label": label},
+}
+
+
+def write_pickled_lmdb(path: Path, samples: list[tuple[bytes, object]], layout: str = "tuple", protocol: int = 4,
+                       single_file: bool = True, with_keys: bool = True, key_format: str = "{}",
+                       extra: dict[bytes, bytes] | None = None) -> list[bytes]:
+    """An LMDB as those scripts write it: pickle.dumps of each sample under b'0', b'1', ...,
+    then ``__keys__`` and ``__len__``; a single file (subdir=False) unless told otherwise."""
+    env = lmdb.open(str(path), subdir=not single_file, map_size=1 << 28)
+    keys = [key_format.format(i).encode("ascii") for i in range(len(samples))]
+    with env.begin(write=True) as txn:
+        for key, (image, label) in zip(keys, samples):
+            txn.put(key, pickle.dumps(LAYOUTS[layout](image, label), protocol=protocol))
+        if with_keys:
+            txn.put(b"__keys__", pickle.dumps(keys, protocol=protocol))
+            txn.put(b"__len__", pickle.dumps(len(keys), protocol=protocol))
+        for key, value in (extra or {}).items():
+            txn.put(key, value)
+    env.close()
+    return keys
+
+
+def samples(n: int, classes: int = 3) -> list[tuple[bytes, int]]:
+    return [(make_image(i, (24 + i % 5, 16)), i % classes) for i in range(n)]
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("single_file", [True, False], ids=["file", "folder"])
+def test_every_layout_and_protocol_reads_back_the_bytes_and_labels(tmp_path, layout, protocol, single_file):
+    data = samples(7)
+    path = tmp_path / "train.lmdb"
+    write_pickled_lmdb(path, data, layout, protocol, single_file)
+    source = PickledLmdbSource(str(path))
+    assert source.classes == ["0", "1", "2"]
+    tasks = source.tasks()
+    assert [t.key for t in tasks] == [str(i) for i in range(7)] and all(t.error is None for t in tasks)
+    state = source.worker_state()
+    for task, (image, label) in zip(tasks, data):
+        key, where, got_label, got = PickledLmdbSource.load(state, task)
+        assert (got, got_label) == (image, label) and where == f"{path}#{key}"
+
+
+def test_without_keys_record_every_key_is_listed_in_number_order(tmp_path):
+    # 300 samples: several leaf pages and a branch page, walked without a cursor.
+    data = samples(300)
+    path = tmp_path / "old.lmdb"
+    write_pickled_lmdb(path, data, with_keys=False)
+    source = PickledLmdbSource(str(path))
+    assert [t.key for t in source.tasks()] == [str(i) for i in range(300)]  # b'10' after b'9'
+    assert [t.label for t in source.tasks()] == [label for _, label in data]
+
+
+def test_zero_padded_keys_and_class_names_as_labels(tmp_path):
+    data = [(make_image(i), ["dog", "cat", "emu"][i % 3]) for i in range(6)]
+    path = tmp_path / "named.lmdb"
+    write_pickled_lmdb(path, data, "dict", key_format="{:08d}", with_keys=False)
+    source = PickledLmdbSource(str(path))
+    assert source.classes == ["cat", "dog", "emu"]  # sorted, as ImageFolder sorts its folders
+    assert [t.key for t in source.tasks()] == [f"{i:08d}" for i in range(6)]
+    assert [source.classes[t.label] for t in source.tasks()] == [label for _, label in data]
+
+
+def test_classes_file_names_the_labels_and_bounds_them(tmp_path):
+    path = tmp_path / "train.lmdb"
+    write_pickled_lmdb(path, samples(6, classes=4))
+    names = tmp_path / "classes.txt"
+    names.write_text("n01\nn02\nn03\n")
+    source = PickledLmdbSource(str(path), {"classes_file": str(names)})
+    assert source.classes == ["n01", "n02", "n03"]
+    bad = [t for t in source.tasks() if t.error]
+    assert [t.key for t in bad] == ["3"] and "label 3 is outside the classes (0..2" in bad[0].error
+    with pytest.raises(IotoolError, match="record error|label 3 is outside"):
+        PickledLmdbSource.load(source.worker_state(), bad[0])
+
+
+def test_a_malicious_value_is_a_bad_record_named_and_nothing_runs(tmp_path):
+    target = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {target}",)
+
+    path = tmp_path / "train.lmdb"
+    write_pickled_lmdb(path, samples(3), extra={b"3": pickle.dumps((b"\xff\xd8", Payload()))}, with_keys=False)
+    source = PickledLmdbSource(str(path))
+    bad = {t.key: t.error for t in source.tasks() if t.error}
+    assert list(bad) == ["3"] and "posix.system" in bad["3"] and "GLOBAL at byte" in bad["3"]
+    with pytest.raises(IotoolError, match="posix.system"):
+        PickledLmdbSource.load(source.worker_state(), source.tasks()[3])
+    assert not target.exists()
+
+
+def test_a_malicious_keys_record_is_refused_by_name(tmp_path):
+    class Keys:
+        def __reduce__(self):
+            return os.system, ("true",)
+
+    path = tmp_path / "train.lmdb"
+    write_pickled_lmdb(path, samples(2), with_keys=False, extra={b"__keys__": pickle.dumps(Keys())})
+    with pytest.raises(SourceError, match=r"__keys__ record is not a pickled list of keys .*posix\.system"):
+        PickledLmdbSource(str(path))
+
+
+def test_values_that_are_not_samples_are_named(tmp_path):
+    path = tmp_path / "train.lmdb"
+    extra = {b"2": pickle.dumps(b"only an image"), b"3": pickle.dumps((b"x", 1.5)),
+             b"4": pickle.dumps({"img": b"x", "target": 1}), b"5": pickle.dumps(("not bytes", 1)),
+             b"6": b"not a pickle"}
+    write_pickled_lmdb(path, samples(2), with_keys=False, extra=extra)
+    errors = {t.key: t.error for t in PickledLmdbSource(str(path)).tasks()}
+    assert errors["0"] is None and errors["1"] is None
+    assert "a bytes, not (image bytes, label)" in errors["2"]
+    assert "opcode BINFLOAT" in errors["3"]
+    assert "a dict without 'image' and 'label' (its keys: 'img', 'target')" in errors["4"]
+    assert "the image is a str, not bytes" in errors["5"]
+    assert "no PROTO opcode" in errors["6"]
+    with_fields = PickledLmdbSource(str(path), {"image_field": "img", "label_field": "target"}).tasks()
+    assert with_fields[4].error is None and with_fields[4].label == 1
+
+
+def test_len_record_that_disagrees_and_keys_missing_from_the_environment(tmp_path):
+    path = tmp_path / "a.lmdb"
+    write_pickled_lmdb(path, samples(3), extra={b"__len__": pickle.dumps(5)})
+    with pytest.raises(SourceError, match="__len__ record says 5 samples, but there are 3 keys"):
+        PickledLmdbSource(str(path))
+    path = tmp_path / "b.lmdb"
+    write_pickled_lmdb(path, samples(2), extra={b"__keys__": pickle.dumps([b"0", b"1", b"9", b"1"]),
+                                                b"__len__": pickle.dumps(4)})
+    errors = [t.error for t in PickledLmdbSource(str(path)).tasks()]
+    assert errors[:2] == [None, None] and "not in the environment" in errors[2] and "listed twice" in errors[3]
+
+
+def test_a_value_above_the_bound_is_refused_before_it_is_copied(tmp_path):
+    path = tmp_path / "train.lmdb"
+    data = samples(3)
+    write_pickled_lmdb(path, data)
+    limit = len(pickle.dumps(data[0], protocol=4)) + 1
+    tasks = PickledLmdbSource(str(path), {"max_value_bytes": str(limit)}).tasks()
+    assert [t.error is None for t in tasks].count(False) >= 1
+    assert all("more than" in t.error for t in tasks if t.error)
+
+
+def test_not_an_lmdb_and_an_empty_one(tmp_path):
+    (tmp_path / "junk.lmdb").write_bytes(b"\0" * 8192)
+    with pytest.raises(IotoolError, match="junk.lmdb"):
+        PickledLmdbSource(str(tmp_path / "junk.lmdb"))
+    write_pickled_lmdb(tmp_path / "empty.lmdb", [])
+    with pytest.raises(SourceError, match="no samples"):
+        PickledLmdbSource(str(tmp_path / "empty.lmdb"))
+
+
+CRAFTED = textwrap.dedent("""
+    import sys
+    from iotool.errors import IotoolError
+    from iotool.pipeline.pickled_lmdb import PickledLmdbSource
+    try:
+        source = PickledLmdbSource(sys.argv[1])
+        print([t.key for t in source.tasks() if t.error])
+    except IotoolError as exc:
+        print("refused", exc)
+""")
+
+
+def test_a_leaf_node_declaring_4_gib_is_refused_without_a_crash(tmp_path):
+    """The value of key b'1' claims 4 GiB in its leaf node (a crafted file): the key walk and the
+    value read are checked in the file's pages first, in a subprocess (SIGBUS would be a signal)."""
+    path = tmp_path / "train.lmdb"
+    write_pickled_lmdb(path, samples(3), with_keys=False)
+    raw = bytearray(path.read_bytes())
+    node = max(raw.find(struct.pack("<HH", flags, 1) + b"1") for flags in (0, 1))  # mn_flags, mn_ksize, key
+    assert node > 4
+    raw[node - 4:node] = b"\xff\xff\xff\xff"  # mn_lo, mn_hi: the value's size
+    path.write_bytes(bytes(raw))
+    proc = subprocess.run([sys.executable, "-c", CRAFTED, str(path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "['1']" or proc.stdout.startswith("refused"), proc.stdout
