@@ -14,18 +14,18 @@ from ..formats import format_names
 from ..decode.encode import ENCODINGS
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
-from ..pipeline.sources import SOURCE_KINDS
+from ..pipeline.sources import source_choices, source_names
 from .common import (LazyBar, choice, console, err_console, handle_errors, human_bytes, raise_if_stopped, say, stop_on_signals,
                      write_json)
 
-SOURCE_CHOICES = [*SOURCE_KINDS, *format_names()]
+SOURCE_CHOICES = source_choices()
 ON_ERROR = ["fail", "skip"]
 ENGINES = ["local", "ray"]
 
 
 def convert(
     src_format: Annotated[str, typer.Argument(parser=choice(SOURCE_CHOICES), metavar="SRC_FORMAT",
-        help="What SRC is: imagefolder, tfrecord-files (SRC: a quoted glob of TFRecord files) or an iotool format.")],
+        help=f"What SRC is: a source kind ({', '.join(source_names())}; docs: Bringing your data) or an iotool format.")],
     dst_format: Annotated[str, typer.Argument(parser=choice(format_names()), metavar="DST_FORMAT",
                                               help="The format to write.")],
     src: Annotated[str, typer.Argument(metavar="SRC",
@@ -60,8 +60,8 @@ def convert(
         "--option", "-o", metavar="KEY=VALUE", help="A format option as KEY=VALUE (repeatable), e.g. -o commit_every=512 for lmdb; "
         "`iotool formats` lists each format's options.")] = None,
     src_option: Annotated[Optional[list[str]], typer.Option(
-        "--src-option", "-s", metavar="KEY=VALUE", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt "
-        "for tfrecord-files (image_key, label_key, filename_key, label_file, label_offset).")] = None,
+        "--src-option", "-s", metavar="KEY=VALUE", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt; "
+        "each source kind refuses the options it does not know, naming its own.")] = None,
     engine: Annotated[str, typer.Option(parser=choice(ENGINES), metavar="local|ray",
         help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
         "pip install 'iotool[ray]').")] = "local",

@@ -11,7 +11,7 @@ from ..formats import FormatOptions, FormatSpec
 from ..errors import Remedy
 from ..records import DatasetMeta, SkippedFile
 from .prepare import PayloadOptions
-from .sources import DatasetSource, ImageFolderSource, TfrecordFilesSource
+from .sources import Source
 
 ON_ERROR_CHOICES = ("fail", "skip")
 SKIP_BAD_FILES = Remedy(api='Pass on_error="skip" to leave bad files out (the report lists each one).',
@@ -53,7 +53,7 @@ class ConversionReport:
 class Job:
     """Everything an engine needs to run one conversion."""
 
-    source: ImageFolderSource | DatasetSource | TfrecordFilesSource
+    source: Source
     spec: FormatSpec
     src_format: str
     payload: PayloadOptions

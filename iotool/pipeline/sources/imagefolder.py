@@ -1,5 +1,4 @@
-"""Where conversion reads from: an ImageFolder tree, an existing iotool dataset, or files iotool
-did not write (:mod:`iotool.pipeline.tfrecord_files`: TFRecord files, source kind ``tfrecord-files``).
+"""The ``imagefolder`` source: a tree of one folder per class, as torchvision reads it.
 
 The ImageFolder scan follows ``torchvision.datasets.ImageFolder`` exactly. Classes are the sorted names of the root's sub-folders (symlinked folders included),
 samples come from a sorted recursive walk of each class folder that follows symlinked
@@ -14,15 +13,11 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
-from ..errors import RecordError, SourceError, UsageError
-from ..storage import StorageConfig
-from .tfrecord_files import SOURCE_KIND as FOREIGN_KIND
-from .tfrecord_files import TfrecordFilesSource
-
-if TYPE_CHECKING:
-    from ..formats import FormatReader
+from ...errors import RecordError, SourceError
+from ...storage import StorageConfig
+from .base import SourceKind
 
 MAX_SOURCE_FILE_BYTES = 1 << 30  # no source image is this large: a bigger file is refused unread
 
@@ -116,7 +111,7 @@ def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = 
     Raises:
         SourceError: the root is missing, has no class folders, or holds no image files.
     """
-    from ..storage import is_url, normalize
+    from ...storage import is_url, normalize
 
     if is_url(root) or os.fspath(root).lower().startswith("file://"):
         root = normalize(root)
@@ -143,7 +138,7 @@ def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = 
 
 def _scan_remote(root: str, storage: "StorageConfig | None") -> SourceScan:
     """The ImageFolder scan over a listable fsspec URL (object stores have no symlinks)."""
-    from ..storage import StorageConfig, StorageError, list_tree
+    from ...storage import StorageConfig, StorageError, list_tree
 
     try:
         classes, files = list_tree(root, storage or StorageConfig())
@@ -179,14 +174,6 @@ def _check_not_empty(root: str, empty: list[str]) -> None:
 
 # --- conversion sources ------------------------------------------------------------------------
 
-class DatasetTask(NamedTuple):
-    """One record of an iotool dataset to convert: its index, key and where it is (for errors)."""
-
-    index: int
-    key: str
-    path: str
-
-
 class ImageFolderSource:
     """Samples of an ImageFolder tree; a task is a SourceSample, loading reads the file.
 
@@ -195,7 +182,7 @@ class ImageFolderSource:
     """
 
     def __init__(self, root: str, config: StorageConfig | None = None):
-        from .. import storage
+        from ... import storage
 
         self.scan = scan_imagefolder(root, config)
         self.root = self.scan.root
@@ -217,7 +204,7 @@ class ImageFolderSource:
     def load(state: StorageConfig | None, task: SourceSample) -> tuple[str, str, int, bytes]:
         """(key, path, label, bytes) of one source file."""
         if state is not None:
-            from .. import storage
+            from ... import storage
 
             return task.key, task.path, task.label, storage.read_bytes(
                 task.path, state, MAX_SOURCE_FILE_BYTES, "a source image may have")
@@ -245,49 +232,6 @@ def read_source_file(path: str) -> bytes:
         os.close(fd)
 
 
-class DatasetSource:
-    """Records of an existing iotool dataset; a task is a DatasetTask, loading reads the record."""
-
-    def __init__(self, path: str, expected_format: str | None = None, config: StorageConfig | None = None):
-        from ..formats import detect_format
-
-        spec = detect_format(path, config)
-        if expected_format and spec.name != expected_format:
-            raise UsageError(f"{path!r} holds a {spec.name} dataset, not {expected_format}.")
-        self.reader: "FormatReader" = spec.reader(path, storage=config)
-        self.root = self.reader.path
-        self.classes = self.reader.classes
-        self.class_to_idx = self.reader.class_to_idx
-
-    def options_dict(self) -> dict[str, Any]:
-        """The source's own options (none), as stored in the metadata."""
-        return {}
-
-    def tasks(self) -> Sequence[DatasetTask]:
-        return [DatasetTask(i, key, f"{self.root}#{key}") for i, key in enumerate(self.reader.keys)]
-
-    def worker_state(self) -> "FormatReader":
-        return self.reader
-
-    @staticmethod
-    def load(reader: Any, task: DatasetTask) -> tuple[str, str, int, bytes]:
-        """(key, path, label, bytes) of one stored record."""
-        data, label = reader.read(task.index)
-        return task.key, task.path, label, bytes(data)
-
-
-IMAGEFOLDER = "imagefolder"
-SOURCE_KINDS = (IMAGEFOLDER, FOREIGN_KIND)  # the sources that are not iotool formats
-
-
-def open_source(src: str, src_format: str, config: StorageConfig,
-                options: dict[str, Any] | None = None) -> "ImageFolderSource | DatasetSource | TfrecordFilesSource":
-    """The source for ``src``: an ImageFolder root, TFRecord files matched by a pattern (with the
-    source ``options``), or a dataset of format ``src_format``."""
-    if src_format == FOREIGN_KIND:
-        return TfrecordFilesSource(src, options)
-    if options:
-        raise UsageError(f"The {src_format} source takes no source options (given: {', '.join(sorted(options))}).")
-    if src_format == IMAGEFOLDER:
-        return ImageFolderSource(src, config)
-    return DatasetSource(src, src_format, config)
+SOURCE = SourceKind("imagefolder", "a folder per class, as torchvision's ImageFolder reads it",
+                    lambda src, config, options: ImageFolderSource(src, config),
+                    src_help="an ImageFolder root (a path or a listable URL: s3://, gs://)")
