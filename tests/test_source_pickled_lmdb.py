@@ -14,8 +14,10 @@ import lmdb
 import pytest
 
 from iotool.errors import IotoolError, SourceError
-from iotool.pipeline.pickled_lmdb import PickledLmdbSource
-from tests.conftest import make_image
+from iotool.pipeline.sources import get_source, open_source
+from iotool.pipeline.sources.pickled_lmdb import PickledLmdbSource
+from iotool.storage import StorageConfig
+from tests.conftest import FORMATS, make_image, options_for
 
 LAYOUTS = {
     "tuple": lambda image, label: (image, label),
@@ -43,6 +45,11 @@ def write_pickled_lmdb(path: Path, samples: list[tuple[bytes, object]], layout: 
     return keys
 
 
+def opened(path: Path, **options: str) -> PickledLmdbSource:
+    """The source as convert opens it: through the registry, options as the CLI gives them."""
+    return open_source(str(path), get_source("pickled-lmdb"), StorageConfig(), options)
+
+
 def samples(n: int, classes: int = 3) -> list[tuple[bytes, int]]:
     return [(make_image(i, (24 + i % 5, 16)), i % classes) for i in range(n)]
 
@@ -54,7 +61,7 @@ def test_every_layout_and_protocol_reads_back_the_bytes_and_labels(tmp_path, lay
     data = samples(7)
     path = tmp_path / "train.lmdb"
     write_pickled_lmdb(path, data, layout, protocol, single_file)
-    source = PickledLmdbSource(str(path))
+    source = opened(path)
     assert source.classes == ["0", "1", "2"]
     tasks = source.tasks()
     assert [t.key for t in tasks] == [str(i) for i in range(7)] and all(t.error is None for t in tasks)
@@ -69,7 +76,7 @@ def test_without_keys_record_every_key_is_listed_in_number_order(tmp_path):
     data = samples(300)
     path = tmp_path / "old.lmdb"
     write_pickled_lmdb(path, data, with_keys=False)
-    source = PickledLmdbSource(str(path))
+    source = opened(path)
     assert [t.key for t in source.tasks()] == [str(i) for i in range(300)]  # b'10' after b'9'
     assert [t.label for t in source.tasks()] == [label for _, label in data]
 
@@ -78,7 +85,7 @@ def test_zero_padded_keys_and_class_names_as_labels(tmp_path):
     data = [(make_image(i), ["dog", "cat", "emu"][i % 3]) for i in range(6)]
     path = tmp_path / "named.lmdb"
     write_pickled_lmdb(path, data, "dict", key_format="{:08d}", with_keys=False)
-    source = PickledLmdbSource(str(path))
+    source = opened(path)
     assert source.classes == ["cat", "dog", "emu"]  # sorted, as ImageFolder sorts its folders
     assert [t.key for t in source.tasks()] == [f"{i:08d}" for i in range(6)]
     assert [source.classes[t.label] for t in source.tasks()] == [label for _, label in data]
@@ -89,7 +96,7 @@ def test_classes_file_names_the_labels_and_bounds_them(tmp_path):
     write_pickled_lmdb(path, samples(6, classes=4))
     names = tmp_path / "classes.txt"
     names.write_text("n01\nn02\nn03\n")
-    source = PickledLmdbSource(str(path), {"classes_file": str(names)})
+    source = opened(path, classes_file=str(names))
     assert source.classes == ["n01", "n02", "n03"]
     bad = [t for t in source.tasks() if t.error]
     assert [t.key for t in bad] == ["3"] and "label 3 is outside the classes (0..2" in bad[0].error
@@ -106,7 +113,7 @@ def test_a_malicious_value_is_a_bad_record_named_and_nothing_runs(tmp_path):
 
     path = tmp_path / "train.lmdb"
     write_pickled_lmdb(path, samples(3), extra={b"3": pickle.dumps((b"\xff\xd8", Payload()))}, with_keys=False)
-    source = PickledLmdbSource(str(path))
+    source = opened(path)
     bad = {t.key: t.error for t in source.tasks() if t.error}
     assert list(bad) == ["3"] and "posix.system" in bad["3"] and "GLOBAL at byte" in bad["3"]
     with pytest.raises(IotoolError, match="posix.system"):
@@ -122,7 +129,7 @@ def test_a_malicious_keys_record_is_refused_by_name(tmp_path):
     path = tmp_path / "train.lmdb"
     write_pickled_lmdb(path, samples(2), with_keys=False, extra={b"__keys__": pickle.dumps(Keys())})
     with pytest.raises(SourceError, match=r"__keys__ record is not a pickled list of keys .*posix\.system"):
-        PickledLmdbSource(str(path))
+        opened(path)
 
 
 def test_values_that_are_not_samples_are_named(tmp_path):
@@ -131,14 +138,14 @@ def test_values_that_are_not_samples_are_named(tmp_path):
              b"4": pickle.dumps({"img": b"x", "target": 1}), b"5": pickle.dumps(("not bytes", 1)),
              b"6": b"not a pickle"}
     write_pickled_lmdb(path, samples(2), with_keys=False, extra=extra)
-    errors = {t.key: t.error for t in PickledLmdbSource(str(path)).tasks()}
+    errors = {t.key: t.error for t in opened(path).tasks()}
     assert errors["0"] is None and errors["1"] is None
     assert "a bytes, not (image bytes, label)" in errors["2"]
     assert "opcode BINFLOAT" in errors["3"]
     assert "a dict without 'image' and 'label' (its keys: 'img', 'target')" in errors["4"]
     assert "the image is a str, not bytes" in errors["5"]
     assert "no PROTO opcode" in errors["6"]
-    with_fields = PickledLmdbSource(str(path), {"image_field": "img", "label_field": "target"}).tasks()
+    with_fields = opened(path, image_field="img", label_field="target").tasks()
     assert with_fields[4].error is None and with_fields[4].label == 1
 
 
@@ -146,11 +153,11 @@ def test_len_record_that_disagrees_and_keys_missing_from_the_environment(tmp_pat
     path = tmp_path / "a.lmdb"
     write_pickled_lmdb(path, samples(3), extra={b"__len__": pickle.dumps(5)})
     with pytest.raises(SourceError, match="__len__ record says 5 samples, but there are 3 keys"):
-        PickledLmdbSource(str(path))
+        opened(path)
     path = tmp_path / "b.lmdb"
     write_pickled_lmdb(path, samples(2), extra={b"__keys__": pickle.dumps([b"0", b"1", b"9", b"1"]),
                                                 b"__len__": pickle.dumps(4)})
-    errors = [t.error for t in PickledLmdbSource(str(path)).tasks()]
+    errors = [t.error for t in opened(path).tasks()]
     assert errors[:2] == [None, None] and "not in the environment" in errors[2] and "listed twice" in errors[3]
 
 
@@ -159,7 +166,7 @@ def test_a_value_above_the_bound_is_refused_before_it_is_copied(tmp_path):
     data = samples(3)
     write_pickled_lmdb(path, data)
     limit = len(pickle.dumps(data[0], protocol=4)) + 1
-    tasks = PickledLmdbSource(str(path), {"max_value_bytes": str(limit)}).tasks()
+    tasks = opened(path, max_value_bytes=str(limit)).tasks()
     assert [t.error is None for t in tasks].count(False) >= 1
     assert all("more than" in t.error for t in tasks if t.error)
 
@@ -167,16 +174,16 @@ def test_a_value_above_the_bound_is_refused_before_it_is_copied(tmp_path):
 def test_not_an_lmdb_and_an_empty_one(tmp_path):
     (tmp_path / "junk.lmdb").write_bytes(b"\0" * 8192)
     with pytest.raises(IotoolError, match="junk.lmdb"):
-        PickledLmdbSource(str(tmp_path / "junk.lmdb"))
+        opened(tmp_path / "junk.lmdb")
     write_pickled_lmdb(tmp_path / "empty.lmdb", [])
     with pytest.raises(SourceError, match="no samples"):
-        PickledLmdbSource(str(tmp_path / "empty.lmdb"))
+        opened(tmp_path / "empty.lmdb")
 
 
 CRAFTED = textwrap.dedent("""
     import sys
     from iotool.errors import IotoolError
-    from iotool.pipeline.pickled_lmdb import PickledLmdbSource
+    from iotool.pipeline.sources.pickled_lmdb import PickledLmdbSource
     try:
         source = PickledLmdbSource(sys.argv[1])
         print([t.key for t in source.tasks() if t.error])
@@ -199,3 +206,53 @@ def test_a_leaf_node_declaring_4_gib_is_refused_without_a_crash(tmp_path):
                           env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "['1']" or proc.stdout.startswith("refused"), proc.stdout
+
+
+# --- through the pipeline ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_converts_into_every_format_with_keys_labels_and_bytes(tmp_path, fmt):
+    import iotool
+    from iotool import open_reader
+    from iotool.formats import get_format
+
+    data = samples(5)
+    path = tmp_path / "train.lmdb"
+    write_pickled_lmdb(path, data, "dict", protocol=2)
+    report = iotool.convert(path, tmp_path / "out", fmt, src_format="pickled-lmdb", workers=0, **options_for(fmt))
+    assert report.count == 5 and report.classes == 3
+    reader = open_reader(tmp_path / "out")
+    assert reader.classes == ["0", "1", "2"] and reader.meta.options["source_format"] == "pickled-lmdb"
+    assert [reader.read(i)[1] for i in range(5)] == [label for _, label in data]
+    if not get_format(fmt).needs_resize:
+        assert [bytes(reader.read(i)[0]) for i in range(5)] == [image for image, _ in data]
+
+
+def test_bad_records_go_through_on_error_and_the_cli_names_them(tmp_path):
+    import iotool
+    from typer.testing import CliRunner
+
+    from iotool.cli import app
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {tmp_path / 'pwned'}",)
+
+    path = tmp_path / "train.lmdb"
+    extra = {b"2": pickle.dumps((b"\xff\xd8\xffnot a jpeg", 1)), b"3": pickle.dumps((b"x", Payload()))}
+    write_pickled_lmdb(path, samples(2), with_keys=False, extra=extra)
+    with pytest.raises(iotool.ConversionError, match=r"train\.lmdb#2"):
+        iotool.convert(path, tmp_path / "a.lmdb", "lmdb", src_format="pickled-lmdb", workers=0)
+    names = tmp_path / "classes.txt"
+    names.write_text("cat\ndog\n")
+    result = CliRunner().invoke(app, ["convert", "pickled-lmdb", "lmdb", str(path), str(tmp_path / "b.lmdb"),
+                                      "--on-error", "skip", "-s", f"classes_file={names}", "-w", "0",
+                                      "--json", "-"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    summary = json.loads(result.stdout)
+    assert summary["images"] == 2 and [s["key"] for s in summary["skipped"]] == ["2", "3"]
+    assert "posix.system" in summary["skipped"][1]["reason"]
+    assert iotool.open_reader(tmp_path / "b.lmdb").classes == ["cat", "dog"]
+    assert not (tmp_path / "pwned").exists()

@@ -29,10 +29,10 @@ from typing import Any, NamedTuple, Sequence
 
 import lmdb
 
-from ..errors import FormatError, IotoolError, RecordError, SourceError, UsageError
-from ..formats import FormatOptions
-from ..formats.lmdb import list_keys, open_env, read_value
-from .picklevalues import Limits, load_values
+from ...errors import FormatError, IotoolError, RecordError, SourceError, UsageError
+from ...formats.lmdb import list_keys, open_env, read_value
+from ..picklevalues import Limits, load_values
+from .base import SourceKind, SourceOptions, read_label_file
 
 SOURCE_KIND = "pickled-lmdb"
 KEYS_RECORD, LEN_RECORD = b"__keys__", b"__len__"
@@ -42,7 +42,7 @@ _DECIMAL = re.compile(rb"[0-9]+\Z")
 
 
 @dataclass(frozen=True)
-class PickledLmdbOptions(FormatOptions):
+class PickledLmdbOptions(SourceOptions):
     """Options of the pickled-LMDB source (``--src-option KEY=VALUE``)."""
 
     classes_file: str | None = None  # one class name per line; line k names label k
@@ -99,10 +99,10 @@ def _field(value: dict, name: str) -> Any:
 class PickledLmdbSource:
     """Samples of a pickled LMDB; a task is a :class:`PickledRecord`."""
 
-    def __init__(self, path: str, given: dict[str, Any] | None = None):
-        from ..storage import is_url
+    def __init__(self, path: str, options: PickledLmdbOptions | None = None):
+        from ...storage import is_url
 
-        self.options = PickledLmdbOptions.parse(SOURCE_KIND, given or {})
+        self.options = options or PickledLmdbOptions()
         if is_url(path):
             raise UsageError(f"{path}: the {SOURCE_KIND} source reads a local LMDB; copy it first.")
         self.root = os.path.abspath(os.path.expanduser(path))
@@ -125,18 +125,7 @@ class PickledLmdbSource:
 
     def _class_names(self) -> list[str] | None:
         name = self.options.classes_file
-        if not name:
-            return None
-        try:
-            with open(name, encoding="utf-8") as f:
-                names = [line.rstrip("\r\n") for line in f.read(64 << 20).splitlines()]
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SourceError(f"classes_file {name!r}: cannot be read ({exc}).") from None
-        while names and not names[-1].strip():
-            names.pop()
-        if not names or len(set(names)) != len(names):
-            raise SourceError(f"classes_file {name!r}: expected one distinct class name per line.")
-        return names
+        return read_label_file(name, "classes_file") if name else None
 
     def _record(self, key: bytes, what: str) -> Any:
         """A bookkeeping record (``__keys__`` / ``__len__``) read as plain values, or None."""
@@ -228,3 +217,9 @@ class PickledLmdbSource:
         if raw is None:
             raise RecordError("no longer in the environment")
         return task.key, task.path, task.label, split_sample(parse(raw, options), options)[0]
+
+
+SOURCE = SourceKind(SOURCE_KIND, "an LMDB of pickled (image bytes, label) samples, as the ImageFolder-to-LMDB "
+                    "scripts wrote it (read without unpickling)",
+                    lambda src, config, options: PickledLmdbSource(src, options), PickledLmdbOptions,
+                    src_help="an LMDB file (subdir=False) or folder, e.g. train.lmdb")
