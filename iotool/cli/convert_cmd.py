@@ -62,6 +62,10 @@ def convert(
     src_option: Annotated[Optional[list[str]], typer.Option(
         "--src-option", "-s", metavar="KEY=VALUE", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt; "
         "each source kind refuses the options it does not know, naming its own.")] = None,
+    extensions: Annotated[Optional[list[str]], typer.Option(
+        "--extensions", metavar=".EXT,...", help="imagefolder: more file suffixes to read besides torchvision's "
+        "(.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp), e.g. --extensions .avif,.jxl (repeatable). "
+        "The summary counts the files left out by their extension.")] = None,
     engine: Annotated[str, typer.Option(parser=choice(ENGINES), metavar="local|ray",
         help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
         "pip install 'iotool[ray]').")] = "local",
@@ -82,6 +86,10 @@ def convert(
 
         iotool convert imagefolder bmp sample_data/imagefolder /tmp/cache --resize 256
 
+        iotool convert imagefolder lmdb photos/ /tmp/photos.lmdb --extensions .avif,.jxl,.jfif
+
+        iotool convert pickled-lmdb lmdb old/train.lmdb /tmp/train.lmdb -s classes_file=classes.txt
+
         iotool convert lmdb hdf5 /tmp/sample.lmdb /tmp/sample.h5
 
         iotool convert tfrecord-files lmdb 'imagenet/train-*' /tmp/train.lmdb -s label_file=synsets.txt
@@ -93,6 +101,8 @@ def convert(
         format_options = {k: v for k, v in (("shard_size", shard_size), ("shard_bytes", shard_bytes)) if v}
         format_options.update(parse_options(option or []))
         source_options = parse_options(src_option or [], "--src-option")
+        if extensions:  # a source option of the kinds that scan files; the others refuse it by name
+            source_options["extensions"] = ",".join(extensions)
         size_wh = parse_size(size) if size else None
     with handle_errors(), stop_on_signals(), _progress_bar(show) as (bar, callback):
         report = run_convert(src, dst, dst_format, src_format=src_format, workers=workers,
@@ -113,6 +123,9 @@ def convert(
             "(the bar counts source files done so far)", style="dim", label="note:")
         for s in report.skipped:
             say(f"{s.path}: {s.reason}", label="skipped", style="yellow", out=err_console)
+        if report.left_out:
+            say(f"files left out by their extension: {left_out_text(report.left_out)}; read them with --extensions "
+                f"{','.join(e for e in report.left_out if e.startswith('.'))}", label="note:", style="yellow")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -164,7 +177,14 @@ def report_dict(report: ConversionReport) -> dict:
         "classes": report.classes, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
         "skipped": [vars(s) for s in report.skipped], "seconds": round(report.seconds, 3),
         "images_per_s": round(report.images_per_s, 1), "resumed_from": report.resumed_from,
+        "left_out": dict(report.left_out),
     }
+
+
+def left_out_text(left_out: dict[str, int]) -> str:
+    """'3 (.jfif 2, .jpe 1)': the files a scan left out, by extension; '0' when none."""
+    total = sum(left_out.values())
+    return f"{total:,} ({', '.join(f'{ext} {n:,}' for ext, n in left_out.items())})" if total else "0"
 
 
 def summary_table(report: ConversionReport) -> Table:
@@ -175,7 +195,8 @@ def summary_table(report: ConversionReport) -> Table:
     rows = [
         ("images", f"{report.count:,}"), ("classes", str(report.classes)),
         ("bytes in", human_bytes(report.bytes_in)), ("bytes out", human_bytes(report.bytes_out)),
-        ("skipped", str(len(report.skipped))), ("seconds", f"{report.seconds:.2f}"),
+        ("skipped", str(len(report.skipped))), ("left out (extension)", left_out_text(report.left_out)),
+        ("seconds", f"{report.seconds:.2f}"),
         ("images/s", f"{report.images_per_s:,.0f}"),
     ]
     for name, value in rows:

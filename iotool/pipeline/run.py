@@ -170,7 +170,8 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
         raise
     return ConversionReport(job.source.root, dest.location, job.spec.name, result.count, len(job.source.classes),
                             result.bytes_in, bytes_out, time.perf_counter() - job.start, result.skipped,
-                            resumed_from=result.resumed_from)
+                            resumed_from=result.resumed_from,
+                            left_out=dict(getattr(job.source, "left_out", None) or {}))  # a source that scans files
 
 
 def _destination_error(dest: Destination, exc: OSError, written: int, kept: str | None, job: Job) -> DestinationError:
