@@ -256,3 +256,73 @@ def test_bad_records_go_through_on_error_and_the_cli_names_them(tmp_path):
     assert "posix.system" in summary["skipped"][1]["reason"]
     assert iotool.open_reader(tmp_path / "b.lmdb").classes == ["cat", "dog"]
     assert not (tmp_path / "pwned").exists()
+
+
+# --- hostile files ------------------------------------------------------------------------------
+
+def _read_all(path: str) -> None:
+    """What a conversion does with the source: open it, list its tasks, load every good one."""
+    try:
+        source = PickledLmdbSource(path)
+        for task in source.tasks():
+            try:
+                PickledLmdbSource.load(source.worker_state(), task)
+            except IotoolError as exc:
+                assert path in str(exc) or task.error, f"unnamed: {exc}"
+    except IotoolError as exc:
+        assert path in str(exc) or "classes" in str(exc), f"unnamed: {exc}"
+
+
+def _mutate(rng, raw: bytearray, psize: int = 4096) -> bytearray:
+    out = bytearray(raw)
+    for _ in range(rng.randrange(1, 4)):
+        page = rng.randrange(max(len(out) // psize, 1))
+        at = page * psize + (rng.randrange(64) if rng.random() < 0.6 else rng.randrange(psize))
+        at = min(at, len(out) - 1)
+        kind = rng.randrange(4)
+        if kind == 0:
+            out[at] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            value = rng.choice([0, 1, 0xFF, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF, 2**63, 2**64 - 1])
+            width = rng.choice([2, 4, 8])
+            out[at:at + width] = (value % (1 << 8 * width)).to_bytes(width, "little")
+        elif kind == 2:
+            out[at:at + rng.randrange(1, 32)] = bytes(32)[:rng.randrange(1, 32)]
+        else:
+            del out[rng.randrange(len(out) // 2, len(out)):]
+    return out
+
+
+@pytest.mark.slow
+def test_mutated_pickled_lmdbs_never_crash_hang_or_raise_raw(tmp_path):
+    """400 seeded byte mutations of a pickled LMDB (page and node headers favoured), each read in a
+    forked child under a 20 s alarm: no death by signal, no hang, no error but an iotool error."""
+    import random
+    import traceback
+
+    pristine = []
+    for with_keys in (False, True):  # keys walked from the pages, or read from __keys__
+        path = tmp_path / f"train-{with_keys}.lmdb"
+        write_pickled_lmdb(path, samples(40), "dict" if with_keys else "tuple", with_keys=with_keys)
+        pristine.append(bytearray(path.read_bytes()))
+    rng = random.Random(27)
+    bad = []
+    for case in range(400):
+        path = tmp_path / f"case{case}.lmdb"
+        path.write_bytes(bytes(_mutate(rng, pristine[case % 2])))
+        pid = os.fork()
+        if pid == 0:  # the child: any outcome but a clean one is its exit status
+            code = 0
+            try:
+                import signal as sig
+                sig.alarm(20)
+                _read_all(str(path))
+            except BaseException:
+                traceback.print_exc()
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) != 0:  # (case, signal or status)
+            bad.append((case, os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)))
+        path.unlink()
+    assert bad == [], f"{len(bad)} of 400: {bad[:20]}"

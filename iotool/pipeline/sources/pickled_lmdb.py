@@ -87,6 +87,16 @@ def split_sample(value: Any, options: PickledLmdbOptions) -> tuple[bytes, Any]:
     return bytes(image), label
 
 
+def value_of(root: str, key: bytes, options: PickledLmdbOptions) -> bytes | None:
+    """The bytes stored under ``key`` (None: no such key), bounded and checked in the file's pages
+    first; LMDB's own refusals (a damaged page, a key it cannot hold) become a FormatError."""
+    try:
+        return read_value(root, key, max_bytes=options.max_value_bytes)
+    except lmdb.Error as exc:
+        raise FormatError(f"{root}: the value of {key[:64].decode('utf-8', 'replace')!r} cannot be read "
+                          f"({type(exc).__name__}: {exc}).") from None
+
+
 def parse(raw: bytes, options: PickledLmdbOptions) -> Any:
     """One stored value, read as plain values (never unpickled)."""
     return load_values(raw, Limits(max_bytes=options.max_value_bytes))
@@ -129,10 +139,13 @@ class PickledLmdbSource:
 
     def _record(self, key: bytes, what: str) -> Any:
         """A bookkeeping record (``__keys__`` / ``__len__``) read as plain values, or None."""
-        raw = read_value(self.root, key, max_bytes=self.options.max_value_bytes)
+        raw = value_of(self.root, key, self.options)
         if raw is None:
             return None
-        entries = open_env(self.root).stat()["entries"]
+        try:
+            entries = open_env(self.root).stat()["entries"]
+        except lmdb.Error as exc:
+            raise SourceError(f"{self.root}: the environment cannot be read ({exc}).") from None
         try:
             return load_values(raw, Limits(max_bytes=len(raw), max_items=16 * entries + 64))  # protocol 2 spends ~8 per key
         except IotoolError as exc:
@@ -166,7 +179,7 @@ class PickledLmdbSource:
                 continue
             used.add(key)
             try:
-                raw = read_value(self.root, lmdb_key, max_bytes=self.options.max_value_bytes)
+                raw = value_of(self.root, lmdb_key, self.options)
                 if raw is None:
                     raise RecordError("listed in __keys__ but not in the environment")
                 labels[key] = split_sample(parse(raw, self.options), self.options)[1]
@@ -213,7 +226,7 @@ class PickledLmdbSource:
         if task.error is not None:
             raise RecordError(task.error)
         root, options = state
-        raw = read_value(root, task.lmdb_key, max_bytes=options.max_value_bytes)
+        raw = value_of(root, task.lmdb_key, options)
         if raw is None:
             raise RecordError("no longer in the environment")
         return task.key, task.path, task.label, split_sample(parse(raw, options), options)[0]
