@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import struct
@@ -326,3 +327,65 @@ def test_mutated_pickled_lmdbs_never_crash_hang_or_raise_raw(tmp_path):
             bad.append((case, os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)))
         path.unlink()
     assert bad == [], f"{len(bad)} of 400: {bad[:20]}"
+
+
+# --- resume and the Ray engine, as for any source -------------------------------------------------
+
+from tests.test_engines_ray import assert_same_tar, cluster, needs_ray  # noqa: E402,F401  (the Ray fixture)
+from tests.test_reliability import RESUMABLE, temporaries, unit_options  # noqa: E402
+
+DRIVER = """
+import sys, json, iotool
+src, dst, fmt, resume, opts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", json.loads(sys.argv[5])
+def progress(p):
+    if p.done % 10 == 0:
+        print(p.done, flush=True)
+iotool.convert(src, dst, fmt, src_format="pickled-lmdb", workers=1, resume=resume, progress=progress, **opts)
+print("done", flush=True)
+"""
+
+
+def _run_and_kill(src: Path, dst: Path, fmt: str, lines: int, resume: bool) -> int:
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(src), str(dst), fmt, "1" if resume else "0",
+                             json.dumps(unit_options(fmt))], stdout=subprocess.PIPE, text=True)
+    seen = 0
+    for line in proc.stdout:
+        seen += not line.startswith("done")
+        if line.startswith("done") or seen >= lines:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=120)
+    proc.stdout.close()
+    return proc.returncode
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", RESUMABLE[:1])  # the resume machinery is the format's; each is tested in test_reliability
+def test_resume_after_sigkill_gives_the_same_records(tmp_path, fmt):
+    import iotool
+
+    src = tmp_path / "train.lmdb"
+    write_pickled_lmdb(src, samples(200, classes=4))
+    reference = iotool.convert(src, tmp_path / "reference", fmt, src_format="pickled-lmdb", workers=0,
+                               **unit_options(fmt))
+    dst = tmp_path / "out"
+    assert _run_and_kill(src, dst, fmt, 9, resume=False) < 0
+    report = iotool.convert(src, dst, fmt, src_format="pickled-lmdb", workers=2, resume=True, **unit_options(fmt))
+    assert report.resumed_from > 0 and report.count == reference.count == 200
+    a, b = iotool.open_reader(dst), iotool.open_reader(tmp_path / "reference")
+    assert (list(a.keys), list(a.labels), list(a.checksums)) == (list(b.keys), list(b.labels), list(b.checksums))
+    assert iotool.verify(dst).ok and temporaries(tmp_path) == []
+
+
+@needs_ray
+def test_ray_conversion_equals_a_local_one(cluster, tmp_path):  # noqa: F811
+    import iotool
+
+    src = tmp_path / "train.lmdb"
+    write_pickled_lmdb(src, samples(17), "dict")
+    iotool.convert(src, tmp_path / "local", "tar", src_format="pickled-lmdb", workers=0, shard_size=4)
+    report = iotool.convert(src, tmp_path / "ray", "tar", src_format="pickled-lmdb", engine="ray", shard_size=4)
+    assert report.count == 17
+    assert_same_tar(tmp_path / "ray", tmp_path / "local")
