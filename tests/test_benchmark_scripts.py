@@ -271,5 +271,5 @@ def test_pickled_lmdb_times_the_scripts_reading_and_iotools(tmp_path):
     run_script("pickled_lmdb.py", "--smoke", "--workers", "0", "--json", out)
     figures = json.loads(out.read_text())
     assert figures["images"] == 4 and figures["rounds"] == 1
-    assert set(figures["images_per_s"]) == {"script", "iotool-scan", "iotool-convert"}
+    assert set(figures["images_per_s"]) == {"script", "iotool-scan", "iotool-convert", "iotool-imagefolder"}
     assert all(v > 0 for v in figures["images_per_s"].values())

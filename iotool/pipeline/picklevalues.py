@@ -78,8 +78,9 @@ class _Parser:
     """One pass over the opcode stream; ``pos`` is the offset of the next byte."""
 
     def __init__(self, data: bytes | memoryview, limits: Limits):
-        self.data = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+        self.data = data if isinstance(data, bytes) else bytes(data)
         self.limits = limits
+        self.max_items = limits.max_items
         self.pos = 0
         self.op_at = 0
         self.stack: list[Any] = []
@@ -97,16 +98,27 @@ class _Parser:
         opcode = f"opcode {name} " if name else ""
         return PickleRefused(f"{opcode}at byte {self.op_at}: {why}")
 
-    def take(self, n: int) -> bytes | memoryview:
-        if n < 0 or n > len(self.data) - self.pos:
-            raise self.fail(f"declares {n} bytes, {len(self.data) - self.pos} are left")
-        chunk = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return chunk
+    def take(self, n: int) -> bytes:
+        pos = self.pos
+        if n < 0 or n > len(self.data) - pos:
+            raise self.fail(f"declares {n} bytes, {len(self.data) - pos} are left")
+        self.pos = pos + n
+        return self.data[pos:pos + n]
 
     def number(self, fmt: str) -> int:
-        size = struct.calcsize(fmt)
-        return struct.unpack(fmt, self.take(size))[0]
+        return struct.unpack(fmt, self.take(_SIZES[fmt]))[0]
+
+    def sized(self, width: int) -> bytes:
+        """A length-prefixed run of bytes (the length ``width`` bytes, little-endian, unsigned)."""
+        data, pos = self.data, self.pos
+        if width > len(data) - pos:
+            raise self.fail(f"declares {width} bytes, {len(data) - pos} are left")
+        size = int.from_bytes(data[pos:pos + width], "little")
+        start = pos + width
+        if size > len(data) - start:
+            raise self.fail(f"declares {size} bytes, {len(data) - start} are left")
+        self.pos = start + size
+        return data[start:start + size]
 
     def line(self) -> str:
         """A GLOBAL's text argument: ASCII up to a newline, at most 256 bytes."""
@@ -118,10 +130,10 @@ class _Parser:
 
     # -- building --------------------------------------------------------------------------------
 
-    def count(self, n: int = 1) -> None:
-        self.items += n
-        if self.items > self.limits.max_items:
-            raise self.fail(f"more than {self.limits.max_items} values")
+    def count(self) -> None:
+        self.items += 1
+        if self.items > self.max_items:
+            raise self.fail(f"more than {self.max_items} values")
 
     def depth_of(self, value: Any) -> int:
         return self.depth.get(id(value), 0) if isinstance(value, (tuple, list, dict)) else 0
@@ -147,7 +159,9 @@ class _Parser:
         return value
 
     def push(self, value: Any) -> None:
-        self.count()
+        self.items += 1
+        if self.items > self.max_items:
+            raise self.fail(f"more than {self.max_items} values")
         self.stack.append(value)
 
     def pop_mark(self) -> list[Any]:
@@ -246,17 +260,21 @@ class _Parser:
                                 f"(the bound on one pickled value)")
         if bytes(self.data[:1]) != b"\x80":
             raise PickleRefused("at byte 0: not a pickle of protocol 2 to 5 (no PROTO opcode)")
+        data, size, handlers = self.data, len(self.data), _HANDLERS
         while True:
-            self.op_at = self.pos
-            op = bytes(self.take(1))
-            if op == b".":
+            pos = self.pos
+            if pos >= size:
+                self.op_at = pos
+                raise self.fail("the data ends before the STOP opcode")
+            self.op_at, self.pos, op = pos, pos + 1, data[pos]
+            if op == 0x2E:  # STOP
                 return self.stop()
-            handler = _HANDLERS.get(op)
+            handler = handlers.get(op)
             if handler is None:
-                name = _NAMES.get(op)
+                name = _NAMES.get(bytes([op]))
                 raise self.fail("not allowed: only plain values (tuples, lists, dicts, bytes, str, ints, "
                                 "bools, None) are read, and nothing is executed" if name
-                                else f"unknown opcode {op!r}")
+                                else f"unknown opcode {bytes([op])!r}")
             handler(self)
 
     def stop(self) -> Any:
@@ -290,8 +308,8 @@ def _long(p: _Parser, fmt: str) -> None:
     p.push(int.from_bytes(p.take(size), "little", signed=True))
 
 
-def _text(p: _Parser, fmt: str) -> None:
-    raw = p.take(p.number(fmt))
+def _text(p: _Parser, width: int) -> None:
+    raw = p.sized(width)
     try:
         p.push(str(raw, "utf-8", "surrogatepass"))
     except UnicodeDecodeError as exc:
@@ -301,9 +319,10 @@ def _text(p: _Parser, fmt: str) -> None:
 def _memo_put(p: _Parser, index: int) -> None:
     if len(p.stack) <= (p.marks[-1] if p.marks else 0):
         raise p.fail("memoizes an empty stack")
-    if index not in p.memo:
+    memo = p.memo
+    if index not in memo:
         p.count()
-    p.memo[index] = p.stack[-1]
+    memo[index] = p.stack[-1]
 
 
 def _memo_get(p: _Parser, index: int) -> None:
@@ -316,8 +335,10 @@ def _empty(kind: type):
     return lambda p: p.stack.append(p.new_container(kind()))
 
 
-def _raw(fmt: str, make=bytes):
-    return lambda p: p.push(make(p.take(p.number(fmt))))
+def _raw(width: int, make=None):
+    if make is None:
+        return lambda p: p.push(p.sized(width))
+    return lambda p: p.push(make(p.sized(width)))
 
 
 _HANDLERS = {
@@ -334,15 +355,15 @@ _HANDLERS = {
     b"M": lambda p: p.push(p.number("<H")),
     b"\x8a": lambda p: _long(p, "<B"),
     b"\x8b": lambda p: _long(p, "<I"),
-    b"U": _raw("<B"),  # SHORT_BINSTRING: a Python 2 str, i.e. bytes
-    b"T": _raw("<I"),  # BINSTRING (its length is signed in pickle; > 2 GiB fails the bounds check)
-    b"C": _raw("<B"),
-    b"B": _raw("<I"),
-    b"\x8e": _raw("<Q"),
-    b"\x96": _raw("<Q", bytearray),
-    b"\x8c": lambda p: _text(p, "<B"),
-    b"X": lambda p: _text(p, "<I"),
-    b"\x8d": lambda p: _text(p, "<Q"),
+    b"U": _raw(1),  # SHORT_BINSTRING: a Python 2 str, i.e. bytes
+    b"T": _raw(4),  # BINSTRING (its length is signed in pickle; > 2 GiB fails the bounds check)
+    b"C": _raw(1),
+    b"B": _raw(4),
+    b"\x8e": _raw(8),
+    b"\x96": _raw(8, bytearray),
+    b"\x8c": lambda p: _text(p, 1),
+    b"X": lambda p: _text(p, 4),
+    b"\x8d": lambda p: _text(p, 8),
     b")": lambda p: p.tuple_of([]),
     b"t": lambda p: p.tuple_of(p.pop_mark()),
     b"\x85": lambda p: p.tuple_of(p.pop(1)),
@@ -363,6 +384,10 @@ _HANDLERS = {
     b"\x93": lambda p: _stack_global(p),
     b"R": lambda p: p.reduce(),
 }
+
+
+_HANDLERS = {op[0]: handler for op, handler in _HANDLERS.items()}  # by opcode byte value
+_SIZES = {fmt: struct.calcsize(fmt) for fmt in ("<B", "<H", "<I", "<i", "<Q")}
 
 
 def _stack_global(p: _Parser) -> None:
