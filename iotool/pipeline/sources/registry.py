@@ -24,6 +24,7 @@ ENTRY_POINT_GROUP = "iotool.sources"
 BUILTIN: dict[str, str] = {
     "imagefolder": "iotool.pipeline.sources.imagefolder:SOURCE",
     "tfrecord-files": "iotool.pipeline.sources.tfrecord_files:SOURCE",
+    "parquet": "iotool.pipeline.sources.parquet:SOURCE",
 }
 DEFAULT_SOURCE = "imagefolder"  # what convert() reads when not told
 
