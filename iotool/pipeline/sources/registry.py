@@ -25,6 +25,7 @@ BUILTIN: dict[str, str] = {
     "imagefolder": "iotool.pipeline.sources.imagefolder:SOURCE",
     "tfrecord-files": "iotool.pipeline.sources.tfrecord_files:SOURCE",
     "parquet": "iotool.pipeline.sources.parquet:SOURCE",
+    "webdataset": "iotool.pipeline.sources.webdataset:SOURCE",
 }
 DEFAULT_SOURCE = "imagefolder"  # what convert() reads when not told
 
