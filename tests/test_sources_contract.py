@@ -20,6 +20,7 @@ from iotool.errors import ConversionError
 from iotool.pipeline.sources import source_choices, source_names
 
 from .conftest import FORMATS, formats_where, get_format, make_image, options_for, options_with_units
+from .test_engines_ray import cluster, needs_ray  # noqa: F401  (the module's Ray cluster)
 
 CLASSES = ["cat", "dog"]
 RECORDS = [(cls, make_image(300 + i, (24, 16))) for i, cls in enumerate(["cat"] * 3 + ["dog"] * 3)]
@@ -246,3 +247,18 @@ def test_an_interrupted_conversion_resumes_to_the_same_records(kind, fmt, good, 
     report = iotool.convert(built.src, dst, fmt, resume=True, **resume_options(built, fmt))
     assert report.resumed_from > 0
     check_output(dst, built, fmt)
+
+
+SHARDED = formats_where(lambda s: s.sharded is not None)
+
+
+@pytest.mark.slow
+@needs_ray
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_ray_engine_converts_every_kind(kind, good, cluster, tmp_path):  # noqa: F811  (the fixture)
+    built = good(kind)
+    fmt = SHARDED[0]
+    report = iotool.convert(built.src, tmp_path / "out", fmt, src_format=kind, engine="ray",
+                            source_options=built.options or None, **options_with_units(fmt, 2))
+    assert report.count == len(RECORDS)
+    check_output(tmp_path / "out", built, fmt)
