@@ -29,7 +29,8 @@ def convert(
     dst_format: Annotated[str, typer.Argument(parser=choice(format_names()), metavar="DST_FORMAT",
                                               help="The format to write.")],
     src: Annotated[str, typer.Argument(metavar="SRC",
-        help="Source: an ImageFolder root or an iotool dataset; a path or a URL (s3://, gs://, ...).")],
+        help="Source: an ImageFolder root or an iotool dataset (a path or a URL: s3://, gs://, ...), or a quoted "
+        "pattern of files for the kinds that read files (docs: Bringing your data).")],
     dst: Annotated[str, typer.Argument(metavar="DST",
         help="Destination (must not exist unless --overwrite): a path, or a URL (s3://bucket/shards) for formats written to URLs.")],
     workers: Annotated[Optional[int], typer.Option(
@@ -76,7 +77,8 @@ def convert(
         "--json", metavar="FILE", help="Also write the summary as JSON to this file ('-' for stdout, no table).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
 ) -> None:
-    """Convert an ImageFolder (or an iotool dataset) into a training format.
+    """Convert an ImageFolder, an iotool dataset, or data in another shape (Parquet, WebDataset shards,
+    TFRecord files) into a training format.
 
     Example:
 
@@ -93,6 +95,10 @@ def convert(
         iotool convert lmdb hdf5 /tmp/sample.lmdb /tmp/sample.h5
 
         iotool convert tfrecord-files lmdb 'imagenet/train-*' /tmp/train.lmdb -s label_file=synsets.txt
+
+        iotool convert parquet lmdb 'data/train-*.parquet' /tmp/train.lmdb
+
+        iotool convert webdataset tar 'shards-{000000..000099}.tar' /tmp/shards -s label_ext=cls
 
         iotool convert imagefolder tar s3://bucket/train s3://bucket/shards --engine ray --ray-address auto
     """

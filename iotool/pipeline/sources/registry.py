@@ -24,6 +24,8 @@ ENTRY_POINT_GROUP = "iotool.sources"
 BUILTIN: dict[str, str] = {
     "imagefolder": "iotool.pipeline.sources.imagefolder:SOURCE",
     "tfrecord-files": "iotool.pipeline.sources.tfrecord_files:SOURCE",
+    "parquet": "iotool.pipeline.sources.parquet:SOURCE",
+    "webdataset": "iotool.pipeline.sources.webdataset:SOURCE",
     "pickled-lmdb": "iotool.pipeline.sources.pickled_lmdb:SOURCE",
 }
 DEFAULT_SOURCE = "imagefolder"  # what convert() reads when not told
