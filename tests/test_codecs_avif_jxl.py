@@ -78,6 +78,7 @@ def test_every_format_stores_and_reads_back_avif_and_jxl(tmp_path, fmt):
     report = iotool.convert(tmp_path / "src", tmp_path / "out", fmt, workers=0,
                             source_options={"extensions": ".avif,.JXL"}, **options_for(fmt))
     assert report.count == 2 + len(files) and report.left_out == {}
+    assert iotool.verify(tmp_path / "out", decode_images=True).ok  # every payload decodes, AVIF/JXL included
     keys = list(iotool.open_reader(tmp_path / "out").keys)
     images = [image for image, _label in iotool.open_dataset(tmp_path / "out", decoder="auto")]  # in record order
     assert len(images) == len(keys)
