@@ -260,22 +260,31 @@ class _Parser:
                                 f"(the bound on one pickled value)")
         if bytes(self.data[:1]) != b"\x80":
             raise PickleRefused("at byte 0: not a pickle of protocol 2 to 5 (no PROTO opcode)")
-        data, size, handlers = self.data, len(self.data), _HANDLERS
+        data, size, handlers, stack, memo = self.data, len(self.data), _HANDLERS, self.stack, self.memo
         while True:
             pos = self.pos
             if pos >= size:
                 self.op_at = pos
                 raise self.fail("the data ends before the STOP opcode")
             self.op_at, self.pos, op = pos, pos + 1, data[pos]
-            if op == 0x2E:  # STOP
+            if op == 0x43 and pos + 2 <= size and pos + 2 + data[pos + 1] <= size:  # SHORT_BINBYTES, in bounds
+                end = pos + 2 + data[pos + 1]
+                self.pos = end
+                self.push(data[pos + 2:end])
+            elif op == 0x94 and len(stack) > (self.marks[-1] if self.marks else 0):  # MEMOIZE of a value
+                if len(memo) not in memo:
+                    self.count()
+                memo[len(memo)] = stack[-1]
+            elif op == 0x2E:  # STOP
                 return self.stop()
-            handler = handlers.get(op)
-            if handler is None:
-                name = _NAMES.get(bytes([op]))
-                raise self.fail("not allowed: only plain values (tuples, lists, dicts, bytes, str, ints, "
-                                "bools, None) are read, and nothing is executed" if name
-                                else f"unknown opcode {bytes([op])!r}")
-            handler(self)
+            else:
+                handler = handlers.get(op)
+                if handler is None:
+                    name = _NAMES.get(bytes([op]))
+                    raise self.fail("not allowed: only plain values (tuples, lists, dicts, bytes, str, ints, "
+                                    "bools, None) are read, and nothing is executed" if name
+                                    else f"unknown opcode {bytes([op])!r}")
+                handler(self)
 
     def stop(self) -> Any:
         if self.marks or len(self.stack) != 1:
