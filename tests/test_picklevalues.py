@@ -119,6 +119,14 @@ def test_malformed_streams_are_refused_with_the_byte_offset(data, why):
         load_values(data)
 
 
+def test_opcode_names_are_pickletools_names():
+    import pickletools
+
+    from iotool.pipeline.picklevalues import OPCODE_NAMES
+
+    assert OPCODE_NAMES == {ord(op.code.encode("latin-1")): op.name for op in pickletools.opcodes}
+
+
 def test_bounds_on_depth_items_and_length():
     deep: list = []
     for _ in range(40):

@@ -49,26 +49,20 @@ _CONSTRUCTORS = {
     ("__builtin__", "bytearray"): "bytearray", ("builtins", "bytearray"): "bytearray",
 }
 
-_NAMES = {  # every opcode's name, for errors (pickletools' names)
-    b"(": "MARK", b".": "STOP", b"0": "POP", b"1": "POP_MARK", b"2": "DUP", b"F": "FLOAT", b"I": "INT",
-    b"J": "BININT", b"K": "BININT1", b"L": "LONG", b"M": "BININT2", b"N": "NONE", b"P": "PERSID",
-    b"Q": "BINPERSID", b"R": "REDUCE", b"S": "STRING", b"T": "BINSTRING", b"U": "SHORT_BINSTRING",
-    b"V": "UNICODE", b"X": "BINUNICODE", b"a": "APPEND", b"b": "BUILD", b"c": "GLOBAL", b"d": "DICT",
-    b"}": "EMPTY_DICT", b"e": "APPENDS", b"g": "GET", b"h": "BINGET", b"i": "INST", b"j": "LONG_BINGET",
-    b"l": "LIST", b"]": "EMPTY_LIST", b"o": "OBJ", b"p": "PUT", b"q": "BINPUT", b"r": "LONG_BINPUT",
-    b"s": "SETITEM", b"t": "TUPLE", b")": "EMPTY_TUPLE", b"u": "SETITEMS", b"G": "BINFLOAT",
-    b"\x80": "PROTO", b"\x81": "NEWOBJ", b"\x82": "EXT1", b"\x83": "EXT2", b"\x84": "EXT4",
-    b"\x85": "TUPLE1", b"\x86": "TUPLE2", b"\x87": "TUPLE3", b"\x88": "NEWTRUE", b"\x89": "NEWFALSE",
-    b"\x8a": "LONG1", b"\x8b": "LONG4", b"B": "BINBYTES", b"C": "SHORT_BINBYTES",
-    b"\x8c": "SHORT_BINUNICODE", b"\x8d": "BINUNICODE8", b"\x8e": "BINBYTES8", b"\x8f": "EMPTY_SET",
-    b"\x90": "ADDITEMS", b"\x91": "FROZENSET", b"\x92": "NEWOBJ_EX", b"\x93": "STACK_GLOBAL",
-    b"\x94": "MEMOIZE", b"\x95": "FRAME", b"\x96": "BYTEARRAY8", b"\x97": "NEXT_BUFFER",
-    b"\x98": "READONLY_BUFFER",
-}
+# Every opcode's name (pickletools' names), for errors: the printable ones, then 0x80-0x98.
+OPCODE_NAMES = dict(zip(b"(.012FIJKLMNPQRSTUVXabc}deghijl]opqrst)uGBC", (
+    "MARK STOP POP POP_MARK DUP FLOAT INT BININT BININT1 LONG BININT2 NONE PERSID BINPERSID REDUCE STRING "
+    "BINSTRING SHORT_BINSTRING UNICODE BINUNICODE APPEND BUILD GLOBAL EMPTY_DICT DICT APPENDS GET BINGET INST "
+    "LONG_BINGET LIST EMPTY_LIST OBJ PUT BINPUT LONG_BINPUT SETITEM TUPLE EMPTY_TUPLE SETITEMS BINFLOAT BINBYTES "
+    "SHORT_BINBYTES").split())) | dict(zip(range(0x80, 0x99), (
+        "PROTO NEWOBJ EXT1 EXT2 EXT4 TUPLE1 TUPLE2 TUPLE3 NEWTRUE NEWFALSE LONG1 LONG4 SHORT_BINUNICODE BINUNICODE8 "
+        "BINBYTES8 EMPTY_SET ADDITEMS FROZENSET NEWOBJ_EX STACK_GLOBAL MEMOIZE FRAME BYTEARRAY8 NEXT_BUFFER "
+        "READONLY_BUFFER").split()))
 
 
 class _Constructor:
-    """A recognised global: a word standing for a bytes/bytearray constructor, never called."""
+    """A recognised global: a word standing for a bytes/bytearray constructor, never called
+    (not a tuple, so that it can never pass for a value)."""
 
     def __init__(self, kind: str, name: str):
         self.kind, self.name = kind, name
@@ -81,8 +75,7 @@ class _Parser:
         self.data = data if isinstance(data, bytes) else bytes(data)
         self.limits = limits
         self.max_items = limits.max_items
-        self.pos = 0
-        self.op_at = 0
+        self.pos = self.op_at = 0
         self.stack: list[Any] = []
         self.marks: list[int] = []  # stack heights at each MARK
         self.memo: dict[int, Any] = {}
@@ -94,7 +87,7 @@ class _Parser:
     # -- reading ---------------------------------------------------------------------------------
 
     def fail(self, why: str) -> PickleRefused:
-        name = _NAMES.get(bytes(self.data[self.op_at:self.op_at + 1]), "")
+        name = OPCODE_NAMES.get(self.data[self.op_at], "") if self.op_at < len(self.data) else ""
         opcode = f"opcode {name} " if name else ""
         return PickleRefused(f"{opcode}at byte {self.op_at}: {why}")
 
@@ -122,11 +115,10 @@ class _Parser:
 
     def line(self) -> str:
         """A GLOBAL's text argument: ASCII up to a newline, at most 256 bytes."""
-        end = bytes(self.data[self.pos:self.pos + 257]).find(b"\n")
+        end = self.data[self.pos:self.pos + 257].find(b"\n")
         if end < 0:
             raise self.fail("a module or name longer than 256 bytes, or no newline")
-        text = bytes(self.take(end + 1))[:-1]
-        return text.decode("ascii", "replace")
+        return self.take(end + 1)[:-1].decode("ascii", "replace")
 
     # -- building --------------------------------------------------------------------------------
 
@@ -280,7 +272,7 @@ class _Parser:
             else:
                 handler = handlers.get(op)
                 if handler is None:
-                    name = _NAMES.get(bytes([op]))
+                    name = OPCODE_NAMES.get(op)
                     raise self.fail("not allowed: only plain values (tuples, lists, dicts, bytes, str, ints, "
                                     "bools, None) are read, and nothing is executed" if name
                                     else f"unknown opcode {bytes([op])!r}")
