@@ -128,7 +128,7 @@ def test_no_builtin_format_names_outside_the_formats():
 def test_the_format_name_scan_sees_the_whole_package():
     scanned = {str(p.relative_to(PACKAGE)) for p in _format_free_modules()}
     assert {"loading/dali.py", "loading/mapstyle.py", "bench/loader.py", "cli/index_cmd.py", "__init__.py",
-            "pipeline/tfrecord_files.py"} <= scanned
+            "pipeline/sources/tfrecord_files.py"} <= scanned
     assert not any(name.startswith(("formats/", "decode/")) for name in scanned)
 
 

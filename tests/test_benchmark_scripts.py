@@ -283,3 +283,26 @@ def test_transforms_bench_prints_both_tables():
     proc = run_script("transforms_bench.py", "--repeats", "1", "--boxes", "4", "--images", "2",
                       "--large-factor", "1")
     assert "1. crop-resize" in proc.stdout and "2. decode + RandomResizedCrop" in proc.stdout
+
+
+@smoke("pickled_lmdb.py")
+def test_pickled_lmdb_times_the_scripts_reading_and_iotools(tmp_path):
+    out = tmp_path / "pickled.json"
+    run_script("pickled_lmdb.py", "--smoke", "--workers", "0", "--json", out)
+    figures = json.loads(out.read_text())
+    assert figures["images"] == 4 and figures["rounds"] == 1
+    assert set(figures["images_per_s"]) == {"script", "iotool-scan", "iotool-convert", "iotool-imagefolder"}
+    assert all(v > 0 for v in figures["images_per_s"].values())
+
+
+@pytest.mark.slow
+@smoke("sources.py")
+def test_sources_times_each_source_and_its_producer(tmp_path):
+    pytest.importorskip("datasets")
+    out = tmp_path / "sources.json"
+    run_script("sources.py", "--smoke", "--json", out)
+    figures = json.loads(out.read_text())
+    assert figures["images"] == 24 and figures["rounds"] == 1
+    assert set(figures["sources"]) == {"imagefolder", "parquet", "webdataset", "tfrecord-files"}
+    assert all(f["iotool_s"] > 0 for f in figures["sources"].values())
+    assert figures["sources"]["parquet"]["producer_total_s"] > 0

@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from .conftest import write_tree
 
-from iotool.errors import SourceError
+from iotool.errors import SourceError, UsageError
 from iotool.pipeline.sources import IMG_EXTENSIONS, scan_imagefolder
 
 
@@ -101,3 +102,51 @@ def test_root_without_images(tmp_path):
 def test_missing_root(tmp_path):
     with pytest.raises(SourceError, match="does not exist"):
         scan_imagefolder(tmp_path / "nope")
+
+
+# --- the source registry ---------------------------------------------------------------------------
+
+def test_registry_lists_kinds_then_formats_and_refuses_unknown_names():
+    from iotool.formats import format_names
+    from iotool.pipeline.sources import get_source, source_choices, source_names
+
+    kinds = source_names()
+    assert kinds[0] == "imagefolder" and "tfrecord-files" in kinds
+    assert "filelist" in kinds  # the plugin of tests/plugins, through the iotool.sources entry point
+    assert source_choices() == [*kinds, *format_names()]
+    assert get_source("lmdb").name == "lmdb"  # every format is a source (an existing dataset)
+    with pytest.raises(UsageError) as err:
+        get_source("nope")
+    assert "'nope'" in str(err.value) and "imagefolder" in str(err.value) and "filelist" in str(err.value)
+
+
+def test_source_options_are_typed_and_refused_by_name():
+    from iotool.pipeline.sources import get_source
+
+    kind = get_source("tfrecord-files")
+    assert kind.parse_options({"label_offset": "0"}).label_offset == 0
+    with pytest.raises(UsageError, match="The tfrecord-files source has no option imagekey; its options: image_key"):
+        kind.parse_options({"imagekey": "x"})
+    with pytest.raises(UsageError, match="tfrecord-files source's option label_offset='one'"):
+        kind.parse_options({"label_offset": "one"})
+    with pytest.raises(UsageError, match="The lmdb source takes no source options"):
+        get_source("lmdb").parse_options({"x": "1"})
+    with pytest.raises(UsageError, match="The imagefolder source has no option x; its options: extensions"):
+        get_source("imagefolder").parse_options({"x": "1"})
+
+
+def test_a_plugin_source_converts_through_the_pipeline(tmp_path):
+    import iotool
+    from iotool import open_reader
+
+    src = tmp_path / "src"
+    keys = write_tree(src, {"cat": 2, "dog": 1})
+    listing = src / "list.tsv"
+    listing.write_text("".join(f"{k}\t{k.split('/')[0]}\n" for k in keys) + "../outside.jpg\tcat\n")
+    with pytest.raises(iotool.ConversionError, match="outside.jpg"):
+        iotool.convert(listing, tmp_path / "a.lmdb", "lmdb", src_format="filelist", workers=0)
+    report = iotool.convert(listing, tmp_path / "b.lmdb", "lmdb", src_format="filelist", workers=0, on_error="skip")
+    assert report.count == 3 and [s.key for s in report.skipped] == ["../outside.jpg"]
+    reader = open_reader(tmp_path / "b.lmdb")
+    assert list(reader.keys) == keys and reader.classes == ["cat", "dog"]
+    assert reader.meta.options["source_format"] == "filelist"

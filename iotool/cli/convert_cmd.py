@@ -14,22 +14,23 @@ from ..formats import format_names
 from ..decode.encode import ENCODINGS
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
-from ..pipeline.sources import SOURCE_KINDS
+from ..pipeline.sources import source_choices, source_names
 from .common import (LazyBar, choice, console, err_console, handle_errors, human_bytes, raise_if_stopped, say, stop_on_signals,
                      write_json)
 
-SOURCE_CHOICES = [*SOURCE_KINDS, *format_names()]
+SOURCE_CHOICES = source_choices()
 ON_ERROR = ["fail", "skip"]
 ENGINES = ["local", "ray"]
 
 
 def convert(
     src_format: Annotated[str, typer.Argument(parser=choice(SOURCE_CHOICES), metavar="SRC_FORMAT",
-        help="What SRC is: imagefolder, tfrecord-files (SRC: a quoted glob of TFRecord files) or an iotool format.")],
+        help=f"What SRC is: a source kind ({', '.join(source_names())}; docs: Bringing your data) or an iotool format.")],
     dst_format: Annotated[str, typer.Argument(parser=choice(format_names()), metavar="DST_FORMAT",
                                               help="The format to write.")],
     src: Annotated[str, typer.Argument(metavar="SRC",
-        help="Source: an ImageFolder root or an iotool dataset; a path or a URL (s3://, gs://, ...).")],
+        help="Source: an ImageFolder root or an iotool dataset (a path or a URL: s3://, gs://, ...), or a quoted "
+        "pattern of files for the kinds that read files (docs: Bringing your data).")],
     dst: Annotated[str, typer.Argument(metavar="DST",
         help="Destination (must not exist unless --overwrite): a path, or a URL (s3://bucket/shards) for formats written to URLs.")],
     workers: Annotated[Optional[int], typer.Option(
@@ -63,8 +64,12 @@ def convert(
         "--option", "-o", metavar="KEY=VALUE", help="A format option as KEY=VALUE (repeatable), e.g. -o commit_every=512 for lmdb; "
         "`iotool formats` lists each format's options.")] = None,
     src_option: Annotated[Optional[list[str]], typer.Option(
-        "--src-option", "-s", metavar="KEY=VALUE", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt "
-        "for tfrecord-files (image_key, label_key, filename_key, label_file, label_offset).")] = None,
+        "--src-option", "-s", metavar="KEY=VALUE", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt; "
+        "each source kind refuses the options it does not know, naming its own.")] = None,
+    extensions: Annotated[Optional[list[str]], typer.Option(
+        "--extensions", metavar=".EXT,...", help="imagefolder: more file suffixes to read besides torchvision's "
+        "(.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp), e.g. --extensions .avif,.jxl (repeatable). "
+        "The summary counts the files left out by their extension.")] = None,
     engine: Annotated[str, typer.Option(parser=choice(ENGINES), metavar="local|ray",
         help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
         "pip install 'iotool[ray]').")] = "local",
@@ -75,7 +80,8 @@ def convert(
         "--json", metavar="FILE", help="Also write the summary as JSON to this file ('-' for stdout, no table).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
 ) -> None:
-    """Convert an ImageFolder (or an iotool dataset) into a training format.
+    """Convert an ImageFolder, an iotool dataset, or data in another shape (Parquet, WebDataset shards,
+    TFRecord files) into a training format.
 
     Example:
 
@@ -87,9 +93,17 @@ def convert(
 
         iotool convert imagefolder lmdb sample_data/imagefolder /tmp/seekable.lmdb --seekable
 
+        iotool convert imagefolder lmdb photos/ /tmp/photos.lmdb --extensions .avif,.jxl,.jfif
+
+        iotool convert pickled-lmdb lmdb old/train.lmdb /tmp/train.lmdb -s classes_file=classes.txt
+
         iotool convert lmdb hdf5 /tmp/sample.lmdb /tmp/sample.h5
 
         iotool convert tfrecord-files lmdb 'imagenet/train-*' /tmp/train.lmdb -s label_file=synsets.txt
+
+        iotool convert parquet lmdb 'data/train-*.parquet' /tmp/train.lmdb
+
+        iotool convert webdataset tar 'shards-{000000..000099}.tar' /tmp/shards -s label_ext=cls
 
         iotool convert imagefolder tar s3://bucket/train s3://bucket/shards --engine ray --ray-address auto
     """
@@ -98,6 +112,8 @@ def convert(
         format_options = {k: v for k, v in (("shard_size", shard_size), ("shard_bytes", shard_bytes)) if v}
         format_options.update(parse_options(option or []))
         source_options = parse_options(src_option or [], "--src-option")
+        if extensions:  # a source option of the kinds that scan files; the others refuse it by name
+            source_options["extensions"] = ",".join(extensions)
         size_wh = parse_size(size) if size else None
     with handle_errors(), stop_on_signals(), _progress_bar(show) as (bar, callback):
         report = run_convert(src, dst, dst_format, src_format=src_format, workers=workers,
@@ -118,6 +134,9 @@ def convert(
             "(the bar counts source files done so far)", style="dim", label="note:")
         for s in report.skipped:
             say(f"{s.path}: {s.reason}", label="skipped", style="yellow", out=err_console)
+        if report.left_out:
+            say(f"files left out by their extension: {left_out_text(report.left_out)}; read them with --extensions "
+                f"{','.join(e for e in report.left_out if e.startswith('.'))}", label="note:", style="yellow")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -169,7 +188,14 @@ def report_dict(report: ConversionReport) -> dict:
         "classes": report.classes, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
         "skipped": [vars(s) for s in report.skipped], "seconds": round(report.seconds, 3),
         "images_per_s": round(report.images_per_s, 1), "resumed_from": report.resumed_from,
+        "left_out": dict(report.left_out),
     }
+
+
+def left_out_text(left_out: dict[str, int]) -> str:
+    """'3 (.jfif 2, .jpe 1)': the files a scan left out, by extension; '0' when none."""
+    total = sum(left_out.values())
+    return f"{total:,} ({', '.join(f'{ext} {n:,}' for ext, n in left_out.items())})" if total else "0"
 
 
 def summary_table(report: ConversionReport) -> Table:
@@ -180,7 +206,8 @@ def summary_table(report: ConversionReport) -> Table:
     rows = [
         ("images", f"{report.count:,}"), ("classes", str(report.classes)),
         ("bytes in", human_bytes(report.bytes_in)), ("bytes out", human_bytes(report.bytes_out)),
-        ("skipped", str(len(report.skipped))), ("seconds", f"{report.seconds:.2f}"),
+        ("skipped", str(len(report.skipped))), ("left out (extension)", left_out_text(report.left_out)),
+        ("seconds", f"{report.seconds:.2f}"),
         ("images/s", f"{report.images_per_s:,.0f}"),
     ]
     for name, value in rows:

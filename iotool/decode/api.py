@@ -112,8 +112,9 @@ def error_detail(exc: BaseException) -> str:
     return " ".join(_OBJECT_REPR.sub("", str(exc)).split()).rstrip(".")
 
 
-def image_format(data: bytes | memoryview) -> str:
-    """Sniff the payload's format from its magic bytes: jpeg, png, bmp, webp, tiff, gif, pnm or unknown."""
+def image_format(data: bytes | bytearray | memoryview) -> str:
+    """Sniff the payload's format from its magic bytes: jpeg, png, bmp, webp, tiff, gif, pnm,
+    avif, jxl or unknown."""
     head = bytes(data[:12])
     if head[:3] == b"\xff\xd8\xff":
         return "jpeg"
@@ -129,7 +130,57 @@ def image_format(data: bytes | memoryview) -> str:
         return "gif"
     if head[:1] == b"P" and head[1:2] in b"123456" and len(head) > 2 and head[2:3].isspace():
         return "pnm"
+    if head[:2] == b"\xff\x0a" or head == _JXL_CONTAINER:
+        return "jxl"
+    if head[4:8] == b"ftyp" and _is_avif(bytes(data[:64])):
+        return "avif"
     return "unknown"
+
+
+def _is_avif(head: bytes) -> bool:
+    """An ISO-BMFF ``ftyp`` box whose major or compatible brands name AVIF (not HEIC)."""
+    size = int.from_bytes(head[:4], "big")
+    brands = head[8:min(max(size, 16), len(head))]
+    return any(brands[i:i + 4] in (b"avif", b"avis") for i in range(0, len(brands) - 3, 4))
+
+
+_JXL_CONTAINER = b"\x00\x00\x00\x0cJXL \r\n\x87\n"
+# Formats PIL reads only with an optional codec: (name, plugin modules that add it, iotool extra).
+PLUGIN_CODECS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "avif": ("AVIF", ("pillow_avif",), "avif"),  # Pillow >= 11.3 reads AVIF itself
+    "jxl": ("JPEG XL", ("pillow_jxl",), "jxl"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _pil_reads(fmt: str) -> bool:
+    """Whether PIL here reads ``fmt`` (natively, or once its plugin is imported)."""
+    from PIL import features
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an older Pillow warns that it has no such feature
+        if fmt == "avif" and features.check("avif"):
+            return True
+    for module in PLUGIN_CODECS[fmt][1]:
+        try:
+            __import__(module)  # registers the plugin with PIL
+            return True
+        except ImportError:
+            continue
+    return False
+
+
+def check_codec(fmt: str) -> None:
+    """Make sure a decoder for ``fmt`` is installed (importing its PIL plugin if one is needed).
+
+    Raises:
+        DecodeError: ``fmt`` needs an optional codec that is missing; the message names the extra.
+    """
+    entry = PLUGIN_CODECS.get(fmt)
+    if entry is not None and not _pil_reads(fmt):
+        name, _modules, extra = entry
+        raise DecodeError(f"a {name} image, and no {name} decoder is installed here: "
+                          f"pip install 'iotool[{extra}]'")
 
 
 def resolve_backend(backend: str, fmt: str) -> str:
@@ -276,6 +327,7 @@ def decode(
     fmt = image_format(data)
     chosen = resolve_backend(backend, fmt)
     try:
+        check_codec(fmt)
         header, scale, chosen = _prepare(data, fmt, chosen, min_size)
         try:
             return BACKENDS[chosen].decode(data, scale, header)

@@ -11,7 +11,7 @@ import io
 
 from ..errors import DecodeError
 from . import backends as _b
-from .api import error_detail, image_format
+from .api import check_codec, error_detail, image_format
 
 
 def image_size(data: bytes | bytearray | memoryview, name: str = "<bytes>") -> tuple[int, int]:
@@ -30,6 +30,7 @@ def image_size(data: bytes | bytearray | memoryview, name: str = "<bytes>") -> t
             return header.height, header.width
         if fmt == "png":
             return _b.png_size(head)
+        check_codec(fmt)
         return _pil_size(data)
     except DecodeError as exc:
         raise DecodeError(f"{name}: {exc}") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from ..errors import UsageError
 
@@ -16,6 +16,8 @@ class FormatOptions:
     The base class is the options of a format that takes none.
     """
 
+    noun: ClassVar[str] = "format"  # what the messages call the owner ("source" for source options)
+
     @classmethod
     def parse(cls, format_name: str, given: Mapping[str, Any]) -> "FormatOptions":
         """Build the options from keyword arguments (or ``KEY=VALUE`` strings from the CLI);
@@ -25,13 +27,13 @@ class FormatOptions:
         unknown = sorted(set(given) - set(names))
         if unknown:
             choices = ", ".join(names) if names else "none"
-            raise UsageError(f"The {format_name} format has no option {', '.join(unknown)}; "
+            raise UsageError(f"The {format_name} {cls.noun} has no option {', '.join(unknown)}; "
                              f"its options: {choices}.")
-        values = {name: _coerce(format_name, name, value, hints[name]) for name, value in given.items()}
+        values = {name: _coerce(f"{format_name} {cls.noun}", name, value, hints[name]) for name, value in given.items()}
         return cls(**values)
 
 
-def _coerce(format_name: str, name: str, value: Any, hint: Any) -> Any:
+def _coerce(owner: str, name: str, value: Any, hint: Any) -> Any:
     """A CLI string turned into the option's type (int, float, bool; None for 'none')."""
     if not isinstance(value, str):
         return value
@@ -48,4 +50,4 @@ def _coerce(format_name: str, name: str, value: Any, hint: Any) -> Any:
                 return kind(value)
         except ValueError:
             continue
-    raise UsageError(f"The {format_name} format's option {name}={value!r} is not a valid {hint}.")
+    raise UsageError(f"The {owner}'s option {name}={value!r} is not a valid {hint}.")

@@ -11,7 +11,7 @@ from ..formats import FormatOptions, FormatSpec
 from ..errors import Remedy
 from ..records import DatasetMeta, SkippedFile
 from .prepare import PayloadOptions
-from .sources import DatasetSource, ImageFolderSource, TfrecordFilesSource
+from .sources import Source
 
 ON_ERROR_CHOICES = ("fail", "skip")
 SKIP_BAD_FILES = Remedy(api='Pass on_error="skip" to leave bad files out (the report lists each one).',
@@ -43,6 +43,7 @@ class ConversionReport:
     seconds: float
     skipped: list[SkippedFile] = field(default_factory=list)
     resumed_from: int = 0  # source files already done by the interrupted run that was resumed
+    left_out: dict[str, int] = field(default_factory=dict)  # source files not read, by extension (ImageFolder)
 
     @property
     def images_per_s(self) -> float:
@@ -53,7 +54,7 @@ class ConversionReport:
 class Job:
     """Everything an engine needs to run one conversion."""
 
-    source: ImageFolderSource | DatasetSource | TfrecordFilesSource
+    source: Source
     spec: FormatSpec
     src_format: str
     payload: PayloadOptions

@@ -6,7 +6,6 @@ in source order, into a destination that shows the output only when it is comple
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import time
@@ -15,14 +14,14 @@ from typing import Any, Callable
 from .. import storage
 from .engines import get_engine
 from ..errors import DestinationError, Interrupted, UsageError
-from ..formats import all_formats, format_names, get_format
+from ..formats import all_formats, get_format
 from ..storage import StorageConfig
 from ..storage.units import human_bytes
 from .destination import Destination, LocalDestination, UrlDestination
 from .overwrite import check_apart
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
 from .prepare import PayloadOptions
-from .sources import FOREIGN_KIND, SOURCE_KINDS, open_source
+from .sources import DEFAULT_SOURCE, get_source, open_source
 
 __all__ = ["ConversionReport", "Progress", "convert"]
 
@@ -32,7 +31,7 @@ def convert(
     dst: str | os.PathLike,
     to: str,
     *,
-    src_format: str = "imagefolder",
+    src_format: str = DEFAULT_SOURCE,
     workers: int | None = None,
     on_error: str = "fail",
     validate: bool = True,
@@ -59,8 +58,9 @@ def convert(
             also a URL (``s3://bucket/shards``): each shard is uploaded under a temporary name
             and renamed, and ``index.json`` is written last, so readers trust only a finished run.
         to: the output format (``lmdb`` ...; see ``iotool.formats.FORMATS``).
-        src_format: ``imagefolder``, ``tfrecord-files`` (``src`` is a glob pattern of TFRecord files
-            iotool did not write; see :mod:`iotool.pipeline.tfrecord_files`) or the name of an iotool format.
+        src_format: what ``src`` is: a source kind (``imagefolder``, the default; files iotool did not
+            write: ``tfrecord-files``, ``parquet``, ``webdataset``, where ``src`` is a pattern of files;
+            see :mod:`iotool.pipeline.sources` and docs/sources.md) or the name of an iotool format.
         workers: reader/validator processes (default: CPU count; 0 or 1 = in this process);
             not used with ``engine="ray"``, where Ray runs one task per CPU of the cluster.
         on_error: ``fail`` stops at the first bad file and leaves nothing at ``dst``;
@@ -86,8 +86,8 @@ def convert(
             one this process is connected to, else Ray's own choice (``$RAY_ADDRESS``, a cluster
             started with ``ray start`` on this machine, or a new local one).
         storage_options: fsspec options for URL sources and destinations (e.g. S3 ``endpoint_url``).
-        source_options: options of the ``tfrecord-files`` source (``image_key``, ``label_key``,
-            ``filename_key``, ``label_file``, ``label_offset``); stored in the metadata.
+        source_options: options of the source kind (e.g. ``label_file``); each kind refuses the
+            options it does not know, naming its own; stored in the metadata.
         **format_options: options of the output format (e.g. ``shard_size`` for tar); each format
             refuses the options it does not know, naming its own.
 
@@ -108,9 +108,7 @@ def convert(
                                         f"installed: {missing}.")
     if on_error not in ON_ERROR_CHOICES:
         raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR_CHOICES)}.")
-    if src_format not in SOURCE_KINDS and src_format not in format_names():
-        raise UsageError(f"Unknown source format {src_format!r}; choose one of: "
-                         f"{', '.join([*SOURCE_KINDS, *format_names()])}.")
+    kind = get_source(src_format)
     src = os.fspath(src)
     if storage.is_url(src) or src.lower().startswith("file://"):
         src = storage.normalize(src)
@@ -127,10 +125,10 @@ def convert(
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")
     payload = PayloadOptions.for_format(spec, validate, resize, size, encode, quality, seekable)
-    src_root, pattern = _source_location(src, src_format)
+    src_root, pattern = kind.location(src)
     check_apart(src_root, dst, src_is_pattern=pattern)  # before what is at DST: the clearer refusal
     dest.check()
-    source = open_source(src, src_format, config, source_options)
+    source = open_source(src, kind, config, source_options)
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if source.options_dict():  # stored (and fingerprinted) only for sources that take options
         given["source_options"] = source.options_dict()
@@ -176,7 +174,8 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
         raise
     return ConversionReport(job.source.root, dest.location, job.spec.name, result.count, len(job.source.classes),
                             result.bytes_in, bytes_out, time.perf_counter() - job.start, result.skipped,
-                            resumed_from=result.resumed_from)
+                            resumed_from=result.resumed_from,
+                            left_out=dict(getattr(job.source, "left_out", None) or {}))  # a source that scans files
 
 
 def _destination_error(dest: Destination, exc: OSError, written: int, kept: str | None, job: Job) -> DestinationError:
@@ -193,13 +192,3 @@ def _destination_error(dest: Destination, exc: OSError, written: int, kept: str 
         left += f"; the existing dataset at {dest.location} is untouched"
     return DestinationError(f"Cannot write {dest.location}: {reason} (after {human_bytes(written)} written); "
                             f"{left}.", exc.errno)
-
-
-def _source_location(src: str, src_format: str) -> tuple[str, bool]:
-    """What :func:`check_apart` compares DST with: the source path, or for a glob pattern of
-    files the folder it starts in (and that it is one)."""
-    if src_format != FOREIGN_KIND:
-        return src, False
-    parts = os.path.expanduser(src).split(os.sep)
-    fixed = next((i for i, part in enumerate(parts) if glob.has_magic(part)), len(parts))
-    return os.sep.join(parts[:fixed]) or ".", True

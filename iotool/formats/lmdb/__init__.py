@@ -27,7 +27,7 @@ import lmdb
 from ...errors import FormatError
 from ...records import DatasetMeta
 from ..spec import FormatSpec
-from .env import close_env, open_env, read_value
+from .env import close_env, list_keys, open_env, read_value
 from .layout import (
     CHECKSUMS_KEY, FORMAT_VERSION, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, PART_KEY, PROGRESS_KEY, RESERVED,
     SHAPES_KEY, pack_strings, record_key,
@@ -58,5 +58,5 @@ SPEC = FormatSpec(
 __all__ = [
     "CHECKSUMS_KEY", "COMMIT_BYTES", "COMMIT_RECORDS", "FORMAT_VERSION", "INITIAL_MAP_SIZE", "INTEGRITY_KEY",
     "KEYS_KEY", "LABELS_KEY", "META_KEY", "PART_KEY", "PROGRESS_KEY", "RESERVED", "SHAPES_KEY", "SPEC",
-    "LmdbOptions", "LmdbReader", "LmdbWriter", "close_env", "open_env", "pack_strings", "record_key", "sniff",
+    "LmdbOptions", "LmdbReader", "LmdbWriter", "close_env", "list_keys", "open_env", "pack_strings", "record_key", "sniff",
 ]

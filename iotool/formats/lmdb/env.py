@@ -7,7 +7,7 @@ import os
 import lmdb
 
 from ...errors import FormatError
-from .pages import ValueBounds
+from .pages import ValueBounds, data_file
 
 
 # One read-only environment per process and path: py-lmdb refuses to open the same
@@ -23,7 +23,7 @@ def _canonical(path: str) -> str:
 
 
 def _data_file_id(path: str) -> tuple[int, int]:
-    st = os.stat(os.path.join(path, "data.mdb"))
+    st = os.stat(data_file(path))
     return st.st_dev, st.st_ino
 
 
@@ -51,7 +51,7 @@ def _open(path: str, check_file: bool = False) -> tuple[int, tuple[int, int], lm
             cached[2].close()  # inherited across fork, or the file was replaced: drop it first
         except lmdb.Error:
             pass
-    env = lmdb.open(path, subdir=True, readonly=True, lock=False, readahead=False,
+    env = lmdb.open(path, subdir=not os.path.isfile(path), readonly=True, lock=False, readahead=False,
                     meminit=False, max_readers=4096, max_spare_txns=4)
     _check_file_size(path, env)
     try:
@@ -63,12 +63,13 @@ def _open(path: str, check_file: bool = False) -> tuple[int, tuple[int, int], lm
     return _ENVS[path]
 
 
-def read_value(path: str, key: bytes, record: int | None = None) -> bytes | None:
+def read_value(path: str, key: bytes, record: int | None = None, max_bytes: int | None = None) -> bytes | None:
     """The value stored under ``key`` (None: no such key), copied out of the map only once its
     node and pages were found inside data.mdb: py-lmdb touches a value's pages as it looks it
     up, and a value declared past the end of the file would kill the process with SIGBUS.
     ``record``: the record's index, so that a record checked once in this process is not
-    walked to again (the file under a handle does not change: a replaced one is reopened)."""
+    walked to again (the file under a handle does not change: a replaced one is reopened).
+    ``max_bytes``: a value larger than this is refused before it is copied."""
     _pid, _file, env, bounds = _open(path)
     if record is None or not bounds.passed(record):
         bounds.check(key)
@@ -76,14 +77,22 @@ def read_value(path: str, key: bytes, record: int | None = None) -> bytes | None
             bounds.mark_passed(record)
     with env.begin(buffers=True) as txn:
         value = txn.get(key)
+        if value is not None and max_bytes is not None and len(value) > max_bytes:
+            raise FormatError(f"{path}: the value of {key[:64].decode('utf-8', 'replace')!r} holds {len(value)} "
+                              f"bytes, more than {max_bytes}.")
         return None if value is None else bytes(value)
+
+
+def list_keys(path: str, limit: int) -> list[bytes]:
+    """Every key of the environment's main database in LMDB's order, found without touching a value."""
+    return _open(path)[3].keys(limit)
 
 
 def _check_file_size(path: str, env: lmdb.Environment) -> None:
     """Refuse a data.mdb shorter than its own meta page says: reading past the end of the
     memory map would kill the process with SIGBUS (a truncated copy, a full disk)."""
     needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    actual = os.path.getsize(os.path.join(path, "data.mdb"))
+    actual = os.path.getsize(data_file(path))
     if actual < needed:
         env.close()
         raise FormatError(f"{path}: data.mdb is truncated ({actual} bytes, the environment needs "

@@ -24,12 +24,18 @@ _META = struct.Struct("<IIQQ48xIHHQQQQQQQ")  # at PAGE_HEADER: magic .. mm_dbs[0
 _BRANCH_CACHE = 4096  # branch pages kept per reader (the upper levels of the tree)
 
 
+def data_file(path: str) -> str:
+    """The file holding an environment's pages: ``path/data.mdb``, or ``path`` itself for an
+    environment opened with ``subdir=False`` (a single file, as some ImageFolder-to-LMDB scripts wrote)."""
+    return path if os.path.isfile(path) else os.path.join(path, "data.mdb")
+
+
 class ValueBounds:
     """The main database's tree as LMDB reads it, for checking values before they are touched."""
 
     def __init__(self, path: str, psize: int, last_txnid: int):
         self.path = path
-        self.fd = os.open(os.path.join(path, "data.mdb"), os.O_RDONLY)
+        self.fd = os.open(data_file(path), os.O_RDONLY)
         try:
             self.size = os.fstat(self.fd).st_size
             self.psize = psize
@@ -155,6 +161,32 @@ class ValueBounds:
         if flags & P_LEAF2 or not flags & P_LEAF:
             raise self._bad(f"page {pgno} is neither a branch nor a leaf page")
         self._check_leaf(page, pgno, key)
+
+    def keys(self, limit: int) -> list[bytes]:
+        """Every key of the main database in LMDB's order (at most ``limit``, else FormatError),
+        walking the tree with ``pread``, each page visited once and each node checked to lie
+        inside its page: a cursor would touch every value's pages (see the module's doc)."""
+        found: list[bytes] = []
+        if self.root >= 0xFFFFFFFFFFFFFFFF or self.depth == 0:
+            return found
+        todo, seen = [self.root], set()
+        while todo:
+            pgno = todo.pop()
+            if pgno in seen:
+                raise self._bad(f"page {pgno} is reached twice in its tree")
+            seen.add(pgno)
+            page = self._page(pgno, "a branch page")
+            flags, count = struct.unpack_from("<H", page, 10)[0], self._count(page, pgno)
+            if flags & P_BRANCH:
+                nodes = [struct.unpack_from("<HHH", page, self._node(page, pgno, i)[0]) for i in range(count)]
+                todo.extend(lo | hi << 16 | fl << 32 for lo, hi, fl in reversed(nodes))
+            elif flags & P_LEAF and not flags & P_LEAF2:
+                found.extend(self._node(page, pgno, i)[1] for i in range(count))
+                if len(found) > limit:
+                    raise self._bad(f"more than {limit} keys")
+            else:
+                raise self._bad(f"page {pgno} is neither a branch nor a leaf page")
+        return found
 
     def _check_leaf(self, page: bytes, pgno: int, key: bytes) -> None:
         _count, i, exact = self._search(page, pgno, key, 0)

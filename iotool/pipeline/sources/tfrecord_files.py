@@ -24,15 +24,15 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple, Sequence
 
-from ..errors import FormatError, SourceError, UsageError
-from ..formats import FormatOptions
-from ..formats import tfrecord as tfr  # its public reading API only: scan, unframe, decode_example, ...
+from ...errors import FormatError, SourceError, UsageError
+from ...formats import tfrecord as tfr  # its public reading API only: scan, unframe, decode_example, ...
+from .base import SourceKind, SourceOptions, common_folder, read_label_file
 
 SOURCE_KIND = "tfrecord-files"
 
 
 @dataclass(frozen=True)
-class TfrecordFilesOptions(FormatOptions):
+class TfrecordFilesOptions(SourceOptions):
     """Options of the TFRecord-files source (``--src-option KEY=VALUE``)."""
 
     image_key: str = tfr.IMAGE
@@ -66,10 +66,10 @@ def _where(index: int, offset: int) -> str:
 class TfrecordFilesSource:
     """Records of TFRecord files matched by a glob pattern; a task is a :class:`ForeignRecord`."""
 
-    def __init__(self, pattern: str, given: dict[str, Any] | None = None):
-        from ..storage import is_url
+    def __init__(self, pattern: str, options: "TfrecordFilesOptions | None" = None):
+        from ...storage import is_url
 
-        self.options = TfrecordFilesOptions.parse(SOURCE_KIND, given or {})
+        self.options = options or TfrecordFilesOptions()
         if is_url(pattern):
             raise UsageError(f"{pattern}: the {SOURCE_KIND} source reads local files; copy them first.")
         files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
@@ -92,22 +92,11 @@ class TfrecordFilesSource:
         return asdict(self.options)
 
     def _label_names(self) -> list[str] | None:
-        if not self.options.label_file:
-            return None
-        try:
-            with open(self.options.label_file, encoding="utf-8") as f:
-                names = [line.rstrip("\r\n") for line in f]
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SourceError(f"label_file {self.options.label_file!r}: cannot be read ({exc}).") from None
-        while names and not names[-1].strip():
-            names.pop()
-        if not names or len(set(names)) != len(names):
-            raise SourceError(f"label_file {self.options.label_file!r}: expected one distinct class name per line.")
-        return names
+        return read_label_file(self.options.label_file) if self.options.label_file else None
 
     def _scan(self, labels: list[int]) -> list[ForeignRecord]:
         """Frame, check and parse every record once; keep where it is, its key and class index."""
-        common = os.path.dirname(self.files[0]) if len(self.files) == 1 else os.path.commonpath(self.files)
+        common = common_folder(self.files)
         tasks, used = [], set()
         for path in self.files:
             rel = os.path.relpath(path, common).replace(os.sep, "/")
@@ -180,3 +169,9 @@ class TfrecordFilesSource:
         if image is None:
             raise FormatError(f"record at byte {task.offset}: no {image_key!r} bytes feature")
         return task.key, task.path, task.label, bytes(image)
+
+
+SOURCE = SourceKind(SOURCE_KIND, "TFRecord files of tf.train.Example iotool did not write (TF-slim's ImageNet layout)",
+                    lambda src, config, options: TfrecordFilesSource(src, options), TfrecordFilesOptions,
+                    pattern=True, src_help="a quoted glob of TFRecord files, e.g. 'imagenet/train-*'",
+                    extra=tfr.SPEC.extra)  # the CRC32C of the TFRecord format

@@ -1,10 +1,13 @@
-"""Where conversion reads from: an ImageFolder tree, an existing iotool dataset, or files iotool
-did not write (:mod:`iotool.pipeline.tfrecord_files`: TFRecord files, source kind ``tfrecord-files``).
+"""The ``imagefolder`` source: a tree of one folder per class, as torchvision reads it.
 
 The ImageFolder scan follows ``torchvision.datasets.ImageFolder`` exactly. Classes are the sorted names of the root's sub-folders (symlinked folders included),
 samples come from a sorted recursive walk of each class folder that follows symlinked
 folders, and files are kept by a case-insensitive extension check. torchvision is not
 imported; the rules are reimplemented and tested against hand-built trees.
+
+The extensions are torchvision's (:data:`IMG_EXTENSIONS`) unless the ``extensions`` option adds
+more (``--extensions .avif,.jxl``); the files of the class folders left out by their extension
+are counted by extension (``.jpe``, ``.jfif``, ...) in the scan and the conversion's summary.
 """
 
 from __future__ import annotations
@@ -12,17 +15,14 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
-from ..errors import RecordError, SourceError, UsageError
-from ..storage import StorageConfig
-from .tfrecord_files import SOURCE_KIND as FOREIGN_KIND
-from .tfrecord_files import TfrecordFilesSource
-
-if TYPE_CHECKING:
-    from ..formats import FormatReader
+from ...errors import RecordError, SourceError, UsageError
+from ...storage import StorageConfig
+from .base import SourceKind, SourceOptions
 
 MAX_SOURCE_FILE_BYTES = 1 << 30  # no source image is this large: a bigger file is refused unread
 
@@ -48,14 +48,38 @@ class SourceScan:
     classes: list[str]
     class_to_idx: dict[str, int]
     samples: list[SourceSample] = field(default_factory=list)
+    left_out: dict[str, int] = field(default_factory=dict)  # files of the class folders not kept, by extension
 
     def __len__(self) -> int:
         return len(self.samples)
 
 
-def has_image_extension(name: str) -> bool:
-    """True when ``name`` ends with one of :data:`IMG_EXTENSIONS`, ignoring case."""
-    return name.lower().endswith(IMG_EXTENSIONS)
+def has_image_extension(name: str, extensions: tuple[str, ...] = IMG_EXTENSIONS) -> bool:
+    """True when ``name`` ends with one of ``extensions`` (torchvision's by default), ignoring case."""
+    return name.lower().endswith(extensions)
+
+
+def image_extensions(extra: str | Sequence[str] = ()) -> tuple[str, ...]:
+    """:data:`IMG_EXTENSIONS` and the ``extra`` suffixes (``".avif,.jxl"`` or a list), lower case.
+
+    Raises:
+        UsageError: a suffix that is empty or holds a path separator.
+    """
+    items = extra.split(",") if isinstance(extra, str) else [p for item in extra for p in str(item).split(",")]
+    added = []
+    for item in (i.strip().lower() for i in items if i.strip()):
+        suffix = item if item.startswith(".") else f".{item}"
+        if len(suffix) < 2 or "/" in suffix or "\\" in suffix or "\0" in suffix:
+            raise UsageError(f"--extensions {item!r}: give file suffixes, e.g. --extensions .avif,.jxl.")
+        if suffix not in IMG_EXTENSIONS and suffix not in added:
+            added.append(suffix)
+    return (*IMG_EXTENSIONS, *added)
+
+
+def _suffix(name: str) -> str:
+    """How a left-out file is counted: its lower-case extension, or "(none)"."""
+    ext = os.path.splitext(name)[1].lower()
+    return ext or "(none)"
 
 
 def find_classes(root: str | os.PathLike) -> tuple[list[str], dict[str, int]]:
@@ -106,8 +130,12 @@ def _walk(top: str) -> list[tuple[str, list[str]]]:
     return found
 
 
-def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = None) -> SourceScan:
+def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = None,
+                     extensions: tuple[str, ...] = IMG_EXTENSIONS) -> SourceScan:
     """Scan ``root`` and return classes, class_to_idx and samples in torchvision's order.
+
+    Files are kept by ``extensions`` (torchvision's; :func:`image_extensions` adds more), and
+    those left out are counted by extension in :attr:`SourceScan.left_out`.
 
     ``root`` may also be an fsspec URL that can be listed (``s3://``, ``gs://``): class folders
     are the prefixes directly under it, and files are ordered as a sorted walk would order them.
@@ -116,34 +144,38 @@ def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = 
     Raises:
         SourceError: the root is missing, has no class folders, or holds no image files.
     """
-    from ..storage import is_url, normalize
+    from ...storage import is_url, normalize
 
     if is_url(root) or os.fspath(root).lower().startswith("file://"):
         root = normalize(root)
     if is_url(root):
-        return _scan_remote(root, storage)
+        return _scan_remote(root, storage, extensions)
     root = os.path.abspath(os.fspath(root))
     classes, class_to_idx = find_classes(root)
     samples: list[SourceSample] = []
     empty: list[str] = []
+    left_out: Counter[str] = Counter()
     for cls in classes:
         before = len(samples)
         # sorted() over (dirpath, files) mirrors torchvision's sorted(os.walk(...)).
         for dirpath, fnames in sorted(_walk(os.path.join(root, cls))):
             for fname in sorted(fnames):
-                if has_image_extension(fname):
+                if has_image_extension(fname, extensions):
                     path = os.path.join(dirpath, fname)
                     key = Path(os.path.relpath(path, root)).as_posix()
                     samples.append(SourceSample(path, key, class_to_idx[cls]))
+                else:
+                    left_out[_suffix(fname)] += 1
         if len(samples) == before:
             empty.append(cls)
-    _check_not_empty(root, empty)
-    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples)
+    _check_not_empty(root, empty, extensions)
+    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples,
+                      left_out=dict(sorted(left_out.items())))
 
 
-def _scan_remote(root: str, storage: "StorageConfig | None") -> SourceScan:
+def _scan_remote(root: str, storage: "StorageConfig | None", extensions: tuple[str, ...]) -> SourceScan:
     """The ImageFolder scan over a listable fsspec URL (object stores have no symlinks)."""
-    from ..storage import StorageConfig, StorageError, list_tree
+    from ...storage import StorageConfig, StorageError, list_tree
 
     try:
         classes, files = list_tree(root, storage or StorageConfig())
@@ -156,36 +188,33 @@ def _scan_remote(root: str, storage: "StorageConfig | None") -> SourceScan:
         )
     class_to_idx = {name: i for i, name in enumerate(classes)}
     by_class: dict[str, list[tuple[str, str]]] = {cls: [] for cls in classes}
+    left_out: Counter[str] = Counter()
     for rel in files:
         folder, _, name = rel.rpartition("/")
         cls = rel.split("/", 1)[0]
-        if folder and cls in by_class and has_image_extension(name):
-            by_class[cls].append((folder, name))
+        if folder and cls in by_class:
+            if has_image_extension(name, extensions):
+                by_class[cls].append((folder, name))
+            else:
+                left_out[_suffix(name)] += 1
     samples = [SourceSample(f"{root}/{folder}/{name}", f"{folder}/{name}", class_to_idx[cls])
                for cls in classes for folder, name in sorted(by_class[cls])]  # = sorted(os.walk) order
-    _check_not_empty(root, [cls for cls in classes if not by_class[cls]])
-    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples)
+    _check_not_empty(root, [cls for cls in classes if not by_class[cls]], extensions)
+    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples,
+                      left_out=dict(sorted(left_out.items())))
 
 
-def _check_not_empty(root: str, empty: list[str]) -> None:
+def _check_not_empty(root: str, empty: list[str], extensions: tuple[str, ...] = IMG_EXTENSIONS) -> None:
     """Refuse class folders without images, as torchvision does."""
     if empty:
         raise SourceError(
             f"Found no valid image files in {len(empty)} class folder(s) of {root!r}: "
             f"{', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''}. "
-            f"Accepted extensions (case-insensitive): {', '.join(IMG_EXTENSIONS)}."
+            f"Accepted extensions (case-insensitive): {', '.join(extensions)}; add others with --extensions."
         )
 
 
 # --- conversion sources ------------------------------------------------------------------------
-
-class DatasetTask(NamedTuple):
-    """One record of an iotool dataset to convert: its index, key and where it is (for errors)."""
-
-    index: int
-    key: str
-    path: str
-
 
 class ImageFolderSource:
     """Samples of an ImageFolder tree; a task is a SourceSample, loading reads the file.
@@ -194,18 +223,22 @@ class ImageFolderSource:
     through :mod:`iotool.storage` with retries (the worker state is the storage config).
     """
 
-    def __init__(self, root: str, config: StorageConfig | None = None):
-        from .. import storage
+    def __init__(self, root: str, config: StorageConfig | None = None, options: "ImageFolderOptions | None" = None):
+        from ... import storage
 
-        self.scan = scan_imagefolder(root, config)
+        self.options = options or ImageFolderOptions()
+        self.scan = scan_imagefolder(root, config, image_extensions(self.options.extensions))
         self.root = self.scan.root
         self.classes = self.scan.classes
         self.class_to_idx = self.scan.class_to_idx
+        self.left_out = self.scan.left_out  # reported in the conversion's summary
         self.config = config if storage.is_url(self.root) else None
 
     def options_dict(self) -> dict[str, Any]:
-        """The source's own options (none), as stored in the metadata."""
-        return {}
+        """The source's own options as stored in the metadata: none unless extensions were added
+        (so that a plain ImageFolder conversion's metadata and resume fingerprint stay as they were)."""
+        added = image_extensions(self.options.extensions)[len(IMG_EXTENSIONS):]
+        return {"extensions": ",".join(added)} if added else {}
 
     def tasks(self) -> Sequence[SourceSample]:
         return self.scan.samples
@@ -217,7 +250,7 @@ class ImageFolderSource:
     def load(state: StorageConfig | None, task: SourceSample) -> tuple[str, str, int, bytes]:
         """(key, path, label, bytes) of one source file."""
         if state is not None:
-            from .. import storage
+            from ... import storage
 
             return task.key, task.path, task.label, storage.read_bytes(
                 task.path, state, MAX_SOURCE_FILE_BYTES, "a source image may have")
@@ -245,49 +278,17 @@ def read_source_file(path: str) -> bytes:
         os.close(fd)
 
 
-class DatasetSource:
-    """Records of an existing iotool dataset; a task is a DatasetTask, loading reads the record."""
+@dataclass(frozen=True)
+class ImageFolderOptions(SourceOptions):
+    """Options of the ImageFolder source: ``extensions`` adds file suffixes to torchvision's
+    (``.avif,.jxl``; the CLI's ``--extensions``)."""
 
-    def __init__(self, path: str, expected_format: str | None = None, config: StorageConfig | None = None):
-        from ..formats import detect_format
+    extensions: str = ""
 
-        spec = detect_format(path, config)
-        if expected_format and spec.name != expected_format:
-            raise UsageError(f"{path!r} holds a {spec.name} dataset, not {expected_format}.")
-        self.reader: "FormatReader" = spec.reader(path, storage=config)
-        self.root = self.reader.path
-        self.classes = self.reader.classes
-        self.class_to_idx = self.reader.class_to_idx
-
-    def options_dict(self) -> dict[str, Any]:
-        """The source's own options (none), as stored in the metadata."""
-        return {}
-
-    def tasks(self) -> Sequence[DatasetTask]:
-        return [DatasetTask(i, key, f"{self.root}#{key}") for i, key in enumerate(self.reader.keys)]
-
-    def worker_state(self) -> "FormatReader":
-        return self.reader
-
-    @staticmethod
-    def load(reader: Any, task: DatasetTask) -> tuple[str, str, int, bytes]:
-        """(key, path, label, bytes) of one stored record."""
-        data, label = reader.read(task.index)
-        return task.key, task.path, label, bytes(data)
+    def __post_init__(self) -> None:
+        image_extensions(self.extensions)  # refuses a bad suffix by name
 
 
-IMAGEFOLDER = "imagefolder"
-SOURCE_KINDS = (IMAGEFOLDER, FOREIGN_KIND)  # the sources that are not iotool formats
-
-
-def open_source(src: str, src_format: str, config: StorageConfig,
-                options: dict[str, Any] | None = None) -> "ImageFolderSource | DatasetSource | TfrecordFilesSource":
-    """The source for ``src``: an ImageFolder root, TFRecord files matched by a pattern (with the
-    source ``options``), or a dataset of format ``src_format``."""
-    if src_format == FOREIGN_KIND:
-        return TfrecordFilesSource(src, options)
-    if options:
-        raise UsageError(f"The {src_format} source takes no source options (given: {', '.join(sorted(options))}).")
-    if src_format == IMAGEFOLDER:
-        return ImageFolderSource(src, config)
-    return DatasetSource(src, src_format, config)
+SOURCE = SourceKind("imagefolder", "a folder per class, as torchvision's ImageFolder reads it",
+                    lambda src, config, options: ImageFolderSource(src, config, options), ImageFolderOptions,
+                    src_help="an ImageFolder root (a path or a listable URL: s3://, gs://)")

@@ -1,0 +1,138 @@
+"""What a source kind declares, and what every opened source provides to the pipeline.
+
+A source kind is one module of this package (or of a plugin package) that defines a
+:class:`SourceKind` named ``SOURCE``; :mod:`iotool.pipeline.sources.registry` finds it. The
+pipeline, the engines and the CLI use only what is declared here, never a kind's name.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Callable, ClassVar, Protocol, Sequence
+
+from ...errors import SourceError, UsageError
+from ...formats import FormatOptions
+from ...storage import StorageConfig
+
+
+@dataclass(frozen=True)
+class SourceOptions(FormatOptions):
+    """A source kind's options (``--src-option KEY=VALUE``): a frozen dataclass, validated in
+    ``__post_init__``; unknown names are refused with the kind's choices, as a format's are.
+    The base class is the options of a kind that takes none."""
+
+    noun: ClassVar[str] = "source"
+
+
+class SourceTask(Protocol):
+    """One unit of work: a worker turns it into one record. ``key`` and ``path`` name it in
+    errors and in the resume fingerprint; the rest is the kind's own (a NamedTuple pickles well)."""
+
+    key: str
+    path: str
+
+
+class Source(Protocol):
+    """An opened source: everything known before conversion (tasks with keys and labels,
+    classes), and how a worker loads one task."""
+
+    root: str
+    classes: list[str]
+    class_to_idx: dict[str, int]
+
+    def options_dict(self) -> dict[str, Any]:
+        """The source's own options as stored in the metadata (empty when it takes none)."""
+
+    def tasks(self) -> Sequence[SourceTask]:
+        """Every task in source order (the order of the records written)."""
+
+    def worker_state(self) -> Any:
+        """What :meth:`load` needs in a worker process (pickled once per worker or Ray task)."""
+
+    @staticmethod
+    def load(state: Any, task: Any) -> tuple[str, str, int, bytes]:
+        """(key, path, label, payload bytes) of one task; raises an IotoolError for a bad one."""
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """A source kind's declaration.
+
+    Attributes:
+        name: the SRC_FORMAT word on the command line, stored in the metadata's ``source_format``.
+        description: one line for help texts.
+        open: ``open(src, config, options)`` returns the opened :class:`Source`; ``options`` is
+            the parsed :attr:`options` instance.
+        options: the typed, frozen options class (unknown options are refused by name).
+        pattern: SRC is a pattern of files (a glob, or a brace pattern) rather than one path;
+            :func:`fixed_prefix` gives the folder it starts in (for the SRC/DST overlap check).
+        src_help: what SRC is, for help texts.
+        extra: the optional dependency the kind needs, as ``(pip extra, (module, ...))``.
+    """
+
+    name: str
+    description: str
+    open: Callable[[str, StorageConfig, Any], Source]
+    options: type[SourceOptions] = SourceOptions
+    pattern: bool = False
+    src_help: str = "a path"
+    extra: tuple[str, tuple[str, ...]] | None = None
+
+    def parse_options(self, given: dict[str, Any] | None) -> SourceOptions:
+        """This kind's typed options; unknown ones are refused, naming the kind's options."""
+        if given and not fields(self.options):
+            raise UsageError(f"The {self.name} source takes no source options (given: {', '.join(sorted(given))}).")
+        return self.options.parse(self.name, given or {})
+
+    def location(self, src: str) -> tuple[str, bool]:
+        """What SRC is compared with DST: the path, or for a pattern the folder it starts in."""
+        return (fixed_prefix(src), True) if self.pattern else (src, False)
+
+    def missing_extra(self) -> str | None:
+        """``pip install 'iotool[<extra>]'`` when a module the kind needs is missing, else None."""
+        if self.extra is None:
+            return None
+        import importlib.util
+
+        name, modules = self.extra
+        for module in modules:
+            try:
+                if importlib.util.find_spec(module) is None:
+                    return f"pip install 'iotool[{name}]'"
+            except (ImportError, ValueError):
+                return f"pip install 'iotool[{name}]'"
+        return None
+
+
+def has_magic(part: str) -> bool:
+    """True when a path component holds glob or brace-pattern characters."""
+    return glob.has_magic(part) or "{" in part
+
+
+def fixed_prefix(pattern: str) -> str:
+    """The folder a file pattern starts in: its components before the first one with a glob
+    or brace character (``.`` when the first one has one)."""
+    parts = os.path.expanduser(pattern).split(os.sep)
+    fixed = next((i for i, part in enumerate(parts) if has_magic(part)), len(parts))
+    return os.sep.join(parts[:fixed]) or "."
+
+
+def common_folder(files: Sequence[str]) -> str:
+    """The folder keys of files are taken relative to: a lone file's folder, else the common path."""
+    return os.path.dirname(files[0]) if len(files) == 1 else os.path.commonpath(files)
+
+
+def read_label_file(path: str, what: str = "label_file") -> list[str]:
+    """Class names, one per line (trailing blank lines dropped); refused unless distinct."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            names = [line.rstrip("\r\n") for line in f.read(1 << 26).splitlines()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{what} {path!r}: cannot be read ({exc}).") from None
+    while names and not names[-1].strip():
+        names.pop()
+    if not names or len(set(names)) != len(names):
+        raise SourceError(f"{what} {path!r}: expected one distinct class name per line.")
+    return names

@@ -1,0 +1,297 @@
+"""The ``parquet`` source: Parquet files in the Hugging Face layout (an image column and a label).
+
+``iotool convert parquet FORMAT 'data/train-*.parquet' DST`` reads every file the glob matches
+(sorted; ``**`` recurses), in row-group batches through pyarrow (``pip install 'iotool[parquet]'``).
+
+Columns (options ``image_column``, ``label_column``): the image is Hugging Face's ``Image`` struct
+``{bytes, path}`` or a plain binary column; the label an integer column (or strings: the classes
+are then the sorted distinct values). Class names come from the ``ClassLabel`` of the features
+Hugging Face stores in the schema metadata (key ``huggingface``), else from ``label_file`` (one
+name per line; line k is label k), else they are the label values ``"0" .. "max"``.
+
+An image stored as a path only (``datasets`` writes local images so) is refused by name unless
+``image_root`` is given: the path, relative or absolute, must then name a file under that folder
+(checked by :mod:`iotool.names`, links included). Keys are ``<file>#<row>`` (file relative to the
+matched files' common folder, row counted over the file).
+
+Bounds: the footer is checked from the file's last 8 bytes before pyarrow parses it, and a row
+group whose image and label columns take more than ``max_row_group_bytes`` (uncompressed, as its
+metadata declares) is refused, naming the file and row group, before any of it is read; a worker
+holds one row group's image column at a time. Workers read the row groups of the records they are
+given, so with N workers a row group may be read up to N times (once per worker).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple, Sequence
+
+from ...errors import FormatError, RecordError, SourceError, UsageError
+from ...names import ALLOWED, inside, name_problem
+from .base import SourceKind, SourceOptions, common_folder, read_label_file
+from .imagefolder import read_source_file
+
+MAGIC = b"PAR1"
+MAX_FOOTER_BYTES = 64 << 20  # a footer (the file's metadata) over this is refused unparsed
+HF_KEY = b"huggingface"
+
+
+@dataclass(frozen=True)
+class ParquetOptions(SourceOptions):
+    """Options of the parquet source (``--src-option KEY=VALUE``)."""
+
+    image_column: str = "image"  # Hugging Face's Image struct {bytes, path}, or a binary column
+    label_column: str = "label"  # integers (ClassLabel) or strings
+    label_file: str | None = None  # class names, one per line (line k = label k), when no HF metadata
+    image_root: str | None = None  # the folder path-only images are read from (never outside it)
+    max_row_group_bytes: int = 1 << 30  # a larger row group (image + label columns) is refused unread
+
+    def __post_init__(self) -> None:
+        if not self.image_column or not self.label_column:
+            raise UsageError("image_column and label_column must name columns, e.g. image, label.")
+        if self.max_row_group_bytes <= 0:
+            raise UsageError(f"max_row_group_bytes={self.max_row_group_bytes}: must be positive.")
+        if self.image_root is not None and not os.path.isdir(self.image_root):
+            raise UsageError(f"image_root={self.image_root!r} is not a folder.")
+
+
+class ParquetRow(NamedTuple):
+    """One row to convert: where it is (file, row group, row within the group) and its label;
+    ``error`` holds why it cannot be converted (None if it can)."""
+
+    key: str
+    path: str
+    group: int
+    row: int
+    label: int
+    error: str | None = None
+
+
+def _open(path: str) -> Any:
+    """The ``pyarrow.parquet.ParquetFile`` of ``path``, after checking its footer's size."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 12:
+                raise SourceError(f"{path}: {size} bytes, too short for a Parquet file.")
+            f.seek(size - 8)
+            tail = f.read(8)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+    footer = int.from_bytes(tail[:4], "little")
+    if tail[4:] != MAGIC:
+        raise SourceError(f"{path}: not a Parquet file (no {MAGIC!r} at its end).")
+    if footer > min(MAX_FOOTER_BYTES, size - 12):
+        raise SourceError(f"{path}: a footer of {footer} bytes (more than the file holds, or than the "
+                          f"{MAX_FOOTER_BYTES} read at most).")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(f"{path}: not a readable Parquet file ({exc}).") from None
+
+
+class ParquetSource:
+    """Rows of the Parquet files matched by a glob pattern; a task is a :class:`ParquetRow`."""
+
+    def __init__(self, pattern: str, options: ParquetOptions | None = None):
+        from ...storage import is_url
+
+        self.options = options or ParquetOptions()
+        if is_url(pattern):
+            raise UsageError(f"{pattern}: the parquet source reads local files; copy them first.")
+        files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
+        if not files:
+            raise SourceError(f"No files match {pattern!r}; give a glob pattern of Parquet files, "
+                              f"e.g. 'data/train-*.parquet' (quoted, so the shell does not expand it).")
+        self.root = pattern
+        self.files = [os.path.abspath(p) for p in files]
+        self.names: list[str] | None = read_label_file(self.options.label_file) if self.options.label_file else None
+        self._tasks = self._scan()
+        if not self._tasks:
+            raise SourceError(f"{pattern}: no rows in {len(self.files)} file(s).")
+
+    def options_dict(self) -> dict[str, Any]:
+        """The options as stored in the metadata."""
+        return asdict(self.options)
+
+    def _columns(self, path: str, pf: Any) -> list[int]:
+        """Check the image and label columns of a file; return the leaf indices they read."""
+        import pyarrow as pa
+
+        schema = pf.schema_arrow
+        opts = self.options
+        for name in (opts.image_column, opts.label_column):
+            if schema.get_field_index(name) < 0:
+                raise SourceError(f"{path}: no column {name!r} (columns: {', '.join(schema.names)[:300]}); "
+                                  f"choose with -s image_column=NAME / -s label_column=NAME.")
+        image = schema.field(opts.image_column).type
+        if not (pa.types.is_binary(image) or pa.types.is_large_binary(image) or
+                (pa.types.is_struct(image) and image.get_field_index("bytes") >= 0)):
+            raise SourceError(f"{path}: column {opts.image_column!r} is {image}, not an image (Hugging Face's "
+                              f"Image struct {{bytes, path}} or binary).")
+        label = schema.field(opts.label_column).type
+        if not (pa.types.is_integer(label) or pa.types.is_string(label) or pa.types.is_large_string(label)):
+            raise SourceError(f"{path}: column {opts.label_column!r} is {label}, not integer or string labels.")
+        if self.names is None:
+            self.names = _hf_names(path, schema, opts.label_column)
+        paths = [pf.metadata.schema.column(j).path for j in range(pf.metadata.num_columns)]
+        return [j for j, p in enumerate(paths)
+                if p == opts.label_column or p == opts.image_column or p.startswith(opts.image_column + ".")]
+
+    def _scan(self) -> list[ParquetRow]:
+        """Read every file's labels (row group by row group, each checked against the bound)."""
+        common = common_folder(self.files)
+        per_file: list[tuple[str, str, list[tuple[int, list]]]] = []
+        for path in self.files:
+            pf = _open(path)
+            leaves = self._columns(path, pf)
+            groups = []
+            for g in range(pf.metadata.num_row_groups):
+                check_group(path, pf, g, leaves, self.options.max_row_group_bytes)
+                labels = pf.read_row_group(g, columns=[self.options.label_column]).column(0).to_pylist()
+                groups.append((g, labels))
+            per_file.append((path, os.path.relpath(path, common).replace(os.sep, "/"), groups))
+        if self.names is None:
+            self.names = _names_from_values([v for _, _, groups in per_file for _, labels in groups for v in labels])
+        self.classes = self.names
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        tasks = []
+        for path, rel, groups in per_file:
+            row = 0
+            for g, labels in groups:
+                for r, value in enumerate(labels):
+                    label, error = self._label(value)
+                    tasks.append(ParquetRow(f"{rel}#{row}", path, g, r, label,
+                                            None if error is None else f"row {row} (row group {g}): {error}"))
+                    row += 1
+        return tasks
+
+    def _label(self, value: Any) -> tuple[int, str | None]:
+        """(class index, None), or (-1, why the value is no label)."""
+        if value is None:
+            return -1, f"no label (null in {self.options.label_column!r})"
+        if isinstance(value, str):
+            index = self.class_to_idx.get(value, -1)
+            return (index, None) if index >= 0 else (-1, f"label {value!r} is not one of the classes")
+        if not 0 <= value < len(self.classes):
+            return -1, f"label {value} is outside the classes (0..{len(self.classes) - 1})"
+        return value, None
+
+    def tasks(self) -> Sequence[ParquetRow]:
+        return self._tasks
+
+    def worker_state(self) -> "RowGroupReader":
+        return RowGroupReader(self.options)
+
+    @staticmethod
+    def load(state: "RowGroupReader", task: ParquetRow) -> tuple[str, str, int, bytes]:
+        """(key, path, label, image bytes) of one row (its row group read once per worker)."""
+        if task.error is not None:
+            raise FormatError(task.error)
+        return task.key, task.path, task.label, state.image(task)
+
+
+def check_group(path: str, pf: Any, group: int, leaves: list[int], bound: int) -> None:
+    """Refuse a row group whose image and label columns declare more than ``bound`` bytes."""
+    meta = pf.metadata.row_group(group)
+    size = sum(meta.column(j).total_uncompressed_size for j in leaves)
+    if size > bound:
+        raise SourceError(f"{path}: row group {group} holds {size} bytes of image and label data, more than "
+                          f"max_row_group_bytes={bound}; rewrite the file with smaller row groups "
+                          f"(pyarrow: row_group_size) or raise the bound (-s max_row_group_bytes=N).")
+
+
+def _hf_names(path: str, schema: Any, column: str) -> list[str] | None:
+    """The ClassLabel names Hugging Face stored for ``column`` in the schema metadata, if any."""
+    raw = (schema.metadata or {}).get(HF_KEY)
+    if raw is None:
+        return None
+    try:
+        info = json.loads(raw)
+        feature = info.get("info", {}).get("features", {}).get(column)
+    except (ValueError, AttributeError):
+        raise SourceError(f"{path}: the {HF_KEY.decode()} schema metadata is not the JSON datasets writes.") from None
+    names = feature.get("names") if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" else None
+    if names is None:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise SourceError(f"{path}: the ClassLabel names of {column!r} are not distinct strings.")
+    return names
+
+
+def _names_from_values(values: list) -> list[str]:
+    """Classes from the label values: sorted distinct strings, or "0" .. the largest integer."""
+    strings = sorted({v for v in values if isinstance(v, str)})
+    if strings:
+        return strings
+    return [str(v) for v in range(max((v for v in values if v is not None and v >= 0), default=-1) + 1)]
+
+
+class RowGroupReader:
+    """A worker's reader: the image column of one row group at a time (the last one asked for)."""
+
+    def __init__(self, options: ParquetOptions):
+        self.options = options
+        self._at: tuple[str, int] | None = None
+        self._images: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_at": None, "_images": None}
+
+    def image(self, task: ParquetRow) -> bytes:
+        """The image bytes of ``task``: stored bytes, or the file its path names under image_root."""
+        if self._at != (task.path, task.group):
+            self._images = None  # one row group held at a time
+            self._images = self._read_group(task.path, task.group)
+            self._at = (task.path, task.group)
+        value = self._images[task.row]
+        if isinstance(value, dict):
+            data, name = value.get("bytes"), value.get("path")
+        else:
+            data, name = value, None
+        if data is not None:
+            return bytes(data)
+        if name is None:
+            raise RecordError(f"row {task.key.rpartition('#')[2]}: no image (null bytes and path)")
+        return self._from_root(task, name)
+
+    def _read_group(self, path: str, group: int) -> list:
+        import pyarrow as pa
+
+        pf = _open(path)
+        opts = self.options
+        leaves = [j for j in range(pf.metadata.num_columns)
+                  if (p := pf.metadata.schema.column(j).path) == opts.image_column or p.startswith(opts.image_column + ".")]
+        try:
+            check_group(path, pf, group, leaves, opts.max_row_group_bytes)
+            return pf.read_row_group(group, columns=[opts.image_column]).column(0).to_pylist()
+        except SourceError as exc:  # the file changed since the scan
+            raise FormatError(str(exc).removeprefix(f"{path}: ")) from None
+        except (pa.ArrowException, OSError) as exc:
+            raise FormatError(f"row group {group}: cannot be read ({exc})") from None
+
+    def _from_root(self, task: ParquetRow, name: str) -> bytes:
+        row = task.key.rpartition("#")[2]
+        root = self.options.image_root
+        if root is None:
+            raise RecordError(f"row {row}: the image is stored as a path only ({name!r}), not as bytes; give "
+                              f"the folder it lies in with -s image_root=DIR (paths may not leave it).")
+        rel = os.path.relpath(name, root) if os.path.isabs(name) else name
+        problem = name_problem(rel.replace(os.sep, "/"))
+        full = inside(root, rel) if problem is None else None
+        if full is None:
+            raise RecordError(f"row {row}: image path {name!r} is not under image_root {root!r}"
+                              f"{f' ({problem})' if problem else ''}; a path must be {ALLOWED} under it.")
+        return read_source_file(full)
+
+
+SOURCE = SourceKind("parquet", "Parquet files in the Hugging Face layout (an Image struct or binary column, a label)",
+                    lambda src, config, options: ParquetSource(src, options), ParquetOptions, pattern=True,
+                    src_help="a quoted glob of Parquet files, e.g. 'data/train-*.parquet'",
+                    extra=("parquet", ("pyarrow",)))

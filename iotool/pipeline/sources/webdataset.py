@@ -1,0 +1,296 @@
+"""The ``webdataset`` source: WebDataset tar shards iotool did not write (no iotool index).
+
+``iotool convert webdataset FORMAT 'shards-{000000..000099}.tar' DST``: SRC is split on ``::``,
+brace patterns are expanded as webdataset (its ``braceexpand``) expands them (``{a,b}``,
+``{000..099}`` zero-padded, ``{a..e}``, ``{0..10..2}``), and each result is a path or a glob.
+
+Samples are grouped as webdataset groups them: the key of a member is its path up to the first
+dot of its base name (``train.v2/n01/img.seg.png`` has key ``train.v2/n01/img`` and extension
+``seg.png``, lower-cased), and consecutive members with the same key in one shard are one
+sample. Members without a dot, and ``__...__`` metadata, are skipped as webdataset skips them;
+directories too. The image is the sample's first member whose extension ends in an image
+extension (torchvision's, as for ImageFolder); the label is the ``label_ext`` member (``cls`` by
+default; ``txt``, or ``json`` with ``label_field``), an integer or, with ``class_list`` (one class
+name per line; line k is class k), a class name. Classes: ``class_list``, else ``"0" .. max``.
+
+Where iotool differs: a link, device or FIFO member is refused by name (webdataset skips it);
+a key met twice (two samples, or a member repeated in a sample) is a bad record, not an
+exception that ends the epoch. Headers are parsed with bounded reads
+(:mod:`.tarmembers`); a label member over :data:`MAX_LABEL_BYTES` and an image over
+:data:`~.imagefolder.MAX_SOURCE_FILE_BYTES` are refused before they are read. A damaged or
+truncated shard is a bad record naming the shard, the byte and the sample it cut off; the
+samples before it convert as usual (``--on-error skip``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple, Sequence
+
+from ...errors import FormatError, SourceError, UsageError
+from .base import SourceKind, SourceOptions, common_folder, read_label_file
+from .imagefolder import IMG_EXTENSIONS, MAX_SOURCE_FILE_BYTES
+from .tarmembers import TarDamage, members
+
+MAX_LABEL_BYTES = 1 << 20
+MAX_SHARDS = 1_000_000  # a brace pattern expanding to more is refused before it is expanded
+IMAGE_EXTS = frozenset(e.lstrip(".") for e in IMG_EXTENSIONS)
+_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
+_META = re.compile(r"__[^/]*__($|/)")
+
+
+@dataclass(frozen=True)
+class WebDatasetOptions(SourceOptions):
+    """Options of the webdataset source (``--src-option KEY=VALUE``)."""
+
+    label_ext: str = "cls"  # the member holding the label: cls, txt, json ...
+    label_field: str | None = None  # a field of a json label member
+    class_list: str | None = None  # class names, one per line: labels may be names, looked up here
+
+    def __post_init__(self) -> None:
+        if not self.label_ext or "/" in self.label_ext:
+            raise UsageError(f"label_ext={self.label_ext!r}: give a member extension, e.g. cls, txt or json.")
+
+
+class WdsSample(NamedTuple):
+    """One sample to convert: its image member's bytes in the shard and its label; ``error``
+    holds why it cannot be converted (None if it can)."""
+
+    key: str
+    path: str
+    offset: int
+    size: int
+    label: int
+    error: str | None = None
+
+
+def split_key(name: str) -> tuple[str, str] | None:
+    """(key, extension) of a member name as webdataset splits it, or None (no dot in the base name)."""
+    found = _KEY.match(name)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def _range(body: str) -> list[str] | None:
+    """The items of a ``{a..b}`` / ``{a..b..step}`` body, or None when it is not a range."""
+    number = re.fullmatch(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?", body)
+    letter = re.fullmatch(r"([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?", body)
+    if not number and not letter:
+        return None
+    first, last, step = (number or letter).groups()
+    step = abs(int(step)) if step and int(step) else 1
+    if letter:
+        a, b = ord(first), ord(last)
+        return [chr(c) for c in (range(a, b + 1, step) if a <= b else range(a, b - 1, -step))]
+    a, b = int(first), int(last)
+    count = abs(b - a) // step + 1
+    if count > MAX_SHARDS:
+        raise SourceError(f"{{{body}}}: {count} names, more than the {MAX_SHARDS} a pattern may expand to.")
+    width = max(len(first), len(last)) if any(len(s.lstrip("-")) > 1 and s.lstrip("-")[0] == "0"
+                                              for s in (first, last)) else 0
+    return [f"{n:0{width}d}" for n in (range(a, b + 1, step) if a <= b else range(a, b - 1, -step))]
+
+
+def _closing(text: str, start: int) -> int:
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return -1
+
+
+def _alternatives(body: str) -> list[str] | None:
+    """The top-level comma-separated items of a brace body, or None when it has no comma."""
+    items, depth, last = [], 0, 0
+    for i, c in enumerate(body):
+        depth += {"{": 1, "}": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            items.append(body[last:i])
+            last = i + 1
+    return items + [body[last:]] if items else None
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """``pattern`` with its brace expressions expanded, in webdataset's order."""
+    search = 0
+    while (start := pattern.find("{", search)) >= 0:
+        end = _closing(pattern, start)
+        if end < 0:
+            break
+        body = pattern[start + 1:end]
+        items = _alternatives(body)
+        items = items if items is not None else _range(body)
+        if items is None:  # a literal brace: look further on
+            search = start + 1
+            continue
+        head, tails = pattern[:start], expand_braces(pattern[end + 1:])
+        out = [head + item + tail for raw in items for item in expand_braces(raw) for tail in tails]
+        if len(out) > MAX_SHARDS:
+            raise SourceError(f"{pattern}: more than the {MAX_SHARDS} names a pattern may expand to.")
+        return out
+    return [pattern]
+
+
+def shard_files(src: str) -> list[str]:
+    """The shards of SRC: ``::``-separated patterns, braces expanded, then each a path or a glob."""
+    from ...storage import is_url
+
+    files, missing = [], []
+    for part in filter(None, src.split("::")):
+        if is_url(part):
+            raise UsageError(f"{part}: the webdataset source reads local shards; copy them first.")
+        for name in expand_braces(os.path.expanduser(part)):
+            if glob.has_magic(name):
+                files += sorted(p for p in glob.glob(name, recursive=True) if os.path.isfile(p))
+            elif os.path.isfile(name):
+                files.append(name)
+            else:
+                missing.append(name)
+    if missing:
+        raise SourceError(f"{len(missing)} shard(s) of {src!r} do not exist: {', '.join(missing[:5])}"
+                          f"{' ...' if len(missing) > 5 else ''}.")
+    if not files:
+        raise SourceError(f"No shards match {src!r}; give tar files as a brace pattern or a glob, e.g. "
+                          f"'shards-{{000000..000099}}.tar' (quoted, so the shell does not expand it).")
+    return [os.path.abspath(p) for p in files]
+
+
+class _Sample:
+    """A sample being grouped while a shard is scanned."""
+
+    def __init__(self, key: str):
+        self.key, self.exts, self.image, self.label_raw, self.error = key, [], None, None, None
+
+
+class WebDatasetSource:
+    """Samples of WebDataset shards; a task is a :class:`WdsSample`."""
+
+    def __init__(self, src: str, options: WebDatasetOptions | None = None):
+        self.options = options or WebDatasetOptions()
+        self.root = src
+        self.files = shard_files(src)
+        self.names = read_label_file(self.options.class_list, "class_list") if self.options.class_list else None
+        self._lookup = {name: i for i, name in enumerate(self.names or [])}
+        common = common_folder(self.files)
+        grouped = [(path, s) for path in self.files for s in self._scan(path, os.path.relpath(path, common))]
+        self._tasks, seen, labels = [], set(), []
+        for path, s in grouped:
+            label, error = (-1, s.error) if s.error else self._label(s)
+            if error is None and s.key in seen:
+                label, error = -1, "the key is used by an earlier sample"
+            seen.add(s.key)
+            labels.append(label)
+            self._tasks.append(WdsSample(s.key, path, *(s.image or (0, 0)), label,
+                                         None if error is None else f"sample {s.key!r}: {error}"))
+        self.classes = self.names if self.names is not None else [str(i) for i in range(max(labels, default=-1) + 1)]
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        if not self._tasks:
+            raise SourceError(f"{src}: no samples in {len(self.files)} shard(s).")
+
+    def options_dict(self) -> dict[str, Any]:
+        """The options as stored in the metadata."""
+        return asdict(self.options)
+
+    def _scan(self, path: str, rel: str) -> list[_Sample]:
+        """The samples of one shard, grouped by key; damage ends the shard as a bad sample."""
+        samples: list[_Sample] = []
+        try:
+            f = open(path, "rb")
+        except OSError as exc:
+            raise SourceError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            try:
+                for m in members(f, size):
+                    self._add(f, m, samples)
+            except TarDamage as exc:
+                last = samples[-1] if samples else None
+                incomplete = last is not None and not last.error and (last.image is None or last.label_raw is None)
+                cut = last if incomplete else None
+                if cut is None:
+                    cut = _Sample(f"{rel.replace(os.sep, '/')}#{exc.offset}")
+                    samples.append(cut)
+                cut.error = f"the shard is damaged at {exc}"
+        return samples
+
+    def _add(self, f: Any, m: Any, samples: list[_Sample]) -> None:
+        """Put one member into its sample (a new one when its key changes)."""
+        if m.kind == "directory" or ("/" not in m.name and m.name.startswith("__") and m.name.endswith("__")) \
+                or _META.match(m.name):
+            return
+        split = split_key(m.name)
+        if split is None:
+            return
+        key, ext = split[0], split[1].lower()
+        if not samples or samples[-1].key != key:
+            samples.append(_Sample(key))
+        s = samples[-1]
+        if s.error:
+            return
+        if m.kind != "file":
+            s.error = f"member {m.name!r} is a {m.kind}; only regular files are read"
+        elif ext in s.exts:
+            s.error = f"member {m.name!r} appears twice in the sample"
+        elif s.image is None and ext.rsplit(".", 1)[-1] in IMAGE_EXTS:
+            if m.size > MAX_SOURCE_FILE_BYTES:
+                s.error = f"member {m.name!r}: {m.size} bytes, more than any image iotool reads"
+            s.image = (m.offset, m.size)
+        elif ext == self.options.label_ext:
+            if m.size > MAX_LABEL_BYTES:
+                s.error = f"label member {m.name!r}: {m.size} bytes, more than the {MAX_LABEL_BYTES} read"
+            else:
+                f.seek(m.offset)
+                s.label_raw = f.read(m.size)
+        s.exts.append(ext)
+
+    def _label(self, s: _Sample) -> tuple[int, str | None]:
+        """(class index, None), or (-1, why the sample has no usable label)."""
+        opts = self.options
+        if s.image is None:
+            return -1, f"no image member (members: {', '.join(s.exts) or 'none'})"
+        if s.label_raw is None:
+            return -1, f"no .{opts.label_ext} label member (members: {', '.join(s.exts)})"
+        try:
+            value: Any = s.label_raw.decode("utf-8").strip()
+            if opts.label_field:
+                value = json.loads(value)[opts.label_field]
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError):
+            return -1, f"the .{opts.label_ext} member holds no label{f' field {opts.label_field!r}' if opts.label_field else ''}"
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            value = int(value)
+        if isinstance(value, str):
+            if self.names is None:
+                return -1, f"label {value[:80]!r} is a class name; give the class list with -s class_list=FILE"
+            index = self._lookup.get(value, -1)
+            return (index, None) if index >= 0 else (-1, f"label {value[:80]!r} is not in the class list")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0 or \
+                (self.names is not None and value >= len(self.names)):
+            return -1, f"label {value!r} is outside the classes"
+        return value, None
+
+    def tasks(self) -> Sequence[WdsSample]:
+        return self._tasks
+
+    def worker_state(self) -> None:
+        return None
+
+    @staticmethod
+    def load(state: None, task: WdsSample) -> tuple[str, str, int, bytes]:
+        """(key, path, label, image bytes) of one sample, read with its size known beforehand."""
+        if task.error is not None:
+            raise FormatError(task.error)
+        with open(task.path, "rb") as f:
+            f.seek(task.offset)
+            data = f.read(task.size)
+        if len(data) != task.size:  # the shard changed since the scan
+            raise FormatError(f"sample {task.key!r}: the shard ends inside its image (byte {task.offset})")
+        return task.key, task.path, task.label, data
+
+
+SOURCE = SourceKind("webdataset", "WebDataset tar shards without an iotool index (webdataset's key grouping)",
+                    lambda src, config, options: WebDatasetSource(src, options), WebDatasetOptions, pattern=True,
+                    src_help="a quoted brace pattern or glob of tar shards, e.g. 'shards-{000000..000099}.tar'")
