@@ -152,8 +152,12 @@ def test_resume_refuses_a_partial_output_of_another_job(fmt, many, tmp_path):
     src, driver = many
     dst = tmp_path / "out"
     assert run_and_kill(driver, src, dst, fmt, 12) == -signal.SIGKILL
-    with pytest.raises(iotool.UsageError, match="different source or with different options"):
+    with pytest.raises(iotool.UsageError, match="different source or with different options") as refused:
         iotool.convert(src, dst, fmt, workers=0, resume=True, validate=False, **unit_options(fmt))
+    assert "is kept" in str(refused.value), str(refused.value)
+    # the refusal loses nothing: the same job then resumes from the killed run's last commit
+    report = iotool.convert(src, dst, fmt, workers=0, resume=True, **unit_options(fmt))
+    assert report.resumed_from >= 100 and report.count == 300 and iotool.verify(dst).ok
 
 
 @pytest.mark.parametrize("fmt", RESUMABLE)

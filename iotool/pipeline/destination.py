@@ -202,6 +202,7 @@ class LocalDestination(Destination):
         self.lock = DestinationLock(dst)
         self.existed = False
         self.leftovers: list[str] = []  # temporaries --resume found and did not adopt: removed by commit
+        self.adopted_from: str | None = None  # the dead run's temporary --resume took over
         self._written = 0
 
     def exists(self) -> bool:
@@ -236,6 +237,7 @@ class LocalDestination(Destination):
             state = self.spec.writer.read_checkpoint(candidate)
             if state is not None:
                 os.rename(candidate, self.work_path)
+                self.adopted_from = candidate
                 break
         self.leftovers = [path for path in found if os.path.lexists(path)]
         if state is None:
@@ -260,13 +262,19 @@ class LocalDestination(Destination):
 
     def abort(self, keep_partial: bool = False) -> str | None:
         """Remove the temporary, or keep it for ``--resume`` when asked to and it holds a commit
-        (one that holds none would be started over anyway)."""
+        (one that holds none would be started over anyway). A kept temporary that this run took
+        over from a dead one goes back under the dead run's name, so that the next ``--resume``
+        finds it even from this same process."""
         try:
             if keep_partial and not self._resumable():
                 keep_partial = False
             if not keep_partial:
                 remove_path(self.work_path)
-            return self.work_path if keep_partial and os.path.lexists(self.work_path) else None
+                return None
+            if self.adopted_from is not None and os.path.lexists(self.work_path):
+                os.rename(self.work_path, self.adopted_from)
+                return self.adopted_from
+            return self.work_path if os.path.lexists(self.work_path) else None
         finally:
             self.lock.release()
 

@@ -35,6 +35,10 @@ class Checkpoint:
                 "skipped": [s for s in self.skipped if s[0] < source_done]}
 
 
+class ResumeMismatch(UsageError):
+    """``--resume`` found a partial output of another job; it is kept, not removed."""
+
+
 def fingerprint(src_format: str, root: str, tasks: Sequence, options: dict[str, Any], fmt: str) -> str:
     """Identifies the job: a partial output is resumed only by the same job."""
     keys = [t.key for t in tasks]
@@ -45,8 +49,9 @@ def fingerprint(src_format: str, root: str, tasks: Sequence, options: dict[str, 
 def restore(writer: FormatWriter, checkpoint: Checkpoint, state: dict[str, Any]) -> None:
     """Check that the partial output belongs to this job and continue from its checkpoint."""
     if state.get("fingerprint") != checkpoint.fingerprint:
-        raise UsageError("The partial output was made from a different source or with different options; "
-                         "run again without --resume to start over.")
+        raise ResumeMismatch("The partial output was made from a different source or with different options; "
+                             "it is kept: resume it with the source and options it was made with, or run "
+                             "again without --resume to start over.")
     checkpoint.source_done, checkpoint.count = state["source_done"], state["count"]
     checkpoint.skipped = list(state["skipped"])
     writer.resume(state)

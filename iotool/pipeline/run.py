@@ -21,6 +21,7 @@ from .destination import Destination, LocalDestination, UrlDestination
 from .overwrite import check_apart
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
 from .prepare import PayloadOptions
+from .resume import ResumeMismatch
 from .sources import DEFAULT_SOURCE, get_source, open_source
 
 __all__ = ["ConversionReport", "Progress", "convert"]
@@ -163,8 +164,8 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
         bytes_out = dest.commit(result.units, result.units_bytes)
     except BaseException as exc:
         disk = isinstance(exc, OSError)
-        keep = (disk or isinstance(exc, KeyboardInterrupt)) and job.resume and runner.keeps_partial \
-            and job.spec.resumable
+        keep = (disk or isinstance(exc, (KeyboardInterrupt, ResumeMismatch))) and job.resume \
+            and runner.keeps_partial and job.spec.resumable
         written = dest.written()
         kept = dest.abort(keep_partial=keep)
         if isinstance(exc, KeyboardInterrupt):
