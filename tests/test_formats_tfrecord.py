@@ -394,3 +394,12 @@ def test_tar_converts_to_tfrecord_and_back(source, tmp_path):
     iotool.convert(tmp_path / "tf", tmp_path / "h5", "hdf5", src_format=FMT, workers=0)
     a, b = iotool.open_reader(tmp_path / "tar"), iotool.open_reader(tmp_path / "h5")
     assert (list(a.keys), list(a.labels), list(a.checksums)) == (list(b.keys), list(b.labels), list(b.checksums))
+
+
+def test_one_huge_label_does_not_make_a_billion_classes(tmp_path):
+    images = [(make_image(i), label, f"x{i}.JPEG") for i, label in enumerate([1, 1 << 40, 2])]
+    _write_foreign(tmp_path / "f", [images])
+    report = iotool.convert(str(tmp_path / "f" / "*"), tmp_path / "o", "lmdb", workers=0, src_format="tfrecord-files",
+                            on_error="skip")
+    assert iotool.open_reader(tmp_path / "o").classes == ["1", "2"]
+    assert [s.key for s in report.skipped] == ["x1.JPEG"] and "give the class names" in report.skipped[0].reason

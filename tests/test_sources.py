@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from .conftest import write_tree
+from .conftest import SAMPLE, write_tree
 
 from iotool.errors import SourceError, UsageError
 from iotool.pipeline.sources import IMG_EXTENSIONS, scan_imagefolder
@@ -115,6 +115,10 @@ def test_registry_lists_kinds_then_formats_and_refuses_unknown_names():
     assert "filelist" in kinds  # the plugin of tests/plugins, through the iotool.sources entry point
     assert source_choices() == [*kinds, *format_names()]
     assert get_source("lmdb").name == "lmdb"  # every format is a source (an existing dataset)
+    from iotool.pipeline.sources import open_source
+    from iotool.storage import StorageConfig
+
+    assert open_source(str(SAMPLE), "imagefolder", StorageConfig()).classes == ["cat", "coffee", "space"]
     with pytest.raises(UsageError) as err:
         get_source("nope")
     assert "'nope'" in str(err.value) and "imagefolder" in str(err.value) and "filelist" in str(err.value)

@@ -155,3 +155,13 @@ def test_columns_are_checked_by_name(tmp_path):
     with pytest.raises(IotoolError, match="The parquet source has no option image_col; its options: image_column"):
         iotool.convert(str(tmp_path / "c.parquet"), tmp_path / "o", "lmdb", src_format="parquet",
                        source_options={"image_col": "img"})
+
+
+def test_one_huge_label_does_not_make_a_billion_classes(tmp_path):
+    table = pa.table({"image": pa.array([make_image(i, (16, 16)) for i in range(3)], pa.binary()),
+                      "label": pa.array([0, 1 << 40, 1], pa.int64())})
+    pq.write_table(table, tmp_path / "l.parquet")
+    report = iotool.convert(str(tmp_path / "l.parquet"), tmp_path / "o", "lmdb", src_format="parquet", workers=0,
+                            on_error="skip")
+    assert open_reader(tmp_path / "o").classes == ["0", "1"]
+    assert [s.key for s in report.skipped] == ["l.parquet#1"] and "give the class names" in report.skipped[0].reason

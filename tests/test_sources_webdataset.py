@@ -166,3 +166,10 @@ def test_missing_shards_and_unknown_options_are_named(tmp_path):
     with pytest.raises(iotool.UsageError, match="The webdataset source has no option label; its options: label_ext"):
         iotool.convert(str(tmp_path / "shards" / "*.tar"), tmp_path / "o", "lmdb", src_format="webdataset",
                        source_options={"label": "cls"})
+
+
+def test_one_huge_label_does_not_make_a_billion_classes(tmp_path):
+    pattern = write_shards(tmp_path / "shards", [sample(0, cls=0), sample(1, cls=1 << 40), sample(2, cls=1)], 10)
+    report = iotool.convert(pattern, tmp_path / "o", "lmdb", src_format="webdataset", workers=0, on_error="skip")
+    assert open_reader(tmp_path / "o").classes == ["0", "1"]
+    assert [s.key for s in report.skipped] == ["s0001"] and "give the class names" in report.skipped[0].reason

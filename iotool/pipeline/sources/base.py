@@ -17,6 +17,25 @@ from ...formats import FormatOptions
 from ...storage import StorageConfig
 
 
+MAX_VALUE_CLASSES = 1 << 20  # classes made from label values ("0" .. the largest): a larger label is a bad record
+
+
+def value_classes(labels: Sequence[int], first: int = 0) -> list[str]:
+    """Class names from integer class indices when no names are given: ``str(first + i)`` for
+    i in 0 .. the largest index under :data:`MAX_VALUE_CLASSES` (one hostile label may not make
+    a billion classes)."""
+    top = max((v for v in labels if v is not None and 0 <= v < MAX_VALUE_CLASSES), default=-1)
+    return [str(first + i) for i in range(top + 1)]
+
+
+def too_large(index: int) -> str | None:
+    """Why a class index cannot get a class made from its value, or None."""
+    if index >= MAX_VALUE_CLASSES:
+        return (f"label {index} is over the {MAX_VALUE_CLASSES} classes made from label values; "
+                f"give the class names (a label file)")
+    return None
+
+
 @dataclass(frozen=True)
 class SourceOptions(FormatOptions):
     """A source kind's options (``--src-option KEY=VALUE``): a frozen dataclass, validated in

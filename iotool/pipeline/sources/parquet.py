@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, Sequence
 
 from ...errors import FormatError, RecordError, SourceError, UsageError
 from ...names import ALLOWED, inside, name_problem
-from .base import SourceKind, SourceOptions, common_folder, read_label_file
+from .base import SourceKind, SourceOptions, common_folder, read_label_file, too_large, value_classes
 from .imagefolder import read_source_file
 
 MAGIC = b"PAR1"
@@ -149,14 +149,11 @@ class ParquetSource:
         common = common_folder(self.files)
         per_file: list[tuple[str, str, list[tuple[int, list]]]] = []
         for path in self.files:
-            pf = _open(path)
-            leaves = self._columns(path, pf)
-            groups = []
-            for g in range(pf.metadata.num_row_groups):
-                check_group(path, pf, g, leaves, self.options.max_row_group_bytes)
-                labels = pf.read_row_group(g, columns=[self.options.label_column]).column(0).to_pylist()
-                groups.append((g, labels))
+            with _open(path) as pf:
+                leaves = self._columns(path, pf)
+                groups = [(g, self._labels(path, pf, g, leaves)) for g in range(pf.metadata.num_row_groups)]
             per_file.append((path, os.path.relpath(path, common).replace(os.sep, "/"), groups))
+        self._derived = self.names is None  # the classes are made from the label values
         if self.names is None:
             self.names = _names_from_values([v for _, _, groups in per_file for _, labels in groups for v in labels])
         self.classes = self.names
@@ -172,6 +169,16 @@ class ParquetSource:
                     row += 1
         return tasks
 
+    def _labels(self, path: str, pf: Any, group: int, leaves: list[int]) -> list:
+        """The label column of one row group, after checking the group against the bound."""
+        import pyarrow as pa
+
+        check_group(path, pf, group, leaves, self.options.max_row_group_bytes)
+        try:
+            return pf.read_row_group(group, columns=[self.options.label_column]).column(0).to_pylist()
+        except (pa.ArrowException, OSError) as exc:
+            raise SourceError(f"{path}: row group {group} cannot be read ({exc}).") from None
+
     def _label(self, value: Any) -> tuple[int, str | None]:
         """(class index, None), or (-1, why the value is no label)."""
         if value is None:
@@ -180,7 +187,8 @@ class ParquetSource:
             index = self.class_to_idx.get(value, -1)
             return (index, None) if index >= 0 else (-1, f"label {value!r} is not one of the classes")
         if not 0 <= value < len(self.classes):
-            return -1, f"label {value} is outside the classes (0..{len(self.classes) - 1})"
+            return -1, (too_large(value) if self._derived else None) or \
+                f"label {value} is outside the classes (0..{len(self.classes) - 1})"
         return value, None
 
     def tasks(self) -> Sequence[ParquetRow]:
@@ -228,9 +236,7 @@ def _hf_names(path: str, schema: Any, column: str) -> list[str] | None:
 def _names_from_values(values: list) -> list[str]:
     """Classes from the label values: sorted distinct strings, or "0" .. the largest integer."""
     strings = sorted({v for v in values if isinstance(v, str)})
-    if strings:
-        return strings
-    return [str(v) for v in range(max((v for v in values if v is not None and v >= 0), default=-1) + 1)]
+    return strings or value_classes([v for v in values if isinstance(v, int)])
 
 
 class RowGroupReader:
@@ -264,16 +270,18 @@ class RowGroupReader:
     def _read_group(self, path: str, group: int) -> list:
         import pyarrow as pa
 
-        pf = _open(path)
         opts = self.options
-        leaves = [j for j in range(pf.metadata.num_columns)
-                  if (p := pf.metadata.schema.column(j).path) == opts.image_column or p.startswith(opts.image_column + ".")]
         try:
-            check_group(path, pf, group, leaves, opts.max_row_group_bytes)
-            return pf.read_row_group(group, columns=[opts.image_column]).column(0).to_pylist()
+            pf = _open(path)
+            leaves = [j for j in range(pf.metadata.num_columns)
+                      if (p := pf.metadata.schema.column(j).path) == opts.image_column
+                      or p.startswith(opts.image_column + ".")]
+            with pf:
+                check_group(path, pf, group, leaves, opts.max_row_group_bytes)
+                return pf.read_row_group(group, columns=[opts.image_column]).column(0).to_pylist()
         except SourceError as exc:  # the file changed since the scan
             raise FormatError(str(exc).removeprefix(f"{path}: ")) from None
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, IndexError) as exc:
             raise FormatError(f"row group {group}: cannot be read ({exc})") from None
 
     def _from_root(self, task: ParquetRow, name: str) -> bytes:

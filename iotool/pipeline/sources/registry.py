@@ -87,8 +87,11 @@ def get_source(name: str) -> SourceKind:
     return _loaded[name]
 
 
-def open_source(src: str, kind: SourceKind, config: StorageConfig, options: dict[str, Any] | None = None) -> Source:
-    """Open ``src`` as a source of ``kind`` with its ``options`` (refused by name when unknown)."""
+def open_source(src: str, kind: SourceKind | str, config: StorageConfig,
+                options: dict[str, Any] | None = None) -> Source:
+    """Open ``src`` as a source of ``kind`` (or the kind of that name) with its ``options``
+    (refused by name when unknown)."""
+    kind = get_source(kind) if isinstance(kind, str) else kind
     parsed = kind.parse_options(options)
     missing = kind.missing_extra()
     if missing:

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Sequence
 
 from ...errors import FormatError, SourceError, UsageError
 from ...formats import tfrecord as tfr  # its public reading API only: scan, unframe, decode_example, ...
-from .base import SourceKind, SourceOptions, common_folder, read_label_file
+from .base import SourceKind, SourceOptions, common_folder, read_label_file, too_large, value_classes
 
 SOURCE_KIND = "tfrecord-files"
 
@@ -81,8 +81,7 @@ class TfrecordFilesSource:
         self.names = self._label_names()
         labels: list[int] = []
         self._tasks = self._scan(labels)
-        self.classes = self.names if self.names is not None else \
-            [str(v + self.options.label_offset) for v in range(max(labels, default=-1) + 1)]
+        self.classes = self.names if self.names is not None else value_classes(labels, self.options.label_offset)
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         if not self._tasks:
             raise SourceError(f"{pattern}: no records in {len(self.files)} file(s).")
@@ -140,6 +139,8 @@ class TfrecordFilesSource:
         if value is None:
             return key, -1, f"no {opts.label_key!r} int64 feature"
         index = value - opts.label_offset
+        if self.names is None and too_large(index):
+            return key, -1, too_large(index)
         if index < 0 or (self.names is not None and index >= len(self.names)):
             known = f"{opts.label_offset}..{opts.label_offset + len(self.names) - 1}" if self.names is not None \
                 else f"{opts.label_offset} or more"

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple, Sequence
 
 from ...errors import FormatError, SourceError, UsageError
-from .base import SourceKind, SourceOptions, common_folder, read_label_file
+from .base import SourceKind, SourceOptions, common_folder, read_label_file, too_large, value_classes
 from .imagefolder import IMG_EXTENSIONS, MAX_SOURCE_FILE_BYTES
 from .tarmembers import TarDamage, members
 
@@ -186,7 +186,7 @@ class WebDatasetSource:
             labels.append(label)
             self._tasks.append(WdsSample(s.key, path, *(s.image or (0, 0)), label,
                                          None if error is None else f"sample {s.key!r}: {error}"))
-        self.classes = self.names if self.names is not None else [str(i) for i in range(max(labels, default=-1) + 1)]
+        self.classes = self.names if self.names is not None else value_classes(labels)
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         if not self._tasks:
             raise SourceError(f"{src}: no samples in {len(self.files)} shard(s).")
@@ -270,6 +270,8 @@ class WebDatasetSource:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0 or \
                 (self.names is not None and value >= len(self.names)):
             return -1, f"label {value!r} is outside the classes"
+        if self.names is None and too_large(value):
+            return -1, too_large(value)
         return value, None
 
     def tasks(self) -> Sequence[WdsSample]:
