@@ -12,7 +12,7 @@ from ...errors import FormatError
 from .pages import ValueBounds
 
 
-MAP_BYTES = 1 << 16  # a value this large is mapped (shared by every process), a smaller one copied
+MAP_BYTES = 1 << 14  # a value this large is mapped (shared by every process), a smaller one copied
 
 # One read-only environment per process and path: py-lmdb refuses to open the same
 # environment twice in a process, and a forked child must not use its parent's handle.
