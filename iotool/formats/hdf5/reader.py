@@ -290,7 +290,7 @@ class _Payload:
             raise FormatError(f"{self.path}: record {index}: {exc}.") from None
 
 
-def _decreasing(offsets: np.ndarray, block: int = 1 << 20) -> bool:
+def _decreasing(offsets: np.ndarray, block: int = 1 << 16) -> bool:
     """Whether ``offsets`` ever decreases, checked a block at a time (no column-sized temporary)."""
     for start in range(0, len(offsets) - 1, block):
         if np.any(np.diff(offsets[start:start + block + 1]) < 0):

@@ -28,7 +28,8 @@ STAGE_BLOCK = 1 << 16  # records copied per write
 
 
 class Hdf5Writer(FormatWriter):
-    """Appends payloads to one chunked byte array and records in batches to resizable columns."""
+    """Appends payloads to one chunked byte array, keys in batches to a resizable column, and the
+    other index columns to temporary files copied into contiguous datasets at the end."""
 
     def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
         super().__init__(path, options, hooks)
