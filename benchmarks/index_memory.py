@@ -7,9 +7,15 @@ Each measurement runs in a fresh interpreter, so nothing is shared with earlier 
 cache. A row "empty" measures workers of a trivial dataset (no index at all): the floor that a
 worker's USS is compared with. Build large datasets with ``benchmarks/scale_index.py``.
 
+A second table puts the formats side by side: for each dataset, the open time and how far its
+worker's USS lies above that of the smallest dataset of the same format measured in the same run
+(pass a 1,000-record dataset of each format for the comparison the docs make).
+
 Example:
 
     python benchmarks/index_memory.py /tmp/in1k-v1 /tmp/in1k /tmp/small --workers 2 --json index_memory.json
+    python benchmarks/index_memory.py /tmp/in1k /tmp/small /tmp/in1k.lmdb /tmp/small.lmdb /tmp/in1k.hdf5 \
+        /tmp/small.hdf5 --workers 2
 """
 
 from __future__ import annotations
@@ -95,6 +101,25 @@ def row(r: dict) -> str:
             f"{worst['rss']:>8.0f} {worst['pss']:>8.0f} {worst['uss']:>8.0f}")
 
 
+def worst_uss(r: dict) -> float:
+    return max((m["uss"] for m in r["workers"]), default=0.0)
+
+
+def compare_formats(results: list[dict]) -> list[dict]:
+    """Each dataset's open time and worker USS above the smallest dataset of its format (same
+    start method); sets ``uss_above_smallest`` on the results and returns the rows printed."""
+    rows = []
+    for r in results:
+        if r["path"] == "empty":
+            continue
+        same = [o for o in results if o.get("format") == r["format"] and o["context"] == r["context"]]
+        smallest = min(same, key=lambda o: o["records"])
+        r["uss_above_smallest"] = round(worst_uss(r) - worst_uss(smallest), 1)
+        rows.append({"format": r["format"], "path": r["path"], "context": r["context"], "records": r["records"],
+                     "open_s": r["open_s"], "smallest": smallest["records"], "above": r["uss_above_smallest"]})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="datasets (and 'empty' is always measured too)")
@@ -107,10 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     print(f"{'dataset':>14} {'start':>6} {'records':>11} {'open s':>7} {'1st s':>7} {'main RSS':>8} "
           f"{'main USS':>8} {'wkr RSS':>8} {'wkr PSS':>8} {'wkr USS':>8}   (MiB; the worker with most USS)")
+    from iotool.formats import detect_format
+
+    formats = {path: detect_format(path).name for path in args.paths}
     for context in args.contexts.split(","):
         for path in ["empty", *args.paths]:
-            results.append(measure(path, context, args))
+            results.append({**measure(path, context, args), "format": formats.get(path, "none")})
             print(row(results[-1]), flush=True)
+    print(f"\n{'format':>8} {'dataset':>14} {'start':>6} {'records':>11} {'open s':>7} {'wkr USS above':>14}"
+          f"   (MiB above the smallest dataset of the format)")
+    for c in compare_formats(results):
+        print(f"{c['format']:>8} {os.path.basename(c['path'].rstrip('/')):>14} {c['context']:>6} {c['records']:>11,} "
+              f"{c['open_s']:>7.2f} {c['above']:>+14.1f}   (vs {c['smallest']:,})")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(results, f, indent=2)

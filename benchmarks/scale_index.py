@@ -1,6 +1,6 @@
-"""Build a valid sharded dataset of N records quickly, to measure the index at ImageNet scale.
+"""Build a valid dataset of N records quickly, to measure the index at ImageNet scale.
 
-Writing 14 million real records would take hours and tens of GB. Instead the format's own writer
+Writing 14 million real images would take hours and terabytes. For ``tar`` the format's own writer
 (:class:`iotool.formats.tar.TarWriter`) writes one real shard of ``--shard-size`` tiny JPEG
 records (and one more for the remainder), every other shard is a hard link to the first, and the
 index is written through the format's own index API (column files with
@@ -9,9 +9,15 @@ keys, the real member keys, labels, checksums and byte locations of the shard ea
 The result opens, iterates and passes ``iotool verify`` like any tar dataset; it uses a few MB for
 the shards plus the index columns (about 130 bytes a record).
 
+For ``lmdb`` and ``hdf5`` (one container, no shards to link) the format's own writer
+(:class:`iotool.formats.lmdb.LmdbWriter`, :class:`iotool.formats.hdf5.Hdf5Writer`) writes every
+record, each the same tiny JPEG under its own key: about 0.8 KB a record on disk.
+
 Example:
 
     python benchmarks/scale_index.py tar /tmp/in1k --records 1281167
+    python benchmarks/scale_index.py lmdb /tmp/in1k.lmdb --records 1281167
+    python benchmarks/scale_index.py hdf5 /tmp/in1k.h5 --records 1281167
     python benchmarks/scale_index.py tar /tmp/in22k --records 14000000
     python benchmarks/scale_index.py tar /tmp/in1k-v1 --records 1281167 --index-version 1
 """
@@ -50,12 +56,30 @@ def tiny_jpeg() -> bytes:
     return buf.getvalue()
 
 
-def meta_for(count: int, shard_size: int) -> DatasetMeta:
+def meta_for(count: int, shard_size: int | None, fmt: str = "tar") -> DatasetMeta:
     classes = [f"n{c:08d}" for c in range(CLASSES)]
-    return DatasetMeta(format="tar", format_version=get_format("tar").reader.format_versions[-1], classes=classes,
+    options = {"source": "benchmarks/scale_index.py"}
+    if fmt == "tar":
+        options.update(shard_size=shard_size, shard_bytes=None)
+    return DatasetMeta(format=fmt, format_version=get_format(fmt).reader.format_versions[-1], classes=classes,
                        class_to_idx={c: i for i, c in enumerate(classes)}, count=count,
-                       options={"source": "benchmarks/scale_index.py", "shard_size": shard_size,
-                                "shard_bytes": None}, created_by=f"iotool {iotool.__version__}")
+                       options=options, created_by=f"iotool {iotool.__version__}")
+
+
+def build_container(fmt: str, dst: Path, records: int) -> None:
+    """Write ``records`` records into ``dst`` through the writer of ``fmt`` (lmdb or hdf5)."""
+    spec = get_format(fmt)
+    payload = tiny_jpeg()
+    digest = checksum(payload)
+    writer = spec.writer(str(dst), spec.options())
+    try:
+        for i in range(records):
+            key = f"n{i % CLASSES:08d}/img_{i:08d}.jpg"
+            writer.add(Record(i, key, i % CLASSES, payload, "jpg", digest, position=i))
+        writer.finish(meta_for(records, None, fmt))
+    except BaseException:
+        writer.abort()
+        raise
 
 
 def real_shard(folder: Path, first: int, count: int, payload: bytes) -> dict:
@@ -115,20 +139,27 @@ def downgrade(dst: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("format", choices=["tar"], help="the format to build (tar: the sharded format)")
+    parser.add_argument("format", choices=["tar", "lmdb", "hdf5"], help="the format to build")
     parser.add_argument("dst", type=Path)
     parser.add_argument("--records", type=int, default=1_281_167)
-    parser.add_argument("--shard-size", type=int, default=1000)
+    parser.add_argument("--shard-size", type=int, default=1000, help="tar only")
     parser.add_argument("--index-version", type=int, choices=[1, 2], default=2,
-                        help="1: the old index.json with JSON lists, for comparison")
+                        help="tar only; 1: the old index.json with JSON lists, for comparison")
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     if args.dst.exists():
         if not args.overwrite:
             print(f"{args.dst} exists; pass --overwrite", file=sys.stderr)
             return 2
-        shutil.rmtree(args.dst)
+        shutil.rmtree(args.dst) if args.dst.is_dir() else args.dst.unlink()
     start = time.perf_counter()
+    if args.format != "tar":
+        build_container(args.format, args.dst, args.records)
+        files = [p for p in args.dst.iterdir()] if args.dst.is_dir() else [args.dst]
+        print(f"{args.dst}: {args.records:,} records, {args.format} format version "
+              f"{get_format(args.format).reader.format_versions[-1]}, "
+              f"{sum(p.stat().st_size for p in files) / 2**20:.1f} MiB, built in {time.perf_counter() - start:.1f} s")
+        return 0
     build(args.dst, args.records, args.shard_size)
     if args.index_version == 1:
         downgrade(args.dst)

@@ -194,6 +194,13 @@ def test_scale_index_builds_a_dataset_that_opens_and_verifies(tmp_path):
         assert iotool.verify(dst).ok
         ds = iotool.open_dataset(dst, decoder=None)
         assert len(ds) == 25 and sum(1 for _ in ds) == 25
+    for fmt in ("lmdb", "hdf5"):  # every record written by the format's own writer
+        dst = tmp_path / f"d.{fmt}"
+        proc = run_script("scale_index.py", fmt, dst, "--records", "25")
+        assert f"25 records, {fmt} format version" in proc.stdout
+        assert iotool.verify(dst).ok
+        ds = iotool.open_dataset(dst, decoder=None)
+        assert len(ds) == 25 and ds[24][1] == 24
 
 
 @smoke("convert.py")
@@ -225,12 +232,15 @@ def test_index_memory_measures_the_main_process_and_each_worker(tmp_path):
     root = tmp_path / "src"
     write_tree(root, {"a": 4, "b": 4}, seed=8)
     iotool.convert(root, tmp_path / "d.lmdb", "lmdb", workers=0)
+    iotool.convert(root, tmp_path / "d.h5", "hdf5", workers=0)
     out = tmp_path / "index.json"
-    run_script("index_memory.py", tmp_path / "d.lmdb", "--workers", "1", "--records", "2", "--batch-size", "2",
-               "--contexts", "fork", "--json", out)
+    proc = run_script("index_memory.py", tmp_path / "d.lmdb", tmp_path / "d.h5", "--workers", "1", "--records", "2",
+                      "--batch-size", "2", "--contexts", "fork", "--json", out)
     rows = json.loads(out.read_text())
-    assert [r["path"] for r in rows] == ["empty", str(tmp_path / "d.lmdb")]
+    assert [r["path"] for r in rows] == ["empty", str(tmp_path / "d.lmdb"), str(tmp_path / "d.h5")]
     assert all(len(r["workers"]) == 1 and r["main"]["rss"] > 0 and r["workers"][0]["uss"] > 0 for r in rows)
+    assert [r["format"] for r in rows] == ["none", "lmdb", "hdf5"]  # side by side, each against its own
+    assert rows[1]["uss_above_smallest"] == rows[2]["uss_above_smallest"] == 0 and "wkr USS above" in proc.stdout
 
 
 @smoke("loader.py")

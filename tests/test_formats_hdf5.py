@@ -24,7 +24,9 @@ def test_layout_with_plain_h5py(imagefolder, tmp_path):
     with h5py.File(dst, "r") as f:
         meta = json.loads(f.attrs["iotool_meta"])
         assert meta["format"] == "hdf5" and meta["count"] == 13 and meta["classes"] == ["ant", "bee", "cat"]
-        assert meta["format_version"] == 3
+        assert meta["format_version"] == 4
+        for name in ("labels", "checksums", "shapes", "offsets"):  # contiguous: mapped by readers (version 4)
+            assert f[name].chunks is None and f[name].id.get_offset() is not None
         assert f["labels"].shape == f["keys"].shape == f["checksums"].shape == (13,)
         assert f["shapes"].shape == (13, 2) and f["shapes"].dtype == np.dtype("<i4")  # (height, width)
         offsets = f["offsets"][:]

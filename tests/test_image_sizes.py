@@ -164,7 +164,7 @@ def test_datasets_written_before_fall_back_to_the_headers(fmt, varied, tmp_path)
     recorded = iotool.open_reader(dst).image_sizes()
     _as_previous_version(fmt, dst)
     reader = iotool.open_reader(dst)
-    assert reader.meta.format_version == reader.format_versions[-2]
+    assert reader.meta.format_version == (2 if fmt == "hdf5" else reader.format_versions[-2])  # hdf5 3: /shapes
     assert np.array_equal(_check(reader), recorded)
     assert iotool.verify(dst).ok
     if fmt in SHARDED:  # and the version before that: columns as JSON lists in index.json

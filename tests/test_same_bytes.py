@@ -34,9 +34,11 @@ SOURCE_PLACEHOLDER = "<source>"
 # lmdb, hdf5 and tar: re-recorded when their format versions (3) added each record's decoded
 # (height, width) to the index (__iotool_shapes__, /shapes, index.shapes.npy); the payload
 # records, /images and the tar shards are unchanged (PAYLOAD_EXPECTED still holds).
+# hdf5: re-recorded when format version 4 stored /labels, /checksums and /shapes contiguous (so
+# readers map them): only the metadata's format_version changed; every dataset's contents did not.
 EXPECTED = {
     "lmdb": "e4c422e2a1a3d5e8fefcea64c0d923ad9a974b5a9ed45b240d5826d1520c32f6",
-    "hdf5": "b7285312eda17f9744369374925b8f53e8626d8e1b308699fbba4bb91309a6f4",
+    "hdf5": "255d0bb056a00474546e7b246dfd058637df941cf66fd79fde9459b68340688f",
     "tar": "5bb70fc5b2d44b5baa62deb834688b71f24921f03679cb22b790ec99a2921ac4",
     "bmp": "58038fefed91199aa19cd7d14fcd2090237a5fb3f2708afdb0019e0abc2aaf08",
 }

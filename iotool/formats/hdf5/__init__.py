@@ -1,13 +1,14 @@
 """HDF5 format: one file with every payload concatenated in one byte array, plus index columns.
 
-Layout (version 3, all readable with plain h5py)::
+Layout (version 4, all readable with plain h5py)::
 
     /images      (total bytes,) uint8, chunked, unfiltered   every payload, unchanged, back to back
     /offsets     (N + 1,) int64      record i is images[offsets[i]:offsets[i + 1]]
-    /labels      (N,) int64
+    /labels      (N,) int64, contiguous (version 4; chunked before)
     /keys        (N,) variable-length UTF-8 strings (relative source paths)
-    /checksums   (N,) 64-byte ASCII hex SHA-256
-    /shapes      (N, 2) int32        decoded (height, width); [0, 0]: header unreadable (version 3)
+    /checksums   (N,) 64-byte ASCII hex SHA-256, contiguous (version 4)
+    /shapes      (N, 2) int32        decoded (height, width); [0, 0]: header unreadable (version 3),
+                                     contiguous (version 4)
     attrs["iotool_meta"]        the metadata JSON
     attrs["iotool_integrity"]   SHA-256 digests of the metadata and the index columns
 
@@ -16,6 +17,7 @@ chunk of ``/images`` to its place in the file once per process (``H5Dchunk_iter`
 bytes itself instead of slicing through h5py or reading the variable-length elements of
 version 1 (still read); the measured difference is in docs/performance.md. A file whose ``/images`` was rewritten with
 filters (say, ``h5repack`` with compression) is read through h5py instead, from stored chunks only.
+Contiguous index columns are mapped from the file, shared by every process (mapped.py).
 A column kept outside the file (external storage, a virtual dataset, a soft or external link, a
 filter only a plugin decodes) is refused at open and by ``verify`` (see storage.py).
 """

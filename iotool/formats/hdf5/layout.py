@@ -7,7 +7,7 @@ import numpy as np
 
 from ..sharded.index import canonical_json, sha256_hex
 
-FORMAT_VERSION = 3  # 3: /shapes; 2: /images one byte array with /offsets
+FORMAT_VERSION = 4  # 4: /labels, /checksums, /shapes contiguous (mapped); 3: /shapes; 2: /images + /offsets
 VLEN_VERSION = 1  # /images as (N,) variable-length uint8; read, no longer written
 META_ATTR = "iotool_meta"
 INTEGRITY_ATTR = "iotool_integrity"

@@ -17,6 +17,7 @@ from ..shapes import recorded_sizes
 from ..sharded.columns import AsciiColumn, IntColumn, LazyColumn
 from ..sharded.index import sha256_hex
 from .layout import FORMAT_VERSION, INTEGRITY_ATTR, META_ATTR, VLEN_VERSION, column_digests
+from .mapped import mapped_column
 from .storage import check_columns
 
 # What h5py raises on a damaged or crafted file (a bad B-tree, heap or message): never to the user.
@@ -85,7 +86,7 @@ class Hdf5Reader(FormatReader):
     """Map-style reader; the h5py file and the payload file open lazily, once per process (never across a fork)."""
 
     format_name = "hdf5"
-    format_versions = (VLEN_VERSION, 2, FORMAT_VERSION)
+    format_versions = (VLEN_VERSION, 2, 3, FORMAT_VERSION)
 
     def _file(self) -> h5py.File:
         pid = os.getpid()
@@ -107,6 +108,13 @@ class Hdf5Reader(FormatReader):
         if expected >= 0 and ds.shape != (expected,):
             raise FormatError(f"{self.path}: '/{name}' has shape {ds.shape}, expected ({expected},).")
         return ds
+
+    def _column(self, name: str, dtype: str, length: int | None = None) -> np.ndarray:
+        """Column ``/name`` as an array of ``dtype``: mapped from the file where it is stored
+        contiguous (shared by every process, see mapped.py), else read through h5py."""
+        ds = self._dataset(name, length)
+        array = mapped_column(self.path, ds, dtype)
+        return np.asarray(ds[:], dtype=dtype) if array is None else array
 
     def _load_meta(self) -> DatasetMeta:
         with h5_errors(self.path):
@@ -150,7 +158,7 @@ class Hdf5Reader(FormatReader):
 
     def _open_payload(self) -> "_Payload":
         self._h_payload = _Payload(self.path, self._dataset("images", -1),
-                                   self._dataset("offsets", self.meta.count + 1))
+                                   self._column("offsets", "<i8", self.meta.count + 1))
         return self._h_payload
 
     def integrity_problems(self) -> list[str]:
@@ -177,7 +185,7 @@ class Hdf5Reader(FormatReader):
         ds = self._dataset("shapes", -1)
         if ds.shape != (self.meta.count, 2) or ds.dtype != np.dtype("<i4"):
             raise FormatError(f"{self.path}: '/shapes' has shape {ds.shape} {ds.dtype}, expected ({self.meta.count}, 2).")
-        return np.asarray(ds[:], dtype=np.int32)
+        return self._column("shapes", "<i4", -1)
 
     def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
         """From ``/shapes`` (version 3), else from each record's header."""
@@ -199,11 +207,11 @@ class Hdf5Reader(FormatReader):
 
     def _load_labels(self) -> IntColumn:
         with h5_errors(self.path):
-            return IntColumn(np.asarray(self._dataset("labels")[:], dtype=np.int64))
+            return IntColumn(self._column("labels", "<i8"))
 
     def _load_checksums(self) -> AsciiColumn:
         with h5_errors(self.path):
-            return AsciiColumn(np.asarray(self._dataset("checksums")[:], dtype="S64"))
+            return AsciiColumn(self._column("checksums", "S64"))
 
 
 class _Keys(LazyColumn):
@@ -240,10 +248,10 @@ class _Keys(LazyColumn):
 class _Payload:
     """Reads record payloads of a version-2 file: offsets checked once, bytes by pread (or h5py)."""
 
-    def __init__(self, path: str, images: h5py.Dataset, offsets: h5py.Dataset):
+    def __init__(self, path: str, images: h5py.Dataset, offsets: np.ndarray):
         self.path = path
-        self.offsets = np.asarray(offsets[:], dtype=np.int64)
-        if len(self.offsets) == 0 or self.offsets[0] != 0 or np.any(np.diff(self.offsets) < 0) \
+        self.offsets = offsets  # mapped where stored contiguous: not copied into each process
+        if len(self.offsets) == 0 or self.offsets[0] != 0 or _decreasing(self.offsets) \
                 or self.offsets[-1] != images.shape[0]:
             raise FormatError(f"{path}: '/offsets' does not describe '/images' ({images.shape[0]} bytes); "
                               f"the file was modified or corrupted after conversion.")
@@ -280,6 +288,14 @@ class _Payload:
             return self.extents.read(self.raw.fileno(), start, stop)
         except FormatError as exc:
             raise FormatError(f"{self.path}: record {index}: {exc}.") from None
+
+
+def _decreasing(offsets: np.ndarray, block: int = 1 << 16) -> bool:
+    """Whether ``offsets`` ever decreases, checked a block at a time (no column-sized temporary)."""
+    for start in range(0, len(offsets) - 1, block):
+        if np.any(np.diff(offsets[start:start + block + 1]) < 0):
+            return True
+    return False
 
 
 def _stored_chunks(images: h5py.Dataset) -> tuple[int, list[int]] | None:

@@ -1,10 +1,17 @@
-"""The HDF5 writer: payloads appended to one chunked byte array, the index columns at the end."""
+"""The HDF5 writer: payloads appended to one chunked byte array, the index columns at the end.
+
+``/labels``, ``/checksums`` and ``/shapes`` are written contiguous (format version 4), so that
+readers map them instead of copying them into every process (mapped.py); until the record count
+is known their values wait in unnamed temporary files beside the output, so conversion memory
+does not grow with the dataset.
+"""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import tempfile
 
 import h5py
 import numpy as np
@@ -16,9 +23,13 @@ from ..sharded.index import sha256_hex
 from ..writer import FormatWriter, WriterHooks
 from .layout import BATCH, CHUNK_BYTES, INTEGRITY_ATTR, META_ATTR, SPACE_MARGIN, STR, column_digests
 
+STAGED = {"labels": ("<i8", 0), "checksums": ("S64", 0), "shapes": ("<i4", 2)}  # (type, values per record)
+STAGE_BLOCK = 1 << 16  # records copied per write
+
 
 class Hdf5Writer(FormatWriter):
-    """Appends payloads to one chunked byte array and records in batches to resizable columns."""
+    """Appends payloads to one chunked byte array, keys in batches to a resizable column, and the
+    other index columns to temporary files copied into contiguous datasets at the end."""
 
     def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
         super().__init__(path, options, hooks)
@@ -27,11 +38,9 @@ class Hdf5Writer(FormatWriter):
         column = {"maxshape": (None,), "chunks": (BATCH,), "track_times": False}  # no timestamps: same input, same bytes
         self.images = self.file.create_dataset("images", (0,), "u1", maxshape=(None,), chunks=(CHUNK_BYTES,),
                                                track_times=False)
-        self.labels = self.file.create_dataset("labels", (0,), "<i8", **column)
         self.keys = self.file.create_dataset("keys", (0,), STR, **column)
-        self.checksums = self.file.create_dataset("checksums", (0,), "S64", **column)
-        self.shapes = self.file.create_dataset("shapes", (0, 2), "<i4", maxshape=(None, 2), chunks=(BATCH, 2),
-                                               track_times=False)
+        folder = os.path.dirname(os.path.abspath(path))
+        self.staged = {name: tempfile.TemporaryFile(dir=folder) for name in STAGED}  # unnamed: gone with us
         self.offsets = [0]
         self.pending: list[tuple[int, str, str, list[int]]] = []  # (label, key, checksum, shape) not written yet
         self.unwritten: list[bytes] = []  # payloads not written yet, at most about one chunk
@@ -76,16 +85,13 @@ class Hdf5Writer(FormatWriter):
             return
         n, k = self.count, len(self.pending)
         labels, keys, checksums, shapes = zip(*self.pending)
-        columns = {
-            self.labels: np.array(labels, dtype="<i8"),
-            self.keys: np.array(keys, dtype=object),
-            self.checksums: np.array([c.encode("ascii") for c in checksums], dtype="S64"),
-        }
-        for dataset, values in columns.items():
-            dataset.resize((n + k,))
-            dataset[n:n + k] = values
-        self.shapes.resize((n + k, 2))
-        self.shapes[n:n + k] = np.array(shapes, dtype="<i4").reshape(k, 2)
+        self.keys.resize((n + k,))
+        self.keys[n:n + k] = np.array(keys, dtype=object)
+        staged = {"labels": np.array(labels, dtype="<i8"),
+                  "checksums": np.array([c.encode("ascii") for c in checksums], dtype="S64"),
+                  "shapes": np.array(shapes, dtype="<i4").reshape(k, 2)}
+        for name, values in staged.items():
+            self.staged[name].write(values.tobytes())
         self.count += k
         self.pending.clear()
 
@@ -93,12 +99,15 @@ class Hdf5Writer(FormatWriter):
         self._write_payloads()
         self._ensure_space(len(self.offsets) * 96)  # the offsets, and the keys and checksums still cached
         self._flush()
+        self._ensure_space(self.count * 80)  # the staged columns, copied into the file
+        columns = {name: self._write_staged(name) for name in STAGED}
         offsets = np.asarray(self.offsets, dtype="<i8")
         self.file.create_dataset("offsets", data=offsets, track_times=False)
         meta_json = meta.to_json()
         integrity = json.dumps({
             "meta": sha256_hex(meta_json.encode("utf-8")),
-            **column_digests(self.labels[:], self.keys[:], self.checksums[:], offsets, self.shapes[:]),
+            **column_digests(columns["labels"][:], self.keys[:], columns["checksums"][:], offsets,
+                             columns["shapes"][:]),
         })
         self.file.attrs[META_ATTR] = meta_json
         self.file.attrs[INTEGRITY_ATTR] = integrity
@@ -107,6 +116,20 @@ class Hdf5Writer(FormatWriter):
         with open(self.path, "rb+") as f:
             os.fsync(f.fileno())
         self._check_written(meta_json, integrity, offsets)
+
+    def _write_staged(self, name: str) -> h5py.Dataset:
+        """Copy staged column ``name`` into a contiguous dataset of the file, a block at a time."""
+        dtype, width = STAGED[name]
+        shape = (self.count, width) if width else (self.count,)
+        ds = self.file.create_dataset(name, shape, dtype, track_times=False)  # contiguous: mapped by readers
+        row = np.dtype(dtype).itemsize * (width or 1)
+        f = self.staged[name]
+        f.seek(0)
+        for start in range(0, self.count, STAGE_BLOCK):
+            n = min(STAGE_BLOCK, self.count - start)
+            ds[start:start + n] = np.frombuffer(f.read(n * row), dtype=dtype).reshape((n, width) if width else (n,))
+        f.close()
+        return ds
 
     def _check_written(self, meta_json: str, integrity: str, offsets: np.ndarray) -> None:
         """Read the closed file back: HDF5 reports some failed writes (those made while h5py
@@ -134,7 +157,9 @@ class Hdf5Writer(FormatWriter):
             os.truncate(self.path, 0)
         except OSError:
             pass
-        self.images = self.labels = self.keys = self.checksums = self.shapes = None
+        self.images = self.keys = None
+        for f in self.staged.values():
+            f.close()
         try:
             self.file.close()
         except Exception:  # h5py raises various errors on a half-written file; it is deleted anyway

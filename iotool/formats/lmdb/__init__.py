@@ -12,9 +12,10 @@ Layout (main database, no named sub-databases):
     b"__iotool_shapes__"                   decoded (height, width), 2 little-endian int32 per record,
                                            by index (version 3; [0, 0]: header unreadable)
 
-Keys, labels and checksums are compact arrays in each process, never lists of Python objects;
-a key becomes a string only when asked for. Every value is found in data.mdb's pages and checked
-to lie inside the file before py-lmdb touches it (pages.py).
+Keys, labels, checksums and shapes are compact arrays mapped read-only from data.mdb where LMDB
+keeps them (env.map_value), shared by every process instead of copied into each, never lists of
+Python objects; a key becomes a string only when asked for. Every value is found in data.mdb's
+pages and checked to lie inside the file before py-lmdb touches it, or it is mapped (pages.py).
 """
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import lmdb
+import numpy as np
 
 from ...errors import FormatError
 from .pages import ValueBounds, data_file
 
+
+MAP_BYTES = 1 << 14  # a value this large is mapped (shared by every process), a smaller one copied
 
 # One read-only environment per process and path: py-lmdb refuses to open the same
 # environment twice in a process, and a forked child must not use its parent's handle.
@@ -86,6 +90,25 @@ def read_value(path: str, key: bytes, record: int | None = None, max_bytes: int 
 def list_keys(path: str, limit: int) -> list[bytes]:
     """Every key of the environment's main database in LMDB's order, found without touching a value."""
     return _open(path)[3].keys(limit)
+
+
+def map_value(path: str, key: bytes) -> np.ndarray | None:
+    """The value stored under ``key`` as a read-only uint8 array (None: no such key): a value of
+    :data:`MAP_BYTES` or more is mapped from data.mdb where LMDB keeps it (its overflow pages, found
+    and checked to lie inside the file by :class:`~iotool.formats.lmdb.pages.ValueBounds`), so every
+    process that maps it shares the page cache's one copy; a smaller one is copied out. The map is
+    this array's own, independent of py-lmdb's handles and transactions."""
+    _pid, _file, _env, bounds = _open(path)
+    where = bounds.check(key)
+    if where is None:
+        return None
+    offset, size = where
+    if size < MAP_BYTES:
+        value = read_value(path, key)
+        return None if value is None else np.frombuffer(value, dtype=np.uint8)
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    view = mmap.mmap(bounds.fd, offset + size - start, access=mmap.ACCESS_READ, offset=start)
+    return np.frombuffer(view, dtype=np.uint8, count=size, offset=offset - start)
 
 
 def _check_file_size(path: str, env: lmdb.Environment) -> None:

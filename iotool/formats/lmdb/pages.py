@@ -139,10 +139,11 @@ class ValueBounds:
         lo, hi, flags = struct.unpack_from("<HHH", page, self._node(page, pgno, i)[0])
         return lo | hi << 16 | flags << 32
 
-    def check(self, key: bytes) -> None:
-        """Raise FormatError unless the value LMDB returns for ``key`` (if any) lies inside the file."""
+    def check(self, key: bytes) -> tuple[int, int] | None:
+        """Raise FormatError unless the value LMDB returns for ``key`` (if any) lies inside the file;
+        return where it lies, (file offset, length), checked (None: no such key)."""
         if self.root >= 0xFFFFFFFFFFFFFFFF or self.depth == 0:
-            return  # an empty database: nothing is read
+            return None  # an empty database: nothing is read
         pgno, levels = self.root, 0
         while True:
             page = self.branches.get(pgno)
@@ -160,7 +161,7 @@ class ValueBounds:
                 raise self._bad("its tree is deeper than any LMDB tree")
         if flags & P_LEAF2 or not flags & P_LEAF:
             raise self._bad(f"page {pgno} is neither a branch nor a leaf page")
-        self._check_leaf(page, pgno, key)
+        return self._check_leaf(page, pgno, key)
 
     def keys(self, limit: int) -> list[bytes]:
         """Every key of the main database in LMDB's order (at most ``limit``, else FormatError),
@@ -188,10 +189,10 @@ class ValueBounds:
                 raise self._bad(f"page {pgno} is neither a branch nor a leaf page")
         return found
 
-    def _check_leaf(self, page: bytes, pgno: int, key: bytes) -> None:
+    def _check_leaf(self, page: bytes, pgno: int, key: bytes) -> tuple[int, int] | None:
         _count, i, exact = self._search(page, pgno, key, 0)
         if not exact:
-            return  # LMDB reports the key missing
+            return None  # LMDB reports the key missing
         ptr = self._node(page, pgno, i)[0]
         lo, hi, flags, ksize = struct.unpack_from("<HHHH", page, ptr)
         size, start = lo | hi << 16, ptr + NODE_HEADER + ksize
@@ -201,7 +202,7 @@ class ValueBounds:
         if not flags & F_BIGDATA:
             if start + size > self.psize:
                 raise self._bad(f"{name!r} declares {size} bytes, more than its page holds")
-            return
+            return pgno * self.psize + start, size
         if start + 8 > self.psize:
             raise self._bad(f"the node of {name!r} ends outside its page")
         overflow = struct.unpack_from("<Q", page, start)[0]
@@ -211,3 +212,4 @@ class ValueBounds:
                 or overflow * self.psize + PAGE_HEADER + size > self.size:
             raise self._bad(f"{name!r} declares {size} bytes, past its {pages} overflow pages or the "
                             f"end of the {self.size}-byte file")
+        return overflow * self.psize + PAGE_HEADER, size

@@ -15,7 +15,7 @@ from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
 from ..sharded.index import sha256_hex
-from .env import open_env, read_value
+from .env import map_value, open_env, read_value
 from .layout import (
     CHECKSUMS_KEY, FORMAT_VERSION, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, RESERVED, SHAPES_KEY, record_key,
 )
@@ -46,6 +46,15 @@ class LmdbReader(FormatReader):
 
     def _get_required(self, key: bytes) -> bytes:
         value = self._get(key)
+        if value is None:
+            raise FormatError(f"{self.path}: missing {key.decode()!r}; not a complete iotool LMDB dataset.")
+        return value
+
+    def _column(self, key: bytes) -> np.ndarray:
+        """An index record as a read-only uint8 array, mapped from data.mdb when large (shared by
+        every process, never copied into one: see :func:`~iotool.formats.lmdb.env.map_value`)."""
+        with lmdb_errors(self.path):
+            value = map_value(self.path, key)
         if value is None:
             raise FormatError(f"{self.path}: missing {key.decode()!r}; not a complete iotool LMDB dataset.")
         return value
@@ -109,9 +118,9 @@ class LmdbReader(FormatReader):
             return self._read_keys()
 
     def _read_keys(self) -> list[str] | StringColumn:
-        raw = self._get_required(KEYS_KEY)
         if self.meta.format_version >= 2:
-            return self._unpack_keys(raw)
+            return self._unpack_keys(self._column(KEYS_KEY))
+        raw = self._get_required(KEYS_KEY)
         try:
             keys = json.loads(raw)
         except ValueError:
@@ -121,38 +130,38 @@ class LmdbReader(FormatReader):
         self._expect_count("keys", len(keys))
         return keys
 
-    def _unpack_keys(self, raw: bytes) -> StringColumn:
+    def _unpack_keys(self, raw: np.ndarray) -> StringColumn:
         head = 8 * (self.meta.count + 1)
         if len(raw) < head:
             raise FormatError(f"{self.path}: the keys record is shorter than its {self.meta.count + 1} offsets.")
-        offsets = np.frombuffer(raw, dtype="<i8", count=self.meta.count + 1)
-        blob = np.frombuffer(raw, dtype=np.uint8, offset=head)
+        offsets = raw[:head].view("<i8")
+        blob = raw[head:]
         if offsets[0] != 0 or offsets[-1] != len(blob):
             raise FormatError(f"{self.path}: the keys record's offsets do not describe its {len(blob)} bytes.")
         return StringColumn(offsets, blob, f"{self.path} keys")
 
     def _load_labels(self) -> IntColumn:
-        raw = self._get_required(LABELS_KEY)
+        raw = self._column(LABELS_KEY)
         if len(raw) % 8:
             raise FormatError(f"{self.path}: the labels record is not a whole number of 8-byte labels.")
-        labels = np.frombuffer(raw, dtype="<i8")  # one compact array, not a list of Python ints
+        labels = raw.view("<i8")  # one compact array, not a list of Python ints
         self._expect_count("labels", len(labels))
         return IntColumn(labels)
 
     def _load_checksums(self) -> ChecksumColumn:
-        raw = self._get_required(CHECKSUMS_KEY)
+        raw = self._column(CHECKSUMS_KEY)
         if len(raw) % 32:
             raise FormatError(f"{self.path}: the checksums record is not a whole number of SHA-256 digests.")
         self._expect_count("checksums", len(raw) // 32)
-        return ChecksumColumn(np.frombuffer(raw, dtype=np.uint8).reshape(-1, 32))
+        return ChecksumColumn(raw.reshape(-1, 32))
 
     def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
         """From ``__iotool_shapes__`` (version 3), else from each record's header."""
         if self.meta.format_version < 3:
             return super()._load_image_sizes(strict)
-        raw = self._get_required(SHAPES_KEY)
+        raw = self._column(SHAPES_KEY)
         self._expect_count("shapes", len(raw) // 8 if len(raw) % 8 == 0 else -1)
-        return recorded_sizes(self, np.frombuffer(raw, dtype="<i4").reshape(-1, 2), strict)
+        return recorded_sizes(self, raw.view("<i4").reshape(-1, 2), strict)
 
     def _expect_count(self, what: str, n: int) -> None:
         if n != self.meta.count:
