@@ -100,7 +100,18 @@ def _child_main(loader: Any, sock: socket.socket) -> None:
         os._exit(code)
 
 
+def _reopen(loader: Any) -> None:
+    """Reopen the handles inherited across the fork (an LMDB environment, an HDF5 file) in this one
+    thread: the readers open them lazily once per process, and threads racing to do it collide."""
+    if len(loader.samples):
+        try:
+            loader.samples.reader.read(0)
+        except Exception:  # noqa: BLE001 - a bad record 0 is the pass's to report, with its name
+            pass
+
+
 def _serve(loader: Any, sock: socket.socket) -> None:
+    _reopen(loader)
     loader.isolate = False
     loader._child = None
     loader.new_ring = lambda: SharedRing(loader.prefetch + loader.keep + 1, loader.batch_size, loader.keep)
@@ -194,8 +205,9 @@ class Child:
         _children.add(self)
 
     def close(self) -> None:
-        """End the child now (idempotent)."""
+        """End the child now (idempotent) and let go of the ring (batches the caller holds stay valid)."""
         self._finalizer()
+        self.ring.close()
 
     def alive(self) -> bool:
         return self._finalizer.alive
@@ -236,7 +248,10 @@ class IsolatedPass:
         except OSError:
             raise child.gone(batch) from None
         while True:
-            message, fds = receive(child.sock)
+            try:
+                message, fds = receive(child.sock)
+            except OSError:  # the connection reset: the child died with messages unread
+                message, fds = None, []
             if message is None:
                 raise child.gone(batch)
             if message.get("op") == "fatal":  # the child failed outside a pass and exits
@@ -293,9 +308,12 @@ class IsolatedBatches:
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         run = self._run
-        if self._next >= run.batches or run.stopped:
+        if self._next >= run.batches:
             run.stop(wait=True)
             raise StopIteration
+        if run.stopped:
+            raise UsageError("this pass over the iotool.Loader was ended (a new iter(loader) started another, "
+                             "it was closed, or it raised); iterate the new one.")
         try:
             batch = run.take(self._next)
         except IotoolError:

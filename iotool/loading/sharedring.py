@@ -142,6 +142,13 @@ class ParentRing:
         self.handed.append(index)
         return slot.images[:count], slot.labels[:count]
 
+    def close(self) -> None:
+        """Let go of the mappings (what the caller holds keeps its own)."""
+        for slot in self.slots:
+            slot.drop()
+        self.region = None
+        self.handed.clear()
+
     def _slot_bytes(self) -> int:
         return slot_layout(self.batch_size, self.shape)[1]
 
