@@ -15,7 +15,8 @@ loop's Python thread does not share the GIL with the loader's threads.
   failure of the control channel end the child (its socket closes, then SIGKILL after
   :data:`EXIT_WAIT_S`), and it is reaped. A child killed from outside is reported as an error
   naming its pid and signal instead of a hang; the next ``iter()`` starts a new child. The child
-  ignores SIGINT (the parent decides) and dies with the parent (``PR_SET_PDEATHSIG``).
+  ignores SIGINT (the parent decides) and dies with the parent (``PR_SET_PDEATHSIG`` when forked
+  by the main thread; otherwise when its socket closes).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 import weakref
@@ -78,15 +80,18 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 # -- the child -------------------------------------------------------------------------------------
-def _child_main(loader: Any, sock: socket.socket) -> None:
-    """The child's life: serve passes until the parent closes the socket; never returns."""
+def _child_main(loader: Any, sock: socket.socket, die_with_parent: bool) -> None:
+    """The child's life: serve passes until the parent closes the socket; never returns.
+    ``die_with_parent``: forked by the main thread, so PR_SET_PDEATHSIG (which fires when the
+    forking *thread* ends) means the parent's death."""
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+        if die_with_parent:
+            try:
+                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
         if os.getppid() == 1:
             return
         _serve(loader, sock)
@@ -190,12 +195,13 @@ class Child:
 
     def __init__(self, loader: Any):
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        main = threading.current_thread() is threading.main_thread()
         pid = os.fork()
         if pid == 0:
             parent_end.close()
             for other in list(_children):
                 other.sock.close()
-            _child_main(loader, child_end)
+            _child_main(loader, child_end, main)
         child_end.close()
         self.pid, self.sock = pid, parent_end
         self.ring = ParentRing(loader.prefetch + loader.keep + 1, loader.batch_size, loader.keep)
