@@ -64,11 +64,14 @@ def _same(a, b) -> bool:
 
 
 def _gone(pid: int, timeout: float = 5.0) -> bool:
+    """True once ``pid`` has exited (a zombie left to a reaper that does not reap counts as exited)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
             return True
         time.sleep(0.02)
     return False
@@ -245,6 +248,43 @@ def test_a_killed_child_is_an_error_naming_it_not_a_hang(built):
     assert time.monotonic() - started < 5 and _gone(pid)
     assert _same(_clone(loader), iotool.Loader(ds, batch_size=1, threads=2))  # a new child serves the next pass
     loader.close()
+
+
+def test_a_new_pass_ends_the_last_one_clearly(built):
+    ds = iotool.open_dataset(built("lmdb"), transform=CenterCrop(16))
+    loader = iotool.Loader(ds, batch_size=2, threads=2, isolate=True)
+    old = iter(loader)
+    next(old)
+    new = iter(loader)
+    with pytest.raises(iotool.UsageError, match="was ended"):
+        next(old)
+    assert _same(_clone(new), iotool.Loader(ds, batch_size=2, threads=2))
+    loader.close()
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch: several seconds on a busy machine
+def test_the_child_dies_with_its_parent(built, tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, time
+        import iotool
+        from iotool.transforms import CenterCrop
+        ds = iotool.open_dataset({str(built("lmdb"))!r}, transform=CenterCrop(16))
+        loader = iotool.Loader(ds, batch_size=1, threads=2, isolate=True)
+        it = iter(loader)
+        next(it)
+        print(loader._child.pid, flush=True)
+        time.sleep(60)
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pid = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait(10)
+    finally:
+        parent.kill()
+    assert _gone(pid)
 
 
 @pytest.mark.slow  # a fresh interpreter importing torch: several seconds on a busy machine

@@ -139,7 +139,11 @@ def _serve(loader: Any, sock: socket.socket) -> None:
             if batches is not None:
                 batches.close()
             batches = None
-        elif op == "take" and message.get("id") == pass_id and batches is not None:
+        elif op == "take" and (message.get("id") != pass_id or batches is None):  # never leave it waiting
+            send(sock, _error_message(UsageError(f"the iotool.Loader's child has no pass {message.get('id')!r} "
+                                                 f"running; iterate the loader again."), message.get("id", -1),
+                                      loader.skipped))
+        elif op == "take":
             for index in message.get("renew", []):
                 loader.ring.renew_slot(index)
             try:
