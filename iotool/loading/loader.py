@@ -17,6 +17,8 @@ int64 labels.
   by arithmetic (nothing read).
 - **Errors and shutdown**: a thread's exception stops the pass and is raised in the caller,
   naming the record; breaking out, ``del``, garbage collection and Ctrl-C stop every thread.
+- **Isolation** (``isolate=True``, :mod:`iotool.loading.isolated`): the same pass in one forked
+  child process writing into one shared-memory ring, so the threads do not share the caller's GIL.
 """
 
 from __future__ import annotations
