@@ -20,10 +20,17 @@ interleaved per round: images/s (median of the rounds, best epoch of each), the 
 time from ``iter()`` to the first batch (a fresh DataLoader: its workers start; the Loader: its
 threads start).
 
+With ``--gil-step-ms 0,10,30``, ``iotool.Loader(threads=N)`` in the training process beside
+``iotool.Loader(threads=N, isolate=True)`` (the same threads in one child process) against a
+consumer that holds the GIL for that many milliseconds per batch (a Python loop: a stand-in for a
+Python-heavy training step), on ``--gil-formats`` (default bmp,lmdb), interleaved per round:
+images/s, median of the rounds (one epoch each); ``--gil-only`` runs just that.
+
 Example:
 
     python benchmarks/make_imagenet_like.py /tmp/imagenet-like --images 1000 --classes 10
     python benchmarks/loader.py /tmp/imagenet-like --json loader.json --plot loader.png
+    python benchmarks/loader.py /tmp/imagenet-like --gil-only --gil-step-ms 0,10,30 --rounds 3
 """
 
 from __future__ import annotations
@@ -56,12 +63,21 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=Path("loader.png"))
     parser.add_argument("--no-plot", action="store_true", help="skip the chart (it needs matplotlib)")
     parser.add_argument("--threads", type=int, default=2, help="iotool.Loader's threads (0: skip the Loader rows)")
+    parser.add_argument("--gil-step-ms", default="", help="consumer GIL hold per batch, e.g. 0,10,30 "
+                        "(threads in this process vs isolate=True); empty: skip")
+    parser.add_argument("--gil-formats", default="bmp,lmdb")
+    parser.add_argument("--gil-only", action="store_true", help="run only the --gil-step-ms comparison")
     args = parser.parse_args()
     src = args.src
     if src is None:
         src = Path(tempfile.mkdtemp(prefix="iotool-imagenet-like-")) / "data"
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_imagenet_like.py"), str(src),
                         "--images", "1000", "--classes", "10"], check=True)
+    if args.gil_only:
+        figures = {"isolation": compare_isolation(src, args)}
+        args.json.write_text(json.dumps(figures, indent=2, default=str))
+        print(f"wrote {args.json}")
+        return
     result = bench_loader(src, formats=args.formats.split(","), workers=args.workers,
                           batch_size=args.batch_size, rounds=args.rounds, epochs=args.epochs,
                           ceiling_rounds=args.ceiling_rounds,
@@ -97,6 +113,8 @@ def main() -> None:
     figures = result.to_dict()
     if args.threads > 0:
         figures["loader_vs_dataloader"] = compare_loader(src, args.formats.split(","), args)
+    if args.gil_step_ms:
+        figures["isolation"] = compare_isolation(src, args)
     args.json.write_text(json.dumps(figures, indent=2, default=str))
     if args.no_plot:
         print(f"wrote {args.json}")
@@ -170,6 +188,60 @@ def compare_loader(src: Path, formats: list[str], args) -> list[dict]:
               f"ratio {row['ratio']:.2f}x (per round)   first batch {first['Loader']:.3f} s vs "
               f"{first['DataLoader']:.3f} s")
         del contestants
+    return rows
+
+
+def _hold_gil(ms: float) -> None:
+    """A Python loop for ``ms`` milliseconds: holds the GIL as a Python-heavy training step does."""
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+def _consumed_epoch(loader, step_ms: float) -> float:
+    images, start = 0, time.perf_counter()
+    for batch, _ in loader:
+        images += len(batch)
+        _hold_gil(step_ms)
+    return images / (time.perf_counter() - start)
+
+
+def compare_isolation(src: Path, args) -> list[dict]:
+    """Loader(threads) in this process vs Loader(threads, isolate=True), per consumer GIL hold."""
+    import torch
+
+    import iotool
+    from iotool.bench.contestants import conversion_options
+    from iotool.transforms import RandomResizedCrop
+
+    torch.set_num_threads(1)
+    steps = [float(v) for v in args.gil_step_ms.split(",")]
+    threads = max(1, args.threads)
+    work = Path(tempfile.mkdtemp(prefix="iotool-isolation-bench-"))
+    rows = []
+    for fmt in args.gil_formats.split(","):
+        dst = work / f"data-{fmt}"
+        iotool.convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, 224))
+        ds = iotool.open_dataset(dst, transform=RandomResizedCrop(224, seed=0))
+        loaders = {mode: iotool.Loader(ds, batch_size=args.batch_size, threads=threads, isolate=mode == "isolated")
+                   for mode in ("threads", "isolated")}
+        for loader in loaders.values():
+            _consumed_epoch(loader, 0)  # warm-up (the child starts)
+        rates = {(mode, step): [] for mode in loaders for step in steps}
+        for r in range(args.rounds):
+            for step in steps:
+                for mode in (list(loaders) if r % 2 == 0 else list(loaders)[::-1]):
+                    rates[mode, step].append(_consumed_epoch(loaders[mode], step))
+        for step in steps:
+            row = {"dataset": fmt, "images": len(ds), "threads": threads, "gil_step_ms": step,
+                   **{f"{mode} img/s": statistics.median(rates[mode, step]) for mode in loaders}}
+            row["isolated / threads"] = statistics.median(
+                a / b for a, b in zip(rates["isolated", step], rates["threads", step]))
+            rows.append(row)
+            print(f"{fmt:6} consumer holds the GIL {step:4.0f} ms/batch: threads {row['threads img/s']:8.0f} img/s   "
+                  f"isolated {row['isolated img/s']:8.0f} img/s   ratio {row['isolated / threads']:.2f}x (per round)")
+        for loader in loaders.values():
+            loader.close()
     return rows
 
 

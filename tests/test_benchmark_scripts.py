@@ -249,8 +249,10 @@ def test_loader_script_compares_the_baseline_with_a_format(tmp_path):
     write_tree(root, {"a": 3, "b": 3}, seed=9)
     out = tmp_path / "loader.json"
     proc = run_script("loader.py", root, "--workers", "0", "--batch-size", "4", "--rounds", "1", "--epochs", "1",
-                      "--formats", "lmdb", "--ceiling-rounds", "0", "--json", out, "--no-plot")
+                      "--formats", "lmdb", "--ceiling-rounds", "0", "--json", out, "--no-plot",
+                      "--gil-step-ms", "0,1", "--gil-formats", "lmdb")
     figures = json.loads(out.read_text())
+    assert {(r["gil_step_ms"], r["isolated img/s"] > 0) for r in figures["isolation"]} == {(0, True), (1, True)}
     assert figures["images"] == 6 and "iotool lmdb" in {r["name"] for r in figures["results"]}
     assert all(r["images_per_s"]["median"] > 0 for r in figures["results"])
     assert "iotool lmdb" in proc.stdout and f"wrote {out}" in proc.stdout

@@ -53,6 +53,12 @@ class Slot:
             return False
         return _holders(self.images) > self._own[0] or _holders(self.labels) > self._own[1]
 
+    def attach(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        """Give the slot this memory (its holders now count as the ring's own)."""
+        self.rows, self.label_rows = images.numpy(), labels.numpy()
+        self.images, self.labels = images, labels
+        self._own = (_holders(images), _holders(labels))
+
     def drop(self) -> None:
         self.images = self.labels = self.rows = self.label_rows = None
 
@@ -109,13 +115,14 @@ class BatchRing:
         return slot
 
     def _allocate(self, slot: Slot, shape: tuple[int, int, int]) -> None:
-        n = self.batch_size
-        images = torch.empty((n, *shape), dtype=torch.uint8, pin_memory=self.pinned)
-        labels = torch.empty((n,), dtype=torch.int64, pin_memory=self.pinned)
-        slot.rows, slot.label_rows = images.numpy(), labels.numpy()
-        slot.images, slot.labels = images, labels
-        slot._own = (_holders(images), _holders(labels))
+        slot.attach(*self.new_memory(self.slots.index(slot), shape))
         self.allocations += 1
+
+    def new_memory(self, index: int, shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(images, labels) memory for slot ``index`` (a subclass may place it elsewhere)."""
+        n = self.batch_size
+        return (torch.empty((n, *shape), dtype=torch.uint8, pin_memory=self.pinned),
+                torch.empty((n,), dtype=torch.int64, pin_memory=self.pinned))
 
     def batch(self, slot: Slot, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """What the caller gets: new views of the slot's first ``count`` samples."""

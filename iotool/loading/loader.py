@@ -17,6 +17,8 @@ int64 labels.
   by arithmetic (nothing read).
 - **Errors and shutdown**: a thread's exception stops the pass and is raised in the caller,
   naming the record; breaking out, ``del``, garbage collection and Ctrl-C stop every thread.
+- **Isolation** (``isolate=True``, :mod:`iotool.loading.isolated`): the same pass in one forked
+  child process writing into one shared-memory ring, so the threads do not share the caller's GIL.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import torch
 
 from ..errors import IotoolError, RecordError, UsageError
 from .batchring import BatchRing
+from .isolated import IsolatedBatches, IsolatedPass, check_isolation
 from .iterable import ShardedIterableDataset
 from .mapstyle import ImageDataset
 from .order import RecordOrder, rank_order, stream_from, stream_order
@@ -99,6 +102,9 @@ class Loader:
         even: pad every rank to the same length (map-style as ``DistributedSampler``'s padding);
             None: the sharded dataset's setting, else False (every record exactly once).
         rank, world_size: this process's place; None: from torch.distributed, else RANK/WORLD_SIZE.
+        isolate: run the threads in one child process (forked on the first ``iter()``, kept across
+            epochs) writing into one shared-memory ring, so they do not share the GIL with the
+            training loop (:mod:`iotool.loading.isolated`; Linux only).
 
     Raises:
         UsageError: a dataset that is not iotool's, or a bad option (the message names it).
@@ -107,7 +113,8 @@ class Loader:
     def __init__(self, dataset: Any, batch_size: int = 1, *, shuffle: bool | None = None,
                  drop_last: bool = False, threads: int | None = None, seed: int | None = None,
                  pin_memory: bool = False, prefetch: int = 2, keep: int = 1, on_error: str | None = None,
-                 even: bool | None = None, rank: int | None = None, world_size: int | None = None):
+                 even: bool | None = None, rank: int | None = None, world_size: int | None = None,
+                 isolate: bool = False):
         self.sharded = isinstance(dataset, ShardedIterableDataset)
         if not self.sharded and not isinstance(dataset, ImageDataset):
             raise UsageError(
@@ -137,7 +144,11 @@ class Loader:
         self._lock = threading.Lock()
         self._resume: tuple[int, int] | None = None  # (epoch, batches) from load_state_dict
         self.batches_taken = 0  # batches handed out in the current (or last) pass
-        self._pass: Pass | None = None
+        self._pass: Pass | IsolatedPass | None = None
+        self.isolate = bool(isolate)
+        if self.isolate:
+            check_isolation()
+        self._child = None  # the isolated loader's child process, started by the first pass
         self._warn_foreign_transform()
 
     def _sampling(self, shuffle: bool | None, seed: int | None, even: bool | None) -> tuple[bool, int, bool]:
@@ -264,7 +275,20 @@ class Loader:
     @property
     def reallocations(self) -> int:
         """Slots given new memory because a batch kept past the lifetime rule still held theirs."""
+        if self._child is not None:
+            return self._child.ring.renewals
         return self.ring.reallocations if self.ring is not None else 0
+
+    def new_ring(self) -> BatchRing:
+        """The memory of this loader's batches, made by its first pass."""
+        return BatchRing(self.prefetch + self.keep + 1, self.batch_size, self.keep, self.pin_memory)
+
+    def close(self) -> None:
+        """End the pass in progress and, when isolated, the child process (the next pass starts a new one)."""
+        if self._pass is not None:
+            self._pass.stop(wait=True)
+        if self._child is not None:
+            self._child.close()
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._pass is not None:
@@ -275,9 +299,12 @@ class Loader:
         if self._resume is not None:
             first = self._resume[1]
             self._resume = None
-        if self.ring is None:
-            self.ring = BatchRing(self.prefetch + self.keep + 1, self.batch_size, self.keep, self.pin_memory)
         self.batches_taken = first
+        if self.isolate:
+            self._pass = IsolatedPass(self, first)
+            return IsolatedBatches(self._pass)
+        if self.ring is None:
+            self.ring = self.new_ring()
         self._pass = Pass(self, self.ring, self._record_order(first * self.batch_size), first)
         return Batches(self._pass)
 
