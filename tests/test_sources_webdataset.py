@@ -173,3 +173,16 @@ def test_one_huge_label_does_not_make_a_billion_classes(tmp_path):
     report = iotool.convert(pattern, tmp_path / "o", "lmdb", src_format="webdataset", workers=0, on_error="skip")
     assert open_reader(tmp_path / "o").classes == ["0", "1"]
     assert [s.key for s in report.skipped] == ["s0001"] and "give the class names" in report.skipped[0].reason
+
+
+def test_avif_and_jxl_members_are_the_images(tmp_path):
+    """A sample whose image is an .avif or a .jxl member (no jpg) converts, its bytes kept."""
+    pytest.importorskip("pillow_jxl")
+    from .test_codecs_avif_jxl import encoded
+
+    images = {"avif": encoded(1, (24, 40), "AVIF"), "jxl": encoded(2, (48, 20), "JXL")}
+    samples = [{"__key__": f"s{i}", ext: data, "cls": i} for i, (ext, data) in enumerate(images.items())]
+    pattern = write_shards(tmp_path / "shards", samples, maxcount=5)
+    report = iotool.convert(pattern, tmp_path / "out.lmdb", "lmdb", src_format="webdataset", workers=0)
+    reader = open_reader(tmp_path / "out.lmdb")
+    assert report.count == 2 and [bytes(reader.read(i)[0]) for i in range(2)] == list(images.values())

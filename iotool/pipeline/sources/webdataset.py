@@ -38,7 +38,9 @@ from .tarmembers import TarDamage, members
 
 MAX_LABEL_BYTES = 1 << 20
 MAX_SHARDS = 1_000_000  # a brace pattern expanding to more is refused before it is expanded
-IMAGE_EXTS = frozenset(e.lstrip(".") for e in IMG_EXTENSIONS)
+# torchvision's, and the codecs iotool decodes besides (AVIF; JPEG XL with the jxl extra): a
+# shard's member is an image by its extension, and no ImageFolder order depends on this list
+IMAGE_EXTS = frozenset({*(e.lstrip(".") for e in IMG_EXTENSIONS), "avif", "jxl"})
 _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 _META = re.compile(r"__[^/]*__($|/)")
 
