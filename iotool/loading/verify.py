@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from ..decode import AUTO, decode
 from ..errors import IotoolError
@@ -73,9 +73,10 @@ def verify(path: str | os.PathLike, decode_images: bool = False,
         return report
     report.problems += [Problem(None, None, reason) for reason in reader.integrity_problems()]
     report.problems += [Problem(None, None, reason) for reason in reader.size_problems()]
+    key_at = _in_order(keys)
     for i, data in _records(reader, report.count):
         try:
-            key, expected = keys[i], checksums[i]
+            key, expected = key_at(i), checksums[i]
         except Exception as exc:  # a damaged index entry: this record cannot be checked
             report.problems.append(Problem(i, None, f"index entry unreadable: {_describe(exc)}"))
         else:
@@ -86,6 +87,26 @@ def verify(path: str | os.PathLike, decode_images: bool = False,
         if progress is not None:
             progress(report.checked, report.count)
     return report
+
+
+def _in_order(column: Sequence[str]) -> Callable[[int], str]:
+    """``column[i]`` for i = 0, 1, 2 ... read by iterating the column (a lazy column reads it in
+    blocks: HDF5's keys one h5py call per 65,536, not per record); indexing once the iteration
+    fails or the order breaks, so a damaged entry is named by its own index."""
+    items, expected = iter(column), 0
+
+    def at(i: int) -> str:
+        nonlocal items, expected
+        if items is not None and i == expected:
+            try:
+                expected += 1
+                return next(items)
+            except Exception:  # noqa: BLE001  (the entry is read again by index just below)
+                items = None
+        items = None
+        return column[i]
+
+    return at
 
 
 def _records(reader: FormatReader, count: int) -> Iterator[tuple[int, bytes | None]]:
