@@ -9,6 +9,11 @@ The search, in a hard time budget:
    then ``pin_memory=True`` where CUDA is available (every trial then also copies its batches to
    the GPU, non-blocking from pinned memory, as training does).
 
+3. ``iotool.Loader`` (threads in this process, no workers) over 1, 2, 4, ... threads up to twice
+   the usable CPUs, climbing by the same rule, pinned where CUDA is available; the cheapest
+   (fewest threads) within 5% of its best is compared with the DataLoader recommendation in the
+   same run: the ``verdict`` says which feeds faster (within 5%: about the same).
+
 The rule (:func:`choose_trial`, pure): among trials within 5% of the best epoch images/s, the
 cheapest: fewest workers, then the smaller prefetch factor, then persistent workers and pinned
 memory (what they cost is memory held, not time). The feed is called CPU-bound when the usable
@@ -30,7 +35,8 @@ from ..storage.units import human_bytes
 from .measure import Trial, measure_trial
 from .feed import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
 
-__all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "choose_trial", "classify_bound",
+__all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "Verdict", "choose_trial",
+           "classify_bound", "compare_feeds", "thread_ladder",
            "load_transform", "plot_tune", "tune_loader", "usable_cpus", "worker_ladder"]
 
 TOLERANCE = 0.05
@@ -58,9 +64,14 @@ def worker_ladder(max_workers: int) -> list[int]:
     return ladder
 
 
+def thread_ladder(max_threads: int) -> list[int]:
+    """1, 2, 4, ... up to ``max_threads``, which is always the last step (empty for 0)."""
+    return worker_ladder(max_threads)[1:]
+
+
 def _cost(trial: Trial) -> tuple[int, int, bool, bool]:
     """Smaller is cheaper: workers, then prefetch depth; persistent workers and pinning preferred."""
-    return (trial.num_workers, trial.prefetch_factor or 0, not trial.persistent_workers, not trial.pin_memory)
+    return (trial.num_workers + (trial.threads or 0), trial.prefetch_factor or 0, not trial.persistent_workers, not trial.pin_memory)
 
 
 def choose_trial(trials: Sequence[Trial], tolerance: float = TOLERANCE) -> Trial | None:
@@ -71,6 +82,8 @@ def choose_trial(trials: Sequence[Trial], tolerance: float = TOLERANCE) -> Trial
     measured first. The result does not depend on the order of ``trials``, except for exact twins.
     """
     usable = [t for t in trials if t.epoch_images_per_s > 0]
+    if len({t.feeder for t in usable}) > 1:
+        raise ValueError("choose_trial compares one feeder's trials: DataLoader's or the Loader's")
     if not usable:
         return None
     best = max(t.epoch_images_per_s for t in usable)
@@ -143,11 +156,45 @@ def classify_bound(trial: Trial, cpus: int, remote: bool = False) -> Bound:
 
 
 @dataclass
+class Verdict:
+    """Which feeds faster in this run: ``faster`` is "Loader", "DataLoader" or "same" (within
+    :data:`TOLERANCE`); ``ratio`` is the Loader's epoch images/s over DataLoader's."""
+
+    faster: str
+    ratio: float
+    loader_images_per_s: float
+    dataloader_images_per_s: float
+    threads: int
+    num_workers: int
+    text: str
+
+
+def compare_feeds(dataloader: Trial, loader: Trial, tolerance: float = TOLERANCE) -> Verdict:
+    """The verdict between the DataLoader recommendation and the Loader's (pure)."""
+    dl, ld = dataloader.epoch_images_per_s, loader.epoch_images_per_s
+    ratio = ld / dl if dl > 0 else float("inf")
+    threads, workers = loader.threads or 0, dataloader.num_workers
+    both = (f"iotool.Loader(threads={threads}) {ld:,.0f} img/s, DataLoader(num_workers={workers}) "
+            f"{dl:,.0f} img/s")
+    if ratio >= 1 + tolerance:
+        return Verdict("Loader", ratio, ld, dl, threads, workers,
+                       f"iotool.Loader feeds faster here, {ratio:.2f}x: {both}")
+    if ratio <= 1 - tolerance:
+        return Verdict("DataLoader", ratio, ld, dl, threads, workers,
+                       f"DataLoader feeds faster here, {1 / ratio:.2f}x: {both}")
+    return Verdict("same", ratio, ld, dl, threads, workers,
+                   f"both feed about as fast (within {tolerance:.0%}): {both}; the Loader starts no "
+                   "worker processes and holds less memory")
+
+
+@dataclass
 class TuneResult:
     """What ``tune_loader`` measured and recommends.
 
     ``kwargs`` are DataLoader keyword arguments (``DataLoader(dataset, **result.kwargs)``);
-    ``table`` has one row per trial, in the order measured; ``bound`` says what limits the feed.
+    ``loader_kwargs`` the ``iotool.Loader`` ones (empty when the Loader was not measured);
+    ``verdict`` says which of the two feeds faster; ``table`` has one row per trial, in the order
+    measured; ``bound`` says what limits the (DataLoader) feed.
     """
 
     path: str
@@ -160,9 +207,13 @@ class TuneResult:
     max_workers: int
     max_seconds: float
     cuda: bool
+    max_threads: int = 0
     trials: list[Trial] = field(default_factory=list)
     chosen: Trial | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    loader_chosen: Trial | None = None
+    loader_kwargs: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
     bound: Bound | None = None
     budget_exhausted: bool = False
     seconds: float = 0.0
@@ -172,12 +223,24 @@ class TuneResult:
     @property
     def table(self) -> list[dict[str, Any]]:
         """One plain row per trial, with ``chosen`` marking the recommendation."""
-        return [{**t.to_dict(self.cpus), "chosen": t is self.chosen} for t in self.trials]
+        return [{**t.to_dict(self.cpus), "feeder": t.feeder, "chosen": t is self.chosen or t is self.loader_chosen}
+                for t in self.trials]
+
+    def trials_of(self, feeder: str) -> list[Trial]:
+        """The trials of one feeder, "DataLoader" or "Loader", in the order measured."""
+        return [t for t in self.trials if t.feeder == feeder]
 
     def snippet(self, dataset: str = "dataset") -> str:
         """The recommendation as code to paste: ``DataLoader(dataset, batch_size=64, num_workers=2, ...)``."""
         args = ", ".join(f"{k}={self.collate if k == 'collate_fn' else repr(v)}" for k, v in self.kwargs.items())
         return f"DataLoader({dataset}, {args})"
+
+    def loader_snippet(self, dataset: str = "dataset") -> str | None:
+        """The Loader recommendation as code: ``iotool.Loader(dataset, batch_size=64, threads=2)``."""
+        if not self.loader_kwargs:
+            return None
+        args = ", ".join(f"{k}={v!r}" for k, v in self.loader_kwargs.items())
+        return f"iotool.Loader({dataset}, {args})"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON (``collate_fn`` as its dotted name)."""
@@ -187,7 +250,9 @@ class TuneResult:
             "cpus": self.cpus, "max_workers": self.max_workers, "max_seconds": self.max_seconds,
             "cuda": self.cuda, "seconds": self.seconds, "budget_exhausted": self.budget_exhausted,
             "kwargs": {k: self.collate if k == "collate_fn" else v for k, v in self.kwargs.items()},
-            "snippet": self.snippet(), "bound": None if self.bound is None else vars(self.bound),
+            "snippet": self.snippet(), "max_threads": self.max_threads, "loader_kwargs": self.loader_kwargs,
+            "loader_snippet": self.loader_snippet(),
+            "verdict": None if self.verdict is None else vars(self.verdict), "bound": None if self.bound is None else vars(self.bound),
             "table": self.table, "notes": self.notes, "environment": self.environment,
         }
 
@@ -245,7 +310,7 @@ class _Search:
 
     def knobs(self) -> None:
         """Step 2: prefetch depth, persistence and pinning at the chosen worker count."""
-        base = choose_trial(self.result.trials)
+        base = choose_trial(self.result.trials_of("DataLoader"))
         if base is None or self.result.budget_exhausted:
             return
         tries = []
@@ -255,7 +320,7 @@ class _Search:
             tries.append(("pin", {"pin_memory": True}))
         self.planned = len(self.result.trials) + len(tries)
         for stage, change in tries:
-            best = choose_trial(self.result.trials) or base
+            best = choose_trial(self.result.trials_of("DataLoader")) or base
             config = {**vars(best), **change}  # the best prefetch and persistence found so far
             trial = Trial(config["num_workers"], config["prefetch_factor"], config["persistent_workers"],
                           config["pin_memory"], stage)
@@ -263,8 +328,24 @@ class _Search:
                 return
 
 
+    def threads(self, ladder: list[int]) -> None:
+        """Step 3: ``iotool.Loader`` over the thread ladder while it pays (pinned with CUDA)."""
+        self.planned = len(self.result.trials) + len(ladder)
+        rates: list[float] = [0.0]  # no 0-thread step: the ladder's climbing rule sees 1 thread as its second
+        for i, n in enumerate(ladder):
+            trial = self.run(Trial(0, None, False, self.result.cuda, "threads", threads=n))
+            if trial is None or trial.partial:
+                return
+            rates.append(trial.epoch_images_per_s)
+            if _stops_climbing(rates):
+                self.planned -= len(ladder) - i - 1
+                return
+
+
 def _describe(trial: Trial) -> str:
     """'num_workers=4, prefetch_factor=2, persistent' for the progress line."""
+    if trial.threads is not None:
+        return f"iotool.Loader threads={trial.threads}" + (", pinned" if trial.pin_memory else "")
     parts = [f"num_workers={trial.num_workers}"]
     if trial.num_workers:
         parts += [f"prefetch_factor={trial.prefetch_factor}", "persistent" if trial.persistent_workers else "not persistent"]
@@ -280,6 +361,7 @@ def tune_loader(
     batch_size: int = 64,
     max_seconds: float = 60.0,
     max_workers: int | None = None,
+    max_threads: int | None = None,
     decoder: str | None = "auto",
     batches: int = 20,
     warmup: int = 2,
@@ -296,6 +378,8 @@ def tune_loader(
         max_seconds: a hard budget for the whole search; when it runs out, the recommendation comes
             from the trials measured so far and ``notes`` say so.
         max_workers: the most workers tried (default: twice the usable CPUs).
+        max_threads: the most ``iotool.Loader`` threads tried (default: twice the usable CPUs; 0:
+            no Loader trials, no verdict).
         decoder: the dataset's decoder (``open_dataset(..., decoder=)``); None gives the transform bytes.
         batches: timed batches per trial (at least three per worker are timed).
         warmup: batches dropped after the first one (at least one per worker).
@@ -303,7 +387,8 @@ def tune_loader(
         progress: called with (what, done, total) before each trial.
 
     Returns:
-        A :class:`TuneResult`: ``kwargs`` for ``DataLoader(dataset, **kwargs)``, the ``table`` of
+        A :class:`TuneResult`: ``kwargs`` for ``DataLoader(dataset, **kwargs)``, ``loader_kwargs``
+        for ``iotool.Loader(dataset, **loader_kwargs)``, the ``verdict`` between them, the ``table`` of
         trials, the ``bound`` (CPU or IO) with its evidence, and ``notes``.
 
     Raises:
@@ -312,6 +397,9 @@ def tune_loader(
     """
     start = time.perf_counter()
     _check_options(batch_size, max_seconds, max_workers, batches, warmup, min_time)
+    if max_threads is not None and max_threads < 0:
+        raise UsageError(f"max_threads={max_threads}; give 0 or more (0: no iotool.Loader trials; default: "
+                         "twice the usable CPUs).")
     progress = progress or no_progress
     if isinstance(transform, str):
         transform = load_transform(transform)
@@ -319,10 +407,13 @@ def tune_loader(
     top = 2 * cpus if max_workers is None else max_workers
     feed = open_feed(path, transform, batch_size, decoder)
     result = TuneResult(os.fspath(path), feed.format, feed.epoch_images, batch_size, feed.transform_name,
-                        feed.collate_name, cpus, top, max_seconds, feed.cuda)
+                        feed.collate_name, cpus, top, max_seconds, feed.cuda,
+                        max_threads=2 * cpus if max_threads is None else max_threads)
     search = _Search(feed, result, start + max_seconds, progress,
                      {"batches": batches, "warmup": warmup, "min_time": min_time})
     search.workers(worker_ladder(top))
+    if feed.threads_ok:
+        search.threads(thread_ladder(result.max_threads))
     search.knobs()
     _conclude(result, feed)
     result.seconds = time.perf_counter() - start
@@ -332,7 +423,8 @@ def tune_loader(
 
 def _conclude(result: TuneResult, feed: Feed) -> None:
     """Pick the recommendation, name the bound, and write the notes."""
-    result.chosen = choose_trial(result.trials)
+    result.chosen = choose_trial(result.trials_of("DataLoader"))
+    _conclude_loader(result, feed)
     kwargs = result.chosen.loader_kwargs() if result.chosen else {"num_workers": 0, "pin_memory": False}
     result.kwargs = {"batch_size": result.batch_size, **kwargs}
     if not result.cuda:
@@ -350,6 +442,45 @@ def _conclude(result: TuneResult, feed: Feed) -> None:
     if feed.epoch_images < result.batch_size * 8:
         result.notes.append(f"The dataset holds {feed.epoch_images} samples, {feed.epoch_images / result.batch_size:.1f} "
                             "batches: epoch ends weigh heavily here; tune on the real training set.")
+
+
+def _conclude_loader(result: TuneResult, feed: Feed) -> None:
+    """The Loader's recommendation, the verdict against DataLoader's, and where the GIL binds."""
+    if not feed.threads_ok:
+        result.notes.append(f"iotool.Loader was not measured: it yields fast_collate's batches (uint8 images "
+                            f"of one size) and this transform's outputs need the {feed.collate_name} collate.")
+        return
+    if result.max_threads == 0:
+        return
+    result.loader_chosen = choose_trial(result.trials_of("Loader"))
+    if result.loader_chosen is None:
+        result.notes.append("iotool.Loader was not measured (the budget ran out first): no verdict.")
+        return
+    result.loader_kwargs = {"batch_size": result.batch_size, "threads": result.loader_chosen.threads}
+    if feed.shuffle:  # map-style, as the trials ran; a sharded dataset keeps its own setting
+        result.loader_kwargs["shuffle"] = True
+    if result.cuda:
+        result.loader_kwargs["pin_memory"] = True
+    if result.chosen is not None:
+        result.verdict = compare_feeds(result.chosen, result.loader_chosen)
+    gil = _gil_note(result.trials_of("Loader"), result.cpus)
+    if gil:
+        result.notes.append(gil)
+
+
+def _gil_note(trials: list[Trial], cpus: int) -> str | None:
+    """A note when more threads stopped paying while cores were left: the GIL binds this process."""
+    measured = [t for t in trials if t.epoch_images_per_s > 0 and not t.partial]
+    if len(measured) < 2 or (measured[-1].threads or 0) >= cpus:
+        return None
+    best = max(measured, key=lambda t: t.epoch_images_per_s)
+    busy = best.cores_busy(cpus)
+    if busy is None or busy >= CORES_SATURATED or best is measured[-1]:
+        return None
+    return (f"More iotool.Loader threads stopped paying at {best.threads} while only {busy:.0%} of {cpus} cores "
+            "were busy: the per-sample work that holds the GIL (the transform's Python, the dataset's own) "
+            "binds one process. To go further, run more processes with threads each (one rank per process "
+            "with DDP); see docs/training.md, \"How far threads scale\".")
 
 
 def plot_tune(result: TuneResult, dest: str | os.PathLike) -> None:
@@ -372,13 +503,17 @@ def tune_figure(result: TuneResult) -> Any:
     ladder = [t for t in result.trials if t.stage == "workers"]
     ax.plot([t.num_workers for t in ladder], [t.epoch_images_per_s for t in ladder], "o-", color="#4c72b0",
             label="prefetch_factor=2, persistent workers")
+    threads = result.trials_of("Loader")
+    if threads:
+        ax.plot([t.threads for t in threads], [t.epoch_images_per_s for t in threads], "^--", color="#55a868",
+                label="iotool.Loader (x: threads)")
     for t in result.trials:
-        if t.stage != "workers":
+        if t.stage not in ("workers", "threads"):
             ax.plot([t.num_workers], [t.epoch_images_per_s], "s", label=_describe(t))
     if result.chosen is not None:
         ax.plot([result.chosen.num_workers], [result.chosen.epoch_images_per_s], "*", color="#dd8452",
                 markersize=16, label="recommended")
-    ax.set_xlabel("num_workers")
+    ax.set_xlabel("num_workers" + (" or threads" if threads else ""))
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # worker counts are whole numbers
