@@ -81,6 +81,19 @@ def test_train_feed_writes_its_figures_as_json(tmp_path):
     assert figures["ratio"] > 0 and all(r["median"] > 0 for r in figures["images_per_s"].values())
 
 
+@smoke("gil_share.py")
+def test_gil_share_reports_a_share_and_a_thread_bound_per_path(tmp_path):
+    out = tmp_path / "gil.json"
+    proc = run_script("gil_share.py", "--smoke", "--json", out)
+    report = json.loads(out.read_text())
+    assert set(report["paths"]) == {"lmdb fused", "ram crop", "bmp crop", "read lmdb", "read bmp"}
+    for name, r in report["paths"].items():
+        assert r["us_per_sample"] > 0 and 0 <= r["share"] <= 1, name
+        assert r["threads"] is None or r["threads"] == pytest.approx(1 / r["share"])
+        assert name in proc.stdout
+    assert report["gil_enabled"] in (True, False) and report["cpus_usable"] >= 1
+
+
 @smoke("gpu_check.py")
 def test_gpu_check_without_cuda_exits_2_at_once(tmp_path):
     import torch
