@@ -388,6 +388,7 @@ def test_the_gil_note_when_threads_stop_paying_with_cores_idle():
     assert _gil_note([_lt(1, 900.0), _lt(2, 1800.0)], 8) is None  # still climbing
 
 
+@pytest.mark.slow
 def test_the_loader_is_tuned_and_compared_in_the_same_run(lmdb_path):
     result = tune_loader(lmdb_path, max_seconds=60, **{**FAST, "max_threads": 2})
     loader_trials = result.trials_of("Loader")
@@ -407,6 +408,7 @@ def test_the_loader_is_tuned_and_compared_in_the_same_run(lmdb_path):
     assert data["verdict"]["faster"] == verdict.faster and data["loader_kwargs"] == result.loader_kwargs
 
 
+@pytest.mark.slow
 def test_max_threads_0_measures_dataloader_only(lmdb_path):
     result = tune_loader(lmdb_path, max_seconds=30, **{**FAST, "max_threads": 0})
     assert not result.trials_of("Loader") and result.verdict is None and result.loader_snippet() is None
@@ -543,7 +545,8 @@ def test_the_plot_has_whole_worker_ticks():
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from iotool.tune.tuner import TuneResult, tune_figure
+    from iotool.tune.plot import tune_figure
+    from iotool.tune.tuner import TuneResult
 
     result = TuneResult("x.lmdb", "lmdb", 100, 4, "t", "c", 2, 2, 10.0, False)
     result.trials = [_t(0, 100.0), _t(1, 180.0), _t(2, 190.0)]

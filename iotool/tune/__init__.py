@@ -2,8 +2,8 @@
 pinning) that feed a dataset fastest with the user's own transform, found in a time budget, and
 ``iotool.Loader``'s ``threads`` measured in the same run, with a verdict on which feeds faster.
 
-The modules, by job: ``tuner`` (the search, the choice rule, the CPU/IO verdict, the result and
-its plot), ``measure`` (one trial: start-up, steady and per-epoch images/s, CPU time of every
+The modules, by job: ``tuner`` (the search, the choice rule, the Loader-or-DataLoader verdict,
+the result), ``bound`` (the CPU/IO verdict), ``plot`` (its figure), ``measure`` (one trial: start-up, steady and per-epoch images/s, CPU time of every
 process), ``feed`` (the dataset opened with the user's transform, its collate function, and the
 DataLoader of a trial).
 

@@ -269,3 +269,15 @@ def _time_batches(trial: Trial, stream: BatchStream, batches: int, min_time: flo
     trial.worker_wait_s = meter.waited(worker_pids(stream.iterator)) if trial.num_workers else 0.0
     trial.storage_bytes = meter.storage_bytes(worker_pids(stream.iterator))
     trial.partial = trial.batches < wanted or trial.seconds < min_time
+
+
+def describe_trial(trial: Trial) -> str:
+    """'num_workers=4, prefetch_factor=2, persistent' for the progress line."""
+    if trial.threads is not None:
+        return f"iotool.Loader threads={trial.threads}" + (", pinned" if trial.pin_memory else "")
+    parts = [f"num_workers={trial.num_workers}"]
+    if trial.num_workers:
+        parts += [f"prefetch_factor={trial.prefetch_factor}", "persistent" if trial.persistent_workers else "not persistent"]
+    if trial.pin_memory:
+        parts.append("pinned")
+    return ", ".join(parts)

@@ -31,8 +31,9 @@ from typing import Any, Callable, Sequence
 from ..errors import UsageError
 from ..bench.common import ProgressFn, environment, no_progress
 from ..storage import is_url
-from ..storage.units import human_bytes
-from .measure import Trial, measure_trial
+from .bound import CORES_SATURATED, Bound, classify_bound
+from .measure import Trial, describe_trial, measure_trial
+from .plot import plot_tune
 from .feed import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
 
 __all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "Verdict", "choose_trial",
@@ -40,9 +41,6 @@ __all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "Ve
            "load_transform", "plot_tune", "tune_loader", "usable_cpus", "worker_ladder"]
 
 TOLERANCE = 0.05
-CORES_SATURATED = 0.85  # of the usable cores busy: nothing more to gain from workers
-WORKER_BUSY = 0.7  # of its wall time on a CPU: a worker computing, not waiting
-FROM_STORAGE_PER_IMAGE = 1024  # bytes read from storage per image below which the data came from memory
 
 
 def usable_cpus() -> int:
@@ -96,63 +94,6 @@ def _stops_climbing(rates: Sequence[float], tolerance: float = TOLERANCE) -> boo
     if len(rates) < 3:  # 0 and 1 worker are always followed by 2: one worker alone is often no faster
         return False
     return rates[-1] < (1 + tolerance) * max(rates[1:-1])
-
-
-@dataclass
-class Bound:
-    """What bounds the feed: ``kind`` is "cpu", "io" (waiting on storage or the network), "idle"
-    (waiting, but not on storage: the data came from the page cache) or "unknown"; ``reason``
-    says why in words, from the figures beside it."""
-
-    kind: str
-    reason: str
-    cores_busy: float | None = None
-    worker_busy: float | None = None
-    worker_waiting: float | None = None
-    main_busy: float | None = None
-    storage_bytes: int | None = None
-    cpus: int = 0
-
-
-def classify_bound(trial: Trial, cpus: int, remote: bool = False) -> Bound:
-    """CPU- or IO-bound, from the CPU time of the workers and the main process during the timed
-    batches; a feed that waits is IO-bound only when the data came from storage (the bytes read
-    from it while timed) or from a URL (``remote``)."""
-    cores, worker, waiting = trial.cores_busy(cpus), trial.worker_busy, trial.worker_waiting or 0.0
-    main = trial.main_cpu_s / trial.seconds if trial.main_cpu_s is not None and trial.seconds else None
-    evidence = {"cores_busy": cores, "worker_busy": worker, "worker_waiting": trial.worker_waiting,
-                "main_busy": main, "storage_bytes": trial.storage_bytes, "cpus": cpus}
-    if cores is None or worker is None:
-        return Bound("unknown", "worker CPU time could not be read (it needs Linux /proc) or nothing was timed",
-                     **evidence)
-    who = (f"{trial.num_workers} worker{'s' if trial.num_workers > 1 else ''}" if trial.num_workers
-           else "the main process (num_workers=0)")
-    if cores >= CORES_SATURATED:
-        return Bound("cpu", f"cores saturated: {cores:.0%} of {cpus} usable cores busy; decoding and the "
-                     "transform need cheaper work per sample (smaller stored images, reduced-scale "
-                     "decode) or more cores", **evidence)
-    if worker >= WORKER_BUSY:
-        return Bound("cpu", f"{who} on a CPU {worker:.0%} of the time: decoding and the transform bound "
-                     f"the feed ({cores:.0%} of {cpus} cores busy)", **evidence)
-    if worker + waiting >= WORKER_BUSY:
-        return Bound("cpu", f"cores saturated by other work too: {who} on a CPU {worker:.0%} of the time and "
-                     f"waiting for a free core {waiting:.0%}; only {cores:.0%} of {cpus} cores went to this feed",
-                     **evidence)
-    if main is not None and main >= CORES_SATURATED:
-        return Bound("cpu", f"the main process is on a CPU {main:.0%} of the time (collating, pinning or "
-                     f"receiving batches) while the workers are busy only {worker:.0%}", **evidence)
-    idle = f"{who} on a CPU only {worker:.0%} of the time, {cores:.0%} of {cpus} cores busy"
-    if remote:
-        return Bound("io", f"waiting on the network: {idle} while the shards stream from a URL (a copy "
-                     "closer to the machine, a local cache_dir, or more workers to overlap the waits)", **evidence)
-    read = trial.storage_bytes
-    if read is not None and read < FROM_STORAGE_PER_IMAGE * max(trial.images, 1):
-        return Bound("idle", f"not IO-bound: {idle}, yet only {human_bytes(read)} came from storage (the "
-                     "page cache held the data); the wait is elsewhere: worker start-up and epoch ends "
-                     "(a small dataset), or a transform that sleeps, locks or waits on the network", **evidence)
-    read_text = f"{human_bytes(read)} read from storage" if read is not None else "storage reads not measured"
-    return Bound("io", f"waiting on storage: {idle}, {read_text} (a faster disk, room in the page cache, "
-                 "or more workers to overlap the waits)", **evidence)
 
 
 @dataclass
@@ -287,7 +228,7 @@ class _Search:
         if time.perf_counter() + last >= self.deadline:
             self.result.budget_exhausted = True
             return None
-        self.progress(_describe(trial), done, max(self.planned, done + 1))
+        self.progress(describe_trial(trial), done, max(self.planned, done + 1))
         measure_trial(trial, self.feed.loader, self.feed.consume, epoch_images=self.feed.epoch_images,
                       deadline=self.deadline, sync=self.feed.sync, **self.timing)
         self.result.trials.append(trial)
@@ -340,18 +281,6 @@ class _Search:
             if _stops_climbing(rates):
                 self.planned -= len(ladder) - i - 1
                 return
-
-
-def _describe(trial: Trial) -> str:
-    """'num_workers=4, prefetch_factor=2, persistent' for the progress line."""
-    if trial.threads is not None:
-        return f"iotool.Loader threads={trial.threads}" + (", pinned" if trial.pin_memory else "")
-    parts = [f"num_workers={trial.num_workers}"]
-    if trial.num_workers:
-        parts += [f"prefetch_factor={trial.prefetch_factor}", "persistent" if trial.persistent_workers else "not persistent"]
-    if trial.pin_memory:
-        parts.append("pinned")
-    return ", ".join(parts)
 
 
 def tune_loader(
@@ -481,46 +410,3 @@ def _gil_note(trials: list[Trial], cpus: int) -> str | None:
             "were busy: the per-sample work that holds the GIL (the transform's Python, the dataset's own) "
             "binds one process. To go further, run more processes with threads each (one rank per process "
             "with DDP); see docs/training.md, \"How far threads scale\".")
-
-
-def plot_tune(result: TuneResult, dest: str | os.PathLike) -> None:
-    """Draw :func:`tune_figure` to ``dest`` (a PNG)."""
-    from ..bench.plot import require_matplotlib
-
-    plt = require_matplotlib()
-    fig = tune_figure(result)
-    fig.savefig(os.fspath(dest), dpi=120)
-    plt.close(fig)
-
-
-def tune_figure(result: TuneResult) -> Any:
-    """Epoch images/s against num_workers (the ladder as a line, other trials as points, the
-    choice starred), as a matplotlib figure."""
-    from ..bench.plot import require_matplotlib
-
-    plt = require_matplotlib()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ladder = [t for t in result.trials if t.stage == "workers"]
-    ax.plot([t.num_workers for t in ladder], [t.epoch_images_per_s for t in ladder], "o-", color="#4c72b0",
-            label="prefetch_factor=2, persistent workers")
-    threads = result.trials_of("Loader")
-    if threads:
-        ax.plot([t.threads for t in threads], [t.epoch_images_per_s for t in threads], "^--", color="#55a868",
-                label="iotool.Loader (x: threads)")
-    for t in result.trials:
-        if t.stage not in ("workers", "threads"):
-            ax.plot([t.num_workers], [t.epoch_images_per_s], "s", label=_describe(t))
-    if result.chosen is not None:
-        ax.plot([result.chosen.num_workers], [result.chosen.epoch_images_per_s], "*", color="#dd8452",
-                markersize=16, label="recommended")
-    ax.set_xlabel("num_workers" + (" or threads" if threads else ""))
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # worker counts are whole numbers
-    ax.set_ylabel("images/s over an epoch")
-    ax.set_title(f"iotool tune: {os.path.basename(result.path.rstrip('/'))}, batch {result.batch_size}, "
-                 f"{result.cpus} usable CPUs", fontsize=10)
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
