@@ -77,8 +77,10 @@ def test_train_feed_writes_its_figures_as_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["device"] == "cpu" and figures["images_per_epoch"] == 24 and figures["amp"] is None
-    assert set(figures["images_per_s"]) == {"plain", "iotool"}
+    assert set(figures["images_per_s"]) == {"plain", "iotool", "loader"}
     assert figures["ratio"] > 0 and all(r["median"] > 0 for r in figures["images_per_s"].values())
+    assert figures["loader_ratio"] > 0 and figures["loader_vs_dataloader"] > 0 and figures["loader_threads"] == 1
+    assert "loader / iotool" in proc.stdout
 
 
 @smoke("gil_share.py")
