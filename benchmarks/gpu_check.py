@@ -10,7 +10,8 @@ Each check runs in its own process, under its own time limit:
 1. ``cuda_tests``: ``pytest -m cuda`` over the test files that hold cuda-marked tests (the stream
    races, host syncs and layouts of ``CUDAPrefetcher``), with each test's outcome;
 2. ``train_feed``: ``benchmarks/train_feed.py`` on CUDA: plain feed vs ``fast_collate`` +
-   ``CUDAPrefetcher``, a small CNN under bf16 autocast, channels_last; images/s and the ratio;
+   ``CUDAPrefetcher`` from DataLoader workers vs the same from ``iotool.Loader`` threads, a small
+   CNN under bf16 autocast, channels_last; images/s and the ratios;
 3. ``dali``: the DALI pipeline with ``"mixed"`` decoding, when the DALI extra (``iotool.loading.dali``
    and ``nvidia.dali``) is installed; it calls ``iotool.loading.dali.gpu_check(decoding="mixed")``,
    which returns a JSON-ready dict of figures. Without the extra: "skipped: DALI extra not installed".
@@ -223,6 +224,9 @@ def summary_line(name: str, result: Result) -> str:
         rates = figures["images_per_s"]
         line += (f"  plain {rates['plain']['median']:.0f} img/s, iotool {rates['iotool']['median']:.0f} img/s, "
                  f"ratio {figures['ratio']:.2f}x")
+        if "loader" in rates:
+            line += (f", loader {rates['loader']['median']:.0f} img/s ({figures['loader_ratio']:.2f}x; "
+                     f"{figures['loader_vs_dataloader']:.2f}x DataLoader's)")
     if result.get("detail"):
         line += f"  ({result['detail']})"
     return line

@@ -1,4 +1,4 @@
-"""Feed a small training loop two ways and compare images/s, interleaved, in one run.
+"""Feed a small training loop three ways and compare images/s, interleaved, in one run.
 
 (a) plain:  the dataset transform returns float CHW tensors normalised on the CPU (what
             ``ToTensor() + Normalize()`` does), torch's default collate, then ``.to(device)``;
@@ -6,7 +6,11 @@
             as uint8, and ``iotool.CUDAPrefetcher`` copies (side stream on CUDA) and normalises on
             the device.
 
-Both use the same LMDB dataset, decoder, crop, model, optimiser and DataLoader settings.
+(c) loader: the same dataset as (b) through ``iotool.Loader`` (threads in this process, batches
+            written into reused, pinned on CUDA, memory; ``--loader-threads``, default
+            ``--workers``, at least 1), then the same ``CUDAPrefetcher``.
+
+All use the same LMDB dataset, decoder, crop, model, optimiser and DataLoader settings.
 
 Examples:
     python benchmarks/train_feed.py                       # sample_data -> temporary LMDB
@@ -25,6 +29,7 @@ import platform
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -77,8 +82,24 @@ def repeated(ds: Dataset, repeat: int) -> Dataset:
     return ds if repeat <= 1 else Subset(ds, list(range(len(ds))) * repeat)
 
 
+class RepeatedLoader:
+    """An ``iotool.Loader`` passed over ``repeat`` times per epoch (an epoch of each pass)."""
+
+    def __init__(self, loader: Any, repeat: int):
+        self.loader, self.repeat, self.epoch = loader, max(repeat, 1), 0
+
+    def __len__(self) -> int:
+        return len(self.loader) * self.repeat
+
+    def __iter__(self) -> Any:
+        for _ in range(self.repeat):
+            self.loader.set_epoch(self.epoch)
+            self.epoch += 1
+            yield from self.loader
+
+
 def make_loaders(path: str, args: argparse.Namespace, pin: bool) -> dict[str, Iterable[Any]]:
-    """The two pipelines under test, built over the same dataset and loader settings."""
+    """The three pipelines under test, built over the same dataset and loader settings."""
     common = dict(batch_size=args.batch_size, num_workers=args.workers, pin_memory=pin, shuffle=True,
                   persistent_workers=args.workers > 0, drop_last=False)
     plain_ds = iotool.open_dataset(path, decoder=args.decoder, transform=CropToNormalisedFloat(args.image_size))
@@ -86,10 +107,16 @@ def make_loaders(path: str, args: argparse.Namespace, pin: bool) -> dict[str, It
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
     fast_loader = DataLoader(repeated(fast_ds, args.repeat), **common,
                              collate_fn=functools.partial(iotool.fast_collate, memory_format=memory_format))
+    with warnings.catch_warnings():  # CenterCropResize is not iotool's: measured all the same
+        warnings.simplefilter("ignore")
+        threads = iotool.Loader(fast_ds, batch_size=args.batch_size, shuffle=True, pin_memory=pin,
+                                threads=args.loader_threads or max(args.workers, 1))
     return {
         "plain": DataLoader(repeated(plain_ds, args.repeat), **common),
         "iotool": iotool.CUDAPrefetcher(fast_loader, mean=MEAN, std=STD, device=args.device,
                                         channels_last=args.channels_last),
+        "loader": iotool.CUDAPrefetcher(RepeatedLoader(threads, args.repeat), mean=MEAN, std=STD,
+                                        device=args.device, channels_last=args.channels_last),
     }
 
 
@@ -172,7 +199,10 @@ def summary(args: argparse.Namespace, path: str, n: int, device: torch.device, a
         "image_size": args.image_size, "batch_size": args.batch_size, "workers": args.workers,
         "amp": str(amp_dtype).removeprefix("torch.") if amp else None, "channels_last": args.channels_last,
         "model": None if args.feed_only else "small CNN + SGD", "rounds": args.rounds, "epochs": args.epochs,
+        "loader_threads": args.loader_threads or max(args.workers, 1),
         "images_per_s": rates, "ratio": round(ratio, 3),
+        "loader_ratio": round(stats["loader"].median / stats["plain"].median, 3),
+        "loader_vs_dataloader": round(stats["loader"].median / stats["iotool"].median, 3),
     }
 
 
@@ -191,6 +221,9 @@ def print_table(results: dict[str, list[float]]) -> None:
         print(f"{name:<8} {s.median:>13.1f} {s.min:>9.1f} {s.max:>9.1f}   {rounds}")
     ratio = summarize(results["iotool"]).median / summarize(results["plain"]).median
     print(f"\niotool / plain (medians): {ratio:.2f}x")
+    loader = summarize(results["loader"]).median
+    print(f"loader / plain (medians): {loader / summarize(results['plain']).median:.2f}x; "
+          f"loader / iotool (Loader threads vs DataLoader workers): {loader / summarize(results['iotool']).median:.2f}x")
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -212,6 +245,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads in the training process (default: on the CPU, "
                              "CPUs minus workers, at least 1, so workers and training do not oversubscribe)")
+    parser.add_argument("--loader-threads", type=int, default=None,
+                        help="iotool.Loader threads of the loader pipeline (default: --workers, at least 1)")
     parser.add_argument("--channels-last", action="store_true", help="channels_last model and inputs")
     parser.add_argument("--feed-only", action="store_true", help="no model: measure the input pipeline alone")
     parser.add_argument("--json", metavar="FILE", help="also write the settings and figures to FILE as JSON")

@@ -77,8 +77,23 @@ def test_train_feed_writes_its_figures_as_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["device"] == "cpu" and figures["images_per_epoch"] == 24 and figures["amp"] is None
-    assert set(figures["images_per_s"]) == {"plain", "iotool"}
+    assert set(figures["images_per_s"]) == {"plain", "iotool", "loader"}
     assert figures["ratio"] > 0 and all(r["median"] > 0 for r in figures["images_per_s"].values())
+    assert figures["loader_ratio"] > 0 and figures["loader_vs_dataloader"] > 0 and figures["loader_threads"] == 1
+    assert "loader / iotool" in proc.stdout
+
+
+@smoke("gil_share.py")
+def test_gil_share_reports_a_share_and_a_thread_bound_per_path(tmp_path):
+    out = tmp_path / "gil.json"
+    proc = run_script("gil_share.py", "--smoke", "--json", out)
+    report = json.loads(out.read_text())
+    assert set(report["paths"]) == {"lmdb fused", "ram crop", "bmp crop", "read lmdb", "read bmp"}
+    for name, r in report["paths"].items():
+        assert r["us_per_sample"] > 0 and 0 <= r["share_low"] <= r["share"] <= 1, name
+        assert r["threads"] is None or r["threads"] == pytest.approx(1 / r["share"])
+        assert name in proc.stdout
+    assert report["gil_enabled"] in (True, False) and report["cpus_usable"] >= 1
 
 
 @smoke("gpu_check.py")

@@ -18,9 +18,10 @@ from typer.testing import CliRunner
 
 import iotool
 from iotool.tune import (
-    Trial, choose_trial, classify_bound, epoch_rate, load_transform, tune_loader, worker_ladder,
+    Trial, choose_trial, classify_bound, compare_feeds, epoch_rate, load_transform, thread_ladder, tune_loader,
+    worker_ladder,
 )
-from iotool.tune.tuner import _stops_climbing
+from iotool.tune.tuner import _gil_note, _stops_climbing
 from iotool.bench.procfs import cpu_seconds
 from iotool.cli import app
 from iotool.errors import UsageError
@@ -28,8 +29,8 @@ from iotool.errors import UsageError
 from .conftest import SAMPLE
 
 runner = CliRunner()
-FAST = {"batch_size": 4, "max_workers": 1, "batches": 1, "warmup": 0, "min_time": 0.0}
-FAST_CLI = ["-b", "4", "--max-workers", "1", "--batches", "1", "--min-time", "0", "--quiet"]
+FAST = {"batch_size": 4, "max_workers": 1, "max_threads": 1, "batches": 1, "warmup": 0, "min_time": 0.0}
+FAST_CLI = ["-b", "4", "--max-workers", "1", "--max-threads", "1", "--batches", "1", "--min-time", "0", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -300,7 +301,9 @@ def test_recommended_kwargs_build_a_working_dataloader(lmdb_path):
     assert calls[-1][0] == "done" and len(calls) == len(result.trials) + 1
     data = json.loads(json.dumps(result.to_dict()))
     assert data["kwargs"]["collate_fn"] == "iotool.fast_collate"
-    assert sum(row["chosen"] for row in data["table"]) == 1 and len(data["table"]) == len(result.trials)
+    assert len(data["table"]) == len(result.trials)
+    for feeder in ("DataLoader", "Loader"):  # one recommendation per feeder
+        assert sum(row["chosen"] for row in data["table"] if row["feeder"] == feeder) == 1
 
 
 def test_a_tiny_budget_returns_promptly_with_a_note(lmdb_path):
@@ -327,6 +330,8 @@ def test_a_float_transform_gets_the_default_collate(lmdb_path):
     result = tune_loader(lmdb_path, to_float, max_seconds=30, **{**FAST, "max_workers": 0})
     assert result.collate == "default" and "collate_fn" not in result.kwargs
     assert result.transform.endswith("to_float")
+    assert not result.trials_of("Loader") and result.verdict is None and not result.loader_kwargs
+    assert any("iotool.Loader was not measured" in n and "fast_collate" in n for n in result.notes)
 
 
 def test_a_transform_whose_outputs_do_not_stack_is_refused(lmdb_path):
@@ -349,6 +354,68 @@ def test_bad_options_are_usage_errors(lmdb_path, options):
         tune_loader(lmdb_path, **options)
 
 
+# --- the Loader's threads and the verdict -------------------------------------------------------
+
+def _lt(threads: int, rate: float, busy: float = 0.5, cpus: int = 8) -> Trial:
+    return Trial(0, None, False, False, "threads", threads=threads, epoch_images_per_s=rate, seconds=1.0,
+                 main_cpu_s=busy * cpus)
+
+
+def test_thread_ladder_starts_at_one():
+    assert thread_ladder(0) == [] and thread_ladder(1) == [1] and thread_ladder(6) == [1, 2, 4, 6]
+
+
+@pytest.mark.parametrize("loader_rate, faster", [(1200, "Loader"), (1030, "same"), (970, "same"), (800, "DataLoader")])
+def test_the_verdict_names_the_faster_feed_outside_5_percent(loader_rate, faster):
+    verdict = compare_feeds(_t(2, 1000.0), _lt(4, float(loader_rate)))
+    assert verdict.faster == faster and verdict.ratio == pytest.approx(loader_rate / 1000)
+    assert (verdict.threads, verdict.num_workers) == (4, 2)
+    assert "iotool.Loader(threads=4)" in verdict.text and "DataLoader(num_workers=2)" in verdict.text
+
+
+def test_choose_trial_does_not_mix_the_feeders():
+    with pytest.raises(ValueError, match="one feeder"):
+        choose_trial([_t(2, 1000.0), _lt(2, 1000.0)])
+    assert choose_trial([_lt(1, 900.0), _lt(2, 1000.0), _lt(4, 1010.0)]).threads == 2
+
+
+def test_the_gil_note_when_threads_stop_paying_with_cores_idle():
+    flat = [_lt(1, 900.0, busy=0.12), _lt(2, 1500.0, busy=0.2), _lt(4, 1450.0, busy=0.2)]
+    assert "stopped paying at 2" in _gil_note(flat, 8) and "processes" in _gil_note(flat, 8)
+    assert _gil_note(flat, 4) is None  # the ladder reached the cores: nothing to say
+    saturated = [_lt(1, 900.0, busy=0.5), _lt(2, 1500.0, busy=0.9), _lt(4, 1450.0, busy=0.9)]
+    assert _gil_note(saturated, 8) is None  # the cores bind, not the GIL
+    assert _gil_note([_lt(1, 900.0), _lt(2, 1800.0)], 8) is None  # still climbing
+
+
+@pytest.mark.slow
+def test_the_loader_is_tuned_and_compared_in_the_same_run(lmdb_path):
+    result = tune_loader(lmdb_path, max_seconds=60, **{**FAST, "max_threads": 2})
+    loader_trials = result.trials_of("Loader")
+    assert [t.threads for t in loader_trials] == [1, 2] and all(t.num_workers == 0 for t in loader_trials)
+    assert result.loader_chosen in loader_trials and result.chosen in result.trials_of("DataLoader")
+    assert result.loader_kwargs == {"batch_size": 4, "threads": result.loader_chosen.threads, "shuffle": True,
+                                    **({"pin_memory": True} if result.cuda else {})}
+    verdict = result.verdict
+    assert verdict.loader_images_per_s == result.loader_chosen.epoch_images_per_s
+    assert verdict.dataloader_images_per_s == result.chosen.epoch_images_per_s
+    assert verdict.faster == compare_feeds(result.chosen, result.loader_chosen).faster
+    dataset = iotool.open_dataset(lmdb_path, transform=iotool.transforms.RandomResizedCrop(224))
+    images, labels = next(iter(iotool.Loader(dataset, **result.loader_kwargs)))
+    assert images.shape == (4, 3, 224, 224) and images.dtype == torch.uint8 and labels.dtype == torch.int64
+    assert result.loader_snippet() == f"iotool.Loader(dataset, batch_size=4, threads={verdict.threads}, shuffle=True)"
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["verdict"]["faster"] == verdict.faster and data["loader_kwargs"] == result.loader_kwargs
+
+
+@pytest.mark.slow
+def test_max_threads_0_measures_dataloader_only(lmdb_path):
+    result = tune_loader(lmdb_path, max_seconds=30, **{**FAST, "max_threads": 0})
+    assert not result.trials_of("Loader") and result.verdict is None and result.loader_snippet() is None
+    with pytest.raises(UsageError, match="max_threads=-1"):
+        tune_loader(lmdb_path, max_threads=-1)
+
+
 # --- the CLI -------------------------------------------------------------------------------------
 
 def test_cli_json_to_stdout(lmdb_path):
@@ -357,6 +424,8 @@ def test_cli_json_to_stdout(lmdb_path):
     data = json.loads(result.stdout)
     assert data["benchmark"] == "tune" and data["kwargs"]["num_workers"] in (0, 1)
     assert data["snippet"].startswith("DataLoader(dataset, batch_size=4")
+    assert data["verdict"]["faster"] in ("Loader", "DataLoader", "same") and data["loader_kwargs"]["threads"] == 1
+    assert {row["feeder"] for row in data["table"]} == {"DataLoader", "Loader"}
     assert data["bound"]["kind"] in ("cpu", "io", "unknown") and data["environment"]["cpus_usable"] >= 1
 
 
@@ -369,6 +438,7 @@ def test_cli_table_and_recommendation(lmdb_path, transforms_module):
     assert result.exit_code == 0, result.output
     assert "Recommended" in result.stdout and "DataLoader(dataset, batch_size=4, num_workers=" in result.stdout
     assert "chosen" in result.stdout and "CenterCrop" in result.stdout
+    assert "iotool.Loader(dataset, batch_size=4, threads=1" in result.stdout and "Faster:" in result.stdout
 
 
 def test_cli_usage_errors_exit_2(lmdb_path, tmp_path):
@@ -406,7 +476,8 @@ def computes(image):
     return np.ascontiguousarray(image[:8, :8])
 
 
-REAL = {"batch_size": 4, "max_workers": 2, "batches": 4, "warmup": 1, "min_time": 0.5, "max_seconds": 40}
+REAL = {"batch_size": 4, "max_workers": 2, "max_threads": 0, "batches": 4, "warmup": 1, "min_time": 0.5,
+        "max_seconds": 40}
 
 
 def test_a_page_cached_dataset_that_waits_is_not_called_io_bound(lmdb_path):
@@ -474,7 +545,8 @@ def test_the_plot_has_whole_worker_ticks():
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from iotool.tune.tuner import TuneResult, tune_figure
+    from iotool.tune.plot import tune_figure
+    from iotool.tune.tuner import TuneResult
 
     result = TuneResult("x.lmdb", "lmdb", 100, 4, "t", "c", 2, 2, 10.0, False)
     result.trials = [_t(0, 100.0), _t(1, 180.0), _t(2, 190.0)]

@@ -33,24 +33,28 @@ def tune_notes(result: Any) -> list[str]:
     return [f"transform {result.transform}, collate {result.collate}; {result.cpus} usable CPUs; "
             f"{result.seconds:.0f} s of a {result.max_seconds:g} s budget",
             "img/s: over an epoch, paying its start (end s) once per pass; CPU / wait: share of the time "
-            "each worker (the main process at 0) ran / was ready but waited for a core"]
+            "each worker (the main process at 0) ran / was ready but waited for a core; threads: an "
+            "iotool.Loader row (its CPU: the process's, per thread)"]
 
 
 def tune_table(result: Any) -> Table:
     """One row per trial, the recommendation in bold green; fits 80 columns."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = ["workers", "prefetch", "persist"] + (["pin"] if result.cuda else []) + \
+    columns = ["workers", "threads", "prefetch", "persist"] + (["pin"] if result.cuda else []) + \
         ["start s", "end s", "img/s", "CPU", "wait", ""]
     for col in columns:
         table.add_column(col, justify="left" if col == "" else "right")
     for t in result.trials:
-        cells = [str(t.num_workers), str(t.prefetch_factor or "-"), "yes" if t.persistent_workers else "no"]
+        loader = t.threads is not None
+        cells = ["-" if loader else str(t.num_workers), str(t.threads) if loader else "-",
+                 str(t.prefetch_factor or "-"), "-" if loader else ("yes" if t.persistent_workers else "no")]
         if result.cuda:
             cells.append("yes" if t.pin_memory else "no")
-        mark = "chosen" if t is result.chosen else ("partial" if t.partial else "")
+        chosen = t is result.chosen or t is result.loader_chosen
+        mark = "chosen" if chosen else ("partial" if t.partial else "")
         cells += [_secs(t.startup_s), _secs(t.restart_s), f"{t.epoch_images_per_s:,.0f}",
                   _pct(t.worker_busy), _pct(t.worker_waiting), mark]
-        table.add_row(*cells, style="bold green" if t is result.chosen else None)
+        table.add_row(*cells, style="bold green" if chosen else None)
     return table
 
 
@@ -61,7 +65,15 @@ def print_advice(result: Any) -> None:
     head = snippet.index("(") + 1  # continuation lines line up inside the parenthesis
     for i, line in enumerate(wrap_paragraphs(snippet, max(console.width - 4 - head, 30), examples=False)):
         say(line, indent=4 + (head if i else 0))
+    loader = result.loader_snippet()
+    if loader is not None:
+        console.print("\nThe iotool.Loader (threads, no worker processes), the fewest threads within 5% of its best:\n")
+        head = loader.index("(") + 1
+        for i, line in enumerate(wrap_paragraphs(loader, max(console.width - 4 - head, 30), examples=False)):
+            say(line, indent=4 + (head if i else 0))
     console.print()
+    if result.verdict is not None:
+        say(f"{result.verdict.text}.", label="Faster:", style="bold")
     if result.bound is not None:
         kind = {"cpu": "CPU-bound", "io": "IO-bound", "idle": "Not IO-bound"}.get(result.bound.kind, "Bound unknown")
         say(f"{result.bound.reason}.", label=f"{kind}:", style="bold")
@@ -81,6 +93,9 @@ def tune(
         min=0.001, help="Time budget for the whole search; when it runs out the advice comes from what was measured.")] = 60.0,
     max_workers: Annotated[Optional[int], typer.Option(
         min=0, help="Most workers to try (default: twice the usable CPUs).", show_default=False)] = None,
+    max_threads: Annotated[Optional[int], typer.Option(
+        min=0, help="Most iotool.Loader threads to try (default: twice the usable CPUs; 0: DataLoader only, "
+        "no verdict).", show_default=False)] = None,
     decoder: Annotated[str, typer.Option(metavar="NAME",
         help="auto, pil, opencv, simplejpeg, jpeg4py, or none to give the transform the stored bytes.")] = "auto",
     batches: Annotated[int, typer.Option(min=1, help="Timed batches per trial (at least 3 per worker).")] = 20,
@@ -93,6 +108,7 @@ def tune(
 ) -> None:
     """Find the DataLoader settings (num_workers, prefetch_factor, persistent_workers, pin_memory) that feed
     a dataset fastest with your transform and batch size, and say whether the feed is CPU- or IO-bound.
+    In the same run, tune iotool.Loader's threads and say which of the two feeds faster.
 
     Example:
 
@@ -101,6 +117,8 @@ def tune(
         iotool tune /data/train.lmdb --transform mytransforms:train_transform --batch-size 256 --max-seconds 120
 
         iotool tune /data/shards --json tune.json --plot tune.png
+
+        iotool tune /data/train.lmdb --max-threads 0   # DataLoader only
     """
     from ..tune import plot_tune, tune_loader
 
@@ -112,7 +130,7 @@ def tune(
             require_matplotlib()
         with progress_line(show and not quiet, "tune") as callback:
             result = tune_loader(path, transform, batch_size=batch_size, max_seconds=max_seconds,
-                                 max_workers=max_workers, decoder=None if decoder == NO_DECODER else decoder,
+                                 max_workers=max_workers, max_threads=max_threads, decoder=None if decoder == NO_DECODER else decoder,
                                  batches=batches, min_time=min_time, progress=callback)
         if plot is not None:
             plot_tune(result, plot)

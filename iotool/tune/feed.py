@@ -8,6 +8,7 @@ import importlib
 import inspect
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -105,10 +106,24 @@ class Feed:
     shuffle: bool
     cuda: bool
 
+    @property
+    def threads_ok(self) -> bool:
+        """Can ``iotool.Loader`` feed this? It yields fast_collate's batches (uint8 images of one size)."""
+        return self.collate_name == "iotool.fast_collate"
+
     def loader(self, trial: Any) -> Any:
-        """The DataLoader of one trial (shuffled with a fixed seed where the dataset is map-style)."""
+        """The DataLoader of one trial, or the ``iotool.Loader`` of a ``threads`` trial (shuffled
+        with a fixed seed where the dataset is map-style)."""
         import torch
         from torch.utils.data import DataLoader
+
+        if trial.threads is not None:
+            from ..loading.loader import Loader
+
+            with warnings.catch_warnings():  # a foreign transform: the tuner measures what it costs
+                warnings.simplefilter("ignore")
+                return Loader(self.dataset, self.batch_size, shuffle=True if self.shuffle else None,
+                              threads=trial.threads, seed=0, pin_memory=trial.pin_memory)
 
         generator = torch.Generator().manual_seed(0) if self.shuffle else None
         return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=self.shuffle, generator=generator,

@@ -24,7 +24,8 @@ from ..bench.procfs import cpu_seconds, run_queue_seconds, storage_read_bytes, w
 
 @dataclass
 class Trial:
-    """One measured DataLoader configuration and what it delivered.
+    """One measured configuration and what it delivered: a DataLoader, or an ``iotool.Loader``
+    when ``threads`` is set (then ``num_workers`` is 0 and the CPU time is the whole process's).
 
     ``images_per_s`` is the steady rate after the warm-up; ``epoch_images_per_s`` also pays one
     epoch boundary (``restart_s``) per ``len(dataset)`` images, which is what training sees, and is
@@ -50,6 +51,12 @@ class Trial:
     main_wait_s: float | None = None
     storage_bytes: int | None = None  # bytes fetched from storage (not the page cache) while timed
     partial: bool = False
+    threads: int | None = None  # an iotool.Loader trial with this many threads
+
+    @property
+    def feeder(self) -> str:
+        """"Loader" for an ``iotool.Loader`` trial, else "DataLoader"."""
+        return "DataLoader" if self.threads is None else "Loader"
 
     def loader_kwargs(self) -> dict[str, Any]:
         """The DataLoader keyword arguments of this configuration (valid for num_workers=0 too)."""
@@ -65,6 +72,8 @@ class Trial:
         """Mean fraction of the timed wall time each worker spent on a CPU (main process at 0 workers)."""
         if not self.seconds:
             return None
+        if self.threads is not None:  # the process's CPU, shared by the loader's threads
+            return self.main_cpu_s / (self.seconds * self.threads) if self.main_cpu_s is not None else None
         if self.num_workers == 0:
             return self.main_cpu_s / self.seconds if self.main_cpu_s is not None else None
         if self.worker_cpu_s is None:
@@ -77,7 +86,7 @@ class Trial:
         wait = self.main_wait_s if self.num_workers == 0 else self.worker_wait_s
         if not self.seconds or wait is None:
             return None
-        return wait / (self.seconds * max(self.num_workers, 1))
+        return wait / (self.seconds * max(self.num_workers, self.threads or 1))
 
     def cores_busy(self, cpus: int) -> float | None:
         """Fraction of the usable cores busy during the timed batches (workers + main process)."""
@@ -188,9 +197,9 @@ class BatchStream:
         return time.perf_counter() - t
 
     def close(self) -> None:
-        """Stop the workers now, persistent ones included."""
+        """Stop the workers (persistent ones included) or the Loader's threads now."""
         for it in (self.iterator, getattr(self.loader, "_iterator", None)):
-            shutdown = getattr(it, "_shutdown_workers", None)
+            shutdown = getattr(it, "_shutdown_workers", None) or getattr(it, "close", None)
             if shutdown is not None:
                 shutdown()
         self.iterator = None
@@ -216,7 +225,7 @@ def measure_trial(trial: Trial, make_loader: Callable[[Trial], Any], consume: Ca
             t0 = clock()
             first = stream.start()
             trial.startup_s = clock() - t0
-            for _ in range(max(warmup, trial.num_workers)):
+            for _ in range(max(warmup, trial.num_workers, trial.threads or 0)):
                 if clock() >= deadline:
                     break
                 stream.next()
@@ -260,3 +269,15 @@ def _time_batches(trial: Trial, stream: BatchStream, batches: int, min_time: flo
     trial.worker_wait_s = meter.waited(worker_pids(stream.iterator)) if trial.num_workers else 0.0
     trial.storage_bytes = meter.storage_bytes(worker_pids(stream.iterator))
     trial.partial = trial.batches < wanted or trial.seconds < min_time
+
+
+def describe_trial(trial: Trial) -> str:
+    """'num_workers=4, prefetch_factor=2, persistent' for the progress line."""
+    if trial.threads is not None:
+        return f"iotool.Loader threads={trial.threads}" + (", pinned" if trial.pin_memory else "")
+    parts = [f"num_workers={trial.num_workers}"]
+    if trial.num_workers:
+        parts += [f"prefetch_factor={trial.prefetch_factor}", "persistent" if trial.persistent_workers else "not persistent"]
+    if trial.pin_memory:
+        parts.append("pinned")
+    return ", ".join(parts)

@@ -9,6 +9,11 @@ The search, in a hard time budget:
    then ``pin_memory=True`` where CUDA is available (every trial then also copies its batches to
    the GPU, non-blocking from pinned memory, as training does).
 
+3. ``iotool.Loader`` (threads in this process, no workers) over 1, 2, 4, ... threads up to twice
+   the usable CPUs, climbing by the same rule, pinned where CUDA is available; the cheapest
+   (fewest threads) within 5% of its best is compared with the DataLoader recommendation in the
+   same run: the ``verdict`` says which feeds faster (within 5%: about the same).
+
 The rule (:func:`choose_trial`, pure): among trials within 5% of the best epoch images/s, the
 cheapest: fewest workers, then the smaller prefetch factor, then persistent workers and pinned
 memory (what they cost is memory held, not time). The feed is called CPU-bound when the usable
@@ -26,17 +31,16 @@ from typing import Any, Callable, Sequence
 from ..errors import UsageError
 from ..bench.common import ProgressFn, environment, no_progress
 from ..storage import is_url
-from ..storage.units import human_bytes
-from .measure import Trial, measure_trial
+from .bound import CORES_SATURATED, Bound, classify_bound
+from .measure import Trial, describe_trial, measure_trial
+from .plot import plot_tune
 from .feed import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
 
-__all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "choose_trial", "classify_bound",
+__all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "Verdict", "choose_trial",
+           "classify_bound", "compare_feeds", "thread_ladder",
            "load_transform", "plot_tune", "tune_loader", "usable_cpus", "worker_ladder"]
 
 TOLERANCE = 0.05
-CORES_SATURATED = 0.85  # of the usable cores busy: nothing more to gain from workers
-WORKER_BUSY = 0.7  # of its wall time on a CPU: a worker computing, not waiting
-FROM_STORAGE_PER_IMAGE = 1024  # bytes read from storage per image below which the data came from memory
 
 
 def usable_cpus() -> int:
@@ -58,9 +62,14 @@ def worker_ladder(max_workers: int) -> list[int]:
     return ladder
 
 
+def thread_ladder(max_threads: int) -> list[int]:
+    """1, 2, 4, ... up to ``max_threads``, which is always the last step (empty for 0)."""
+    return worker_ladder(max_threads)[1:]
+
+
 def _cost(trial: Trial) -> tuple[int, int, bool, bool]:
     """Smaller is cheaper: workers, then prefetch depth; persistent workers and pinning preferred."""
-    return (trial.num_workers, trial.prefetch_factor or 0, not trial.persistent_workers, not trial.pin_memory)
+    return (trial.num_workers + (trial.threads or 0), trial.prefetch_factor or 0, not trial.persistent_workers, not trial.pin_memory)
 
 
 def choose_trial(trials: Sequence[Trial], tolerance: float = TOLERANCE) -> Trial | None:
@@ -71,6 +80,8 @@ def choose_trial(trials: Sequence[Trial], tolerance: float = TOLERANCE) -> Trial
     measured first. The result does not depend on the order of ``trials``, except for exact twins.
     """
     usable = [t for t in trials if t.epoch_images_per_s > 0]
+    if len({t.feeder for t in usable}) > 1:
+        raise ValueError("choose_trial compares one feeder's trials: DataLoader's or the Loader's")
     if not usable:
         return None
     best = max(t.epoch_images_per_s for t in usable)
@@ -86,60 +97,35 @@ def _stops_climbing(rates: Sequence[float], tolerance: float = TOLERANCE) -> boo
 
 
 @dataclass
-class Bound:
-    """What bounds the feed: ``kind`` is "cpu", "io" (waiting on storage or the network), "idle"
-    (waiting, but not on storage: the data came from the page cache) or "unknown"; ``reason``
-    says why in words, from the figures beside it."""
+class Verdict:
+    """Which feeds faster in this run: ``faster`` is "Loader", "DataLoader" or "same" (within
+    :data:`TOLERANCE`); ``ratio`` is the Loader's epoch images/s over DataLoader's."""
 
-    kind: str
-    reason: str
-    cores_busy: float | None = None
-    worker_busy: float | None = None
-    worker_waiting: float | None = None
-    main_busy: float | None = None
-    storage_bytes: int | None = None
-    cpus: int = 0
+    faster: str
+    ratio: float
+    loader_images_per_s: float
+    dataloader_images_per_s: float
+    threads: int
+    num_workers: int
+    text: str
 
 
-def classify_bound(trial: Trial, cpus: int, remote: bool = False) -> Bound:
-    """CPU- or IO-bound, from the CPU time of the workers and the main process during the timed
-    batches; a feed that waits is IO-bound only when the data came from storage (the bytes read
-    from it while timed) or from a URL (``remote``)."""
-    cores, worker, waiting = trial.cores_busy(cpus), trial.worker_busy, trial.worker_waiting or 0.0
-    main = trial.main_cpu_s / trial.seconds if trial.main_cpu_s is not None and trial.seconds else None
-    evidence = {"cores_busy": cores, "worker_busy": worker, "worker_waiting": trial.worker_waiting,
-                "main_busy": main, "storage_bytes": trial.storage_bytes, "cpus": cpus}
-    if cores is None or worker is None:
-        return Bound("unknown", "worker CPU time could not be read (it needs Linux /proc) or nothing was timed",
-                     **evidence)
-    who = (f"{trial.num_workers} worker{'s' if trial.num_workers > 1 else ''}" if trial.num_workers
-           else "the main process (num_workers=0)")
-    if cores >= CORES_SATURATED:
-        return Bound("cpu", f"cores saturated: {cores:.0%} of {cpus} usable cores busy; decoding and the "
-                     "transform need cheaper work per sample (smaller stored images, reduced-scale "
-                     "decode) or more cores", **evidence)
-    if worker >= WORKER_BUSY:
-        return Bound("cpu", f"{who} on a CPU {worker:.0%} of the time: decoding and the transform bound "
-                     f"the feed ({cores:.0%} of {cpus} cores busy)", **evidence)
-    if worker + waiting >= WORKER_BUSY:
-        return Bound("cpu", f"cores saturated by other work too: {who} on a CPU {worker:.0%} of the time and "
-                     f"waiting for a free core {waiting:.0%}; only {cores:.0%} of {cpus} cores went to this feed",
-                     **evidence)
-    if main is not None and main >= CORES_SATURATED:
-        return Bound("cpu", f"the main process is on a CPU {main:.0%} of the time (collating, pinning or "
-                     f"receiving batches) while the workers are busy only {worker:.0%}", **evidence)
-    idle = f"{who} on a CPU only {worker:.0%} of the time, {cores:.0%} of {cpus} cores busy"
-    if remote:
-        return Bound("io", f"waiting on the network: {idle} while the shards stream from a URL (a copy "
-                     "closer to the machine, a local cache_dir, or more workers to overlap the waits)", **evidence)
-    read = trial.storage_bytes
-    if read is not None and read < FROM_STORAGE_PER_IMAGE * max(trial.images, 1):
-        return Bound("idle", f"not IO-bound: {idle}, yet only {human_bytes(read)} came from storage (the "
-                     "page cache held the data); the wait is elsewhere: worker start-up and epoch ends "
-                     "(a small dataset), or a transform that sleeps, locks or waits on the network", **evidence)
-    read_text = f"{human_bytes(read)} read from storage" if read is not None else "storage reads not measured"
-    return Bound("io", f"waiting on storage: {idle}, {read_text} (a faster disk, room in the page cache, "
-                 "or more workers to overlap the waits)", **evidence)
+def compare_feeds(dataloader: Trial, loader: Trial, tolerance: float = TOLERANCE) -> Verdict:
+    """The verdict between the DataLoader recommendation and the Loader's (pure)."""
+    dl, ld = dataloader.epoch_images_per_s, loader.epoch_images_per_s
+    ratio = ld / dl if dl > 0 else float("inf")
+    threads, workers = loader.threads or 0, dataloader.num_workers
+    both = (f"iotool.Loader(threads={threads}) {ld:,.0f} img/s, DataLoader(num_workers={workers}) "
+            f"{dl:,.0f} img/s")
+    if ratio >= 1 + tolerance:
+        return Verdict("Loader", ratio, ld, dl, threads, workers,
+                       f"iotool.Loader feeds faster here, {ratio:.2f}x: {both}")
+    if ratio <= 1 - tolerance:
+        return Verdict("DataLoader", ratio, ld, dl, threads, workers,
+                       f"DataLoader feeds faster here, {1 / ratio:.2f}x: {both}")
+    return Verdict("same", ratio, ld, dl, threads, workers,
+                   f"both feed about as fast (within {tolerance:.0%}): {both}; the Loader starts no "
+                   "worker processes and holds less memory")
 
 
 @dataclass
@@ -147,7 +133,9 @@ class TuneResult:
     """What ``tune_loader`` measured and recommends.
 
     ``kwargs`` are DataLoader keyword arguments (``DataLoader(dataset, **result.kwargs)``);
-    ``table`` has one row per trial, in the order measured; ``bound`` says what limits the feed.
+    ``loader_kwargs`` the ``iotool.Loader`` ones (empty when the Loader was not measured);
+    ``verdict`` says which of the two feeds faster; ``table`` has one row per trial, in the order
+    measured; ``bound`` says what limits the (DataLoader) feed.
     """
 
     path: str
@@ -160,9 +148,13 @@ class TuneResult:
     max_workers: int
     max_seconds: float
     cuda: bool
+    max_threads: int = 0
     trials: list[Trial] = field(default_factory=list)
     chosen: Trial | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    loader_chosen: Trial | None = None
+    loader_kwargs: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
     bound: Bound | None = None
     budget_exhausted: bool = False
     seconds: float = 0.0
@@ -172,12 +164,24 @@ class TuneResult:
     @property
     def table(self) -> list[dict[str, Any]]:
         """One plain row per trial, with ``chosen`` marking the recommendation."""
-        return [{**t.to_dict(self.cpus), "chosen": t is self.chosen} for t in self.trials]
+        return [{**t.to_dict(self.cpus), "feeder": t.feeder, "chosen": t is self.chosen or t is self.loader_chosen}
+                for t in self.trials]
+
+    def trials_of(self, feeder: str) -> list[Trial]:
+        """The trials of one feeder, "DataLoader" or "Loader", in the order measured."""
+        return [t for t in self.trials if t.feeder == feeder]
 
     def snippet(self, dataset: str = "dataset") -> str:
         """The recommendation as code to paste: ``DataLoader(dataset, batch_size=64, num_workers=2, ...)``."""
         args = ", ".join(f"{k}={self.collate if k == 'collate_fn' else repr(v)}" for k, v in self.kwargs.items())
         return f"DataLoader({dataset}, {args})"
+
+    def loader_snippet(self, dataset: str = "dataset") -> str | None:
+        """The Loader recommendation as code: ``iotool.Loader(dataset, batch_size=64, threads=2)``."""
+        if not self.loader_kwargs:
+            return None
+        args = ", ".join(f"{k}={v!r}" for k, v in self.loader_kwargs.items())
+        return f"iotool.Loader({dataset}, {args})"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON (``collate_fn`` as its dotted name)."""
@@ -187,7 +191,9 @@ class TuneResult:
             "cpus": self.cpus, "max_workers": self.max_workers, "max_seconds": self.max_seconds,
             "cuda": self.cuda, "seconds": self.seconds, "budget_exhausted": self.budget_exhausted,
             "kwargs": {k: self.collate if k == "collate_fn" else v for k, v in self.kwargs.items()},
-            "snippet": self.snippet(), "bound": None if self.bound is None else vars(self.bound),
+            "snippet": self.snippet(), "max_threads": self.max_threads, "loader_kwargs": self.loader_kwargs,
+            "loader_snippet": self.loader_snippet(),
+            "verdict": None if self.verdict is None else vars(self.verdict), "bound": None if self.bound is None else vars(self.bound),
             "table": self.table, "notes": self.notes, "environment": self.environment,
         }
 
@@ -222,7 +228,7 @@ class _Search:
         if time.perf_counter() + last >= self.deadline:
             self.result.budget_exhausted = True
             return None
-        self.progress(_describe(trial), done, max(self.planned, done + 1))
+        self.progress(describe_trial(trial), done, max(self.planned, done + 1))
         measure_trial(trial, self.feed.loader, self.feed.consume, epoch_images=self.feed.epoch_images,
                       deadline=self.deadline, sync=self.feed.sync, **self.timing)
         self.result.trials.append(trial)
@@ -245,7 +251,7 @@ class _Search:
 
     def knobs(self) -> None:
         """Step 2: prefetch depth, persistence and pinning at the chosen worker count."""
-        base = choose_trial(self.result.trials)
+        base = choose_trial(self.result.trials_of("DataLoader"))
         if base is None or self.result.budget_exhausted:
             return
         tries = []
@@ -255,7 +261,7 @@ class _Search:
             tries.append(("pin", {"pin_memory": True}))
         self.planned = len(self.result.trials) + len(tries)
         for stage, change in tries:
-            best = choose_trial(self.result.trials) or base
+            best = choose_trial(self.result.trials_of("DataLoader")) or base
             config = {**vars(best), **change}  # the best prefetch and persistence found so far
             trial = Trial(config["num_workers"], config["prefetch_factor"], config["persistent_workers"],
                           config["pin_memory"], stage)
@@ -263,14 +269,18 @@ class _Search:
                 return
 
 
-def _describe(trial: Trial) -> str:
-    """'num_workers=4, prefetch_factor=2, persistent' for the progress line."""
-    parts = [f"num_workers={trial.num_workers}"]
-    if trial.num_workers:
-        parts += [f"prefetch_factor={trial.prefetch_factor}", "persistent" if trial.persistent_workers else "not persistent"]
-    if trial.pin_memory:
-        parts.append("pinned")
-    return ", ".join(parts)
+    def threads(self, ladder: list[int]) -> None:
+        """Step 3: ``iotool.Loader`` over the thread ladder while it pays (pinned with CUDA)."""
+        self.planned = len(self.result.trials) + len(ladder)
+        rates: list[float] = [0.0]  # no 0-thread step: the ladder's climbing rule sees 1 thread as its second
+        for i, n in enumerate(ladder):
+            trial = self.run(Trial(0, None, False, self.result.cuda, "threads", threads=n))
+            if trial is None or trial.partial:
+                return
+            rates.append(trial.epoch_images_per_s)
+            if _stops_climbing(rates):
+                self.planned -= len(ladder) - i - 1
+                return
 
 
 def tune_loader(
@@ -280,6 +290,7 @@ def tune_loader(
     batch_size: int = 64,
     max_seconds: float = 60.0,
     max_workers: int | None = None,
+    max_threads: int | None = None,
     decoder: str | None = "auto",
     batches: int = 20,
     warmup: int = 2,
@@ -296,6 +307,8 @@ def tune_loader(
         max_seconds: a hard budget for the whole search; when it runs out, the recommendation comes
             from the trials measured so far and ``notes`` say so.
         max_workers: the most workers tried (default: twice the usable CPUs).
+        max_threads: the most ``iotool.Loader`` threads tried (default: twice the usable CPUs; 0:
+            no Loader trials, no verdict).
         decoder: the dataset's decoder (``open_dataset(..., decoder=)``); None gives the transform bytes.
         batches: timed batches per trial (at least three per worker are timed).
         warmup: batches dropped after the first one (at least one per worker).
@@ -303,7 +316,8 @@ def tune_loader(
         progress: called with (what, done, total) before each trial.
 
     Returns:
-        A :class:`TuneResult`: ``kwargs`` for ``DataLoader(dataset, **kwargs)``, the ``table`` of
+        A :class:`TuneResult`: ``kwargs`` for ``DataLoader(dataset, **kwargs)``, ``loader_kwargs``
+        for ``iotool.Loader(dataset, **loader_kwargs)``, the ``verdict`` between them, the ``table`` of
         trials, the ``bound`` (CPU or IO) with its evidence, and ``notes``.
 
     Raises:
@@ -312,6 +326,9 @@ def tune_loader(
     """
     start = time.perf_counter()
     _check_options(batch_size, max_seconds, max_workers, batches, warmup, min_time)
+    if max_threads is not None and max_threads < 0:
+        raise UsageError(f"max_threads={max_threads}; give 0 or more (0: no iotool.Loader trials; default: "
+                         "twice the usable CPUs).")
     progress = progress or no_progress
     if isinstance(transform, str):
         transform = load_transform(transform)
@@ -319,10 +336,13 @@ def tune_loader(
     top = 2 * cpus if max_workers is None else max_workers
     feed = open_feed(path, transform, batch_size, decoder)
     result = TuneResult(os.fspath(path), feed.format, feed.epoch_images, batch_size, feed.transform_name,
-                        feed.collate_name, cpus, top, max_seconds, feed.cuda)
+                        feed.collate_name, cpus, top, max_seconds, feed.cuda,
+                        max_threads=2 * cpus if max_threads is None else max_threads)
     search = _Search(feed, result, start + max_seconds, progress,
                      {"batches": batches, "warmup": warmup, "min_time": min_time})
     search.workers(worker_ladder(top))
+    if feed.threads_ok:
+        search.threads(thread_ladder(result.max_threads))
     search.knobs()
     _conclude(result, feed)
     result.seconds = time.perf_counter() - start
@@ -332,7 +352,8 @@ def tune_loader(
 
 def _conclude(result: TuneResult, feed: Feed) -> None:
     """Pick the recommendation, name the bound, and write the notes."""
-    result.chosen = choose_trial(result.trials)
+    result.chosen = choose_trial(result.trials_of("DataLoader"))
+    _conclude_loader(result, feed)
     kwargs = result.chosen.loader_kwargs() if result.chosen else {"num_workers": 0, "pin_memory": False}
     result.kwargs = {"batch_size": result.batch_size, **kwargs}
     if not result.cuda:
@@ -352,40 +373,40 @@ def _conclude(result: TuneResult, feed: Feed) -> None:
                             "batches: epoch ends weigh heavily here; tune on the real training set.")
 
 
-def plot_tune(result: TuneResult, dest: str | os.PathLike) -> None:
-    """Draw :func:`tune_figure` to ``dest`` (a PNG)."""
-    from ..bench.plot import require_matplotlib
-
-    plt = require_matplotlib()
-    fig = tune_figure(result)
-    fig.savefig(os.fspath(dest), dpi=120)
-    plt.close(fig)
-
-
-def tune_figure(result: TuneResult) -> Any:
-    """Epoch images/s against num_workers (the ladder as a line, other trials as points, the
-    choice starred), as a matplotlib figure."""
-    from ..bench.plot import require_matplotlib
-
-    plt = require_matplotlib()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ladder = [t for t in result.trials if t.stage == "workers"]
-    ax.plot([t.num_workers for t in ladder], [t.epoch_images_per_s for t in ladder], "o-", color="#4c72b0",
-            label="prefetch_factor=2, persistent workers")
-    for t in result.trials:
-        if t.stage != "workers":
-            ax.plot([t.num_workers], [t.epoch_images_per_s], "s", label=_describe(t))
+def _conclude_loader(result: TuneResult, feed: Feed) -> None:
+    """The Loader's recommendation, the verdict against DataLoader's, and where the GIL binds."""
+    if not feed.threads_ok:
+        result.notes.append(f"iotool.Loader was not measured: it yields fast_collate's batches (uint8 images "
+                            f"of one size) and this transform's outputs need the {feed.collate_name} collate.")
+        return
+    if result.max_threads == 0:
+        return
+    result.loader_chosen = choose_trial(result.trials_of("Loader"))
+    if result.loader_chosen is None:
+        result.notes.append("iotool.Loader was not measured (the budget ran out first): no verdict.")
+        return
+    result.loader_kwargs = {"batch_size": result.batch_size, "threads": result.loader_chosen.threads}
+    if feed.shuffle:  # map-style, as the trials ran; a sharded dataset keeps its own setting
+        result.loader_kwargs["shuffle"] = True
+    if result.cuda:
+        result.loader_kwargs["pin_memory"] = True
     if result.chosen is not None:
-        ax.plot([result.chosen.num_workers], [result.chosen.epoch_images_per_s], "*", color="#dd8452",
-                markersize=16, label="recommended")
-    ax.set_xlabel("num_workers")
-    from matplotlib.ticker import MaxNLocator
+        result.verdict = compare_feeds(result.chosen, result.loader_chosen)
+    gil = _gil_note(result.trials_of("Loader"), result.cpus)
+    if gil:
+        result.notes.append(gil)
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # worker counts are whole numbers
-    ax.set_ylabel("images/s over an epoch")
-    ax.set_title(f"iotool tune: {os.path.basename(result.path.rstrip('/'))}, batch {result.batch_size}, "
-                 f"{result.cpus} usable CPUs", fontsize=10)
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+
+def _gil_note(trials: list[Trial], cpus: int) -> str | None:
+    """A note when more threads stopped paying while cores were left: the GIL binds this process."""
+    measured = [t for t in trials if t.epoch_images_per_s > 0 and not t.partial]
+    if len(measured) < 2 or (measured[-1].threads or 0) >= cpus:
+        return None
+    best = max(measured, key=lambda t: t.epoch_images_per_s)
+    busy = best.cores_busy(cpus)
+    if busy is None or busy >= CORES_SATURATED or best is measured[-1]:
+        return None
+    return (f"More iotool.Loader threads stopped paying at {best.threads} while only {busy:.0%} of {cpus} cores "
+            "were busy: the per-sample work that holds the GIL (the transform's Python, the dataset's own) "
+            "binds one process. To go further, run more processes with threads each (one rank per process "
+            "with DDP); see docs/training.md, \"How far threads scale\".")
