@@ -9,13 +9,12 @@ format is asked for, so ``import iotool`` stays light.
 from __future__ import annotations
 
 import importlib
-import logging
 from typing import Callable, Iterable, Iterator, Mapping
 
 from ..errors import UnknownFormatError
+from .plugins import entry_point_targets
 from .spec import FormatSpec
 
-log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "iotool.formats"
 BUILTIN: dict[str, str] = {
@@ -35,15 +34,7 @@ def _entry_points() -> dict[str, str]:
     """name -> "module:attr" of the formats other installed packages declare."""
     global _plugins
     if _plugins is None:
-        from importlib.metadata import entry_points
-
-        _plugins = {}
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in BUILTIN:
-                log.warning("ignoring the %s entry point %r: a built-in format has that name", ENTRY_POINT_GROUP,
-                            ep.name)
-                continue
-            _plugins.setdefault(ep.name, ep.value)
+        _plugins = entry_point_targets(ENTRY_POINT_GROUP, BUILTIN, "format")
     return _plugins
 
 

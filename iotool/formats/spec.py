@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 
 from .dali import DaliReading
 from .options import FormatOptions
+from .plugins import missing_extra
 from .plan import ShardPlan
 from .reader import FormatReader, ShardedReader
 from .writer import FormatWriter
@@ -69,18 +70,7 @@ class FormatSpec:
     def missing_extra(self) -> str | None:
         """``pip install 'iotool[<extra>]'`` when a module the format needs is not installed
         (looked up without importing it), else None."""
-        if self.extra is None:
-            return None
-        import importlib.util
-
-        name, modules = self.extra
-        for module in modules:
-            try:
-                if importlib.util.find_spec(module) is None:
-                    return f"pip install 'iotool[{name}]'"
-            except (ImportError, ValueError):  # a parent package missing, or an import blocked
-                return f"pip install 'iotool[{name}]'"
-        return None
+        return missing_extra(self.extra)
 
     @property
     def resumable(self) -> bool:

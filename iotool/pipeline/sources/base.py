@@ -14,6 +14,7 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 from ...errors import SourceError, UsageError
 from ...formats import FormatOptions
+from ...formats.plugins import missing_extra
 from ...storage import StorageConfig
 
 
@@ -111,18 +112,7 @@ class SourceKind:
 
     def missing_extra(self) -> str | None:
         """``pip install 'iotool[<extra>]'`` when a module the kind needs is missing, else None."""
-        if self.extra is None:
-            return None
-        import importlib.util
-
-        name, modules = self.extra
-        for module in modules:
-            try:
-                if importlib.util.find_spec(module) is None:
-                    return f"pip install 'iotool[{name}]'"
-            except (ImportError, ValueError):
-                return f"pip install 'iotool[{name}]'"
-        return None
+        return missing_extra(self.extra)
 
 
 def has_magic(part: str) -> bool:

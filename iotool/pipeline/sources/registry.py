@@ -9,16 +9,15 @@ taken), as formats do with ``iotool.formats``. Every registered iotool format is
 from __future__ import annotations
 
 import importlib
-import logging
 from typing import Any
 
 from ...errors import UsageError
 from ...formats import format_names
+from ...formats.plugins import entry_point_targets
 from ...storage import MissingExtraError, StorageConfig
 from .base import Source, SourceKind
 from .dataset import dataset_kind
 
-log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "iotool.sources"
 BUILTIN: dict[str, str] = {
@@ -38,15 +37,7 @@ def _entry_points() -> dict[str, str]:
     """name -> "module:attr" of the source kinds other installed packages declare."""
     global _plugins
     if _plugins is None:
-        from importlib.metadata import entry_points
-
-        _plugins = {}
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in BUILTIN:
-                log.warning("ignoring the %s entry point %r: a built-in source has that name", ENTRY_POINT_GROUP,
-                            ep.name)
-                continue
-            _plugins.setdefault(ep.name, ep.value)
+        _plugins = entry_point_targets(ENTRY_POINT_GROUP, BUILTIN, "source")
     return _plugins
 
 
