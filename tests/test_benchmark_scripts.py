@@ -333,3 +333,14 @@ def test_sources_times_each_source_and_its_producer(tmp_path):
     assert set(figures["sources"]) == {"imagefolder", "parquet", "webdataset", "tfrecord-files"}
     assert all(f["iotool_s"] > 0 for f in figures["sources"].values())
     assert figures["sources"]["parquet"]["producer_total_s"] > 0
+
+
+@smoke("loader_memory.py")
+def test_loader_memory_sums_the_pss_of_each_feed(tmp_path):
+    out = tmp_path / "loader_memory.json"
+    run_script("loader_memory.py", "--smoke", "--json", out)
+    rows = json.loads(out.read_text())["rows"]
+    assert rows["DataLoader(workers, persistent)"]["processes"] == 3  # the two workers are counted
+    assert rows["Loader(threads)"]["processes"] == 1 and rows["Loader(threads, isolate)"]["processes"] == 2
+    assert all(r["samples"] == 24 for name, r in rows.items() if name != "opened only")
+    assert all(r["pss_mib"] > 50 for r in rows.values())
