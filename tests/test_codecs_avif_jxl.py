@@ -166,3 +166,18 @@ def test_a_corrupt_avif_is_a_decode_error_naming_the_record():
     data = encoded(1, (16, 16), "AVIF")
     with pytest.raises(IotoolError, match="rec.avif"):
         decode(data[: len(data) // 2], name="rec.avif")
+
+
+def test_sources_that_scan_no_files_have_no_left_out_row(tmp_path):
+    """Converting a dataset (no extension scan): no "left out" row in the summary, null in --json."""
+    from typer.testing import CliRunner
+
+    from iotool.cli import app
+
+    write_tree(tmp_path / "src", {"cat": 2})
+    iotool.convert(tmp_path / "src", tmp_path / "a.lmdb", "lmdb", workers=0)
+    result = CliRunner().invoke(app, ["convert", "lmdb", "hdf5", str(tmp_path / "a.lmdb"), str(tmp_path / "b.h5")])
+    assert result.exit_code == 0 and "skipped" in result.output and "left out" not in result.output, result.output
+    result = CliRunner().invoke(app, ["convert", "lmdb", "hdf5", str(tmp_path / "a.lmdb"), str(tmp_path / "c.h5"),
+                                      "--json", "-"])
+    assert json.loads(result.stdout)["left_out"] is None

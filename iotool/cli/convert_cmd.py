@@ -188,7 +188,7 @@ def report_dict(report: ConversionReport) -> dict:
         "classes": report.classes, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
         "skipped": [vars(s) for s in report.skipped], "seconds": round(report.seconds, 3),
         "images_per_s": round(report.images_per_s, 1), "resumed_from": report.resumed_from,
-        "left_out": dict(report.left_out),
+        "left_out": None if report.left_out is None else dict(report.left_out),
     }
 
 
@@ -206,7 +206,8 @@ def summary_table(report: ConversionReport) -> Table:
     rows = [
         ("images", f"{report.count:,}"), ("classes", str(report.classes)),
         ("bytes in", human_bytes(report.bytes_in)), ("bytes out", human_bytes(report.bytes_out)),
-        ("skipped", str(len(report.skipped))), ("left out (extension)", left_out_text(report.left_out)),
+        ("skipped", str(len(report.skipped))),
+        *([("left out (extension)", left_out_text(report.left_out))] if report.left_out is not None else []),
         ("seconds", f"{report.seconds:.2f}"),
         ("images/s", f"{report.images_per_s:,.0f}"),
     ]

@@ -43,7 +43,7 @@ class ConversionReport:
     seconds: float
     skipped: list[SkippedFile] = field(default_factory=list)
     resumed_from: int = 0  # source files already done by the interrupted run that was resumed
-    left_out: dict[str, int] = field(default_factory=dict)  # source files not read, by extension (ImageFolder)
+    left_out: dict[str, int] | None = None  # source files not read, by extension (None: the source scans no files)
 
     @property
     def images_per_s(self) -> float:

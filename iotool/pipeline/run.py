@@ -176,7 +176,13 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
     return ConversionReport(job.source.root, dest.location, job.spec.name, result.count, len(job.source.classes),
                             result.bytes_in, bytes_out, time.perf_counter() - job.start, result.skipped,
                             resumed_from=result.resumed_from,
-                            left_out=dict(getattr(job.source, "left_out", None) or {}))  # a source that scans files
+                            left_out=_left_out(job.source))
+
+
+def _left_out(source: Any) -> dict[str, int] | None:
+    """What a source that scans files left out by extension; None for one that scans none."""
+    found = getattr(source, "left_out", None)
+    return None if found is None else dict(found)
 
 
 def _destination_error(dest: Destination, exc: OSError, written: int, kept: str | None, job: Job) -> DestinationError:
