@@ -326,6 +326,25 @@ def test_resume_of_a_sharded_dataset(built, shuffle):
     assert _same(head + _clone(resumed), expected)
 
 
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_the_loaders_shuffle_and_seed_apply_to_a_sharded_dataset_opened_without(built, fmt):
+    """The README's spelling, Loader(shuffle=True) over open_dataset(tar) (opened unshuffled):
+    batches equal those of the dataset opened with shuffle=True and that seed, reshuffled each
+    epoch, every record once; the caller's dataset is left unshuffled."""
+    plain = iotool.open_dataset(built(fmt), transform=CenterCrop(16))
+    loader = iotool.Loader(plain, batch_size=4, shuffle=True, seed=7, threads=2)
+    opened = iotool.open_dataset(built(fmt), transform=CenterCrop(16), shuffle=True, seed=7)
+    expected = iotool.Loader(opened, batch_size=4, threads=2)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        expected.set_epoch(epoch)
+        got = _clone(loader)
+        assert _same(got, _clone(expected))
+        labels = torch.cat([y for _, y in got]).tolist()
+        assert sorted(labels) == sorted(plain.targets) and labels != list(plain.targets)
+    assert plain.shuffle is False and [y for _, y in plain] == list(plain.targets)
+
+
 def test_a_state_that_does_not_fit_is_refused_by_name(built):
     ds = iotool.open_dataset(built("lmdb"), transform=CenterCrop(16))
     state = iotool.Loader(ds, batch_size=3, seed=1).state_dict()

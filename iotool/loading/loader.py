@@ -23,6 +23,7 @@ int64 labels.
 
 from __future__ import annotations
 
+import copy
 import logging
 import operator
 import os
@@ -90,7 +91,8 @@ class Loader:
             returning images of one size (a crop or resize transform).
         batch_size: samples per batch.
         shuffle: reshuffle every epoch (map-style: ``torch.randperm`` seeded with ``seed + epoch``,
-            as ``DistributedSampler``). None: the sharded dataset's own setting, else False.
+            as ``DistributedSampler``; sharded: by shards and a shuffle buffer, as the dataset
+            would with ``shuffle=True``). None: the sharded dataset's own setting, else False.
         drop_last: drop the last, partial batch.
         threads: threads building batches; None: the usable cores, at most 8.
         seed: seeds the shuffle and each sample's augmentation; None: the sharded dataset's seed, else 0.
@@ -152,15 +154,20 @@ class Loader:
         self._warn_foreign_transform()
 
     def _sampling(self, shuffle: bool | None, seed: int | None, even: bool | None) -> tuple[bool, int, bool]:
-        """(shuffle, seed, even): the sharded dataset's own unless given; it must agree on shuffling."""
+        """(shuffle, seed, even); None: the sharded dataset's own (map-style: False, 0, False). A
+        sharded dataset orders its records itself: where the Loader is given other values, it
+        orders a copy of the dataset with them (the caller's dataset is left as it was opened)."""
         if not self.sharded:
             return bool(shuffle), 0 if seed is None else operator.index(seed), bool(even)
         ds = self.dataset
-        if shuffle is not None and bool(shuffle) != ds.shuffle:
-            raise UsageError(f"Loader: shuffle={shuffle!r} but the sharded dataset was opened with "
-                             f"shuffle={ds.shuffle} (it shuffles itself); open it with shuffle={bool(shuffle)}, "
-                             f"or leave the Loader's shuffle=None.")
-        return ds.shuffle, ds.seed if seed is None else operator.index(seed), ds.even if even is None else bool(even)
+        wanted = {"shuffle": ds.shuffle if shuffle is None else bool(shuffle),
+                  "seed": ds.seed if seed is None else operator.index(seed),
+                  "even": ds.even if even is None else bool(even)}
+        if any(getattr(ds, name) != value for name, value in wanted.items()):
+            self.dataset = copy.copy(ds)  # shares the reader (paths) and the map-style samples
+            for name, value in wanted.items():
+                setattr(self.dataset, name, value)
+        return wanted["shuffle"], wanted["seed"], wanted["even"]
 
     @staticmethod
     def _place(rank: int | None, world_size: int | None) -> tuple[int, int]:
