@@ -351,7 +351,7 @@ def test_source_refuses_unknown_options_and_empty_patterns(foreign):
                        source_options={"imagekey": "x"})
     with pytest.raises(iotool.SourceError, match="No files match"):
         iotool.convert(str(tmp / "nothing-*"), tmp / "o", "lmdb", src_format="tfrecord-files")
-    with pytest.raises(iotool.UsageError, match="no source options"):
+    with pytest.raises(iotool.UsageError, match="has no option label_offset; its options: extensions"):
         iotool.convert(str(tmp / "foreign"), tmp / "o", "lmdb", source_options={"label_offset": 0})
 
 

@@ -1,6 +1,6 @@
 """Plain values out of a pickle, read without unpickling: nothing is imported, looked up or called.
 
-``pickle.loads`` runs whatever the stream asks for (``os.system`` through ``REDUCE``), so a pickle
+Python's unpickler runs whatever the stream asks for (``os.system`` through ``REDUCE``), so a pickle
 from someone else is never given to it. :func:`load_values` reads the opcode stream itself
 (protocols 2 to 5, the binary opcodes only) and builds nothing but ``None``, ``bool``, ``int``,
 ``bytes``, ``bytearray``, ``str``, ``tuple``, ``list`` and ``dict``. Every other opcode
