@@ -37,6 +37,7 @@ import torch
 
 from ..errors import FormatError, IotoolError, RecordError, UsageError
 from .sharedring import ParentRing, SharedRing
+from .threadpass import Batches
 
 MAX_MESSAGE = 1 << 16  # bytes of one control message; a traceback is cut to fit
 EXIT_WAIT_S = 2.0  # how long a closing child may take to exit before SIGKILL
@@ -306,15 +307,11 @@ def _rebuilt(message: dict[str, Any], pid: int) -> IotoolError:
                 f"{message.get('traceback', '')})")
 
 
-class IsolatedBatches:
-    """The iterator of one isolated pass."""
+class IsolatedBatches(Batches):
+    """The iterator of one isolated pass: :class:`~iotool.loading.threadpass.Batches`, taking
+    each batch from the child; a broken channel closes the child."""
 
-    def __init__(self, run: IsolatedPass):
-        self._run = run
-        self._next = run.first
-
-    def __iter__(self) -> "IsolatedBatches":
-        return self
+    _run: IsolatedPass
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         run = self._run
@@ -334,16 +331,3 @@ class IsolatedBatches:
             raise
         self._next += 1
         return batch
-
-    def __len__(self) -> int:
-        return self._run.batches - self._next
-
-    def close(self) -> None:
-        """End this pass now (as breaking out of the loop and dropping it does)."""
-        self._run.stop(wait=True)
-
-    def __del__(self) -> None:
-        try:
-            self._run.stop(wait=False)
-        except Exception:  # interpreter shutdown
-            pass
