@@ -18,12 +18,25 @@ MAP_BYTES = 1 << 14  # a value this large is mapped (shared by every process), a
 # environment twice in a process, and a forked child must not use its parent's handle.
 # Each with the walker that checks a value's pages before py-lmdb touches them (see pages.py).
 _ENVS: dict[str, tuple[int, tuple[int, int], lmdb.Environment, ValueBounds]] = {}
+# A path as callers spell it -> its real path, as resolved when a reader last opened it, so that a
+# read does not resolve it again (three lstat calls per record, the GIL taken and given back for each).
+_REAL: dict[str, str] = {}
+_REAL_MAX = 1024
 
 
-def _canonical(path: str) -> str:
+def _canonical(path: str, resolve: bool = True) -> str:
     """The one name of an environment: py-lmdb knows it by its real path, so ``s.lmdb``,
-    ``./s.lmdb/`` and a symlink to it must share one handle."""
-    return os.path.realpath(path)
+    ``./s.lmdb/`` and a symlink to it must share one handle. Without ``resolve``, the real path
+    found by the last resolving call for the same spelling (as an open file keeps its file)."""
+    if not resolve:
+        known = _REAL.get(path)
+        if known is not None:
+            return known
+    real = os.path.realpath(path)
+    if len(_REAL) >= _REAL_MAX:
+        _REAL.clear()
+    _REAL[path] = real
+    return real
 
 
 def _data_file_id(path: str) -> tuple[int, int]:
@@ -41,7 +54,7 @@ def open_env(path: str, check_file: bool = False) -> lmdb.Environment:
 
 
 def _open(path: str, check_file: bool = False) -> tuple[int, tuple[int, int], lmdb.Environment, ValueBounds]:
-    path = _canonical(path)
+    path = _canonical(path, resolve=check_file)
     pid = os.getpid()
     cached = _ENVS.get(path)
     if cached is not None and cached[0] == pid and not check_file:
