@@ -6,26 +6,29 @@ overlaps with the others. If one sample takes ``t`` seconds on one thread and ``
 the GIL, the GIL is busy ``h / t`` of the time with one thread, so at most ``t / h`` threads can
 be kept busy before they queue for it: that bound is the ``threads`` column.
 
-Method (a GIL probe): each path's work for ``--images`` samples runs on one thread, twice:
+Method, per path (the same work the Loader's threads do per sample):
 
-1. alone: its wall time ``t`` per sample;
-2. beside a probe thread that spins in pure Python (it holds the GIL whenever it can get it).
-   While the worker is inside a GIL-released call the probe runs; while the worker holds the
-   GIL (its Python, the parts of C calls that do not release it) the probe waits. The probe's own
-   CPU time (``time.thread_time()``, which advances only while it runs, hence while it holds the
-   GIL) is subtracted from the run's wall time: what is left is the time the worker held the GIL,
-   ``h``, plus the hand-overs between the two threads and the time the probe was ready but had
-   no core. So ``share = h / t`` errs high and ``threads = 1 / share`` low: a conservative bound.
+1. ``t``: the thread CPU time per sample of ``iotool.Loader(threads=1)``'s thread (or of the read
+   loop), with nothing else measured;
+2. ``released``: the same work under ``cProfile`` with the thread's CPU clock: the time spent
+   inside the C calls listed in :data:`RELEASING`, each of which releases the GIL for its work
+   (iotool's region decoder and resize kernel, the file system calls, OpenCV, simplejpeg, LMDB's
+   get, torch's copies). ``h = t - released``: everything else (Python, NumPy, h5py, the calls
+   not listed) counts as holding the GIL, so ``h`` errs high and the bound low.
 
-With a free core for the probe the two agree with the truth. On a machine whose cores are busy
-with other work the probe waits for a core while the GIL is free, and that counts as held: a
-second estimate also subtracts the probe's wait for a core (``/proc/self/task/TID/schedstat``),
-``share low`` and ``threads high``; it errs the other way (the probe also wakes, and waits for a
-core, while the worker holds the GIL). The truth lies between; on a quiet machine they meet.
-The bracket was checked on known work: ``time.sleep`` and ``hashlib.sha256`` of 4 MiB (the GIL
-released), a pure-Python loop (the GIL held). The load average is printed with the table.
+Both are CPU times of the working thread, so other load on the machine hardly moves them.
 
-Paths (the same work the Loader's threads do per sample, one thread, ``threads=1``):
+A probe thread spinning in Python beside the work (this script's first method) does not work: each
+time the worker comes back from a GIL-free call it waits for the probe's switch interval (5 ms),
+and every short call (an ``lstat``, a ``pread``) becomes a hand-over, so the probe measured the
+convoy, not the work (about 100% on every path).
+
+Check (``--scaling``, on by default where 2 or more CPUs are usable): ``iotool.Loader(threads=2)``
+beside ``threads=1``, interleaved; Amdahl's law turns the speedup ``S`` of two threads into a held
+share ``2 / S - 1``. It includes what the accounting cannot see (the hand-overs, two threads
+sharing caches and memory), and it needs two free cores: on a loaded machine it reads high.
+
+Paths:
 
 - ``lmdb fused``: ``iotool.Loader`` over lmdb with ``RandomResizedCrop(224)`` (region decode of
   the crop at a reduced DCT scale, then the resize kernel writing into the batch row);
@@ -44,6 +47,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import statistics
@@ -51,7 +55,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -69,83 +72,115 @@ def gil_enabled() -> bool:
     return True if check is None else bool(check())
 
 
-def thread_sched(tid: int) -> tuple[float, float] | None:
-    """(seconds on a CPU, seconds runnable but waiting for one) of a thread of this process, from
-    ``/proc/self/task/TID/schedstat`` (None where it is unreadable)."""
-    try:
-        with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
-            on_cpu, waiting = f.read().split()[:2]
-        return int(on_cpu) / 1e9, int(waiting) / 1e9
-    except (OSError, ValueError):
-        return None
+RELEASING = (
+    # iotool's C extensions: each releases the GIL around its work
+    "iotool._jpegregion.decode_region", "iotool._jpegregion.gather", "iotool._resize.resize",
+    # file-system calls (CPython releases the GIL around each system call)
+    "posix.pread", "posix.read", "posix.open", "posix.close", "posix.fstat", "posix.stat", "posix.lstat",
+    "posix.readlink", "'readinto' of '_io.", "'read' of '_io.",
+    # OpenCV (its bindings release the GIL in every function), simplejpeg, torch's copies
+    "cvtColor", "imdecode", "simplejpeg.", "'copy_' of 'torch._C.TensorBase'",
+)
+"""Fragments of the names cProfile gives C calls that release the GIL while they work; a call not
+listed (NumPy, h5py, py-lmdb's get, torch's constructors) counts as holding it."""
 
 
-def probe_run(work: Work) -> tuple[float, float, float, int]:
-    """Run ``work`` beside a spinning probe thread: (wall seconds, the probe's CPU seconds, its
-    seconds runnable but waiting for a core (0 without /proc), samples)."""
-    stop, took = threading.Event(), [0.0, 0.0]
-
-    def probe() -> None:
-        tid = threading.get_native_id()
-        start, cpu0 = thread_sched(tid), time.thread_time()
-        while not stop.is_set():
-            pass
-        took[0] = time.thread_time() - cpu0
-        end = thread_sched(tid)
-        if start is not None and end is not None:
-            took[1] = end[1] - start[1]
-
-    thread = threading.Thread(target=probe, daemon=True)
-    try:
-        thread.start()
-        t0 = time.perf_counter()
-        samples = work()
-        wall = time.perf_counter() - t0
-    finally:
-        stop.set()
-        thread.join()
-    return wall, took[0], took[1], samples
+def releases_gil(name: str) -> bool:
+    """Whether a C call, as cProfile names it, is one of :data:`RELEASING`."""
+    return any(fragment in name for fragment in RELEASING)
 
 
-def alone_run(work: Work) -> tuple[float, int]:
-    """(wall seconds, samples) of ``work`` on its own thread with no probe."""
-    out: list[Any] = []
-    thread = threading.Thread(target=lambda: out.append(_timed(work)))
-    thread.start()
-    thread.join()
-    return out[0]
+def released_seconds(profile: cProfile.Profile) -> float:
+    """Seconds a profile spent inside the C calls of :data:`RELEASING` (their own time)."""
+    profile.create_stats()
+    return sum(entry[2] for (_file, _line, name), entry in profile.stats.items() if releases_gil(name))
 
 
-def _timed(work: Work) -> tuple[float, int]:
-    t0 = time.perf_counter()
+class LoaderThreads:
+    """While active, every ``iotool.Loader`` pass thread records its CPU time (and, with
+    ``profile``, a cProfile on its CPU clock): the work of ``Loader(threads=1)`` runs in that
+    thread, not in the caller's."""
+
+    def __init__(self, profile: bool):
+        self.profile = profile
+        self.clocks: list[tuple[float, cProfile.Profile | None]] = []
+
+    def __enter__(self) -> "LoaderThreads":
+        from iotool.loading import threadpass
+
+        self._original = original = threadpass.Pass._work
+        clocks, profile = self.clocks, self.profile
+
+        def clocked(pass_: Any) -> None:
+            prof = cProfile.Profile(time.thread_time) if profile else None
+            start = time.thread_time()
+            try:
+                prof.runcall(original, pass_) if prof else original(pass_)
+            finally:
+                clocks.append((time.thread_time() - start, prof))
+        threadpass.Pass._work = clocked
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from iotool.loading import threadpass
+
+        threadpass.Pass._work = self._original
+
+
+def clocked_run(work: Work, profile: bool) -> tuple[float, float, int]:
+    """Run ``work`` once: (CPU seconds of the thread that did it, of them the seconds inside
+    GIL-releasing calls (0 without ``profile``), samples)."""
+    with LoaderThreads(profile) as loader:
+        prof = cProfile.Profile(time.thread_time) if profile else None
+        start = time.thread_time()
+        samples = prof.runcall(work) if prof else work()
+        own = time.thread_time() - start
+    clocks = loader.clocks or [(own, prof)]  # a read loop runs in this thread
+    cpu = sum(c for c, _ in clocks)
+    released = sum(released_seconds(p) for _, p in clocks if p is not None)
+    return cpu, released, samples
+
+
+def wall_run(work: Work) -> float:
+    """Samples per second of one run of ``work``."""
+    start = time.perf_counter()
     samples = work()
-    return time.perf_counter() - t0, samples
+    return samples / (time.perf_counter() - start)
 
 
-def measure(work: Work, rounds: int) -> dict[str, Any]:
-    """Interleaved alone / probe rounds; the medians per sample, the share (an upper and a lower
-    estimate) and the thread bounds."""
-    alone, high, low = [], [], []
+def measure(path: "Path_", rounds: int, scaling: bool) -> dict[str, Any]:
+    """Interleaved rounds of the plain run (``t``), the profiled run (``released``) and, with
+    ``scaling`` and a two-thread work, the two-thread speedup; medians, the share and the bounds."""
+    per_sample, held, speedups = [], [], []
     for _ in range(rounds):
-        wall, n = alone_run(work)
-        alone.append(wall / n)
-        wall_p, probe_cpu, probe_wait, n = probe_run(work)
-        high.append(max(wall_p - probe_cpu, 0.0) / n)
-        low.append(max(wall_p - probe_cpu - probe_wait, 0.0) / n)
-    t, h, lo = statistics.median(alone), statistics.median(high), statistics.median(low)
+        cpu, _, n = clocked_run(path.work, profile=False)
+        per_sample.append(cpu / n)
+        _, released, n = clocked_run(path.work, profile=True)
+        held.append(max(cpu / n - released / n, 0.0))
+        if scaling and path.two_threads is not None:
+            speedups.append(wall_run(path.two_threads) / wall_run(path.work))
+    t, h = statistics.median(per_sample), statistics.median(held)
     share = min(h / t, 1.0) if t > 0 else 1.0
-    share_low = min(lo / t, share) if t > 0 else share
-    return {"us_per_sample": t * 1e6, "gil_us_per_sample": h * 1e6, "share": share, "share_low": share_low,
+    speedup = statistics.median(speedups) if speedups else None
+    scaled = None if speedup is None else min(max(2 / speedup - 1, 0.0), 1.0)
+    return {"us_per_sample": t * 1e6, "gil_us_per_sample": h * 1e6, "share": share,
             "threads": (1 / share) if share > 0 else None,
-            "threads_high": (1 / share_low) if share_low > 0 else None,
-            "rounds_us": [round(a * 1e6, 1) for a in alone], "rounds_gil_us": [round(x * 1e6, 1) for x in high]}
+            "speedup_2_threads": speedup, "share_from_scaling": scaled,
+            "rounds_us": [round(a * 1e6, 1) for a in per_sample], "rounds_gil_us": [round(x * 1e6, 1) for x in held]}
 
 
-def loader_work(ds: Any, batch_size: int) -> Work:
-    """One epoch of ``iotool.Loader(ds, threads=1)``; the batches taken by the calling thread."""
+class Path_:
+    """A path's work on one thread, and the same on two threads where there is one (the Loader's)."""
+
+    def __init__(self, work: Work, two_threads: Work | None = None):
+        self.work, self.two_threads = work, two_threads
+
+
+def loader_work(ds: Any, batch_size: int, threads: int = 1) -> Work:
+    """One epoch of ``iotool.Loader(ds, threads=threads)``; the batches taken by the calling thread."""
     import iotool
 
-    loader = iotool.Loader(ds, batch_size=batch_size, threads=1, shuffle=True, seed=0)
+    loader = iotool.Loader(ds, batch_size=batch_size, threads=threads, shuffle=True, seed=0)
 
     def run() -> int:
         return sum(len(labels) for _, labels in loader)
@@ -179,23 +214,24 @@ def build(src: Path, workdir: Path, formats: list[str]) -> dict[str, Path]:
     return out
 
 
-def paths(built: dict[str, Path], batch_size: int) -> dict[str, Work]:
+def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
     """Path name -> its work, datasets opened once (the RAM cache filled here)."""
     import iotool
     from iotool.transforms import RandomResizedCrop
 
-    works: dict[str, Work] = {}
+    def loader_path(ds: Any) -> Path_:
+        return Path_(loader_work(ds, batch_size), loader_work(ds, batch_size, threads=2))
+
+    works: dict[str, Path_] = {}
     if "lmdb" in built:
-        works["lmdb fused"] = loader_work(iotool.open_dataset(built["lmdb"], transform=RandomResizedCrop(CROP)),
-                                          batch_size)
+        works["lmdb fused"] = loader_path(iotool.open_dataset(built["lmdb"], transform=RandomResizedCrop(CROP)))
         ram = iotool.open_dataset(built["lmdb"], transform=RandomResizedCrop(CROP), cache="ram")
-        works["ram crop"] = loader_work(ram, batch_size)
-        works["ram crop"]()  # fill the cache: the steady state is measured
+        works["ram crop"] = loader_path(ram)
+        works["ram crop"].work()  # fill the cache: the steady state is measured
     if "bmp" in built:
-        works["bmp crop"] = loader_work(iotool.open_dataset(built["bmp"], transform=RandomResizedCrop(CROP)),
-                                        batch_size)
+        works["bmp crop"] = loader_path(iotool.open_dataset(built["bmp"], transform=RandomResizedCrop(CROP)))
     for fmt, path in built.items():
-        works[f"read {fmt}"] = read_work(iotool.open_dataset(path, decoder=None))
+        works[f"read {fmt}"] = Path_(read_work(iotool.open_dataset(path, decoder=None)))
     return works
 
 
@@ -214,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--formats", default="lmdb,hdf5,tar,tfrecord,bmp")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     parser.add_argument("--smoke", action="store_true", help="sample_data, one round, lmdb and bmp")
+    parser.add_argument("--no-scaling", action="store_true",
+                        help="skip the two-thread check (it needs two free cores)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gil-share-") as tmp:
         src = args.src
@@ -224,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_imagenet_like.py"), str(src),
                             "--images", str(args.images), "--classes", "10"], check=True)
         built = build(src, Path(tmp), args.formats.split(","))
-        results = {name: measure(work, args.rounds) for name, work in paths(built, args.batch_size).items()}
+        scaling = not args.no_scaling and len(os.sched_getaffinity(0)) >= 2
+        results = {name: measure(path, args.rounds, scaling) for name, path in paths(built, args.batch_size).items()}
     report = {"benchmark": "gil_share", "src": str(src), "rounds": args.rounds, "batch_size": args.batch_size,
               "cpus_usable": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
               "switch_interval_s": sys.getswitchinterval(), **free_threading(), "paths": results}
@@ -238,15 +277,18 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"python {report['python']} (free-threaded build: {report['free_threaded_build']}, GIL enabled: "
           f"{report['gil_enabled']}), {report['cpus_usable']} usable CPUs, load average "
           f"{report['load_average'][0]:.2f}, median of {report['rounds']} rounds, one thread per path")
-    print(f"{'path':16} {'us/sample':>10} {'GIL us':>8} {'GIL share':>10} {'share low':>10} {'threads':>8} "
-          f"{'threads high':>13}")
+    print(f"{'path':16} {'us/sample':>10} {'GIL us':>8} {'GIL share':>10} {'threads':>8} "
+          f"{'2 threads':>10} {'share (scaling)':>16}")
     for name, r in report["paths"].items():
-        threads, high = ("-" if v is None else f"{v:.1f}" for v in (r["threads"], r["threads_high"]))
+        threads = "-" if r["threads"] is None else f"{r['threads']:.1f}"
+        speedup = "-" if r["speedup_2_threads"] is None else f"{r['speedup_2_threads']:.2f}x"
+        scaled = "-" if r["share_from_scaling"] is None else f"{r['share_from_scaling']:.0%}"
         print(f"{name:16} {r['us_per_sample']:>10.1f} {r['gil_us_per_sample']:>8.1f} {r['share']:>10.0%} "
-              f"{r['share_low']:>10.0%} {threads:>8} {high:>13}")
-    print("threads: 1 / GIL share, the threads one process keeps busy before they queue for the GIL "
-          "(a free core per thread assumed); share low / threads high: the probe's waits for a core "
-          "subtracted too (the truth lies between)")
+              f"{threads:>8} {speedup:>10} {scaled:>16}")
+    print("us/sample: thread CPU time; GIL us: of it, the time outside GIL-releasing C calls (RELEASING); "
+          "threads: 1 / GIL share, the threads one process keeps busy before they queue for the GIL; "
+          "2 threads: Loader(threads=2) / threads=1, and the share Amdahl's law gives from it "
+          "(it needs two free cores: on a loaded machine it reads high)")
 
 
 if __name__ == "__main__":

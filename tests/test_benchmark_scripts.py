@@ -90,8 +90,12 @@ def test_gil_share_reports_a_share_and_a_thread_bound_per_path(tmp_path):
     report = json.loads(out.read_text())
     assert set(report["paths"]) == {"lmdb fused", "ram crop", "bmp crop", "read lmdb", "read bmp"}
     for name, r in report["paths"].items():
-        assert r["us_per_sample"] > 0 and 0 <= r["share_low"] <= r["share"] <= 1, name
+        assert r["us_per_sample"] > 0 and 0 <= r["gil_us_per_sample"] <= r["us_per_sample"], name
+        assert 0 <= r["share"] <= 1 and r["share"] == pytest.approx(r["gil_us_per_sample"] / r["us_per_sample"])
         assert r["threads"] is None or r["threads"] == pytest.approx(1 / r["share"])
+        two = r["speedup_2_threads"]
+        assert (two is None) == (name.startswith("read ") or report["cpus_usable"] < 2), name
+        assert two is None or (two > 0 and 0 <= r["share_from_scaling"] <= 1)
         assert name in proc.stdout
     assert report["gil_enabled"] in (True, False) and report["cpus_usable"] >= 1
 
