@@ -20,6 +20,11 @@ interleaved per round: images/s (median of the rounds, best epoch of each), the 
 time from ``iter()`` to the first batch (a fresh DataLoader: its workers start; the Loader: its
 threads start).
 
+With ``--compete 0,1`` the Loader-vs-DataLoader rows are measured once per value, with that many
+CPU-bound processes (a Python loop each) running beside them, as a training step's own host work
+would: the case where worker processes lose most, since the scheduler shares the cores among all
+processes and the DataLoader's main process must win a core to receive each batch.
+
 With ``--gil-step-ms 0,10,30``, ``iotool.Loader(threads=N)`` in the training process beside
 ``iotool.Loader(threads=N, isolate=True)`` (the same threads in one child process) against a
 consumer that holds the GIL for that many milliseconds per batch (a Python loop: a stand-in for a
@@ -36,7 +41,9 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,6 +70,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=Path("loader.png"))
     parser.add_argument("--no-plot", action="store_true", help="skip the chart (it needs matplotlib)")
     parser.add_argument("--threads", type=int, default=2, help="iotool.Loader's threads (0: skip the Loader rows)")
+    parser.add_argument("--compete", default="0", help="CPU-bound processes beside the Loader/DataLoader "
+                        "rows, e.g. 0,1 (one set of rows per value)")
     parser.add_argument("--gil-step-ms", default="", help="consumer GIL hold per batch, e.g. 0,10,30 "
                         "(threads in this process vs isolate=True); empty: skip")
     parser.add_argument("--gil-formats", default="bmp,lmdb")
@@ -143,11 +152,9 @@ def _first_batch(make) -> float:
 def compare_loader(src: Path, formats: list[str], args) -> list[dict]:
     """iotool.Loader(threads) beside DataLoader(num_workers) + fast_collate, interleaved rounds."""
     import torch
-    from torch.utils.data import DataLoader
 
     import iotool
     from iotool.bench.contestants import conversion_options
-    from iotool.transforms import RandomResizedCrop
 
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="iotool-loader-bench-"))
@@ -159,36 +166,65 @@ def compare_loader(src: Path, formats: list[str], args) -> list[dict]:
         if fmt == "lmdb":
             cases.append(("lmdb cache=ram", dst, {"cache": "ram"}))
     rows = []
-    for name, path, options in cases:
-        ds = iotool.open_dataset(path, transform=RandomResizedCrop(224, seed=0), **options)
-        def make_dl():
-            return DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers,
-                              collate_fn=iotool.fast_collate, persistent_workers=args.workers > 0)
-        def make_ours():
-            return iotool.Loader(ds, batch_size=args.batch_size, threads=args.threads)
-        contestants = {"DataLoader": make_dl(), "Loader": make_ours()}
-        for loader in contestants.values():
-            _epoch(loader)  # warm-up (and the RAM cache's fill)
-        rates: dict[str, list[float]] = {k: [] for k in contestants}
-        for r in range(args.rounds):
-            for key in (list(contestants) if r % 2 == 0 else list(contestants)[::-1]):
-                best = 0.0
-                for _ in range(args.epochs):
-                    images, seconds = _epoch(contestants[key])
-                    best = max(best, images / seconds)
-                rates[key].append(best)
-        first = {"DataLoader": _first_batch(make_dl), "Loader": _first_batch(make_ours)}
-        row = {"dataset": name, "images": len(ds), "threads": args.threads, "workers": args.workers,
-               **{f"{k} img/s": statistics.median(v) for k, v in rates.items()},
-               "ratio": statistics.median(a / b for a, b in zip(rates["Loader"], rates["DataLoader"])),
-               **{f"{k} first batch s": v for k, v in first.items()}}
-        rows.append(row)
-        print(f"{name:16} Loader(threads={args.threads}) {row['Loader img/s']:8.0f} img/s   "
-              f"DataLoader(num_workers={args.workers}) {row['DataLoader img/s']:8.0f} img/s   "
-              f"ratio {row['ratio']:.2f}x (per round)   first batch {first['Loader']:.3f} s vs "
-              f"{first['DataLoader']:.3f} s")
-        del contestants
+    try:
+        for competing in (int(v) for v in args.compete.split(",")):
+            with competing_processes(competing):
+                for name, path, options in cases:
+                    rows.append(_loader_row(name, path, options, args, competing))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return rows
+
+
+@contextlib.contextmanager
+def competing_processes(count: int):
+    """``count`` CPU-bound child processes (a Python loop each) while the block runs."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def _loader_row(name: str, path: Path, options: dict, args, competing: int) -> dict:
+    """Loader beside DataLoader on one dataset: interleaved rounds, medians, first batch."""
+    from torch.utils.data import DataLoader
+
+    import iotool
+    from iotool.transforms import RandomResizedCrop
+
+    ds = iotool.open_dataset(path, transform=RandomResizedCrop(224, seed=0), **options)
+
+    def make_dl():
+        return DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers,
+                          collate_fn=iotool.fast_collate, persistent_workers=args.workers > 0)
+
+    def make_ours():
+        return iotool.Loader(ds, batch_size=args.batch_size, threads=args.threads)
+    contestants = {"DataLoader": make_dl(), "Loader": make_ours()}
+    for loader in contestants.values():
+        _epoch(loader)  # warm-up (and the RAM cache's fill)
+    rates: dict[str, list[float]] = {k: [] for k in contestants}
+    for r in range(args.rounds):
+        for key in (list(contestants) if r % 2 == 0 else list(contestants)[::-1]):
+            best = 0.0
+            for _ in range(args.epochs):
+                images, seconds = _epoch(contestants[key])
+                best = max(best, images / seconds)
+            rates[key].append(best)
+    first = {"DataLoader": _first_batch(make_dl), "Loader": _first_batch(make_ours)}
+    row = {"dataset": name, "images": len(ds), "threads": args.threads, "workers": args.workers,
+           "competing processes": competing,
+           **{f"{k} img/s": statistics.median(v) for k, v in rates.items()},
+           "ratio": statistics.median(a / b for a, b in zip(rates["Loader"], rates["DataLoader"])),
+           **{f"{k} first batch s": v for k, v in first.items()}}
+    print(f"{name:16} Loader(threads={args.threads}) {row['Loader img/s']:8.0f} img/s   "
+          f"DataLoader(num_workers={args.workers}) {row['DataLoader img/s']:8.0f} img/s   "
+          f"ratio {row['ratio']:.2f}x (per round)   first batch {first['Loader']:.3f} s vs "
+          f"{first['DataLoader']:.3f} s" + (f"   ({competing} CPU-bound processes beside)" if competing else ""))
+    return row
 
 
 def _hold_gil(ms: float) -> None:

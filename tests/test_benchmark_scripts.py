@@ -269,14 +269,17 @@ def test_loader_script_compares_the_baseline_with_a_format(tmp_path):
     out = tmp_path / "loader.json"
     proc = run_script("loader.py", root, "--workers", "0", "--batch-size", "4", "--rounds", "1", "--epochs", "1",
                       "--formats", "lmdb", "--ceiling-rounds", "0", "--json", out, "--no-plot",
-                      "--gil-step-ms", "0,1", "--gil-formats", "lmdb")
+                      "--gil-step-ms", "0,1", "--gil-formats", "lmdb", "--compete", "0,1")
     figures = json.loads(out.read_text())
     assert {(r["gil_step_ms"], r["isolated img/s"] > 0) for r in figures["isolation"]} == {(0, True), (1, True)}
     assert figures["images"] == 6 and "iotool lmdb" in {r["name"] for r in figures["results"]}
     assert all(r["images_per_s"]["median"] > 0 for r in figures["results"])
     assert "iotool lmdb" in proc.stdout and f"wrote {out}" in proc.stdout
-    rows = {r["dataset"]: r for r in figures["loader_vs_dataloader"]}  # iotool.Loader beside DataLoader
-    assert set(rows) == {"lmdb", "lmdb cache=ram"} and all(r["Loader img/s"] > 0 for r in rows.values())
+    rows = {(r["dataset"], r["competing processes"]): r for r in figures["loader_vs_dataloader"]}
+    assert set(rows) == {(name, n) for name in ("lmdb", "lmdb cache=ram") for n in (0, 1)}  # Loader beside DataLoader
+    assert all(r["Loader img/s"] > 0 for r in rows.values())
+    assert "CPU-bound processes beside" in proc.stdout
+    assert "while True: pass" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
 @smoke("make_imagenet_like.py")
