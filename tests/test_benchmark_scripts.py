@@ -349,5 +349,7 @@ def test_loader_memory_sums_the_pss_of_each_feed(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert rows["DataLoader(workers, persistent)"]["processes"] == 3  # the two workers are counted
     assert rows["Loader(threads)"]["processes"] == 1 and rows["Loader(threads, isolate)"]["processes"] == 2
+    # a forkserver's workers are its children, not the parent's: they are counted too
+    assert rows["DataLoader(workers, persistent, forkserver)"]["processes"] >= 4
     assert all(r["samples"] == 24 for name, r in rows.items() if name != "opened only")
-    assert all(r["pss_mib"] > 50 for r in rows.values())
+    assert all(r["pss_mib"] > 50 and 0 < r["anon_mib"] <= r["pss_mib"] for r in rows.values())

@@ -106,6 +106,18 @@ def child_pids(pid: int | str) -> list[int]:
     return children
 
 
+def descendant_pids(pid: int | str) -> list[int]:
+    """Every process below ``pid``: its children, theirs, and so on (a forkserver's workers are its
+    children, not the parent's)."""
+    found: list[int] = []
+    pending = child_pids(pid)
+    while pending:
+        child = pending.pop()
+        found.append(child)
+        pending += child_pids(child)
+    return found
+
+
 def worker_pids(loader: Any, *, alive: bool = False) -> list[int]:
     """The worker process ids of a torch DataLoader iterator, or of a DataLoader's kept iterator
     (persistent workers); empty at ``num_workers=0`` or when unknown. ``alive``: only the workers
