@@ -94,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, rs in runs.items()}
     base = rows["DataLoader(workers, persistent)"]
     print(f"summed PSS after one epoch, median of {args.rounds} rounds ({path}, n={args.workers}):")
-    print(f"{'contestant':34} {'processes':>9} {'PSS MiB':>9} {'above floor':>12} {'/ DataLoader':>13} "
+    print(f"{'contestant':44} {'processes':>9} {'PSS MiB':>9} {'above floor':>12} {'/ DataLoader':>13} "
           f"{'anon+shm':>9} {'above floor':>12} {'/ DataLoader':>13}")
     for name, row in rows.items():
-        print(f"{name:34} {row['processes']:>9} {row['pss_mib']:>9.0f} {row['above_floor_mib']:>12.0f} "
+        print(f"{name:44} {row['processes']:>9} {row['pss_mib']:>9.0f} {row['above_floor_mib']:>12.0f} "
               f"{row['pss_mib'] / base['pss_mib']:>12.2f}x {row['anon_mib']:>9.0f} {row['anon_above_floor_mib']:>12.0f} "
               f"{_ratio(row['anon_above_floor_mib'], base['anon_above_floor_mib']):>13}")
     print("PSS: every page counted once over the processes; anon+shm: of it, the memory the feed allocates "
