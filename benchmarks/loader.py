@@ -139,6 +139,17 @@ def _epoch(loader) -> tuple[int, float]:
     return images, time.perf_counter() - start
 
 
+def feed_cpu_seconds(exclude: set[int]) -> float:
+    """CPU seconds used so far by this process and the processes below it (DataLoader's workers),
+    less those in ``exclude`` (the competing processes)."""
+    import os
+
+    from iotool.bench.procfs import cpu_seconds, descendant_pids
+
+    return time.process_time() + sum(cpu_seconds(pid) or 0.0 for pid in descendant_pids(os.getpid())
+                                     if pid not in exclude)
+
+
 def _first_batch(make) -> float:
     """Seconds from making the loader and calling iter() to holding its first batch."""
     start = time.perf_counter()
@@ -168,9 +179,9 @@ def compare_loader(src: Path, formats: list[str], args) -> list[dict]:
     rows = []
     try:
         for competing in (int(v) for v in args.compete.split(",")):
-            with competing_processes(competing):
+            with competing_processes(competing) as competitors:
                 for name, path, options in cases:
-                    rows.append(_loader_row(name, path, options, args, competing))
+                    rows.append(_loader_row(name, path, options, args, competitors))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows
@@ -181,15 +192,17 @@ def competing_processes(count: int):
     """``count`` CPU-bound child processes (a Python loop each) while the block runs."""
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
     try:
-        yield
+        yield {proc.pid for proc in procs}
     finally:
         for proc in procs:
             proc.kill()
             proc.wait()
 
 
-def _loader_row(name: str, path: Path, options: dict, args, competing: int) -> dict:
-    """Loader beside DataLoader on one dataset: interleaved rounds, medians, first batch."""
+def _loader_row(name: str, path: Path, options: dict, args, competitors: set[int]) -> dict:
+    """Loader beside DataLoader on one dataset: interleaved rounds, medians, the CPU time of every
+    process of the feed per image (this one and the workers; not the competitors), first batch."""
+    competing = len(competitors)
     from torch.utils.data import DataLoader
 
     import iotool
@@ -207,11 +220,14 @@ def _loader_row(name: str, path: Path, options: dict, args, competing: int) -> d
     for loader in contestants.values():
         _epoch(loader)  # warm-up (and the RAM cache's fill)
     rates: dict[str, list[float]] = {k: [] for k in contestants}
+    cpu: dict[str, list[float]] = {k: [] for k in contestants}
     for r in range(args.rounds):
         for key in (list(contestants) if r % 2 == 0 else list(contestants)[::-1]):
             best = 0.0
             for _ in range(args.epochs):
+                used = feed_cpu_seconds(competitors)
                 images, seconds = _epoch(contestants[key])
+                cpu[key].append((feed_cpu_seconds(competitors) - used) / images * 1e3)
                 best = max(best, images / seconds)
             rates[key].append(best)
     first = {"DataLoader": _first_batch(make_dl), "Loader": _first_batch(make_ours)}
@@ -219,11 +235,13 @@ def _loader_row(name: str, path: Path, options: dict, args, competing: int) -> d
            "competing processes": competing,
            **{f"{k} img/s": statistics.median(v) for k, v in rates.items()},
            "ratio": statistics.median(a / b for a, b in zip(rates["Loader"], rates["DataLoader"])),
+           **{f"{k} CPU ms/image": statistics.median(v) for k, v in cpu.items()},
            **{f"{k} first batch s": v for k, v in first.items()}}
     print(f"{name:16} Loader(threads={args.threads}) {row['Loader img/s']:8.0f} img/s   "
           f"DataLoader(num_workers={args.workers}) {row['DataLoader img/s']:8.0f} img/s   "
           f"ratio {row['ratio']:.2f}x (per round)   first batch {first['Loader']:.3f} s vs "
-          f"{first['DataLoader']:.3f} s" + (f"   ({competing} CPU-bound processes beside)" if competing else ""))
+          f"{first['DataLoader']:.3f} s   CPU {row['Loader CPU ms/image']:.2f} vs "
+          f"{row['DataLoader CPU ms/image']:.2f} ms/image" + (f"   ({competing} CPU-bound processes beside)" if competing else ""))
     return row
 
 

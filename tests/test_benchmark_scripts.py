@@ -277,7 +277,7 @@ def test_loader_script_compares_the_baseline_with_a_format(tmp_path):
     assert "iotool lmdb" in proc.stdout and f"wrote {out}" in proc.stdout
     rows = {(r["dataset"], r["competing processes"]): r for r in figures["loader_vs_dataloader"]}
     assert set(rows) == {(name, n) for name in ("lmdb", "lmdb cache=ram") for n in (0, 1)}  # Loader beside DataLoader
-    assert all(r["Loader img/s"] > 0 for r in rows.values())
+    assert all(r["Loader img/s"] > 0 and r["Loader CPU ms/image"] > 0 and r["DataLoader CPU ms/image"] > 0 for r in rows.values())
     assert "CPU-bound processes beside" in proc.stdout
     assert "while True: pass" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
