@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -289,6 +290,27 @@ def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
     assert result.baseline == "torchvision-style (PIL)" and result.to_dict()["baseline"] == result.baseline
     assert result.results[1].bytes > 0 and result.results[1].convert_seconds is not None
     assert result.ceiling is None  # the step costs are those of the rrc pipeline
+
+
+def test_bench_loader_puts_each_format_through_the_thread_loader_beside_its_dataloader(tiny, tmp_path):
+    data = run_json(["bench", "loader", str(tiny), "--formats", "lmdb,tar", "--threads", "2", "--rounds", "2",
+                     "--batch-size", "4", "--size", "16", "--ceiling-rounds", "0", "--no-webdataset", "--quiet"],
+                    tmp_path)
+    rows = {r["name"]: r for r in data["results"]}
+    assert data["threads"] == 2
+    assert [(r["name"], r["feed"]) for r in data["results"] if r["format"] in ("lmdb", "tar")] == [
+        ("iotool lmdb", "DataLoader"), ("iotool lmdb Loader(2 threads)", "Loader"),
+        ("iotool tar", "DataLoader"), ("iotool tar Loader(2 threads)", "Loader")]
+    assert all(r["feed"] == "DataLoader" for r in data["results"] if r["format"] not in ("lmdb", "tar"))
+    for fmt in ("lmdb", "tar"):
+        ours, theirs = rows[f"iotool {fmt} Loader(2 threads)"], rows[f"iotool {fmt}"]
+        assert ours["format"] == fmt and ours["images"] == 6 and theirs["vs_dataloader"] is None
+        pairs = zip(ours["images_per_s"]["values"], theirs["images_per_s"]["values"])
+        assert ours["vs_dataloader"] == pytest.approx(statistics.median(a / b for a, b in pairs))
+    # without workers or --threads there is no Loader row
+    data = run_json(["bench", "loader", str(tiny), "--formats", "lmdb", "--rounds", "1", "--batch-size", "4",
+                     "--size", "16", "--ceiling-rounds", "0", "--no-webdataset", "--quiet"], tmp_path)
+    assert [r["feed"] for r in data["results"]] == ["DataLoader", "DataLoader"] and data["threads"] == 0
 
 
 def test_bench_loader_unknown_format_exits_2(tiny):

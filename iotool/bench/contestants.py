@@ -12,7 +12,9 @@ The round runner (:mod:`iotool.bench.loader`) calls only that. The contestants:
 * ``webdataset`` with PIL decoding over the tar shards iotool wrote (:class:`WebDatasetPIL`);
 * :mod:`iotool.loading.dali`'s CPU pipeline, when ``nvidia.dali`` is installed (:class:`DaliCPU`);
 * every iotool format, opened the way the README shows first,
-  ``open_dataset(path, transform=RandomResizedCrop(size))`` (:class:`DatasetContestant`).
+  ``open_dataset(path, transform=RandomResizedCrop(size))`` (:class:`DatasetContestant`);
+* with ``threads``, the same dataset object of every format also through ``iotool.Loader(threads=N)``
+  (:class:`ThreadLoaderContestant`), so each format has its Loader row beside its DataLoader row.
 
 After decoding, every contestant but DALI runs the same pipeline: ``rrc`` (``RandomResizedCrop``
 to a uint8 CHW tensor, :func:`iotool.fast_collate`) or ``center`` (:class:`CenterCropResize`,
@@ -159,6 +161,24 @@ class DatasetContestant:
                            worker_init_fn=_one_thread_worker)
 
 
+@dataclass
+class ThreadLoaderContestant(DatasetContestant):
+    """An iotool dataset read through :class:`iotool.Loader` (threads, no worker processes)."""
+
+    threads: int = 2
+
+    def loader(self, batch_size: int, workers: int) -> Any:
+        """An ``iotool.Loader(threads=self.threads)`` over the dataset (``workers`` is not used)."""
+        from ..loading.loader import Loader
+
+        return Loader(self.dataset, batch_size=batch_size, threads=self.threads)
+
+
+def loader_row_name(fmt: str, threads: int) -> str:
+    """The row name of a format read through ``iotool.Loader``."""
+    return f"iotool {fmt} Loader({threads} threads)"
+
+
 class WebDatasetPIL:
     """``webdataset.WebDataset`` over iotool's tar shards, decoding with PIL ("rgb8"), as users do."""
 
@@ -243,10 +263,11 @@ def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str |
 
 
 def make_contestants(src: str, built: Built, decoder: str, pipeline: str, size: int, webdataset: bool,
-                     failed: dict[str, str], not_installed: dict[str, str]) -> list[Contestant]:
-    """The baseline first, then webdataset and DALI over the shards, then every built format;
-    what cannot run is named in ``failed`` with the reason, an optional contestant whose package
-    is missing in ``not_installed`` with the pip command."""
+                     failed: dict[str, str], not_installed: dict[str, str], threads: int = 0) -> list[Contestant]:
+    """The baseline first, then webdataset and DALI over the shards, then every built format
+    (with ``threads``, each also through ``iotool.Loader``); what cannot run is named in
+    ``failed`` with the reason, an optional contestant whose package is missing in
+    ``not_installed`` with the pip command."""
     from ..loading.opening import open_dataset
 
     collate = _collate_for(pipeline)
@@ -266,9 +287,12 @@ def make_contestants(src: str, built: Built, decoder: str, pipeline: str, size: 
     for fmt, (path, seconds) in built.items():
         try:
             fmt_decoder, transform = _transforms(pipeline, size, fmt, decoder)
-            out.append(DatasetContestant(f"iotool {fmt}", fmt, open_dataset(path, decoder=fmt_decoder,
-                                                                            transform=transform),
-                                         collate, path, seconds, conversion_options(fmt, size)))
+            dataset = open_dataset(path, decoder=fmt_decoder, transform=transform)
+            options = conversion_options(fmt, size)
+            out.append(DatasetContestant(f"iotool {fmt}", fmt, dataset, collate, path, seconds, options))
+            if threads > 0:
+                out.append(ThreadLoaderContestant(loader_row_name(fmt, threads), fmt, dataset, collate, path,
+                                                  seconds, options, threads=threads))
         except (IotoolError, OSError) as exc:
             failed[fmt] = f"open failed: {type(exc).__name__}: {exc}"
     return out

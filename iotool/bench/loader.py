@@ -20,7 +20,8 @@ from typing import Any, Sequence
 from ..errors import IotoolError, UsageError
 from ..storage.files import disk_usage
 from .common import ProgressFn, Stats, environment, no_progress, rotated, single_threaded, summarize
-from .contestants import BASELINE, PIPELINES, Built, Contestant, conversion_options, make_contestants
+from .contestants import (BASELINE, PIPELINES, Built, Contestant, ThreadLoaderContestant, conversion_options,
+                          make_contestants)
 from .read import run_epoch
 
 @dataclass
@@ -38,6 +39,9 @@ class LoaderResult:
     convert_seconds: float | None = None
     bytes: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    feed: str = "DataLoader"  # or "Loader": iotool.Loader's threads
+    # a Loader row: median over rounds of (this / the same format's DataLoader row) within each round
+    vs_dataloader: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
@@ -65,13 +69,14 @@ class LoaderBenchResult:
     epochs: int = 1
     baseline: str = BASELINE  # which baseline ran: torchvision's own, or the reimplementation
     ceiling: dict[str, Any] | None = None  # iotool.bench.costs.ceilings() of the same run
+    threads: int = 0  # iotool.Loader's threads in the Loader rows (0: none)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
         return {
             "benchmark": "loader", "src": self.src, "images": self.images, "decoder": self.decoder,
             "baseline": self.baseline, "ceiling": self.ceiling,
-            "workers": self.workers, "batch_size": self.batch_size, "size": self.size,
+            "workers": self.workers, "threads": self.threads, "batch_size": self.batch_size, "size": self.size,
             "rounds": self.rounds, "epochs": self.epochs, "pipeline": self.pipeline,
             "results": [r.to_dict() for r in self.results],
             "failed": self.failed, "not_installed": self.not_installed, "environment": self.environment,
@@ -131,6 +136,7 @@ def bench_loader(
     workdir: str | os.PathLike | None = None,
     progress: ProgressFn | None = None,
     ceiling_rounds: int = 3,
+    threads: int = 0,
 ) -> LoaderBenchResult:
     """Run the torchvision-style baseline and every iotool format on the same ImageFolder.
 
@@ -150,19 +156,24 @@ def bench_loader(
         ceiling_rounds: after the DataLoader rounds, time each step of the feed alone on one
             core in this many rounds (:mod:`iotool.bench.costs`) for every format's one-core
             ceiling, kept in ``result.ceiling`` (``rrc`` pipeline only; 0: skip).
+        threads: also read every format's dataset through ``iotool.Loader(threads=threads)``, in
+            the same rounds, each beside its DataLoader row (0: skip).
 
     Returns:
-        A :class:`LoaderBenchResult`; each row has images/s and the ratio to the baseline.
+        A :class:`LoaderBenchResult`; each row has images/s and the ratio to the baseline, each
+        Loader row its ratio to the same format's DataLoader row.
     """
     progress = progress or no_progress
     names = _check_options(formats, workers, batch_size, size, rounds, decoder, pipeline, epochs)
     src = os.path.abspath(os.fspath(src))
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise UsageError(f"threads={threads!r}; give 0 (no Loader rows) or more.")
     result = LoaderBenchResult(src, 0, decoder, workers, batch_size, size, rounds, pipeline=pipeline,
-                               epochs=epochs)
+                               epochs=epochs, threads=threads)
     with tempfile.TemporaryDirectory(prefix="iotool-bench-", dir=workdir) as tmp, single_threaded():
         built = _build_formats(src, tmp, names, size, progress, result.failed)
         contestants = make_contestants(src, built, decoder, pipeline, size, webdataset, result.failed,
-                                       result.not_installed)
+                                       result.not_installed, threads)
         result.baseline = contestants[0].name
         result.images = len(contestants[0])
         tallies = _run_rounds(contestants, batch_size, workers, rounds, epochs, progress)
@@ -175,11 +186,15 @@ def bench_loader(
         for c in contestants:
             result.results.append(LoaderResult(c.name, c.format, result.images, summarize(tallies[c.name]),
                                                convert_seconds=c.convert_seconds, bytes=disk_usage(c.path),
-                                               options=c.options))
+                                               options=c.options,
+                                               feed="Loader" if isinstance(c, ThreadLoaderContestant) else "DataLoader"))
     base = result.results[0].images_per_s
+    by_format = {r.format: r for r in result.results if r.feed == "DataLoader"}
     for r in result.results:
         r.vs_baseline = r.images_per_s.median / base.median if base.median else None
         r.vs_baseline_per_round = per_round_ratio(r.images_per_s, base)
+        if r.feed == "Loader" and r.format in by_format:
+            r.vs_dataloader = per_round_ratio(r.images_per_s, by_format[r.format].images_per_s)
     return result
 
 

@@ -280,6 +280,8 @@ def loader_notes(result: Any, wide: bool = False) -> list[str]:
             f"batch {result.batch_size}",
             f"vs base: images/s over the baseline's ({result.baseline}); ceiling: the baseline's step costs "
             f"over the format's, timed alone on one core in this run: the most 'vs base' can reach on one core",
+            *[f"{r.name} / its DataLoader row: {_ratio(r.vs_dataloader)} (per round)"
+              for r in result.results if r.feed == "Loader"],
             *([] if wide else ["--wide: per-round ratio, size on disk, build time and options as columns"])]
 
 
@@ -305,6 +307,9 @@ def loader(
         help="Comma-separated formats to build and read (default: every registered format).")] = None,
     decoder: Annotated[str, typer.Option(metavar="NAME", help="iotool decoder for the formats (baseline: PIL).")] = "auto",
     workers: Annotated[int, typer.Option("--workers", "-w", min=0, help="DataLoader workers.")] = 0,
+    threads: Annotated[Optional[int], typer.Option("--threads", "-t", min=0, metavar="N",
+        help="Also read each format through iotool.Loader(threads=N), beside its DataLoader row "
+             "(default: --workers; 0: no Loader rows).")] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Samples per batch.")] = 64,
     size: Annotated[int, typer.Option(min=1, help="Side of the square center crop.")] = 224,
     rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds; the table shows their median.")] = 3,
@@ -325,7 +330,8 @@ def loader(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """torchvision's ImageFolder loading vs every iotool format built from SRC, side by side, with
-    each format's one-core ceiling from the same run.
+    each format's one-core ceiling from the same run; with workers (or --threads), each format also
+    through iotool.Loader's threads, beside its DataLoader row.
 
     Example:
 
@@ -343,7 +349,8 @@ def loader(
             result = bench_loader(src, formats=_split(formats), decoder=decoder, workers=workers,
                                   batch_size=batch_size, size=size, rounds=rounds, epochs=epochs,
                                   pipeline=pipeline, webdataset=webdataset, workdir=workdir,
-                                  progress=callback, ceiling_rounds=ceiling_rounds)
+                                  progress=callback, ceiling_rounds=ceiling_rounds,
+                                  threads=workers if threads is None else threads)
         if plot is not None:
             from ..bench.plot import plot_loader
 
