@@ -174,6 +174,7 @@ def test_a_damaged_record_is_named_as_before(bmp_cache, tmp_path):
     with pytest.raises(RecordError) as today_error:
         today[index]
     assert str(fused_error.value) == str(today_error.value)
-    assert f"record {index} ({ds.reader.keys[index]})" in str(fused_error.value) and "truncated" in str(fused_error.value)
+    message = str(fused_error.value)
+    assert f"record {index} ({ds.reader.keys[index]})" in message and "truncated" in message
     skipping = iotool.open_dataset(copy, transform=RandomResizedCrop(24), on_error="skip")
     assert skipping[index][0].shape == (3, 24, 24) and skipping.skipped == 1
