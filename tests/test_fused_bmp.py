@@ -137,9 +137,17 @@ def _equal(a, b) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for p, q in zip(a, b) for x, y in zip(p, q))
 
 
-def test_the_loader_gives_todays_batches_with_any_thread_count(bmp_cache):
-    today = iotool.open_dataset(bmp_cache, decoder="auto", transform=RandomResizedCrop(24))  # decode, then crop
-    fused = iotool.open_dataset(bmp_cache, transform=RandomResizedCrop(24))
+LOADER_TRANSFORMS = {
+    "random-resized-crop": lambda: RandomResizedCrop(24),
+    "center-crop-then-flip": lambda: Compose([CenterCrop(30), RandomHorizontalFlip()]),
+    "resize-then-crop": lambda: Compose([Resize((33, 35)), RandomResizedCrop(24)]),
+}
+
+
+@pytest.mark.parametrize("name", LOADER_TRANSFORMS)
+def test_the_loader_gives_todays_batches_with_any_thread_count(bmp_cache, name):
+    today = iotool.open_dataset(bmp_cache, decoder="auto", transform=LOADER_TRANSFORMS[name]())  # decode first
+    fused = iotool.open_dataset(bmp_cache, transform=LOADER_TRANSFORMS[name]())
     assert today.fused is None and fused.fused is not None
     want = _batches(iotool.Loader(today, batch_size=4, shuffle=True, threads=2, seed=11))
     for threads in (1, 2, 4):
