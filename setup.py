@@ -11,7 +11,11 @@ build prints a warning, installs iotool without it, and crops fall back to a ful
 ``iotool/transforms/kernels.py``), bit-exact with torch's kernel and faster on crops. It needs
 only a C compiler; without one, the transforms use torch's kernel.
 
-Both use only CPython's limited API (the stable ABI) of the oldest CPython that pyproject.toml's
+``iotool._readfile`` reads a dataset's regular file whole in one call, releasing the GIL twice
+instead of at every system call (see ``iotool/storage/files.py``, ``read_regular``); without it
+the same steps run in Python.
+
+All use only CPython's limited API (the stable ABI) of the oldest CPython that pyproject.toml's
 ``requires-python`` admits: one wheel, tagged ``cp3X-abi3``, serves that CPython and every newer
 one.
 """
@@ -32,7 +36,7 @@ def oldest_python() -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
-# The buffer protocol that both extensions take their arguments through is in the limited API
+# The buffer protocol that the extensions take their arguments through is in the limited API
 # from 3.11, so requires-python cannot go below that.
 LIMITED_API = oldest_python()
 STABLE_ABI = {
@@ -53,6 +57,12 @@ setup(
             "iotool._resize",
             sources=["iotool/_resize.c"],
             extra_compile_args=["-O3"],
+            optional=True,
+            **STABLE_ABI,
+        ),
+        Extension(
+            "iotool._readfile",
+            sources=["iotool/_readfile.c"],
             optional=True,
             **STABLE_ABI,
         ),

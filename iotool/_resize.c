@@ -1,10 +1,11 @@
 /*
  * Antialiased bilinear resize of HxWxC uint8 images, bit-exact with torch's uint8 kernel.
  *
- * resize(src, dst, out_height, out_width, planar) resizes src (an HxWxC uint8 buffer whose
- * pixels are C adjacent bytes and whose rows may be strided: a crop view of a larger image is
- * read in place) into dst, a C-contiguous buffer of out_height x out_width x C bytes laid out as
- * CxHxW planes (planar=1) or HxWxC (planar=0).
+ * resize(src, dst, out_height, out_width, planar[, swap]) resizes src (an HxWxC uint8 buffer
+ * whose pixels are C adjacent bytes and whose rows may be strided: a crop view of a larger image
+ * is read in place) into dst, a C-contiguous buffer of out_height x out_width x C bytes laid out
+ * as CxHxW planes (planar=1) or HxWxC (planar=0). With swap (planar only), the planes come out in
+ * reversed channel order: BGR pixels (a BMP's rows) give RGB planes, with no conversion pass.
  *
  * The arithmetic is torch's F.interpolate(mode="bilinear", antialias=True) on uint8
  * (ATen's UpSampleKernel.cpp, itself after Pillow's Resample.c): per axis, a triangle filter
@@ -423,8 +424,14 @@ typedef struct {
     ptrdiff_t row_stride;
     int height, width, channels;
     uint8_t *dst;
-    int out_h, out_w, planar;
+    int out_h, out_w, planar, swap;
 } job_t;
+
+/* The plane of dst that channel c of src goes to. */
+static inline int plane_of(const job_t *j, int c)
+{
+    return j->swap ? j->channels - 1 - c : c;
+}
 
 /* The horizontal pass of source rows [y0, y1) into `out` (rows of out_w pixels, interleaved, or
  * planes of `plane_rows` rows). */
@@ -471,7 +478,7 @@ static void hpass(const job_t *j, const axis_t *ax, int y0, int y1, uint8_t *out
         uint8_t *o = out + r * ax->out * ch, *planes[4], *planes2[4];
         if (j->planar) {
             for (int c = 0; c < ch; c++) {
-                planes[c] = out + ((size_t)c * plane_rows + r) * ax->out;
+                planes[c] = out + ((size_t)plane_of(j, c) * plane_rows + r) * ax->out;
                 planes2[c] = planes[c] + ax->out;
             }
         }
@@ -537,7 +544,7 @@ static const char *run(const job_t *j)
         for (int y = y0; y < y1; y++) {
             const uint8_t *row = j->src + (ptrdiff_t)y * j->row_stride;
             for (int c = 0; c < ch; c++) {
-                uint8_t *o = tmp + ((size_t)c * rows + (y - y0)) * j->out_w;
+                uint8_t *o = tmp + ((size_t)plane_of(j, c) * rows + (y - y0)) * j->out_w;
                 for (int x = 0; x < j->width; x++)
                     o[x] = row[(size_t)x * ch + c];
             }
@@ -564,8 +571,8 @@ static PyObject *py_resize(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *src_obj, *dst_obj;
-    int out_h, out_w, planar;
-    if (!PyArg_ParseTuple(args, "OOiip", &src_obj, &dst_obj, &out_h, &out_w, &planar))
+    int out_h, out_w, planar, swap = 0;
+    if (!PyArg_ParseTuple(args, "OOiip|p", &src_obj, &dst_obj, &out_h, &out_w, &planar, &swap))
         return NULL;
     Py_buffer src, dst;
     if (PyObject_GetBuffer(src_obj, &src, PyBUF_STRIDES) < 0)
@@ -589,6 +596,8 @@ static PyObject *py_resize(PyObject *self, PyObject *args)
         problem = "the output size must be positive";
     else if (dst.len != (Py_ssize_t)out_h * out_w * src.shape[2])
         problem = "dst must hold out_height x out_width x C bytes";
+    else if (swap && !planar)
+        problem = "swap (reversed channel order) needs planar output";
     if (problem == NULL) {
         j.src = (const uint8_t *)src.buf;
         j.row_stride = src.strides[0];
@@ -599,6 +608,7 @@ static PyObject *py_resize(PyObject *self, PyObject *args)
         j.out_h = out_h;
         j.out_w = out_w;
         j.planar = planar;
+        j.swap = swap;
         Py_BEGIN_ALLOW_THREADS
         problem = run(&j);
         Py_END_ALLOW_THREADS
@@ -645,8 +655,9 @@ static PyMethodDef methods[] = {
      "set_level(level): cap the instruction set (0 scalar, 1 SSSE3, 2 AVX2; for tests); returns the "
      "previous cap. Not thread-safe: set it before resizing."},
     {"resize", py_resize, METH_VARARGS,
-     "resize(src, dst, out_height, out_width, planar): antialiased bilinear resize of an HxWxC uint8 "
-     "buffer into dst (CxHxW planes when planar, else HxWxC), bit-exact with torch's uint8 kernel."},
+     "resize(src, dst, out_height, out_width, planar, swap=False): antialiased bilinear resize of an "
+     "HxWxC uint8 buffer into dst (CxHxW planes when planar, else HxWxC), bit-exact with torch's uint8 "
+     "kernel; swap (planar only) writes the planes in reversed channel order (BGR in, RGB out)."},
     {"simd", py_simd, METH_NOARGS, "simd(): the instruction set in use: 'avx2', 'ssse3' or 'scalar'."},
     {NULL, NULL, 0, NULL},
 };

@@ -121,11 +121,11 @@ def test_what_keeps_todays_behaviour(small, options, why):
     assert iotool.open_dataset(small, **options).fused is None, why
 
 
-def test_bmp_records_are_not_fused(tmp_path):
+def test_bmp_records_are_fused_from_their_stored_rows(tmp_path):  # the pixels: tests/test_fused_bmp.py
     src = tmp_path / "src"
     write_tree(src, {"a": 3})
     iotool.convert(src, tmp_path / "c.bmp", "bmp", workers=0, resize=40)
-    assert iotool.open_dataset(tmp_path / "c.bmp", transform=RandomResizedCrop(32)).fused is None
+    assert iotool.open_dataset(tmp_path / "c.bmp", transform=RandomResizedCrop(32)).fused is not None
 
 
 def test_replacing_the_transform_after_opening_is_followed(small):

@@ -9,7 +9,8 @@ over rounds (median of rounds, milliseconds per image):
   region            iotool's region decoder on the crop each image draws, at full scale
   fused             what open_dataset(path, transform=RandomResizedCrop(224)) runs on a JPEG record:
                     region decode (reduced DCT scale when the crop allows) + antialiased resize
-  decode+crop FMT   a pre-resized cache's own decode (bmp: numpy) + crop-resize
+  decode+crop FMT   a pre-resized cache's own decode + crop-resize, as its dataset runs it (bmp: the
+                    crop resized straight from the stored rows, iotool.transforms.fused)
   resize            iotool's crop + antialiased resize to a CxHxW uint8 tensor (the C kernel where built)
   resize torch      the same with torch's uint8 kernel, as torchvision's v2.RandomResizedCrop runs it
   collate           iotool.fast_collate, per image, of batches of 64
@@ -73,9 +74,10 @@ def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Step]:
         reader = open_reader(path)
         count = len(reader)
         out[f"read {fmt}"] = (lambda r=reader, n=count: deque(r.read_many(range(n)), maxlen=0), count)
-        if reader.native_decode is not None:  # the bmp cache: numpy decode + crop-resize of its records
+        if reader.native_decode is not None:  # the bmp cache: what its dataset runs (the fused crop of its rows)
             stored = [data for _, data, _ in reader.read_many(range(count))]
-            out[f"decode+crop {fmt}"] = _each(lambda data, native=reader.native_decode: resize(native(data)), stored)
+            native = fuse(RandomResizedCrop(SIZE, seed=0), reader.native_decode)
+            out[f"decode+crop {fmt}"] = _each(native or (lambda data, d=reader.native_decode: resize(d(data))), stored)
     out.update({
         "pil": _each(_pil_decode, datas),
         "simplejpeg": _each(lambda data: decode(data, "simplejpeg"), datas),
@@ -124,7 +126,7 @@ def ceilings(src: str | Path, built: dict[str, str], rounds: int = 3, limit: int
     baseline = pil + resize torch + collate (torchvision's default loader, and its antialiased
     crop on torch's uint8 kernel);
     a JPEG format's feed = read + fused (decode of the crop's region, resized) + collate; the bmp
-    cache's = read + numpy decode and crop-resize + collate. ceiling = baseline / feed: the
+    cache's = read + its crop-resize from the stored rows + collate. ceiling = baseline / feed: the
     speed-up a perfect DataLoader could show on this machine, before any inter-process cost.
     ``limit`` images of SRC are timed (the reads cover each whole dataset and are scaled per image).
     """

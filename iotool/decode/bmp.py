@@ -28,8 +28,11 @@ def encode_bmp(image: np.ndarray) -> bytes:
     return header + info + rows.tobytes()
 
 
-def decode_bmp(data: bytes | memoryview) -> np.ndarray:
-    """Decode an uncompressed 24-bit BMP with numpy only; RGB uint8 HWC, C-contiguous.
+def bmp_rows(data: bytes | memoryview) -> tuple[np.ndarray, bool]:
+    """The stored pixels of an uncompressed 24-bit BMP as an HxWx3 BGR view of ``data`` (rows keep
+    their padding as stride; nothing is copied), in stored order, and whether that order is top-down.
+
+    The one reading of a BMP header: every field is checked against the data before the view is made.
 
     Raises:
         DecodeError: not a 24-bit uncompressed BMP, or the data is shorter than its header says.
@@ -45,11 +48,21 @@ def decode_bmp(data: bytes | memoryview) -> np.ndarray:
     if offset + stride * rows > len(data):
         raise DecodeError(f"BMP data truncated: {len(data)} bytes for {w}x{rows}")
     pixels = np.frombuffer(data, dtype=np.uint8, count=stride * rows, offset=offset).reshape(rows, stride)
-    bgr = pixels[:, : w * 3].reshape(rows, w, 3)  # a view; rows keep their padding
+    return pixels[:, : w * 3].reshape(rows, w, 3), h < 0  # positive height: bottom-up rows
+
+
+def decode_bmp(data: bytes | memoryview) -> np.ndarray:
+    """Decode an uncompressed 24-bit BMP with numpy only; RGB uint8 HWC, C-contiguous.
+
+    Raises:
+        DecodeError: not a 24-bit uncompressed BMP, or the data is shorter than its header says.
+    """
+    bgr, top_down = bmp_rows(data)
     # OpenCV's channel swap is much faster than numpy's copy of a [..., ::-1] view; flipping
     # the rows of the contiguous result is then a plain memcpy per row.
     rgb = _cv2().cvtColor(bgr, _cv2().COLOR_BGR2RGB)
-    return np.ascontiguousarray(rgb[::-1]) if h > 0 else rgb  # positive height: bottom-up rows
+    # (a copy, not ascontiguousarray: a one-row view with a negative stride counts as contiguous)
+    return rgb if top_down else rgb[::-1].copy()
 
 
 def _cv2():

@@ -112,7 +112,7 @@ class ImageDataset(ReaderInfo, Dataset):
         self.skipped = 0  # bad records skipped in this process
         self.cache: RamCache | None = open_ram_cache(reader, cache_resize, cache_fallback) if cache else None
         # without a cache (also after cache_fallback), as plain open_dataset(path, transform=T)
-        self.fusing = decoder == FUSED and reader.native_decode is None and self.cache is None
+        self.fusing = decoder == FUSED and self.cache is None
         self._fused_for: tuple[Any, Any] = (None, None)
 
     def __len__(self) -> int:
@@ -177,7 +177,7 @@ class ImageDataset(ReaderInfo, Dataset):
         if not self.fusing or self.transform is None:
             return None
         if self._fused_for[0] is not self.transform:  # the transform may be replaced after opening
-            self._fused_for = (self.transform, fuse(self.transform))
+            self._fused_for = (self.transform, fuse(self.transform, self.reader.native_decode))
         return self._fused_for[1]
 
     def _cached(self, index: int, data: bytes | None, label: int | None) -> tuple[Any, int] | None:

@@ -14,10 +14,12 @@ from ..decode import AUTO, decode, image_format, resolve_backend
 from ..decode import region as _region
 from ..decode import seekable as _seekable
 from ..decode.backends import DCT_SCALES, JpegHeader, parse_jpeg_header, scaled
+from ..decode.bmp import bmp_rows, decode_bmp
 from ..errors import DecodeError, UsageError
 from .boxes import center_crop_box
 from .layouts import Image, as_chw, emit
 from .kernels import resize_chw
+from .native import bgr_crop_planes, planes_native
 from .pixel_transforms import CenterCrop, RandomResizedCrop, Resize
 from .sizing import min_decode_size
 
@@ -118,6 +120,20 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
         left, right = reduced_span(j, w, width, s, chw.shape[2])
         return self._resize(chw[:, top:bottom, left:right])
 
+    def bmp(self, data: bytes | bytearray | memoryview) -> Image:
+        """The same for an uncompressed 24-bit BMP (iotool's bmp cache), decoded as :func:`decode_bmp`
+        decodes it: a top-down BMP's box is resized straight from the stored BGR rows (see
+        :func:`~iotool.transforms.native.bgr_crop_planes`); the box is drawn exactly as
+        :class:`RandomResizedCrop` draws it, and the pixels are the same bytes.
+
+        Raises:
+            iotool.DecodeError: not such a BMP (as :func:`decode_bmp`).
+        """
+        bgr, top_down = bmp_rows(data)
+        if not (top_down and planes_native(self.antialias, self.backend, self.output)):
+            return RandomResizedCrop.__call__(self, decode_bmp(data))
+        return bgr_crop_planes(bgr, self.get_params(bgr.shape[0], bgr.shape[1]), self.size)
+
 
 def _as_bytes(data: Any) -> bytes:
     """The encoded payload as bytes; decoded images are refused with the fix."""
@@ -170,6 +186,16 @@ class DecodeResize:
         out = resize_chw(chw, out_size, self.resize.antialias, self.resize.backend)
         return emit(out, self.resize.output, fresh=out is not chw)
 
+    def bmp(self, data: bytes | bytearray | memoryview) -> Image:
+        """:class:`Resize` of an uncompressed 24-bit BMP, from its stored rows when top-down (as
+        :meth:`DecodeRandomResizedCrop.bmp`; the same bytes as ``Resize(decode_bmp(data))``)."""
+        resize = self.resize
+        bgr, top_down = bmp_rows(data)
+        if not (top_down and planes_native(resize.antialias, resize.backend, resize.output)):
+            return resize(decode_bmp(data))
+        height, width = bgr.shape[:2]
+        return bgr_crop_planes(bgr, (0, 0, height, width), resize.output_size(height, width))
+
     def __repr__(self) -> str:
         return f"DecodeResize({self.resize!r})"
 
@@ -189,6 +215,18 @@ class DecodeCenterCrop:
         top, left = center_crop_box(header.height, header.width, crop_h, crop_w)
         pixels = _seekable.decode_jpeg_box(data, header, (top, left, crop_h, crop_w), 1, name="CenterCrop")
         return emit(as_chw(pixels), self.crop.output, fresh=True)  # the region is new memory
+
+    def bmp(self, data: bytes | bytearray | memoryview) -> Image:
+        """:class:`CenterCrop` of an uncompressed 24-bit BMP: a top-down BMP at least the crop's size
+        gives the centre box's RGB planes straight from its stored rows (the same bytes as
+        ``CenterCrop(decode_bmp(data))``); others (padding) go through :func:`decode_bmp`."""
+        crop_h, crop_w = self.crop.size
+        bgr, top_down = bmp_rows(data)
+        height, width = bgr.shape[:2]
+        if not (top_down and height >= crop_h and width >= crop_w and planes_native(True, "native", self.crop.output)):
+            return self.crop(decode_bmp(data))
+        top, left = center_crop_box(height, width, crop_h, crop_w)
+        return bgr_crop_planes(bgr, (top, left, crop_h, crop_w), (crop_h, crop_w))
 
     def __repr__(self) -> str:
         return f"DecodeCenterCrop({self.crop!r})"

@@ -17,6 +17,10 @@ transform; where one is, the image is resampled from libjpeg's scaled IDCT inste
 full image (the measured difference is in ``docs/performance.md``). Other image formats, and
 JPEGs the region decoder does not handle, are decoded in full and transformed as before.
 
+The bmp cache's records (``fuse(transform, native=decode_bmp)``) are uncompressed: the step's box
+is read in place from the stored BGR rows and resized by the C kernel straight into RGB planes,
+with no channel conversion or copy of the whole image; the pixels are identical.
+
 :data:`FUSED_DECODING` is the one table of which transform fuses into which decoding step.
 """
 
@@ -26,6 +30,7 @@ from itertools import islice
 from typing import Any, Callable, Iterable
 
 from ..decode import AUTO, decode
+from ..decode.bmp import decode_bmp
 from .decoding import DecodeCenterCrop, DecodeRandomResizedCrop, DecodeResize
 from .layouts import Image
 from .pixel_transforms import CenterCrop, Compose, RandomResizedCrop, Resize
@@ -44,10 +49,17 @@ class _SharedDecodeCrop(DecodeRandomResizedCrop):
         self.rng = crop.rng  # the same object: draws advance the user's transform's stream
 
     def __call__(self, data: bytes | bytearray | memoryview) -> Image:  # type: ignore[override]
+        self._sync()
+        return super().__call__(data)
+
+    def bmp(self, data: bytes | bytearray | memoryview) -> Image:
+        self._sync()
+        return super().bmp(data)
+
+    def _sync(self) -> None:
         crop = self.crop
         self.size, self.scale, self.ratio = crop.size, crop.scale, crop.ratio
         self.antialias, self.output, self.backend, self.rng = crop.antialias, crop.output, crop.backend, crop.rng
-        return super().__call__(data)
 
 
 FUSED_DECODING: dict[type, Callable[[Any], Callable[[bytes], Image]]] = {
@@ -63,7 +75,8 @@ cached image be handed to them (:func:`leaves_input_alone`)."""
 FUSABLE = tuple(FUSED_DECODING)
 
 
-def fuse(transform: Callable[[Any], Any] | None) -> Callable[[bytes], Any] | None:
+def fuse(transform: Callable[[Any], Any] | None,
+         native: Callable[[bytes], Any] | None = None) -> Callable[[bytes], Any] | None:
     """A callable ``bytes -> transform(decode(bytes))`` that decodes only what ``transform`` needs.
 
     None when ``transform`` is not iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``
@@ -71,8 +84,15 @@ def fuse(transform: Callable[[Any], Any] | None) -> Callable[[bytes], Any] | Non
     starts with one. The returned callable reads the transform at each call: it shares the crop's
     random stream, and later changes to the transform object (its parameters, the Compose's list)
     apply.
+
+    ``native`` is the format's own decoder (a reader's ``native_decode``), when its payloads are
+    not decoded by :func:`~iotool.decode.decode`. For :func:`~iotool.decode.bmp.decode_bmp` (the
+    bmp cache) the first step reads its box straight from the stored rows (the steps' ``bmp``
+    method: the same bytes as ``transform(decode_bmp(bytes))``); with any other, None.
     """
-    return FusedTransform(transform) if leaves_input_alone(transform) else None
+    if native is not None and native is not decode_bmp:
+        return None
+    return FusedTransform(transform, native) if leaves_input_alone(transform) else None
 
 
 def leaves_input_alone(transform: Callable[[Any], Any] | None) -> bool:
@@ -98,9 +118,10 @@ def _decoding_step(first: Any) -> Callable[[bytes], Image] | None:
 class FusedTransform:
     """``transform(decode(data))`` with its first step done while decoding (see :func:`fuse`)."""
 
-    def __init__(self, transform: Callable[[Any], Any]):
+    def __init__(self, transform: Callable[[Any], Any], native: Callable[[bytes], Any] | None = None):
         self.transform = transform
-        self._step: tuple[Any, Callable[[bytes], Image] | None] = (None, None)
+        self.native = native  # decode_bmp or None (see fuse)
+        self._step: tuple[Any, Any] = (None, None)
 
     def __call__(self, data: bytes) -> Any:
         first, rest = _first(self.transform)
@@ -108,8 +129,8 @@ class FusedTransform:
             self._step = (first, _decoding_step(first))
         step = self._step[1]
         if step is None:  # no longer fusable: decode, then the whole transform, as without fusing
-            return self.transform(decode(data, AUTO, name="decode"))
-        image = step(data)
+            return self.transform(self.native(data) if self.native else decode(data, AUTO, name="decode"))
+        image = step.bmp(data) if self.native else step(data)
         for transform in rest:
             image = transform(image)
         return image

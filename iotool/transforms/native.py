@@ -82,6 +82,27 @@ def native_hwc(image: object, antialias: bool, backend: str) -> bool:
             and strides[2] == 1 and strides[1] == shape[2] and strides[0] >= shape[1] * shape[2])
 
 
+def planes_native(antialias: bool, backend: str, output: str) -> bool:
+    """True when a transform with these settings resizes with the C kernel into CxHxW planes (what
+    :func:`bgr_crop_planes` computes)."""
+    return _ext is not None and antialias and backend in ("auto", "native") and output == "chw_tensor"
+
+
+def bgr_crop_planes(bgr: np.ndarray, box: tuple[int, int, int, int], size: tuple[int, int]) -> torch.Tensor:
+    """Crop ``box = (top, left, height, width)`` of an HxWx3 BGR view (a BMP's stored rows, read in
+    place) and resize it to ``size`` as RGB CxHxW planes with the C kernel, which reads the channels
+    in reverse: the same bytes as converting to RGB first and then cropping and resizing, with no
+    conversion pass and no copy of the image. The planes go to the loader's batch slot when there is
+    one (:func:`take_slot`). A box of the output's own size is copied exactly (identity weights)."""
+    i, j, h, w = box
+    out_h, out_w = size
+    out = take_slot((3, out_h, out_w))
+    if out is None:
+        out = np.empty((3, out_h, out_w), dtype=np.uint8)
+    _ext.resize(bgr[i:i + h, j:j + w], out, out_h, out_w, True, True)
+    return torch.from_numpy(out)
+
+
 def crop_resize_hwc(image: np.ndarray, box: tuple[int, int, int, int], size: tuple[int, int],
                     output: str) -> np.ndarray | torch.Tensor:
     """Crop ``box = (top, left, height, width)`` of an array :func:`native_hwc` accepts and resize it

@@ -1,0 +1,125 @@
+/*
+ * read_inside(path, real_root, limit): the whole of a regular file that lies inside a dataset, in
+ * one call that releases the GIL twice (the open and checks, then the read), where the same
+ * steps from Python release and retake it at every system call.
+ *
+ * The steps are those of iotool.storage.files.read_regular: open with O_RDONLY | O_NONBLOCK |
+ * O_NOCTTY | O_CLOEXEC (a FIFO with no writer opens at once, no terminal is taken; O_NONBLOCK
+ * has no effect on a regular file's reads), fstat must say a regular file of at most `limit`
+ * bytes, the file actually opened (readlink of /proc/self/fd/N: every link on the way followed)
+ * must be `real_root` itself or lie under it, then one bounded pread of that size, and close.
+ *
+ * Returns the bytes, or None when any step fails or any check refuses: the caller then runs the
+ * same steps in Python, which raise the error that names the file (or succeed, if the file
+ * changed in between). Nothing is ever read past `limit` or past the size fstat gave.
+ *
+ * Built against CPython's limited API, as iotool/_resize.c.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* 0 when `real` is `root` or lies under it (root given without a trailing slash, or "/"). */
+static int outside(const char *real, const char *root, size_t root_len)
+{
+    if (root_len == 1 && root[0] == '/')
+        return real[0] != '/';
+    if (strncmp(real, root, root_len) != 0)
+        return 1;
+    return real[root_len] != '\0' && real[root_len] != '/';
+}
+
+/* Open and check; the descriptor, or -1 (nothing left open). Runs without the GIL. */
+static int open_inside(const char *path, const char *root, size_t root_len, long long limit, off_t *size)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    char link[32], real[PATH_MAX + 1];
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 || (long long)st.st_size > limit)
+        goto refuse;
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, real, PATH_MAX);
+    if (n <= 0 || n >= PATH_MAX)
+        goto refuse;
+    real[n] = '\0';
+    if (outside(real, root, root_len))
+        goto refuse;
+    *size = st.st_size;
+    return fd;
+refuse:
+    close(fd);
+    return -1;
+}
+
+static PyObject *py_read_inside(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *path, *root;
+    Py_ssize_t path_len, root_len;
+    long long limit;
+    if (!PyArg_ParseTuple(args, "y#y#L", &path, &path_len, &root, &root_len, &limit))
+        return NULL;
+    if ((size_t)path_len != strlen(path) || (size_t)root_len != strlen(root) || root_len == 0 || root[0] != '/')
+        Py_RETURN_NONE;  /* an embedded NUL or a relative root: let the Python steps decide */
+    while (root_len > 1 && root[root_len - 1] == '/')
+        root_len--;
+    off_t size = 0;
+    int fd;
+    Py_BEGIN_ALLOW_THREADS
+    fd = open_inside(path, root, (size_t)root_len, limit, &size);
+    Py_END_ALLOW_THREADS
+    if (fd < 0)
+        Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (out == NULL) {
+        close(fd);
+        return NULL;
+    }
+    char *buf = PyBytes_AsString(out);
+    off_t done = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (done < size) {
+        ssize_t got = pread(fd, buf + done, (size_t)(size - done), done);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        done += got;
+    }
+    close(fd);
+    Py_END_ALLOW_THREADS
+    if (done != size) {  /* truncated while read, or a read error: the Python steps report it */
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"read_inside", py_read_inside, METH_VARARGS,
+     "read_inside(path, real_root, limit): the bytes of the regular file `path` (bytes) if it lies "
+     "under `real_root` (bytes, a real absolute path) and has at most `limit` bytes, else None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "iotool._readfile",
+    .m_doc = "A dataset's regular file read whole in one call, with the GIL released for the system calls.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__readfile(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,88 @@
+"""read_regular: a dataset's file read whole, in one C call when iotool._readfile is built, with
+the same bytes and the same refusals as the same steps in Python (real files, links, FIFOs)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from iotool.errors import FormatError
+from iotool.storage import files
+from iotool.storage.files import read_regular
+
+LIMIT = 1 << 16
+
+
+@pytest.fixture(params=["c", "python"])
+def steps(request, monkeypatch):
+    """Each way of running the steps: the C call (where built), and the Python steps alone."""
+    if request.param == "c":
+        if files._readfile is None:
+            pytest.skip("iotool._readfile is not built (no C compiler at install time)")
+    else:
+        monkeypatch.setattr(files, "_readfile", None)
+    return request.param
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    root = tmp_path / "d"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "one.bin").write_bytes(b"x" * 1000)
+    (root / "empty.bin").write_bytes(b"")
+    (tmp_path / "secret.bin").write_bytes(b"root:" * 10)
+    return root
+
+
+def test_files_and_links_inside_are_read(steps, dataset):
+    (dataset / "inside.bin").symlink_to("a/one.bin")
+    assert read_regular(str(dataset / "a" / "one.bin"), str(dataset), LIMIT) == b"x" * 1000
+    assert read_regular(str(dataset / "inside.bin"), str(dataset), LIMIT) == b"x" * 1000
+    assert read_regular(str(dataset / "empty.bin"), str(dataset), LIMIT) == b""
+    assert read_regular(str(dataset / "a" / "one.bin"), str(dataset) + "/", LIMIT) == b"x" * 1000
+
+
+@pytest.mark.parametrize("case, words", [
+    ("link-out", "a symlink leading outside the dataset"),
+    ("sibling-prefix", "a symlink leading outside the dataset"),  # /tmp/x/d-other is not under /tmp/x/d
+    ("fifo", "not a regular file (a FIFO)"),
+    ("dev-zero", "not a regular file (a character device)"),
+    ("directory", "not a regular file (a directory)"),
+    ("missing", "cannot open"),
+    ("too-big", f"more than the {LIMIT} any record may have"),
+])
+def test_every_refusal_is_the_python_steps_error_naming_the_file(steps, dataset, case, words):
+    target = dataset / "victim.bin"
+    if case == "link-out":
+        target.symlink_to(dataset.parent / "secret.bin")
+    elif case == "sibling-prefix":
+        other = dataset.parent / (dataset.name + "-other")
+        other.mkdir()
+        (other / "f.bin").write_bytes(b"root:")
+        target.symlink_to(other / "f.bin")
+    elif case == "fifo":
+        os.mkfifo(target)  # no writer: an open that blocked would hang here
+    elif case == "dev-zero":
+        target.symlink_to("/dev/zero")
+    elif case == "directory":
+        target.mkdir()
+    elif case == "too-big":
+        with open(target, "wb") as f:
+            f.truncate(LIMIT + 1)  # sparse: nothing to read before the size is checked
+    with pytest.raises(FormatError) as caught:
+        read_regular(str(target), str(dataset), LIMIT)
+    assert words in str(caught.value) and str(target) in str(caught.value)
+
+
+def test_the_c_call_reads_good_files_itself_and_leaves_refusals_to_python(dataset):
+    if files._readfile is None:
+        pytest.skip("iotool._readfile is not built (no C compiler at install time)")
+    read = files._readfile.read_inside
+    real = os.fsencode(os.path.realpath(dataset))
+    assert read(os.fsencode(dataset / "a" / "one.bin"), real, LIMIT) == b"x" * 1000
+    (dataset / "out.bin").symlink_to(dataset.parent / "secret.bin")
+    assert read(os.fsencode(dataset / "out.bin"), real, LIMIT) is None
+    assert read(os.fsencode(dataset / "a" / "one.bin"), real, 999) is None  # over the limit
+    assert read(os.fsencode(dataset / "a" / "one.bin"), b"relative", LIMIT) is None
+    assert read(b"bad\0name", real, LIMIT) is None
