@@ -45,7 +45,10 @@ def map_npy(path: str, root: str | None = None) -> np.ndarray:
                               f"{dtype}: {nbytes} bytes from byte {offset}, the file has {size}).")
         if nbytes == 0:
             return np.empty(shape, dtype=dtype)
-        return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+        mapped = np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+        # a plain ndarray over the same map (which its base keeps open): np.memmap's Python-level
+        # __getitem__ and __array_finalize__ cost microseconds per item read, with the GIL held
+        return mapped.view(np.ndarray)
 
 
 def _check_header_length(f, path: str) -> None:
