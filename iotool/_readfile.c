@@ -5,16 +5,17 @@
  *
  * The steps are those of iotool.storage.files.read_regular: open with O_RDONLY | O_NONBLOCK |
  * O_NOCTTY | O_CLOEXEC (a FIFO with no writer opens at once, no terminal is taken; O_NONBLOCK
- * has no effect on a regular file's reads), fstat must say a regular file of at most `limit`
+ * has no effect on a regular file's reads), statx must say a regular file of at most `limit`
  * bytes, the file actually opened (readlink of /proc/self/fd/N: every link on the way followed)
  * must be `real_root` itself or lie under it, then one bounded pread of that size, and close.
  *
  * Returns the bytes, or None when any step fails or any check refuses: the caller then runs the
  * same steps in Python, which raise the error that names the file (or succeed, if the file
- * changed in between). Nothing is ever read past `limit` or past the size fstat gave.
+ * changed in between). Nothing is ever read past `limit` or past the size statx gave.
  *
  * Built against CPython's limited API, as iotool/_resize.c.
  */
+#define _GNU_SOURCE /* statx, AT_EMPTY_PATH */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -23,7 +24,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <sys/stat.h> /* statx (glibc 2.28) */
 #include <unistd.h>
 
 /* 0 when `real` is `root` or lies under it (root given without a trailing slash, or "/"). */
@@ -42,9 +43,14 @@ static int open_inside(const char *path, const char *root, size_t root_len, long
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    struct stat st;
+    /* statx, not fstat: glibc 2.33 made fstat a symbol of its own (fstat64@GLIBC_2.33), which
+     * would lift the wheel's floor above manylinux_2_28; statx is glibc 2.28's. A kernel without
+     * it (ENOSYS) refuses here, and the caller's Python steps do the read. */
+    struct statx st;
     char link[32], real[PATH_MAX + 1];
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 || (long long)st.st_size > limit)
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_TYPE | STATX_SIZE, &st) != 0 ||
+        (st.stx_mask & (STATX_TYPE | STATX_SIZE)) != (STATX_TYPE | STATX_SIZE) ||
+        !S_ISREG(st.stx_mode) || (long long)st.stx_size > limit)
         goto refuse;
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(link, real, PATH_MAX);
@@ -53,7 +59,7 @@ static int open_inside(const char *path, const char *root, size_t root_len, long
     real[n] = '\0';
     if (outside(real, root, root_len))
         goto refuse;
-    *size = st.st_size;
+    *size = (off_t)st.stx_size;
     return fd;
 refuse:
     close(fd);
