@@ -683,10 +683,14 @@ static PyObject *decode_segments(PyObject *self, PyObject *args)
         return NULL;
     }
     if (scale_num < 1 || scale_num > 16 || r.height == 0 || r.width == 0 || r.height > JPEG_MAX_DIMENSION ||
-        r.width > JPEG_MAX_DIMENSION || r.margin > JPEG_MAX_DIMENSION)
-        snprintf(problem, sizeof(problem), "bad region: scale_num=%d height=%u width=%u", scale_num, r.height,
-                 r.width);
-    else if (!segments_from(&g, &view, &head, entropy, table, end))
+        r.width > JPEG_MAX_DIMENSION || r.margin > JPEG_MAX_DIMENSION) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&head);
+        PyErr_Format(PyExc_ValueError, "bad region: scale_num=%d height=%u width=%u", scale_num, r.height,
+                     r.width);
+        return NULL;
+    }
+    if (!segments_from(&g, &view, &head, entropy, table, end))
         snprintf(problem, sizeof(problem), "bad segment request");
     else
         bound = plan_segments(&g, problem, sizeof(problem));
