@@ -28,7 +28,8 @@
  * restart marker every restart_mcus MCUs and optimised Huffman tables (iotool/decode/seekable.py).
  *
  * gather(...) copies some restart segments of such a JPEG into a JPEG of their own, restart
- * markers renumbered (iotool/decode/segments.py), checking every table entry it uses.
+ * markers renumbered (iotool/decode/segments.py), checking every table entry it uses;
+ * decode_segments(...) does that and decodes the result in one call (the per-crop path).
  *
  * Nothing is kept between calls but the bound library; the GIL is released while libjpeg works.
  *
@@ -522,88 +523,130 @@ static int row_start(const unsigned char *data, size_t entropy, size_t end, cons
     return data[*at - 2] == 0xFF && data[*at - 1] == 0xD0 + number;
 }
 
+/* Which segments of which seekable JPEG go into a sub-JPEG (see gather's docstring). */
+struct segments {
+    const unsigned char *data, *head;
+    size_t n, head_length, entropy, table, end;
+    unsigned int rows, per_row, c0, c1, r0, r1;
+};
+
+/* Check the request and the row starts that bound it; the size the sub-JPEG can reach (0 and
+ * `problem` set when the request or the table is wrong). No data byte outside the record is read. */
+static size_t plan_segments(const struct segments *g, char *problem, size_t size)
+{
+    if (g->entropy > g->end || g->end > g->n || g->rows == 0 || g->per_row == 0 || g->table > g->n ||
+        (g->n - g->table) / 4 < g->rows || g->c0 >= g->c1 || g->c1 > g->per_row || g->r0 >= g->r1 ||
+        g->r1 > g->rows) {
+        snprintf(problem, size, "bad segment request");
+        return 0;
+    }
+    const unsigned char *table = g->data + g->table;
+    size_t first = 0, last = g->end;
+    if (!row_start(g->data, g->entropy, g->end, table, g->r0, g->per_row, &first)) {
+        snprintf(problem, size, "bad start for MCU row %u", g->r0);
+        return 0;
+    }
+    if (g->r1 < g->rows && !row_start(g->data, g->entropy, g->end, table, g->r1, g->per_row, &last)) {
+        snprintf(problem, size, "bad start for MCU row %u", g->r1);
+        return 0;
+    }
+    if (last < first) {
+        snprintf(problem, size, "MCU rows %u and %u out of order", g->r0, g->r1);
+        return 0;
+    }
+    /* the segments copied lie in [first, last); each brings at most one 2-byte marker; EOI */
+    return g->head_length + (last - first) + 2 * (size_t)(g->r1 - g->r0) * (g->c1 - g->c0) + 2;
+}
+
+/* Write head + the segments + EOI into `out` (of plan_segments' size); the bytes written, or 0
+ * with `problem` set when a row start is wrong or a row lacks its restart markers. No Python. */
+static size_t copy_segments(const struct segments *g, unsigned char *out, char *problem, size_t size)
+{
+    const unsigned char *data = g->data, *table = data + g->table;
+    memcpy(out, g->head, g->head_length);
+    size_t used = g->head_length, start = 0, stop = 0;
+    unsigned int number = 0, copied = 0;
+    row_start(data, g->entropy, g->end, table, g->r0, g->per_row, &start);  /* checked by plan_segments */
+    for (unsigned int row = g->r0; row < g->r1; row++) {
+        if (row + 1 == g->rows)
+            stop = g->end;
+        else if (!row_start(data, g->entropy, g->end, table, row + 1, g->per_row, &stop) || stop <= start) {
+            snprintf(problem, size, "bad start for MCU row %u", row + 1);
+            return 0;
+        }
+        /* segment k of the row runs from `from` to the next RSTn (or to the row's end) */
+        const unsigned char *p = data + start, *limit = data + stop, *from = p;
+        for (unsigned int k = 0; k < g->c1;) {
+            const unsigned char *ff = p < limit ? memchr(p, 0xFF, (size_t)(limit - p)) : NULL;
+            int is_rst = ff != NULL && ff + 1 < limit && ff[1] >= 0xD0 && ff[1] <= 0xD7;
+            if (ff != NULL && !is_rst) {
+                p = ff + 1;
+                continue;
+            }
+            const unsigned char *to = ff != NULL ? ff : limit;
+            if (ff == NULL && (row + 1 < g->rows || k + 1 < g->per_row)) {
+                snprintf(problem, size, "MCU row %u holds %u restart segments, not %u", row, k, g->per_row);
+                return 0;
+            }
+            if (k >= g->c0) {
+                if (copied++) {
+                    out[used++] = 0xFF;
+                    out[used++] = (unsigned char)(0xD0 + number);
+                    number = (number + 1) % 8;
+                }
+                memcpy(out + used, from, (size_t)(to - from));
+                used += (size_t)(to - from);
+            }
+            k++;
+            if (ff == NULL)
+                break;
+            p = from = ff + 2;
+        }
+        start = stop;
+    }
+    out[used++] = 0xFF;
+    out[used++] = 0xD9;
+    return used;
+}
+
+/* Fill `g` from the views and offsets of a call; 0 when an offset is negative. */
+static int segments_from(struct segments *g, const Py_buffer *view, const Py_buffer *head, Py_ssize_t entropy,
+                         Py_ssize_t table, Py_ssize_t end)
+{
+    g->data = view->buf;
+    g->n = (size_t)view->len;
+    g->head = head->buf;
+    g->head_length = (size_t)head->len;
+    g->entropy = (size_t)entropy;
+    g->table = (size_t)table;
+    g->end = (size_t)end;
+    return entropy >= 0 && table >= 0 && end >= 0;
+}
+
 static PyObject *gather(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer view, head;
-    Py_ssize_t entropy_, table_, end_;
-    unsigned int rows, per_row, c0, c1, r0, r1;
-    if (!PyArg_ParseTuple(args, "y*y*nnnIIIIII", &view, &head, &entropy_, &table_, &end_, &rows, &per_row, &c0,
-                          &c1, &r0, &r1))
+    Py_ssize_t entropy, table, end;
+    struct segments g;
+    if (!PyArg_ParseTuple(args, "y*y*nnnIIIIII", &view, &head, &entropy, &table, &end, &g.rows, &g.per_row,
+                          &g.c0, &g.c1, &g.r0, &g.r1))
         return NULL;
-    const unsigned char *data = view.buf;
-    size_t n = (size_t)view.len, entropy = (size_t)entropy_, table = (size_t)table_, end = (size_t)end_;
     char problem[160] = "";
-    if (entropy_ < 0 || table_ < 0 || end_ < 0 || entropy > end || end > n || rows == 0 || per_row == 0 ||
-        table > n || (n - table) / 4 < rows || c0 >= c1 || c1 > per_row || r0 >= r1 || r1 > rows)
+    size_t bound = 0, used = 0;
+    if (!segments_from(&g, &view, &head, entropy, table, end))
         snprintf(problem, sizeof(problem), "bad segment request");
+    else
+        bound = plan_segments(&g, problem, sizeof(problem));
     unsigned char *out = NULL;
-    size_t used = 0;
-    if (!problem[0]) {
-        size_t first = 0, last = 0;
-        if (!row_start(data, entropy, end, data + table, r0, per_row, &first))
-            snprintf(problem, sizeof(problem), "bad start for MCU row %u", r0);
-        else if (r1 < rows && !row_start(data, entropy, end, data + table, r1, per_row, &last))
-            snprintf(problem, sizeof(problem), "bad start for MCU row %u", r1);
-        if (r1 == rows)
-            last = end;
-        if (!problem[0] && last < first)
-            snprintf(problem, sizeof(problem), "MCU rows %u and %u out of order", r0, r1);
-        /* the segments copied lie in [first, last); each brings at most one 2-byte marker */
-        size_t bound = (size_t)head.len + (last - first) + 2 * (size_t)(r1 - r0) * (c1 - c0) + 2;
-        if (!problem[0] && (out = malloc(bound)) == NULL) {
-            PyBuffer_Release(&view);
-            PyBuffer_Release(&head);
-            return PyErr_NoMemory();
-        }
+    if (!problem[0] && (out = malloc(bound)) == NULL) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&head);
+        return PyErr_NoMemory();
     }
     Py_BEGIN_ALLOW_THREADS
-    if (!problem[0]) {
-        memcpy(out, head.buf, (size_t)head.len);
-        used = (size_t)head.len;
-        unsigned int number = 0, copied = 0;
-        size_t start = 0, stop = 0;
-        row_start(data, entropy, end, data + table, r0, per_row, &start);
-        for (unsigned int row = r0; row < r1 && !problem[0]; row++) {
-            if (row + 1 == rows)
-                stop = end;
-            else if (!row_start(data, entropy, end, data + table, row + 1, per_row, &stop) || stop <= start) {
-                snprintf(problem, sizeof(problem), "bad start for MCU row %u", row + 1);
-                break;
-            }
-            /* segment k of the row runs from `from` to the next RSTn (or to the row's end) */
-            const unsigned char *p = data + start, *limit = data + stop, *from = p;
-            for (unsigned int k = 0; k < c1;) {
-                const unsigned char *ff = p < limit ? memchr(p, 0xFF, (size_t)(limit - p)) : NULL;
-                int is_rst = ff != NULL && ff + 1 < limit && ff[1] >= 0xD0 && ff[1] <= 0xD7;
-                if (ff != NULL && !is_rst) {
-                    p = ff + 1;
-                    continue;
-                }
-                const unsigned char *to = ff != NULL ? ff : limit;
-                if (ff == NULL && (row + 1 < rows || k + 1 < per_row)) {
-                    snprintf(problem, sizeof(problem), "MCU row %u holds %u restart segments, not %u", row, k, per_row);
-                    break;
-                }
-                if (k >= c0) {
-                    if (copied++) {
-                        out[used++] = 0xFF;
-                        out[used++] = (unsigned char)(0xD0 + number);
-                        number = (number + 1) % 8;
-                    }
-                    memcpy(out + used, from, (size_t)(to - from));
-                    used += (size_t)(to - from);
-                }
-                k++;
-                if (ff == NULL)
-                    break;
-                p = from = ff + 2;
-            }
-            start = stop;
-        }
-        out[used++] = 0xFF;
-        out[used++] = 0xD9;
-    }
+    if (!problem[0])
+        used = copy_segments(&g, out, problem, sizeof(problem));
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     PyBuffer_Release(&head);
@@ -614,6 +657,92 @@ static PyObject *gather(PyObject *self, PyObject *args)
         result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)used);
     free(out);
     return result;
+}
+
+/* gather + decode_region in one call, the GIL released once: the sub-JPEG lives in a buffer of
+ * this call only and is decoded straight from it. */
+static PyObject *decode_segments(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *capsule;
+    Py_buffer view, head;
+    Py_ssize_t entropy, table, end;
+    struct segments g;
+    struct region r;
+    int scale_num;
+    if (!PyArg_ParseTuple(args, "Oy*y*nnnIIIIIIiIIIII", &capsule, &view, &head, &entropy, &table, &end, &g.rows,
+                          &g.per_row, &g.c0, &g.c1, &g.r0, &g.r1, &scale_num, &r.top, &r.left, &r.height,
+                          &r.width, &r.margin))
+        return NULL;
+    char problem[160] = "";
+    const struct library *lib = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    size_t bound = 0;
+    if (lib == NULL) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&head);
+        return NULL;
+    }
+    if (scale_num < 1 || scale_num > 16 || r.height == 0 || r.width == 0 || r.height > JPEG_MAX_DIMENSION ||
+        r.width > JPEG_MAX_DIMENSION || r.margin > JPEG_MAX_DIMENSION) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&head);
+        PyErr_Format(PyExc_ValueError, "bad region: scale_num=%d height=%u width=%u", scale_num, r.height,
+                     r.width);
+        return NULL;
+    }
+    if (!segments_from(&g, &view, &head, entropy, table, end))
+        snprintf(problem, sizeof(problem), "bad segment request");
+    else
+        bound = plan_segments(&g, problem, sizeof(problem));
+    unsigned char *sub = NULL;
+    PyObject *pixels = NULL;
+    if (!problem[0]) {
+        pixels = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)r.height * r.width * 3);
+        if (pixels != NULL && (sub = malloc(bound)) == NULL) {
+            Py_DECREF(pixels);
+            pixels = PyErr_NoMemory();
+        }
+        if (pixels == NULL) {
+            PyBuffer_Release(&view);
+            PyBuffer_Release(&head);
+            return NULL;
+        }
+    }
+    struct job job;
+    memset(&job, 0, sizeof(job));
+    job.lib = lib;
+    job.out = pixels != NULL ? (unsigned char *)PyByteArray_AsString(pixels) : NULL;
+    int failed = 0;
+    const char *decode_problem = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    size_t used = problem[0] ? 0 : copy_segments(&g, sub, problem, sizeof(problem));
+    if (used) {
+        job.cinfo.err = lib->std_error(&job.err.pub);
+        job.err.pub.error_exit = on_error;
+        job.err.pub.emit_message = on_message;
+        if (setjmp(job.err.escape)) {
+            failed = 1;
+        } else {
+            lib->create_decompress(&job.cinfo, JPEG_LIB_VERSION, sizeof(struct jpeg_decompress_struct));
+            decode_problem = run(&job, sub, used, scale_num, &r);
+        }
+        lib->destroy_decompress(&job.cinfo);
+        free(job.rows);
+    }
+    Py_END_ALLOW_THREADS
+    free(sub);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&head);
+    if (problem[0] || failed || decode_problem != NULL) {
+        Py_XDECREF(pixels);
+        /* "segments: " tells a wrong table (the caller's DecodeError names it) from a corrupt stream */
+        if (problem[0])
+            PyErr_Format(PyExc_ValueError, "segments: %s", problem);
+        else
+            PyErr_SetString(PyExc_ValueError, failed ? job.err.message : decode_problem);
+        return NULL;
+    }
+    return pixels;
 }
 
 static PyMethodDef methods[] = {
@@ -638,6 +767,12 @@ static PyMethodDef methods[] = {
      "head + the restart segments c0..c1-1 of MCU rows r0..r1-1 of a seekable JPEG (markers\n"
      "renumbered) + EOI. table: offset of the big-endian u32 row starts (from entropy); every start\n"
      "used is checked; ValueError when one is wrong or a row lacks its segments."},
+    {"decode_segments", decode_segments, METH_VARARGS,
+     "decode_segments(library, data, head, entropy, table, end, rows, per_row, c0, c1, r0, r1, scale_num,\n"
+     "                top, left, height, width, margin) -> bytearray\n\n"
+     "gather(...) and decode_region(library, <that sub-JPEG>, scale_num, top, left, height, width, margin)\n"
+     "in one call, the GIL released once. ValueError: a wrong table (message 'segments: ...') or a\n"
+     "corrupt stream (libjpeg's message)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -138,6 +138,57 @@ def test_sub_image_is_an_ordinary_jpeg_of_its_segments():
     assert np.array_equal(pixels(sub.data)[4:84, 2:132], pixels(data)[100:180, 130:260])
 
 
+@pytest.mark.parametrize("scale", region.SCALES)
+def test_one_call_gather_and_decode_equals_the_sub_image_and_the_full_decode(scale):
+    """decode_jpeg_cut (the segments gathered and decoded in one extension call, what decode_box
+    runs) gives the pixels of the sub-JPEG decoded on its own and of the same box of a full decode."""
+    data = seekable.transcode(jpeg(333, 517, seed=21))
+    layout = segments.read_layout(data)
+    rows, cols = -(-333 // scale), -(-517 // scale)
+    full = region.decode_jpeg_region(data, parse_jpeg_header(data), (0, 0, rows, cols), scale)
+    margin, cuts = region.MARGIN * scale, 0
+    for top, left, h, w in random_boxes(random.Random(scale), rows, cols, 30):
+        edges = (max(0, top * scale - margin), max(0, left * scale - margin),
+                 min(333, (top + h) * scale + margin), min(517, (left + w) * scale + margin))
+        cut = segments.plan_cut(data, layout, *edges)
+        if cut is None:
+            continue
+        cuts += 1
+        inner = (top - cut.top // scale, left - cut.left // scale, h, w)
+        got = region.decode_jpeg_cut(data, layout, cut, inner, scale)
+        sub = segments.sub_image(data, layout, *edges)
+        alone = region.decode_jpeg_region(sub.data, parse_jpeg_header(sub.data), inner, scale)
+        assert np.array_equal(got, alone) and np.array_equal(got, full[top:top + h, left:left + w])
+    assert cuts > 10
+
+
+BAD_REQUESTS = {  # (entropy, table, end, rows, per_row, c0, c1, r0, r1) edits of a good request
+    "negative offset": {0: -1},
+    "end past the data": {2: 10 ** 9},
+    "table past the data": {1: 10 ** 9},
+    "no columns": {6: 0},
+    "columns past the row": {6: 99},
+    "rows past the image": {8: 99},
+    "more rows than the table": {3: 10 ** 6},
+}
+
+
+@pytest.mark.parametrize("how", list(BAD_REQUESTS))
+def test_the_one_call_decode_refuses_a_bad_request(how):
+    """The extension's own checks, below the Python that computes a request: never a read outside
+    the record, a ValueError naming the table (as a DecodeError through decode_jpeg_cut)."""
+    from iotool import _jpegregion
+
+    data = seekable.transcode(jpeg(375, 500, seed=5))
+    layout = segments.read_layout(data)
+    cut = segments.plan_cut(data, layout, 40, 60, 120, 200)
+    args = list(cut.segment_args(layout))
+    for at, value in BAD_REQUESTS[how].items():
+        args[at] = value
+    with pytest.raises(ValueError, match="^segments: "):
+        _jpegregion.decode_segments(region.LIBRARY.handle, data, cut.head, *args, 8, 0, 0, 8, 8, region.MARGIN)
+
+
 def test_ordinary_jpegs_take_the_region_path():
     data = jpeg(100, 120)
     header = parse_jpeg_header(data)

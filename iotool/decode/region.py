@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import DecodeError
 from . import backends as _b
+from . import segments as _s
 from .api import check_jpeg
 
 try:
@@ -185,6 +186,29 @@ def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, 
         raise DecodeError(f"{name}: {exc}") from None
     except ValueError as exc:
         raise DecodeError(f"{name}: corrupt JPEG ({exc})") from None
+    return np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
+
+
+def decode_jpeg_cut(data: bytes, layout: _s.Layout, cut: _s.Cut, box: tuple[int, int, int, int], scale: int = 1,
+                    *, name: str = "<bytes>") -> np.ndarray:
+    """Decode ``box`` (at ``1/scale``, in the coordinates of the sub-JPEG ``cut`` of the seekable
+    JPEG ``data``) in one extension call: the segments are gathered and decoded with the GIL
+    released once (:func:`iotool.decode.seekable.decode_box` is the API, and checks the box).
+
+    Raises:
+        DecodeError: a table entry the extension refused, or a corrupt stream.
+    """
+    if LIBRARY is None:
+        raise RuntimeError(f"the JPEG region decoder is unavailable: {region_status()}")
+    top, left, height, width = box
+    try:
+        pixels = _jpegregion.decode_segments(LIBRARY.handle, data, cut.head, *cut.segment_args(layout),
+                                             8 // scale, top, left, height, width, MARGIN)
+    except ValueError as exc:
+        message = str(exc)
+        if message.startswith("segments: "):
+            raise _s.table_problem(name, ValueError(message[len("segments: "):])) from None
+        raise DecodeError(f"{name}: corrupt JPEG ({message})") from None
     return np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
 
 

@@ -129,15 +129,14 @@ def decode_box(data: bytes, layout: _s.Layout, box: tuple[int, int, int, int], s
         check_pixels(frame.height, frame.width)  # the bomb guard of a whole decode, for the same file
     except DecodeError as exc:
         raise DecodeError(f"{name}: {exc}") from None
-    sub = _s.sub_image(data, layout, max(0, top * scale - margin), max(0, left * scale - margin),
-                       min(frame.height, (top + height) * scale + margin),
-                       min(frame.width, (left + width) * scale + margin), name)
-    if sub is None:
+    cut = _s.plan_cut(data, layout, max(0, top * scale - margin), max(0, left * scale - margin),
+                      min(frame.height, (top + height) * scale + margin),
+                      min(frame.width, (left + width) * scale + margin))
+    if cut is None:
         header = _b.JpegHeader(frame.height, frame.width, frame.components, 8, False, frame.marker)
         return _region.decode_jpeg_region(data, header, box, scale, name=name)
-    header = _b.JpegHeader(sub.height, sub.width, frame.components, 8, False, frame.marker)
-    inner = (top - sub.top // scale, left - sub.left // scale, height, width)
-    return _region.decode_jpeg_region(sub.data, header, inner, scale, name=name)
+    inner = (top - cut.top // scale, left - cut.left // scale, height, width)
+    return _region.decode_jpeg_cut(data, layout, cut, inner, scale, name=name)
 
 
 def decode_jpeg_box(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1,

@@ -20,7 +20,8 @@ the table must agree with the frame header and the restart interval, the offsets
 the entropy-coded data and each must follow the restart marker of the right number. A table that
 does not is a :class:`~iotool.errors.DecodeError`; no offset is used to read outside the record.
 
-:func:`sub_image` builds, for a box, a JPEG of only the segments that cover it (plus a margin):
+:func:`plan_cut` picks, for a box, the segments that cover it (plus a margin), and :func:`sub_image`
+builds a JPEG of only those:
 the headers with the frame size changed, the segments in order with their restart markers
 renumbered 0..7, then EOI. Each segment begins byte-aligned with the DC predictions reset (that
 is what a restart is), so the sub-image decodes alone, to the same coefficients and, away from
@@ -177,7 +178,7 @@ def read_layout(data: bytes, name: str = "<bytes>") -> Layout | None:
         problem = "the data does not end with EOI"
     if problem is not None:
         raise DecodeError(f"{name}: iotool's segment table does not fit the JPEG ({problem})")
-    return Layout(frame, body + _FIXED, end)  # the row starts a decode uses are checked by gather()
+    return Layout(frame, body + _FIXED, end)  # the row starts a decode uses are checked by the extension
 
 
 def row_start_table(data: bytes, frame: Frame) -> list[int]:
@@ -238,6 +239,48 @@ def _headers(data: bytes, frame: Frame, height: int, width: int) -> bytes:
 
 
 @dataclass(frozen=True)
+class Cut:
+    """Which restart segments a sub-JPEG takes (columns ``c0..c1-1`` of MCU rows ``r0..r1-1``), its
+    headers, and where it sits in the full image (pixels)."""
+
+    head: bytes
+    c0: int
+    c1: int
+    r0: int
+    r1: int
+    top: int
+    left: int
+    height: int
+    width: int
+
+    def segment_args(self, layout: Layout) -> tuple[int, ...]:
+        """The extension's arguments after ``(data, head)``: where the scan, table and EOI are, and the segments."""
+        frame = layout.frame
+        return (frame.entropy, layout.table, layout.end, frame.mcu_rows, layout.per_row,
+                self.c0, self.c1, self.r0, self.r1)
+
+
+def plan_cut(data: bytes, layout: Layout, top: int, left: int, bottom: int, right: int) -> Cut | None:
+    """The segments covering full-size pixels ``[top, bottom) x [left, right)``; None when those
+    are every segment (decode the JPEG itself). Nothing of the table is read here: the extension
+    checks each entry it uses."""
+    frame = layout.frame
+    seg_w, per_row = frame.interval * frame.mcu_w, layout.per_row
+    c0, c1 = left // seg_w, min(per_row, -(-right // seg_w))
+    r0, r1 = top // frame.mcu_h, min(frame.mcu_rows, -(-bottom // frame.mcu_h))
+    if c0 == 0 and c1 == per_row and r0 == 0 and r1 == frame.mcu_rows:
+        return None
+    x0, y0 = c0 * seg_w, r0 * frame.mcu_h
+    width, height = min(c1 * seg_w, frame.width) - x0, min(r1 * frame.mcu_h, frame.height) - y0
+    return Cut(_headers(data, frame, height, width), c0, c1, r0, r1, y0, x0, height, width)
+
+
+def table_problem(name: str, exc: ValueError) -> DecodeError:
+    """The error for a table entry the extension refused (``exc``'s message says which)."""
+    return DecodeError(f"{name}: iotool's segment table does not fit the JPEG ({exc})")
+
+
+@dataclass(frozen=True)
 class SubImage:
     """A JPEG of some of another's segments, and where it sits in the full image (in pixels)."""
 
@@ -250,24 +293,19 @@ class SubImage:
 
 def sub_image(data: bytes, layout: Layout, top: int, left: int, bottom: int, right: int,
               name: str = "<bytes>") -> SubImage | None:
-    """The sub-JPEG of the segments covering full-size pixels ``[top, bottom) x [left, right)``.
+    """The sub-JPEG of the segments covering full-size pixels ``[top, bottom) x [left, right)``
+    (:func:`plan_cut`; the decode of a crop builds it and decodes it in one extension call,
+    :func:`iotool.decode.region.decode_jpeg_cut`).
 
-    None when those are every segment (decode the JPEG itself). The extension copies the segments
-    and checks each table entry it uses (inside the scan, rising, right after the restart marker of
-    the right number); a wrong one, or a row without its markers, is a DecodeError.
+    None when those are every segment. The extension copies the segments and checks each table
+    entry it uses (inside the scan, rising, right after the restart marker of the right number); a
+    wrong one, or a row without its markers, is a DecodeError.
     """
-    frame = layout.frame
-    seg_w, per_row = frame.interval * frame.mcu_w, layout.per_row
-    c0, c1 = left // seg_w, min(per_row, -(-right // seg_w))
-    r0, r1 = top // frame.mcu_h, min(frame.mcu_rows, -(-bottom // frame.mcu_h))
-    if c0 == 0 and c1 == per_row and r0 == 0 and r1 == frame.mcu_rows:
+    cut = plan_cut(data, layout, top, left, bottom, right)
+    if cut is None:
         return None
-    x0, y0 = c0 * seg_w, r0 * frame.mcu_h
-    width, height = min(c1 * seg_w, frame.width) - x0, min(r1 * frame.mcu_h, frame.height) - y0
-    head = _headers(data, frame, height, width)
     try:
-        jpeg = _jpegregion.gather(data, head, frame.entropy, layout.table, layout.end, frame.mcu_rows, per_row,
-                                  c0, c1, r0, r1)
+        jpeg = _jpegregion.gather(data, cut.head, *cut.segment_args(layout))
     except ValueError as exc:
-        raise DecodeError(f"{name}: iotool's segment table does not fit the JPEG ({exc})") from None
-    return SubImage(jpeg, y0, x0, height, width)
+        raise table_problem(name, exc) from None
+    return SubImage(jpeg, cut.top, cut.left, cut.height, cut.width)
