@@ -289,19 +289,21 @@ def test_the_child_dies_with_its_parent(built, tmp_path):
 
 @pytest.mark.slow  # a fresh interpreter importing torch: several seconds on a busy machine
 def test_ctrl_c_to_the_process_group_ends_the_child_promptly(built, tmp_path):
-    """A real SIGINT to the whole process group (as a terminal's Ctrl-C) inside a slow pass:
-    KeyboardInterrupt in the loop, the child (which ignores SIGINT) ended and reaped at once."""
+    """A real SIGINT to the whole process group (as a terminal's Ctrl-C) while the loop waits for
+    a slow batch: KeyboardInterrupt in the loop, the child (which ignores SIGINT) ended and reaped
+    at once. (The child makes a batch in 0.3 s, so after the first one the loop is waiting in the
+    loader when the signal comes; a Ctrl-C in the loop's own body is a break, tested below.)"""
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
         import os, sys, threading, time
         import iotool
         from iotool.transforms import CenterCrop, Compose
         def slow(t):
-            time.sleep(0.05)
+            time.sleep(0.3)
             return t
         import warnings; warnings.simplefilter("ignore")
         ds = iotool.open_dataset({str(built("lmdb"))!r}, transform=Compose([CenterCrop(16), slow]))
-        loader = iotool.Loader(ds, batch_size=1, threads=3, prefetch=4, isolate=True)
+        loader = iotool.Loader(ds, batch_size=1, threads=1, prefetch=1, isolate=True)
         try:
             for epoch in range(1000):
                 for batch in loader:
@@ -320,6 +322,7 @@ def test_ctrl_c_to_the_process_group_ends_the_child_promptly(built, tmp_path):
     try:
         word, pid = parent.stdout.readline().split()
         assert word == "batch"
+        time.sleep(0.1)  # the line is read while its print() still runs: let the loop reach the wait
         started = time.monotonic()
         os.killpg(parent.pid, signal.SIGINT)
         out, _ = parent.communicate(timeout=30)
@@ -328,3 +331,19 @@ def test_ctrl_c_to_the_process_group_ends_the_child_promptly(built, tmp_path):
     assert parent.returncode == 0, out
     assert f"interrupted {pid} 1" in out, out
     assert time.monotonic() - started < 10 and _gone(int(pid))
+
+
+def test_an_interrupt_in_the_loop_body_ends_the_pass_and_the_child_serves_the_next(built):
+    """KeyboardInterrupt raised in the training step (not while waiting for a batch) drops the
+    iterator as ``break`` does: the pass ends, the child stays for the next ``iter()`` (as
+    persistent workers do), and closing the loader ends it."""
+    ds = iotool.open_dataset(built("lmdb"), transform=CenterCrop(16))
+    loader = iotool.Loader(ds, batch_size=2, threads=2, isolate=True)
+    with pytest.raises(KeyboardInterrupt):
+        for _ in loader:
+            raise KeyboardInterrupt
+    pid = loader._child.pid
+    assert not _gone(pid, timeout=0.2)
+    assert sum(len(labels) for _, labels in loader) == len(ds) and loader._child.pid == pid
+    loader.close()
+    assert _gone(pid)

@@ -11,8 +11,9 @@ loop's Python thread does not share the GIL with the loader's threads.
   descriptor once): the parent asks for each batch in turn (``take``), the child answers with its
   slot, or with an error (type, message naming the record, the child's traceback as text).
 - **Shutdown**: breaking out, ``del`` and garbage collection of the iterator end the pass (the
-  child waits for the next); closing or collecting the loader, Ctrl-C in the parent, and any
-  failure of the control channel end the child (its socket closes, then SIGKILL after
+  child waits for the next; so does a KeyboardInterrupt raised in the loop's body, which drops
+  the iterator as ``break`` does); closing or collecting the loader, Ctrl-C while the parent
+  waits for a batch, and any failure of the control channel end the child (its socket closes, then SIGKILL after
   :data:`EXIT_WAIT_S`), and it is reaped. A child killed from outside is reported as an error
   naming its pid and signal instead of a hang; the next ``iter()`` starts a new child. The child
   ignores SIGINT (the parent decides) and dies with the parent (``PR_SET_PDEATHSIG`` when forked
