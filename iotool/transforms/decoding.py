@@ -19,7 +19,7 @@ from ..errors import DecodeError, UsageError
 from .boxes import center_crop_box
 from .layouts import Image, as_chw, emit
 from .kernels import resize_chw
-from .native import bgr_crop_planes, planes_native
+from .native import bgr_crop_planes, crop_resize_hwc, native_hwc, planes_native
 from .pixel_transforms import CenterCrop, RandomResizedCrop, Resize
 from .sizing import min_decode_size
 
@@ -113,6 +113,8 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
             left, right = reduced_span(j, w, width, s, cols)
             box = (top, left, bottom - top, right - left)
             crop = _seekable.decode_jpeg_box(data, header, box, s, name=self.label)
+            if native_hwc(crop, self.antialias, self.backend):  # straight to the C kernel (and the batch row)
+                return crop_resize_hwc(crop, (0, 0, crop.shape[0], crop.shape[1]), self.size, self.output)
             return self._resize(as_chw(crop))
         image = decode(data, self.decoder, min_size=(height // s, width // s), name=self.label)
         chw = as_chw(image)
