@@ -100,49 +100,32 @@ def _collate(batch):
     return list(batch)
 
 
-def _ddp_worker(rank: int, world: int, init_file: str, cases: dict[str, tuple[str, int]], out_dir: str) -> None:
-    """One rank: every case (name -> (path, workers)) in turn in the same gloo group, so the group
-    and its processes start once for all cases (each start costs seconds)."""
+def _ddp_worker(rank: int, world: int, init_file: str, path: str, workers: int, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        for case, (path, workers) in cases.items():
-            ds = iotool.open_dataset(path, decoder=None, shuffle=True, seed=9, even=True)
-            reader = iotool.open_reader(path)
-            keys = {}
-            loader = DataLoader(ds, batch_size=2, num_workers=workers, persistent_workers=True,
-                                collate_fn=_collate)
-            for epoch in range(2):
-                ds.set_epoch(epoch)
-                seen = [bytes(b) for batch in loader for b, _ in batch]
-                index = {bytes(reader.read(i)[0]): reader.keys[i] for i in range(len(reader))}
-                keys[epoch] = [index[b] for b in seen]
-            del loader  # its persistent workers end before the next case starts its own
-            with open(os.path.join(out_dir, f"{case}-{workers}-rank{rank}.json"), "w") as f:
-                json.dump({"keys": keys, "len": len(ds)}, f)
+        ds = iotool.open_dataset(path, decoder=None, shuffle=True, seed=9, even=True)
+        reader = iotool.open_reader(path)
+        keys = {}
+        loader = DataLoader(ds, batch_size=2, num_workers=workers, persistent_workers=True,
+                            collate_fn=_collate)
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            seen = [bytes(b) for batch in loader for b, _ in batch]
+            index = {bytes(reader.read(i)[0]): reader.keys[i] for i in range(len(reader))}
+            keys[epoch] = [index[b] for b in seen]
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"keys": keys, "len": len(ds)}, f)
     finally:
         dist.destroy_process_group()
 
 
-GLOO_CASES = [("one_shard", 3), ("seven_shards", 2)]
-
-
-@pytest.fixture(scope="module")
-def gloo_runs(one_shard, seven_shards, tmp_path_factory) -> dict[tuple[str, int], list[dict]]:
-    """(case, workers) -> each rank's result, from one real gloo group of two processes that ran
-    every case (the tests only read them)."""
-    paths = {"one_shard": one_shard, "seven_shards": seven_shards}
-    out = tmp_path_factory.mktemp("gloo")
-    cases = {case: (str(paths[case]), workers) for case, workers in GLOO_CASES}
-    tmp_mp.spawn(_ddp_worker, args=(2, str(out / "init"), cases, str(out)), nprocs=2, join=True)
-    return {(case, workers): [json.loads((out / f"{case}-{workers}-rank{r}.json").read_text()) for r in range(2)]
-            for case, workers in GLOO_CASES}
-
-
-@pytest.mark.parametrize("case,workers", GLOO_CASES)
-def test_real_gloo_group_splits_records_over_ranks_and_workers(request, case, workers, gloo_runs):
+@pytest.mark.parametrize("case,workers", [("one_shard", 3), ("seven_shards", 2)])
+def test_real_gloo_group_splits_records_over_ranks_and_workers(request, case, workers, tmp_path):
     """Two processes in a real gloo group, persistent DataLoader workers, shuffling per epoch."""
     path = request.getfixturevalue(case)
-    results = gloo_runs[(case, workers)]
+    tmp_mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(path), workers, str(tmp_path)), nprocs=2,
+                 join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     keys = set(iotool.open_reader(path).keys)
     for epoch in ("0", "1"):
         per_rank = [r["keys"][epoch] for r in results]
