@@ -165,40 +165,28 @@ def _bytes_collate(batch):
     return [(hashlib.sha256(b).hexdigest(), label) for b, label in batch]
 
 
-def _ddp_worker(rank, world, init_file, shards, out_dir):
-    """One rank: both modes (even=True, then even=False) in the same gloo group, so the group and
-    its processes are started once for the two tests below (each start costs seconds)."""
+def _ddp_worker(rank, world, init_file, shards, out_dir, even=True):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        for even in (True, False):
-            ds = iotool.open_dataset(shards, decoder=None, shuffle=True, seed=3, even=even)
-            result = {}
-            for epoch in range(2):
-                ds.set_epoch(epoch)
-                loader = DataLoader(ds, batch_size=4, num_workers=2, collate_fn=_bytes_collate)
-                result[epoch] = [item for batch in loader for item in batch]
-            counts = torch.tensor([len(result[0])])
-            dist.all_reduce(counts)
-            result["len"] = len(ds)
-            with open(os.path.join(out_dir, f"rank{rank}-even{int(even)}.json"), "w") as f:
-                json.dump(result, f)
+        ds = iotool.open_dataset(shards, decoder=None, shuffle=True, seed=3, even=even)
+        result = {}
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            loader = DataLoader(ds, batch_size=4, num_workers=2, collate_fn=_bytes_collate)
+            result[epoch] = [item for batch in loader for item in batch]
+        counts = torch.tensor([len(result[0])])
+        dist.all_reduce(counts)
+        result["len"] = len(ds)
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+            json.dump(result, f)
     finally:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def gloo_results(shards, tmp_path_factory) -> dict[bool, list[dict]]:
-    """even -> each rank's result: two processes in a real torch.distributed gloo group, each with
-    DataLoader(num_workers=2); run once for the module (the tests only read the results)."""
-    out = tmp_path_factory.mktemp("gloo")
-    tmp_mp.spawn(_ddp_worker, args=(2, str(out / "init"), str(shards), str(out)), nprocs=2, join=True)
-    return {even: [json.loads((out / f"rank{r}-even{int(even)}.json").read_text()) for r in range(2)]
-            for even in (True, False)}
-
-
-def test_real_gloo_group_two_ranks_two_workers(shards, gloo_results):
+def test_real_gloo_group_two_ranks_two_workers(shards, tmp_path):
     """Two processes in a real torch.distributed gloo group, each with DataLoader(num_workers=2)."""
-    results = gloo_results[True]
+    tmp_mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(shards), str(tmp_path)), nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     reader = iotool.open_reader(shards)
     expected = collections.Counter(zip(reader.checksums, reader.labels))
     for epoch in ("0", "1"):
@@ -216,9 +204,11 @@ def test_real_gloo_group_two_ranks_two_workers(shards, gloo_results):
     assert [x for x in results[0]["0"]] != [x for x in results[0]["1"]]  # reshuffled per epoch
 
 
-def test_real_gloo_group_without_even_reads_the_dataset_exactly_once(shards, gloo_results):
+def test_real_gloo_group_without_even_reads_the_dataset_exactly_once(shards, tmp_path):
     """Without even: no padding; the ranks' union is the dataset exactly, every sample once."""
-    results = gloo_results[False]
+    tmp_mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(shards), str(tmp_path), False), nprocs=2,
+                 join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     reader = iotool.open_reader(shards)
     expected = collections.Counter(zip(reader.checksums, reader.labels))
     for epoch in ("0", "1"):
