@@ -28,22 +28,25 @@ from .conftest import FORMATS, formats_where, get_format, make_image, options_fo
 
 IMAGES = 60
 SLOW_CLI = """
-import sys, time
+import os, sys, time
 import iotool.cli.convert_cmd as c
-update, delay = c._progress_bar.update, float(sys.argv[1])
+update, delay, until = c._progress_bar.update, float(sys.argv[1]), sys.argv[2]
 def slow(self, p):
-    time.sleep(delay)
+    if not (until and os.path.exists(until)):
+        time.sleep(delay)
     update(self, p)
 c._progress_bar.update = slow
-sys.argv = ["iotool", *sys.argv[2:]]
+sys.argv = ["iotool", *sys.argv[3:]]
 from iotool.cli import main
 main()
 """
 
 
-def cli(*args: str, slow: float = 0.0, prefix: tuple[str, ...] = (), **kw) -> subprocess.Popen:
-    """Start ``iotool ARGS`` in a child process (each progress step slowed by ``slow`` seconds)."""
-    cmd = [*prefix, sys.executable, "-c", SLOW_CLI, str(slow), *args]
+def cli(*args: str, slow: float = 0.0, until: Path | None = None, prefix: tuple[str, ...] = (),
+        **kw) -> subprocess.Popen:
+    """Start ``iotool ARGS`` in a child process (each progress step slowed by ``slow`` seconds, until
+    the file ``until`` exists: then the conversion runs on at full speed)."""
+    cmd = [*prefix, sys.executable, "-c", SLOW_CLI, str(slow), str(until or ""), *args]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -83,12 +86,30 @@ def mounted(path: Path, *options: str, source: str = "tmpfs", fstype: str = "tmp
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-def needed_bytes(source: Path, fmt: str, tmp_path: Path) -> int:
+class Probes(dict):
+    """fmt -> (``source`` converted to fmt, what it takes on disk): made once per module, only read."""
+
+    def __init__(self, source: Path, folder: Path):
+        super().__init__()
+        self.source, self.folder = source, folder
+
+    def __missing__(self, fmt: str) -> tuple[Path, int]:
+        dst = self.folder / f"probe-{fmt}"
+        iotool.convert(self.source, dst, fmt, workers=0, **options_for(fmt, resize=256))
+        files = [dst] if dst.is_file() else [p for p in dst.rglob("*") if p.is_file()]
+        self[fmt] = (dst, sum(p.stat().st_size for p in files))
+        return self[fmt]
+
+
+@pytest.fixture(scope="module")
+def probes(source, tmp_path_factory) -> Probes:
+    """The probe conversions, shared by the module's tests (they were made again for every case)."""
+    return Probes(source, tmp_path_factory.mktemp("probes"))
+
+
+def needed_bytes(fmt: str, probes: Probes) -> int:
     """What the output of this conversion takes on disk."""
-    dst = tmp_path / f"probe-{fmt}"
-    iotool.convert(source, dst, fmt, workers=0, **options_for(fmt, resize=256))
-    files = [dst] if dst.is_file() else [p for p in dst.rglob("*") if p.is_file()]
-    return sum(p.stat().st_size for p in files)
+    return probes[fmt][1]
 
 
 def convert_args(fmt: str, src: Path, dst: Path, *extra: str) -> list[str]:
@@ -101,8 +122,8 @@ def convert_args(fmt: str, src: Path, dst: Path, *extra: str) -> list[str]:
 
 @pytest.mark.parametrize("fraction", [0.15, 0.6, 0.97])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_full_disk_fails_cleanly_and_leaves_nothing(fmt, fraction, source, tmp_path):
-    need = needed_bytes(source, fmt, tmp_path)
+def test_a_full_disk_fails_cleanly_and_leaves_nothing(fmt, fraction, source, probes, tmp_path):
+    need = needed_bytes(fmt, probes)
     with mounted(tmp_path / "mnt", f"size={int(need * fraction) // 4096 * 4096 + 4096}") as mnt:
         code, text = run_cli(*convert_args(fmt, source, mnt / "out"))
         assert code == 1, text
@@ -112,13 +133,13 @@ def test_a_full_disk_fails_cleanly_and_leaves_nothing(fmt, fraction, source, tmp
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_full_disk_leaves_the_dataset_being_replaced_untouched(fmt, source, tmp_path):
+def test_a_full_disk_leaves_the_dataset_being_replaced_untouched(fmt, source, probes, tmp_path):
     small = tmp_path / "small"
     small.mkdir()
     for name in ("c0", "c1"):
         (small / name).mkdir()
         (small / name / "a.jpg").write_bytes(make_image(len(name), (64, 48)))
-    need = needed_bytes(source, fmt, tmp_path)
+    need = needed_bytes(fmt, probes)
     with mounted(tmp_path / "mnt", f"size={int(need * 0.8) // 4096 * 4096}") as mnt:
         code, text = run_cli(*convert_args(fmt, small, mnt / "out"))
         assert code == 0, text
@@ -130,9 +151,10 @@ def test_a_full_disk_leaves_the_dataset_being_replaced_untouched(fmt, source, tm
 
 
 @pytest.mark.parametrize("fmt", formats_where(lambda spec: spec.resumable))
-def test_a_full_disk_with_resume_keeps_a_partial_that_completes_when_space_is_freed(fmt, source, tmp_path):
-    need = needed_bytes(source, fmt, tmp_path)
-    reference = tmp_path / f"probe-{fmt}"
+def test_a_full_disk_with_resume_keeps_a_partial_that_completes_when_space_is_freed(fmt, source, probes,
+                                                                                   tmp_path):
+    need = needed_bytes(fmt, probes)
+    reference = probes[fmt][0]
     with mounted(tmp_path / "mnt", f"size={need // 4096 * 4096 + (1 << 20)}") as mnt:
         filler = mnt / "filler"
         filler.write_bytes(b"\0" * (int(need * 0.5) + (1 << 20)))  # the disk fills half way through
@@ -161,10 +183,12 @@ def wait_for_lock(dst: Path) -> None:
 def test_a_second_conversion_to_the_same_destination_exits_2_naming_the_first(source, tmp_path):
     dst = tmp_path / "out"
     # slow enough that the first still runs when the second has started, on a loaded machine too
-    first = cli(*convert_args("lmdb", source, dst), slow=0.25)
+    go = tmp_path.parent / f"{tmp_path.name}-go"  # made once the second has exited: the first need not crawl on
+    first = cli(*convert_args("lmdb", source, dst), slow=0.25, until=go)
     wait_for_lock(dst)
     start = time.monotonic()
     code, text = run_cli(*convert_args("lmdb", source, dst))
+    go.touch()
     assert code == 2 and time.monotonic() - start < 15, text
     assert f"process {first.pid}" in text and "being written by another conversion" in flat(text)
     assert first.wait(timeout=120) == 0, first.communicate()

@@ -28,31 +28,44 @@ def datasets(tmp_path_factory):
     return out
 
 
-def _worker(rank: int, world: int, init_file: str, path: str, fmt: str, even: bool, out_dir: str) -> None:
+def _worker(rank: int, world: int, init_file: str, paths: dict[str, str], out_dir: str) -> None:
+    """One rank: every (format, even) case in turn in the same gloo group, so the group and its
+    processes start once for all four cases (each start costs seconds)."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        extra = {"shuffle": True, "seed": 9, "even": even} if fmt == "tar" else {}
-        ds = iotool.open_dataset(path, transform=CenterCrop(8), **extra)
-        loader = iotool.Loader(ds, batch_size=2, threads=2, **({} if fmt == "tar" else
-                                                               {"shuffle": True, "seed": 9, "even": even}))
-        keys = {}
-        for epoch in range(2):
-            loader.set_epoch(epoch)
-            keys[epoch] = [ds.keys[i] for i in loader.order()]
-            assert sum(len(y) for _, y in loader) == len(keys[epoch])
-        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump({"keys": keys, "len": len(loader), "rank": loader.rank, "world": loader.world_size}, f)
+        for fmt, path in paths.items():
+            for even in (True, False):
+                extra = {"shuffle": True, "seed": 9, "even": even} if fmt == "tar" else {}
+                ds = iotool.open_dataset(path, transform=CenterCrop(8), **extra)
+                loader = iotool.Loader(ds, batch_size=2, threads=2, **({} if fmt == "tar" else
+                                                                       {"shuffle": True, "seed": 9, "even": even}))
+                keys = {}
+                for epoch in range(2):
+                    loader.set_epoch(epoch)
+                    keys[epoch] = [ds.keys[i] for i in loader.order()]
+                    assert sum(len(y) for _, y in loader) == len(keys[epoch])
+                with open(os.path.join(out_dir, f"{fmt}-even{int(even)}-rank{rank}.json"), "w") as f:
+                    json.dump({"keys": keys, "len": len(loader), "rank": loader.rank, "world": loader.world_size}, f)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def gloo_runs(datasets, tmp_path_factory) -> dict[tuple[str, bool], list[dict]]:
+    """(fmt, even) -> each rank's result, from one real gloo group of two processes that ran every
+    case (the tests only read them)."""
+    out = tmp_path_factory.mktemp("gloo")
+    tmp_mp.spawn(_worker, args=(2, str(out / "init"), {f: str(p) for f, p in datasets.items()}, str(out)),
+                 nprocs=2, join=True)
+    return {(fmt, even): [json.loads((out / f"{fmt}-even{int(even)}-rank{r}.json").read_text()) for r in range(2)]
+            for fmt in datasets for even in (True, False)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["lmdb", "tar"])
 @pytest.mark.parametrize("even", [True, False])
-def test_real_gloo_group_splits_records_over_ranks(datasets, fmt, even, tmp_path):
-    tmp_mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(datasets[fmt]), fmt, even, str(tmp_path)),
-                 nprocs=2, join=True)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+def test_real_gloo_group_splits_records_over_ranks(datasets, gloo_runs, fmt, even):
+    results = gloo_runs[(fmt, even)]
     assert [(r["rank"], r["world"]) for r in results] == [(0, 2), (1, 2)]
     keys = set(iotool.open_reader(datasets[fmt]).keys)
     for epoch in ("0", "1"):

@@ -214,15 +214,17 @@ def test_resume_in_a_later_epoch_with_persistent_workers(shards, tmp_path):
     """Saved in epoch 1 (after a full epoch 0, persistent workers, set_epoch in shared memory),
     resumed in epoch 1 by spawned workers, then epoch 2 runs whole: the state resumes one pass only."""
     base = {"path": str(shards), "persistent": True}
-    ref, head = _in_fresh_process(tmp_path, [{**base, "epochs": [1, 2]},
-                                             {**base, "epochs": [0, 1], "stop": 5, "save": str(tmp_path / "s.json")}])
+    # the third job saves after epoch 1 ran out, for the end-of-epoch resume below (in the same
+    # interpreter as the first two: one start fewer; each job opens its own dataset and loader)
+    ref, head, _ = _in_fresh_process(tmp_path, [{**base, "epochs": [1, 2]},
+                                                {**base, "epochs": [0, 1], "stop": 5, "save": str(tmp_path / "s.json")},
+                                                {**base, "epochs": [0, 1], "save": str(tmp_path / "end.json")}])
     tail = _in_fresh_process(tmp_path, [{**base, "epochs": [1, 2], "context": "spawn",
                                          "load": str(tmp_path / "s.json")}])[0]
     assert head["batches"]["1"] + tail["batches"]["1"] == ref["batches"]["1"]
     assert tail["batches"]["2"] == ref["batches"]["2"] != ref["batches"]["1"]
     assert head["batches"]["0"] != ref["batches"]["1"][:len(head["batches"]["0"])]  # reshuffled per epoch
     # saved after epoch 1 ran out (the usual end-of-epoch checkpoint), resumed with set_epoch(2)
-    _in_fresh_process(tmp_path, [{**base, "epochs": [0, 1], "save": str(tmp_path / "end.json")}])
     after = _in_fresh_process(tmp_path, [{**base, "epochs": [2], "load": str(tmp_path / "end.json")}])[0]
     assert after["batches"]["2"] == ref["batches"]["2"]
 
