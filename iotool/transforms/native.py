@@ -71,11 +71,16 @@ def _native_into(hwc: np.ndarray, size: tuple[int, int], output: str) -> np.ndar
     return out
 
 
+def kernel_chosen(antialias: bool, backend: str) -> bool:
+    """True when the C kernel is built and a transform's settings let it resize."""
+    return _ext is not None and antialias and backend in ("auto", "native")
+
+
 def native_hwc(image: object, antialias: bool, backend: str) -> bool:
     """True when an input array can go straight to the C kernel, without torch views: an HxWxC
     uint8 numpy array (1-4 adjacent channel bytes, rows may be strided) with pixels, and the
     transform's kernel choice allows it."""
-    if _ext is None or not antialias or backend not in ("auto", "native") or type(image) is not np.ndarray:
+    if not kernel_chosen(antialias, backend) or type(image) is not np.ndarray:
         return False
     shape, strides = image.shape, image.strides
     return (image.dtype == np.uint8 and len(shape) == 3 and 1 <= shape[2] <= 4 and shape[0] > 0 and shape[1] > 0
@@ -85,7 +90,7 @@ def native_hwc(image: object, antialias: bool, backend: str) -> bool:
 def planes_native(antialias: bool, backend: str, output: str) -> bool:
     """True when a transform with these settings resizes with the C kernel into CxHxW planes (what
     :func:`bgr_crop_planes` computes)."""
-    return _ext is not None and antialias and backend in ("auto", "native") and output == "chw_tensor"
+    return kernel_chosen(antialias, backend) and output == "chw_tensor"
 
 
 def bgr_crop_planes(bgr: np.ndarray, box: tuple[int, int, int, int], size: tuple[int, int]) -> torch.Tensor:
