@@ -460,12 +460,13 @@ def test_ctrl_c_stops_every_thread_promptly(built, tmp_path):
         try:
             for epoch in range(1000):
                 for batch in loader:
-                    print("batch", flush=True)
+                    sys.stdout.write("batch\\n"); sys.stdout.flush()
         except KeyboardInterrupt:
             t0 = time.monotonic()
             while threading.active_count() > before and time.monotonic() - t0 < 5:
                 time.sleep(0.01)
-            print("interrupted", before, threading.active_count(), flush=True)
+            # a leading newline: the signal may land inside a "batch" line's write
+            print("\\ninterrupted", before, threading.active_count(), flush=True)
     """))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
