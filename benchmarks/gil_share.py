@@ -74,7 +74,7 @@ def gil_enabled() -> bool:
 
 RELEASING = (
     # iotool's C extensions: each releases the GIL around its work
-    "iotool._jpegregion.decode_region", "iotool._jpegregion.decode_segments", "iotool._jpegregion.gather",
+    "iotool._jpegregion.decode_region", "iotool._jpegregion.decode_seekable", "iotool._jpegregion.gather",
     "iotool._resize.resize", "iotool._readfile.read_inside",
     # file-system calls (CPython releases the GIL around each system call)
     "posix.pread", "posix.read", "posix.open", "posix.close", "posix.fstat", "posix.stat", "posix.lstat",

@@ -3,6 +3,7 @@ decode of only the segments a crop needs."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -10,6 +11,8 @@ import os
 import random
 import signal
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,7 +26,7 @@ from iotool.formats import get_format
 from iotool.transforms import RandomResizedCrop
 from iotool.transforms.fused import fuse
 
-from .conftest import FORMATS, options_for, options_with_units, write_tree
+from .conftest import FORMATS, REPO, options_for, options_with_units, write_tree
 
 pytestmark = pytest.mark.skipif(not region.region_available(), reason="the region decoder is not built")
 
@@ -84,10 +87,11 @@ def test_transcode_keeps_metadata_and_one_table():
 
 
 def test_choose_interval_divides_the_row():
-    assert seekable.choose_interval(32) == 4
-    assert seekable.choose_interval(33) == 3
-    assert seekable.choose_interval(31) == 31  # a prime row: one segment a row, not one per MCU
-    assert seekable.choose_interval(3) == 3
+    assert seekable.choose_interval(32) == 2 and seekable.choose_interval(33) == 1  # the default, 2
+    assert seekable.choose_interval(32, 4) == 4
+    assert seekable.choose_interval(33, 4) == 3
+    assert seekable.choose_interval(31, 4) == 31  # a prime row: one segment a row, not one per MCU
+    assert seekable.choose_interval(3, 4) == 3
     assert all(n % seekable.choose_interval(n, k) == 0 for n in range(1, 80) for k in (1, 2, 4, 8))
 
 
@@ -131,62 +135,87 @@ def test_segment_decode_equals_the_box_of_a_full_decode(kind, shape):
     assert cut > 0 or shape == (17, 9)  # most boxes were decoded from a sub-image
 
 
+@pytest.mark.parametrize("subsampling", ["4:2:2", "4:2:0"])
+def test_narrow_boxes_with_a_marker_every_mcu_equal_the_full_decode(subsampling):
+    """A row of 7 MCUs gets a marker every MCU; a box one or two pixels wide at the left edge, the
+    ragged right edge or anywhere between, at every scale, still equals the full decode (a cut one
+    MCU wide would change libjpeg's chroma upsampling: plan_cut takes two)."""
+    data = seekable.transcode(jpeg(77, 101, seed=7, subsampling=subsampling))
+    header = parse_jpeg_header(data)
+    assert segments.read_frame(data).interval == 1
+    for scale in region.SCALES:
+        rows, cols = -(-77 // scale), -(-101 // scale)
+        full = region.decode_jpeg_region(data, header, (0, 0, rows, cols), scale)
+        for top in (0, rows // 2, rows - 1):
+            for left in range(cols):
+                for w in (1, 2)[:cols - left]:
+                    got = seekable.decode_jpeg_box(data, header, (top, left, 1, w), scale)
+                    assert np.array_equal(got, full[top:top + 1, left:left + w]), (scale, top, left, w)
+
+
 def test_sub_image_is_an_ordinary_jpeg_of_its_segments():
-    data = seekable.transcode(jpeg(375, 500, seed=3))
+    data = seekable.transcode(jpeg(375, 500, seed=3), restart_mcus=4)  # segments of 64 pixels
     sub = segments.sub_image(data, segments.read_layout(data), 100, 130, 180, 260)
     assert (sub.top, sub.left) == (96, 128) and (sub.height, sub.width) == (96, 192)
     assert np.array_equal(pixels(sub.data)[4:84, 2:132], pixels(data)[100:180, 130:260])
 
 
 @pytest.mark.parametrize("scale", region.SCALES)
-def test_one_call_gather_and_decode_equals_the_sub_image_and_the_full_decode(scale):
-    """decode_jpeg_cut (the segments gathered and decoded in one extension call, what decode_box
-    runs) gives the pixels of the sub-JPEG decoded on its own and of the same box of a full decode."""
+def test_one_call_decode_equals_the_sub_image_and_the_full_decode(scale):
+    """decode_jpeg_seekable (the headers walked, the table checked, the segments gathered and the
+    box decoded in one extension call) gives the pixels of the sub-JPEG that the Python rules
+    (read_layout, plan_cut, sub_image) build, decoded on its own, and of the same box of a full decode."""
     data = seekable.transcode(jpeg(333, 517, seed=21))
-    layout = segments.read_layout(data)
+    header, layout = parse_jpeg_header(data), segments.read_layout(data)
     rows, cols = -(-333 // scale), -(-517 // scale)
-    full = region.decode_jpeg_region(data, parse_jpeg_header(data), (0, 0, rows, cols), scale)
+    full = region.decode_jpeg_region(data, header, (0, 0, rows, cols), scale)
     margin, cuts = region.MARGIN * scale, 0
     for top, left, h, w in random_boxes(random.Random(scale), rows, cols, 30):
         edges = (max(0, top * scale - margin), max(0, left * scale - margin),
                  min(333, (top + h) * scale + margin), min(517, (left + w) * scale + margin))
-        cut = segments.plan_cut(data, layout, *edges)
-        if cut is None:
+        got = region.decode_jpeg_seekable(data, header, (top, left, h, w), scale)
+        sub = segments.sub_image(data, layout, *edges)
+        assert (got is None) == (sub is None)  # the C plan and the Python one cut alike
+        if sub is None:
             continue
         cuts += 1
-        inner = (top - cut.top // scale, left - cut.left // scale, h, w)
-        got = region.decode_jpeg_cut(data, layout, cut, inner, scale)
-        sub = segments.sub_image(data, layout, *edges)
+        inner = (top - sub.top // scale, left - sub.left // scale, h, w)
         alone = region.decode_jpeg_region(sub.data, parse_jpeg_header(sub.data), inner, scale)
         assert np.array_equal(got, alone) and np.array_equal(got, full[top:top + h, left:left + w])
     assert cuts > 10
 
 
-BAD_REQUESTS = {  # (entropy, table, end, rows, per_row, c0, c1, r0, r1) edits of a good request
-    "negative offset": {0: -1},
-    "end past the data": {2: 10 ** 9},
-    "table past the data": {1: 10 ** 9},
+BAD_CALLS = {  # (scale, full_height, full_width, top, left, height, width, margin) edits of a good call
+    "scale 3": {0: 3},
+    "no rows": {5: 0},
     "no columns": {6: 0},
-    "columns past the row": {6: 99},
-    "rows past the image": {8: 99},
-    "more rows than the table": {3: 10 ** 6},
+    "box below the image": {3: 370},
+    "box right of the image": {4: 450, 6: 60},
+    "no image": {1: 0},
 }
 
 
-@pytest.mark.parametrize("how", list(BAD_REQUESTS))
+@pytest.mark.parametrize("how", list(BAD_CALLS))
 def test_the_one_call_decode_refuses_a_bad_request(how):
-    """The extension's own checks, below the Python that computes a request: never a read outside
-    the record, a ValueError naming the table (as a DecodeError through decode_jpeg_cut)."""
+    """The extension's own checks of its arguments, below the Python that checks the box: a
+    ValueError, never a read or a write outside the record or the result."""
     from iotool import _jpegregion
 
     data = seekable.transcode(jpeg(375, 500, seed=5))
-    layout = segments.read_layout(data)
-    cut = segments.plan_cut(data, layout, 40, 60, 120, 200)
-    args = list(cut.segment_args(layout))
-    for at, value in BAD_REQUESTS[how].items():
+    args = [1, 375, 500, 40, 60, 80, 140, region.MARGIN]
+    for at, value in BAD_CALLS[how].items():
         args[at] = value
-    with pytest.raises(ValueError, match="^segments: "):
-        _jpegregion.decode_segments(region.LIBRARY.handle, data, cut.head, *args, 8, 0, 0, 8, 8, region.MARGIN)
+    with pytest.raises(ValueError, match="^bad region"):
+        _jpegregion.decode_seekable(region.LIBRARY.handle, data, segments.TAG, segments.VERSION, *args)
+
+
+def test_a_frame_that_disagrees_with_the_header_is_refused():
+    """The extension walks the headers itself: a frame size other than the one the caller parsed
+    (a file with a second frame header, say) is a DecodeError naming the record, not a decode."""
+    data = seekable.transcode(jpeg(200, 240, seed=4))
+    header = parse_jpeg_header(data)
+    with pytest.raises(DecodeError, match="r.jpg: the frame is 240x200, not the 240x300"):
+        region.decode_jpeg_seekable(data, dataclasses.replace(header, height=300), (10, 20, 50, 60), name="r.jpg")
 
 
 def test_ordinary_jpegs_take_the_region_path():
@@ -243,6 +272,25 @@ def test_a_crafted_table_is_an_iotool_error_naming_the_record(how):
     assert isinstance(info.value, IotoolError)
 
 
+@pytest.mark.parametrize("end", [b"\0\0", b"\xff\xd9junk"], ids=["no EOI", "bytes after EOI"])
+def test_a_seekable_jpeg_that_does_not_end_with_eoi_is_refused(end):
+    """The last row's segments run to the EOI the table promises: without it they would take in
+    whatever follows."""
+    data = seekable.transcode(jpeg(375, 500, seed=5))
+    damaged = data[:-2] + end
+    with pytest.raises(DecodeError, match=r"r.jpg: iotool's segment table does not fit the JPEG \(the data does not end with EOI\)"):
+        seekable.decode_jpeg_box(damaged, parse_jpeg_header(damaged), (300, 100, 60, 50), name="r.jpg")
+
+
+def test_a_table_on_a_scan_of_fewer_components_is_refused():
+    """Segments cut from a scan that does not hold every component would not decode to the image."""
+    data = bytearray(seekable.transcode(jpeg(375, 500, seed=5)))
+    sos = data.rfind(b"\xff\xda", 0, segments.read_frame(bytes(data)).entropy)
+    data[sos + 4] = 1
+    with pytest.raises(DecodeError, match=r"r.jpg: iotool's segment table does not fit the JPEG \(not a single interleaved scan\)"):
+        seekable.decode_jpeg_box(bytes(data), parse_jpeg_header(bytes(data)), (100, 100, 60, 50), name="r.jpg")
+
+
 def test_a_table_elsewhere_is_not_looked_for():
     """Only the table where the transcode puts it is read: moved after the frame header, the JPEG
     is decoded by region, to the same pixels."""
@@ -256,19 +304,78 @@ def test_a_table_elsewhere_is_not_looked_for():
     assert np.array_equal(seekable.decode_jpeg_box(moved, header, box), seekable.decode_jpeg_box(data, header, box))
 
 
-def test_fuzzed_seekable_records_fail_cleanly():
-    """Random bytes flipped anywhere in a seekable JPEG: pixels or a DecodeError, never a crash."""
-    data = seekable.transcode(jpeg(160, 200, seed=9))
-    header = parse_jpeg_header(data)
-    rng = random.Random(26)
-    for _ in range(300):
-        damaged = bytearray(data)
-        for _ in range(rng.randint(1, 4)):
-            damaged[rng.randrange(2, len(data))] = rng.randrange(256)
-        try:
-            seekable.decode_jpeg_box(bytes(damaged), header, (40, 50, 60, 70), name="f.jpg")
-        except DecodeError as exc:
-            assert "f.jpg" in str(exc)
+FUZZ_CHILD = """
+import json, random, sys
+import numpy as np
+from iotool.decode import region, seekable, segments
+from iotool.decode.backends import parse_jpeg_header
+from iotool.errors import DecodeError
+from tests.test_seekable import jpeg
+
+def by_python_rules(data, header, box, scale):
+    # the reference: read_layout, plan_cut and sub_image in Python, the sub-JPEG decoded on its own
+    layout = segments.read_layout(data) if segments.table_hint(data) else None
+    top, left, h, w = box
+    margin = region.MARGIN * scale
+    edges = (max(0, top * scale - margin), max(0, left * scale - margin),
+             min(header.height, (top + h) * scale + margin), min(header.width, (left + w) * scale + margin))
+    sub = segments.sub_image(data, layout, *edges) if layout is not None else None
+    if sub is None:
+        return region.decode_jpeg_region(data, header, box, scale)
+    inner = (top - sub.top // scale, left - sub.left // scale, h, w)
+    return region.decode_jpeg_region(sub.data, parse_jpeg_header(sub.data), inner, scale)
+
+def outcome(fn):
+    try:
+        return fn()
+    except DecodeError as exc:
+        return "error" if "f.jpg" in str(exc) or fn is not c_path else "unnamed: " + str(exc)
+
+data = seekable.transcode(jpeg(160, 200, seed=9))
+entropy = segments.read_frame(data).entropy
+rng = random.Random(int(sys.argv[1]))
+counts = {"pixels": 0, "error": 0, "disagree": []}
+for case in range(int(sys.argv[2])):
+    damaged = bytearray(data)
+    for _ in range(rng.randint(1, 4)):  # most in the headers and the table, which the extension walks
+        at = rng.randrange(2, entropy + 8) if rng.random() < 0.7 else rng.randrange(2, len(data))
+        damaged[at] = rng.choice([0, 0xFF, 0xD9, 0xDA, 0xE9, rng.randrange(256)])
+    damaged = bytes(damaged)
+    try:
+        header = parse_jpeg_header(damaged)
+    except Exception:
+        continue
+    if not region.supports(header):
+        continue
+    scale = rng.choice(region.SCALES)
+    rows, cols = -(-header.height // scale), -(-header.width // scale)
+    top, left = rng.randrange(rows), rng.randrange(cols)
+    box = (top, left, rng.randint(1, rows - top), rng.randint(1, cols - left))
+    c_path = lambda: seekable.decode_jpeg_box(damaged, header, box, scale, name="f.jpg")
+    got = outcome(c_path)
+    want = outcome(lambda: by_python_rules(damaged, header, box, scale))
+    same = (isinstance(got, str) and got == want) or (
+        not isinstance(got, str) and not isinstance(want, str) and np.array_equal(got, want))
+    counts["pixels" if not isinstance(got, str) else "error"] += 1
+    if not same:
+        counts["disagree"].append([case, got if isinstance(got, str) else "pixels",
+                                   want if isinstance(want, str) else "pixels"])
+print(json.dumps(counts))
+"""
+
+
+@pytest.mark.parametrize("seed", [26, 27])
+def test_fuzzed_seekable_records_fail_cleanly_and_as_the_python_rules_say(seed):
+    """Bytes changed in a seekable JPEG (most in the headers and the table the extension walks), in
+    a child process so a crash is seen: the one-call decode gives the pixels the Python rules give
+    (read_layout, sub_image, the sub-JPEG decoded alone), or a DecodeError naming the record where
+    they fail too; never a signal, never a raw error."""
+    child = subprocess.run([sys.executable, "-c", FUZZ_CHILD, str(seed), "300"], capture_output=True, text=True,
+                           cwd=REPO, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    counts = json.loads(child.stdout)
+    assert counts["disagree"] == [], counts["disagree"][:5]
+    assert counts["pixels"] > 20 and counts["error"] > 20, counts
 
 
 # --- the conversion option and the fused decoder ---------------------------------------------------

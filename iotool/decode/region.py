@@ -189,27 +189,31 @@ def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, 
     return np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
 
 
-def decode_jpeg_cut(data: bytes, layout: _s.Layout, cut: _s.Cut, box: tuple[int, int, int, int], scale: int = 1,
-                    *, name: str = "<bytes>") -> np.ndarray:
-    """Decode ``box`` (at ``1/scale``, in the coordinates of the sub-JPEG ``cut`` of the seekable
-    JPEG ``data``) in one extension call: the segments are gathered and decoded with the GIL
-    released once (:func:`iotool.decode.seekable.decode_box` is the API, and checks the box).
+def decode_jpeg_seekable(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1,
+                         *, name: str = "<bytes>") -> np.ndarray | None:
+    """Decode ``box`` (at ``1/scale``) of a seekable JPEG from the restart segments that cover it,
+    in one extension call with the GIL released: the headers walked, iotool's table checked against
+    them, the segments gathered and the box decoded (:func:`iotool.decode.seekable.decode_jpeg_box`
+    is the API, and checks the box). None when ``data`` carries no table or the box needs every
+    segment: decode it by region.
 
     Raises:
-        DecodeError: a table entry the extension refused, or a corrupt stream.
+        DecodeError: a table that does not fit the JPEG, corrupt headers, or a corrupt stream.
     """
     if LIBRARY is None:
         raise RuntimeError(f"the JPEG region decoder is unavailable: {region_status()}")
     top, left, height, width = box
     try:
-        pixels = _jpegregion.decode_segments(LIBRARY.handle, data, cut.head, *cut.segment_args(layout),
-                                             8 // scale, top, left, height, width, MARGIN)
+        pixels = _jpegregion.decode_seekable(LIBRARY.handle, data, _s.TAG, _s.VERSION, scale, header.height,
+                                             header.width, top, left, height, width, MARGIN)
     except ValueError as exc:
         message = str(exc)
         if message.startswith("segments: "):
             raise _s.table_problem(name, ValueError(message[len("segments: "):])) from None
+        if message.startswith("header: "):
+            raise DecodeError(f"{name}: {message[len('header: '):]}") from None
         raise DecodeError(f"{name}: corrupt JPEG ({message})") from None
-    return np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
+    return None if pixels is None else np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
 
 
 def transcode_with(library: JpegLibrary, data: bytes, restart_mcus: int, optimize: bool, skip_marker: int,

@@ -10,10 +10,10 @@ several scans). APPn and COM segments (Exif, ICC profiles) are kept.
 
 The transcode adds one APP9 segment after SOI, iotool's table of where each MCU row's segments begin
 (:mod:`iotool.decode.segments`). The file stays an ordinary JPEG: every decoder skips the
-segment. :func:`decode_box` uses it to decode a crop from a JPEG made of only the segments that
+segment. :func:`decode_jpeg_box` uses it to decode a crop from a JPEG made of only the segments that
 cover the crop plus :data:`~iotool.decode.region.MARGIN` pixels, through the region decoder; the
-pixels equal the same box of a full decode. The region decoder itself does that for every
-seekable JPEG it is given (:func:`iotool.decode.region.decode_jpeg_region`).
+pixels equal the same box of a full decode. The fused crop decoders of :mod:`iotool.transforms`
+call it for every JPEG: an ordinary one is decoded by region as before.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from . import segments as _s
 from .api import check_jpeg, check_pixels
 
 _SEQUENTIAL = (0xC0, 0xC1)  # what a transcode writes; other JPEGs are never seekable
-RESTART_MCUS = 4
+RESTART_MCUS = 2
 """The default restart interval: the largest divisor of a row's MCUs up to this many MCUs."""
 
 
@@ -104,49 +104,38 @@ def original_sha256(data: bytes) -> str | None:
 
 
 def is_seekable(data: bytes) -> bool:
-    """True when ``data`` is a JPEG carrying iotool's segment table (not checked: see :func:`decode_box`)."""
+    """True when ``data`` is a JPEG carrying iotool's segment table (not checked: see :func:`decode_jpeg_box`)."""
     try:
         return _s.read_frame(data).table is not None
     except DecodeError:
         return False
 
 
-def decode_box(data: bytes, layout: _s.Layout, box: tuple[int, int, int, int], scale: int = 1,
-               *, name: str = "<bytes>") -> np.ndarray:
-    """Decode ``box = (top, left, height, width)`` (at ``1/scale``) from the segments that cover it.
+def decode_jpeg_box(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1,
+                    *, name: str = "<bytes>") -> np.ndarray:
+    """:func:`iotool.decode.region.decode_jpeg_region`, through the restart segments that cover
+    the box when ``data`` is a seekable JPEG, else by region as before.
 
     The sub-JPEG spans the box plus :data:`~iotool.decode.region.MARGIN` scaled pixels on each
     side, so chroma upsampling at its cut edges does not reach the box: the pixels equal the same
-    box of a full decode at that scale by the same library.
+    box of a full decode at that scale by the same library. Only a table where the transcode puts
+    it is looked for (:func:`iotool.decode.segments.table_hint`); the extension checks it
+    (:func:`iotool.decode.segments.read_layout` states the same rules in Python).
     """
-    top, left, height, width = box
-    frame, margin = layout.frame, _region.MARGIN * scale
-    full_h, full_w = _b.scaled(frame.height, scale), _b.scaled(frame.width, scale)
-    if scale not in _region.SCALES or height <= 0 or width <= 0 or top < 0 or left < 0 \
-            or top + height > full_h or left + width > full_w:
-        raise ValueError(f"box {box} at scale 1/{scale} is outside the {full_w}x{full_h} image")
-    try:
-        check_pixels(frame.height, frame.width)  # the bomb guard of a whole decode, for the same file
-    except DecodeError as exc:
-        raise DecodeError(f"{name}: {exc}") from None
-    cut = _s.plan_cut(data, layout, max(0, top * scale - margin), max(0, left * scale - margin),
-                      min(frame.height, (top + height) * scale + margin),
-                      min(frame.width, (left + width) * scale + margin))
-    if cut is None:
-        header = _b.JpegHeader(frame.height, frame.width, frame.components, 8, False, frame.marker)
-        return _region.decode_jpeg_region(data, header, box, scale, name=name)
-    inner = (top - cut.top // scale, left - cut.left // scale, height, width)
-    return _region.decode_jpeg_cut(data, layout, cut, inner, scale, name=name)
+    if header.marker in _SEQUENTIAL and _s.table_hint(data):
+        top, left, height, width = box
+        full_h, full_w = _b.scaled(header.height, scale), _b.scaled(header.width, scale)
+        if scale not in _region.SCALES or height <= 0 or width <= 0 or top < 0 or left < 0 \
+                or top + height > full_h or left + width > full_w:
+            raise ValueError(f"box {box} at scale 1/{scale} is outside the {full_w}x{full_h} image")
+        try:
+            check_pixels(header.height, header.width)  # the bomb guard of a whole decode, for the same file
+        except DecodeError as exc:
+            raise DecodeError(f"{name}: {exc}") from None
+        pixels = _region.decode_jpeg_seekable(data, header, box, scale, name=name)
+        if pixels is not None:
+            return pixels
+    return _region.decode_jpeg_region(data, header, box, scale, name=name)
 
 
-def decode_jpeg_box(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1,
-                    *, name: str = "<bytes>") -> np.ndarray:
-    """:func:`iotool.decode.region.decode_jpeg_region`, through the segments that cover the box
-    when ``data`` is a seekable JPEG (:func:`decode_box`), else by region as before."""
-    layout = _s.read_layout(data, name) if header.marker in _SEQUENTIAL and _s.table_hint(data) else None
-    if layout is None:
-        return _region.decode_jpeg_region(data, header, box, scale, name=name)
-    return decode_box(data, layout, box, scale, name=name)
-
-
-__all__ = ["RESTART_MCUS", "choose_interval", "transcode", "add_table", "transcodable", "original_sha256", "is_seekable", "decode_box", "decode_jpeg_box"]
+__all__ = ["RESTART_MCUS", "choose_interval", "transcode", "add_table", "transcodable", "original_sha256", "is_seekable", "decode_jpeg_box"]

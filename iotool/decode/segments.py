@@ -261,12 +261,20 @@ class Cut:
 
 
 def plan_cut(data: bytes, layout: Layout, top: int, left: int, bottom: int, right: int) -> Cut | None:
-    """The segments covering full-size pixels ``[top, bottom) x [left, right)``; None when those
-    are every segment (decode the JPEG itself). Nothing of the table is read here: the extension
-    checks each entry it uses."""
+    """The segments covering full-size pixels ``[top, bottom) x [left, right)``, and at least two
+    MCU columns; None when those are every segment (decode the JPEG itself). Nothing of the table
+    is read here: the extension checks each entry it uses.
+
+    Two columns at least: libjpeg upsamples subsampled chroma with its smooth ("fancy") filter
+    only where the chroma plane is more than 2 samples wide at the decode's scale, and replicates
+    it otherwise; a sub-JPEG one MCU wide (a marker every MCU) can be that narrow where the full
+    image is not, and its pixels would differ. Two MCUs give 3 or more samples at every scale that
+    filters (1/8 never does)."""
     frame = layout.frame
     seg_w, per_row = frame.interval * frame.mcu_w, layout.per_row
     c0, c1 = left // seg_w, min(per_row, -(-right // seg_w))
+    if c1 - c0 == 1 and frame.interval == 1 and per_row > 1:  # at least two MCU columns: see above
+        c0, c1 = (c0, c1 + 1) if c1 < per_row else (c0 - 1, c1)
     r0, r1 = top // frame.mcu_h, min(frame.mcu_rows, -(-bottom // frame.mcu_h))
     if c0 == 0 and c1 == per_row and r0 == 0 and r1 == frame.mcu_rows:
         return None
@@ -295,7 +303,7 @@ def sub_image(data: bytes, layout: Layout, top: int, left: int, bottom: int, rig
               name: str = "<bytes>") -> SubImage | None:
     """The sub-JPEG of the segments covering full-size pixels ``[top, bottom) x [left, right)``
     (:func:`plan_cut`; the decode of a crop builds it and decodes it in one extension call,
-    :func:`iotool.decode.region.decode_jpeg_cut`).
+    :func:`iotool.decode.region.decode_jpeg_seekable`, the same rules in C).
 
     None when those are every segment. The extension copies the segments and checks each table
     entry it uses (inside the scan, rising, right after the restart marker of the right number); a
