@@ -909,8 +909,8 @@ static PyObject *decode_seekable(PyObject *self, PyObject *args)
                         box.width == 0 || full_h == 0 || full_w == 0 || box.margin > JPEG_MAX_DIMENSION ||
                         (unsigned long long)box.top + box.height > (full_h + scale - 1) / scale ||
                         (unsigned long long)box.left + box.width > (full_w + scale - 1) / scale))
-        PyErr_Format(PyExc_ValueError, "bad region: scale 1/%u, %ux%u at (%u, %u) of %ux%u", scale, box.width,
-                     box.height, box.left, box.top, full_w, full_h);
+        PyErr_Format(PyExc_ValueError, "bad region: %ux%u at (%u, %u) is not inside the %ux%u image at scale "
+                     "1/%u (of 1, 2, 4, 8)", box.width, box.height, box.left, box.top, full_w, full_h, scale);
     else if (lib != NULL)
         pixels = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)box.height * box.width * 3);
     if (pixels == NULL) {

@@ -194,20 +194,26 @@ def decode_jpeg_seekable(data: bytes, header: _b.JpegHeader, box: tuple[int, int
     """Decode ``box`` (at ``1/scale``) of a seekable JPEG from the restart segments that cover it,
     in one extension call with the GIL released: the headers walked, iotool's table checked against
     them, the segments gathered and the box decoded (:func:`iotool.decode.seekable.decode_jpeg_box`
-    is the API, and checks the box). None when ``data`` carries no table or the box needs every
-    segment: decode it by region.
+    is the API). None when ``data`` carries no table or the box needs every segment: decode it
+    by region.
 
     Raises:
+        ValueError: the box is not inside the image at that scale.
         DecodeError: a table that does not fit the JPEG, corrupt headers, or a corrupt stream.
     """
     if LIBRARY is None:
         raise RuntimeError(f"the JPEG region decoder is unavailable: {region_status()}")
     top, left, height, width = box
+    if min(box) < 0:
+        raise ValueError(f"box {box} at scale 1/{scale} is outside the {header.width}x{header.height} image "
+                         f"reduced by {scale}")
     try:
         pixels = _jpegregion.decode_seekable(LIBRARY.handle, data, _s.TAG, _s.VERSION, scale, header.height,
                                              header.width, top, left, height, width, MARGIN)
     except ValueError as exc:
         message = str(exc)
+        if message.startswith("bad region: "):
+            raise ValueError(f"box {box}: {message[len('bad region: '):]}") from None
         if message.startswith("segments: "):
             raise _s.table_problem(name, ValueError(message[len("segments: "):])) from None
         if message.startswith("header: "):

@@ -123,16 +123,11 @@ def decode_jpeg_box(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int
     (:func:`iotool.decode.segments.read_layout` states the same rules in Python).
     """
     if header.marker in _SEQUENTIAL and _s.table_hint(data):
-        top, left, height, width = box
-        full_h, full_w = _b.scaled(header.height, scale), _b.scaled(header.width, scale)
-        if scale not in _region.SCALES or height <= 0 or width <= 0 or top < 0 or left < 0 \
-                or top + height > full_h or left + width > full_w:
-            raise ValueError(f"box {box} at scale 1/{scale} is outside the {full_w}x{full_h} image")
         try:
             check_pixels(header.height, header.width)  # the bomb guard of a whole decode, for the same file
         except DecodeError as exc:
             raise DecodeError(f"{name}: {exc}") from None
-        pixels = _region.decode_jpeg_seekable(data, header, box, scale, name=name)
+        pixels = _region.decode_jpeg_seekable(data, header, box, scale, name=name)  # checks the box
         if pixels is not None:
             return pixels
     return _region.decode_jpeg_region(data, header, box, scale, name=name)
