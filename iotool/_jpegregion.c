@@ -192,6 +192,28 @@ static const char *run(struct job *job, const unsigned char *data, size_t size, 
     return NULL;
 }
 
+/* Decode region `r` of `data` at scale_num/8 into job->out, the decompressor made and destroyed
+ * here: NULL, or why not (libjpeg's message, or run()'s). No Python: call it with the GIL released. */
+static const char *decode_into(struct job *job, const unsigned char *data, size_t size, int scale_num,
+                               const struct region *r)
+{
+    const struct library *lib = job->lib;
+    const char *problem = NULL;
+    job->cinfo.err = lib->std_error(&job->err.pub);
+    job->err.pub.error_exit = on_error;
+    job->err.pub.emit_message = on_message;
+    if (setjmp(job->err.escape)) {
+        problem = job->err.message;
+    } else {
+        lib->create_decompress(&job->cinfo, JPEG_LIB_VERSION, sizeof(struct jpeg_decompress_struct));
+        problem = run(job, data, size, scale_num, r);
+    }
+    lib->destroy_decompress(&job->cinfo);
+    free(job->rows);
+    job->rows = NULL;
+    return problem;
+}
+
 static void release_library(PyObject *capsule)
 {
     struct library *lib = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
@@ -309,28 +331,17 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
     memset(&job, 0, sizeof(job));
     job.lib = lib;
     job.out = (unsigned char *)PyByteArray_AsString(pixels);
-    job.cinfo.err = lib->std_error(&job.err.pub);
-    job.err.pub.error_exit = on_error;
-    job.err.pub.emit_message = on_message;
-    const char *problem = NULL;
-    int failed = 0;
+    const char *problem;
 
     /* The capsule (and so the library) stays alive: the caller's argument tuple holds it. */
     Py_BEGIN_ALLOW_THREADS
-    if (setjmp(job.err.escape)) {
-        failed = 1;
-    } else {
-        lib->create_decompress(&job.cinfo, JPEG_LIB_VERSION, sizeof(struct jpeg_decompress_struct));
-        problem = run(&job, (const unsigned char *)view.buf, (size_t)view.len, scale_num, &r);
-    }
-    lib->destroy_decompress(&job.cinfo);
-    free(job.rows);
+    problem = decode_into(&job, (const unsigned char *)view.buf, (size_t)view.len, scale_num, &r);
     Py_END_ALLOW_THREADS
 
     PyBuffer_Release(&view);
-    if (failed || problem != NULL) {
+    if (problem != NULL) {
         Py_DECREF(pixels);
-        PyErr_SetString(PyExc_ValueError, failed ? job.err.message : problem);
+        PyErr_SetString(PyExc_ValueError, problem);
         return NULL;
     }
     return pixels;
@@ -870,24 +881,10 @@ static int seek_and_decode(struct job *job, const unsigned char *d, size_t n, co
         snprintf(problem, size, "segments: %s", why[0] ? why : "out of memory");
         return -1;
     }
-    const struct library *lib = job->lib;
-    const char *decode_problem = NULL;
-    int failed = 0;
-    job->cinfo.err = lib->std_error(&job->err.pub);
-    job->err.pub.error_exit = on_error;
-    job->err.pub.emit_message = on_message;
-    if (setjmp(job->err.escape))
-        failed = 1;
-    else {
-        lib->create_decompress(&job->cinfo, JPEG_LIB_VERSION, sizeof(struct jpeg_decompress_struct));
-        decode_problem = run(job, sub, used, (int)(8 / scale), &inner);
-    }
-    lib->destroy_decompress(&job->cinfo);
-    free(job->rows);
-    job->rows = NULL;
+    const char *decode_problem = decode_into(job, sub, used, (int)(8 / scale), &inner);
     free(sub);
-    if (failed || decode_problem != NULL) {
-        snprintf(problem, size, "%s", failed ? job->err.message : decode_problem);
+    if (decode_problem != NULL) {
+        snprintf(problem, size, "%s", decode_problem);
         return -1;
     }
     return 1;
