@@ -136,6 +136,61 @@ def test_decoder_never_crashes_on_random_bytes():
             pass
 
 
+def test_find_feature_gives_what_the_whole_decode_gives_for_every_name():
+    """find_feature decodes one feature: it must agree with decode_example on every name of
+    valid examples (duplicates: the last entry wins), and on damaged ones either agree or refuse."""
+    import random
+
+    def plain(feature):
+        if feature is None:
+            return None
+        return feature[0], [bytes(v) if isinstance(v, memoryview) else v for v in feature[1]]
+
+    def field(n, payload):
+        return example._varint(n << 3 | 2) + example._varint(len(payload)) + payload
+
+    good = example.encode_example({"image/encoded": ("bytes", [b"x" * 300]), "image/class/label": ("int64", [3]),
+                                   "image/format": ("bytes", [b"JPEG"]), "xs": ("float", [0.5]), "e": ("bytes", [])})
+    twice = field(1, field(1, field(1, b"k") + field(2, example.encode_feature("int64", [1]))) +
+                  field(1, field(1, b"k") + field(2, example.encode_feature("bytes", [b"two"]))))
+    names = ["image/encoded", "image/class/label", "image/format", "xs", "e", "k", "missing"]
+    for data in (good, twice):
+        whole = example.decode_example(data)
+        for name in names:
+            assert plain(example.find_feature(data, name)) == plain(whole.get(name)), name
+    assert plain(example.find_feature(twice, "k")) == ("bytes", [b"two"])
+    not_utf8 = field(1, field(1, field(1, b"\xff") + field(2, example.encode_feature("int64", [1]))) +
+                     field(1, field(1, b"k") + field(2, example.encode_feature("int64", [2]))))
+    for decode in (example.decode_example, lambda data: example.find_feature(data, "k")):
+        with pytest.raises(example.ExampleError, match="not UTF-8"):
+            decode(not_utf8)
+    assert bytes(example.find_bytes(good, "image/encoded")) == b"x" * 300
+    assert example.find_bytes(good, "image/class/label") is None  # an int64 feature
+    rng = random.Random(1)
+    agreed = 0
+    for _ in range(3000):
+        data = bytearray(good)
+        for _ in range(rng.randrange(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        if rng.random() < 0.25:
+            data = data[:rng.randrange(len(data) + 1)]
+        data = bytes(data)
+        try:
+            whole = example.decode_example(data)
+        except example.ExampleError:
+            whole = None
+        for name in ("image/encoded", "image/class/label"):
+            try:
+                found = plain(example.find_feature(data, name))
+            except example.ExampleError:
+                assert whole is None, (data, name)  # refuses only what the whole decode refuses
+                continue
+            if whole is not None:
+                assert found == plain(whole.get(name)), (data, name)
+                agreed += 1
+    assert agreed > 1000
+
+
 # --- the format ------------------------------------------------------------------------------
 
 def test_layout_idx_files_and_features(shards, source):

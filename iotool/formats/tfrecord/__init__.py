@@ -36,6 +36,8 @@ does), with the same rules, takes only these names of this package:
 - :func:`decode_example` ``(data)``: a ``tf.train.Example``'s features as
   ``{name: (kind, values)}`` (:class:`ExampleError` when it is not one), and
   :func:`first_bytes` / :func:`first_int` ``(features, name)``: a feature's first value or None;
+  :func:`find_feature` / :func:`find_bytes` ``(data, name)``: one feature (or its first bytes
+  value) decoded alone, the others only walked, as a reader of one feature per record wants;
 - the feature names iotool writes: :data:`IMAGE`, :data:`LABEL`, :data:`FILENAME`.
 """
 
@@ -43,7 +45,8 @@ from __future__ import annotations
 
 from ..spec import FormatSpec
 from .dali import TfrecordDali
-from .example import FILENAME, IMAGE, LABEL, ExampleError, decode_example, first_bytes, first_int
+from .example import (FILENAME, IMAGE, LABEL, ExampleError, decode_example, find_bytes, find_feature, first_bytes,
+                      first_int)
 from .framing import RawRecord, RecordError, scan, unframe
 from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TfrecordShardPlan
@@ -59,4 +62,4 @@ SPEC = FormatSpec(
 
 __all__ = ["DEFAULT_SHARD_SIZE", "FILENAME", "FORMAT_VERSION", "IMAGE", "LABEL", "SPEC", "ExampleError", "RawRecord",
            "RecordError", "TfrecordDali", "TfrecordOptions", "TfrecordReader", "TfrecordWriter", "decode_example",
-           "first_bytes", "first_int", "index_name", "scan", "shard_name", "unframe"]
+           "find_bytes", "find_feature", "first_bytes", "first_int", "index_name", "scan", "shard_name", "unframe"]

@@ -74,6 +74,8 @@ def encode_example(features: dict[str, Feature]) -> bytes:
 # --- decoding ---------------------------------------------------------------------------------
 
 def _read_varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    if pos < end and buf[pos] < 0x80:  # one byte: most tags and lengths
+        return buf[pos], pos + 1
     result = shift = 0
     for i in range(10):
         if pos >= end:
@@ -179,6 +181,35 @@ def decode_example(data: bytes | memoryview) -> dict[str, Feature]:
     return features
 
 
+def find_feature(data: bytes | memoryview, name: str) -> Feature | None:
+    """Feature ``name`` of a serialised ``Example``, as ``decode_example(data).get(name)`` gives
+    it, decoding only that feature's values: the other entries are walked (their structure and
+    names checked) but their lists are not decoded. None when absent. Raises :class:`ExampleError`."""
+    buf = memoryview(data)
+    wanted, found = name.encode("utf-8"), None
+    for number, wire, value in _fields(buf, 0, len(buf)):
+        if number != 1 or wire != 2:
+            continue  # unknown field of Example
+        for n2, w2, entry in _fields(buf, *value):
+            if n2 != 1 or w2 != 2:
+                continue  # unknown field of Features
+            key, part = b"", None
+            for n3, w3, span in _fields(buf, *entry):
+                if n3 == 1 and w3 == 2:
+                    key = bytes(buf[span[0]:span[1]])
+                elif n3 == 2 and w3 == 2:
+                    part = span
+            try:
+                key.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ExampleError("a feature name that is not UTF-8") from None
+            if key == wanted:  # a later entry of the same name replaces an earlier one, as in decode_example
+                found = part if part is not None else ()
+    if found is None:
+        return None
+    return _decode_feature(buf, *found) if found else ("bytes", [])
+
+
 # --- the features of an image record ------------------------------------------------------------
 
 # TensorFlow's ImageNet conversion (models/research/slim/datasets/build_imagenet_data.py) names
@@ -193,6 +224,12 @@ def first_bytes(features: dict[str, Feature], name: str) -> memoryview | None:
     """The first value of bytes feature ``name`` (None when absent, empty or of another kind)."""
     kind, values = features.get(name, ("bytes", []))
     return values[0] if kind == "bytes" and values else None
+
+
+def find_bytes(data: bytes | memoryview, name: str) -> memoryview | None:
+    """``first_bytes(decode_example(data), name)``, decoding only that feature (:func:`find_feature`)."""
+    feature = find_feature(data, name)
+    return first_bytes({name: feature}, name) if feature is not None else None
 
 
 def first_int(features: dict[str, Feature], name: str) -> int | None:

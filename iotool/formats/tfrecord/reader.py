@@ -32,7 +32,7 @@ class TfrecordReader(OffsetShardReader):
         where = self.shard_path(shard)
         data = unframe(raw, where, offset)
         try:
-            image = example.first_bytes(example.decode_example(data), example.IMAGE)
+            image = example.find_bytes(data, example.IMAGE)
         except example.ExampleError as exc:
             raise FormatError(f"{where}: record at byte {offset} is not a tf.train.Example ({exc}).") from None
         if image is None:

@@ -164,7 +164,7 @@ class TfrecordFilesSource:
             raw = f.read(task.size)
         try:
             data = tfr.unframe(raw, task.path, task.offset)
-            image = tfr.first_bytes(tfr.decode_example(data), image_key)
+            image = tfr.find_bytes(data, image_key)
         except FormatError as exc:  # the file changed since the scan
             raise FormatError(f"byte {task.offset}: {str(exc).removeprefix(f'{task.path}: ')}") from None
         if image is None:
