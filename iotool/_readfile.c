@@ -1,7 +1,9 @@
 /*
  * read_inside(path, real_root, limit): the whole of a regular file that lies inside a dataset, in
  * one call that releases the GIL twice (the open and checks, then the read), where the same
- * steps from Python release and retake it at every system call.
+ * steps from Python release and retake it at every system call. read_range_inside(path,
+ * real_root, offset, size): the same steps for one range of the file (a record of a shard),
+ * which must lie wholly inside it.
  *
  * The steps are those of iotool.storage.files.read_regular: open with O_RDONLY | O_NONBLOCK |
  * O_NOCTTY | O_CLOEXEC (a FIFO with no writer opens at once, no terminal is taken; O_NONBLOCK
@@ -66,25 +68,11 @@ refuse:
     return -1;
 }
 
-static PyObject *py_read_inside(PyObject *self, PyObject *args)
+/* `size` bytes from `offset` of the open descriptor `fd` as a new bytes object, read with the
+ * GIL released; `fd` is closed. None when the read comes up short (the caller's Python steps
+ * report it). */
+static PyObject *read_and_close(int fd, off_t offset, off_t size)
 {
-    (void)self;
-    const char *path, *root;
-    Py_ssize_t path_len, root_len;
-    long long limit;
-    if (!PyArg_ParseTuple(args, "y#y#L", &path, &path_len, &root, &root_len, &limit))
-        return NULL;
-    if ((size_t)path_len != strlen(path) || (size_t)root_len != strlen(root) || root_len == 0 || root[0] != '/')
-        Py_RETURN_NONE;  /* an embedded NUL or a relative root: let the Python steps decide */
-    while (root_len > 1 && root[root_len - 1] == '/')
-        root_len--;
-    off_t size = 0;
-    int fd;
-    Py_BEGIN_ALLOW_THREADS
-    fd = open_inside(path, root, (size_t)root_len, limit, &size);
-    Py_END_ALLOW_THREADS
-    if (fd < 0)
-        Py_RETURN_NONE;
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (out == NULL) {
         close(fd);
@@ -94,7 +82,7 @@ static PyObject *py_read_inside(PyObject *self, PyObject *args)
     off_t done = 0;
     Py_BEGIN_ALLOW_THREADS
     while (done < size) {
-        ssize_t got = pread(fd, buf + done, (size_t)(size - done), done);
+        ssize_t got = pread(fd, buf + done, (size_t)(size - done), offset + done);
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0)
@@ -110,10 +98,67 @@ static PyObject *py_read_inside(PyObject *self, PyObject *args)
     return out;
 }
 
+/* The path and the root from the arguments, checked; 0 when the Python steps must decide. */
+static int usable(const char *path, Py_ssize_t path_len, const char *root, Py_ssize_t *root_len)
+{
+    if ((size_t)path_len != strlen(path) || (size_t)*root_len != strlen(root) || *root_len == 0 || root[0] != '/')
+        return 0;  /* an embedded NUL or a relative root */
+    while (*root_len > 1 && root[*root_len - 1] == '/')
+        (*root_len)--;
+    return 1;
+}
+
+static PyObject *py_read_inside(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *path, *root;
+    Py_ssize_t path_len, root_len;
+    long long limit;
+    if (!PyArg_ParseTuple(args, "y#y#L", &path, &path_len, &root, &root_len, &limit))
+        return NULL;
+    if (!usable(path, path_len, root, &root_len))
+        Py_RETURN_NONE;
+    off_t size = 0;
+    int fd;
+    Py_BEGIN_ALLOW_THREADS
+    fd = open_inside(path, root, (size_t)root_len, limit, &size);
+    Py_END_ALLOW_THREADS
+    if (fd < 0)
+        Py_RETURN_NONE;
+    return read_and_close(fd, 0, size);
+}
+
+static PyObject *py_read_range_inside(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *path, *root;
+    Py_ssize_t path_len, root_len;
+    long long offset, length;
+    if (!PyArg_ParseTuple(args, "y#y#LL", &path, &path_len, &root, &root_len, &offset, &length))
+        return NULL;
+    if (!usable(path, path_len, root, &root_len) || offset < 0 || length < 0 || length > PY_SSIZE_T_MAX)
+        Py_RETURN_NONE;
+    off_t size = 0;
+    int fd;
+    Py_BEGIN_ALLOW_THREADS
+    fd = open_inside(path, root, (size_t)root_len, LLONG_MAX, &size);
+    Py_END_ALLOW_THREADS
+    if (fd < 0)
+        Py_RETURN_NONE;
+    if (offset > (long long)size || length > (long long)size - offset) {  /* the range is not all in the file */
+        close(fd);
+        Py_RETURN_NONE;
+    }
+    return read_and_close(fd, (off_t)offset, (off_t)length);
+}
+
 static PyMethodDef methods[] = {
     {"read_inside", py_read_inside, METH_VARARGS,
      "read_inside(path, real_root, limit): the bytes of the regular file `path` (bytes) if it lies "
      "under `real_root` (bytes, a real absolute path) and has at most `limit` bytes, else None."},
+    {"read_range_inside", py_read_range_inside, METH_VARARGS,
+     "read_range_inside(path, real_root, offset, size): `size` bytes from `offset` of the regular file "
+     "`path` (bytes) if it lies under `real_root` and holds that whole range, else None."},
     {NULL, NULL, 0, NULL},
 };
 

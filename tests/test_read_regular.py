@@ -86,3 +86,24 @@ def test_the_c_call_reads_good_files_itself_and_leaves_refusals_to_python(datase
     assert read(os.fsencode(dataset / "a" / "one.bin"), real, 999) is None  # over the limit
     assert read(os.fsencode(dataset / "a" / "one.bin"), b"relative", LIMIT) is None
     assert read(b"bad\0name", real, LIMIT) is None
+
+
+def test_a_range_is_read_in_one_c_call_only_when_all_of_it_is_inside_the_file(dataset):
+    """read_range_inside (a shard's record): the bytes of the range, or None for every refusal
+    and for a range not wholly in the file, so the reader's checked steps name the problem."""
+    if files._readfile is None:
+        pytest.skip("iotool._readfile is not built (no C compiler at install time)")
+    body = bytes(range(256)) * 4
+    (dataset / "shard.bin").write_bytes(body)
+    shard = str(dataset / "shard.bin")
+    for offset, size in ((0, 1024), (0, 0), (100, 300), (1023, 1), (1024, 0)):
+        assert files.read_range_inside(shard, str(dataset), offset, size) == body[offset:offset + size]
+    for offset, size in ((1000, 25), (1025, 0), (-1, 10), (0, -1), (2 ** 62, 2 ** 62)):
+        assert files.read_range_inside(shard, str(dataset), offset, size) is None, (offset, size)
+    (dataset / "out.bin").symlink_to(dataset.parent / "secret.bin")
+    os.mkfifo(dataset / "fifo")  # no writer: an open that blocked would hang here
+    (dataset / "zero").symlink_to("/dev/zero")
+    for name in ("out.bin", "fifo", "zero", "a", "missing"):
+        assert files.read_range_inside(str(dataset / name), str(dataset), 0, 5) is None, name
+    assert files.read_range_inside(shard + "\0x", str(dataset), 0, 5) is None
+    assert files.read_range_inside(shard, "relative", 0, 5) is None

@@ -96,6 +96,17 @@ def regular_file(path: str | os.PathLike, root: str | os.PathLike | None = None,
     return os.fdopen(open_regular(path, root), "rb", buffering=buffering)
 
 
+def read_range_inside(path: str, root: str, offset: int, size: int) -> bytes | None:
+    """``size`` bytes from ``offset`` of the regular file at ``path`` inside the dataset at
+    ``root``, in one C call that releases the GIL for its system calls (:func:`open_regular`'s
+    checks, one bounded ``pread``, close), or None: the extension is not built, or a step failed
+    or refused (the range not all in the file among them). On None the caller reads through its
+    own checked steps, which name the file and the reason."""
+    if _readfile is None:
+        return None
+    return _readfile.read_range_inside(os.fsencode(path), os.fsencode(_real_root(root)), offset, size)
+
+
 def _open_error(path: str, exc: OSError) -> FormatError:
     """Why ``path`` could not be opened: its kind when it is a special file (a socket), else the OS's words."""
     try:
