@@ -98,14 +98,20 @@ static PyObject *read_and_close(int fd, off_t offset, off_t size)
     return out;
 }
 
-/* The path and the root from the arguments, checked; 0 when the Python steps must decide. */
-static int usable(const char *path, Py_ssize_t path_len, const char *root, Py_ssize_t *root_len)
+/* The descriptor of `path` opened and checked by open_inside with the GIL released, or -1 (the
+ * Python steps must decide: an embedded NUL, a relative root, or a step failed or refused). */
+static int open_args(const char *path, Py_ssize_t path_len, const char *root, Py_ssize_t root_len,
+                     long long limit, off_t *size)
 {
-    if ((size_t)path_len != strlen(path) || (size_t)*root_len != strlen(root) || *root_len == 0 || root[0] != '/')
-        return 0;  /* an embedded NUL or a relative root */
-    while (*root_len > 1 && root[*root_len - 1] == '/')
-        (*root_len)--;
-    return 1;
+    if ((size_t)path_len != strlen(path) || (size_t)root_len != strlen(root) || root_len == 0 || root[0] != '/')
+        return -1;
+    while (root_len > 1 && root[root_len - 1] == '/')
+        root_len--;
+    int fd;
+    Py_BEGIN_ALLOW_THREADS
+    fd = open_inside(path, root, (size_t)root_len, limit, size);
+    Py_END_ALLOW_THREADS
+    return fd;
 }
 
 static PyObject *py_read_inside(PyObject *self, PyObject *args)
@@ -114,15 +120,10 @@ static PyObject *py_read_inside(PyObject *self, PyObject *args)
     const char *path, *root;
     Py_ssize_t path_len, root_len;
     long long limit;
+    off_t size = 0;
     if (!PyArg_ParseTuple(args, "y#y#L", &path, &path_len, &root, &root_len, &limit))
         return NULL;
-    if (!usable(path, path_len, root, &root_len))
-        Py_RETURN_NONE;
-    off_t size = 0;
-    int fd;
-    Py_BEGIN_ALLOW_THREADS
-    fd = open_inside(path, root, (size_t)root_len, limit, &size);
-    Py_END_ALLOW_THREADS
+    int fd = open_args(path, path_len, root, root_len, limit, &size);
     if (fd < 0)
         Py_RETURN_NONE;
     return read_and_close(fd, 0, size);
@@ -134,15 +135,12 @@ static PyObject *py_read_range_inside(PyObject *self, PyObject *args)
     const char *path, *root;
     Py_ssize_t path_len, root_len;
     long long offset, length;
+    off_t size = 0;
     if (!PyArg_ParseTuple(args, "y#y#LL", &path, &path_len, &root, &root_len, &offset, &length))
         return NULL;
-    if (!usable(path, path_len, root, &root_len) || offset < 0 || length < 0 || length > PY_SSIZE_T_MAX)
+    if (offset < 0 || length < 0 || length > PY_SSIZE_T_MAX)
         Py_RETURN_NONE;
-    off_t size = 0;
-    int fd;
-    Py_BEGIN_ALLOW_THREADS
-    fd = open_inside(path, root, (size_t)root_len, LLONG_MAX, &size);
-    Py_END_ALLOW_THREADS
+    int fd = open_args(path, path_len, root, root_len, LLONG_MAX, &size);
     if (fd < 0)
         Py_RETURN_NONE;
     if (offset > (long long)size || length > (long long)size - offset) {  /* the range is not all in the file */

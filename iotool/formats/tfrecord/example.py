@@ -20,7 +20,7 @@ what this writes, which the tests check.
 from __future__ import annotations
 
 import struct
-from typing import Union
+from typing import Iterator, Union
 
 from ...errors import FormatError
 
@@ -157,28 +157,35 @@ def _decode_feature(buf: memoryview, start: int, end: int) -> Feature:
     return found
 
 
-def decode_example(data: bytes | memoryview) -> dict[str, Feature]:
-    """The features of a serialised ``Example``: name -> (kind, values); bytes values are
-    memoryviews into ``data`` (copy the ones you keep). Raises :class:`ExampleError`."""
-    buf = memoryview(data)
-    features: dict[str, Feature] = {}
+def _entries(buf: memoryview) -> Iterator[tuple[str, tuple[int, int] | None]]:
+    """(name, span) of every entry of a serialised ``Example``'s feature map, in order: the name
+    (UTF-8 checked) and the (start, end) of its ``Feature`` message, None when it has none."""
     for number, wire, value in _fields(buf, 0, len(buf)):
         if number != 1 or wire != 2:
             continue  # unknown field of Example
         for n2, w2, entry in _fields(buf, *value):
             if n2 != 1 or w2 != 2:
                 continue  # unknown field of Features
-            name, feature = "", ("bytes", [])
+            key, span = b"", None
             for n3, w3, part in _fields(buf, *entry):
                 if n3 == 1 and w3 == 2:
-                    try:
-                        name = str(buf[part[0]:part[1]], "utf-8")
-                    except UnicodeDecodeError:
-                        raise ExampleError("a feature name that is not UTF-8") from None
+                    key = buf[part[0]:part[1]]
                 elif n3 == 2 and w3 == 2:
-                    feature = _decode_feature(buf, *part)
-            features[name] = feature
-    return features
+                    span = part
+            try:
+                name = str(key, "utf-8")
+            except UnicodeDecodeError:
+                raise ExampleError("a feature name that is not UTF-8") from None
+            yield name, span
+
+
+def decode_example(data: bytes | memoryview) -> dict[str, Feature]:
+    """The features of a serialised ``Example``: name -> (kind, values); bytes values are
+    memoryviews into ``data`` (copy the ones you keep). A later entry of a name replaces an
+    earlier one. Raises :class:`ExampleError`."""
+    buf = memoryview(data)
+    return {name: _decode_feature(buf, *span) if span is not None else ("bytes", [])
+            for name, span in _entries(buf)}
 
 
 def find_feature(data: bytes | memoryview, name: str) -> Feature | None:
@@ -186,28 +193,13 @@ def find_feature(data: bytes | memoryview, name: str) -> Feature | None:
     it, decoding only that feature's values: the other entries are walked (their structure and
     names checked) but their lists are not decoded. None when absent. Raises :class:`ExampleError`."""
     buf = memoryview(data)
-    wanted, found = name.encode("utf-8"), None
-    for number, wire, value in _fields(buf, 0, len(buf)):
-        if number != 1 or wire != 2:
-            continue  # unknown field of Example
-        for n2, w2, entry in _fields(buf, *value):
-            if n2 != 1 or w2 != 2:
-                continue  # unknown field of Features
-            key, part = b"", None
-            for n3, w3, span in _fields(buf, *entry):
-                if n3 == 1 and w3 == 2:
-                    key = bytes(buf[span[0]:span[1]])
-                elif n3 == 2 and w3 == 2:
-                    part = span
-            try:
-                key.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ExampleError("a feature name that is not UTF-8") from None
-            if key == wanted:  # a later entry of the same name replaces an earlier one, as in decode_example
-                found = part if part is not None else ()
-    if found is None:
+    found: tuple[int, int] | None | bool = False
+    for key, span in _entries(buf):
+        if key == name:  # the last entry of the name wins, as in decode_example
+            found = span
+    if found is False:
         return None
-    return _decode_feature(buf, *found) if found else ("bytes", [])
+    return _decode_feature(buf, *found) if found is not None else ("bytes", [])
 
 
 # --- the features of an image record ------------------------------------------------------------
