@@ -11,9 +11,9 @@ build prints a warning, installs iotool without it, and crops fall back to a ful
 ``iotool/transforms/kernels.py``), bit-exact with torch's kernel and faster on crops. It needs
 only a C compiler; without one, the transforms use torch's kernel.
 
-``iotool._readfile`` reads a dataset's regular file whole in one call, releasing the GIL twice
-instead of at every system call (see ``iotool/storage/files.py``, ``read_regular``); without it
-the same steps run in Python.
+``iotool._readfile`` reads a dataset's regular file whole, or one record's range of a shard, in
+one call, releasing the GIL twice instead of at every system call (see ``iotool/storage/files.py``,
+``read_regular`` and ``read_range_inside``); without it the same steps run in Python.
 
 All use only CPython's limited API (the stable ABI) of the oldest CPython that pyproject.toml's
 ``requires-python`` admits: one wheel, tagged ``cp3X-abi3``, serves that CPython and every newer
