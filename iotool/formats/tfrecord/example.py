@@ -193,13 +193,11 @@ def find_feature(data: bytes | memoryview, name: str) -> Feature | None:
     it, decoding only that feature's values: the other entries are walked (their structure and
     names checked) but their lists are not decoded. None when absent. Raises :class:`ExampleError`."""
     buf = memoryview(data)
-    found: tuple[int, int] | None | bool = False
-    for key, span in _entries(buf):
-        if key == name:  # the last entry of the name wins, as in decode_example
-            found = span
-    if found is False:
+    spans = [span for key, span in _entries(buf) if key == name]
+    if not spans:
         return None
-    return _decode_feature(buf, *found) if found is not None else ("bytes", [])
+    span = spans[-1]  # the last entry of the name wins, as in decode_example
+    return _decode_feature(buf, *span) if span is not None else ("bytes", [])
 
 
 # --- the features of an image record ------------------------------------------------------------
