@@ -277,7 +277,7 @@ import iotool
 from iotool.storage import StorageConfig, remote
 url, shard, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 try:  # import everything the read path uses (torch, s3fs, aiobotocore) before measuring
-    remote.exists(url + "/no-such-file", StorageConfig(options=options))
+    remote.exists(f"{url}/{shard}", StorageConfig(options=options))  # a HEAD the server answers at once
 except iotool.errors.IotoolError:
     pass
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
