@@ -46,8 +46,18 @@ print(r.count / (time.perf_counter() - t), time.perf_counter() - t, cpu() - c)
 def generate(root: Path, images: int) -> Path:
     """A seeded ImageNet-like ImageFolder (benchmarks/make_imagenet_like.py)."""
     if not root.exists():
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_imagenet_like.py"), str(root),
-                        "--images", str(images), "--classes", "10"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "benchmarks" / "make_imagenet_like.py"),
+                str(root),
+                "--images",
+                str(images),
+                "--classes",
+                "10",
+            ],
+            check=True,
+        )
     return root
 
 
@@ -56,8 +66,11 @@ def run_child(src: Path, dst: Path, fmt: str, workers: int, validate: bool) -> t
     CPU seconds of the conversion: that process and its workers)."""
     if dst.exists():
         shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(src), str(dst), fmt, str(workers),
-                             "1" if validate else "0"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(src), str(dst), fmt, str(workers), "1" if validate else "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.stdout.close()
@@ -86,8 +99,11 @@ def speed(src: Path, work: Path, rounds: int, formats: list[str]) -> dict:
                 rate, _, _, cpu_s = run_child(src, work / f"out.{fmt}", fmt, w, True)
                 rates[f"{fmt}/{w}"].append(rate)
                 cpu[f"{fmt}/{w}"].append(cpu_s)
-    return ({k: summarize(v).median for k, v in rates.items()} | {"rounds": rates}
-            | {"cpu_s": {k: summarize(v).median for k, v in cpu.items()}, "cpu_rounds": cpu})
+    return (
+        {k: summarize(v).median for k, v in rates.items()}
+        | {"rounds": rates}
+        | {"cpu_s": {k: summarize(v).median for k, v in cpu.items()}, "cpu_rounds": cpu}
+    )
 
 
 def packing(src: Path, work: Path, rounds: int) -> dict:
@@ -115,30 +131,48 @@ def main() -> None:
     parser.add_argument("--rss-images", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--formats", default=",".join(FORMATS),
-                        help=f"comma-separated formats to convert to (default {','.join(FORMATS)})")
+    parser.add_argument(
+        "--formats",
+        default=",".join(FORMATS),
+        help=f"comma-separated formats to convert to (default {','.join(FORMATS)})",
+    )
     args = parser.parse_args()
     formats = args.formats.split(",")
     work = args.work or Path(tempfile.mkdtemp(prefix="iotool-convert-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     src = generate(work / f"src{args.images}", args.images)
-    result = {"images": args.images, "cpus": os.cpu_count(), "speed": speed(src, work, args.rounds, formats),
-              "packing": packing(src, work, args.rounds),
-              "peak_rss_kib": memory(work, args.rss_images, formats) if args.rss_images else {}}
+    result = {
+        "images": args.images,
+        "cpus": os.cpu_count(),
+        "speed": speed(src, work, args.rounds, formats),
+        "packing": packing(src, work, args.rounds),
+        "peak_rss_kib": memory(work, args.rss_images, formats) if args.rss_images else {},
+    }
     s = result["speed"]
-    print(f"{'format':8} {'1 worker':>10} {'2 workers':>10} {'ratio':>7}   (images/s, median of {args.rounds})"
-          f"   {'CPU s 1w':>8} {'CPU s 2w':>8} {'2 x CPU ratio':>13}")
+    print(
+        f"{'format':8} {'1 worker':>10} {'2 workers':>10} {'ratio':>7}   (images/s, median of {args.rounds})"
+        f"   {'CPU s 1w':>8} {'CPU s 2w':>8} {'2 x CPU ratio':>13}"
+    )
     for fmt in formats:
         c1, c2 = s["cpu_s"][f"{fmt}/1"], s["cpu_s"][f"{fmt}/2"]
-        print(f"{fmt:8} {s[f'{fmt}/1']:10.0f} {s[f'{fmt}/2']:10.0f} {s[f'{fmt}/2'] / s[f'{fmt}/1']:6.2f}x"
-              f"   {c1:8.2f} {c2:8.2f} {2 * c1 / c2:12.2f}x")
+        print(
+            f"{fmt:8} {s[f'{fmt}/1']:10.0f} {s[f'{fmt}/2']:10.0f} {s[f'{fmt}/2'] / s[f'{fmt}/1']:6.2f}x"
+            f"   {c1:8.2f} {c2:8.2f} {2 * c1 / c2:12.2f}x"
+        )
     p = result["packing"]
-    print(f"\n--no-validate to tar: {p['iotool_no_validate_s']:.2f} s; tar cf: {p['tar_cf_s']:.2f} s; "
-          f"ratio {p['iotool_no_validate_s'] / p['tar_cf_s']:.2f}x")
+    print(
+        f"\n--no-validate to tar: {p['iotool_no_validate_s']:.2f} s; tar cf: {p['tar_cf_s']:.2f} s; "
+        f"ratio {p['iotool_no_validate_s'] / p['tar_cf_s']:.2f}x"
+    )
     if result["peak_rss_kib"]:
         sizes = sorted(result["peak_rss_kib"])
-        print("\npeak RSS (MiB):", "  ".join(f"{n} images: " + ", ".join(
-            f"{fmt} {result['peak_rss_kib'][n][fmt] / 1024:.0f}" for fmt in formats) for n in sizes))
+        print(
+            "\npeak RSS (MiB):",
+            "  ".join(
+                f"{n} images: " + ", ".join(f"{fmt} {result['peak_rss_kib'][n][fmt] / 1024:.0f}" for fmt in formats)
+                for n in sizes
+            ),
+        )
         if len(sizes) > 1:
             big, small = result["peak_rss_kib"][sizes[-1]], result["peak_rss_kib"][sizes[0]]
             print("ratio largest/smallest:", ", ".join(f"{fmt} {big[fmt] / small[fmt]:.2f}x" for fmt in formats))

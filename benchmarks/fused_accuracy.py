@@ -54,8 +54,12 @@ def measure(files: list[Path], fused_t: object, full_t: object) -> dict[str, flo
     if diffs:
         d = np.concatenate(diffs)
         mse = float(np.mean(d.astype(np.float64) ** 2))
-        out.update(mean=float(d.mean()), p999=float(np.percentile(d, 99.9)), max=int(d.max()),
-                   psnr_db=10 * math.log10(255 ** 2 / mse) if mse else math.inf)
+        out.update(
+            mean=float(d.mean()),
+            p999=float(np.percentile(d, 99.9)),
+            max=int(d.max()),
+            psnr_db=10 * math.log10(255**2 / mse) if mse else math.inf,
+        )
     return out
 
 
@@ -74,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'transform':<24}{'reduced':>9}{'mean':>8}{'p99.9':>8}{'max':>6}{'PSNR dB':>9}")
     for name, r in results.items():
         if r["differing"]:
-            print(f"{name:<24}{r['differing']:>5}/{r['images']:<3}{r['mean']:>8.2f}{r['p999']:>8.0f}"
-                  f"{r['max']:>6}{r['psnr_db']:>9.1f}")
+            print(
+                f"{name:<24}{r['differing']:>5}/{r['images']:<3}{r['mean']:>8.2f}{r['p999']:>8.0f}"
+                f"{r['max']:>6}{r['psnr_db']:>9.1f}"
+            )
         else:
             print(f"{name:<24}{0:>5}/{r['images']:<3}{'identical':>31}")
     if args.json:

@@ -74,13 +74,27 @@ def gil_enabled() -> bool:
 
 RELEASING = (
     # iotool's C extensions: each releases the GIL around its work
-    "iotool._jpegregion.decode_region", "iotool._jpegregion.decode_seekable", "iotool._jpegregion.gather",
-    "iotool._resize.resize", "iotool._readfile.read_inside",
+    "iotool._jpegregion.decode_region",
+    "iotool._jpegregion.decode_seekable",
+    "iotool._jpegregion.gather",
+    "iotool._resize.resize",
+    "iotool._readfile.read_inside",
     # file-system calls (CPython releases the GIL around each system call)
-    "posix.pread", "posix.read", "posix.open", "posix.close", "posix.fstat", "posix.stat", "posix.lstat",
-    "posix.readlink", "'readinto' of '_io.", "'read' of '_io.",
+    "posix.pread",
+    "posix.read",
+    "posix.open",
+    "posix.close",
+    "posix.fstat",
+    "posix.stat",
+    "posix.lstat",
+    "posix.readlink",
+    "'readinto' of '_io.",
+    "'read' of '_io.",
     # OpenCV (its bindings release the GIL in every function), simplejpeg, torch's copies
-    "cvtColor", "imdecode", "simplejpeg.", "'copy_' of 'torch._C.TensorBase'",
+    "cvtColor",
+    "imdecode",
+    "simplejpeg.",
+    "'copy_' of 'torch._C.TensorBase'",
 )
 """Fragments of the names cProfile gives C calls that release the GIL while they work; a call not
 listed (NumPy, h5py, py-lmdb's get, torch's constructors) counts as holding it."""
@@ -106,7 +120,7 @@ class LoaderThreads:
         self.profile = profile
         self.clocks: list[tuple[float, cProfile.Profile | None]] = []
 
-    def __enter__(self) -> "LoaderThreads":
+    def __enter__(self) -> LoaderThreads:
         from iotool.loading import threadpass
 
         self._original = original = threadpass.Pass._work
@@ -119,6 +133,7 @@ class LoaderThreads:
                 prof.runcall(original, pass_) if prof else original(pass_)
             finally:
                 clocks.append((time.thread_time() - start, prof))
+
         threadpass.Pass._work = clocked
         return self
 
@@ -149,7 +164,7 @@ def wall_run(work: Work) -> float:
     return samples / (time.perf_counter() - start)
 
 
-def measure(path: "Path_", rounds: int, scaling: bool) -> dict[str, Any]:
+def measure(path: Path_, rounds: int, scaling: bool) -> dict[str, Any]:
     """Interleaved rounds of the plain run (``t``), the profiled run (``released``) and, with
     ``scaling`` and a two-thread work, the two-thread speedup; medians, the share and the bounds."""
     per_sample, held, speedups = [], [], []
@@ -164,13 +179,19 @@ def measure(path: "Path_", rounds: int, scaling: bool) -> dict[str, Any]:
     share = min(h / t, 1.0) if t > 0 else 1.0
     speedup = statistics.median(speedups) if speedups else None
     scaled = None if speedup is None else min(max(2 / speedup - 1, 0.0), 1.0)
-    return {"us_per_sample": t * 1e6, "gil_us_per_sample": h * 1e6, "share": share,
-            "threads": (1 / share) if share > 0 else None,
-            "speedup_2_threads": speedup, "share_from_scaling": scaled,
-            "rounds_us": [round(a * 1e6, 1) for a in per_sample], "rounds_gil_us": [round(x * 1e6, 1) for x in held]}
+    return {
+        "us_per_sample": t * 1e6,
+        "gil_us_per_sample": h * 1e6,
+        "share": share,
+        "threads": (1 / share) if share > 0 else None,
+        "speedup_2_threads": speedup,
+        "share_from_scaling": scaled,
+        "rounds_us": [round(a * 1e6, 1) for a in per_sample],
+        "rounds_gil_us": [round(x * 1e6, 1) for x in held],
+    }
 
 
-class Path_:
+class Path_:  # noqa: N801
     """A path's work on one thread, and the same on two threads where there is one (the Loader's)."""
 
     def __init__(self, work: Work, two_threads: Work | None = None):
@@ -185,6 +206,7 @@ def loader_work(ds: Any, batch_size: int, threads: int = 1) -> Work:
 
     def run() -> int:
         return sum(len(labels) for _, labels in loader)
+
     return run
 
 
@@ -199,6 +221,7 @@ def read_work(ds: Any) -> Work:
         for i in range(len(ds)):
             ds[i]
         return len(ds)
+
     return run
 
 
@@ -238,8 +261,11 @@ def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
 
 def free_threading() -> dict[str, Any]:
     """What this interpreter is: built free-threaded (Py_GIL_DISABLED) and running without the GIL."""
-    return {"python": sys.version.split()[0], "free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
-            "gil_enabled": gil_enabled()}
+    return {
+        "python": sys.version.split()[0],
+        "free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+        "gil_enabled": gil_enabled(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,8 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--formats", default="lmdb,hdf5,tar,tfrecord,bmp")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     parser.add_argument("--smoke", action="store_true", help="sample_data, one round, lmdb and bmp")
-    parser.add_argument("--no-scaling", action="store_true",
-                        help="skip the two-thread check (it needs two free cores)")
+    parser.add_argument("--no-scaling", action="store_true", help="skip the two-thread check (it needs two free cores)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gil-share-") as tmp:
         src = args.src
@@ -260,14 +285,32 @@ def main(argv: list[str] | None = None) -> int:
             src, args.rounds, args.formats, args.batch_size = src or SAMPLE, 1, "lmdb,bmp", 8
         if src is None:
             src = Path(tmp) / "src"
-            subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_imagenet_like.py"), str(src),
-                            "--images", str(args.images), "--classes", "10"], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(REPO / "benchmarks" / "make_imagenet_like.py"),
+                    str(src),
+                    "--images",
+                    str(args.images),
+                    "--classes",
+                    "10",
+                ],
+                check=True,
+            )
         built = build(src, Path(tmp), args.formats.split(","))
         scaling = not args.no_scaling and len(os.sched_getaffinity(0)) >= 2
         results = {name: measure(path, args.rounds, scaling) for name, path in paths(built, args.batch_size).items()}
-    report = {"benchmark": "gil_share", "src": str(src), "rounds": args.rounds, "batch_size": args.batch_size,
-              "cpus_usable": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
-              "switch_interval_s": sys.getswitchinterval(), **free_threading(), "paths": results}
+    report = {
+        "benchmark": "gil_share",
+        "src": str(src),
+        "rounds": args.rounds,
+        "batch_size": args.batch_size,
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "load_average": os.getloadavg(),
+        "switch_interval_s": sys.getswitchinterval(),
+        **free_threading(),
+        "paths": results,
+    }
     print_table(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
@@ -275,21 +318,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"python {report['python']} (free-threaded build: {report['free_threaded_build']}, GIL enabled: "
-          f"{report['gil_enabled']}), {report['cpus_usable']} usable CPUs, load average "
-          f"{report['load_average'][0]:.2f}, median of {report['rounds']} rounds, one thread per path")
-    print(f"{'path':16} {'us/sample':>10} {'GIL us':>8} {'GIL share':>10} {'threads':>8} "
-          f"{'2 threads':>10} {'share (scaling)':>16}")
+    print(
+        f"python {report['python']} (free-threaded build: {report['free_threaded_build']}, GIL enabled: "
+        f"{report['gil_enabled']}), {report['cpus_usable']} usable CPUs, load average "
+        f"{report['load_average'][0]:.2f}, median of {report['rounds']} rounds, one thread per path"
+    )
+    print(
+        f"{'path':16} {'us/sample':>10} {'GIL us':>8} {'GIL share':>10} {'threads':>8} "
+        f"{'2 threads':>10} {'share (scaling)':>16}"
+    )
     for name, r in report["paths"].items():
         threads = "-" if r["threads"] is None else f"{r['threads']:.1f}"
         speedup = "-" if r["speedup_2_threads"] is None else f"{r['speedup_2_threads']:.2f}x"
         scaled = "-" if r["share_from_scaling"] is None else f"{r['share_from_scaling']:.0%}"
-        print(f"{name:16} {r['us_per_sample']:>10.1f} {r['gil_us_per_sample']:>8.1f} {r['share']:>10.0%} "
-              f"{threads:>8} {speedup:>10} {scaled:>16}")
-    print("us/sample: thread CPU time; GIL us: of it, the time outside GIL-releasing C calls (RELEASING); "
-          "threads: 1 / GIL share, the threads one process keeps busy before they queue for the GIL; "
-          "2 threads: Loader(threads=2) / threads=1, and the share Amdahl's law gives from it "
-          "(it needs two free cores: on a loaded machine it reads high)")
+        print(
+            f"{name:16} {r['us_per_sample']:>10.1f} {r['gil_us_per_sample']:>8.1f} {r['share']:>10.0%} "
+            f"{threads:>8} {speedup:>10} {scaled:>16}"
+        )
+    print(
+        "us/sample: thread CPU time; GIL us: of it, the time outside GIL-releasing C calls (RELEASING); "
+        "threads: 1 / GIL share, the threads one process keeps busy before they queue for the GIL; "
+        "2 threads: Loader(threads=2) / threads=1, and the share Amdahl's law gives from it "
+        "(it needs two free cores: on a loaded machine it reads high)"
+    )
 
 
 if __name__ == "__main__":

@@ -43,14 +43,30 @@ REPO = Path(__file__).resolve().parents[1]
 NO_CUDA = "no CUDA device: nothing checked"
 OK_STATUSES = ("passed", "skipped")
 LIMIT_S = {"cuda_tests": 150, "train_feed": 100, "dali": 40}
-TRAIN_FEED_ARGS = ["--device", "cuda", "--amp", "on", "--channels-last", "--image-size", "112",
-                   "--batch-size", "64", "--workers", "6", "--repeat", "32", "--rounds", "5"]
+TRAIN_FEED_ARGS = [
+    "--device",
+    "cuda",
+    "--amp",
+    "on",
+    "--channels-last",
+    "--image-size",
+    "112",
+    "--batch-size",
+    "64",
+    "--workers",
+    "6",
+    "--repeat",
+    "32",
+    "--rounds",
+    "5",
+]
 TAIL_CHARS = 4000
 
 Result = dict[str, Any]
 
 
 # -- running a step -------------------------------------------------------------------------
+
 
 def child_env() -> dict[str, str]:
     """The environment for the checks: the repository importable, output unbuffered."""
@@ -62,8 +78,15 @@ def child_env() -> dict[str, str]:
 def run_limited(cmd: list[str], limit_s: float) -> tuple[int | None, str, float]:
     """Run ``cmd`` in the repository in its own process group; (exit code or None on timeout, output, seconds)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=limit_s)
         code: int | None = proc.returncode
@@ -90,10 +113,14 @@ def step_result(code: int | None, output: str, seconds: float, limit_s: float) -
 
 # -- the checks -----------------------------------------------------------------------------
 
+
 def cuda_test_files() -> list[str]:
     """The test files that hold cuda-marked tests, relative to the repository."""
-    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
-                  if "mark.cuda" in p.read_text(encoding="utf-8"))
+    return sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "tests").glob("test_*.py")
+        if "mark.cuda" in p.read_text(encoding="utf-8")
+    )
 
 
 def junit_outcomes(path: Path) -> dict[str, Any]:
@@ -120,8 +147,22 @@ def check_cuda_tests(tmp: Path) -> Result:
     if not files:
         return {"status": "failed", "detail": "no cuda-marked tests found under tests/"}
     xml = tmp / "cuda_tests.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "-rfEs",
-           "--durations=10", "-o", "faulthandler_timeout=60", f"--junitxml={xml}", *files]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "cuda",
+        "-rfEs",
+        "--durations=10",
+        "-o",
+        "faulthandler_timeout=60",
+        f"--junitxml={xml}",
+        *files,
+    ]
     code, output, seconds = run_limited(cmd, LIMIT_S["cuda_tests"])
     result = step_result(code, output, seconds, LIMIT_S["cuda_tests"])
     result["files"] = files
@@ -165,10 +206,12 @@ def check_dali(tmp: Path) -> Result:
     if missing:
         return {"status": "skipped", "detail": missing}
     figures = tmp / "dali.json"
-    script = ("import json, sys, iotool.loading.dali as dali\n"
-              "hook = getattr(dali, 'gpu_check', None)\n"
-              "if hook is None: sys.exit('iotool.loading.dali has no gpu_check(decoding=...) to call')\n"
-              f"open({str(figures)!r}, 'w').write(json.dumps(hook(decoding='mixed')))\n")
+    script = (
+        "import json, sys, iotool.loading.dali as dali\n"
+        "hook = getattr(dali, 'gpu_check', None)\n"
+        "if hook is None: sys.exit('iotool.loading.dali has no gpu_check(decoding=...) to call')\n"
+        f"open({str(figures)!r}, 'w').write(json.dumps(hook(decoding='mixed')))\n"
+    )
     code, output, seconds = run_limited([sys.executable, "-c", script], LIMIT_S["dali"])
     result = step_result(code, output, seconds, LIMIT_S["dali"])
     if code == 0 and figures.exists():
@@ -185,16 +228,23 @@ CHECKS: dict[str, Callable[[Path], Result]] = {
 
 # -- the report -----------------------------------------------------------------------------
 
+
 def driver_version() -> str | None:
     """The NVIDIA driver version, from nvidia-smi or NVML; None when neither answers."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
         return out.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         pass
     try:
         import pynvml
+
         pynvml.nvmlInit()
         version = pynvml.nvmlSystemGetDriverVersion()
         return version.decode() if isinstance(version, bytes) else version
@@ -206,11 +256,17 @@ def environment(torch: Any) -> dict[str, Any]:
     """The GPU, driver and library versions the checks ran under."""
     props = torch.cuda.get_device_properties(0)
     return {
-        "gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
-        "capability": f"{props.major}.{props.minor}", "memory_gib": round(props.total_memory / 2**30, 1),
-        "driver": driver_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
-        "cpus": os.cpu_count(), "host": platform.node(),
+        "gpu": torch.cuda.get_device_name(0),
+        "gpus": torch.cuda.device_count(),
+        "capability": f"{props.major}.{props.minor}",
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "driver": driver_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "host": platform.node(),
     }
 
 
@@ -222,11 +278,15 @@ def summary_line(name: str, result: Result) -> str:
     figures = result.get("figures") or {}
     if "ratio" in figures:
         rates = figures["images_per_s"]
-        line += (f"  plain {rates['plain']['median']:.0f} img/s, iotool {rates['iotool']['median']:.0f} img/s, "
-                 f"ratio {figures['ratio']:.2f}x")
+        line += (
+            f"  plain {rates['plain']['median']:.0f} img/s, iotool {rates['iotool']['median']:.0f} img/s, "
+            f"ratio {figures['ratio']:.2f}x"
+        )
         if "loader" in rates:
-            line += (f", loader {rates['loader']['median']:.0f} img/s ({figures['loader_ratio']:.2f}x; "
-                     f"{figures['loader_vs_dataloader']:.2f}x DataLoader's)")
+            line += (
+                f", loader {rates['loader']['median']:.0f} img/s ({figures['loader_ratio']:.2f}x; "
+                f"{figures['loader_vs_dataloader']:.2f}x DataLoader's)"
+            )
     if result.get("detail"):
         line += f"  ({result['detail']})"
     return line
@@ -238,8 +298,9 @@ def write_report(report: dict[str, Any], path: Path) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", metavar="FILE", default="gpu_check.json",
-                        help="where to write the report (default gpu_check.json)")
+    parser.add_argument(
+        "--json", metavar="FILE", default="gpu_check.json", help="where to write the report (default gpu_check.json)"
+    )
     return parser.parse_args(argv)
 
 
@@ -252,8 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     path = Path(args.json)
-    report: dict[str, Any] = {"gpu_check": 1, "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                              "environment": environment(torch), "checks": {}}
+    report: dict[str, Any] = {
+        "gpu_check": 1,
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "environment": environment(torch),
+        "checks": {},
+    }
     env = report["environment"]
     print(f"{env['gpu']} x{env['gpus']}, driver {env['driver']}, torch {env['torch']}, CUDA {env['cuda']}", flush=True)
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
@@ -267,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     report["ok"] = all(r["status"] in OK_STATUSES for r in report["checks"].values())
     report["seconds"] = round(time.perf_counter() - start, 1)
     write_report(report, path)
-    print(f"{'all checks passed' if report['ok'] else 'some checks FAILED'} in {report['seconds']:.0f} s; report: {path}")
+    print(
+        f"{'all checks passed' if report['ok'] else 'some checks FAILED'} in {report['seconds']:.0f} s; report: {path}"
+    )
     return 0 if report["ok"] else 1
 
 

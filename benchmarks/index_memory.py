@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-MiB = 2 ** 20
+MiB = 2**20
 
 
 def smaps(pid: int) -> dict[str, float]:
@@ -35,8 +35,7 @@ def smaps(pid: int) -> dict[str, float]:
     from iotool.bench.procfs import smaps_rollup, unique_set_size
 
     fields = smaps_rollup(pid)
-    return {"rss": fields.get("Rss", 0) / MiB, "pss": fields.get("Pss", 0) / MiB,
-            "uss": unique_set_size(fields) / MiB}
+    return {"rss": fields.get("Rss", 0) / MiB, "pss": fields.get("Pss", 0) / MiB, "uss": unique_set_size(fields) / MiB}
 
 
 class Empty:
@@ -61,15 +60,21 @@ def child(path: str, context: str, workers: int, records: int, batch_size: int) 
     from torch.utils.data import DataLoader
 
     import iotool
-    import iotool.loading.opening  # noqa: F401  (torch and the readers load before the clock starts)
+    import iotool.loading.opening
     from iotool.bench.procfs import worker_pids
 
     start = time.perf_counter()
     ds = Empty(records * workers + batch_size) if path == "empty" else iotool.open_dataset(path, decoder=None)
     opened = time.perf_counter() - start
     main_after_open = smaps(os.getpid())
-    loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=as_list,
-                        multiprocessing_context=context, prefetch_factor=2)
+    loader = DataLoader(
+        ds,
+        batch_size=batch_size,
+        num_workers=workers,
+        collate_fn=as_list,
+        multiprocessing_context=context,
+        prefetch_factor=2,
+    )
     start = time.perf_counter()  # iter() starts the workers (and, with spawn, pickles the dataset to them)
     it = iter(loader)
     seen = len(next(it))
@@ -80,25 +85,43 @@ def child(path: str, context: str, workers: int, records: int, batch_size: int) 
             break
         seen += len(batch)
     pids = worker_pids(it)
-    out = {"path": path, "context": context, "records": len(ds), "open_s": round(opened, 3),
-           "first_batch_s": round(first, 3), "main_after_open": main_after_open, "main": smaps(os.getpid()),
-           "workers": [smaps(pid) for pid in pids], "read_per_worker": seen // workers}
+    out = {
+        "path": path,
+        "context": context,
+        "records": len(ds),
+        "open_s": round(opened, 3),
+        "first_batch_s": round(first, 3),
+        "main_after_open": main_after_open,
+        "main": smaps(os.getpid()),
+        "workers": [smaps(pid) for pid in pids],
+        "read_per_worker": seen // workers,
+    }
     del it
     return out
 
 
 def measure(path: str, context: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--child", path, context, str(args.workers), str(args.records),
-           str(args.batch_size)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        path,
+        context,
+        str(args.workers),
+        str(args.records),
+        str(args.batch_size),
+    ]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
 def row(r: dict) -> str:
     w = r["workers"]
     worst = max(w, key=lambda m: m["uss"]) if w else {"rss": 0, "pss": 0, "uss": 0}
-    return (f"{os.path.basename(r['path'].rstrip('/')):>14} {r['context']:>6} {r['records']:>11,} "
-            f"{r['open_s']:>7.2f} {r['first_batch_s']:>7.2f} {r['main']['rss']:>8.0f} {r['main']['uss']:>8.0f} "
-            f"{worst['rss']:>8.0f} {worst['pss']:>8.0f} {worst['uss']:>8.0f}")
+    return (
+        f"{os.path.basename(r['path'].rstrip('/')):>14} {r['context']:>6} {r['records']:>11,} "
+        f"{r['open_s']:>7.2f} {r['first_batch_s']:>7.2f} {r['main']['rss']:>8.0f} {r['main']['uss']:>8.0f} "
+        f"{worst['rss']:>8.0f} {worst['pss']:>8.0f} {worst['uss']:>8.0f}"
+    )
 
 
 def worst_uss(r: dict) -> float:
@@ -115,8 +138,17 @@ def compare_formats(results: list[dict]) -> list[dict]:
         same = [o for o in results if o.get("format") == r["format"] and o["context"] == r["context"]]
         smallest = min(same, key=lambda o: o["records"])
         r["uss_above_smallest"] = round(worst_uss(r) - worst_uss(smallest), 1)
-        rows.append({"format": r["format"], "path": r["path"], "context": r["context"], "records": r["records"],
-                     "open_s": r["open_s"], "smallest": smallest["records"], "above": r["uss_above_smallest"]})
+        rows.append(
+            {
+                "format": r["format"],
+                "path": r["path"],
+                "context": r["context"],
+                "records": r["records"],
+                "open_s": r["open_s"],
+                "smallest": smallest["records"],
+                "above": r["uss_above_smallest"],
+            }
+        )
     return rows
 
 
@@ -130,8 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args(argv)
     results = []
-    print(f"{'dataset':>14} {'start':>6} {'records':>11} {'open s':>7} {'1st s':>7} {'main RSS':>8} "
-          f"{'main USS':>8} {'wkr RSS':>8} {'wkr PSS':>8} {'wkr USS':>8}   (MiB; the worker with most USS)")
+    print(
+        f"{'dataset':>14} {'start':>6} {'records':>11} {'open s':>7} {'1st s':>7} {'main RSS':>8} "
+        f"{'main USS':>8} {'wkr RSS':>8} {'wkr PSS':>8} {'wkr USS':>8}   (MiB; the worker with most USS)"
+    )
     from iotool.formats import detect_format
 
     formats = {path: detect_format(path).name for path in args.paths}
@@ -139,11 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         for path in ["empty", *args.paths]:
             results.append({**measure(path, context, args), "format": formats.get(path, "none")})
             print(row(results[-1]), flush=True)
-    print(f"\n{'format':>8} {'dataset':>14} {'start':>6} {'records':>11} {'open s':>7} {'wkr USS above':>14}"
-          f"   (MiB above the smallest dataset of the format)")
+    print(
+        f"\n{'format':>8} {'dataset':>14} {'start':>6} {'records':>11} {'open s':>7} {'wkr USS above':>14}"
+        f"   (MiB above the smallest dataset of the format)"
+    )
     for c in compare_formats(results):
-        print(f"{c['format']:>8} {os.path.basename(c['path'].rstrip('/')):>14} {c['context']:>6} {c['records']:>11,} "
-              f"{c['open_s']:>7.2f} {c['above']:>+14.1f}   (vs {c['smallest']:,})")
+        print(
+            f"{c['format']:>8} {os.path.basename(c['path'].rstrip('/')):>14} {c['context']:>6} {c['records']:>11,} "
+            f"{c['open_s']:>7.2f} {c['above']:>+14.1f}   (vs {c['smallest']:,})"
+        )
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(results, f, indent=2)

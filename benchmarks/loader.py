@@ -70,53 +70,90 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=Path("loader.png"))
     parser.add_argument("--no-plot", action="store_true", help="skip the chart (it needs matplotlib)")
     parser.add_argument("--threads", type=int, default=2, help="iotool.Loader's threads (0: skip the Loader rows)")
-    parser.add_argument("--compete", default="0", help="CPU-bound processes beside the Loader/DataLoader "
-                        "rows, e.g. 0,1 (one set of rows per value)")
-    parser.add_argument("--gil-step-ms", default="", help="consumer GIL hold per batch, e.g. 0,10,30 "
-                        "(threads in this process vs isolate=True); empty: skip")
+    parser.add_argument(
+        "--compete",
+        default="0",
+        help="CPU-bound processes beside the Loader/DataLoader rows, e.g. 0,1 (one set of rows per value)",
+    )
+    parser.add_argument(
+        "--gil-step-ms",
+        default="",
+        help="consumer GIL hold per batch, e.g. 0,10,30 (threads in this process vs isolate=True); empty: skip",
+    )
     parser.add_argument("--gil-formats", default="bmp,lmdb")
     parser.add_argument("--gil-only", action="store_true", help="run only the --gil-step-ms comparison")
     args = parser.parse_args()
     src = args.src
     if src is None:
         src = Path(tempfile.mkdtemp(prefix="iotool-imagenet-like-")) / "data"
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_imagenet_like.py"), str(src),
-                        "--images", "1000", "--classes", "10"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "benchmarks" / "make_imagenet_like.py"),
+                str(src),
+                "--images",
+                "1000",
+                "--classes",
+                "10",
+            ],
+            check=True,
+        )
     if args.gil_only:
         figures = {"isolation": compare_isolation(src, args)}
         args.json.write_text(json.dumps(figures, indent=2, default=str))
         print(f"wrote {args.json}")
         return
-    result = bench_loader(src, formats=args.formats.split(","), workers=args.workers,
-                          batch_size=args.batch_size, rounds=args.rounds, epochs=args.epochs,
-                          ceiling_rounds=args.ceiling_rounds,
-                          progress=lambda what, done, total: print(f"\r[{done}/{total}] {what:60}", end="",
-                                                                   file=sys.stderr, flush=True))
+    result = bench_loader(
+        src,
+        formats=args.formats.split(","),
+        workers=args.workers,
+        batch_size=args.batch_size,
+        rounds=args.rounds,
+        epochs=args.epochs,
+        ceiling_rounds=args.ceiling_rounds,
+        progress=lambda what, done, total: print(f"\r[{done}/{total}] {what:60}", end="", file=sys.stderr, flush=True),
+    )
     print(file=sys.stderr)
-    print(f"{result.images} images, {result.workers} workers, batch {result.batch_size}, "
-          f"median of {result.rounds} rounds (best of {result.epochs} epochs each)")
-    print(f"baseline: {result.baseline}" + ("" if result.baseline.startswith("torchvision ImageFolder") else
-                                            " (torchvision is not installed: its ImageFolder + PIL loader, "
-                                            "reimplemented, with RandomResizedCrop on torch's uint8 kernel as torchvision v2 runs it)"))
+    print(
+        f"{result.images} images, {result.workers} workers, batch {result.batch_size}, "
+        f"median of {result.rounds} rounds (best of {result.epochs} epochs each)"
+    )
+    print(
+        f"baseline: {result.baseline}"
+        + (
+            ""
+            if result.baseline.startswith("torchvision ImageFolder")
+            else " (torchvision is not installed: its ImageFolder + PIL loader, "
+            "reimplemented, with RandomResizedCrop on torch's uint8 kernel as torchvision v2 runs it)"
+        )
+    )
     costs = result.ceiling or {"ceiling": {}}
-    print(f"{'pipeline':30} {'images/s':>10} {'min':>8} {'max':>8} {'vs baseline':>12} {'per round':>10} "
-          f"{'1-core ceiling':>15}")
+    print(
+        f"{'pipeline':30} {'images/s':>10} {'min':>8} {'max':>8} {'vs baseline':>12} {'per round':>10} "
+        f"{'1-core ceiling':>15}"
+    )
     for r in result.results:
         s = r.images_per_s
         ceiling = costs["ceiling"].get(r.format)
-        print(f"{r.name:30} {s.median:10.0f} {s.min:8.0f} {s.max:8.0f} {r.vs_baseline:11.2f}x "
-              f"{r.vs_baseline_per_round:9.2f}x {f'{ceiling:14.2f}x' if ceiling else '':>15}")
+        print(
+            f"{r.name:30} {s.median:10.0f} {s.min:8.0f} {s.max:8.0f} {r.vs_baseline:11.2f}x "
+            f"{r.vs_baseline_per_round:9.2f}x {f'{ceiling:14.2f}x' if ceiling else '':>15}"
+        )
     print("(per round: the median over rounds of the ratio measured within each round; 1-core ceiling:")
     print(" the step costs of this run (iotool/bench/costs.py), baseline step costs / the format's step costs)")
     if costs.get("ms_per_image"):
-        print("step costs, ms per image on one thread: " +
-              ", ".join(f"{k} {v:.3f}" for k, v in costs["ms_per_image"].items()))
+        print(
+            "step costs, ms per image on one thread: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in costs["ms_per_image"].items())
+        )
     web = next((r for r in result.results if r.format == "webdataset"), None)
     if web:
         for r in result.results:
             if r.format in ("lmdb", "hdf5", "tar"):
-                print(f"{r.name} vs webdataset: {r.images_per_s.median / web.images_per_s.median:.2f}x, "
-                      f"per round {per_round_ratio(r.images_per_s, web.images_per_s):.2f}x")
+                print(
+                    f"{r.name} vs webdataset: {r.images_per_s.median / web.images_per_s.median:.2f}x, "
+                    f"per round {per_round_ratio(r.images_per_s, web.images_per_s):.2f}x"
+                )
     for name, reason in result.failed.items():
         print(f"failed: {name}: {reason}")
     figures = result.to_dict()
@@ -146,8 +183,9 @@ def feed_cpu_seconds(exclude: set[int]) -> float:
 
     from iotool.bench.procfs import cpu_seconds, descendant_pids
 
-    return time.process_time() + sum(cpu_seconds(pid) or 0.0 for pid in descendant_pids(os.getpid())
-                                     if pid not in exclude)
+    return time.process_time() + sum(
+        cpu_seconds(pid) or 0.0 for pid in descendant_pids(os.getpid()) if pid not in exclude
+    )
 
 
 def _first_batch(make) -> float:
@@ -211,18 +249,24 @@ def _loader_row(name: str, path: Path, options: dict, args, competitors: set[int
     ds = iotool.open_dataset(path, transform=RandomResizedCrop(224, seed=0), **options)
 
     def make_dl():
-        return DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers,
-                          collate_fn=iotool.fast_collate, persistent_workers=args.workers > 0)
+        return DataLoader(
+            ds,
+            batch_size=args.batch_size,
+            num_workers=args.workers,
+            collate_fn=iotool.fast_collate,
+            persistent_workers=args.workers > 0,
+        )
 
     def make_ours():
         return iotool.Loader(ds, batch_size=args.batch_size, threads=args.threads)
+
     contestants = {"DataLoader": make_dl(), "Loader": make_ours()}
     for loader in contestants.values():
         _epoch(loader)  # warm-up (and the RAM cache's fill)
     rates: dict[str, list[float]] = {k: [] for k in contestants}
     cpu: dict[str, list[float]] = {k: [] for k in contestants}
     for r in range(args.rounds):
-        for key in (list(contestants) if r % 2 == 0 else list(contestants)[::-1]):
+        for key in list(contestants) if r % 2 == 0 else list(contestants)[::-1]:
             best = 0.0
             for _ in range(args.epochs):
                 used = feed_cpu_seconds(competitors)
@@ -231,17 +275,25 @@ def _loader_row(name: str, path: Path, options: dict, args, competitors: set[int
                 best = max(best, images / seconds)
             rates[key].append(best)
     first = {"DataLoader": _first_batch(make_dl), "Loader": _first_batch(make_ours)}
-    row = {"dataset": name, "images": len(ds), "threads": args.threads, "workers": args.workers,
-           "competing processes": competing,
-           **{f"{k} img/s": statistics.median(v) for k, v in rates.items()},
-           "ratio": statistics.median(a / b for a, b in zip(rates["Loader"], rates["DataLoader"])),
-           **{f"{k} CPU ms/image": statistics.median(v) for k, v in cpu.items()},
-           **{f"{k} first batch s": v for k, v in first.items()}}
-    print(f"{name:16} Loader(threads={args.threads}) {row['Loader img/s']:8.0f} img/s   "
-          f"DataLoader(num_workers={args.workers}) {row['DataLoader img/s']:8.0f} img/s   "
-          f"ratio {row['ratio']:.2f}x (per round)   first batch {first['Loader']:.3f} s vs "
-          f"{first['DataLoader']:.3f} s   CPU {row['Loader CPU ms/image']:.2f} vs "
-          f"{row['DataLoader CPU ms/image']:.2f} ms/image" + (f"   ({competing} CPU-bound processes beside)" if competing else ""))
+    row = {
+        "dataset": name,
+        "images": len(ds),
+        "threads": args.threads,
+        "workers": args.workers,
+        "competing processes": competing,
+        **{f"{k} img/s": statistics.median(v) for k, v in rates.items()},
+        "ratio": statistics.median(a / b for a, b in zip(rates["Loader"], rates["DataLoader"])),
+        **{f"{k} CPU ms/image": statistics.median(v) for k, v in cpu.items()},
+        **{f"{k} first batch s": v for k, v in first.items()},
+    }
+    print(
+        f"{name:16} Loader(threads={args.threads}) {row['Loader img/s']:8.0f} img/s   "
+        f"DataLoader(num_workers={args.workers}) {row['DataLoader img/s']:8.0f} img/s   "
+        f"ratio {row['ratio']:.2f}x (per round)   first batch {first['Loader']:.3f} s vs "
+        f"{first['DataLoader']:.3f} s   CPU {row['Loader CPU ms/image']:.2f} vs "
+        f"{row['DataLoader CPU ms/image']:.2f} ms/image"
+        + (f"   ({competing} CPU-bound processes beside)" if competing else "")
+    )
     return row
 
 
@@ -277,23 +329,33 @@ def compare_isolation(src: Path, args) -> list[dict]:
         dst = work / f"data-{fmt}"
         iotool.convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, 224))
         ds = iotool.open_dataset(dst, transform=RandomResizedCrop(224, seed=0))
-        loaders = {mode: iotool.Loader(ds, batch_size=args.batch_size, threads=threads, isolate=mode == "isolated")
-                   for mode in ("threads", "isolated")}
+        loaders = {
+            mode: iotool.Loader(ds, batch_size=args.batch_size, threads=threads, isolate=mode == "isolated")
+            for mode in ("threads", "isolated")
+        }
         for loader in loaders.values():
             _consumed_epoch(loader, 0)  # warm-up (the child starts)
         rates = {(mode, step): [] for mode in loaders for step in steps}
         for r in range(args.rounds):
             for step in steps:
-                for mode in (list(loaders) if r % 2 == 0 else list(loaders)[::-1]):
+                for mode in list(loaders) if r % 2 == 0 else list(loaders)[::-1]:
                     rates[mode, step].append(_consumed_epoch(loaders[mode], step))
         for step in steps:
-            row = {"dataset": fmt, "images": len(ds), "threads": threads, "gil_step_ms": step,
-                   **{f"{mode} img/s": statistics.median(rates[mode, step]) for mode in loaders}}
+            row = {
+                "dataset": fmt,
+                "images": len(ds),
+                "threads": threads,
+                "gil_step_ms": step,
+                **{f"{mode} img/s": statistics.median(rates[mode, step]) for mode in loaders},
+            }
             row["isolated / threads"] = statistics.median(
-                a / b for a, b in zip(rates["isolated", step], rates["threads", step]))
+                a / b for a, b in zip(rates["isolated", step], rates["threads", step])
+            )
             rows.append(row)
-            print(f"{fmt:6} consumer holds the GIL {step:4.0f} ms/batch: threads {row['threads img/s']:8.0f} img/s   "
-                  f"isolated {row['isolated img/s']:8.0f} img/s   ratio {row['isolated / threads']:.2f}x (per round)")
+            print(
+                f"{fmt:6} consumer holds the GIL {step:4.0f} ms/batch: threads {row['threads img/s']:8.0f} img/s   "
+                f"isolated {row['isolated img/s']:8.0f} img/s   ratio {row['isolated / threads']:.2f}x (per round)"
+            )
         for loader in loaders.values():
             loader.close()
     return rows

@@ -29,9 +29,14 @@ import subprocess
 import sys
 import tempfile
 
-MiB = 2 ** 20
-CONTESTANTS = ("opened only", "DataLoader(workers, persistent)", "DataLoader(workers, persistent, forkserver)",
-               "Loader(threads)", "Loader(threads, isolate)")
+MiB = 2**20
+CONTESTANTS = (
+    "opened only",
+    "DataLoader(workers, persistent)",
+    "DataLoader(workers, persistent, forkserver)",
+    "Loader(threads)",
+    "Loader(threads, isolate)",
+)
 
 _CHILD = r"""
 import json, sys
@@ -61,8 +66,9 @@ print(json.dumps({"pss": kinds["Pss"], "anon": kinds["Pss_Anon"] + kinds["Pss_Sh
 
 def measure(path: str, which: str, n: int, batch: int) -> dict:
     """One contestant in a fresh interpreter: summed PSS (bytes) after one epoch."""
-    done = subprocess.run([sys.executable, "-c", _CHILD, path, which, str(n), str(batch)], capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, path, which, str(n), str(batch)], capture_output=True, text=True, timeout=900
+    )
     if done.returncode != 0:
         raise SystemExit(f"{which} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.splitlines()[-1])
@@ -85,25 +91,41 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):  # interleaved: a noisy moment hits every contestant alike
             for name in CONTESTANTS:
                 runs[name].append(measure(path, name, args.workers, args.batch_size))
+
     def median(rs: list[dict], key: str) -> float:
         return statistics.median(r[key] for r in rs) / MiB
+
     floor = {key: median(runs["opened only"], key) for key in ("pss", "anon")}
-    rows = {name: {"pss_mib": median(rs, "pss"), "above_floor_mib": median(rs, "pss") - floor["pss"],
-                   "anon_mib": median(rs, "anon"), "anon_above_floor_mib": median(rs, "anon") - floor["anon"],
-                   "file_mib": median(rs, "file"), "processes": rs[0]["processes"], "samples": rs[0]["samples"]}
-            for name, rs in runs.items()}
+    rows = {
+        name: {
+            "pss_mib": median(rs, "pss"),
+            "above_floor_mib": median(rs, "pss") - floor["pss"],
+            "anon_mib": median(rs, "anon"),
+            "anon_above_floor_mib": median(rs, "anon") - floor["anon"],
+            "file_mib": median(rs, "file"),
+            "processes": rs[0]["processes"],
+            "samples": rs[0]["samples"],
+        }
+        for name, rs in runs.items()
+    }
     base = rows["DataLoader(workers, persistent)"]
     print(f"summed PSS after one epoch, median of {args.rounds} rounds ({path}, n={args.workers}):")
-    print(f"{'contestant':44} {'processes':>9} {'PSS MiB':>9} {'above floor':>12} {'/ DataLoader':>13} "
-          f"{'anon+shm':>9} {'above floor':>12} {'/ DataLoader':>13}")
+    print(
+        f"{'contestant':44} {'processes':>9} {'PSS MiB':>9} {'above floor':>12} {'/ DataLoader':>13} "
+        f"{'anon+shm':>9} {'above floor':>12} {'/ DataLoader':>13}"
+    )
     for name, row in rows.items():
-        print(f"{name:44} {row['processes']:>9} {row['pss_mib']:>9.0f} {row['above_floor_mib']:>12.0f} "
-              f"{row['pss_mib'] / base['pss_mib']:>12.2f}x {row['anon_mib']:>9.0f} {row['anon_above_floor_mib']:>12.0f} "
-              f"{_ratio(row['anon_above_floor_mib'], base['anon_above_floor_mib']):>13}")
-    print("PSS: every page counted once over the processes; anon+shm: of it, the memory the feed allocates "
-          "(anonymous and shared-memory pages), without the file pages of the dataset and the libraries "
-          "that every contestant maps alike; above floor: less an interpreter that only opened the dataset; "
-          "/ DataLoader: against the forked one")
+        print(
+            f"{name:44} {row['processes']:>9} {row['pss_mib']:>9.0f} {row['above_floor_mib']:>12.0f} "
+            f"{row['pss_mib'] / base['pss_mib']:>12.2f}x {row['anon_mib']:>9.0f} {row['anon_above_floor_mib']:>12.0f} "
+            f"{_ratio(row['anon_above_floor_mib'], base['anon_above_floor_mib']):>13}"
+        )
+    print(
+        "PSS: every page counted once over the processes; anon+shm: of it, the memory the feed allocates "
+        "(anonymous and shared-memory pages), without the file pages of the dataset and the libraries "
+        "that every contestant maps alike; above floor: less an interpreter that only opened the dataset; "
+        "/ DataLoader: against the forked one"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"dataset": path, "workers": args.workers, "rounds": args.rounds, "rows": rows}, f, indent=1)

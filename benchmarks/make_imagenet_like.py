@@ -113,8 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quality-min", type=int, default=75, help="lowest JPEG quality (default 75)")
     p.add_argument("--quality-max", type=int, default=95, help="highest JPEG quality (default 95)")
     p.add_argument("--gray-fraction", type=float, default=0.01, help="grayscale share (default 0.01)")
-    p.add_argument("--noise", type=float, default=10.0,
-                   help="luminance noise sigma in levels (default 10)")
+    p.add_argument("--noise", type=float, default=10.0, help="luminance noise sigma in levels (default 10)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--source", default=str(DEFAULT_SOURCE), help="folder of source photos")
     args = p.parse_args(argv)
@@ -132,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.dst} exists and is not empty; choose another destination", file=sys.stderr)
         return 2
     n, total = generate(args)
-    print(f"wrote {n} images in {args.classes} classes to {args.dst}: {total / 1e6:.1f} MB, "
-          f"{total / n / 1e3:.0f} KB per image on average")
+    print(
+        f"wrote {n} images in {args.classes} classes to {args.dst}: {total / 1e6:.1f} MB, "
+        f"{total / n / 1e3:.0f} KB per image on average"
+    )
     return 0
 
 

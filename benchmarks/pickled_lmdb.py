@@ -89,8 +89,13 @@ def timed(fn, lmdb_path: Path | None = None) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--source", default=str(REPO / "sample_data" / "imagefolder"), help="an ImageFolder root")
-    p.add_argument("--imagenet-like", type=int, default=0, metavar="N",
-                   help="instead, N images from benchmarks/make_imagenet_like.py (seed 0)")
+    p.add_argument(
+        "--imagenet-like",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead, N images from benchmarks/make_imagenet_like.py (seed 0)",
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", metavar="FILE")
@@ -103,26 +108,50 @@ def main(argv: list[str] | None = None) -> int:
             args.imagenet_like, args.rounds = 4, 1
         if args.imagenet_like:
             root = work / "src"
-            subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_imagenet_like.py"), str(root),
-                            "--images", str(args.imagenet_like), "--classes", "2" if args.smoke else "10"],
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(REPO / "benchmarks" / "make_imagenet_like.py"),
+                    str(root),
+                    "--images",
+                    str(args.imagenet_like),
+                    "--classes",
+                    "2" if args.smoke else "10",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
         src = work / "train.lmdb"
         count = write_like_the_scripts(root, src)
-        times: dict[str, list[float]] = {"script": [], "iotool-scan": [], "iotool-convert": [],
-                                         "iotool-imagefolder": []}
+        times: dict[str, list[float]] = {
+            "script": [],
+            "iotool-scan": [],
+            "iotool-convert": [],
+            "iotool-imagefolder": [],
+        }
         timed(lambda: iotool.convert(src, work / "warm.lmdb", "lmdb", src_format="pickled-lmdb", workers=0), src)
         for r in range(args.rounds):  # interleaved, after a warm-up (imports, page cache)
             times["script"].append(timed(lambda: read_like_the_scripts(src)))
             times["iotool-scan"].append(timed(lambda: PickledLmdbSource(str(src)), src))
             dst = work / f"out{r}.lmdb"
-            times["iotool-convert"].append(timed(lambda: iotool.convert(
-                src, dst, "lmdb", src_format="pickled-lmdb", workers=args.workers), src))
+            times["iotool-convert"].append(
+                timed(
+                    lambda dst=dst: iotool.convert(src, dst, "lmdb", src_format="pickled-lmdb", workers=args.workers),
+                    src,
+                )
+            )
             shutil.rmtree(dst)
-            times["iotool-imagefolder"].append(timed(lambda: iotool.convert(root, dst, "lmdb", workers=args.workers)))
+            times["iotool-imagefolder"].append(
+                timed(lambda dst=dst: iotool.convert(root, dst, "lmdb", workers=args.workers))
+            )
             shutil.rmtree(dst)
         result = {
-            "images": count, "bytes": src.stat().st_size, "workers": args.workers, "rounds": args.rounds,
-            "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+            "images": count,
+            "bytes": src.stat().st_size,
+            "workers": args.workers,
+            "rounds": args.rounds,
+            "load_average": os.getloadavg(),
+            "cpus": os.cpu_count(),
             "seconds": {k: {"median": statistics.median(v), "min": min(v), "max": max(v)} for k, v in times.items()},
         }
         result["images_per_s"] = {k: count / v["median"] for k, v in result["seconds"].items()}

@@ -91,14 +91,18 @@ def baseline_dataset(src: str, size: int) -> tuple[str, Any]:
         from iotool.bench.contestants import TorchvisionStyleFolder
         from iotool.transforms import RandomResizedCrop
 
-        return ("iotool.bench.contestants.TorchvisionStyleFolder (PIL decode) + RandomResizedCrop on torch's uint8 "
-                "kernel, as torchvision v2 runs it (torchvision not installed)",
-                TorchvisionStyleFolder(src, RandomResizedCrop(size, backend="torch")))
+        return (
+            "iotool.bench.contestants.TorchvisionStyleFolder (PIL decode) + RandomResizedCrop on torch's uint8 "
+            "kernel, as torchvision v2 runs it (torchvision not installed)",
+            TorchvisionStyleFolder(src, RandomResizedCrop(size, backend="torch")),
+        )
     import torchvision
 
     transform = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(size, antialias=True)])
-    return (f"torchvision {torchvision.__version__} ImageFolder + v2.PILToTensor + v2.RandomResizedCrop",
-            ImageFolder(src, transform=transform))
+    return (
+        f"torchvision {torchvision.__version__} ImageFolder + v2.PILToTensor + v2.RandomResizedCrop",
+        ImageFolder(src, transform=transform),
+    )
 
 
 def build(src: str, workdir: str, resize: int) -> dict[str, tuple[str, float]]:
@@ -114,8 +118,7 @@ def build(src: str, workdir: str, resize: int) -> dict[str, tuple[str, float]]:
     return built
 
 
-def factories(src: str, built: dict[str, tuple[str, float]], size: int,
-              resize: int) -> dict[str, Callable[[], Any]]:
+def factories(src: str, built: dict[str, tuple[str, float]], size: int, resize: int) -> dict[str, Callable[[], Any]]:
     """name -> a function that opens a fresh dataset for that contestant."""
     import iotool
     from iotool.transforms import RandomResizedCrop
@@ -125,7 +128,8 @@ def factories(src: str, built: dict[str, tuple[str, float]], size: int,
         BASELINE: lambda: baseline_dataset(src, size)[1],
         LMDB: lambda: iotool.open_dataset(lmdb, transform=RandomResizedCrop(size)),
         RAM_RESIZED.format(resize=resize): lambda: iotool.open_dataset(
-            lmdb, transform=RandomResizedCrop(size), cache="ram", cache_resize=resize),
+            lmdb, transform=RandomResizedCrop(size), cache="ram", cache_resize=resize
+        ),
         RAM_FULL: lambda: iotool.open_dataset(lmdb, transform=RandomResizedCrop(size), cache="ram"),
         BMP.format(resize=resize): lambda: iotool.open_dataset(bmp, transform=RandomResizedCrop(size)),
     }
@@ -133,13 +137,20 @@ def factories(src: str, built: dict[str, tuple[str, float]], size: int,
 
 def run_contestant(make: Callable[[], Any], batch_size: int, workers: int, epochs: int) -> dict[str, Any]:
     """Fresh dataset and loader; time epoch 1 and epochs 2..; memory at the end; then shut down."""
-    import iotool
     from torch.utils.data import DataLoader
 
+    import iotool
+
     dataset = make()
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=True,
-                        persistent_workers=workers > 0, collate_fn=iotool.fast_collate,
-                        worker_init_fn=one_thread_worker if workers > 0 else None)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=workers,
+        shuffle=True,
+        persistent_workers=workers > 0,
+        collate_fn=iotool.fast_collate,
+        worker_init_fn=one_thread_worker if workers > 0 else None,
+    )
     seconds, counts = [], []
     for _ in range(epochs):
         n, start = 0, time.perf_counter()
@@ -189,10 +200,15 @@ def summary_rows(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
             base_values = [b[key] for b in base]
             med, base_med = median_or_none(values), median_or_none(base_values)
             ratios = [v / b for v, b in zip(values, base_values) if v is not None and b]
-            row[key] = {"median": med, "values": values, "min": min(values) if med else None,
-                        "max": max(values) if med else None,
-                        "ratio_of_medians": med / base_med if med is not None and base_med else None,
-                        "per_round_ratios": ratios, "per_round_ratio_median": median_or_none(ratios)}
+            row[key] = {
+                "median": med,
+                "values": values,
+                "min": min(values) if med else None,
+                "max": max(values) if med else None,
+                "ratio_of_medians": med / base_med if med is not None and base_med else None,
+                "per_round_ratios": ratios,
+                "per_round_ratio_median": median_or_none(ratios),
+            }
         pss = [r["memory"]["sum"]["Pss"] for r in rounds]
         growth = [r["memory"]["sum"]["Pss"] - p["memory"]["sum"]["Pss"] for r, p in zip(rounds, plain)]
         shmem = [r["memory"]["sum"]["Pss_Shmem"] - p["memory"]["sum"]["Pss_Shmem"] for r, p in zip(rounds, plain)]
@@ -206,8 +222,9 @@ def summary_rows(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
             row["growth_per_cache_byte"] = {"median": median_or_none(ratios), "values": ratios}
             ratios = [g / cache_bytes for g in shmem]
             row["shmem_growth_per_cache_byte"] = {"median": median_or_none(ratios), "values": ratios}
-        row["per_process_pss_last_round"] = {k: {f: v[f] for f in ("Pss", "Pss_Shmem")}
-                                             for k, v in rounds[-1]["memory"]["processes"].items()}
+        row["per_process_pss_last_round"] = {
+            k: {f: v[f] for f in ("Pss", "Pss_Shmem")} for k, v in rounds[-1]["memory"]["processes"].items()
+        }
         row["cache_filled"] = [r["cache_filled"] for r in rounds]
         out[name] = row
     return out
@@ -223,24 +240,32 @@ def fmt(x: float | None, spec: str) -> str:
 
 def print_table(summary: dict[str, dict[str, Any]], head: str) -> None:
     print(head)
-    print(f"{'contestant':16} {'epoch 1':>9} {'x base':>7} {'epochs 2+':>10} {'x base':>7} "
-          f"{'per-round x':>12} {'PSS sum':>8} {'growth':>7} {'cache':>7} {'growth/cache':>13} {'shmem/cache':>12}")
-    print(f"{'':16} {'img/s':>9} {'':>7} {'img/s':>10} {'':>7} {'(2+)':>12} {'MiB':>8} {'MiB':>7} "
-          f"{'MiB':>7} {'(target<=1.2)':>13}")
+    print(
+        f"{'contestant':16} {'epoch 1':>9} {'x base':>7} {'epochs 2+':>10} {'x base':>7} "
+        f"{'per-round x':>12} {'PSS sum':>8} {'growth':>7} {'cache':>7} {'growth/cache':>13} {'shmem/cache':>12}"
+    )
+    print(
+        f"{'':16} {'img/s':>9} {'':>7} {'img/s':>10} {'':>7} {'(2+)':>12} {'MiB':>8} {'MiB':>7} "
+        f"{'MiB':>7} {'(target<=1.2)':>13}"
+    )
     for name, row in summary.items():
         e1, e2 = row["epoch1_images_per_s"], row["later_images_per_s"]
         per_round = ",".join(f"{r:.1f}" for r in e2["per_round_ratios"])
         g, sh = row.get("growth_per_cache_byte"), row.get("shmem_growth_per_cache_byte")
-        print(f"{name:16} {fmt(e1['median'], '9.0f')} {fmt(e1['ratio_of_medians'], '6.2f')}x "
-              f"{fmt(e2['median'], '10.0f')} {fmt(e2['ratio_of_medians'], '6.2f')}x {per_round:>12} "
-              f"{mib(row['pss_sum']['median']):>8} {mib(row['pss_growth_over_lmdb']['median']):>7} "
-              f"{mib(row['cache_bytes'] or None):>7} {fmt(g and g['median'], '13.2f')} "
-              f"{fmt(sh and sh['median'], '12.2f')}")
-    print("\nPSS (of it shared memory: the cache block) per process at the end of the last epoch "
-          "of the last round (MiB):")
+        print(
+            f"{name:16} {fmt(e1['median'], '9.0f')} {fmt(e1['ratio_of_medians'], '6.2f')}x "
+            f"{fmt(e2['median'], '10.0f')} {fmt(e2['ratio_of_medians'], '6.2f')}x {per_round:>12} "
+            f"{mib(row['pss_sum']['median']):>8} {mib(row['pss_growth_over_lmdb']['median']):>7} "
+            f"{mib(row['cache_bytes'] or None):>7} {fmt(g and g['median'], '13.2f')} "
+            f"{fmt(sh and sh['median'], '12.2f')}"
+        )
+    print(
+        "\nPSS (of it shared memory: the cache block) per process at the end of the last epoch of the last round (MiB):"
+    )
     for name, row in summary.items():
-        parts = ", ".join(f"{k} {mib(v['Pss'])} ({mib(v['Pss_Shmem'])})"
-                          for k, v in row["per_process_pss_last_round"].items())
+        parts = ", ".join(
+            f"{k} {mib(v['Pss'])} ({mib(v['Pss_Shmem'])})" for k, v in row["per_process_pss_last_round"].items()
+        )
         print(f"  {name:16} {parts}")
 
 
@@ -252,8 +277,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=3, help="epochs per contestant and round (>= 2)")
     parser.add_argument("--size", type=int, default=224, help="RandomResizedCrop's output side")
-    parser.add_argument("--cache-resize", type=int, default=256,
-                        help="shorter side of the resized RAM cache and of the bmp cache")
+    parser.add_argument(
+        "--cache-resize", type=int, default=256, help="shorter side of the resized RAM cache and of the bmp cache"
+    )
     parser.add_argument("--workdir", type=Path, help="where to build lmdb and bmp (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="write every figure and the environment here")
     args = parser.parse_args(argv)
@@ -278,18 +304,30 @@ def main(argv: list[str] | None = None) -> None:
                 runs[name].append(run_contestant(makers[name], args.batch_size, args.workers, args.epochs))
         images = runs[LMDB][0]["epoch_images"][0]
     summary = summary_rows(runs)
-    head = (f"{images} images from {args.src}, {args.workers} workers, batch {args.batch_size}, "
-            f"RandomResizedCrop({args.size}), shuffle, {args.epochs} epochs per contestant, "
-            f"median of {args.rounds} round(s)\nbaseline: {baseline_name}\n"
-            f"growth = summed PSS (main + workers) minus the lmdb contestant's of the same round; "
-            f"shmem/cache = summed Pss_Shmem / the cache's bytes\n")
+    head = (
+        f"{images} images from {args.src}, {args.workers} workers, batch {args.batch_size}, "
+        f"RandomResizedCrop({args.size}), shuffle, {args.epochs} epochs per contestant, "
+        f"median of {args.rounds} round(s)\nbaseline: {baseline_name}\n"
+        f"growth = summed PSS (main + workers) minus the lmdb contestant's of the same round; "
+        f"shmem/cache = summed Pss_Shmem / the cache's bytes\n"
+    )
     print_table(summary, head)
     if args.json:
-        report = {"src": str(args.src), "images": images, "workers": args.workers, "batch_size": args.batch_size,
-                  "rounds": args.rounds, "epochs": args.epochs, "size": args.size,
-                  "cache_resize": args.cache_resize, "baseline": baseline_name,
-                  "conversion_seconds": {k: v[1] for k, v in built.items()},
-                  "summary": summary, "runs": runs, "environment": env}
+        report = {
+            "src": str(args.src),
+            "images": images,
+            "workers": args.workers,
+            "batch_size": args.batch_size,
+            "rounds": args.rounds,
+            "epochs": args.epochs,
+            "size": args.size,
+            "cache_resize": args.cache_resize,
+            "baseline": baseline_name,
+            "conversion_seconds": {k: v[1] for k, v in built.items()},
+            "summary": summary,
+            "runs": runs,
+            "environment": env,
+        }
         args.json.write_text(json.dumps(report, indent=2, default=str))
         print(f"\nwrote {args.json}")
 

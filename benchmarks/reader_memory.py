@@ -55,8 +55,13 @@ def main() -> None:
             dst = Path(tmp) / fmt
             options = {"resize": 256} if fmt == "bmp" else {"shard_size": 125} if fmt == "tar" else {}
             iotool.convert(args.src, dst, fmt, workers=2, **options)
-            loader = DataLoader(iotool.open_dataset(dst, transform=CropAndPid()), batch_size=64, num_workers=2,
-                                persistent_workers=True, collate_fn=collate)
+            loader = DataLoader(
+                iotool.open_dataset(dst, transform=CropAndPid()),
+                batch_size=64,
+                num_workers=2,
+                persistent_workers=True,
+                collate_fn=collate,
+            )
             rows = []
             for _ in range(args.epochs):
                 pids: set[int] = set()
@@ -66,8 +71,11 @@ def main() -> None:
             growth = max(b[0] - a[0] for a, b in zip(rows[0], rows[-1]))
             epochs = "  ".join("/".join(f"{rss:.0f}" for rss, _ in row) for row in rows)
             fds = {tuple(fd for _, fd in row) for row in rows[1:]}
-            print(f"{fmt:5} worker RSS MiB by epoch: {epochs}   growth epoch 1->{args.epochs}: "
-                  f"{growth:+.1f} MiB   open fds after epoch 1: {sorted(fds)}", flush=True)
+            print(
+                f"{fmt:5} worker RSS MiB by epoch: {epochs}   growth epoch 1->{args.epochs}: "
+                f"{growth:+.1f} MiB   open fds after epoch 1: {sorted(fds)}",
+                flush=True,
+            )
             del loader
 
 

@@ -40,8 +40,7 @@ from typing import Callable
 from iotool.bench.common import rotated, summarize
 from iotool.decode import available, decode
 from iotool.decode import region as R
-from iotool.decode.backends import parse_jpeg_header
-from iotool.decode.backends import scaled
+from iotool.decode.backends import parse_jpeg_header, scaled
 from iotool.transforms import DecodeRandomResizedCrop, random_resized_crop_params
 
 FULL_BACKENDS = ("pil", "opencv", "simplejpeg", "jpeg4py")
@@ -83,8 +82,9 @@ def steps(datas: list[bytes]) -> tuple[dict[str, Callable[[], None]], dict[str, 
     headers = [parse_jpeg_header(d) for d in datas]
     rng = random.Random(0)
     boxes = [random_resized_crop_params(h.height, h.width, (0.08, 1.0), (3 / 4, 4 / 3), rng) for h in headers]
-    fused = [reduced(box, h, DecodeRandomResizedCrop(224).decode_scale(box[2], box[3]))
-             for box, h in zip(boxes, headers)]
+    fused = [
+        reduced(box, h, DecodeRandomResizedCrop(224).decode_scale(box[2], box[3])) for box, h in zip(boxes, headers)
+    ]
     named: dict[str, Callable[[], None]] = {}
     libraries: dict[str, str] = {}
     status = available()
@@ -95,11 +95,14 @@ def steps(datas: list[bytes]) -> tuple[dict[str, Callable[[], None]], dict[str, 
     for lib in region_libraries():
         tag = f"region[{lib.origin} {lib.version}]"
         named[f"{tag} full"] = lambda lib=lib: [
-            R.decode_jpeg_region(d, h, (0, 0, h.height, h.width), library=lib) for d, h in zip(datas, headers)]
+            R.decode_jpeg_region(d, h, (0, 0, h.height, h.width), library=lib) for d, h in zip(datas, headers)
+        ]
         named[f"{tag} crop"] = lambda lib=lib: [
-            R.decode_jpeg_region(d, h, box, library=lib) for d, h, box in zip(datas, headers, boxes)]
+            R.decode_jpeg_region(d, h, box, library=lib) for d, h, box in zip(datas, headers, boxes)
+        ]
         named[f"{tag} fused 224"] = lambda lib=lib: [
-            R.decode_jpeg_region(d, h, box, s, library=lib) for d, h, (box, s) in zip(datas, headers, fused)]
+            R.decode_jpeg_region(d, h, box, s, library=lib) for d, h, (box, s) in zip(datas, headers, fused)
+        ]
         libraries[f"{tag} full"] = libraries[f"{tag} crop"] = libraries[f"{tag} fused 224"] = lib.describe()
     return named, libraries
 
@@ -132,20 +135,40 @@ def main() -> None:
     seconds = measure(named, args.rounds)
     n = len(datas)
     reference = seconds.get("simplejpeg full")
-    print(f"{n} images, {pixels / n / 1e3:.0f} kpixels each on average, one thread, median CPU time of "
-          f"{args.rounds} rounds; region decoder default: {R.region_status()}")
-    print(f"  {'step':34} {'ms/image':>9} {'ns/pixel':>9} {'vs simplejpeg':>14}  library   "
-          f"(ns per pixel of the whole image; vs simplejpeg: its full decode's time / this step's)")
+    print(
+        f"{n} images, {pixels / n / 1e3:.0f} kpixels each on average, one thread, median CPU time of "
+        f"{args.rounds} rounds; region decoder default: {R.region_status()}"
+    )
+    print(
+        f"  {'step':34} {'ms/image':>9} {'ns/pixel':>9} {'vs simplejpeg':>14}  library   "
+        f"(ns per pixel of the whole image; vs simplejpeg: its full decode's time / this step's)"
+    )
     rows = {}
     for name, s in seconds.items():
         ratio = reference / s if reference else None
-        rows[name] = {"ms_per_image": s / n * 1e3, "ns_per_image_pixel": s / pixels * 1e9,
-                      "speed_vs_simplejpeg_full": ratio, "library": libraries[name]}
-        print(f"  {name:34} {s / n * 1e3:9.3f} {s / pixels * 1e9:9.2f} "
-              f"{f'{ratio:.3f}x' if ratio else '':>14}  {libraries[name]}")
+        rows[name] = {
+            "ms_per_image": s / n * 1e3,
+            "ns_per_image_pixel": s / pixels * 1e9,
+            "speed_vs_simplejpeg_full": ratio,
+            "library": libraries[name],
+        }
+        print(
+            f"  {name:34} {s / n * 1e3:9.3f} {s / pixels * 1e9:9.2f} "
+            f"{f'{ratio:.3f}x' if ratio else '':>14}  {libraries[name]}"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"images": n, "pixels": pixels, "rounds": args.rounds,
-                                         "region_decoder": R.region_status(), "steps": rows}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "images": n,
+                    "pixels": pixels,
+                    "rounds": args.rounds,
+                    "region_decoder": R.region_status(),
+                    "steps": rows,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

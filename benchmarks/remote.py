@@ -44,6 +44,7 @@ SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder
 
 # -- data ---------------------------------------------------------------------------------
 
+
 def build_shards(folder: Path, images: int, shard_size: int) -> Path:
     """Copy the sample photos into an ImageFolder of ``images`` files and convert it to tar shards."""
     photos = sorted(p for p in SAMPLE_DATA.rglob("*") if p.is_file() and p.suffix.lower() in (".jpg", ".jpeg"))
@@ -71,6 +72,7 @@ def upload(shards: Path, options: dict[str, Any]) -> str:
 
 # -- measuring ----------------------------------------------------------------------------
 
+
 def one_pass(ds: Any, workers: int) -> tuple[int, int, float]:
     """(samples, payload bytes, seconds) of one pass over ``ds``."""
     feed = DataLoader(ds, batch_size=None, num_workers=workers) if workers else ds
@@ -91,8 +93,11 @@ def measure(sources: dict[str, Any], rounds: int, workers: int) -> dict[str, lis
         for name, ds in sources.items():
             n, nbytes, seconds = one_pass(ds, workers)
             results[name].append((n / seconds, nbytes / seconds / 1e6))
-        print(f"round {r + 1}/{rounds}: " + "  ".join(f"{k} {v[-1][0]:.0f}" for k, v in results.items()),
-              file=sys.stderr, flush=True)
+        print(
+            f"round {r + 1}/{rounds}: " + "  ".join(f"{k} {v[-1][0]:.0f}" for k, v in results.items()),
+            file=sys.stderr,
+            flush=True,
+        )
     return results
 
 
@@ -105,8 +110,10 @@ def print_table(results: dict[str, list[tuple[float, float]]], decoded: bool) ->
     for name, values in results.items():
         rates = summarize([v[0] for v in values])
         mb = summarize([v[1] for v in values]).median
-        print(f"{name:<{width}}  {rates.median:12.0f}  {mb:7.1f}  {rates.min:8.0f}  {rates.max:8.0f}"
-              f"   {' '.join(f'{x:.0f}' for x in rates.values)}")
+        print(
+            f"{name:<{width}}  {rates.median:12.0f}  {mb:7.1f}  {rates.min:8.0f}  {rates.max:8.0f}"
+            f"   {' '.join(f'{x:.0f}' for x in rates.values)}"
+        )
     print()
     for name, values in results.items():
         if name != "local":
@@ -119,10 +126,14 @@ def print_header(args: argparse.Namespace, shards: Path) -> None:
     import fsspec
     import s3fs
 
-    print(f"# {len(reader)} images in {len(reader.shards)} shards, {total / 1e6:.1f} MB; "
-          f"decoder={'auto' if args.decode else None}, DataLoader workers={args.workers}, rounds={args.rounds}")
-    print(f"# python {platform.python_version()}, iotool {iotool.__version__}, fsspec {fsspec.__version__}, "
-          f"s3fs {s3fs.__version__}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
+    print(
+        f"# {len(reader)} images in {len(reader.shards)} shards, {total / 1e6:.1f} MB; "
+        f"decoder={'auto' if args.decode else None}, DataLoader workers={args.workers}, rounds={args.rounds}"
+    )
+    print(
+        f"# python {platform.python_version()}, iotool {iotool.__version__}, fsspec {fsspec.__version__}, "
+        f"s3fs {s3fs.__version__}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}"
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -153,8 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                 "local": iotool.open_dataset(shards, decoder=decoder),
                 "http (loopback)": iotool.open_dataset(f"{http_url}/shards", decoder=decoder),
                 "s3 (moto, loopback)": iotool.open_dataset(s3_url, decoder=decoder, storage_options=options),
-                "s3 + warm cache_dir": iotool.open_dataset(s3_url, decoder=decoder, storage_options=options,
-                                                           cache_dir=Path(tmp) / "cache"),
+                "s3 + warm cache_dir": iotool.open_dataset(
+                    s3_url, decoder=decoder, storage_options=options, cache_dir=Path(tmp) / "cache"
+                ),
             }
             results = measure(sources, args.rounds, args.workers)
     print_table(results, args.decode)

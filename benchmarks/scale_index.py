@@ -61,9 +61,15 @@ def meta_for(count: int, shard_size: int | None, fmt: str = "tar") -> DatasetMet
     options = {"source": "benchmarks/scale_index.py"}
     if fmt == "tar":
         options.update(shard_size=shard_size, shard_bytes=None)
-    return DatasetMeta(format=fmt, format_version=get_format(fmt).reader.format_versions[-1], classes=classes,
-                       class_to_idx={c: i for i, c in enumerate(classes)}, count=count,
-                       options=options, created_by=f"iotool {iotool.__version__}")
+    return DatasetMeta(
+        format=fmt,
+        format_version=get_format(fmt).reader.format_versions[-1],
+        classes=classes,
+        class_to_idx={c: i for i, c in enumerate(classes)},
+        count=count,
+        options=options,
+        created_by=f"iotool {iotool.__version__}",
+    )
 
 
 def build_container(fmt: str, dst: Path, records: int) -> None:
@@ -91,10 +97,13 @@ def real_shard(folder: Path, first: int, count: int, payload: bytes) -> dict:
         writer.add(Record(i - first, key, i % CLASSES, payload, "jpg", digest, position=i - first))
     writer.finish(meta_for(count, count))
     reader = iotool.open_reader(folder)
-    return {"member_keys": list(reader.member_keys), "labels": np.asarray(reader.labels.array),
-            "checksums": bytes(np.asarray(reader.column("checksums").raw)),
-            "offsets": np.asarray(reader.column("locations"))[:, 1:].copy(),
-            "shapes": np.asarray(reader.column("shapes")).copy()}
+    return {
+        "member_keys": list(reader.member_keys),
+        "labels": np.asarray(reader.labels.array),
+        "checksums": bytes(np.asarray(reader.column("checksums").raw)),
+        "offsets": np.asarray(reader.column("locations"))[:, 1:].copy(),
+        "shapes": np.asarray(reader.column("shapes")).copy(),
+    }
 
 
 def build(dst: Path, records: int, shard_size: int) -> None:
@@ -116,8 +125,14 @@ def build(dst: Path, records: int, shard_size: int) -> None:
             first = k * shard_size
             keys = [f"s{k:06d}/img_{i:08d}.jpg" for i in range(first, first + n)]
             locations = np.column_stack([np.full(n, k, dtype=np.int64), part["offsets"]])
-            columns.append_batch(keys=keys, member_keys=part["member_keys"], labels=part["labels"],
-                                 checksums=part["checksums"], locations=locations, shapes=part["shapes"])
+            columns.append_batch(
+                keys=keys,
+                member_keys=part["member_keys"],
+                labels=part["labels"],
+                checksums=part["checksums"],
+                locations=locations,
+                shapes=part["shapes"],
+            )
             units.append({"name": shard_name(k), "count": n, "bytes": n * len(payload)})
         write_index(str(dst), tar_index(meta_for(records, shard_size), units, columns.finish()))
 
@@ -128,8 +143,13 @@ def downgrade(dst: Path) -> None:
     index = json.loads((dst / "index.json").read_text())
     index.pop("integrity")
     table = index.pop("columns")
-    index.update(keys=list(reader.keys), member_keys=list(reader.member_keys), labels=list(reader.labels),
-                 checksums=list(reader.checksums), locations=np.asarray(reader.column("locations")).tolist())
+    index.update(
+        keys=list(reader.keys),
+        member_keys=list(reader.member_keys),
+        labels=list(reader.labels),
+        checksums=list(reader.checksums),
+        locations=np.asarray(reader.column("locations")).tolist(),
+    )
     index["meta"]["format_version"] = 1
     write_index(str(dst), index)
     for entry in table.values():
@@ -143,8 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dst", type=Path)
     parser.add_argument("--records", type=int, default=1_281_167)
     parser.add_argument("--shard-size", type=int, default=1000, help="tar only")
-    parser.add_argument("--index-version", type=int, choices=[1, 2], default=2,
-                        help="tar only; 1: the old index.json with JSON lists, for comparison")
+    parser.add_argument(
+        "--index-version",
+        type=int,
+        choices=[1, 2],
+        default=2,
+        help="tar only; 1: the old index.json with JSON lists, for comparison",
+    )
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     if args.dst.exists():
@@ -155,18 +180,22 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     if args.format != "tar":
         build_container(args.format, args.dst, args.records)
-        files = [p for p in args.dst.iterdir()] if args.dst.is_dir() else [args.dst]
-        print(f"{args.dst}: {args.records:,} records, {args.format} format version "
-              f"{get_format(args.format).reader.format_versions[-1]}, "
-              f"{sum(p.stat().st_size for p in files) / 2**20:.1f} MiB, built in {time.perf_counter() - start:.1f} s")
+        files = list(args.dst.iterdir()) if args.dst.is_dir() else [args.dst]
+        print(
+            f"{args.dst}: {args.records:,} records, {args.format} format version "
+            f"{get_format(args.format).reader.format_versions[-1]}, "
+            f"{sum(p.stat().st_size for p in files) / 2**20:.1f} MiB, built in {time.perf_counter() - start:.1f} s"
+        )
         return 0
     build(args.dst, args.records, args.shard_size)
     if args.index_version == 1:
         downgrade(args.dst)
     size = sum(p.stat().st_size for p in args.dst.glob("index*"))
-    print(f"{args.dst}: {args.records:,} records in {-(-args.records // args.shard_size):,} shards, index "
-          f"version {args.index_version}, index files {size / 2**20:.1f} MiB, built in "
-          f"{time.perf_counter() - start:.1f} s")
+    print(
+        f"{args.dst}: {args.records:,} records in {-(-args.records // args.shard_size):,} shards, index "
+        f"version {args.index_version}, index files {size / 2**20:.1f} MiB, built in "
+        f"{time.perf_counter() - start:.1f} s"
+    )
     return 0
 
 

@@ -47,7 +47,7 @@ from iotool.transforms import DecodeRandomResizedCrop, RandomResizedCrop, random
 from iotool.transforms.fused import fuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from region_decode import load, reduced  # noqa: E402  (the same images and boxes as that benchmark)
+from region_decode import load, reduced
 
 
 def main() -> None:
@@ -58,8 +58,12 @@ def main() -> None:
     parser.add_argument("--restart-mcus", type=int, default=seekable.RESTART_MCUS)
     parser.add_argument("--smoke", action="store_true", help="8 images, 1 round: checks the script runs")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--loader", type=Path, metavar="DIR",
-                        help="also convert SRC into DIR/plain.lmdb and DIR/seekable.lmdb and time a DataLoader and a Loader on both")
+    parser.add_argument(
+        "--loader",
+        type=Path,
+        metavar="DIR",
+        help="also convert SRC into DIR/plain.lmdb and DIR/seekable.lmdb and time a DataLoader and a Loader on both",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.images, args.rounds = 8, 1
@@ -72,18 +76,28 @@ def main() -> None:
     headers = [parse_jpeg_header(d) for d in datas]
     rng = random.Random(0)
     boxes = [random_resized_crop_params(h.height, h.width, (0.08, 1.0), (3 / 4, 4 / 3), rng) for h in headers]
-    fused = [reduced(box, h, DecodeRandomResizedCrop(224).decode_scale(box[2], box[3]))
-             for box, h in zip(boxes, headers)]
+    fused = [
+        reduced(box, h, DecodeRandomResizedCrop(224).decode_scale(box[2], box[3])) for box, h in zip(boxes, headers)
+    ]
     crops = [(box, 1) for box in boxes]
     per_image = {  # name -> f(i): one image's work; the fused crops get fresh seeded transforms each round
-        "region full": lambda i: R.decode_jpeg_region(datas[i], headers[i], (0, 0, headers[i].height, headers[i].width)),
-        **{f"{how} {what}": (lambda i, images=images, jobs=jobs, decode=decode: decode(
-            images[i], headers[i], *jobs[i]))
-           for what, jobs in (("crop", crops), ("fused 224", fused))
-           for how, images, decode in (("region", datas, R.decode_jpeg_region),
-                                       ("segments", seekables, seekable.decode_jpeg_box))},
-        **{f"fused RRC(224) {how}": (lambda i, images=images, how=how: transforms[how](images[i]))
-           for how, images in (("plain", datas), ("seekable", seekables))},
+        "region full": lambda i: R.decode_jpeg_region(
+            datas[i], headers[i], (0, 0, headers[i].height, headers[i].width)
+        ),
+        **{
+            f"{how} {what}": (
+                lambda i, images=images, jobs=jobs, decode=decode: decode(images[i], headers[i], *jobs[i])
+            )
+            for what, jobs in (("crop", crops), ("fused 224", fused))
+            for how, images, decode in (
+                ("region", datas, R.decode_jpeg_region),
+                ("segments", seekables, seekable.decode_jpeg_box),
+            )
+        },
+        **{
+            f"fused RRC(224) {how}": (lambda i, images=images, how=how: transforms[how](images[i]))
+            for how, images in (("plain", datas), ("seekable", seekables))
+        },
     }
     names = list(per_image)
     times: dict[str, list[float]] = {name: [] for name in names}
@@ -109,8 +123,14 @@ def main() -> None:
     speedups["fused RRC(224)"] = ms["fused RRC(224) plain"] / ms["fused RRC(224) seekable"]
     for what, value in speedups.items():
         print(f"  segments vs region, {what}: {value:.2f}x")
-    figures = {"images": n, "rounds": args.rounds, "ms_per_image": ms, "speedup": speedups, "size_change": size,
-               "transcode_images_per_s": n / transcode_s}
+    figures = {
+        "images": n,
+        "rounds": args.rounds,
+        "ms_per_image": ms,
+        "speedup": speedups,
+        "size_change": size,
+        "transcode_images_per_s": n / transcode_s,
+    }
     if args.loader:
         rates = loader_rates(args.src, args.loader, args.rounds)
         figures["loader_images_per_s"] = rates["DataLoader"]
@@ -118,9 +138,11 @@ def main() -> None:
         for kind, how in (("DataLoader", "DataLoader(num_workers=2)"), ("Loader", "iotool.Loader(threads=2)")):
             for name, value in rates[kind].items():
                 print(f"  {how:26} {name:9} {value:8.0f} images/s")
-            print(f"  seekable vs plain through {how}: {rates[kind]['seekable'] / rates[kind]['plain']:.2f}x "
-                  f"(CPU of all its processes: {rates[kind + ' CPU ms']['plain']:.2f} vs "
-                  f"{rates[kind + ' CPU ms']['seekable']:.2f} ms/image)")
+            print(
+                f"  seekable vs plain through {how}: {rates[kind]['seekable'] / rates[kind]['plain']:.2f}x "
+                f"(CPU of all its processes: {rates[kind + ' CPU ms']['plain']:.2f} vs "
+                f"{rates[kind + ' CPU ms']['seekable']:.2f} ms/image)"
+            )
         figures["cpu_ms_per_image"] = {kind: rates[f"{kind} CPU ms"] for kind in ("DataLoader", "Loader")}
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
@@ -143,8 +165,9 @@ def loader_rates(src: Path, root: Path, rounds: int) -> dict[str, dict[str, floa
     for name, path in paths.items():
         iotool.convert(src, path, "lmdb", workers=2, overwrite=True, seekable=name == "seekable")
         dataset = iotool.open_dataset(path, transform=RandomResizedCrop(224))
-        loaders["DataLoader", name] = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=2,
-                                                                  persistent_workers=True)
+        loaders["DataLoader", name] = torch.utils.data.DataLoader(
+            dataset, batch_size=64, num_workers=2, persistent_workers=True
+        )
         loaders["Loader", name] = iotool.Loader(dataset, batch_size=64, threads=2)
     times: dict[tuple[str, str], list[float]] = {key: [] for key in loaders}
     cpu: dict[tuple[str, str], list[float]] = {key: [] for key in loaders}
@@ -175,6 +198,7 @@ def _cpu_of(pids: list[int]) -> float:
             continue
         total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK") if pids else 0.0
+
 
 if __name__ == "__main__":
     main()

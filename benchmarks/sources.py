@@ -45,8 +45,10 @@ def write_sources(root: Path, work: Path) -> dict[str, tuple[str, dict]]:
     images = [(s.key, s.label, Path(s.path).read_bytes()) for s in scan.samples]
     (work / "pq").mkdir(parents=True)
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=scan.classes)})
-    ds = datasets.Dataset.from_dict({"image": [{"bytes": d, "path": k} for k, _, d in images],
-                                     "label": [label for _, label, _ in images]}, features=features)
+    ds = datasets.Dataset.from_dict(
+        {"image": [{"bytes": d, "path": k} for k, _, d in images], "label": [label for _, label, _ in images]},
+        features=features,
+    )
     ds.to_parquet(str(work / "pq" / "train-00000.parquet"))
     (work / "wds").mkdir()
     with wds.ShardWriter(str(work / "wds" / "shard-%06d.tar"), maxcount=500, verbose=0) as sink:
@@ -55,14 +57,17 @@ def write_sources(root: Path, work: Path) -> dict[str, tuple[str, dict]]:
     (work / "tfr").mkdir()
     writer = TFRecordWriter(str(work / "tfr" / "train-00000-of-00001"))
     for k, label, d in images:
-        writer.write({"image/encoded": (d, "byte"), "image/class/label": (label, "int"),
-                      "image/filename": (k.encode(), "byte")})
+        writer.write(
+            {"image/encoded": (d, "byte"), "image/class/label": (label, "int"), "image/filename": (k.encode(), "byte")}
+        )
     writer.close()
     last = len(list((work / "wds").glob("*.tar"))) - 1
-    return {"imagefolder": (str(root), {}),
-            "parquet": (str(work / "pq" / "*.parquet"), {}),
-            "webdataset": (str(work / "wds" / f"shard-{{000000..{last:06d}}}.tar"), {}),
-            "tfrecord-files": (str(work / "tfr" / "train-*"), {"label_offset": 0})}
+    return {
+        "imagefolder": (str(root), {}),
+        "parquet": (str(work / "pq" / "*.parquet"), {}),
+        "webdataset": (str(work / "wds" / f"shard-{{000000..{last:06d}}}.tar"), {}),
+        "tfrecord-files": (str(work / "tfr" / "train-*"), {"label_offset": 0}),
+    }
 
 
 def pil_decode(data: bytes) -> None:
@@ -102,8 +107,12 @@ def producer_reads(kind: str, src: str, work: Path) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("root", nargs="?", default=str(REPO / "sample_data" / "imagefolder"),
-                        help="an ImageFolder (default: the sample data)")
+    parser.add_argument(
+        "root",
+        nargs="?",
+        default=str(REPO / "sample_data" / "imagefolder"),
+        help="an ImageFolder (default: the sample data)",
+    )
     parser.add_argument("--workers", type=int, default=0, help="iotool convert workers (0: in this process)")
     parser.add_argument("--rounds", type=int, default=3, help="best of this many rounds")
     parser.add_argument("--smoke", action="store_true", help="one round on the given (default: sample) data")
@@ -120,10 +129,18 @@ def main(argv: list[str] | None = None) -> dict:
             best: dict[str, float] = {}
             for r in range(rounds):
                 start = time.perf_counter()
-                iotool.convert(src, work / f"out-{kind}-{r}", "lmdb", src_format=kind, workers=args.workers,
-                               source_options=options or None)
-                timing = {"iotool_s": time.perf_counter() - start,
-                          **{f"producer_{k}": v for k, v in producer_reads(kind, src, work / f"r{r}").items()}}
+                iotool.convert(
+                    src,
+                    work / f"out-{kind}-{r}",
+                    "lmdb",
+                    src_format=kind,
+                    workers=args.workers,
+                    source_options=options or None,
+                )
+                timing = {
+                    "iotool_s": time.perf_counter() - start,
+                    **{f"producer_{k}": v for k, v in producer_reads(kind, src, work / f"r{r}").items()},
+                }
                 best = {k: min(v, best.get(k, v)) for k, v in timing.items()}
             figures["sources"][kind] = {k: round(v, 3) for k, v in best.items()}
             print(kind, figures["sources"][kind], flush=True)

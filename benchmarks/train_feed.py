@@ -49,6 +49,7 @@ STD = (0.229, 0.224, 0.225)
 
 # -- data ---------------------------------------------------------------------------------
 
+
 class CenterCropResize:
     """Resize the shorter side to ``size`` (INTER_AREA), then center-crop ``size`` x ``size``."""
 
@@ -61,7 +62,7 @@ class CenterCropResize:
         nh, nw = max(self.size, round(h * scale)), max(self.size, round(w * scale))
         image = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA)
         top, left = (nh - self.size) // 2, (nw - self.size) // 2
-        return image[top:top + self.size, left:left + self.size]
+        return image[top : top + self.size, left : left + self.size]
 
 
 class CropToNormalisedFloat:
@@ -100,34 +101,58 @@ class RepeatedLoader:
 
 def make_loaders(path: str, args: argparse.Namespace, pin: bool) -> dict[str, Iterable[Any]]:
     """The three pipelines under test, built over the same dataset and loader settings."""
-    common = dict(batch_size=args.batch_size, num_workers=args.workers, pin_memory=pin, shuffle=True,
-                  persistent_workers=args.workers > 0, drop_last=False)
+    common = dict(
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        pin_memory=pin,
+        shuffle=True,
+        persistent_workers=args.workers > 0,
+        drop_last=False,
+    )
     plain_ds = iotool.open_dataset(path, decoder=args.decoder, transform=CropToNormalisedFloat(args.image_size))
     fast_ds = iotool.open_dataset(path, decoder=args.decoder, transform=CenterCropResize(args.image_size))
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
-    fast_loader = DataLoader(repeated(fast_ds, args.repeat), **common,
-                             collate_fn=functools.partial(iotool.fast_collate, memory_format=memory_format))
+    fast_loader = DataLoader(
+        repeated(fast_ds, args.repeat),
+        **common,
+        collate_fn=functools.partial(iotool.fast_collate, memory_format=memory_format),
+    )
     with warnings.catch_warnings():  # CenterCropResize is not iotool's: measured all the same
         warnings.simplefilter("ignore")
-        threads = iotool.Loader(fast_ds, batch_size=args.batch_size, shuffle=True, pin_memory=pin,
-                                threads=args.loader_threads or max(args.workers, 1))
+        threads = iotool.Loader(
+            fast_ds,
+            batch_size=args.batch_size,
+            shuffle=True,
+            pin_memory=pin,
+            threads=args.loader_threads or max(args.workers, 1),
+        )
     return {
         "plain": DataLoader(repeated(plain_ds, args.repeat), **common),
-        "iotool": iotool.CUDAPrefetcher(fast_loader, mean=MEAN, std=STD, device=args.device,
-                                        channels_last=args.channels_last),
-        "loader": iotool.CUDAPrefetcher(RepeatedLoader(threads, args.repeat), mean=MEAN, std=STD,
-                                        device=args.device, channels_last=args.channels_last),
+        "iotool": iotool.CUDAPrefetcher(
+            fast_loader, mean=MEAN, std=STD, device=args.device, channels_last=args.channels_last
+        ),
+        "loader": iotool.CUDAPrefetcher(
+            RepeatedLoader(threads, args.repeat),
+            mean=MEAN,
+            std=STD,
+            device=args.device,
+            channels_last=args.channels_last,
+        ),
     }
 
 
 # -- model and step -----------------------------------------------------------------------
 
+
 def small_cnn(classes: int) -> nn.Module:
     """Four conv blocks and a linear head."""
     layers: list[nn.Module] = []
     for c_in, c_out in ((3, 32), (32, 64), (64, 128), (128, 128)):
-        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out),
-                   nn.ReLU(inplace=True)]
+        layers += [
+            nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(inplace=True),
+        ]
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, classes))
 
 
@@ -154,8 +179,9 @@ def make_step(model: nn.Module | None, device: torch.device, amp: bool) -> Step:
     return step
 
 
-def run_epochs(name: str, feed: Iterable[Any], step: Step, device: torch.device, epochs: int,
-               channels_last: bool) -> tuple[int, float]:
+def run_epochs(
+    name: str, feed: Iterable[Any], step: Step, device: torch.device, epochs: int, channels_last: bool
+) -> tuple[int, float]:
     """Train over ``epochs`` passes of one pipeline; return (images, seconds)."""
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     seen = 0
@@ -174,33 +200,63 @@ def run_epochs(name: str, feed: Iterable[Any], step: Step, device: torch.device,
 
 # -- reporting ----------------------------------------------------------------------------
 
+
 def print_header(args: argparse.Namespace, path: str, n: int, device: torch.device, amp: bool) -> None:
-    print(f"torch {torch.__version__}, iotool {iotool.__version__}, python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, device {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
-    print(f"dataset {path}: {n} images/epoch (x{args.repeat}), decoder {args.decoder}, "
-          f"{args.image_size}x{args.image_size} crop, batch {args.batch_size}, workers {args.workers}, "
-          f"amp {'on' if amp else 'off'}, channels_last {args.channels_last}, "
-          f"{'feed only' if args.feed_only else 'small CNN + SGD'}, {args.rounds} rounds x {args.epochs} epochs")
+    print(
+        f"torch {torch.__version__}, iotool {iotool.__version__}, python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, device {device}"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+    )
+    print(
+        f"dataset {path}: {n} images/epoch (x{args.repeat}), decoder {args.decoder}, "
+        f"{args.image_size}x{args.image_size} crop, batch {args.batch_size}, workers {args.workers}, "
+        f"amp {'on' if amp else 'off'}, channels_last {args.channels_last}, "
+        f"{'feed only' if args.feed_only else 'small CNN + SGD'}, {args.rounds} rounds x {args.epochs} epochs"
+    )
 
 
-def summary(args: argparse.Namespace, path: str, n: int, device: torch.device, amp: bool,
-            amp_dtype: torch.dtype, results: dict[str, list[float]]) -> dict[str, Any]:
+def summary(
+    args: argparse.Namespace,
+    path: str,
+    n: int,
+    device: torch.device,
+    amp: bool,
+    amp_dtype: torch.dtype,
+    results: dict[str, list[float]],
+) -> dict[str, Any]:
     """The run's settings and figures as one JSON-ready dict (what --json writes)."""
     stats = {name: summarize(r) for name, r in results.items()}
-    rates = {name: {"median": round(s.median, 1), "min": round(s.min, 1), "max": round(s.max, 1),
-                    "rounds": [round(x, 1) for x in s.values]} for name, s in stats.items()}
+    rates = {
+        name: {
+            "median": round(s.median, 1),
+            "min": round(s.min, 1),
+            "max": round(s.max, 1),
+            "rounds": [round(x, 1) for x in s.values],
+        }
+        for name, s in stats.items()
+    }
     ratio = stats["iotool"].median / stats["plain"].median
     return {
-        "torch": torch.__version__, "iotool": iotool.__version__, "python": platform.python_version(),
+        "torch": torch.__version__,
+        "iotool": iotool.__version__,
+        "python": platform.python_version(),
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "dataset": path, "images_per_epoch": n, "repeat": args.repeat, "decoder": args.decoder,
-        "image_size": args.image_size, "batch_size": args.batch_size, "workers": args.workers,
-        "amp": str(amp_dtype).removeprefix("torch.") if amp else None, "channels_last": args.channels_last,
-        "model": None if args.feed_only else "small CNN + SGD", "rounds": args.rounds, "epochs": args.epochs,
+        "dataset": path,
+        "images_per_epoch": n,
+        "repeat": args.repeat,
+        "decoder": args.decoder,
+        "image_size": args.image_size,
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "amp": str(amp_dtype).removeprefix("torch.") if amp else None,
+        "channels_last": args.channels_last,
+        "model": None if args.feed_only else "small CNN + SGD",
+        "rounds": args.rounds,
+        "epochs": args.epochs,
         "loader_threads": args.loader_threads or max(args.workers, 1),
-        "images_per_s": rates, "ratio": round(ratio, 3),
+        "images_per_s": rates,
+        "ratio": round(ratio, 3),
         "loader_ratio": round(stats["loader"].median / stats["plain"].median, 3),
         "loader_vs_dataloader": round(stats["loader"].median / stats["iotool"].median, 3),
     }
@@ -222,31 +278,52 @@ def print_table(results: dict[str, list[float]]) -> None:
     ratio = summarize(results["iotool"]).median / summarize(results["plain"]).median
     print(f"\niotool / plain (medians): {ratio:.2f}x")
     loader = summarize(results["loader"]).median
-    print(f"loader / plain (medians): {loader / summarize(results['plain']).median:.2f}x; "
-          f"loader / iotool (Loader threads vs DataLoader workers): {loader / summarize(results['iotool']).median:.2f}x")
+    print(
+        f"loader / plain (medians): {loader / summarize(results['plain']).median:.2f}x; "
+        f"loader / iotool (Loader threads vs DataLoader workers): {loader / summarize(results['iotool']).median:.2f}x"
+    )
 
 
 # -- main ---------------------------------------------------------------------------------
 
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", nargs="?", help="an iotool dataset (default: sample_data converted to a temporary LMDB)")
+    parser.add_argument(
+        "path", nargs="?", help="an iotool dataset (default: sample_data converted to a temporary LMDB)"
+    )
     parser.add_argument("--epochs", type=int, default=1, help="epochs per round and pipeline (default 1)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds, pipelines interleaved (default 5)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers per pipeline (default 2)")
     parser.add_argument("--image-size", type=int, default=64, help="square crop fed to the model (default 64)")
-    parser.add_argument("--repeat", type=int, default=None,
-                        help="pass over the dataset N times per epoch (default 16 for sample_data, else 1)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="pass over the dataset N times per epoch (default 16 for sample_data, else 1)",
+    )
     parser.add_argument("--decoder", default="opencv", help="iotool decoder (default opencv)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--amp", choices=("auto", "on", "off"), default="auto",
-                        help="autocast: auto = on for CUDA, off on the CPU (default auto)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads in the training process (default: on the CPU, "
-                             "CPUs minus workers, at least 1, so workers and training do not oversubscribe)")
-    parser.add_argument("--loader-threads", type=int, default=None,
-                        help="iotool.Loader threads of the loader pipeline (default: --workers, at least 1)")
+    parser.add_argument(
+        "--amp",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="autocast: auto = on for CUDA, off on the CPU (default auto)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads in the training process (default: on the CPU, "
+        "CPUs minus workers, at least 1, so workers and training do not oversubscribe)",
+    )
+    parser.add_argument(
+        "--loader-threads",
+        type=int,
+        default=None,
+        help="iotool.Loader threads of the loader pipeline (default: --workers, at least 1)",
+    )
     parser.add_argument("--channels-last", action="store_true", help="channels_last model and inputs")
     parser.add_argument("--feed-only", action="store_true", help="no model: measure the input pipeline alone")
     parser.add_argument("--json", metavar="FILE", help="also write the settings and figures to FILE as JSON")
@@ -286,8 +363,15 @@ def main(argv: list[str] | None = None) -> int:
                 results[name].append(seen / seconds)
         print_table(results)
         if args.json:
-            figures = summary(args, path if args.path else "sample_data (temporary LMDB)", n, device, amp,
-                              amp_dtype_for(device), results)
+            figures = summary(
+                args,
+                path if args.path else "sample_data (temporary LMDB)",
+                n,
+                device,
+                amp,
+                amp_dtype_for(device),
+                results,
+            )
             Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 

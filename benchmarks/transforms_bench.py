@@ -83,6 +83,7 @@ def print_table(title: str, times: dict[str, list[float]], diffs: dict[str, str]
 
 # -- 1. crop-resize --------------------------------------------------------------------------
 
+
 def resize_methods(image: np.ndarray, boxes: list[tuple[int, int, int, int]], size: int) -> dict[str, Method]:
     """The crop-resize implementations, each taking a box index."""
     pil_image = Image.fromarray(image)
@@ -95,7 +96,7 @@ def resize_methods(image: np.ndarray, boxes: list[tuple[int, int, int, int]], si
 
     def crop(k: int) -> np.ndarray:
         i, j, h, w = boxes[k]
-        return image[i:i + h, j:j + w]
+        return image[i : i + h, j : j + w]
 
     def pil_box(k: int) -> tuple[int, int, int, int]:
         i, j, h, w = boxes[k]
@@ -108,10 +109,12 @@ def resize_methods(image: np.ndarray, boxes: list[tuple[int, int, int, int]], si
         "iotool -> HWC array, backend=native (C)": lambda k: hwc(crop(k)),
         "iotool resize backend=opencv (INTER_AREA)": lambda k: opencv(crop(k)),
         "cv2.resize INTER_AREA": lambda k: cv2.resize(crop(k), (size, size), interpolation=cv2.INTER_AREA),
-        "cv2.resize INTER_LINEAR (aliased)": lambda k: cv2.resize(crop(k), (size, size),
-                                                                  interpolation=cv2.INTER_LINEAR),
+        "cv2.resize INTER_LINEAR (aliased)": lambda k: cv2.resize(
+            crop(k), (size, size), interpolation=cv2.INTER_LINEAR
+        ),
         "PIL resize BILINEAR box= (AA)": lambda k: np.asarray(
-            pil_image.resize((size, size), Image.Resampling.BILINEAR, box=pil_box(k))),
+            pil_image.resize((size, size), Image.Resampling.BILINEAR, box=pil_box(k))
+        ),
     }
 
 
@@ -124,14 +127,21 @@ def bench_resize(args: argparse.Namespace) -> None:
     methods = resize_methods(image, boxes, args.size)
     times = time_interleaved(methods, len(boxes), args.repeats)
     reference = [methods["PIL resize BILINEAR box= (AA)"](k) for k in range(len(boxes))]
-    diffs = {name: f"{mean_abs_diff([m(k) for k in range(len(boxes))], reference):.3f}"
-             for name, m in methods.items()}
-    title = (f"1. crop-resize, 500x375 photo -> {args.size}x{args.size}, {len(boxes)} RandomResizedCrop boxes "
-             f"(mean |diff| vs PIL; 'x' column: speed relative to torch's kernel)")
+    diffs = {name: f"{mean_abs_diff([m(k) for k in range(len(boxes))], reference):.3f}" for name, m in methods.items()}
+    title = (
+        f"1. crop-resize, 500x375 photo -> {args.size}x{args.size}, {len(boxes)} RandomResizedCrop boxes "
+        f"(mean |diff| vs PIL; 'x' column: speed relative to torch's kernel)"
+    )
     print_table(title, times, diffs, "iotool -> CHW tensor, backend=torch")
-    worst = max(int(np.abs(as_hwc(methods["iotool -> CHW tensor, backend=native (C)"](k)).astype(np.int16)
-                           - as_hwc(methods["iotool -> CHW tensor, backend=torch"](k))).max())
-                for k in range(len(boxes)))
+    worst = max(
+        int(
+            np.abs(
+                as_hwc(methods["iotool -> CHW tensor, backend=native (C)"](k)).astype(np.int16)
+                - as_hwc(methods["iotool -> CHW tensor, backend=torch"](k))
+            ).max()
+        )
+        for k in range(len(boxes))
+    )
     for layout in ("CHW tensor", "HWC array"):
         c_med = summarize(times[f"iotool -> {layout}, backend=native (C)"]).median
         t_med = summarize(times[f"iotool -> {layout}, backend=torch"]).median
@@ -140,6 +150,7 @@ def bench_resize(args: argparse.Namespace) -> None:
 
 
 # -- 2. decode + crop ------------------------------------------------------------------------
+
 
 def enlarge(data: bytes, factor: int) -> bytes:
     """A JPEG enlarged ``factor`` times (bicubic) and re-encoded at quality 90."""
@@ -162,8 +173,10 @@ def decode_methods(payloads: list[bytes], size: int, seed: int) -> dict[str, Met
     full = T.RandomResizedCrop(size, seed=seed)
     fast = T.DecodeRandomResizedCrop(size, seed=seed)
     gap2 = T.DecodeRandomResizedCrop(size, seed=seed, reducing_gap=2.0)
-    boxes = [T.RandomResizedCrop.draw_params(*decode(p).shape[:2], full.scale, full.ratio, random.Random(k))
-             for k, p in enumerate(payloads)]
+    boxes = [
+        T.RandomResizedCrop.draw_params(*decode(p).shape[:2], full.scale, full.ratio, random.Random(k))
+        for k, p in enumerate(payloads)
+    ]
     return {
         "iotool decode + RandomResizedCrop (full)": lambda k: full(decode(payloads[k])),
         "iotool DecodeRandomResizedCrop (gap 1)": lambda k: fast(payloads[k]),
@@ -187,7 +200,7 @@ def decode_diffs(payloads: list[bytes], size: int) -> dict[str, str]:
 
 def bench_decode(args: argparse.Namespace) -> None:
     """Table 2: decode + crop of sample_data's JPEGs, as stored and enlarged."""
-    jpegs = [p.read_bytes() for p in sorted(SAMPLE_DATA.glob("*/*.jpg"))][:args.images]
+    jpegs = [p.read_bytes() for p in sorted(SAMPLE_DATA.glob("*/*.jpg"))][: args.images]
     sets = [("sample_data JPEGs", jpegs)]
     if args.large_factor > 1:
         enlarged = [enlarge(d, args.large_factor) for d in jpegs]
@@ -196,8 +209,9 @@ def bench_decode(args: argparse.Namespace) -> None:
         sizes = [decode(p).shape[:2] for p in payloads]
         span = f"{min(min(s) for s in sizes)}-{max(max(s) for s in sizes)} px"
         times = time_interleaved(decode_methods(payloads, args.size, seed=0), len(payloads), args.repeats)
-        title = (f"2. decode + RandomResizedCrop({args.size}), {len(payloads)} {label} ({span}) "
-                 f"(mean |diff| vs full decode)")
+        title = (
+            f"2. decode + RandomResizedCrop({args.size}), {len(payloads)} {label} ({span}) (mean |diff| vs full decode)"
+        )
         print_table(title, times, decode_diffs(payloads, args.size), "iotool decode + RandomResizedCrop (full)")
 
 
@@ -207,15 +221,21 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="output side (default 224)")
     parser.add_argument("--boxes", type=int, default=64, help="RandomResizedCrop boxes of table 1 (default 64)")
     parser.add_argument("--images", type=int, default=None, help="sample_data JPEGs of table 2 (default: all)")
-    parser.add_argument("--large-factor", type=int, default=3,
-                        help="also time the photos enlarged this many times (default 3; 1 to skip)")
+    parser.add_argument(
+        "--large-factor",
+        type=int,
+        default=3,
+        help="also time the photos enlarged this many times (default 3; 1 to skip)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     cv2.setNumThreads(1)
-    print(f"iotool {iotool.__version__}, torch {torch.__version__}, OpenCV {cv2.__version__}, "
-          f"Pillow {PIL.__version__}, numpy {np.__version__}; {platform.processor() or platform.machine()}, "
-          f"one thread (torch.set_num_threads(1), cv2.setNumThreads(1)); "
-          f"torch uint8 AA kernel: {T.torch_uint8_resize_available()}; C kernel: {T.native_status()}")
+    print(
+        f"iotool {iotool.__version__}, torch {torch.__version__}, OpenCV {cv2.__version__}, "
+        f"Pillow {PIL.__version__}, numpy {np.__version__}; {platform.processor() or platform.machine()}, "
+        f"one thread (torch.set_num_threads(1), cv2.setNumThreads(1)); "
+        f"torch uint8 AA kernel: {T.torch_uint8_resize_available()}; C kernel: {T.native_status()}"
+    )
     bench_resize(args)
     bench_decode(args)
 

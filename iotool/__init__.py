@@ -16,8 +16,18 @@ from typing import Any
 
 from ._version import __version__
 from .errors import (
-    ConversionError, DecodeError, DestinationError, DestinationExistsError, DestinationLockedError,
-    FormatError, FormatVersionError, Interrupted, IotoolError, RecordError, SourceError, UnknownFormatError,
+    ConversionError,
+    DecodeError,
+    DestinationError,
+    DestinationExistsError,
+    DestinationLockedError,
+    FormatError,
+    FormatVersionError,
+    Interrupted,
+    IotoolError,
+    RecordError,
+    SourceError,
+    UnknownFormatError,
     UsageError,
 )
 
@@ -55,10 +65,31 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "__version__", "open_dataset", "open_reader", "ImageDataset", "ShardedIterableDataset", "convert",
-    "ConversionReport", "Progress", "scan_imagefolder", "verify", "VerifyReport", "fast_collate", "CUDAPrefetcher",
+    "CUDAPrefetcher",
+    "ConversionError",
+    "ConversionReport",
+    "DecodeError",
+    "DestinationError",
+    "DestinationExistsError",
+    "DestinationLockedError",
+    "FormatError",
+    "FormatVersionError",
+    "ImageDataset",
+    "Interrupted",
+    "IotoolError",
     "Loader",
-    "ConversionError", "DecodeError", "DestinationError", "DestinationExistsError", "DestinationLockedError",
-    "FormatError", "FormatVersionError", "Interrupted", "IotoolError",
-    "RecordError", "SourceError", "UnknownFormatError", "UsageError",
+    "Progress",
+    "RecordError",
+    "ShardedIterableDataset",
+    "SourceError",
+    "UnknownFormatError",
+    "UsageError",
+    "VerifyReport",
+    "__version__",
+    "convert",
+    "fast_collate",
+    "open_dataset",
+    "open_reader",
+    "scan_imagefolder",
+    "verify",
 ]

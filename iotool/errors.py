@@ -25,7 +25,7 @@ class IotoolError(Exception):
 
     remedy: Remedy | None = None
 
-    def with_remedy(self, remedy: Remedy) -> "IotoolError":
+    def with_remedy(self, remedy: Remedy) -> IotoolError:
         """This error, told what the user can do about it (returns ``self``, to raise)."""
         self.remedy = remedy
         return self

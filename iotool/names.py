@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-ALLOWED = ("a relative POSIX path of plain names: no leading '/', no empty, '.' or '..' "
-           "component, no backslash, NUL or control character")
+ALLOWED = (
+    "a relative POSIX path of plain names: no leading '/', no empty, '.' or '..' "
+    "component, no backslash, NUL or control character"
+)
 
 
 def name_problem(name: object) -> str | None:
@@ -45,7 +47,7 @@ def name_problem(name: object) -> str | None:
     return None
 
 
-def first_bad_name(offsets: "np.ndarray", blob: "np.ndarray") -> int:
+def first_bad_name(offsets: np.ndarray, blob: np.ndarray) -> int:
     """The index of the first name that :func:`name_problem` refuses in a string column (names
     ``blob[offsets[i]:offsets[i+1]]``, UTF-8), or whose offsets lie outside the blob, or -1;
     vectorised over the whole column."""
@@ -65,7 +67,7 @@ def first_bad_name(offsets: "np.ndarray", blob: "np.ndarray") -> int:
     slash = data == ord("/")
     bad[full] |= slash[starts[full]] | slash[ends[full] - 1]  # absolute, or a trailing empty component
 
-    def owner(positions: "np.ndarray") -> "np.ndarray":
+    def owner(positions: np.ndarray) -> np.ndarray:
         return np.searchsorted(starts, positions, side="right") - 1
 
     odd = np.flatnonzero((data < 0x20) | (data == 0x7F) | (data == ord("\\")))
@@ -80,8 +82,8 @@ def first_bad_name(offsets: "np.ndarray", blob: "np.ndarray") -> int:
             continue
         hit = np.ones(len(data) - k + 1, dtype=bool)
         for j, byte in enumerate(pattern):
-            hit &= data[j:len(data) - k + 1 + j] == byte
-        candidates = np.flatnonzero(hit & begins_component[:len(hit)])
+            hit &= data[j : len(data) - k + 1 + j] == byte
+        candidates = np.flatnonzero(hit & begins_component[: len(hit)])
         if len(candidates) == 0:
             continue
         who = owner(candidates)

@@ -65,7 +65,7 @@ class DatasetMeta:
         return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | bytes, source: str) -> "DatasetMeta":
+    def from_json(cls, text: str | bytes, source: str) -> DatasetMeta:
         """Parse and type-check metadata JSON read from ``source`` (named in errors)."""
         try:
             raw = json.loads(text)
@@ -74,21 +74,24 @@ class DatasetMeta:
         return cls.from_dict(raw, source)
 
     @classmethod
-    def from_dict(cls, raw: Any, source: str) -> "DatasetMeta":
+    def from_dict(cls, raw: Any, source: str) -> DatasetMeta:
         """Build from a parsed JSON object, refusing wrong types with a clear message."""
         if not isinstance(raw, dict):
             raise FormatError(f"{source}: metadata must be a JSON object, got {type(raw).__name__}.")
         expected = {
-            "format": str, "format_version": int, "classes": list, "class_to_idx": dict,
-            "count": int, "options": dict, "skipped": list,
+            "format": str,
+            "format_version": int,
+            "classes": list,
+            "class_to_idx": dict,
+            "count": int,
+            "options": dict,
+            "skipped": list,
         }
         for name, typ in expected.items():
             value = raw.get(name)
             if not isinstance(value, typ) or isinstance(value, bool):
-                raise FormatError(
-                    f"{source}: metadata field {name!r} must be {typ.__name__}, got {value!r:.80}."
-                )
+                raise FormatError(f"{source}: metadata field {name!r} must be {typ.__name__}, got {value!r:.80}.")
         if raw["count"] < 0 or not all(isinstance(c, str) for c in raw["classes"]):
             raise FormatError(f"{source}: metadata has a negative count or non-string class names.")
-        known = {f for f in cls.__dataclass_fields__}
+        known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in raw.items() if k in known})

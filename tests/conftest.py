@@ -125,8 +125,10 @@ def rewrite_meta(fmt: str, path: Path, **changes) -> None:
         with env.begin(write=True) as txn:
             meta = {**json.loads(txn.get(b"__iotool_meta__")), **changes}
             raw = json.dumps(meta).encode()
-            integrity = {**json.loads(txn.get(b"__iotool_integrity__")),
-                         "__iotool_meta__": hashlib.sha256(raw).hexdigest()}
+            integrity = {
+                **json.loads(txn.get(b"__iotool_integrity__")),
+                "__iotool_meta__": hashlib.sha256(raw).hexdigest(),
+            }
             txn.put(b"__iotool_meta__", raw)
             txn.put(b"__iotool_integrity__", json.dumps(integrity).encode())
         env.close()
@@ -173,8 +175,10 @@ def downgrade_to_v1(path: Path) -> None:
     index.pop("integrity")
     for name, entry in index.pop("columns").items():
         column = reader.column(name)
-        index[name] = [row.tolist() if hasattr(row, "tolist") else row for row in
-                       (column if name in ("keys", "member_keys", "files", "checksums") else list(column))]
+        index[name] = [
+            row.tolist() if hasattr(row, "tolist") else row
+            for row in (column if name in ("keys", "member_keys", "files", "checksums") else list(column))
+        ]
         for file in entry["files"]:
             (path / file).unlink()
     index["meta"]["format_version"] = 1

@@ -97,7 +97,7 @@ class Mutation:
                 raw[self.offset] ^= int(self.data, 16)
         else:
             end = len(raw) if self.change == "truncate" else self.offset + self.length
-            raw[self.offset:end] = bytes.fromhex(self.data)
+            raw[self.offset : end] = bytes.fromhex(self.data)
         path.write_bytes(bytes(raw))
 
 
@@ -187,6 +187,7 @@ def resign_index(dataset: Path) -> None:
 
 # --- the child: read a mutated dataset the way a user would ------------------------------
 
+
 def _contents(reader) -> dict:
     """A digest of everything the reader serves (keys, labels, checksums and every record), and
     the first way in which that is not what its own index says (None: consistent)."""
@@ -230,7 +231,7 @@ def step(results: dict, name: str, fn: Callable[[], Any]) -> Any:
     except IotoolError as exc:
         results[name] = {"iotool": type(exc).__name__, "text": str(exc)}
         return None
-    except Exception as exc:  # noqa: BLE001 (the point: any other exception is a finding)
+    except Exception as exc:
         results[name] = {"raw": type(exc).__name__, "text": str(exc)[:2000], "where": _where(exc)}
         return None
     results[name] = {"ok": True}
@@ -251,8 +252,9 @@ def probe(dataset: Path) -> dict:
     return results
 
 
-def _child(case: Case | None, pristine: Path, workdir: Path, bound: float, memory: int,
-           read: Callable[[Path], dict]) -> None:
+def _child(
+    case: Case | None, pristine: Path, workdir: Path, bound: float, memory: int, read: Callable[[Path], dict]
+) -> None:
     """Runs in the forked child; never returns (``os._exit``)."""
     code = 3
     try:
@@ -275,7 +277,7 @@ def _child(case: Case | None, pristine: Path, workdir: Path, bound: float, memor
         results = (probe if case is None else read)(dataset)  # the pristine dataset: always read fully
         (workdir / "result.json").write_text(json.dumps(results))
         code = 0
-    except BaseException:  # noqa: BLE001 (the harness itself failed: exit code says so)
+    except BaseException:
         traceback.print_exc()
     finally:
         os._exit(code)
@@ -287,6 +289,7 @@ def _mapped_bytes() -> int:
 
 
 # --- the parent: a fork server ------------------------------------------------------------
+
 
 def _names_dataset(text: str, dataset: Path) -> bool:
     """Whether an error message names the dataset (its path or name) or one of its files."""
@@ -395,12 +398,13 @@ class FuzzRun:
         """A case's time bound; the pristine dataset's is generous (it is not under test)."""
         return self.bound if case is not None else max(self.bound, BOUND_S) * 3
 
-    def _outcome(self, case: Case | None, fmt: str, workdir: Path, status: int, killed: bool,
-                 seconds: float) -> Outcome:
+    def _outcome(
+        self, case: Case | None, fmt: str, workdir: Path, status: int, killed: bool, seconds: float
+    ) -> Outcome:
         trace_file = workdir / "trace.txt"
         trace = trace_file.read_text(errors="replace") if trace_file.exists() else ""
         start = max(trace.find("Fatal Python error"), trace.find("Timeout ("), 0)
-        trace = trace[start:start + 4000]  # faulthandler's dump, innermost frame first
+        trace = trace[start : start + 4000]  # faulthandler's dump, innermost frame first
         result = workdir / "result.json"
         if killed or "Timeout (" in trace:
             return Outcome(case, "hang", f"past the {self._bound(case):g} s bound", trace, seconds)
@@ -410,10 +414,18 @@ class FuzzRun:
             return Outcome(case, "exit", f"exit status {os.WEXITSTATUS(status)} without a result", trace, seconds)
         results = json.loads(result.read_text())
         if case is None:  # the pristine dataset: its contents digest is the detail
-            ok = (all(results.get(s) == {"ok": True} for s in ("open_reader", "read", "iterate", "verify"))
-                  and results["verify_ok"] and results["contents"]["wrong"] is None)
-            return Outcome(case, "same" if ok else "error",
-                           results["contents"]["digest"] if ok else json.dumps(results), "", seconds)
+            ok = (
+                all(results.get(s) == {"ok": True} for s in ("open_reader", "read", "iterate", "verify"))
+                and results["verify_ok"]
+                and results["contents"]["wrong"] is None
+            )
+            return Outcome(
+                case,
+                "same" if ok else "error",
+                results["contents"]["digest"] if ok else json.dumps(results),
+                "",
+                seconds,
+            )
         klass, detail = classify(results, workdir / self.pristine[fmt].name, self.contents.get(fmt), case.resign)
         return Outcome(case, klass, detail, trace if klass in BAD else "", seconds)
 
@@ -450,15 +462,27 @@ def summarize(fmt: str, outcomes: list[Outcome], examples: int = 3) -> dict:
         found["count"] += 1
         found["cases"].append(out.case.number)
         if len(found["examples"]) < examples:
-            found["examples"].append({
-                "case": out.case.number, "seed": out.case.seed,
-                "replay": f"python -m tests.fuzzing --replay {fmt} {out.case.number}"
-                          + ("" if out.case.seed == SEED else f" --seed {out.case.seed}"),
-                "mutations": [asdict(m) for m in out.case.mutations], "resign": out.case.resign,
-                "detail": out.detail[:3000], "trace": out.trace[:3000]})
+            found["examples"].append(
+                {
+                    "case": out.case.number,
+                    "seed": out.case.seed,
+                    "replay": f"python -m tests.fuzzing --replay {fmt} {out.case.number}"
+                    + ("" if out.case.seed == SEED else f" --seed {out.case.seed}"),
+                    "mutations": [asdict(m) for m in out.case.mutations],
+                    "resign": out.case.resign,
+                    "detail": out.detail[:3000],
+                    "trace": out.trace[:3000],
+                }
+            )
     seconds = sum(o.seconds for o in outcomes)
-    return {"format": fmt, "cases": len(outcomes), "counts": counts, "bad": sum(counts.get(k, 0) for k in BAD),
-            "case_seconds_mean": round(seconds / max(len(outcomes), 1), 3), "findings": findings}
+    return {
+        "format": fmt,
+        "cases": len(outcomes),
+        "counts": counts,
+        "bad": sum(counts.get(k, 0) for k in BAD),
+        "case_seconds_mean": round(seconds / max(len(outcomes), 1), 3),
+        "findings": findings,
+    }
 
 
 def _print(text: str) -> None:

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 import iotool
 from iotool.bench import bench_decode, bench_loader, bench_read, parse_scale
-from iotool.bench.contestants import DaliCPU
 from iotool.bench.common import collect_images, rotated, summarize
+from iotool.bench.contestants import DaliCPU
 from iotool.bench.tjbench import parse_fps, tjbench_path
 from iotool.cli.app import app
 from iotool.decode import BACKENDS, available
@@ -71,6 +71,7 @@ def check_stats(obj: dict) -> None:
 
 # --- helpers -----------------------------------------------------------------------------
 
+
 def test_summarize_and_rotation():
     s = summarize([3.0, 1.0, 2.0])
     assert (s.median, s.min, s.max) == (2.0, 1.0, 3.0) and s.spread == pytest.approx(1.0)
@@ -113,10 +114,17 @@ def test_parse_tjbench_output():
 
 # --- bench decode --------------------------------------------------------------------------
 
+
 def test_bench_decode_library_returns_data_and_never_prints(tiny, capsys):
     seen = []
-    result = bench_decode([str(tiny)], ["pil"], min_time=0.01, repeat=2, tjbench=False,
-                          progress=lambda what, done, total: seen.append((what, done, total)))
+    result = bench_decode(
+        [str(tiny)],
+        ["pil"],
+        min_time=0.01,
+        repeat=2,
+        tjbench=False,
+        progress=lambda what, done, total: seen.append((what, done, total)),
+    )
     assert capsys.readouterr() == ("", "")
     assert seen and seen[-1][1] == seen[-1][2]
     row = result.row("pil")
@@ -162,8 +170,10 @@ def test_bench_decode_has_a_tjbench_row(tiny, tmp_path):
 
 def test_bench_decode_scale_and_file_mode(tiny, tmp_path):
     full = run_json(["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench", *FAST], tmp_path)
-    half = run_json(["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench", "--scale", "1/2",
-                     "--mode", "file", *FAST], tmp_path)
+    half = run_json(
+        ["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench", "--scale", "1/2", "--mode", "file", *FAST],
+        tmp_path,
+    )
     assert half["scale"] == "1/2" and half["mode"] == "file"
     assert half["megapixels"] == pytest.approx(full["megapixels"] / 4, rel=0.05)
     assert [r["name"] for r in half["results"]] == ["pil", "opencv"]
@@ -175,11 +185,14 @@ def test_bench_decode_table_output(tiny):
     assert "iotool bench decode" in result.output and "pil" in result.output
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--backends", "nope"], "nope"),
-    (["--scale", "1/3"], "1/3"),
-    (["--repeat", "0"], "repeat"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--backends", "nope"], "nope"),
+        (["--scale", "1/3"], "1/3"),
+        (["--repeat", "0"], "repeat"),
+    ],
+)
 def test_bench_decode_usage_errors_exit_2(tiny, args, needle):
     result = runner.invoke(app, ["bench", "decode", str(tiny), *args, *FAST[:2]])
     assert result.exit_code == 2
@@ -194,8 +207,9 @@ def test_bench_decode_missing_path_exits_2(tmp_path):
 def test_bench_decode_plot(tiny, tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "decode.png"
-    result = runner.invoke(app, ["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench",
-                                 "--plot", str(png), *FAST])
+    result = runner.invoke(
+        app, ["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench", "--plot", str(png), *FAST]
+    )
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -209,6 +223,7 @@ def test_bench_decode_plot_without_matplotlib_says_how(tiny, tmp_path, monkeypat
 
 # --- bench read ----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def tiny_lmdb(tiny, tmp_path) -> Path:
     dst = tmp_path / "tiny.lmdb"
@@ -217,8 +232,10 @@ def tiny_lmdb(tiny, tmp_path) -> Path:
 
 
 def test_bench_read_raw_bytes_json(tiny_lmdb, tmp_path):
-    data = run_json(["bench", "read", str(tiny_lmdb), "--decoder", "none", "--batch-size", "4",
-                     "--epochs", "2", "--quiet"], tmp_path)
+    data = run_json(
+        ["bench", "read", str(tiny_lmdb), "--decoder", "none", "--batch-size", "4", "--epochs", "2", "--quiet"],
+        tmp_path,
+    )
     assert data["benchmark"] == "read" and data["format"] == "lmdb" and data["decoder"] == "none"
     assert data["count"] == 6 and data["bytes"] > 0
     assert [e["epoch"] for e in data["epochs"]] == [1, 2]
@@ -240,9 +257,11 @@ def test_bench_read_bad_decoder_exits_2(tiny_lmdb):
 
 # --- bench loader --------------------------------------------------------------------------
 
+
 def test_bench_loader_covers_every_format_json(tiny, tmp_path):
-    data = run_json(["bench", "loader", str(tiny), "--rounds", "1", "--batch-size", "4", "--size", "32",
-                     "--quiet"], tmp_path)
+    data = run_json(
+        ["bench", "loader", str(tiny), "--rounds", "1", "--batch-size", "4", "--size", "32", "--quiet"], tmp_path
+    )
     assert data["benchmark"] == "loader" and data["images"] == 6 and data["size"] == 32
     rows = {r["name"]: r for r in data["results"]}
     baseline = data["results"][0]
@@ -273,18 +292,21 @@ def test_per_round_ratio_pairs_the_rounds():
 
 
 def test_bench_loader_library_same_batches(tiny):
-    result = bench_loader(tiny, formats=["lmdb"], rounds=1, batch_size=3, size=16, webdataset=False,
-                          ceiling_rounds=0)
+    result = bench_loader(tiny, formats=["lmdb"], rounds=1, batch_size=3, size=16, webdataset=False, ceiling_rounds=0)
     assert [r.name for r in result.results] == ["torchvision-style (PIL)", "iotool lmdb"]
     assert result.ceiling is None  # ceiling_rounds=0 skips the step timing
 
 
 def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
-    result = bench_loader(tiny, formats=["tar", "bmp"], rounds=2, epochs=2, batch_size=4, size=16,
-                          pipeline="center")
+    result = bench_loader(tiny, formats=["tar", "bmp"], rounds=2, epochs=2, batch_size=4, size=16, pipeline="center")
     dali = ["DALI (CPU)"] if DaliCPU.available() else []  # iotool.loading.dali's CPU pipeline, when installed
-    assert [r.name for r in result.results] == ["torchvision-style (PIL)", "webdataset (PIL)", *dali, "iotool tar",
-                                                "iotool bmp"]
+    assert [r.name for r in result.results] == [
+        "torchvision-style (PIL)",
+        "webdataset (PIL)",
+        *dali,
+        "iotool tar",
+        "iotool bmp",
+    ]
     assert all(len(r.images_per_s.to_dict()) > 0 and r.images_per_s.median > 0 for r in result.results)
     assert result.results[2 + len(dali)].options == {}  # tar with its default options: one shard here
     assert result.baseline == "torchvision-style (PIL)" and result.to_dict()["baseline"] == result.baseline
@@ -293,14 +315,36 @@ def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
 
 
 def test_bench_loader_puts_each_format_through_the_thread_loader_beside_its_dataloader(tiny, tmp_path):
-    data = run_json(["bench", "loader", str(tiny), "--formats", "lmdb,tar", "--threads", "2", "--rounds", "2",
-                     "--batch-size", "4", "--size", "16", "--ceiling-rounds", "0", "--no-webdataset", "--quiet"],
-                    tmp_path)
+    data = run_json(
+        [
+            "bench",
+            "loader",
+            str(tiny),
+            "--formats",
+            "lmdb,tar",
+            "--threads",
+            "2",
+            "--rounds",
+            "2",
+            "--batch-size",
+            "4",
+            "--size",
+            "16",
+            "--ceiling-rounds",
+            "0",
+            "--no-webdataset",
+            "--quiet",
+        ],
+        tmp_path,
+    )
     rows = {r["name"]: r for r in data["results"]}
     assert data["threads"] == 2
     assert [(r["name"], r["feed"]) for r in data["results"] if r["format"] in ("lmdb", "tar")] == [
-        ("iotool lmdb", "DataLoader"), ("iotool lmdb Loader(2 threads)", "Loader"),
-        ("iotool tar", "DataLoader"), ("iotool tar Loader(2 threads)", "Loader")]
+        ("iotool lmdb", "DataLoader"),
+        ("iotool lmdb Loader(2 threads)", "Loader"),
+        ("iotool tar", "DataLoader"),
+        ("iotool tar Loader(2 threads)", "Loader"),
+    ]
     assert all(r["feed"] == "DataLoader" for r in data["results"] if r["format"] not in ("lmdb", "tar"))
     for fmt in ("lmdb", "tar"):
         ours, theirs = rows[f"iotool {fmt} Loader(2 threads)"], rows[f"iotool {fmt}"]
@@ -308,8 +352,26 @@ def test_bench_loader_puts_each_format_through_the_thread_loader_beside_its_data
         pairs = zip(ours["images_per_s"]["values"], theirs["images_per_s"]["values"])
         assert ours["vs_dataloader"] == pytest.approx(statistics.median(a / b for a, b in pairs))
     # without workers or --threads there is no Loader row
-    data = run_json(["bench", "loader", str(tiny), "--formats", "lmdb", "--rounds", "1", "--batch-size", "4",
-                     "--size", "16", "--ceiling-rounds", "0", "--no-webdataset", "--quiet"], tmp_path)
+    data = run_json(
+        [
+            "bench",
+            "loader",
+            str(tiny),
+            "--formats",
+            "lmdb",
+            "--rounds",
+            "1",
+            "--batch-size",
+            "4",
+            "--size",
+            "16",
+            "--ceiling-rounds",
+            "0",
+            "--no-webdataset",
+            "--quiet",
+        ],
+        tmp_path,
+    )
     assert [r["feed"] for r in data["results"]] == ["DataLoader", "DataLoader"] and data["threads"] == 0
 
 
@@ -320,14 +382,24 @@ def test_bench_loader_unknown_format_exits_2(tiny):
 
 # --- bench decode: the table at 80 columns, and the bundled default images ----------------
 
+
 def _row(name: str, median: float, version: str = "", jpeg_library: str = "", note: str = ""):
     """A BackendResult whose passes spread +-10% around ``median``."""
     from iotool.bench import BackendResult
 
     stats = summarize([median * 0.9, median, median * 1.1])
-    return BackendResult(name, version, jpeg_library, 1000, stats, summarize([m / 7 for m in stats.values]),
-                         summarize([m / 30 for m in stats.values]), vs_pil=median / 1234.5,
-                         vs_fastest=median / 12345.0, note=note)
+    return BackendResult(
+        name,
+        version,
+        jpeg_library,
+        1000,
+        stats,
+        summarize([m / 7 for m in stats.values]),
+        summarize([m / 30 for m in stats.values]),
+        vs_pil=median / 1234.5,
+        vs_fastest=median / 12345.0,
+        note=note,
+    )
 
 
 @pytest.fixture
@@ -335,17 +407,37 @@ def wide_decode_result():
     """A DecodeBenchResult with every backend, large figures, long library names and a long note."""
     from iotool.bench import DecodeBenchResult
 
-    rows = [_row("pil", 1234.5, "13.0.0", "libjpeg-turbo 3.2.0"),
-            _row("opencv", 2345.6, "4.12.0.88", "build-libjpeg-turbo (ver 3.1.2-70)"),
-            _row("simplejpeg", 12345.0, "1.9.0", "libjpeg-turbo 3.1.2"),
-            _row("jpeg4py", 3456.7, "0.1.4", "system libturbojpeg.so.0 (libjpeg-turbo 2.1.5)"),
-            _row("tjbench", 9876.5, "", "libjpeg-turbo 3.0.4",
-                 note="C loop, reused buffer; from memory; 64 of 50000 JPEGs (seeded sample)")]
-    env = {"cpu_model": "AMD EPYC 9654 96-Core Processor with a very long model name", "cpus_usable": 192,
-           "load_average": [12.25, 10.5, 9.75]}
-    return DecodeBenchResult(mode="memory", scale=1, min_time=1.0, repeat=5, files=50000, images=49998,
-                             bytes=6_400_000_000, megapixels=9876.5, auto={"jpeg": "simplejpeg", "png": "opencv"},
-                             results=rows, environment=env)
+    rows = [
+        _row("pil", 1234.5, "13.0.0", "libjpeg-turbo 3.2.0"),
+        _row("opencv", 2345.6, "4.12.0.88", "build-libjpeg-turbo (ver 3.1.2-70)"),
+        _row("simplejpeg", 12345.0, "1.9.0", "libjpeg-turbo 3.1.2"),
+        _row("jpeg4py", 3456.7, "0.1.4", "system libturbojpeg.so.0 (libjpeg-turbo 2.1.5)"),
+        _row(
+            "tjbench",
+            9876.5,
+            "",
+            "libjpeg-turbo 3.0.4",
+            note="C loop, reused buffer; from memory; 64 of 50000 JPEGs (seeded sample)",
+        ),
+    ]
+    env = {
+        "cpu_model": "AMD EPYC 9654 96-Core Processor with a very long model name",
+        "cpus_usable": 192,
+        "load_average": [12.25, 10.5, 9.75],
+    }
+    return DecodeBenchResult(
+        mode="memory",
+        scale=1,
+        min_time=1.0,
+        repeat=5,
+        files=50000,
+        images=49998,
+        bytes=6_400_000_000,
+        megapixels=9876.5,
+        auto={"jpeg": "simplejpeg", "png": "opencv"},
+        results=rows,
+        environment=env,
+    )
 
 
 def _render(table, width: int) -> list[str]:
@@ -372,10 +464,27 @@ def test_decode_table_fits_80_columns_without_splitting_cells(wide_decode_result
     lines = _render_decode(wide_decode_result, 80)
     assert max(map(len, lines)) <= 80, "\n".join(lines)
     text = "\n".join(lines)
-    whole = ["backend", "images/s", "MP/s", "vs PIL", "vs fastest",  # headers
-             "pil", "opencv", "simplejpeg", "jpeg4py", "tjbench",  # backend names
-             "1,234 ±10%", "2,346 ±10%", "12,345 ±10%", "3,457 ±10%", "9,876 ±10%",  # images/s
-             "1,763.6 ±10%", "1.00x", "10.00x", "0.10x"]  # MP/s of simplejpeg, vs PIL, vs fastest
+    whole = [
+        "backend",
+        "images/s",
+        "MP/s",
+        "vs PIL",
+        "vs fastest",  # headers
+        "pil",
+        "opencv",
+        "simplejpeg",
+        "jpeg4py",
+        "tjbench",  # backend names
+        "1,234 ±10%",
+        "2,346 ±10%",
+        "12,345 ±10%",
+        "3,457 ±10%",
+        "9,876 ±10%",  # images/s
+        "1,763.6 ±10%",
+        "1.00x",
+        "10.00x",
+        "0.10x",
+    ]  # MP/s of simplejpeg, vs PIL, vs fastest
     for cell in whole:
         assert any(cell in line for line in lines), f"{cell!r} split or missing:\n{text}"
     # versions and libjpeg variants, and the note, sit under the table (words may wrap there)
@@ -394,18 +503,21 @@ def test_decode_table_wide_has_version_and_libjpeg_columns(wide_decode_result):
     header = next(line for line in lines if "backend" in line)
     for col in ("version", "libjpeg", "MB/s", "images/s", "vs fastest"):
         assert col in header
-    assert any("opencv" in line and "4.12.0.88" in line and "build-libjpeg-turbo (ver 3.1.2-70)" in line
-               for line in lines)
+    assert any(
+        "opencv" in line and "4.12.0.88" in line and "build-libjpeg-turbo (ver 3.1.2-70)" in line for line in lines
+    )
 
 
 def test_bench_decode_cli_wide_flag(tiny):
-    result = runner.invoke(app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", "--wide", *FAST],
-                           env={"COLUMNS": "200"})
+    result = runner.invoke(
+        app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", "--wide", *FAST], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if "backend" in line)
     assert "version" in header and "libjpeg" in header and "MB/s" in header
-    short = runner.invoke(app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", *FAST],
-                          env={"COLUMNS": "200"})
+    short = runner.invoke(
+        app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", *FAST], env={"COLUMNS": "200"}
+    )
     header = next(line for line in short.output.splitlines() if "backend" in line)
     assert "version" not in header and "versions: pil" in short.output
 
@@ -430,8 +542,10 @@ def test_bench_decode_default_uses_bundled_images_from_any_folder(tmp_path, monk
     assert len(names) == 5 and sum((bundled / n).stat().st_size for n in names) < 450_000
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "decode.json"
-    result = runner.invoke(cli_app, ["bench", "decode", "--min-time", "0.01", "--repeat", "1", "--no-tjbench",
-                                     "--quiet", "--json", str(out)])
+    result = runner.invoke(
+        cli_app,
+        ["bench", "decode", "--min-time", "0.01", "--repeat", "1", "--no-tjbench", "--quiet", "--json", str(out)],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["bundled_sample_images"] is True and data["files"] == 5
@@ -449,16 +563,37 @@ def test_bench_decode_names_missing_bundled_images(monkeypatch):
         bench_decode(None, ["pil"], min_time=0.01, repeat=1, tjbench=False)
 
 
-WITHOUT_WEBDATASET = "import sys; sys.modules['webdataset'] = None; sys.argv[0] = 'iotool'; " \
-                     "from iotool.cli import main; main()"
+WITHOUT_WEBDATASET = (
+    "import sys; sys.modules['webdataset'] = None; sys.argv[0] = 'iotool'; from iotool.cli import main; main()"
+)
 
 
 def test_bench_loader_names_a_missing_optional_contestant_as_not_installed(tiny, tmp_path):
     """webdataset missing (its import blocked in the child) is a note with the pip command, not a failure."""
     out = tmp_path / "loader.json"
-    result = subprocess.run([sys.executable, "-c", WITHOUT_WEBDATASET, "bench", "loader", str(tiny), "--formats",
-                             "tar", "--rounds", "1", "--batch-size", "3", "--size", "16", "--json", str(out)],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            WITHOUT_WEBDATASET,
+            "bench",
+            "loader",
+            str(tiny),
+            "--formats",
+            "tar",
+            "--rounds",
+            "1",
+            "--batch-size",
+            "3",
+            "--size",
+            "16",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "failed" not in result.stderr
     assert "not installed: webdataset (PIL); pip install webdataset" in " ".join(result.stderr.split())

@@ -24,16 +24,19 @@ SMOKE_RUNS: dict[str, str] = {}  # script name -> the test that runs it in smoke
 
 def smoke(script: str):
     """Register the decorated test as the smoke run of ``benchmarks/<script>``."""
+
     def register(test):
         SMOKE_RUNS[script] = test.__name__
         return test
+
     return register
 
 
 def run_script(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run ``benchmarks/<script>`` with ``args``; fail with its stderr unless it exits 0."""
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -50,13 +53,36 @@ def test_pipeline_costs_reports_every_step_and_the_ceiling(tmp_path):
     root = tmp_path / "src"
     write_tree(root, {"a": 6, "b": 5}, seed=4)
     out = tmp_path / "costs.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "pipeline_costs.py"), str(root),
-                           "--rounds", "1", "--formats", "lmdb,bmp", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "pipeline_costs.py"),
+            str(root),
+            "--rounds",
+            "1",
+            "--formats",
+            "lmdb,bmp",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["images"] == 11
-    steps = {"read lmdb", "read bmp", "decode+crop bmp", "pil", "simplejpeg", "fused", "resize", "resize torch", "collate"}
+    steps = {
+        "read lmdb",
+        "read bmp",
+        "decode+crop bmp",
+        "pil",
+        "simplejpeg",
+        "fused",
+        "resize",
+        "resize torch",
+        "collate",
+    }
     assert steps <= set(figures["ms_per_image"])
     assert all(ms > 0 for ms in figures["ms_per_image"].values())
     ms = figures["ms_per_image"]
@@ -71,9 +97,26 @@ def test_pipeline_costs_reports_every_step_and_the_ceiling(tmp_path):
 @smoke("train_feed.py")
 def test_train_feed_writes_its_figures_as_json(tmp_path):
     out = tmp_path / "feed.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "train_feed.py"), "--feed-only", "--device", "cpu",
-                           "--rounds", "1", "--repeat", "1", "--workers", "0", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "train_feed.py"),
+            "--feed-only",
+            "--device",
+            "cpu",
+            "--rounds",
+            "1",
+            "--repeat",
+            "1",
+            "--workers",
+            "0",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["device"] == "cpu" and figures["images_per_epoch"] == 24 and figures["amp"] is None
@@ -103,14 +146,21 @@ def test_gil_share_reports_a_share_and_a_thread_bound_per_path(tmp_path):
 @smoke("gpu_check.py")
 def test_gpu_check_without_cuda_exits_2_at_once(tmp_path):
     import torch
+
     if torch.cuda.is_available():
         import pytest
+
         pytest.skip("this host has CUDA: gpu_check would run its checks")
     import time
+
     report = tmp_path / "gpu.json"
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--json", str(report)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "no CUDA device: nothing checked"
     assert time.perf_counter() - start < 30 and not report.exists()
@@ -118,15 +168,18 @@ def test_gpu_check_without_cuda_exits_2_at_once(tmp_path):
 
 def test_gpu_check_reads_pytest_outcomes_and_skips_dali_without_the_extra(tmp_path):
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
     assert "tests/test_prefetch.py" in gpu_check.cuda_test_files()
     xml = tmp_path / "junit.xml"
-    xml.write_text('<testsuites><testsuite><testcase classname="t" name="a" time="0.5"/>'
-                   '<testcase classname="t" name="b" time="1"><failure message="race&#10;more"/></testcase>'
-                   '<testcase classname="t" name="c" time="0"><skipped message="needs two CUDA devices"/></testcase>'
-                   '</testsuite></testsuites>')
+    xml.write_text(
+        '<testsuites><testsuite><testcase classname="t" name="a" time="0.5"/>'
+        '<testcase classname="t" name="b" time="1"><failure message="race&#10;more"/></testcase>'
+        '<testcase classname="t" name="c" time="0"><skipped message="needs two CUDA devices"/></testcase>'
+        "</testsuite></testsuites>"
+    )
     outcomes = gpu_check.junit_outcomes(xml)
     assert outcomes["counts"] == {"passed": 1, "failed": 1, "error": 0, "skipped": 1}
     assert outcomes["not_passed"] == {"t::b": "failed: race", "t::c": "skipped: needs two CUDA devices"}
@@ -143,8 +196,12 @@ def test_region_decode_compares_each_library_with_the_full_decoders(tmp_path):
     root = tmp_path / "src"
     write_tree(root, {"a": 4}, seed=5)
     out = tmp_path / "region.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "region_decode.py"), str(root),
-                           "--rounds", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "region_decode.py"), str(root), "--rounds", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["images"] == 4 and figures["region_decoder"] == R.region_status()
@@ -179,9 +236,28 @@ def test_ram_cache_times_every_contestant_and_counts_the_shared_block_once(tmp_p
     root = tmp_path / "src"
     write_tree(root, {"a": 12, "b": 12}, seed=6)
     out = tmp_path / "ram.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "ram_cache.py"), str(root), "--rounds", "1",
-                           "--epochs", "2", "--batch-size", "8", "--size", "32", "--cache-resize", "40",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "ram_cache.py"),
+            str(root),
+            "--rounds",
+            "1",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "8",
+            "--size",
+            "32",
+            "--cache-resize",
+            "40",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     assert figures["images"] == 24 and figures["workers"] == 2
@@ -207,8 +283,9 @@ def test_scale_index_builds_a_dataset_that_opens_and_verifies(tmp_path):
 
     for version in (2, 1):
         dst = tmp_path / f"v{version}"
-        proc = run_script("scale_index.py", "tar", dst, "--records", "25", "--shard-size", "10",
-                          "--index-version", version)
+        proc = run_script(
+            "scale_index.py", "tar", dst, "--records", "25", "--shard-size", "10", "--index-version", version
+        )
         assert f"25 records in 3 shards, index version {version}" in proc.stdout
         assert iotool.verify(dst).ok
         ds = iotool.open_dataset(dst, decoder=None)
@@ -225,8 +302,21 @@ def test_scale_index_builds_a_dataset_that_opens_and_verifies(tmp_path):
 @smoke("convert.py")
 def test_convert_reports_speed_packing_and_memory(tmp_path):
     out = tmp_path / "convert.json"
-    run_script("convert.py", "--images", "4", "--rounds", "1", "--rss-images", "4", "--formats", "lmdb",
-               "--work", tmp_path / "work", "--json", out)
+    run_script(
+        "convert.py",
+        "--images",
+        "4",
+        "--rounds",
+        "1",
+        "--rss-images",
+        "4",
+        "--formats",
+        "lmdb",
+        "--work",
+        tmp_path / "work",
+        "--json",
+        out,
+    )
     figures = json.loads(out.read_text())
     assert figures["images"] == 4
     assert figures["speed"]["lmdb/1"] > 0 and figures["speed"]["lmdb/2"] > 0
@@ -253,8 +343,21 @@ def test_index_memory_measures_the_main_process_and_each_worker(tmp_path):
     iotool.convert(root, tmp_path / "d.lmdb", "lmdb", workers=0)
     iotool.convert(root, tmp_path / "d.h5", "hdf5", workers=0)
     out = tmp_path / "index.json"
-    proc = run_script("index_memory.py", tmp_path / "d.lmdb", tmp_path / "d.h5", "--workers", "1", "--records", "2",
-                      "--batch-size", "2", "--contexts", "fork", "--json", out)
+    proc = run_script(
+        "index_memory.py",
+        tmp_path / "d.lmdb",
+        tmp_path / "d.h5",
+        "--workers",
+        "1",
+        "--records",
+        "2",
+        "--batch-size",
+        "2",
+        "--contexts",
+        "fork",
+        "--json",
+        out,
+    )
     rows = json.loads(out.read_text())
     assert [r["path"] for r in rows] == ["empty", str(tmp_path / "d.lmdb"), str(tmp_path / "d.h5")]
     assert all(len(r["workers"]) == 1 and r["main"]["rss"] > 0 and r["workers"][0]["uss"] > 0 for r in rows)
@@ -267,9 +370,31 @@ def test_loader_script_compares_the_baseline_with_a_format(tmp_path):
     root = tmp_path / "src"
     write_tree(root, {"a": 3, "b": 3}, seed=9)
     out = tmp_path / "loader.json"
-    proc = run_script("loader.py", root, "--workers", "0", "--batch-size", "4", "--rounds", "1", "--epochs", "1",
-                      "--formats", "lmdb", "--ceiling-rounds", "0", "--json", out, "--no-plot",
-                      "--gil-step-ms", "0,1", "--gil-formats", "lmdb", "--compete", "0,1")
+    proc = run_script(
+        "loader.py",
+        root,
+        "--workers",
+        "0",
+        "--batch-size",
+        "4",
+        "--rounds",
+        "1",
+        "--epochs",
+        "1",
+        "--formats",
+        "lmdb",
+        "--ceiling-rounds",
+        "0",
+        "--json",
+        out,
+        "--no-plot",
+        "--gil-step-ms",
+        "0,1",
+        "--gil-formats",
+        "lmdb",
+        "--compete",
+        "0,1",
+    )
     figures = json.loads(out.read_text())
     assert {(r["gil_step_ms"], r["isolated img/s"] > 0) for r in figures["isolation"]} == {(0, True), (1, True)}
     assert figures["images"] == 6 and "iotool lmdb" in {r["name"] for r in figures["results"]}
@@ -277,7 +402,10 @@ def test_loader_script_compares_the_baseline_with_a_format(tmp_path):
     assert "iotool lmdb" in proc.stdout and f"wrote {out}" in proc.stdout
     rows = {(r["dataset"], r["competing processes"]): r for r in figures["loader_vs_dataloader"]}
     assert set(rows) == {(name, n) for name in ("lmdb", "lmdb cache=ram") for n in (0, 1)}  # Loader beside DataLoader
-    assert all(r["Loader img/s"] > 0 and r["Loader CPU ms/image"] > 0 and r["DataLoader CPU ms/image"] > 0 for r in rows.values())
+    assert all(
+        r["Loader img/s"] > 0 and r["Loader CPU ms/image"] > 0 and r["DataLoader CPU ms/image"] > 0
+        for r in rows.values()
+    )
     assert "CPU-bound processes beside" in proc.stdout
     assert "while True: pass" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
@@ -314,8 +442,7 @@ def test_remote_reads_local_http_and_s3(tmp_path):
 
 @smoke("transforms_bench.py")
 def test_transforms_bench_prints_both_tables():
-    proc = run_script("transforms_bench.py", "--repeats", "1", "--boxes", "4", "--images", "2",
-                      "--large-factor", "1")
+    proc = run_script("transforms_bench.py", "--repeats", "1", "--boxes", "4", "--images", "2", "--large-factor", "1")
     assert "1. crop-resize" in proc.stdout and "2. decode + RandomResizedCrop" in proc.stdout
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import iotool
 from iotool.cli import app
 
-from .conftest import SAMPLE, make_image
+from .conftest import SAMPLE
 
 runner = CliRunner()
 
@@ -36,8 +36,9 @@ def test_convert_then_info_json(imagefolder, tmp_path):
 
 
 def test_convert_json_summary_to_stdout(imagefolder, tmp_path):
-    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "o"),
-                                 "--json", "-", "-w", "0"])
+    result = runner.invoke(
+        app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "o"), "--json", "-", "-w", "0"]
+    )
     assert result.exit_code == 0
     summary = json.loads(result.stdout)
     assert summary["images"] == 13 and summary["format"] == "lmdb" and summary["images_per_s"] > 0
@@ -49,8 +50,9 @@ def test_bad_file_exits_1_naming_it(imagefolder, tmp_path):
     result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(dst), "-w", "0"])
     assert result.exit_code == 1
     assert "broken.jpg" in result.stderr and not dst.exists()
-    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(dst), "-w", "0",
-                                 "--on-error", "skip"])
+    result = runner.invoke(
+        app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(dst), "-w", "0", "--on-error", "skip"]
+    )
     assert result.exit_code == 0 and "broken.jpg" in result.stderr
     assert len(iotool.open_dataset(dst)) == 13
 
@@ -82,11 +84,21 @@ def test_installed_console_script(tmp_path):
     assert script.exists(), "the package must be installed (pip install -e '.[test]')"
     dst = tmp_path / "s.lmdb"
     env = {**os.environ, "COLUMNS": "120"}
-    done = subprocess.run([str(script), "convert", "imagefolder", "lmdb", str(SAMPLE), str(dst), "-w", "2"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [str(script), "convert", "imagefolder", "lmdb", str(SAMPLE), str(dst), "-w", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
-    info = subprocess.run([sys.executable, "-m", "iotool", "info", str(dst), "--json"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    info = subprocess.run(
+        [sys.executable, "-m", "iotool", "info", str(dst), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert info.returncode == 0 and json.loads(info.stdout)["count"] == 24
 
 
@@ -124,20 +136,36 @@ def test_format_option_mistakes_exit_2(imagefolder, tmp_path):
 
 
 def test_an_option_a_format_does_not_take_is_refused_with_its_own_choices(imagefolder, tmp_path):
-    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "x"),
-                                 "--shard-size", "5"])
+    result = runner.invoke(
+        app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "x"), "--shard-size", "5"]
+    )
     assert result.exit_code == 2
     assert "The lmdb format has no option shard_size; its options: commit_every." in " ".join(result.stderr.split())
-    result = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "x"),
-                                 "-o", "commit_every=ten"])
+    result = runner.invoke(
+        app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "x"), "-o", "commit_every=ten"]
+    )
     assert result.exit_code == 2 and "commit_every='ten'" in result.stderr
     assert not (tmp_path / "x").exists()
 
 
 def test_format_options_as_key_value_reach_the_writer(imagefolder, tmp_path):
     dst = tmp_path / "t"
-    result = runner.invoke(app, ["convert", "imagefolder", "tar", str(imagefolder), str(dst), "-w", "0",
-                                 "-o", "shard_size=4", "--option", "shard-bytes=1000000"])
+    result = runner.invoke(
+        app,
+        [
+            "convert",
+            "imagefolder",
+            "tar",
+            str(imagefolder),
+            str(dst),
+            "-w",
+            "0",
+            "-o",
+            "shard_size=4",
+            "--option",
+            "shard-bytes=1000000",
+        ],
+    )
     assert result.exit_code == 0, result.output
     meta = iotool.open_reader(dst).meta
     assert meta.options["shard_size"] == 4 and meta.options["shard_bytes"] == 1000000

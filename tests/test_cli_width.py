@@ -62,6 +62,7 @@ def test_examples_break_between_options_with_a_continuation():
 
 # --- what the commands print -------------------------------------------------------------------
 
+
 def fits(text: str, width: int) -> list[str]:
     """Lines wider than ``width`` that could have been wrapped (a lone token may be longer)."""
     return [line for line in text.splitlines() if len(line) > width and len(line.split()) > 1]
@@ -69,9 +70,9 @@ def fits(text: str, width: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def long_path_dataset(tmp_path_factory):
-    from .conftest import write_tree
-
     import iotool
+
+    from .conftest import write_tree
 
     root = tmp_path_factory.mktemp("w")
     write_tree(root / "src", {"a": 2, "b": 1}, seed=3)
@@ -81,9 +82,11 @@ def long_path_dataset(tmp_path_factory):
 
 
 @pytest.mark.parametrize("width", [80, 120])
-@pytest.mark.parametrize("args", [["info", "{dst}"], ["verify", "{dst}"], ["formats"],
-                                  ["convert", "lmdb", "tar", "{dst}", "{root}/out-{width}"]],
-                         ids=lambda a: a[0])
+@pytest.mark.parametrize(
+    "args",
+    [["info", "{dst}"], ["verify", "{dst}"], ["formats"], ["convert", "lmdb", "tar", "{dst}", "{root}/out-{width}"]],
+    ids=lambda a: a[0],
+)
 def test_outputs_fit_and_keep_paths_whole(long_path_dataset, args, width):
     root, dst = long_path_dataset
     argv = [a.format(dst=dst, root=root, width=width) for a in args]

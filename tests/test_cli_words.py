@@ -110,14 +110,19 @@ def test_a_mistyped_choice_reads_plainly(tree):
     assert "Value error" not in message
 
 
-WITHOUT_CRC = "import sys; sys.modules['google_crc32c'] = None; sys.argv[0] = 'iotool'; " \
-              "from iotool.cli import main; main()"
+WITHOUT_CRC = (
+    "import sys; sys.modules['google_crc32c'] = None; sys.argv[0] = 'iotool'; from iotool.cli import main; main()"
+)
 
 
 def test_a_missing_extra_is_named_before_any_work_and_listed_by_formats(tree):
     """The TFRecord format without google-crc32c (its import blocked in the child process)."""
-    run = lambda *args: subprocess.run([sys.executable, "-c", WITHOUT_CRC, *args], capture_output=True,
-                                       text=True, cwd=tree, timeout=120)
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-c", WITHOUT_CRC, *args], capture_output=True, text=True, cwd=tree, timeout=120
+        )
+
     result = run("convert", "imagefolder", "tfrecord", "src", "out")
     assert result.returncode == 2, result.stderr
     assert "pip install 'iotool[tfrecord]'" in " ".join(result.stderr.split())
@@ -127,18 +132,24 @@ def test_a_missing_extra_is_named_before_any_work_and_listed_by_formats(tree):
     assert result.returncode == 2 and "pip install 'iotool[tfrecord]'" in " ".join(result.stderr.split())
     assert "no-such-src" not in result.stderr
     listing = run("formats")
-    assert "tfrecord needs the 'tfrecord' extra (not installed: pip install 'iotool[tfrecord]')" in " ".join(listing.stdout.split())
+    assert "tfrecord needs the 'tfrecord' extra (not installed: pip install 'iotool[tfrecord]')" in " ".join(
+        listing.stdout.split()
+    )
     assert "(installed)" in piped(["formats"], tree).stdout  # here it is installed
 
 
 def test_a_missing_decoder_package_is_a_note_not_a_failure(tmp_path):
     """bench decode with opencv's import blocked in the child: one 'not installed' note with the
     pip command, the other backends timed, exit 0."""
-    code = ("import sys; sys.modules['cv2'] = None; sys.argv[0] = 'iotool'; "
-            "from iotool.cli import main; main()")
-    result = subprocess.run([sys.executable, "-c", code, "bench", "decode", "--min-time", "0", "--repeat", "1",
-                             "--no-tjbench"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                            env={**os.environ, "COLUMNS": "80"})
+    code = "import sys; sys.modules['cv2'] = None; sys.argv[0] = 'iotool'; from iotool.cli import main; main()"
+    result = subprocess.run(
+        [sys.executable, "-c", code, "bench", "decode", "--min-time", "0", "--repeat", "1", "--no-tjbench"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert result.returncode == 0, result.stderr
     message = " ".join(result.stderr.split())
     assert "not installed: opencv; install: pip install opencv-python-headless" in message

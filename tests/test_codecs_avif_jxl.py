@@ -75,8 +75,14 @@ def avif_jxl_tree(root) -> dict[str, bytes]:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_stores_and_reads_back_avif_and_jxl(tmp_path, fmt):
     files = avif_jxl_tree(tmp_path / "src")
-    report = iotool.convert(tmp_path / "src", tmp_path / "out", fmt, workers=0,
-                            source_options={"extensions": ".avif,.JXL"}, **options_for(fmt))
+    report = iotool.convert(
+        tmp_path / "src",
+        tmp_path / "out",
+        fmt,
+        workers=0,
+        source_options={"extensions": ".avif,.JXL"},
+        **options_for(fmt),
+    )
     assert report.count == 2 + len(files) and report.left_out == {}
     assert iotool.verify(tmp_path / "out", decode_images=True).ok  # every payload decodes, AVIF/JXL included
     keys = list(iotool.open_reader(tmp_path / "out").keys)
@@ -112,16 +118,33 @@ def test_the_cli_summary_and_json_count_what_was_left_out(tmp_path):
     write_tree(root, {"cat": 2, "dog": 1})
     (root / "cat" / "x.jpe").write_bytes(make_image(1))
     (root / "dog" / "z.jfif").write_bytes(make_image(2))
-    result = CliRunner().invoke(app, ["convert", "imagefolder", "lmdb", str(root), str(tmp_path / "a.lmdb"),
-                                      "-w", "0", "--json", "-"])
+    result = CliRunner().invoke(
+        app, ["convert", "imagefolder", "lmdb", str(root), str(tmp_path / "a.lmdb"), "-w", "0", "--json", "-"]
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["images"] == 3 and summary["left_out"] == {".jfif": 1, ".jpe": 1} and summary["skipped"] == []
     result = CliRunner().invoke(app, ["convert", "imagefolder", "lmdb", str(root), str(tmp_path / "b.lmdb"), "-w", "0"])
     assert result.exit_code == 0, result.output
     assert "2 (.jfif 1, .jpe 1)" in result.output and "--extensions .jfif,.jpe" in result.output
-    result = CliRunner().invoke(app, ["convert", "imagefolder", "lmdb", str(root), str(tmp_path / "c.lmdb"), "-w", "0",
-                                      "--extensions", ".jpe", "--extensions", "jfif", "--json", "-"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "convert",
+            "imagefolder",
+            "lmdb",
+            str(root),
+            str(tmp_path / "c.lmdb"),
+            "-w",
+            "0",
+            "--extensions",
+            ".jpe",
+            "--extensions",
+            "jfif",
+            "--json",
+            "-",
+        ],
+    )
     summary = json.loads(result.stdout)
     assert summary["images"] == 5 and summary["left_out"] == {}
     meta = iotool.open_reader(tmp_path / "c.lmdb").meta
@@ -135,8 +158,14 @@ def test_extensions_are_refused_where_they_do_not_apply(tmp_path):
     with pytest.raises(UsageError, match="--extensions 'a/b'"):
         iotool.convert(root, tmp_path / "a.lmdb", "lmdb", workers=0, source_options={"extensions": "a/b"})
     with pytest.raises(UsageError, match="The tfrecord-files source has no option extensions"):
-        iotool.convert(str(tmp_path / "*.tfrecord"), tmp_path / "b.lmdb", "lmdb", src_format="tfrecord-files",
-                       workers=0, source_options={"extensions": ".avif"})
+        iotool.convert(
+            str(tmp_path / "*.tfrecord"),
+            tmp_path / "b.lmdb",
+            "lmdb",
+            src_format="tfrecord-files",
+            workers=0,
+            source_options={"extensions": ".avif"},
+        )
 
 
 NO_PLUGIN = """
@@ -155,8 +184,13 @@ def test_without_the_jxl_plugin_the_record_is_refused_naming_the_extra(tmp_path)
     root = tmp_path / "src"
     write_tree(root, {"cat": 1})
     (root / "cat" / "a.jxl").write_bytes(encoded(1, (16, 16), "JXL"))
-    proc = subprocess.run([sys.executable, "-c", NO_PLUGIN, str(root), str(tmp_path / "a.lmdb")],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_PLUGIN, str(root), str(tmp_path / "a.lmdb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "cat/a.jxl" in proc.stdout and "pip install 'iotool[jxl]'" in proc.stdout, proc.stdout
     assert not (tmp_path / "a.lmdb").exists()
@@ -178,6 +212,7 @@ def test_sources_that_scan_no_files_have_no_left_out_row(tmp_path):
     iotool.convert(tmp_path / "src", tmp_path / "a.lmdb", "lmdb", workers=0)
     result = CliRunner().invoke(app, ["convert", "lmdb", "hdf5", str(tmp_path / "a.lmdb"), str(tmp_path / "b.h5")])
     assert result.exit_code == 0 and "skipped" in result.output and "left out" not in result.output, result.output
-    result = CliRunner().invoke(app, ["convert", "lmdb", "hdf5", str(tmp_path / "a.lmdb"), str(tmp_path / "c.h5"),
-                                      "--json", "-"])
+    result = CliRunner().invoke(
+        app, ["convert", "lmdb", "hdf5", str(tmp_path / "a.lmdb"), str(tmp_path / "c.h5"), "--json", "-"]
+    )
     assert json.loads(result.stdout)["left_out"] is None

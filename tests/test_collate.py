@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import iotool
-from iotool.transforms import CenterCrop, Compose, Resize
 from iotool import UsageError, fast_collate
+from iotool.transforms import CenterCrop, Compose, Resize
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
 SIZE = 64
@@ -41,6 +41,7 @@ def stacked_chw(images: list[np.ndarray]) -> torch.Tensor:
 
 
 # -- shapes, layouts, values --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_numpy_hwc_batch_is_uint8_nchw_in_the_requested_layout(memory_format):
@@ -101,10 +102,13 @@ def test_output_is_a_fresh_tensor():
 
 # -- errors -------------------------------------------------------------------------------
 
+
 def test_size_mismatch_names_the_first_mismatching_sample_and_both_sizes():
     rng = np.random.default_rng(5)
-    samples = [(a, 0) for a in random_hwc(rng, 3)] + [(rng.integers(0, 256, (5, 8, 3), dtype=np.uint8), 0),
-                                                        (rng.integers(0, 256, (9, 9, 3), dtype=np.uint8), 0)]
+    samples = [(a, 0) for a in random_hwc(rng, 3)] + [
+        (rng.integers(0, 256, (5, 8, 3), dtype=np.uint8), 0),
+        (rng.integers(0, 256, (9, 9, 3), dtype=np.uint8), 0),
+    ]
     with pytest.raises(UsageError, match=r"sample 3 has CxHxW=3x5x8 but sample 0 has 3x5x7"):
         fast_collate(samples)
 
@@ -114,21 +118,25 @@ def test_channel_mismatch_is_a_size_mismatch():
         fast_collate([(np.zeros((4, 4, 3), np.uint8), 0), (np.zeros((4, 4), np.uint8), 0)])
 
 
-@pytest.mark.parametrize("image", [np.zeros((4, 4, 3), np.float32), torch.zeros(3, 4, 4),
-                                   np.zeros((4, 4, 3), np.uint16)])
+@pytest.mark.parametrize(
+    "image", [np.zeros((4, 4, 3), np.float32), torch.zeros(3, 4, 4), np.zeros((4, 4, 3), np.uint16)]
+)
 def test_non_uint8_images_are_refused_with_the_dtype(image):
     with pytest.raises(UsageError, match=r"needs uint8 images; sample 1 has dtype .*(float32|uint16)"):
         fast_collate([(np.zeros((4, 4, 3), np.uint8), 0), (image, 0)])
 
 
-@pytest.mark.parametrize("samples, message", [
-    ([], "empty batch"),
-    ([(np.zeros((2, 2, 3), np.uint8),)], "sample 0 is a tuple of length 1"),
-    ([np.zeros((2, 2, 3), np.uint8)], "sample 0 is a ndarray"),
-    ([(np.zeros((2, 2, 3), np.uint8), 1.5)], "integer class labels; sample 0 has label 1.5"),
-    ([([[1, 2]], 0)], "sample 0 is a builtins.list"),
-    ([(np.zeros((1, 2, 2, 3), np.uint8), 0)], r"sample 0 has shape \(1, 2, 2, 3\)"),
-])
+@pytest.mark.parametrize(
+    "samples, message",
+    [
+        ([], "empty batch"),
+        ([(np.zeros((2, 2, 3), np.uint8),)], "sample 0 is a tuple of length 1"),
+        ([np.zeros((2, 2, 3), np.uint8)], "sample 0 is a ndarray"),
+        ([(np.zeros((2, 2, 3), np.uint8), 1.5)], "integer class labels; sample 0 has label 1.5"),
+        ([([[1, 2]], 0)], "sample 0 is a builtins.list"),
+        ([(np.zeros((1, 2, 2, 3), np.uint8), 0)], r"sample 0 has shape \(1, 2, 2, 3\)"),
+    ],
+)
 def test_bad_samples_are_refused_with_a_clear_message(samples, message):
     with pytest.raises(UsageError, match=message):
         fast_collate(samples)
@@ -140,6 +148,7 @@ def test_unsupported_memory_format_is_refused():
 
 
 # -- in a real DataLoader -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_dataloader_with_workers_over_lmdb(dataset, memory_format):

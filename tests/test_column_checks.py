@@ -42,6 +42,7 @@ def copy(datasets, tmp_path):
         dst = tmp_path / fmt
         shutil.copytree(datasets[fmt], dst)
         return dst
+
     return make
 
 

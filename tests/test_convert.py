@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import iotool
-from iotool.pipeline.destination import TMP_MARKER, cleanup_stale_temporaries
 from iotool.errors import ConversionError, DestinationExistsError, UsageError
 from iotool.formats.lmdb import writer as lmdb_writer
+from iotool.pipeline.destination import TMP_MARKER, cleanup_stale_temporaries
 from iotool.pipeline.sources import scan_imagefolder
 
 from .conftest import listdir_all, make_image
@@ -52,7 +52,7 @@ def test_layout_readable_with_plain_lmdb(imagefolder, tmp_path):
         meta = json.loads(txn.get(b"__iotool_meta__"))
         packed = txn.get(b"__iotool_keys__")  # count + 1 int64 offsets, then the UTF-8 bytes
         offsets = np.frombuffer(packed, dtype="<i8", count=14)
-        keys = [packed[8 * 14 + a:8 * 14 + b].decode() for a, b in zip(offsets[:-1], offsets[1:])]
+        keys = [packed[8 * 14 + a : 8 * 14 + b].decode() for a, b in zip(offsets[:-1], offsets[1:])]
         labels = np.frombuffer(txn.get(b"__iotool_labels__"), dtype="<i8")
         digests = txn.get(b"__iotool_checksums__")
         shapes = np.frombuffer(txn.get(b"__iotool_shapes__"), dtype="<i4").reshape(-1, 2)  # (height, width)

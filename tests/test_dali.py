@@ -19,7 +19,7 @@ import iotool
 from iotool.errors import UsageError
 from iotool.formats.dali_index import dali_formats_text
 
-from .conftest import formats_where, make_image, write_tree
+from .conftest import formats_where, make_image
 
 DALI_FORMATS = formats_where(lambda spec: spec.dali is not None)  # the formats whose shards DALI reads
 
@@ -62,8 +62,13 @@ def _raw_webdataset(ds) -> list[tuple[bytes, int]]:
 
     @pipeline_def(batch_size=1, num_threads=1, device_id=None)
     def pipe():
-        image, cls = fn.readers.webdataset(paths=shards, index_paths=indexes, ext=[idali.IMAGE_EXTS, "cls"],
-                                           missing_component_behavior="error", name="Reader")
+        image, cls = fn.readers.webdataset(
+            paths=shards,
+            index_paths=indexes,
+            ext=[idali.IMAGE_EXTS, "cls"],
+            missing_component_behavior="error",
+            name="Reader",
+        )
         return image, cls
 
     p = pipe()
@@ -103,8 +108,10 @@ def test_dali_tfrecord_reader_reads_every_record_as_iotool(corner_tree, tmp_path
     iotool.convert(corner_tree, dst, "tfrecord", shard_size=3, label_offset=1)
     ds = iotool.open_reader(dst)
     inputs = idali.dali_inputs(dst)
-    features = {"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
-                "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)}
+    features = {
+        "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+        "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+    }
 
     @pipeline_def(batch_size=1, num_threads=1, device_id=None)
     def pipe():
@@ -170,8 +177,21 @@ def one_per_class(tmp_path: Path) -> Path:
 def test_cpu_pipeline_two_shard_ids_every_sample_once_per_epoch(fmt, shuffle, one_per_class, tmp_path):
     dst = tmp_path / "ds"
     iotool.convert(one_per_class, dst, fmt, shard_size=4)
-    loaders = [idali.dali_loader(dst, 5, size=32, device_id=None, shard_id=k, num_shards=2, shuffle=shuffle,
-                                 initial_fill=4, num_threads=1, seed=7) for k in range(2)]
+    loaders = [
+        idali.dali_loader(
+            dst,
+            5,
+            size=32,
+            device_id=None,
+            shard_id=k,
+            num_shards=2,
+            shuffle=shuffle,
+            initial_fill=4,
+            num_threads=1,
+            seed=7,
+        )
+        for k in range(2)
+    ]
     assert [(it.shard_id, it.num_shards, it.count) for it in loaders] == [(0, 2, 23), (1, 2, 23)]
     for epoch in range(3):
         seen: collections.Counter = collections.Counter()
@@ -235,8 +255,18 @@ def test_gpu_pipeline_mixed_decoding(fmt, train, corner_tree, tmp_path):
     dst = tmp_path / "ds"
     iotool.convert(corner_tree, dst, fmt, shard_size=3)
     ds = iotool.open_reader(dst)
-    it = idali.dali_loader(dst, 3, size=32, train=train, shuffle=False, device_id=0, num_shards=1, shard_id=0,
-                           mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    it = idali.dali_loader(
+        dst,
+        3,
+        size=32,
+        train=train,
+        shuffle=False,
+        device_id=0,
+        num_shards=1,
+        shard_id=0,
+        mean=(0.485, 0.456, 0.406),
+        std=(0.229, 0.224, 0.225),
+    )
     assert it.device == torch.device("cuda", 0)
     batches = list(it)
     assert len(batches) == len(it) == 3

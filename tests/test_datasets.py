@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import pickle
 
 import numpy as np
@@ -57,8 +56,9 @@ def test_the_default_decoder_is_fused_and_decodes_as_auto(sample_lmdb):
     from iotool.loading.mapstyle import DEFAULT_DECODER
 
     assert DEFAULT_DECODER == "fused"
-    default, fused, auto = (iotool.open_dataset(sample_lmdb, **kw) for kw in ({}, {"decoder": "fused"},
-                                                                               {"decoder": "auto"}))
+    default, fused, auto = (
+        iotool.open_dataset(sample_lmdb, **kw) for kw in ({}, {"decoder": "fused"}, {"decoder": "auto"})
+    )
     assert default.decoder == fused.decoder == "fused" and auto.decoder == "auto"
     for i in (0, 7):  # no transform: nothing to fuse, the same pixels as "auto"
         np.testing.assert_array_equal(default[i][0], auto[i][0])
@@ -81,8 +81,9 @@ def _bytes_collate(batch):
 def test_dataloader_workers_see_every_sample_once(sample_lmdb, start_method):
     ds = iotool.open_dataset(sample_lmdb, decoder=None)
     ds[5]  # opened in the parent before the workers start
-    loader = DataLoader(ds, batch_size=5, shuffle=True, num_workers=2, collate_fn=_bytes_collate,
-                        multiprocessing_context=start_method)
+    loader = DataLoader(
+        ds, batch_size=5, shuffle=True, num_workers=2, collate_fn=_bytes_collate, multiprocessing_context=start_method
+    )
     digests, labels = [], []
     for d, lab in loader:
         digests += d

@@ -15,7 +15,13 @@ from PIL import Image
 
 import iotool
 from iotool.decode import (
-    AUTO, BACKENDS, FORMAT_PREFERENCE, JPEG_PREFERENCE, available, decode, image_format,
+    AUTO,
+    BACKENDS,
+    FORMAT_PREFERENCE,
+    JPEG_PREFERENCE,
+    available,
+    decode,
+    image_format,
     resolve_backend,
 )
 from iotool.decode import api as decode_api
@@ -44,8 +50,9 @@ def photo(seed: int, width: int, height: int) -> np.ndarray:
     """A seeded photo-like RGB array: smooth gradients plus noise."""
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([x * 255.0 / max(width, 1), y * 255.0 / max(height, 1),
-                     (x + y) * 127.0 / max(width + height, 1)], axis=-1)
+    base = np.stack(
+        [x * 255.0 / max(width, 1), y * 255.0 / max(height, 1), (x + y) * 127.0 / max(width + height, 1)], axis=-1
+    )
     return np.clip(base + rng.normal(0, 20, (height, width, 3)), 0, 255).astype(np.uint8)
 
 
@@ -86,6 +93,7 @@ def assert_identical(outs: dict[str, np.ndarray]) -> None:
 
 
 # --- registry ----------------------------------------------------------------------------
+
 
 def test_registry_reports_every_backend_with_reason_and_hint():
     status = available()
@@ -204,8 +212,11 @@ def test_grayscale_jpeg_gives_three_equal_channels():
 def test_pure_red_catches_bgr_rgb_swaps(backend):
     red = np.zeros((16, 24, 3), np.uint8)
     red[..., 0] = 255
-    for data, exact in ((encode(red, "JPEG", quality=100, subsampling=0), False),
-                        (encode(red, "PNG"), True), (encode(red, "BMP"), True)):
+    for data, exact in (
+        (encode(red, "JPEG", quality=100, subsampling=0), False),
+        (encode(red, "PNG"), True),
+        (encode(red, "BMP"), True),
+    ):
         out = decode(data, backend)
         assert_contract(out, (16, 24))
         if exact:
@@ -215,6 +226,7 @@ def test_pure_red_catches_bgr_rgb_swaps(backend):
 
 
 # --- reduced-scale decode ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("scale", [2, 4, 8])
 @pytest.mark.parametrize("progressive", [False, True])
@@ -251,6 +263,7 @@ def test_min_size_is_ignored_for_non_jpeg(backend):
 
 # --- colour spaces and other formats -------------------------------------------------------
 
+
 def test_cmyk_jpeg_decodes_on_every_backend():
     rgb = photo(5, 48, 32)
     data = encode(Image.fromarray(rgb).convert("CMYK"), "JPEG", quality=95)
@@ -271,6 +284,7 @@ def test_ycck_jpeg_decodes_on_every_backend():
 
 def _png(arr: np.ndarray, color_type: int, bit_depth: int) -> bytes:
     """A minimal PNG writer (for 16-bit RGB, which PIL cannot save)."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
@@ -288,11 +302,13 @@ def png_cases() -> list:
     pal = Image.fromarray(rgb).quantize(16)
     return [
         pytest.param(encode(rgba, "PNG"), rgb, id="rgba-alpha-dropped"),
-        pytest.param(encode(Image.fromarray(rgba).convert("LA"), "PNG"),
-                     np.repeat(np.asarray(Image.fromarray(rgba).convert("L"))[..., None], 3, 2), id="gray-alpha"),
+        pytest.param(
+            encode(Image.fromarray(rgba).convert("LA"), "PNG"),
+            np.repeat(np.asarray(Image.fromarray(rgba).convert("L"))[..., None], 3, 2),
+            id="gray-alpha",
+        ),
         pytest.param(encode(pal, "PNG"), np.asarray(pal.convert("RGB")), id="palette"),
-        pytest.param(_png(gray16, 0, 16), np.repeat((gray16 >> 8).astype(np.uint8)[..., None], 3, 2),
-                     id="gray-16bit"),
+        pytest.param(_png(gray16, 0, 16), np.repeat((gray16 >> 8).astype(np.uint8)[..., None], 3, 2), id="gray-16bit"),
         pytest.param(_png(rgb16, 2, 16), (rgb16 >> 8).astype(np.uint8), id="rgb-16bit"),
     ]
 
@@ -304,8 +320,9 @@ def test_png_variants(backend, data, expected):
     assert np.array_equal(out, expected)
 
 
-@pytest.mark.parametrize("fmt,save", [("BMP", {}), ("WEBP", {"lossless": True}), ("TIFF", {}),
-                                      ("PNG", {}), ("GIF", {})])
+@pytest.mark.parametrize(
+    "fmt,save", [("BMP", {}), ("WEBP", {"lossless": True}), ("TIFF", {}), ("PNG", {}), ("GIF", {})]
+)
 def test_other_formats_go_to_a_backend_that_reads_them(backend, fmt, save):
     rgb = photo(9, 30, 20)
     if fmt == "GIF":
@@ -325,6 +342,7 @@ def test_image_format_sniffing():
 
 # --- EXIF orientation ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
 def test_exif_orientation_is_ignored(backend, fmt):
     rgb = photo(4, 40, 24)
@@ -338,11 +356,15 @@ def test_exif_orientation_is_ignored(backend, fmt):
 
 # --- bad input -----------------------------------------------------------------------------
 
+
 def _truncations() -> list:
     data = jpeg(12, (120, 90))
     prog = jpeg(12, (120, 90), progressive=True)
-    cases = [pytest.param(d[: int(len(d) * f)], id=f"{kind}-{int(f * 100)}%")
-             for kind, d in (("baseline", data), ("progressive", prog)) for f in (0.3, 0.7, 0.99)]
+    cases = [
+        pytest.param(d[: int(len(d) * f)], id=f"{kind}-{int(f * 100)}%")
+        for kind, d in (("baseline", data), ("progressive", prog))
+        for f in (0.3, 0.7, 0.99)
+    ]
     cases.append(pytest.param(data[:-2], id="missing-end-marker"))
     cases.append(pytest.param(b"", id="zero-bytes"))
     cases.append(pytest.param(b"this is not an image, just some text\n" * 4, id="text"))
@@ -406,8 +428,9 @@ def _bomb_png(width: int, height: int) -> bytes:
     return bytes(data)
 
 
-@pytest.mark.parametrize("data", [_bomb_jpeg(65_000, 65_000), _bomb_png(100_000, 100_000)],
-                         ids=["jpeg-65000x65000", "png-100000x100000"])
+@pytest.mark.parametrize(
+    "data", [_bomb_jpeg(65_000, 65_000), _bomb_png(100_000, 100_000)], ids=["jpeg-65000x65000", "png-100000x100000"]
+)
 def test_decompression_bomb_refused_before_allocating(backend, data):
     with pytest.raises(DecodeError, match=r"bomb\.img.*(decompression bomb|decompression-bomb)"):
         decode(data, backend, name="bomb.img")

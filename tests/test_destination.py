@@ -42,8 +42,9 @@ main()
 """
 
 
-def cli(*args: str, slow: float = 0.0, until: Path | None = None, prefix: tuple[str, ...] = (),
-        **kw) -> subprocess.Popen:
+def cli(
+    *args: str, slow: float = 0.0, until: Path | None = None, prefix: tuple[str, ...] = (), **kw
+) -> subprocess.Popen:
     """Start ``iotool ARGS`` in a child process (each progress step slowed by ``slow`` seconds, until
     the file ``until`` exists: then the conversion runs on at full speed)."""
     cmd = [*prefix, sys.executable, "-c", SLOW_CLI, str(slow), str(until or ""), *args]
@@ -75,8 +76,13 @@ def source(tmp_path_factory) -> Path:
 def mounted(path: Path, *options: str, source: str = "tmpfs", fstype: str = "tmpfs"):
     """Mount a real file system for the test (skip with the kernel's reason where refused)."""
     path.mkdir(parents=True, exist_ok=True)
-    args = ["mount", *(["-t", fstype] if fstype else []), *(["-o", ",".join(options)] if options else []), source,
-            str(path)]
+    args = [
+        "mount",
+        *(["-t", fstype] if fstype else []),
+        *(["-o", ",".join(options)] if options else []),
+        source,
+        str(path),
+    ]
     done = subprocess.run(args, capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount ({' '.join(args)}): {done.stderr.strip()}")
@@ -120,6 +126,7 @@ def convert_args(fmt: str, src: Path, dst: Path, *extra: str) -> list[str]:
 
 # --- a full disk --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fraction", [0.15, 0.6, 0.97])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_full_disk_fails_cleanly_and_leaves_nothing(fmt, fraction, source, probes, tmp_path):
@@ -151,8 +158,7 @@ def test_a_full_disk_leaves_the_dataset_being_replaced_untouched(fmt, source, pr
 
 
 @pytest.mark.parametrize("fmt", formats_where(lambda spec: spec.resumable))
-def test_a_full_disk_with_resume_keeps_a_partial_that_completes_when_space_is_freed(fmt, source, probes,
-                                                                                   tmp_path):
+def test_a_full_disk_with_resume_keeps_a_partial_that_completes_when_space_is_freed(fmt, source, probes, tmp_path):
     need = needed_bytes(fmt, probes)
     reference = probes[fmt][0]
     with mounted(tmp_path / "mnt", f"size={need // 4096 * 4096 + (1 << 20)}") as mnt:
@@ -172,6 +178,7 @@ def test_a_full_disk_with_resume_keeps_a_partial_that_completes_when_space_is_fr
 
 
 # --- one writer per destination ------------------------------------------------------------------
+
 
 def wait_for_lock(dst: Path) -> None:
     """Until a running conversion holds the lock of ``dst`` (at most 30 s)."""
@@ -208,6 +215,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(source, tmp_path):
 
 
 # --- signals -------------------------------------------------------------------------------------
+
 
 def wait_until_writing(dst: Path, proc: subprocess.Popen) -> None:
     """Until the child has a temporary output (so a signal lands mid-conversion)."""
@@ -273,6 +281,7 @@ def test_a_second_ctrl_c_exits_at_once(source, tmp_path):
 
 
 # --- odd places ----------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def read_only(path: Path, source: Path):

@@ -99,16 +99,29 @@ def test_every_quoted_repository_path_exists(page: Path):
 
 def test_no_reference_to_a_missing_design_file():
     name = "DESIGN" + ".md"  # not spelled out here, so this file does not match itself
-    files = [*PAGES, REPO / "pyproject.toml", REPO / "mkdocs.yml",
-             *REPO.glob("iotool/**/*.py"), *REPO.glob("tests/**/*.py"), *REPO.glob("benchmarks/*.py")]
-    citing = [str(f.relative_to(REPO)) for f in files
-              if f != Path(__file__).resolve() and re.search(r"DESIGN(?:\.md| §)", f.read_text(errors="replace"))]
+    files = [
+        *PAGES,
+        REPO / "pyproject.toml",
+        REPO / "mkdocs.yml",
+        *REPO.glob("iotool/**/*.py"),
+        *REPO.glob("tests/**/*.py"),
+        *REPO.glob("benchmarks/*.py"),
+    ]
+    citing = [
+        str(f.relative_to(REPO))
+        for f in files
+        if f != Path(__file__).resolve() and re.search(r"DESIGN(?:\.md| §)", f.read_text(errors="replace"))
+    ]
     assert (REPO / name).exists() or not citing, f"{citing} cite {name}, which is not in the repository"
 
 
 def test_the_readme_code_fits_the_page():
-    long = [(lang, line) for lang, body in code_blocks(README.read_text())
-            for line in body.splitlines() if len(line) > MAX_CODE_LINE]
+    long = [
+        (lang, line)
+        for lang, body in code_blocks(README.read_text())
+        for line in body.splitlines()
+        if len(line) > MAX_CODE_LINE
+    ]
     assert not long, f"README code lines over {MAX_CODE_LINE} characters: {long}"
 
 
@@ -126,10 +139,10 @@ MEASURED = re.compile(
 )
 # Figures that are settings or bounds, not measurements of a machine.
 NOT_MEASURED = {
-    ("cli.md", "5% faster"),        # the tuner's stopping rule
-    ("training.md", "5% more"),     # the tuner's choice rule
-    ("scale-out.md", "2 s"),        # the retry backoff
-    ("training.md", "5 minutes"),   # the GPU check's time bound
+    ("cli.md", "5% faster"),  # the tuner's stopping rule
+    ("training.md", "5% more"),  # the tuner's choice rule
+    ("scale-out.md", "2 s"),  # the retry backoff
+    ("training.md", "5 minutes"),  # the GPU check's time bound
 }
 
 
@@ -151,8 +164,11 @@ def test_the_api_page_renders_no_raw_sphinx_roles():
             raw.append(obj.path)
         pending.extend(m for m in obj.members.values() if not isinstance(m, griffe.Alias))
     assert not raw, f"raw Sphinx roles left in {raw}"
-    assert 'identifier="iotool.loading.opening.open_dataset"' in roles.replace_roles(
-        package, ":func:`open_dataset`", roles.lazy_names(package)) or "_LAZY" not in package.members
+    assert (
+        'identifier="iotool.loading.opening.open_dataset"'
+        in roles.replace_roles(package, ":func:`open_dataset`", roles.lazy_names(package))
+        or "_LAZY" not in package.members
+    )
 
 
 def test_sphinx_roles_become_cross_references():
@@ -161,7 +177,9 @@ def test_sphinx_roles_become_cross_references():
     package = griffe.load("iotool", search_paths=[str(REPO)])
     transforms = package["transforms"]
     text = roles.replace_roles(transforms, "See :class:`~iotool.transforms.Resize` and :func:`!nowhere`.", {})
-    assert text == ('See <autoref identifier="iotool.transforms.Resize" optional><code>Resize</code></autoref>'
-                    " and <code>nowhere</code>.")
+    assert text == (
+        'See <autoref identifier="iotool.transforms.Resize" optional><code>Resize</code></autoref>'
+        " and <code>nowhere</code>."
+    )
     assert roles.literal_blocks("Use it so::\n\n    x = 1\n") == "Use it so:\n\n    x = 1\n"
     assert roles.literal_blocks("Where\n\n    ``y = f(x)``\n\nend") == "Where\n\n    y = f(x)\n\nend"

@@ -43,8 +43,16 @@ def source(tmp_path_factory) -> Path:
 def server(faultshim, source, tmp_path_factory):  # noqa: F811
     """The fork server, warmed with one conversion per format (each child then only converts)."""
     warm_dir = tmp_path_factory.mktemp("durwarm")
-    warm = [{"src": str(source), "dst": str(warm_dir / fmt), "fmt": fmt, "overwrite": False,
-             "opts": options_with_units(fmt, 3, resize=16)} for fmt in FORMATS]
+    warm = [
+        {
+            "src": str(source),
+            "dst": str(warm_dir / fmt),
+            "fmt": fmt,
+            "overwrite": False,
+            "opts": options_with_units(fmt, 3, resize=16),
+        }
+        for fmt in FORMATS
+    ]
     srv = Server(faultshim, warm)
     yield srv
     srv.close()
@@ -61,9 +69,19 @@ def conversion_log(server: Server, source: Path, base: Path, fmt: str, overwrite
         iotool.convert(source, dst, fmt, workers=0, **opts)
     log = base.parent / f"{base.name}.log"
     log.unlink(missing_ok=True)
-    job = {"src": str(source), "dst": str(dst), "fmt": fmt, "opts": opts, "overwrite": overwrite,
-           "prefix": str(base), "mode": "count", "n": -1, "errno": 0, "log": str(log),
-           "result": str(base.parent / f"{base.name}.json")}
+    job = {
+        "src": str(source),
+        "dst": str(dst),
+        "fmt": fmt,
+        "opts": opts,
+        "overwrite": overwrite,
+        "prefix": str(base),
+        "mode": "count",
+        "n": -1,
+        "errno": 0,
+        "log": str(log),
+        "result": str(base.parent / f"{base.name}.json"),
+    }
     code, result = server.run(job)
     assert code == 0 and result["ok"], result
     calls = []
@@ -79,8 +97,9 @@ def under(path: str, folder: str) -> bool:
 
 @pytest.mark.parametrize("overwrite", [False, True], ids=["new", "overwrite"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_every_file_and_folder_is_synced_before_the_commit_and_the_commit_after(fmt, overwrite, server, source,
-                                                                              tmp_path):
+def test_every_file_and_folder_is_synced_before_the_commit_and_the_commit_after(
+    fmt, overwrite, server, source, tmp_path
+):
     calls, dst = conversion_log(server, source, tmp_path / "case", fmt, overwrite)
     commits = [k for k, (call, path) in enumerate(calls) if call in RENAMES and path == "out"]
     assert commits, calls
@@ -93,8 +112,9 @@ def test_every_file_and_folder_is_synced_before_the_commit_and_the_commit_after(
 
     def synced_after(names: set[str], last: int) -> bool:
         """An fsync of one of ``names``, or a whole flush, after position ``last``, before the commit."""
-        return any(k > last and (call in SYNCS and path in names or call in FLUSHES)
-                   for k, (call, path) in enumerate(before))
+        return any(
+            k > last and (call in SYNCS and path in names or call in FLUSHES) for k, (call, path) in enumerate(before)
+        )
 
     problems = []
     final = [os.path.relpath(p, dst) for p in dataset_files(dst)]
@@ -109,13 +129,15 @@ def test_every_file_and_folder_is_synced_before_the_commit_and_the_commit_after(
             problems.append(f"{rel}: not synced after its last write (call {writes[-1] + 1}) before the commit")
     folders = {tmp} | {f"{tmp}/{os.path.dirname(rel)}" for rel in final if os.path.dirname(rel) not in ("", ".")}
     for folder in sorted(folders):
-        inside = [k for k, (call, path) in enumerate(before) if (call in WRITES or call in RENAMES)
-                  and under(path, folder)]  # (a single-file temporary: its own writes)
+        inside = [
+            k for k, (call, path) in enumerate(before) if (call in WRITES or call in RENAMES) and under(path, folder)
+        ]  # (a single-file temporary: its own writes)
         last = inside[-1] if inside else -1
         dir_syncs = [k for k, (call, path) in enumerate(before) if call in SYNCS and path == folder and k > last]
         if not dir_syncs and not (folder != tmp and any(k > last for k in flushes)):
-            problems.append(f"{folder}: not fsynced after the last write or rename in it (call {last + 1}) "
-                            f"before the commit")
-    if not any(call in SYNCS and path == "." for call, path in calls[commit + 1:]):
+            problems.append(
+                f"{folder}: not fsynced after the last write or rename in it (call {last + 1}) before the commit"
+            )
+    if not any(call in SYNCS and path == "." for call, path in calls[commit + 1 :]):
         problems.append("the folder holding DST is not fsynced after the commit rename")
     assert problems == [], "\n".join(problems + [f"{k + 1} {c} {p}" for k, (c, p) in enumerate(calls)])

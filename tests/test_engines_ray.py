@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import iotool
-from iotool.pipeline.engines.ray import FAULT_ENV
 from iotool.errors import ConversionError, UsageError
+from iotool.pipeline.engines.ray import FAULT_ENV
 
 from .conftest import formats_where, make_image, write_tree
 from .test_remote import bucket, s3_server  # noqa: F401  (the loopback S3 fixtures)
@@ -33,7 +33,6 @@ _skip = pytest.mark.skipif(ray is None, reason="the ray extra is not installed: 
 def needs_ray(test):
     """Mark a test as a Ray test (``-m ray``), skipped with the reason when Ray is absent."""
     return pytest.mark.ray(_skip(test))
-
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +103,7 @@ def test_ray_bmp_conversion_equals_a_local_one(cluster, source, tmp_path, monkey
 
 @needs_ray
 @pytest.mark.parametrize("mode", ["exit", "raise"])
-def test_a_task_that_dies_mid_shard_is_retried_without_damage(cluster, source, tmp_path, monkeypatch, mode,
-                                                              caplog):
+def test_a_task_that_dies_mid_shard_is_retried_without_damage(cluster, source, tmp_path, monkeypatch, mode, caplog):
     markers = [tmp_path / "fault-1", tmp_path / "fault-4"]
     monkeypatch.setenv(FAULT_ENV, f"1:{mode}:{markers[0]},4:{mode}:{markers[1]}")
     with caplog.at_level(logging.INFO, logger="iotool.pipeline.engines.ray"):
@@ -131,8 +129,10 @@ def test_skip_keeps_shard_boundaries_by_source_position(cluster, source, tmp_pat
     assert [s["key"] for s in idx["meta"]["skipped"]] == ["ant/img_005.jpg"]
     iotool.convert(bad_tree, tmp_path / "local", "tar", workers=0, shard_size=4, on_error="skip")
     local = index(tmp_path / "local")
-    assert all(column(tmp_path / "ray", c) == column(tmp_path / "local", c)
-               for c in ("keys", "member_keys", "labels", "checksums"))
+    assert all(
+        column(tmp_path / "ray", c) == column(tmp_path / "local", c)
+        for c in ("keys", "member_keys", "labels", "checksums")
+    )
     assert [s["count"] for s in local["shards"]] == [4, 4, 3]  # the local rule fills every shard
     assert [sum(1 for _ in iotool.open_dataset(tmp_path / "ray", decoder=None))] == [11]
 
@@ -153,15 +153,29 @@ def test_cli_engine_ray(cluster, source, tmp_path):
 
     from iotool.cli import app
 
-    result = CliRunner().invoke(app, ["convert", "imagefolder", "tar", str(source), str(tmp_path / "out"),
-                                      "--engine", "ray", "--shard-size", "10", "--json", "-"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "convert",
+            "imagefolder",
+            "tar",
+            str(source),
+            str(tmp_path / "out"),
+            "--engine",
+            "ray",
+            "--shard-size",
+            "10",
+            "--json",
+            "-",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["images"] == 30
     assert [s["count"] for s in index(tmp_path / "out")["shards"]] == [10, 10, 10]
 
 
 @needs_ray
-def test_ray_writes_tar_shards_to_s3(cluster, source, bucket, tmp_path):
+def test_ray_writes_tar_shards_to_s3(cluster, source, bucket, tmp_path):  # noqa: F811  (the fixture)
     fs, name, options = bucket
     url = f"s3://{name}/shards"
     iotool.convert(source, url, "tar", engine="ray", shard_size=8, storage_options=options)
@@ -195,7 +209,7 @@ def test_cli_refuses_ray_for_lmdb_with_exit_code_2(imagefolder, tmp_path):
 
     from iotool.cli import app
 
-    result = CliRunner().invoke(app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "o"),
-                                      "--engine", "ray"])
+    result = CliRunner().invoke(
+        app, ["convert", "imagefolder", "lmdb", str(imagefolder), str(tmp_path / "o"), "--engine", "ray"]
+    )
     assert result.exit_code == 2 and "tar" in result.output
-

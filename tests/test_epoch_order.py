@@ -34,8 +34,7 @@ def shard_order(path, seed: int, epoch: int) -> list[int]:
     """The shard numbers in the order one epoch visits them (a fresh dataset each time)."""
     reader = iotool.open_reader(path)
     shard_of = {i: s for s, r in enumerate(reader.shard_ranges()) for i in r}
-    ds = ShardedIterableDataset(reader, decoder=None, shuffle=True, seed=seed, buffer_size=1,
-                                env=ShardEnv(0, 1, 0, 1))
+    ds = ShardedIterableDataset(reader, decoder=None, shuffle=True, seed=seed, buffer_size=1, env=ShardEnv(0, 1, 0, 1))
     ds.set_epoch(epoch)
     records = list(ds.iter_indices())
     assert sorted(records) == list(range(len(reader)))
@@ -84,8 +83,14 @@ def test_persistent_workers_see_the_new_shard_order(seven_shards, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     ds = iotool.open_dataset(seven_shards, decoder=None, shuffle=True, seed=3, buffer_size=4)
-    loader = DataLoader(ds, batch_size=3, num_workers=2, persistent_workers=True, collate_fn=_collate,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        ds,
+        batch_size=3,
+        num_workers=2,
+        persistent_workers=True,
+        collate_fn=_collate,
+        generator=torch.Generator().manual_seed(0),
+    )
     seen = []
     for epoch in range(3):
         ds.set_epoch(epoch)

@@ -92,8 +92,11 @@ def faultshim(tmp_path_factory) -> Path:
     if gcc is None:
         pytest.skip("no C compiler (gcc) to build tests/native/faultshim.c")
     out = tmp_path_factory.mktemp("shim") / "faultshim.so"
-    subprocess.run([gcc, "-O2", "-shared", "-fPIC", "-Wall", "-o", str(out), str(NATIVE / "faultshim.c"), "-ldl"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [gcc, "-O2", "-shared", "-fPIC", "-Wall", "-o", str(out), str(NATIVE / "faultshim.c"), "-ldl"],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -103,8 +106,13 @@ class Server:
     def __init__(self, shim: Path, warm: list[dict]):
         env = {**os.environ, "LD_PRELOAD": str(shim)}
         env.pop("FAULTSHIM_PREFIX", None)
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(shim), json.dumps(warm)], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER, str(shim), json.dumps(warm)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout.readline().strip() == "ready"
 
     def run(self, job: dict) -> tuple[int, dict | None]:
@@ -133,8 +141,16 @@ def trees(tmp_path_factory):
 def server(faultshim, trees, tmp_path_factory):
     src, _ = trees
     warm_dir = tmp_path_factory.mktemp("warm")
-    warm = [{"src": str(src), "dst": str(warm_dir / fmt), "fmt": fmt, "overwrite": False,
-             "opts": options_with_units(fmt, UNIT, resize=16)} for fmt in FORMATS]
+    warm = [
+        {
+            "src": str(src),
+            "dst": str(warm_dir / fmt),
+            "fmt": fmt,
+            "overwrite": False,
+            "opts": options_with_units(fmt, UNIT, resize=16),
+        }
+        for fmt in FORMATS
+    ]
     srv = Server(faultshim, warm)
     yield srv
     srv.close()
@@ -178,17 +194,28 @@ class Campaign:
         return dst
 
     def _job(self, case: Path, mode: str, n: int = -1, err: int = 0) -> dict:
-        return {"src": str(self.src), "dst": str(case / "out"), "fmt": self.fmt, "opts": self.opts,
-                "overwrite": self.overwrite, "prefix": str(case), "mode": mode, "n": n, "errno": err,
-                "log": str(self.base / "log.txt"), "result": str(self.base / "result.json")}
+        return {
+            "src": str(self.src),
+            "dst": str(case / "out"),
+            "fmt": self.fmt,
+            "opts": self.opts,
+            "overwrite": self.overwrite,
+            "prefix": str(case),
+            "mode": mode,
+            "n": n,
+            "errno": err,
+            "log": str(self.base / "log.txt"),
+            "result": str(self.base / "result.json"),
+        }
 
     def _fresh_case(self, name: str) -> Path:
         case = self.base / name
         shutil.rmtree(case, ignore_errors=True)
         case.mkdir()
         if self.overwrite:
-            shutil.copytree(self.base / "old-reference", case / "out") if (self.base / "old-reference").is_dir() \
-                else shutil.copy(self.base / "old-reference", case / "out")
+            shutil.copytree(self.base / "old-reference", case / "out") if (
+                self.base / "old-reference"
+            ).is_dir() else shutil.copy(self.base / "old-reference", case / "out")
         return case
 
     def _count(self) -> list[str]:
@@ -199,8 +226,11 @@ class Campaign:
         assert code == 0 and result["ok"], result
         lines = log.read_text().splitlines()
         self.flushed = any(line.startswith("0 ") for line in lines)  # sync(): every file, not a point
-        calls = [line.split(" ", 2)[1] + " " + os.path.relpath(line.split(" ", 2)[2], case)
-                 for line in lines if not line.startswith("0 ")]
+        calls = [
+            line.split(" ", 2)[1] + " " + os.path.relpath(line.split(" ", 2)[2], case)
+            for line in lines
+            if not line.startswith("0 ")
+        ]
         assert identity(case / "out") == self.reference
         shutil.rmtree(case)
         return calls
@@ -265,6 +295,7 @@ def campaign(server, trees, tmp_path_factory):
             base = tmp_path_factory.mktemp(f"faults-{fmt}-{mode}-{'ow' if overwrite else 'new'}")
             _campaigns[key] = Campaign(server, trees, base, fmt, mode, overwrite)
         return _campaigns[key]
+
     return get
 
 
@@ -288,8 +319,10 @@ def test_injection_points_cover_writes_syncs_and_the_commit_rename(fmt, campaign
         names = {tmp if rel == "." else f"{tmp}/{rel}"}
         names |= {name + ".tmp" for name in names}  # written under a temporary name, renamed
         assert any(call in WRITE_CALLS and path in names for call, path in calls), (rel, c.calls)
-        assert c.flushed or any(call in {"fsync", "fdatasync"} and path in names for call, path in calls), \
-            (rel, c.calls)
+        assert c.flushed or any(call in {"fsync", "fdatasync"} and path in names for call, path in calls), (
+            rel,
+            c.calls,
+        )
     assert ("fsync", tmp) in calls, c.calls
     assert c.calls[-2].startswith("rename") and c.calls[-2].endswith(" out"), c.calls  # the commit
     assert c.calls[-1] == "fsync .", c.calls  # DST's folder, after the rename

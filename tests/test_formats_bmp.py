@@ -10,12 +10,11 @@ import pytest
 from PIL import Image
 
 import iotool
-from iotool.pipeline.prepare import PayloadOptions, prepare
-from iotool.transforms.sizing import REDUCING_GAP
 from iotool.decode import decode
-from iotool.errors import DecodeError, UsageError
 from iotool.decode.bmp import decode_bmp, encode_bmp
-from iotool.pipeline.prepare import resize_rgb, target_size
+from iotool.errors import DecodeError, UsageError
+from iotool.pipeline.prepare import PayloadOptions, prepare, resize_rgb, target_size
+from iotool.transforms.sizing import REDUCING_GAP
 
 from .conftest import SAMPLE, make_image
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import pickle
 from importlib.metadata import entry_points
 
@@ -86,7 +85,7 @@ def test_round_trip_keys_labels_bytes(fmt, source, converted):
 def test_decoded_pixels_equal_pil(fmt, source, converted):
     ds = iotool.open_dataset(converted[fmt])
     raw = iotool.open_reader(converted[fmt])
-    for i, (image, label) in enumerate(samples_of(ds)):
+    for i, (image, _label) in enumerate(samples_of(ds)):
         assert image.dtype == np.uint8 and image.shape[2] == 3 and image.flags.c_contiguous
         payload = raw.read(i)[0]
         expected = np.asarray(Image.open(__import__("io").BytesIO(payload)).convert("RGB"))

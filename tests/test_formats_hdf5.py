@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-
-import hashlib
 import shutil
 
 import h5py
@@ -32,7 +31,7 @@ def test_layout_with_plain_h5py(imagefolder, tmp_path):
         offsets = f["offsets"][:]
         assert offsets.shape == (14,) and offsets[0] == 0 and offsets[-1] == f["images"].shape[0]
         for i in (0, 12):
-            assert f["images"][offsets[i]:offsets[i + 1]].tobytes() == open(scan.samples[i].path, "rb").read()
+            assert f["images"][offsets[i] : offsets[i + 1]].tobytes() == open(scan.samples[i].path, "rb").read()
         assert f["labels"][:].tolist() == [s.label for s in scan.samples]
         assert [k.decode() for k in f["keys"][:]] == [s.key for s in scan.samples]
         assert len(f["checksums"][0]) == 64
@@ -116,8 +115,11 @@ def copy_hdf5(src, dst, **images_options) -> None:
             g.attrs[key] = value
 
 
-@pytest.mark.parametrize("options", [{"compression": "gzip"}, {}, {"chunks": (4096,), "shuffle": True}],
-                         ids=["gzip", "contiguous", "small-chunks-shuffle"])
+@pytest.mark.parametrize(
+    "options",
+    [{"compression": "gzip"}, {}, {"chunks": (4096,), "shuffle": True}],
+    ids=["gzip", "contiguous", "small-chunks-shuffle"],
+)
 def test_repacked_files_read_the_same(large_payloads, tmp_path, options):
     dst, payloads = large_payloads
     other = tmp_path / "repacked.h5"
@@ -133,7 +135,7 @@ def test_version_1_files_with_variable_length_payloads_are_read(large_payloads, 
         offsets, images = f["offsets"][:], f["images"][:]
         column = g.create_dataset("images", (len(offsets) - 1,), h5py.vlen_dtype(np.uint8))
         for i in range(len(offsets) - 1):
-            column[i] = images[offsets[i]:offsets[i + 1]]
+            column[i] = images[offsets[i] : offsets[i + 1]]
         for name in ("labels", "keys", "checksums"):
             f.copy(f[name], g, name)
         meta = json.loads(f.attrs["iotool_meta"])

@@ -18,9 +18,9 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 import iotool
+from iotool.formats.sharded.index import unique_stem
 from iotool.loading.iterable import ShardedIterableDataset
 from iotool.loading.split import ShardEnv
-from iotool.formats.sharded.index import unique_stem
 
 from .conftest import indices_by_place, make_image, write_tree
 
@@ -127,8 +127,14 @@ def test_set_epoch_reaches_persistent_workers(shards, context):
     ds = iotool.open_dataset(shards, decoder=None, shuffle=True, seed=5, buffer_size=4)
 
     def orders(persistent: bool) -> list[list[int]]:
-        loader = DataLoader(ds, batch_size=3, num_workers=2, collate_fn=_labels_collate,
-                            persistent_workers=persistent, multiprocessing_context=context)
+        loader = DataLoader(
+            ds,
+            batch_size=3,
+            num_workers=2,
+            collate_fn=_labels_collate,
+            persistent_workers=persistent,
+            multiprocessing_context=context,
+        )
         out = []
         for epoch in range(3):
             ds.set_epoch(epoch)
@@ -149,7 +155,7 @@ def test_even_gives_every_rank_the_same_count_and_loses_nothing(shards, world, w
     assert len(set(per_rank)) == 1
     ds.env = ShardEnv(0, world, 0, workers)
     assert len(ds) == per_rank[0]
-    assert set(i for p in parts.values() for i in p) == set(range(27))
+    assert {i for p in parts.values() for i in p} == set(range(27))
 
 
 def test_iteration_yields_decoded_images_and_labels(shards):
@@ -201,13 +207,12 @@ def test_real_gloo_group_two_ranks_two_workers(shards, tmp_path):
         # The ranks are disjoint apart from each rank's own repeats: padding never borrows another
         # rank's samples (every sample is held by exactly one rank).
         assert not set(per_rank[0]) & set(per_rank[1])
-    assert [x for x in results[0]["0"]] != [x for x in results[0]["1"]]  # reshuffled per epoch
+    assert list(results[0]["0"]) != list(results[0]["1"])  # reshuffled per epoch
 
 
 def test_real_gloo_group_without_even_reads_the_dataset_exactly_once(shards, tmp_path):
     """Without even: no padding; the ranks' union is the dataset exactly, every sample once."""
-    tmp_mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(shards), str(tmp_path), False), nprocs=2,
-                 join=True)
+    tmp_mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(shards), str(tmp_path), False), nprocs=2, join=True)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     reader = iotool.open_reader(shards)
     expected = collections.Counter(zip(reader.checksums, reader.labels))
@@ -225,8 +230,9 @@ def append_member(tar: tarfile.TarFile, name: str, data: bytes) -> int:
     return tar.offset - ((len(data) + tarfile.BLOCKSIZE - 1) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
 
 
-@pytest.mark.parametrize("name", ["a", "cat/x" * 20, "cat/x" * 20 + "y", "dog/é.jpg", "eel/100%25.cls",
-                                  "name with spaces 画像.jpg"])
+@pytest.mark.parametrize(
+    "name", ["a", "cat/x" * 20, "cat/x" * 20 + "y", "dog/é.jpg", "eel/100%25.cls", "name with spaces 画像.jpg"]
+)
 def test_shard_writer_bytes_are_tarfiles_own(name, tmp_path):
     """The writer fills headers from a template; the shard must still be byte for byte what
     tarfile writes in PAX format (long and non-ASCII names take tarfile's pax path)."""

@@ -43,6 +43,7 @@ def _sha(data) -> str:
 
 # --- framing and the Example codec -----------------------------------------------------------
 
+
 def test_masked_crc_matches_the_tfrecord_package():
     from tfrecord.writer import TFRecordWriter
 
@@ -86,16 +87,22 @@ def test_scan_goes_on_after_a_bad_data_crc_and_stops_at_a_truncation(tmp_path):
 
 def test_example_codec_round_trips_through_the_protobuf_runtime():
     pb2 = pytest.importorskip("tfrecord.example_pb2")
-    features = {"image/encoded": ("bytes", [b"\xff\xd8\x00jpeg"]), "image/class/label": ("int64", [7, -3]),
-                "image/height": ("int64", [2 ** 40]), "xs": ("float", [0.5, -2.0]), "empty": ("bytes", [])}
+    features = {
+        "image/encoded": ("bytes", [b"\xff\xd8\x00jpeg"]),
+        "image/class/label": ("int64", [7, -3]),
+        "image/height": ("int64", [2**40]),
+        "xs": ("float", [0.5, -2.0]),
+        "empty": ("bytes", []),
+    }
     data = example.encode_example(features)
     parsed = pb2.Example()
     parsed.ParseFromString(data)
     assert list(parsed.features.feature["image/class/label"].int64_list.value) == [7, -3]
     assert parsed.SerializeToString(deterministic=True) == data
     decoded = example.decode_example(parsed.SerializeToString())
-    assert {k: (kind, [bytes(v) if isinstance(v, memoryview) else v for v in vals])
-            for k, (kind, vals) in decoded.items()} == features
+    assert {
+        k: (kind, [bytes(v) if isinstance(v, memoryview) else v for v in vals]) for k, (kind, vals) in decoded.items()
+    } == features
 
 
 def test_decoder_accepts_unpacked_ints_and_skips_unknown_fields():
@@ -109,13 +116,16 @@ def test_decoder_accepts_unpacked_ints_and_skips_unknown_fields():
     assert example.decode_example(data) == {"n": ("int64", [5, 6])}
 
 
-@pytest.mark.parametrize("data", [
-    b"\x0a\xff\xff\xff\xff\x0f",  # a length far beyond the buffer
-    b"\x0a\x05\x0a\x03",  # a nested length overrunning its parent
-    b"\x08" + b"\xff" * 11,  # a varint longer than 10 bytes
-    b"\x0b\x00",  # a group (wire type 3)
-    b"\x0a\x04\x0a\x02\x0a",  # truncated entry
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x0a\xff\xff\xff\xff\x0f",  # a length far beyond the buffer
+        b"\x0a\x05\x0a\x03",  # a nested length overrunning its parent
+        b"\x08" + b"\xff" * 11,  # a varint longer than 10 bytes
+        b"\x0b\x00",  # a group (wire type 3)
+        b"\x0a\x04\x0a\x02\x0a",  # truncated entry
+    ],
+)
 def test_decoder_refuses_malformed_examples_with_a_format_error(data):
     with pytest.raises(example.ExampleError):
         example.decode_example(data)
@@ -131,7 +141,7 @@ def test_decoder_never_crashes_on_random_bytes():
         for _ in range(rng.randrange(1, 4)):
             data[rng.randrange(len(data))] = rng.randrange(256)
         try:
-            example.decode_example(bytes(data[:rng.randrange(len(data) + 1)]))
+            example.decode_example(bytes(data[: rng.randrange(len(data) + 1)]))
         except example.ExampleError:
             pass
 
@@ -149,18 +159,31 @@ def test_find_feature_gives_what_the_whole_decode_gives_for_every_name():
     def field(n, payload):
         return example._varint(n << 3 | 2) + example._varint(len(payload)) + payload
 
-    good = example.encode_example({"image/encoded": ("bytes", [b"x" * 300]), "image/class/label": ("int64", [3]),
-                                   "image/format": ("bytes", [b"JPEG"]), "xs": ("float", [0.5]), "e": ("bytes", [])})
-    twice = field(1, field(1, field(1, b"k") + field(2, example.encode_feature("int64", [1]))) +
-                  field(1, field(1, b"k") + field(2, example.encode_feature("bytes", [b"two"]))))
+    good = example.encode_example(
+        {
+            "image/encoded": ("bytes", [b"x" * 300]),
+            "image/class/label": ("int64", [3]),
+            "image/format": ("bytes", [b"JPEG"]),
+            "xs": ("float", [0.5]),
+            "e": ("bytes", []),
+        }
+    )
+    twice = field(
+        1,
+        field(1, field(1, b"k") + field(2, example.encode_feature("int64", [1])))
+        + field(1, field(1, b"k") + field(2, example.encode_feature("bytes", [b"two"]))),
+    )
     names = ["image/encoded", "image/class/label", "image/format", "xs", "e", "k", "missing"]
     for data in (good, twice):
         whole = example.decode_example(data)
         for name in names:
             assert plain(example.find_feature(data, name)) == plain(whole.get(name)), name
     assert plain(example.find_feature(twice, "k")) == ("bytes", [b"two"])
-    not_utf8 = field(1, field(1, field(1, b"\xff") + field(2, example.encode_feature("int64", [1]))) +
-                     field(1, field(1, b"k") + field(2, example.encode_feature("int64", [2]))))
+    not_utf8 = field(
+        1,
+        field(1, field(1, b"\xff") + field(2, example.encode_feature("int64", [1])))
+        + field(1, field(1, b"k") + field(2, example.encode_feature("int64", [2]))),
+    )
     for decode in (example.decode_example, lambda data: example.find_feature(data, "k")):
         with pytest.raises(example.ExampleError, match="not UTF-8"):
             decode(not_utf8)
@@ -173,7 +196,7 @@ def test_find_feature_gives_what_the_whole_decode_gives_for_every_name():
         for _ in range(rng.randrange(1, 4)):
             data[rng.randrange(len(data))] = rng.randrange(256)
         if rng.random() < 0.25:
-            data = data[:rng.randrange(len(data) + 1)]
+            data = data[: rng.randrange(len(data) + 1)]
         data = bytes(data)
         try:
             whole = example.decode_example(data)
@@ -193,6 +216,7 @@ def test_find_feature_gives_what_the_whole_decode_gives_for_every_name():
 
 # --- the format ------------------------------------------------------------------------------
 
+
 def test_layout_idx_files_and_features(shards, source):
     names = sorted(os.listdir(shards))
     tfr = [n for n in names if n.endswith(".tfrecord")]
@@ -206,14 +230,17 @@ def test_layout_idx_files_and_features(shards, source):
     assert all(a[0] + a[1] == b[0] for a, b in zip(offsets, offsets[1:]))
     assert offsets[-1][0] + offsets[-1][1] == (shards / tfr[0]).stat().st_size
     raw = (shards / tfr[0]).read_bytes()
-    feats = example.decode_example(framing.unframe(raw[offsets[0][0]:sum(offsets[0])], "s", 0))
+    feats = example.decode_example(framing.unframe(raw[offsets[0][0] : sum(offsets[0])], "s", 0))
     assert bytes(example.first_bytes(feats, example.FILENAME)) == reader.keys[0].encode()
     assert example.first_int(feats, example.LABEL) == reader.labels[0] == 0
     assert bytes(example.first_bytes(feats, example.FORMAT)) == b"JPEG"
     from PIL import Image
 
     with Image.open(source / reader.keys[0]) as im:
-        assert (example.first_int(feats, example.HEIGHT), example.first_int(feats, example.WIDTH)) == (im.height, im.width)
+        assert (example.first_int(feats, example.HEIGHT), example.first_int(feats, example.WIDTH)) == (
+            im.height,
+            im.width,
+        )
     assert bytes(example.first_bytes(feats, example.IMAGE)) == (source / reader.keys[0]).read_bytes()
 
 
@@ -226,8 +253,9 @@ def test_random_access_and_sharded_iteration(shards, source):
     assert sorted(_sha(d) for d, _ in ds) == sorted(reader.checksums)
     from iotool.loading.split import ShardEnv
 
-    parts = [list(iotool.open_dataset(shards, decoder=None, even=True, env=ShardEnv(rank=r, world_size=2)))
-             for r in range(2)]
+    parts = [
+        list(iotool.open_dataset(shards, decoder=None, even=True, env=ShardEnv(rank=r, world_size=2))) for r in range(2)
+    ]
     assert len(parts[0]) == len(parts[1]) == 6
     assert sorted(_sha(d) for p in parts for d, _ in p) == sorted(reader.checksums)
 
@@ -239,8 +267,14 @@ def test_label_offset_one_writes_tf_slim_labels_and_reads_class_indices(source, 
     assert list(reader.labels) == list(iotool.open_reader(dst).labels) and min(reader.labels) == 0
     from tfrecord.reader import tfrecord_loader
 
-    recs = list(tfrecord_loader(str(dst / "shard-000000.tfrecord"), str(dst / index_name("shard-000000.tfrecord")),
-                                {"image/class/label": "int"}, shard=(0, 1)))
+    recs = list(
+        tfrecord_loader(
+            str(dst / "shard-000000.tfrecord"),
+            str(dst / index_name("shard-000000.tfrecord")),
+            {"image/class/label": "int"},
+            shard=(0, 1),
+        )
+    )
     assert [int(r["image/class/label"][0]) for r in recs] == [label + 1 for label in reader.labels]
     assert iotool.verify(dst).ok
     with pytest.raises(iotool.UsageError, match="label_offset"):
@@ -302,6 +336,7 @@ def test_remote_reading_with_a_cache_dir(shards, tmp_path):
 
 # --- interop with the tfrecord package -------------------------------------------------------
 
+
 def test_tfrecord_package_reads_iotools_shards_with_their_idx_files(shards):
     from tfrecord.reader import tfrecord_loader
     from tfrecord.torch.dataset import TFRecordDataset
@@ -328,8 +363,11 @@ def _write_foreign(folder: Path, per_file: list[list[tuple[bytes, int, str]]], f
         path = folder / f"train-{k:05d}-of-{len(per_file):05d}"
         writer = TFRecordWriter(str(path))
         for data, label, name in records:
-            datum = {"image/encoded": (data, "byte"), "image/class/label": (label, "int"),
-                     "image/format": (b"JPEG", "byte")}
+            datum = {
+                "image/encoded": (data, "byte"),
+                "image/class/label": (label, "int"),
+                "image/format": (b"JPEG", "byte"),
+            }
             if filename:
                 datum["image/filename"] = (name.encode(), "byte")
             writer.write(datum)
@@ -350,9 +388,15 @@ def foreign(tmp_path):
 def test_files_written_by_the_tfrecord_package_convert(foreign, to):
     tmp, images, _ = foreign
     dst = tmp / f"out-{to}"
-    report = iotool.convert(str(tmp / "foreign" / "train-*"), dst, to, workers=0, src_format="tfrecord-files",
-                            source_options={"label_file": str(tmp / "labels.txt")},
-                            **get_format(to).example_options)
+    report = iotool.convert(
+        str(tmp / "foreign" / "train-*"),
+        dst,
+        to,
+        workers=0,
+        src_format="tfrecord-files",
+        source_options={"label_file": str(tmp / "labels.txt")},
+        **get_format(to).example_options,
+    )
     assert report.count == 10
     reader = iotool.open_reader(dst)
     assert reader.classes == ["tench", "goldfish", "shark"]
@@ -367,8 +411,15 @@ def test_foreign_without_label_file_or_filenames(tmp_path):
     images = [(make_image(200 + i), i % 2, "") for i in range(4)]
     _write_foreign(tmp_path / "f", [images], filename=False)
     dst = tmp_path / "bmp"
-    iotool.convert(str(tmp_path / "f" / "*"), dst, "bmp", workers=0, src_format="tfrecord-files", resize=16,
-                   source_options={"label_offset": "0"})
+    iotool.convert(
+        str(tmp_path / "f" / "*"),
+        dst,
+        "bmp",
+        workers=0,
+        src_format="tfrecord-files",
+        resize=16,
+        source_options={"label_offset": "0"},
+    )
     reader = iotool.open_reader(dst)
     assert reader.classes == ["0", "1"] and list(reader.labels) == [0, 1, 0, 1]
     assert list(reader.keys) == [f"train-00000-of-00001#{i}" for i in range(4)]
@@ -387,7 +438,7 @@ def test_a_bad_record_is_named_by_file_and_offset(foreign):
     second = first + 16 + struct.unpack_from("<Q", data, first)[0]
     data[second + 200] ^= 1  # inside record 2's data
     paths[0].write_bytes(bytes(data))
-    args = (str(tmp / "foreign" / "*"), )
+    args = (str(tmp / "foreign" / "*"),)
     opts = {"src_format": "tfrecord-files", "workers": 0, "source_options": {"label_file": str(tmp / "labels.txt")}}
     with pytest.raises(iotool.ConversionError) as info:
         iotool.convert(*args, tmp / "fail", "lmdb", **opts)
@@ -402,8 +453,9 @@ def test_a_bad_record_is_named_by_file_and_offset(foreign):
 def test_source_refuses_unknown_options_and_empty_patterns(foreign):
     tmp, _, _ = foreign
     with pytest.raises(iotool.UsageError, match="image_key"):
-        iotool.convert(str(tmp / "foreign" / "*"), tmp / "o", "lmdb", src_format="tfrecord-files",
-                       source_options={"imagekey": "x"})
+        iotool.convert(
+            str(tmp / "foreign" / "*"), tmp / "o", "lmdb", src_format="tfrecord-files", source_options={"imagekey": "x"}
+        )
     with pytest.raises(iotool.SourceError, match="No files match"):
         iotool.convert(str(tmp / "nothing-*"), tmp / "o", "lmdb", src_format="tfrecord-files")
     with pytest.raises(iotool.UsageError, match="has no option label_offset; its options: extensions"):
@@ -416,15 +468,28 @@ def test_cli_converts_tfrecord_files_with_source_options(foreign):
     from iotool.cli import app
 
     tmp, images, _ = foreign
-    result = CliRunner().invoke(app, ["convert", "tfrecord-files", "tfrecord", str(tmp / "foreign" / "*"),
-                                      str(tmp / "cli"), "-s", f"label_file={tmp / 'labels.txt'}", "-o",
-                                      "label_offset=1", "-q"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "convert",
+            "tfrecord-files",
+            "tfrecord",
+            str(tmp / "foreign" / "*"),
+            str(tmp / "cli"),
+            "-s",
+            f"label_file={tmp / 'labels.txt'}",
+            "-o",
+            "label_offset=1",
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.output
     reader = iotool.open_reader(tmp / "cli")
     assert reader.label_offset == 1 and list(reader.labels) == [label - 1 for _, label, _ in images]
 
 
 # --- other engines and sources ---------------------------------------------------------------
+
 
 def test_ray_engine_writes_the_same_shards_and_idx_files(source, tmp_path):
     ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'iotool[ray]'")
@@ -454,7 +519,8 @@ def test_tar_converts_to_tfrecord_and_back(source, tmp_path):
 def test_one_huge_label_does_not_make_a_billion_classes(tmp_path):
     images = [(make_image(i), label, f"x{i}.JPEG") for i, label in enumerate([1, 1 << 40, 2])]
     _write_foreign(tmp_path / "f", [images])
-    report = iotool.convert(str(tmp_path / "f" / "*"), tmp_path / "o", "lmdb", workers=0, src_format="tfrecord-files",
-                            on_error="skip")
+    report = iotool.convert(
+        str(tmp_path / "f" / "*"), tmp_path / "o", "lmdb", workers=0, src_format="tfrecord-files", on_error="skip"
+    )
     assert iotool.open_reader(tmp_path / "o").classes == ["1", "2"]
     assert [s.key for s in report.skipped] == ["x1.JPEG"] and "give the class names" in report.skipped[0].reason

@@ -5,15 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
 import iotool
 from iotool.decode import decode
-from iotool.transforms import (CenterCrop, Compose, DecodeRandomResizedCrop, RandomHorizontalFlip,
-                               RandomResizedCrop, Resize)
+from iotool.transforms import (
+    CenterCrop,
+    Compose,
+    DecodeRandomResizedCrop,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+)
 from iotool.transforms.fused import DecodeResize, fuse
 from iotool.transforms.sizing import REDUCING_GAP
 
@@ -54,14 +59,17 @@ def test_default_random_resized_crop_is_the_explicit_decode_crop(large, small):
         assert all(torch.equal(a, b) for a, b in zip(outputs(fused), outputs(explicit)))
 
 
-@pytest.mark.parametrize("transform", [
-    lambda: RandomResizedCrop(48, seed=3),
-    lambda: Compose([RandomResizedCrop(48, seed=3), RandomHorizontalFlip(seed=4)]),
-    lambda: Resize(40),
-    lambda: CenterCrop(40),
-    lambda: CenterCrop(80),  # larger than some images: padded, as before
-    lambda: Compose([Resize(56), CenterCrop(48)]),
-])
+@pytest.mark.parametrize(
+    "transform",
+    [
+        lambda: RandomResizedCrop(48, seed=3),
+        lambda: Compose([RandomResizedCrop(48, seed=3), RandomHorizontalFlip(seed=4)]),
+        lambda: Resize(40),
+        lambda: CenterCrop(40),
+        lambda: CenterCrop(80),  # larger than some images: padded, as before
+        lambda: Compose([Resize(56), CenterCrop(48)]),
+    ],
+)
 def test_without_a_reduction_pixels_equal_full_decode_then_transform(small, transform):
     fused = iotool.open_dataset(small, transform=transform())
     full = iotool.open_dataset(small, decoder="auto", transform=transform())  # decoder given: no fusing
@@ -73,8 +81,9 @@ def test_without_a_reduction_pixels_equal_full_decode_then_transform(small, tran
     assert all(torch.equal(a, b) for a, b in zip(outputs(named), outputs(full)))
 
 
-@pytest.mark.parametrize("transform,mean_bound", [(lambda: RandomResizedCrop(64, seed=1), 9.0),
-                                                  (lambda: Resize(96), 2.5)])
+@pytest.mark.parametrize(
+    "transform,mean_bound", [(lambda: RandomResizedCrop(64, seed=1), 9.0), (lambda: Resize(96), 2.5)]
+)
 def test_with_a_reduction_pixels_stay_close_to_full_decode(large, transform, mean_bound):
     """Mean absolute difference in grey levels. These seeded images carry pixel noise, the hard case
     for a scaled IDCT (6.8 and 1.8 here); on photos it is 1.6-3.1 and 0.5
@@ -108,14 +117,17 @@ def test_resize_keeps_twice_the_output_before_reducing(large):
                 assert not torch.equal(fused, resize(smaller))
 
 
-@pytest.mark.parametrize("options,why", [
-    ({"decoder": "auto"}, "a decoder given explicitly"),
-    ({"decoder": "pil"}, "another decoder"),
-    ({"transform": lambda image: image}, "a user transform"),
-    ({"transform": Compose([RandomHorizontalFlip(), RandomResizedCrop(32)])}, "a Compose not starting with a crop"),
-    ({"transform": type("MyCrop", (RandomResizedCrop,), {})(32)}, "a subclass"),
-    ({"cache": "ram"}, "the RAM cache keeps full decodes"),
-])
+@pytest.mark.parametrize(
+    "options,why",
+    [
+        ({"decoder": "auto"}, "a decoder given explicitly"),
+        ({"decoder": "pil"}, "another decoder"),
+        ({"transform": lambda image: image}, "a user transform"),
+        ({"transform": Compose([RandomHorizontalFlip(), RandomResizedCrop(32)])}, "a Compose not starting with a crop"),
+        ({"transform": type("MyCrop", (RandomResizedCrop,), {})(32)}, "a subclass"),
+        ({"cache": "ram"}, "the RAM cache keeps full decodes"),
+    ],
+)
 def test_what_keeps_todays_behaviour(small, options, why):
     options.setdefault("transform", RandomResizedCrop(32))
     assert iotool.open_dataset(small, **options).fused is None, why
@@ -146,8 +158,9 @@ def test_through_dataloader_workers_and_tar_shards(small, tmp_path):
         assert getattr(fused, "mapstyle", fused).fused is not None
         batches = []
         for ds in (fused, explicit):
-            loader = DataLoader(ds, batch_size=4, num_workers=2, generator=torch.Generator().manual_seed(1),
-                                shuffle=not extra)
+            loader = DataLoader(
+                ds, batch_size=4, num_workers=2, generator=torch.Generator().manual_seed(1), shuffle=not extra
+            )
             batches.append([torch.cat([x.flatten(), y]) for x, y in loader])
         assert len(batches[0]) > 0 and all(torch.equal(a, b) for a, b in zip(*batches))
 

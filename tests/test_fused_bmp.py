@@ -38,7 +38,7 @@ def test_the_kernel_writes_planes_in_reversed_channel_order(level):
         for _ in range(60):
             height, width, out_h, out_w = (int(v) for v in rng.integers(1, 90, 4))
             image = rng.integers(0, 256, size=(height + 3, width + 5, 3), dtype=np.uint8)
-            view = image[1:1 + height, 2:2 + width]  # strided rows, as a crop of a BMP's rows
+            view = image[1 : 1 + height, 2 : 2 + width]  # strided rows, as a crop of a BMP's rows
             swapped = np.empty((3, out_h, out_w), np.uint8)
             plain = np.empty((3, out_h, out_w), np.uint8)
             kernel.resize(view, swapped, out_h, out_w, True, True)
@@ -73,7 +73,7 @@ def test_same_boxes_and_bytes_as_decoding_first(name):
             for _ in range(25):  # seeded random boxes: the same stream draws the same box
                 want, got = today(decode_bmp(data)), fused(data)
                 assert type(got) is type(want) and got.shape == want.shape
-                assert (torch.equal(got, want) if isinstance(got, torch.Tensor) else np.array_equal(got, want))
+                assert torch.equal(got, want) if isinstance(got, torch.Tensor) else np.array_equal(got, want)
 
 
 def test_the_planes_go_to_the_loaders_slot_and_a_second_resize_gets_new_memory():
@@ -97,7 +97,7 @@ def _bottom_up(data: bytes) -> bytes:
     """The same image stored bottom-up (a positive height, rows reversed), as PIL and older caches write."""
     rows = -int.from_bytes(data[22:26], "little", signed=True)  # encode_bmp writes top-down
     stride = len(data[54:]) // rows
-    body = b"".join(data[54 + r * stride:54 + (r + 1) * stride] for r in reversed(range(rows)))
+    body = b"".join(data[54 + r * stride : 54 + (r + 1) * stride] for r in reversed(range(rows)))
     header = bytearray(data[:54])
     header[22:26] = rows.to_bytes(4, "little", signed=True)
     return bytes(header) + body
@@ -107,8 +107,9 @@ def test_hostile_headers_are_refused_before_any_view():
     data = bytearray(encode_bmp(np.zeros((4, 5, 3), np.uint8)))
     for field, value in ((18, 1 << 30), (22, -(1 << 30)), (10, 1 << 31), (18, 0), (28, 32)):  # w, h, offset, w, bpp
         bad = bytearray(data)
-        bad[field:field + (2 if field == 28 else 4)] = value.to_bytes(2 if field == 28 else 4, "little",
-                                                                      signed=field == 22)
+        bad[field : field + (2 if field == 28 else 4)] = value.to_bytes(
+            2 if field == 28 else 4, "little", signed=field == 22
+        )
         with pytest.raises(DecodeError):
             fuse(RandomResizedCrop(3), decode_bmp)(bytes(bad))
     with pytest.raises(DecodeError, match="too short"):
@@ -160,8 +161,10 @@ def test_dataloader_workers_give_todays_batches(bmp_cache):
     fused = iotool.open_dataset(bmp_cache, transform=RandomResizedCrop(24, seed=2))
     assert fused.fused is not None
     kwargs = dict(batch_size=4, num_workers=2, collate_fn=iotool.fast_collate)  # workers seeded alike
-    assert _equal(_batches(DataLoader(fused, generator=torch.Generator().manual_seed(5), **kwargs)),
-                  _batches(DataLoader(today, generator=torch.Generator().manual_seed(5), **kwargs)))
+    assert _equal(
+        _batches(DataLoader(fused, generator=torch.Generator().manual_seed(5), **kwargs)),
+        _batches(DataLoader(today, generator=torch.Generator().manual_seed(5), **kwargs)),
+    )
 
 
 def test_a_damaged_record_is_named_as_before(bmp_cache, tmp_path):

@@ -45,8 +45,9 @@ def crop_scale(h: int, w: int, out: tuple[int, int]) -> int:
     return next((s for s in SCALES if h >= s * out[0] and w >= s * out[1]), 1)
 
 
-def reference_crop(data: bytes, box: tuple[int, int, int, int], out: tuple[int, int],
-                   s: int | None = None) -> np.ndarray:
+def reference_crop(
+    data: bytes, box: tuple[int, int, int, int], out: tuple[int, int], s: int | None = None
+) -> np.ndarray:
     """Decode (at 1/s: by default as the crop allows), cut ``box`` mapped to the decoded image
     (``round(i / s)`` to ``round((i + h) / s)``), resize to ``out``."""
     i, j, h, w = box
@@ -108,10 +109,12 @@ def test_the_crop_reduction_is_used_exactly_from_its_boundary(size, tmp_path):
         cases = [] if at is None else [(at, s)]
         cases += [((height // s + 1, width // s), s // 2), ((height // s, width // s + 1), s // 2)]
         for out, expected_s in cases:
-            crop = RandomResizedCrop(out, scale=(1.0, 1.0), ratio=(width / height, width / height), seed=0,
-                                     output="hwc_array")
-            assert RandomResizedCrop(out, scale=(1.0, 1.0), ratio=(width / height, width / height),
-                                     seed=0).get_params(height, width) == (0, 0, height, width)
+            crop = RandomResizedCrop(
+                out, scale=(1.0, 1.0), ratio=(width / height, width / height), seed=0, output="hwc_array"
+            )
+            assert RandomResizedCrop(out, scale=(1.0, 1.0), ratio=(width / height, width / height), seed=0).get_params(
+                height, width
+            ) == (0, 0, height, width)
             assert crop_scale(height, width, out) == expected_s
             got = iotool.transforms.fused.fuse(crop)(data)
             whole = (0, 0, height, width)
@@ -149,9 +152,13 @@ def test_the_resize_reduction_is_used_exactly_from_its_boundary(size):
     width, height = size
     data = make_image(11, size)
     fused = iotool.transforms.fused.fuse
-    for out, expected_s in [((height // 4, width // 4), 2), ((height // 4 + 1, width // 4), 1),
-                            ((height // 4, width // 4 + 1), 1), ((height // 8, width // 8), 4),
-                            ((height // 8 + 1, width // 8), 2)]:
+    for out, expected_s in [
+        ((height // 4, width // 4), 2),
+        ((height // 4 + 1, width // 4), 1),
+        ((height // 4, width // 4 + 1), 1),
+        ((height // 8, width // 8), 4),
+        ((height // 8 + 1, width // 8), 2),
+    ]:
         assert resize_scale(height, width, out) == expected_s
         got = fused(Resize(out, output="hwc_array"))(data)
         assert close(got, torch_resize(pil_decode(data, expected_s), out), 1), (size, out)
@@ -167,4 +174,4 @@ def test_center_crop_equals_the_centre_box_of_a_full_decode(mixed, crop):
         full = pil_decode(data)
         height, width = full.shape[:2]
         top, left = int(round((height - crop[0]) / 2.0)), int(round((width - crop[1]) / 2.0))
-        assert np.array_equal(ds[i][0], full[top:top + crop[0], left:left + crop[1]]), (i, (height, width))
+        assert np.array_equal(ds[i][0], full[top : top + crop[0], left : left + crop[1]]), (i, (height, width))

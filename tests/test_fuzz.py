@@ -34,9 +34,11 @@ def describe(summary: dict) -> str:
     lines = [f"{summary['format']}: {summary['counts']}"]
     for finding, found in summary["findings"].items():
         first = found["examples"][0]
-        lines += [f"  {finding} ({found['count']} cases): {first['replay']}",
-                  f"    {first['mutations']} resign={first['resign']}",
-                  "    " + first["detail"][:600].replace("\n", "\n    ")]
+        lines += [
+            f"  {finding} ({found['count']} cases): {first['replay']}",
+            f"    {first['mutations']} resign={first['resign']}",
+            "    " + first["detail"][:600].replace("\n", "\n    "),
+        ]
     return "\n".join(lines)
 
 
@@ -54,6 +56,7 @@ def test_mutated_datasets_never_crash_hang_or_raise_raw(fuzz, fmt):
 
 
 # --- the harness itself: it sees what it is meant to see --------------------------------------
+
 
 def crashing(dataset: Path) -> dict:
     os.kill(os.getpid(), signal.SIGSEGV)
@@ -87,8 +90,17 @@ def exiting(dataset: Path) -> dict:
     os._exit(7)
 
 
-@pytest.mark.parametrize("read, klass", [(crashing, "signal"), (hanging, "hang"), (allocating, "memory"),
-                                         (raising, "raw"), (unnamed, "unnamed"), (exiting, "exit")])
+@pytest.mark.parametrize(
+    "read, klass",
+    [
+        (crashing, "signal"),
+        (hanging, "hang"),
+        (allocating, "memory"),
+        (raising, "raw"),
+        (unnamed, "unnamed"),
+        (exiting, "exit"),
+    ],
+)
 def test_the_harness_classes_each_kind_of_failure(fuzz, read, klass):
     bound = 1.5 if klass == "hang" else fuzzing.BOUND_S  # the others must not be slow to be seen
     run = dataclasses.replace(fuzz, jobs=1, bound=bound, memory=1 << 30, read=read)  # the same pristine datasets
@@ -148,4 +160,4 @@ def test_the_script_writes_a_summary_per_format_and_replays_a_case(tmp_path, cap
     assert sorted(p.name for p in out.iterdir()) == ["pack.json", "tar.json"]
     fuzzing.main(["--replay", "tar", "2"])
     shown = capsys.readouterr().out
-    assert json.loads(shown[:shown.index("\n}") + 2])["case"]["number"] == 2
+    assert json.loads(shown[: shown.index("\n}") + 2])["case"]["number"] == 2

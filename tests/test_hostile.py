@@ -24,8 +24,18 @@ from PIL import Image
 import iotool
 from iotool.errors import ConversionError, FormatError, IotoolError, RecordError
 
-from .conftest import (FORMATS, dataset_files, get_format, make_image, options_for, options_with_units,
-                       downgrade_to_v1, rewrite_columns, rewrite_meta, write_tree)
+from .conftest import (
+    FORMATS,
+    dataset_files,
+    downgrade_to_v1,
+    get_format,
+    make_image,
+    options_for,
+    options_with_units,
+    rewrite_columns,
+    rewrite_meta,
+    write_tree,
+)
 
 
 def png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -35,15 +45,22 @@ def png_chunk(kind: bytes, data: bytes) -> bytes:
 def bomb_png(width: int = 100_000, height: int = 100_000) -> bytes:
     """A tiny PNG whose header claims width x height RGB pixels."""
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header)
-            + png_chunk(b"IDAT", zlib.compress(b"\0" * 64)) + png_chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + png_chunk(b"IHDR", header)
+        + png_chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + png_chunk(b"IEND", b"")
+    )
 
 
 def encoded(mode: str, fmt: str, size=(48, 32), **save) -> bytes:
     rng = np.random.default_rng(len(mode))
     base = Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
-    image = base.convert(mode) if mode != "I;16" else Image.fromarray(
-        rng.integers(0, 65535, (size[1], size[0]), dtype=np.uint16))
+    image = (
+        base.convert(mode)
+        if mode != "I;16"
+        else Image.fromarray(rng.integers(0, 65535, (size[1], size[0]), dtype=np.uint16))
+    )
     buf = io.BytesIO()
     image.save(buf, fmt, **save)
     return buf.getvalue()
@@ -146,7 +163,9 @@ def test_files_that_vanish_or_become_unreadable_after_the_scan(tmp_path):
 
     report = iotool.convert(root, tmp_path / "out", "lmdb", workers=0, on_error="skip", progress=sabotage)
     assert {s.key: s.reason.split(":")[0] for s in report.skipped} == {
-        "b/img_010.jpg": "FileNotFoundError", "b/img_015.jpg": "IsADirectoryError"}
+        "b/img_010.jpg": "FileNotFoundError",
+        "b/img_015.jpg": "IsADirectoryError",
+    }
     assert report.count == 38
 
 
@@ -161,10 +180,13 @@ def test_source_files_that_are_fifos_or_huge_are_bad_files_not_hangs(tmp_path):
     os.mkfifo(root / "a" / "pipe.jpg")
     with open(root / "a" / "huge.jpg", "wb") as f:
         f.truncate(2 << 30)
-    code = ("import json, sys, iotool; r = iotool.convert(sys.argv[1], sys.argv[2], 'lmdb', workers=0, "
-            "on_error='skip'); print(json.dumps({s.key: s.reason for s in r.skipped}))")
-    done = subprocess.run([sys.executable, "-c", code, str(root), str(tmp_path / "out")], capture_output=True,
-                          text=True, timeout=120)
+    code = (
+        "import json, sys, iotool; r = iotool.convert(sys.argv[1], sys.argv[2], 'lmdb', workers=0, "
+        "on_error='skip'); print(json.dumps({s.key: s.reason for s in r.skipped}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(root), str(tmp_path / "out")], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     reasons = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(reasons) == {"a/pipe.jpg", "a/huge.jpg"}
@@ -172,6 +194,7 @@ def test_source_files_that_are_fifos_or_huge_are_bad_files_not_hangs(tmp_path):
 
 
 # --- readers ------------------------------------------------------------------------------
+
 
 def lmdb_with_garbage_record(tmp_path, index=3):
     root = tmp_path / "src"
@@ -294,6 +317,7 @@ def test_no_reader_unpickles():
 
 # --- property-based: mutated files never crash a reader or verify --------------------------
 
+
 @pytest.fixture(scope="module")
 def pristine_small(tmp_path_factory):
     """Each format's small dataset and its regions (test_verify.regions: payloads, metadata, the
@@ -313,22 +337,34 @@ def pristine_small(tmp_path_factory):
         if fmt == "lmdb":
             remember_lmdb_integrity(dst)
         found = regions(fmt, dst)
-        out[fmt] = dst, {kind: [(f.relative_to(dst) if dst.is_dir() else Path(), a, b) for f, a, b in where]
-                         for kind, where in found.items()}
+        out[fmt] = (
+            dst,
+            {
+                kind: [(f.relative_to(dst) if dst.is_dir() else Path(), a, b) for f, a, b in where]
+                for kind, where in found.items()
+            },
+        )
     return out
 
 
 # A mutation: the region kind (an index into the format's kinds; "anywhere" last, except HDF5),
 # the region, the place in it, the change, and a byte value.
-mutation = st.tuples(st.integers(0, 99), st.integers(0, 10**6), st.floats(0, 1),
-                     st.sampled_from(["flip", "zero", "truncate", "insert"]), st.integers(1, 255))
+mutation = st.tuples(
+    st.integers(0, 99),
+    st.integers(0, 10**6),
+    st.floats(0, 1),
+    st.sampled_from(["flip", "zero", "truncate", "insert"]),
+    st.integers(1, 255),
+)
 
 # What a reported problem must not be: Python's text for an exception nobody handled
 # ("UnicodeDecodeError: 'ascii' codec can't ...", also after a prefix such as "index entry
 # unreadable: "), rather than a sentence about the dataset (which may quote its cause in brackets).
-RAW_EXCEPTION = re.compile(r"(^|: )(" + "|".join(
-    name for name, obj in vars(builtins).items() if isinstance(obj, type) and issubclass(obj, BaseException)
-) + r"|[A-Z]\w*(Error|Exception))\b: ")
+RAW_EXCEPTION = re.compile(
+    r"(^|: )("
+    + "|".join(name for name, obj in vars(builtins).items() if isinstance(obj, type) and issubclass(obj, BaseException))
+    + r"|[A-Z]\w*(Error|Exception))\b: "
+)
 
 
 def apply_mutation(dataset: Path, where: dict, fmt: str, mutation) -> str:
@@ -370,8 +406,12 @@ def read_back(path: Path) -> tuple:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @seed(20240611)
-@settings(max_examples=200, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(mutations=st.lists(mutation, min_size=1, max_size=3))
 def test_mutated_files_give_a_clean_error_or_success(fmt, pristine_small, tmp_path, mutations):
     """Mutations aimed at each region (payloads, metadata, each index column, the integrity
@@ -405,6 +445,5 @@ def test_decoding_transform_errors_are_bad_records(tmp_path):
     ds = iotool.open_dataset(dst, decoder=None, transform=DecodeRandomResizedCrop(16, seed=0))
     with pytest.raises(RecordError, match="a/img_002.jpg"):
         ds[2]
-    skipping = iotool.open_dataset(dst, decoder=None, transform=DecodeRandomResizedCrop(16, seed=0),
-                                   on_error="skip")
+    skipping = iotool.open_dataset(dst, decoder=None, transform=DecodeRandomResizedCrop(16, seed=0), on_error="skip")
     assert tuple(skipping[2][0].shape) == (3, 16, 16) and skipping.skipped == 1

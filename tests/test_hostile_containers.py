@@ -55,7 +55,7 @@ def forked(fn, timeout: float) -> tuple[str, str]:
         os.close(read)
         try:
             status, text = fn()
-        except BaseException as exc:  # noqa: BLE001  (reported to the parent)
+        except BaseException as exc:
             status, text = "bare", f"{type(exc).__name__}: {exc}"
         os.write(write, f"{status}\n{text}"[:4000].encode("utf-8", "replace"))
         os._exit(0)
@@ -82,6 +82,7 @@ def forked(fn, timeout: float) -> tuple[str, str]:
 
 
 # --- LMDB: a value declared past the end of data.mdb -----------------------------------------
+
 
 def declare_huge_value(path: Path, index: int, size: int = 0x7FFFFFFF) -> int:
     """Rewrite the size field of every leaf node of record ``index`` in data.mdb (stale page copies
@@ -122,6 +123,7 @@ def test_lmdb_value_declared_past_the_file_is_refused_without_sigbus(source, tmp
 
 # --- HDF5: storage outside the file ----------------------------------------------------------
 
+
 def replace_images(path: Path, make, offsets: np.ndarray | None = None) -> None:
     """Replace ``/images`` by what ``make(file, original_bytes)`` creates; with ``offsets``, also
     replace ``/offsets`` and re-sign it, as a hostile writer would."""
@@ -155,25 +157,31 @@ def hostile_hdf5(kind: str, source: Path, tmp_path: Path) -> tuple[Path, str]:
     total = int(stored_offsets(dst)[-1])
     if kind == "external file":
         secret = foreign_file(tmp_path)
-        replace_images(dst, lambda f, _: f.create_dataset("images", (total,), "u1",
-                                                          external=[(str(secret), 0, total)]))
+        replace_images(dst, lambda f, _: f.create_dataset("images", (total,), "u1", external=[(str(secret), 0, total)]))
         return dst, str(secret)
     other = tmp_path / "other.h5"
     with h5py.File(dst, "r") as f, h5py.File(other, "w") as o:
         o.create_dataset("images", data=f["images"][:])  # the same bytes: every checksum would match
     if kind == "virtual dataset":
+
         def virtual(f, _):
             layout = h5py.VirtualLayout((total,), "u1")
             layout[:] = h5py.VirtualSource(str(other), "images", (total,))
             f.create_virtual_dataset("images", layout)
+
         replace_images(dst, virtual)
         return dst, "virtual"
     if kind == "external link":
         replace_images(dst, lambda f, _: f.__setitem__("images", h5py.ExternalLink(str(other), "/images")))
         return dst, "external link"
     assert kind == "soft link"
-    replace_images(dst, lambda f, original: (f.create_dataset("elsewhere", data=original),
-                                             f.__setitem__("images", h5py.SoftLink("/elsewhere"))))
+    replace_images(
+        dst,
+        lambda f, original: (
+            f.create_dataset("elsewhere", data=original),
+            f.__setitem__("images", h5py.SoftLink("/elsewhere")),
+        ),
+    )
     return dst, "soft link"
 
 
@@ -234,8 +242,9 @@ def test_hdf5_external_storage_on_dev_zero_keeps_memory_bounded(source, tmp_path
     declared = 1 << 30  # a 1 GiB record of /dev/zero, from a file of a few KB
     offsets = np.full(COUNT + 1, declared, dtype="<i8")
     offsets[0] = 0
-    replace_images(dst, lambda f, _: f.create_dataset("images", (declared,), "u1",
-                                                      external=[("/dev/zero", 0, declared)]), offsets)
+    replace_images(
+        dst, lambda f, _: f.create_dataset("images", (declared,), "u1", external=[("/dev/zero", 0, declared)]), offsets
+    )
     assert dst.stat().st_size < 4 << 20  # (the deleted /images chunk is not reclaimed)
     kind, said = forked(lambda: peak_rss_growth(lambda: iotool.open_dataset(dst, decoder=None)[0][0]), timeout=120)
     assert kind == "grew", f"{kind}: {said}"
@@ -251,8 +260,9 @@ def test_hdf5_filtered_images_with_unstored_chunks_are_not_made_up(source, tmp_p
     declared = 1 << 30
     offsets = np.full(COUNT + 1, declared, dtype="<i8")
     offsets[0] = 0
-    replace_images(dst, lambda f, _: f.create_dataset("images", (declared,), "u1", chunks=(1 << 20,),
-                                                      compression="gzip"), offsets)
+    replace_images(
+        dst, lambda f, _: f.create_dataset("images", (declared,), "u1", chunks=(1 << 20,), compression="gzip"), offsets
+    )
     kind, said = forked(lambda: peak_rss_growth(lambda: iotool.open_dataset(dst, decoder=None)[0][0]), timeout=120)
     assert kind == "grew", f"{kind}: {said}"
     growth, said = said.split("\n", 1)
@@ -261,6 +271,7 @@ def test_hdf5_filtered_images_with_unstored_chunks_are_not_made_up(source, tmp_p
 
 
 # --- HDF5: a byte-level fuzz ---------------------------------------------------------------
+
 
 def read_everything(path: Path) -> tuple[str, str]:
     """Open, read every record and verify; ("ok", "") or ("error", the iotool error)."""
@@ -304,7 +315,7 @@ def test_byte_fuzz_gives_iotool_errors_naming_the_file(fmt, cases, source, tmp_p
         if pristine.is_dir():
             path.mkdir()
         fuzz_target(path).write_bytes(bytes(data))
-        kind, text = forked(lambda: read_everything(path), timeout=30)
+        kind, text = forked(lambda path=path: read_everything(path), timeout=30)
         outcomes.setdefault(kind, []).append(f"case {case}: {text[:300]}")
     bad = {kind: cases for kind, cases in outcomes.items() if kind not in ("ok", "error")}
     assert not bad, {kind: cases[:3] for kind, cases in bad.items()}

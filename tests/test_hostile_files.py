@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,13 +61,15 @@ def copy(pristine, tmp_path):
         dst.parent.mkdir()
         (shutil.copytree if pristine[fmt].is_dir() else shutil.copy2)(pristine[fmt], dst)
         return dst
+
     return make
 
 
 def data_files(path: Path) -> list[Path]:
     """The files of a directory dataset that hold records (not index.json, column or DALI index files)."""
-    return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("index.")
-                  and not p.name.endswith(".idx"))
+    return sorted(
+        p for p in path.rglob("*") if p.is_file() and not p.name.startswith("index.") and not p.name.endswith(".idx")
+    )
 
 
 def resign(path: Path, change) -> None:
@@ -129,8 +131,13 @@ class Child:
     def ask(self, path: Path, fmt: str = "") -> dict:
         """Read record 0 (with ``fmt``'s reader, else the detected format's), iterate and verify ``path``."""
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen([sys.executable, "-c", CHILD, str(HEADROOM)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=self.err, text=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(HEADROOM)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.err,
+                text=True,
+            )
         self.proc.stdin.write(json.dumps([str(path), fmt]) + "\n")
         self.proc.stdin.flush()
         ready, _, _ = select.select([self.proc.stdout], [], [], BOUND_S)
@@ -138,8 +145,11 @@ class Child:
         if not line:
             self.close()
             self.err.seek(0)
-            pytest.fail(f"the reading process died: {self.err.read()[-3000:]}" if ready
-                        else f"reading {path} blocked for {BOUND_S} s")
+            pytest.fail(
+                f"the reading process died: {self.err.read()[-3000:]}"
+                if ready
+                else f"reading {path} blocked for {BOUND_S} s"
+            )
         return json.loads(line)
 
     def close(self) -> None:
@@ -168,6 +178,7 @@ def assert_refused(result: dict, *words: str) -> None:
 
 
 # --- point 3: local files are regular files of the dataset ------------------------------------
+
 
 @pytest.mark.parametrize("fmt", INDEXED)
 def test_record_files_linked_outside_the_dataset_are_refused_even_with_the_right_bytes(fmt, copy, tmp_path):
@@ -303,13 +314,18 @@ def test_a_tfrecord_length_is_checked_against_the_file_before_the_body_is_read(t
     length = _LENGTH.pack((1 << 30) - 64)  # within the cap, far beyond the file
     shard = tmp_path / "x.tfrecord"
     shard.write_bytes(length + _CRC.pack(masked_crc(length)) + b"\0" * 100)
-    done = subprocess.run([sys.executable, "-c", TFRECORD_CHILD, str(shard), str(HEADROOM)], capture_output=True,
-                          text=True, timeout=BOUND_S)
+    done = subprocess.run(
+        [sys.executable, "-c", TFRECORD_CHILD, str(shard), str(HEADROOM)],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "truncated record at byte 0 (112 of" in done.stdout, done.stdout
 
 
 # --- point 2 (reader side): names in indexes ------------------------------------------------------
+
 
 @pytest.mark.parametrize("fmt", SHARDED)
 @pytest.mark.parametrize("name", ["shard\x00.tar", "shard\n.tar", "a\\b", "..", "sub/shard"])
@@ -325,6 +341,7 @@ def test_unsafe_shard_names_are_refused_naming_index_json_and_the_name(fmt, name
 
 
 # --- point 6: values checked against the metadata ----------------------------------------------
+
 
 def rewrite_labels(fmt: str, path: Path, labels: list[int]) -> None:
     """Replace every label and re-sign, in the format's own container."""
@@ -375,8 +392,9 @@ def _hdf5_put(path: Path, name: str, array: np.ndarray) -> None:
     with h5py.File(path, "a") as f:
         f[name][...] = array
         integrity = json.loads(f.attrs["iotool_integrity"])
-        integrity[name] = hashlib.sha256(np.ascontiguousarray(array, dtype="<i8" if name == "labels" else "<i4")
-                                         .tobytes()).hexdigest()
+        integrity[name] = hashlib.sha256(
+            np.ascontiguousarray(array, dtype="<i8" if name == "labels" else "<i4").tobytes()
+        ).hexdigest()
         f.attrs["iotool_integrity"] = json.dumps(integrity)
 
 
@@ -392,9 +410,10 @@ def test_labels_outside_the_classes_are_refused_naming_the_record(fmt, bad, copy
 
 
 def test_checking_labels_at_open_is_cheap_at_14m_records(tmp_path):
+    import time
+
     from iotool.formats.reader import check_labels
     from iotool.formats.sharded.columns import IntColumn
-    import time
 
     n = 14_000_000
     np.save(tmp_path / "labels.npy", np.arange(n, dtype="<i8") % 1000)
@@ -458,7 +477,7 @@ def test_writing_dali_indexes_never_blocks_on_a_fifo_shard(fmt, copy):
     def run() -> None:
         try:
             outcome.append(write_dali_indexes(path))
-        except Exception as exc:  # noqa: BLE001  (judged below)
+        except Exception as exc:
             outcome.append(exc)
 
     worker = threading.Thread(target=run, daemon=True)  # a regression blocks here, not the suite

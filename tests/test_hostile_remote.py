@@ -69,7 +69,7 @@ class CacheWatch:
     def __init__(self, folder: Path):
         self.folder, self.largest, self._stop = folder, 0, threading.Event()
 
-    def __enter__(self) -> "CacheWatch":
+    def __enter__(self) -> CacheWatch:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -87,17 +87,23 @@ class CacheWatch:
 
 # --- redirects -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", REMOTE)
-@pytest.mark.parametrize("moved, elsewhere", [("everything", "port"), ("everything", "scheme"),
-                                              ("a column file", "port"), ("a shard", "port")])
+@pytest.mark.parametrize(
+    "moved, elsewhere",
+    [("everything", "port"), ("everything", "scheme"), ("a column file", "port"), ("a shard", "port")],
+)
 def test_a_redirect_to_another_origin_is_refused_and_never_followed(www, tmp_path, fmt, moved, elsewhere):
     """A server answering 302 to another port (another origin on 127.0.0.1), or to https on the
     same host, for the whole dataset, one column file or one shard: refused with an error naming
     both URLs, by open, iteration and verify; the other server is asked nothing."""
     asked = tmp_path / "asked.log"
     asked.touch()
-    path = {"everything": f"/{fmt}/", "a column file": f"/{fmt}/index.labels.npy",
-            "a shard": f"/{fmt}/{_first_shard(fmt, www)}"}[moved]
+    path = {
+        "everything": f"/{fmt}/",
+        "a column file": f"/{fmt}/index.labels.npy",
+        "a shard": f"/{fmt}/{_first_shard(fmt, www)}",
+    }[moved]
     with http_server(www, log_requests=asked) as other:
         target = other if elsewhere == "port" else other.replace("http://", "https://")
         with http_server(www, redirect={path: target + path}) as front:
@@ -122,6 +128,7 @@ def test_a_redirect_within_the_same_origin_is_followed(www, fmt):
 
 
 # --- bodies without a length, endless, or longer than the index says --------------------------
+
 
 @pytest.mark.parametrize("fmt", REMOTE)
 def test_bodies_without_a_content_length_are_read(www, fmt):
@@ -160,8 +167,9 @@ def test_an_endless_index_json_stops_at_its_cap_with_memory_bounded(www):
     with http_server(www, endless=["index.json"]) as server:
         url = f"{server}/{REMOTE[0]}"
         limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
-        done = subprocess.run([sys.executable, "-c", limit + _ENDLESS, url], capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", limit + _ENDLESS, url], capture_output=True, text=True, timeout=120
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["error"] is not None, result
@@ -189,7 +197,9 @@ def test_a_shard_longer_than_its_index_says_never_passes_the_cache_bound(www, tm
                 payloads(ds)
             report = iotool.verify(url)  # its own temporary download, bounded the same way
     assert f"{url}/{shard}: more than" in str(read.value) and "index" in str(read.value), str(read.value)
-    assert not report.ok and any(f"{url}/{shard}" in p.reason and "more than" in p.reason for p in report.problems), report.problems
+    assert not report.ok and any(f"{url}/{shard}" in p.reason and "more than" in p.reason for p in report.problems), (
+        report.problems
+    )
     assert watch.largest <= bound, watch.largest
 
 
@@ -241,6 +251,7 @@ def test_a_damaged_remote_column_file_is_named_by_its_url(www, tmp_path, fmt, da
 
 # --- S3 ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_an_s3_shard_longer_than_its_index_says_never_passes_the_cache_bound(www, tmp_path, monkeypatch):
     """The same on moto's S3 server: an object 64 MiB longer than the index's last record stops at
@@ -263,8 +274,7 @@ def test_an_s3_shard_longer_than_its_index_says_never_passes_the_cache_bound(www
             fs.pipe_file(f"hostile/{fmt}/{path.name}", body)
         url = f"s3://hostile/{fmt}"
         with CacheWatch(cache) as watch:
-            ds = iotool.open_dataset(url, decoder=None, cache_dir=cache, cache_max_bytes=bound,
-                                     storage_options=options)
+            ds = iotool.open_dataset(url, decoder=None, cache_dir=cache, cache_max_bytes=bound, storage_options=options)
             with pytest.raises(IotoolError) as err:
                 payloads(ds)
     assert f"{url}/{shard}: more than" in str(err.value), str(err.value)
@@ -317,8 +327,13 @@ def test_an_object_store_that_ignores_ranges_is_read_no_further_than_asked(www, 
         options = {**options, "endpoint_url": server}
         url = f"{proto}://{www.name}/{fmt}"
         limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
-        done = subprocess.run([sys.executable, "-c", limit + _S3_RANGES, url, shard, json.dumps(options)],
-                              capture_output=True, text=True, timeout=300, env=env)
+        done = subprocess.run(
+            [sys.executable, "-c", limit + _S3_RANGES, url, shard, json.dumps(options)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     for error in result["errors"]:

@@ -28,8 +28,16 @@ from iotool.errors import ConversionError, DestinationExistsError, FormatError, 
 from iotool.pipeline.destination import TMP_MARKER
 from iotool.records import Record
 
-from .conftest import FORMATS, formats_where, get_format, make_image, options_for, options_with_units, \
-    rewrite_columns, write_tree
+from .conftest import (
+    FORMATS,
+    formats_where,
+    get_format,
+    make_image,
+    options_for,
+    options_with_units,
+    rewrite_columns,
+    write_tree,
+)
 
 runner = CliRunner()
 RESUMABLE = formats_where(lambda s: s.resumable)
@@ -58,8 +66,7 @@ def snapshot(root: Path) -> dict[str, bytes | str]:
         for name in dirs + files:
             path = Path(folder) / name
             rel = path.relative_to(root).as_posix()
-            out[rel] = (f"-> {os.readlink(path)}" if path.is_symlink() else "dir" if path.is_dir()
-                        else path.read_bytes())
+            out[rel] = f"-> {os.readlink(path)}" if path.is_symlink() else "dir" if path.is_dir() else path.read_bytes()
     return out
 
 
@@ -74,6 +81,7 @@ def myfiles(tmp_path: Path) -> Path:
 
 
 # --- --overwrite replaces only what iotool wrote -------------------------------------------------
+
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_overwrite_refuses_a_folder_of_the_users_files(fmt, imagefolder, myfiles, tmp_path):
@@ -120,16 +128,21 @@ def test_dst_that_holds_the_source_is_refused_and_the_source_kept(tmp_path):
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("relation", ["same", "same through ..", "inside", "parent through a symlink",
-                                      "inside through a symlink"])
+@pytest.mark.parametrize(
+    "relation", ["same", "same through ..", "inside", "parent through a symlink", "inside through a symlink"]
+)
 def test_dst_is_kept_apart_from_the_source_whatever_the_spelling(relation, tmp_path):
     project = tmp_path / "proj"
     source = project / "images"
     write_tree(source, {"a": 2, "b": 2})
     (tmp_path / "link").symlink_to(project)
-    dst = {"same": source, "same through ..": source / "a" / "..", "inside": source / "out",
-           "parent through a symlink": tmp_path / "link",
-           "inside through a symlink": tmp_path / "link" / "images" / "b" / "out"}[relation]
+    dst = {
+        "same": source,
+        "same through ..": source / "a" / "..",
+        "inside": source / "out",
+        "parent through a symlink": tmp_path / "link",
+        "inside through a symlink": tmp_path / "link" / "images" / "b" / "out",
+    }[relation]
     before = snapshot(tmp_path)
     result = cli("convert", "imagefolder", "lmdb", source, dst, "--overwrite")
     assert result.exit_code == 2, result.output
@@ -172,6 +185,7 @@ def test_help_says_what_overwrite_replaces():
 
 # --- URL destinations ----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """moto's S3 server on loopback; yields (s3fs filesystem, storage options)."""
@@ -196,8 +210,9 @@ def test_a_url_folder_of_other_files_is_refused_and_kept(foreign, s3, imagefolde
     fs.pipe(f"{prefix}/{foreign}", b"the user's own bytes")
     for overwrite in (False, True):
         with pytest.raises(DestinationExistsError, match="is not a dataset iotool wrote") as caught:
-            iotool.convert(imagefolder, f"s3://{prefix}", "tar", workers=0, overwrite=overwrite,
-                           storage_options=options)
+            iotool.convert(
+                imagefolder, f"s3://{prefix}", "tar", workers=0, overwrite=overwrite, storage_options=options
+            )
         assert foreign in str(caught.value)
     assert fs.ls(prefix, refresh=True) == [f"{prefix}/{foreign}"]
     assert fs.cat_file(f"{prefix}/{foreign}") == b"the user's own bytes"
@@ -214,7 +229,7 @@ def tampered_tar(imagefolder: Path, tmp_path: Path) -> tuple[Path, list[str]]:
     iotool.convert(imagefolder, path, "tar", workers=0)
     keys = list(iotool.open_reader(path).keys)
     bad = list(BAD_KEYS.values())
-    keys[1:1 + len(bad)] = bad
+    keys[1 : 1 + len(bad)] = bad
     rewrite_columns(path, keys=keys)
     return path, bad
 
@@ -232,8 +247,13 @@ def foreign_tfrecords(tmp_path: Path) -> tuple[str, list[str]]:
     climbing = ["../../escape/evil.jpg", "x/../../../evil.jpg", "a\\..\\..\\evil.jpg"]
     names = ["ok/a.jpg", *climbing, "ok/b.jpg"]
     for i, name in enumerate(names):
-        writer.write({"image/encoded": (make_image(40 + i), "byte"), "image/class/label": (1 + i % 2, "int"),
-                      "image/filename": (name.encode(), "byte")})
+        writer.write(
+            {
+                "image/encoded": (make_image(40 + i), "byte"),
+                "image/class/label": (1 + i % 2, "int"),
+                "image/filename": (name.encode(), "byte"),
+            }
+        )
     writer.close()
     return str(folder / "train-*"), [name.replace("\\", "/") for name in climbing]
 
@@ -308,8 +328,9 @@ def test_the_bmp_writer_refuses_a_symlink_on_the_way_out(tmp_path):
     assert os.listdir(outside) == []
 
 
-@pytest.mark.parametrize("name", ["../../escape/evil.jpg", "/etc/evil.jpg", "a\\b.jpg", "a/../../b.jpg",
-                                  "new\nline.jpg"])
+@pytest.mark.parametrize(
+    "name", ["../../escape/evil.jpg", "/etc/evil.jpg", "a\\b.jpg", "a/../../b.jpg", "new\nline.jpg"]
+)
 def test_the_tar_shard_writer_never_emits_an_unsafe_member(name, tmp_path):
     from iotool.formats.tar.shardfile import ShardFile
 
@@ -340,18 +361,21 @@ def test_a_dali_index_is_never_written_for_an_unsafe_member(tmp_path):
 
 # --- --resume leaves nothing behind --------------------------------------------------------------
 
+
 def killed_run(src: Path, dst: Path, fmt: str, at: int, unit: int) -> None:
     """A ``--resume`` conversion SIGKILLed after ``at`` source files (units of ``unit`` records), in
     a forked child: what a killed run leaves, under the temporary name of a dead process."""
     pid = os.fork()
     if pid == 0:  # the child: killed by itself in the progress callback
+
         def progress(p):
             if p.done >= at:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         try:
-            iotool.convert(src, dst, fmt, workers=0, resume=True, progress=progress,
-                           **options_with_units(fmt, unit, resize=16))
+            iotool.convert(
+                src, dst, fmt, workers=0, resume=True, progress=progress, **options_with_units(fmt, unit, resize=16)
+            )
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
@@ -386,8 +410,25 @@ def test_the_cli_says_there_was_nothing_to_resume(imagefolder, tmp_path):
     """A log warning reaches the user of the CLI on stderr (Python's last-resort handler)."""
     dst = tmp_path / "out"
     killed_run(imagefolder, dst, "lmdb", 3, unit=1000)
-    proc = subprocess.run([sys.executable, "-m", "iotool", "convert", "imagefolder", "lmdb", str(imagefolder),
-                           str(dst), "--resume", "-q", "-w", "0"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "iotool",
+            "convert",
+            "imagefolder",
+            "lmdb",
+            str(imagefolder),
+            str(dst),
+            "--resume",
+            "-q",
+            "-w",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "--resume: nothing to resume" in flat(proc.stderr) and "starting from the beginning" in flat(proc.stderr)
     assert sorted(os.listdir(tmp_path)) == ["out", "src"]
@@ -412,7 +453,8 @@ def test_an_interrupted_resume_run_with_no_commit_keeps_nothing(fmt, imagefolder
             raise KeyboardInterrupt
 
     with pytest.raises(Interrupted) as caught:
-        iotool.convert(imagefolder, tmp_path / "out", fmt, workers=0, resume=True, progress=stop,
-                       **options_with_units(fmt, 1000))
+        iotool.convert(
+            imagefolder, tmp_path / "out", fmt, workers=0, resume=True, progress=stop, **options_with_units(fmt, 1000)
+        )
     assert caught.value.kept is None
     assert sorted(os.listdir(tmp_path)) == ["src"]

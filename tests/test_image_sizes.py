@@ -58,8 +58,9 @@ def varied(tmp_path: Path) -> Path:
     (odd / "rotated.jpg").write_bytes(_jpeg(3, (70, 30), exif=exif))
     for name, mode in (("rgba.png", "RGBA"), ("palette.png", "P"), ("deep.png", "I;16")):
         buf = io.BytesIO()
-        Image.open(io.BytesIO(make_image(4, (33, 45)))).convert("L" if mode == "I;16" else "RGB") \
-            .convert(mode).save(buf, "PNG")
+        Image.open(io.BytesIO(make_image(4, (33, 45)))).convert("L" if mode == "I;16" else "RGB").convert(mode).save(
+            buf, "PNG"
+        )
         (odd / name).write_bytes(buf.getvalue())
     (odd / "plain.bmp").write_bytes(make_image(5, (29, 31), "BMP"))
     return root
@@ -239,4 +240,3 @@ def test_the_ray_engine_records_the_same_sizes(fmt, cluster, varied, tmp_path): 
     assert np.array_equal(_check(ray_reader), iotool.open_reader(tmp_path / "local").image_sizes())
     if fmt in BUILTIN_RECORDING:
         assert np.array_equal(_stored_shapes(fmt, tmp_path / "ray"), ray_reader.image_sizes())
-

@@ -35,8 +35,11 @@ def datasets(tmp_path_factory):
 def test_string_int_and_checksum_columns_round_trip(tmp_path):
     keys = ["a/1.jpg", "", "é/ü 2.png", "x" * 300]
     digests = [bytes([i]) * 32 for i in range(4)]
-    write_columns(str(tmp_path), {"k": "str", "n": "int", "c": "sha256", "loc": "int3"},
-                  ({"k": k, "n": -i, "c": d.hex(), "loc": [i, 2 * i, 3 * i]} for i, (k, d) in enumerate(zip(keys, digests))))
+    write_columns(
+        str(tmp_path),
+        {"k": "str", "n": "int", "c": "sha256", "loc": "int3"},
+        ({"k": k, "n": -i, "c": d.hex(), "loc": [i, 2 * i, 3 * i]} for i, (k, d) in enumerate(zip(keys, digests))),
+    )
     offsets = np.load(tmp_path / "index.k.offsets.npy", allow_pickle=False)
     strings = StringColumn(offsets, np.load(tmp_path / "index.k.utf8.npy", allow_pickle=False))
     assert strings == keys and strings[-1] == keys[-1] and strings[1:3] == keys[1:3] and len(strings) == 4
@@ -54,12 +57,16 @@ def test_columns_are_mapped_not_parsed_and_pickling_carries_no_columns(fmt, data
     assert "columns" in index and "keys" not in index  # index.json holds metadata and file names only
     assert isinstance(reader.keys, StringColumn) and isinstance(reader.labels, IntColumn)
     state = pickle.loads(pickle.dumps(reader)).__dict__
-    per_record = [k for k, v in state.items() if hasattr(v, "__len__") and not isinstance(v, (str, bytes))
-                  and len(v) == len(reader)]
+    per_record = [
+        k
+        for k, v in state.items()
+        if hasattr(v, "__len__") and not isinstance(v, (str, bytes)) and len(v) == len(reader)
+    ]
     assert per_record == []  # paths, not columns, cross into DataLoader workers
     clone = pickle.loads(pickle.dumps(reader))
-    assert clone.keys == reader.keys and [clone.read(i) for i in range(len(clone))] == \
-        [reader.read(i) for i in range(len(reader))]
+    assert clone.keys == reader.keys and [clone.read(i) for i in range(len(clone))] == [
+        reader.read(i) for i in range(len(reader))
+    ]
 
 
 @pytest.mark.parametrize("fmt", [f for f in INDEXED if 1 in get_format(f).reader.format_versions])

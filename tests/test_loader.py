@@ -50,6 +50,7 @@ def built(tree, tmp_path_factory):
             iotool.convert(tree, dst, fmt, workers=0, **options_for(fmt))
             cache[fmt] = dst
         return cache[fmt]
+
     return make
 
 
@@ -65,8 +66,9 @@ def _reference(ds, batch_size: int, epoch: int, seed: int, shuffle: bool):
 
 def _same(batches_a, batches_b) -> bool:
     a, b = list(batches_a), list(batches_b)
-    return len(a) == len(b) and all(x.dtype == y.dtype and torch.equal(x, y)
-                                    for p, q in zip(a, b) for x, y in zip(p, q))
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and torch.equal(x, y) for p, q in zip(a, b) for x, y in zip(p, q)
+    )
 
 
 def _clone(loader):
@@ -82,12 +84,14 @@ def _threads_back(before: int, timeout: float = 5.0) -> int:
 
 # --- point 1: what DataLoader(collate_fn=fast_collate) yields, for every dataset -----------------------
 
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_same_batches_as_dataloader_every_format(built, fmt):
     """Every format (map-style and sharded, fused decoding of the centre crop): batch for batch,
     including the last partial one, over two shuffled epochs."""
-    ds = iotool.open_dataset(built(fmt), transform=CenterCrop(24), **(
-        {"shuffle": True, "seed": 4} if get_sharded(built(fmt)) else {}))
+    ds = iotool.open_dataset(
+        built(fmt), transform=CenterCrop(24), **({"shuffle": True, "seed": 4} if get_sharded(built(fmt)) else {})
+    )
     loader = iotool.Loader(ds, batch_size=5, shuffle=True, threads=3, seed=4)
     assert len(loader) == len(_reference(ds, 5, 0, 4, True)) == 5
     for epoch in (0, 1):
@@ -140,6 +144,7 @@ def test_images_of_different_sizes_are_refused_naming_the_record(built):
 
 # --- point 2: the ring, its lifetime rule, CUDAPrefetcher -------------------------------------------------
 
+
 def test_ring_memory_is_reused_across_batches_and_epochs(built):
     ds = iotool.open_dataset(built("bmp"), transform=RandomResizedCrop(24))
     loader = iotool.Loader(ds, batch_size=2, threads=2, prefetch=2, keep=1)
@@ -184,7 +189,7 @@ def test_a_kept_batch_is_never_overwritten(built, fmt):
     assert _same(kept_all, reference)
     loader = iotool.Loader(ds, batch_size=2, threads=2, seed=1)
     previous, seen = None, 0
-    for k, (images, labels) in enumerate(loader):
+    for k, (images, _labels) in enumerate(loader):
         assert torch.equal(images, reference[k][0])
         if previous is not None:
             assert torch.equal(previous, reference[k - 1][0])  # the one before is intact
@@ -238,13 +243,18 @@ def test_cuda_prefetcher_takes_the_loader_unchanged(built):
     ds = iotool.open_dataset(built("lmdb"), transform=CenterCrop(16))
     loader = iotool.Loader(ds, batch_size=5, threads=2)
     ours = iotool.CUDAPrefetcher(loader, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25), device="cpu")
-    theirs = iotool.CUDAPrefetcher(DataLoader(ds, batch_size=5, collate_fn=iotool.fast_collate),
-                                   mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25), device="cpu")
+    theirs = iotool.CUDAPrefetcher(
+        DataLoader(ds, batch_size=5, collate_fn=iotool.fast_collate),
+        mean=(0.5, 0.5, 0.5),
+        std=(0.25, 0.25, 0.25),
+        device="cpu",
+    )
     assert len(ours) == len(theirs) == 5
     assert _same(ours, theirs)
 
 
 # --- point 3: the same batches for any thread count ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", ["lmdb-fused", "bmp", "lmdb-ram", "tar"])
 def test_threads_1_2_4_give_identical_batches(built, case):
@@ -252,8 +262,7 @@ def test_threads_1_2_4_give_identical_batches(built, case):
     options = {"cache": "ram"} if extra == "ram" else {}
     if fmt == "tar":
         options = {"shuffle": True, "seed": 6}
-    ds = iotool.open_dataset(built(fmt), transform=Compose([RandomResizedCrop(20), RandomHorizontalFlip()]),
-                             **options)
+    ds = iotool.open_dataset(built(fmt), transform=Compose([RandomResizedCrop(20), RandomHorizontalFlip()]), **options)
     runs = {}
     for threads in (1, 2, 4):
         loader = iotool.Loader(ds, batch_size=3, threads=threads, seed=6, **({} if fmt == "tar" else {"shuffle": True}))
@@ -269,6 +278,7 @@ def test_threads_1_2_4_give_identical_batches(built, case):
 
 
 # --- point 5: resume, sample for sample -------------------------------------------------------------------------
+
 
 class CountingLmdbReader(LmdbReader):
     """A real LMDB reader that counts the records it reads."""
@@ -296,11 +306,13 @@ def test_resume_continues_sample_for_sample_reading_nothing_skipped(built):
     state = first.state_dict()
     assert state["epoch"] == 1 and state["batches"] == 3
     import json
+
     state = json.loads(json.dumps(state))  # plain data
     reader = CountingLmdbReader(path)
     reader.reads = []
-    resumed = iotool.Loader(iotool.ImageDataset(reader, transform=RandomResizedCrop(16)), batch_size=3,
-                            shuffle=True, threads=2, seed=8)
+    resumed = iotool.Loader(
+        iotool.ImageDataset(reader, transform=RandomResizedCrop(16)), batch_size=3, shuffle=True, threads=2, seed=8
+    )
     resumed.load_state_dict(state)
     tail = _clone(resumed)
     assert _same(head + tail, expected)
@@ -358,6 +370,7 @@ def test_a_state_that_does_not_fit_is_refused_by_name(built):
 
 # --- point 7: errors and shutdown ----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def bad_lmdb(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("bad") / "src"
@@ -392,8 +405,9 @@ def test_a_transform_error_names_the_record(built):
     ds = iotool.open_dataset(built("lmdb"), transform=CenterCrop(16))
     target = ds.keys[7]
 
-    def boom(image, calls=[0]):
+    def boom(image, calls=[0]):  # noqa: B006  (a call counter)
         raise ValueError("boom")
+
     ds.transform = Compose([CenterCrop(16), boom])
     before = threading.active_count()
     with pytest.warns(UserWarning, match="not iotool's"):
@@ -437,8 +451,9 @@ def test_a_new_pass_ends_the_last_one_clearly(built):
     with pytest.raises(iotool.UsageError, match="was ended"):
         for _ in range(len(loader)):
             next(old)
-    assert _same([tuple(t.clone() for t in b) for b in new],
-                 DataLoader(ds, batch_size=2, collate_fn=iotool.fast_collate))
+    assert _same(
+        [tuple(t.clone() for t in b) for b in new], DataLoader(ds, batch_size=2, collate_fn=iotool.fast_collate)
+    )
 
 
 @pytest.mark.slow  # a fresh interpreter importing torch: several seconds on a busy machine
@@ -446,7 +461,8 @@ def test_ctrl_c_stops_every_thread_promptly(built, tmp_path):
     """A real SIGINT to a child process inside a slow pass: KeyboardInterrupt in the loop, every
     thread gone, the process exits at once."""
     script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys, threading, time
         import iotool
         from iotool.transforms import CenterCrop, Compose
@@ -467,7 +483,8 @@ def test_ctrl_c_stops_every_thread_promptly(built, tmp_path):
                 time.sleep(0.01)
             # a leading newline: the signal may land inside a "batch" line's write
             print("\\ninterrupted", before, threading.active_count(), flush=True)
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -485,6 +502,7 @@ def test_ctrl_c_stops_every_thread_promptly(built, tmp_path):
 
 
 # --- point 4: ranks ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("even", [True, False])
 def test_ranks_split_as_distributed_sampler(built, even):

@@ -37,8 +37,9 @@ def _worker(rank: int, world: int, init_file: str, paths: dict[str, str], out_di
             for even in (True, False):
                 extra = {"shuffle": True, "seed": 9, "even": even} if fmt == "tar" else {}
                 ds = iotool.open_dataset(path, transform=CenterCrop(8), **extra)
-                loader = iotool.Loader(ds, batch_size=2, threads=2, **({} if fmt == "tar" else
-                                                                       {"shuffle": True, "seed": 9, "even": even}))
+                loader = iotool.Loader(
+                    ds, batch_size=2, threads=2, **({} if fmt == "tar" else {"shuffle": True, "seed": 9, "even": even})
+                )
                 keys = {}
                 for epoch in range(2):
                     loader.set_epoch(epoch)
@@ -55,10 +56,14 @@ def gloo_runs(datasets, tmp_path_factory) -> dict[tuple[str, bool], list[dict]]:
     """(fmt, even) -> each rank's result, from one real gloo group of two processes that ran every
     case (the tests only read them)."""
     out = tmp_path_factory.mktemp("gloo")
-    tmp_mp.spawn(_worker, args=(2, str(out / "init"), {f: str(p) for f, p in datasets.items()}, str(out)),
-                 nprocs=2, join=True)
-    return {(fmt, even): [json.loads((out / f"{fmt}-even{int(even)}-rank{r}.json").read_text()) for r in range(2)]
-            for fmt in datasets for even in (True, False)}
+    tmp_mp.spawn(
+        _worker, args=(2, str(out / "init"), {f: str(p) for f, p in datasets.items()}, str(out)), nprocs=2, join=True
+    )
+    return {
+        (fmt, even): [json.loads((out / f"{fmt}-even{int(even)}-rank{r}.json").read_text()) for r in range(2)]
+        for fmt in datasets
+        for even in (True, False)
+    }
 
 
 @pytest.mark.slow

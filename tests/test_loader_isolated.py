@@ -40,6 +40,7 @@ def built(tmp_path_factory):
             iotool.convert(root, dst, fmt, workers=0, **options_for(fmt))
             cache[fmt] = dst
         return cache[fmt]
+
     return make
 
 
@@ -87,11 +88,15 @@ def _shm() -> set[str]:
 
 # --- the same batches --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("case", ["lmdb", "bmp", "tar"])
 def test_isolated_and_in_process_give_identical_batches_for_1_2_4_threads(built, case):
     sharded = case == "tar"
-    ds = iotool.open_dataset(built(case), transform=Compose([RandomResizedCrop(20), RandomHorizontalFlip()]),
-                             **({"shuffle": True, "seed": 6} if sharded else {}))
+    ds = iotool.open_dataset(
+        built(case),
+        transform=Compose([RandomResizedCrop(20), RandomHorizontalFlip()]),
+        **({"shuffle": True, "seed": 6} if sharded else {}),
+    )
     options = {} if sharded else {"shuffle": True}
     reference = iotool.Loader(ds, batch_size=5, threads=2, seed=6, **options)
     expected = {}
@@ -124,6 +129,7 @@ def test_the_child_is_kept_across_epochs_and_closed_with_the_loader(built):
 
 # --- the lifetime rule -----------------------------------------------------------------------------------
 
+
 def test_a_kept_batch_is_never_overwritten(built):
     ds = iotool.open_dataset(built("lmdb"), transform=RandomResizedCrop(16))
     expected = _clone(iotool.Loader(ds, batch_size=2, shuffle=True, threads=2))
@@ -131,7 +137,7 @@ def test_a_kept_batch_is_never_overwritten(built):
     kept = list(loader)  # every batch kept: far past keep=1
     assert _same(kept, expected) and loader.reallocations > 0
     renewed, within_rule = loader.reallocations, []
-    for images, labels in loader:  # within the rule: at most the slots still holding kept batches renew
+    for images, _labels in loader:  # within the rule: at most the slots still holding kept batches renew
         within_rule.append(int(images.sum()))
     assert loader.reallocations - renewed <= 4  # prefetch + keep + 1 slots
     assert within_rule == [int(x.sum()) for x, _ in expected]
@@ -153,6 +159,7 @@ def test_a_consumer_within_the_rule_renews_nothing(built):
 
 
 # --- resume -------------------------------------------------------------------------------------------------
+
 
 def test_resume_continues_sample_for_sample(built):
     ds = iotool.open_dataset(built("lmdb"), transform=RandomResizedCrop(16))
@@ -177,6 +184,7 @@ def test_resume_continues_sample_for_sample(built):
 
 # --- errors ---------------------------------------------------------------------------------------------------
 
+
 def test_a_bad_record_is_raised_in_the_parent_naming_it_with_the_childs_traceback(bad_lmdb):
     ds = iotool.open_dataset(bad_lmdb, transform=CenterCrop(16))
     loader = iotool.Loader(ds, batch_size=2, threads=3, isolate=True)
@@ -197,6 +205,7 @@ def test_a_transform_error_names_the_record(built):
 
     def boom(image):
         raise ValueError("boom")
+
     ds.transform = Compose([CenterCrop(16), boom])
     with pytest.warns(UserWarning, match="not iotool's"):
         loader = iotool.Loader(ds, batch_size=4, threads=2, isolate=True)
@@ -214,12 +223,13 @@ def test_without_fork_and_memfd_it_is_refused_with_the_alternatives(monkeypatch)
 
 # --- shutdown -------------------------------------------------------------------------------------------------
 
+
 def test_break_del_and_gc_leave_no_child_thread_mapping_or_shm(built):
     ds = iotool.open_dataset(built("lmdb"), transform=RandomResizedCrop(16))
     gc.collect()  # loaders of earlier tests
     threads, shm, regions = threading.active_count(), _shm(), _mapped_regions()
     loader = iotool.Loader(ds, batch_size=2, threads=3, isolate=True)
-    for batch in loader:
+    for batch in loader:  # noqa: B007  (the batch is held after the loop)
         break
     del batch  # the caller's batch holds its memory: let go of it
     pid = loader._child.pid
@@ -265,7 +275,8 @@ def test_a_new_pass_ends_the_last_one_clearly(built):
 @pytest.mark.slow  # a fresh interpreter importing torch: several seconds on a busy machine
 def test_the_child_dies_with_its_parent(built, tmp_path):
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, time
         import iotool
         from iotool.transforms import CenterCrop
@@ -275,7 +286,8 @@ def test_the_child_dies_with_its_parent(built, tmp_path):
         next(it)
         print(loader._child.pid, flush=True)
         time.sleep(60)
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -294,7 +306,8 @@ def test_ctrl_c_to_the_process_group_ends_the_child_promptly(built, tmp_path):
     at once. (The child makes a batch in 0.3 s, so after the first one the loop is waiting in the
     loader when the signal comes; a Ctrl-C in the loop's own body is a break, tested below.)"""
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, sys, threading, time
         import iotool
         from iotool.transforms import CenterCrop, Compose
@@ -315,10 +328,12 @@ def test_ctrl_c_to_the_process_group_ends_the_child_promptly(built, tmp_path):
                 print("child alive", pid, flush=True)
             except ProcessLookupError:
                 print("interrupted", pid, threading.active_count(), flush=True)
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env,
-                              start_new_session=True)
+    parent = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     try:
         word, pid = parent.stdout.readline().split()
         assert word == "batch"

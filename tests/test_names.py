@@ -22,10 +22,44 @@ def reference_ok(name: str) -> bool:
     return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
-GOOD = ["a.jpg", "cls/img.jpg", "a/b/c/d.png", "...", "a/.../b", "..a", "a..", ".hidden/x", "x/.y",
-        "ünïcødé 画像.jpg", "name with spaces 'q' \"d\".jpg", "a.b.c", "%2E%2E/x", "C:x"]
-BAD = ["", "/abs", "../x", "a/../b", "a/..", "..", ".", "./a", "a/./b", "a/.", "a//b", "a/", "//",
-       "a\\b", "..\\x", "a\0b", "new\nline.jpg", "tab\there", "del\x7f", "esc\x1b[31m"]
+GOOD = [
+    "a.jpg",
+    "cls/img.jpg",
+    "a/b/c/d.png",
+    "...",
+    "a/.../b",
+    "..a",
+    "a..",
+    ".hidden/x",
+    "x/.y",
+    "ünïcødé 画像.jpg",
+    "name with spaces 'q' \"d\".jpg",
+    "a.b.c",
+    "%2E%2E/x",
+    "C:x",
+]
+BAD = [
+    "",
+    "/abs",
+    "../x",
+    "a/../b",
+    "a/..",
+    "..",
+    ".",
+    "./a",
+    "a/./b",
+    "a/.",
+    "a//b",
+    "a/",
+    "//",
+    "a\\b",
+    "..\\x",
+    "a\0b",
+    "new\nline.jpg",
+    "tab\there",
+    "del\x7f",
+    "esc\x1b[31m",
+]
 
 
 @pytest.mark.parametrize("name", GOOD)

@@ -21,7 +21,17 @@ VALUES = [
     {"image": b"\x00" * 300, "label": 7},
     {b"image": b"x", b"label": 2**70},
     [b"0", b"1", b"0000000002"],  # a __keys__ list
-    1281167, 0, -1, -(2**40), 255, 256, 65535, 65536, None, True, False,
+    1281167,
+    0,
+    -1,
+    -(2**40),
+    255,
+    256,
+    65535,
+    65536,
+    None,
+    True,
+    False,
     (bytearray(b"z\x00"), bytearray(), b""),
     ("ünïcode", "", "x" * 300, [[], [[]]], {b"k": (1,), 3: None, (1, "a"): [b"v"]}),
 ]
@@ -70,8 +80,9 @@ def test_os_system_through_reduce_is_refused_by_name_and_never_runs(tmp_path, pr
     assert isinstance(err.value, RecordError) and isinstance(err.value, IotoolError)
     assert not target.exists()
     # The payload is live: pickle.loads of the same bytes (in another process) does run it.
-    subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"],
-                   input=data, check=True)
+    subprocess.run(
+        [sys.executable, "-c", "import pickle, sys; pickle.loads(sys.stdin.buffer.read())"], input=data, check=True
+    )
     assert target.exists()
 
 
@@ -81,9 +92,15 @@ def test_a_class_instance_is_refused_by_name(protocol):
         load_values(pickle.dumps(Sample(), protocol=protocol))
 
 
-@pytest.mark.parametrize("value, opcode", [
-    ({1, 2}, "EMPTY_SET"), (frozenset({1}), "FROZENSET"), (1.5, "BINFLOAT"), (1j, "GLOBAL"),
-])
+@pytest.mark.parametrize(
+    "value, opcode",
+    [
+        ({1, 2}, "EMPTY_SET"),
+        (frozenset({1}), "FROZENSET"),
+        (1.5, "BINFLOAT"),
+        (1j, "GLOBAL"),
+    ],
+)
 def test_other_types_are_refused_naming_the_opcode(value, opcode):
     with pytest.raises(PickleRefused, match=rf"opcode ({opcode}|STACK_GLOBAL) at byte \d+"):
         load_values(pickle.dumps(value, protocol=4))
@@ -96,24 +113,27 @@ def test_reduce_of_a_recognised_constructor_with_other_arguments_is_refused():
         load_values(data)
 
 
-@pytest.mark.parametrize("data, why", [
-    (b"", "no PROTO"),
-    (pickle.dumps(1, protocol=0), "no PROTO"),
-    (pickle.dumps(1, protocol=1), "no PROTO"),
-    (b"\x80\x06K\x01.", "protocol 6"),
-    (b"\x80\x04B\xff\xff\xff\x7fxx.", r"declares 2147483647 bytes, 3 are left"),
-    (b"\x80\x04\x8e" + (2**63).to_bytes(8, "little") + b".", r"declares 9223372036854775808 bytes"),
-    (b"\x80\x04\x95" + (10**6).to_bytes(8, "little") + b"K\x01.", "a frame of 1000000 bytes"),
-    (b"\x80\x04K\x01K\x02.", "2 values"),
-    (b"\x80\x04K\x01.junk", "4 bytes follow"),
-    (b"\x80\x04h\x05.", "memo 5 was never stored"),
-    (b"\x80\x04}](s.", r"needs 2 value"),
-    (b"\x80\x04]K\x01a]\x94K\x02a.", "needs a list|values"),
-    (b"\x80\x04\x8b\x00\x01\x00\x00" + b"\x01" * 256 + b".", "an int of 256 bytes"),
-    (b"\x80\x04\x8c\x02\xff\xfe.", "not UTF-8"),
-    (b"\x80\x04}]K\x01s.", "not hashable"),
-    (b"\x80\x04\xfe.", "unknown opcode"),
-])
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (b"", "no PROTO"),
+        (pickle.dumps(1, protocol=0), "no PROTO"),
+        (pickle.dumps(1, protocol=1), "no PROTO"),
+        (b"\x80\x06K\x01.", "protocol 6"),
+        (b"\x80\x04B\xff\xff\xff\x7fxx.", r"declares 2147483647 bytes, 3 are left"),
+        (b"\x80\x04\x8e" + (2**63).to_bytes(8, "little") + b".", r"declares 9223372036854775808 bytes"),
+        (b"\x80\x04\x95" + (10**6).to_bytes(8, "little") + b"K\x01.", "a frame of 1000000 bytes"),
+        (b"\x80\x04K\x01K\x02.", "2 values"),
+        (b"\x80\x04K\x01.junk", "4 bytes follow"),
+        (b"\x80\x04h\x05.", "memo 5 was never stored"),
+        (b"\x80\x04}](s.", r"needs 2 value"),
+        (b"\x80\x04]K\x01a]\x94K\x02a.", "needs a list|values"),
+        (b"\x80\x04\x8b\x00\x01\x00\x00" + b"\x01" * 256 + b".", "an int of 256 bytes"),
+        (b"\x80\x04\x8c\x02\xff\xfe.", "not UTF-8"),
+        (b"\x80\x04}]K\x01s.", "not hashable"),
+        (b"\x80\x04\xfe.", "unknown opcode"),
+    ],
+)
 def test_malformed_streams_are_refused_with_the_byte_offset(data, why):
     with pytest.raises(PickleRefused, match=why):
         load_values(data)
@@ -185,8 +205,14 @@ FUZZ = textwrap.dedent("""
 def test_fuzz_sees_only_the_parsers_own_error(tmp_path):
     """Mutated pickles and random bytes, in a subprocess (a crash would be a signal): every case
     is a value or a PickleRefused; any other exception ends the process with a traceback."""
-    proc = subprocess.run([sys.executable, "-c", FUZZ, "20000"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.run(
+        [sys.executable, "-c", FUZZ, "20000"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     value, refused = map(int, proc.stdout.split())
     assert value + refused == 20000 and refused > 5000

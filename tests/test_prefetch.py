@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import iotool
-from iotool.transforms import CenterCrop, Compose, Resize
 from iotool import CUDAPrefetcher, UsageError, fast_collate
+from iotool.transforms import CenterCrop, Compose, Resize
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
 SIZE = 64
@@ -72,11 +72,17 @@ def make_loader(dataset, collate=fast_collate, **kwargs) -> DataLoader:
 
 def synthetic_batches(n: int, seed: int = 0, shape=(4, 3, 8, 8)) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(seed)
-    return [(torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8),
-             torch.randint(0, 10, (shape[0],), generator=gen)) for _ in range(n)]
+    return [
+        (
+            torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8),
+            torch.randint(0, 10, (shape[0],), generator=gen),
+        )
+        for _ in range(n)
+    ]
 
 
 # -- exactness over real loaders ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
 def test_cpu_path_is_bit_identical_to_the_formula_over_epochs(dataset, expected, depth):
@@ -122,6 +128,7 @@ def test_len_and_a_full_pass_per_iter(dataset):
 
 # -- normalisation rules ------------------------------------------------------------------
 
+
 def test_without_mean_and_std_pixels_are_divided_by_255():
     batches = synthetic_batches(3)
     for (images, _), (raw, _) in zip(CUDAPrefetcher(batches, device="cpu"), batches):
@@ -160,8 +167,9 @@ def test_output_dtype(dtype):
 
 # -- batch structures ---------------------------------------------------------------------
 
+
 def test_tuple_list_and_namedtuple_batches_keep_their_type():
-    (raw, labels), = synthetic_batches(1)
+    ((raw, labels),) = synthetic_batches(1)
     batches = [(raw, labels), [raw, labels], Pair(raw, labels)]
     got = list(CUDAPrefetcher(batches, device="cpu", depth=1))
     assert [type(b) for b in got] == [tuple, list, Pair]
@@ -170,10 +178,10 @@ def test_tuple_list_and_namedtuple_batches_keep_their_type():
 
 
 def test_only_the_image_is_normalised_and_non_tensors_pass_through():
-    (raw, labels), = synthetic_batches(1)
+    ((raw, labels),) = synthetic_batches(1)
     weights = torch.rand(4)
     extra = {"weights": weights, "ids": [1, 2], "masks": [raw[:, :1]]}
-    (images, out_labels, out_extra, name), = CUDAPrefetcher([(raw, labels, extra, "a.jpg")], device="cpu")
+    ((images, out_labels, out_extra, name),) = CUDAPrefetcher([(raw, labels, extra, "a.jpg")], device="cpu")
     assert torch.equal(images, reference(raw))
     assert out_labels.dtype == torch.int64 and torch.equal(out_labels, labels)
     assert out_extra["weights"] is weights and out_extra["ids"] == [1, 2]
@@ -182,8 +190,8 @@ def test_only_the_image_is_normalised_and_non_tensors_pass_through():
 
 
 def test_image_key_selects_the_image_in_tuples_and_dicts():
-    (raw, labels), = synthetic_batches(1)
-    (out_labels, images), = CUDAPrefetcher([(labels, raw)], device="cpu", image_key=1)
+    ((raw, labels),) = synthetic_batches(1)
+    ((out_labels, images),) = CUDAPrefetcher([(labels, raw)], device="cpu", image_key=1)
     assert torch.equal(images, reference(raw)) and out_labels is labels
     (batch,) = CUDAPrefetcher([{"pixels": raw, "image": raw}], device="cpu", image_key="pixels")
     assert torch.equal(batch["pixels"], reference(raw)) and batch["image"] is raw
@@ -192,7 +200,7 @@ def test_image_key_selects_the_image_in_tuples_and_dicts():
 
 
 def test_a_bare_tensor_batch_is_the_image():
-    (raw, _), = synthetic_batches(1)
+    ((raw, _),) = synthetic_batches(1)
     (images,) = CUDAPrefetcher([raw], device="cpu", mean=MEAN, std=STD)
     assert torch.equal(images, reference(raw, MEAN, STD))
 
@@ -215,10 +223,10 @@ def test_depth_does_not_change_order_or_count(depth):
 
 
 def test_channels_last_off_keeps_the_loaders_layout():
-    (raw, labels), = synthetic_batches(1)
-    (images, _), = CUDAPrefetcher([(raw, labels)], device="cpu")
+    ((raw, labels),) = synthetic_batches(1)
+    ((images, _),) = CUDAPrefetcher([(raw, labels)], device="cpu")
     assert images.is_contiguous()
-    (images, _), = CUDAPrefetcher([(raw.contiguous(memory_format=torch.channels_last), labels)], device="cpu")
+    ((images, _),) = CUDAPrefetcher([(raw.contiguous(memory_format=torch.channels_last), labels)], device="cpu")
     assert images.is_contiguous(memory_format=torch.channels_last)
 
 
@@ -231,18 +239,22 @@ def test_cpu_fallback_when_device_is_none_without_cuda():
 
 # -- errors -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"mean": MEAN}, "both mean and std"),
-    ({"std": STD}, "both mean and std"),
-    ({"mean": MEAN, "std": (0.2, 0.0, 0.2)}, "greater than 0"),
-    ({"mean": "abc", "std": STD}, "mean="),
-    ({"mean": (), "std": STD}, "one or more finite"),
-    ({"mean": (float("nan"),), "std": STD}, "one or more finite"),
-    ({"depth": 0}, "depth=0"),
-    ({"depth": 1.5}, "depth=1.5"),
-    ({"dtype": torch.uint8}, "floating dtype"),
-    ({"device": "no-such-device"}, "not a torch device"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mean": MEAN}, "both mean and std"),
+        ({"std": STD}, "both mean and std"),
+        ({"mean": MEAN, "std": (0.2, 0.0, 0.2)}, "greater than 0"),
+        ({"mean": "abc", "std": STD}, "mean="),
+        ({"mean": (), "std": STD}, "one or more finite"),
+        ({"mean": (float("nan"),), "std": STD}, "one or more finite"),
+        ({"depth": 0}, "depth=0"),
+        ({"depth": 1.5}, "depth=1.5"),
+        ({"dtype": torch.uint8}, "floating dtype"),
+        ({"device": "no-such-device"}, "not a torch device"),
+    ],
+)
 def test_bad_options_are_refused(kwargs, message):
     with pytest.raises(UsageError, match=message):
         CUDAPrefetcher([], **kwargs)
@@ -254,17 +266,23 @@ def test_cuda_requested_without_cuda_is_refused():
         CUDAPrefetcher([], device="cuda")
 
 
-@pytest.mark.parametrize("batch, kwargs, message", [
-    ((torch.zeros(2, 3, 4, 4, dtype=torch.uint8),), {"mean": (0.5, 0.5), "std": (0.5, 0.5)},
-     "mean has 2 values but the images have 3 channels"),
-    ({"x": torch.zeros(1, 3, 2, 2, dtype=torch.uint8)}, {}, "no 'image' or 'images' key"),
-    ({"x": torch.zeros(1, 3, 2, 2, dtype=torch.uint8)}, {"image_key": "pixels"}, "image_key='pixels'"),
-    ((torch.zeros(1, 3, 2, 2, dtype=torch.uint8), 0), {"image_key": "image"}, "not an index"),
-    ((torch.zeros(1, 3, 2, 2, dtype=torch.uint8), 0), {"image_key": 2}, "not an index"),
-    (([np.zeros((2, 2, 3), np.uint8)], 0), {}, "not a tensor"),
-    ((torch.zeros(4, 4, dtype=torch.uint8),), {}, r"shape \(4, 4\)"),
-    ("a string", {}, "got a str"),
-])
+@pytest.mark.parametrize(
+    "batch, kwargs, message",
+    [
+        (
+            (torch.zeros(2, 3, 4, 4, dtype=torch.uint8),),
+            {"mean": (0.5, 0.5), "std": (0.5, 0.5)},
+            "mean has 2 values but the images have 3 channels",
+        ),
+        ({"x": torch.zeros(1, 3, 2, 2, dtype=torch.uint8)}, {}, "no 'image' or 'images' key"),
+        ({"x": torch.zeros(1, 3, 2, 2, dtype=torch.uint8)}, {"image_key": "pixels"}, "image_key='pixels'"),
+        ((torch.zeros(1, 3, 2, 2, dtype=torch.uint8), 0), {"image_key": "image"}, "not an index"),
+        ((torch.zeros(1, 3, 2, 2, dtype=torch.uint8), 0), {"image_key": 2}, "not an index"),
+        (([np.zeros((2, 2, 3), np.uint8)], 0), {}, "not a tensor"),
+        ((torch.zeros(4, 4, dtype=torch.uint8),), {}, r"shape \(4, 4\)"),
+        ("a string", {}, "got a str"),
+    ],
+)
 def test_batches_the_prefetcher_cannot_read_are_refused(batch, kwargs, message):
     with pytest.raises(UsageError, match=message):
         list(CUDAPrefetcher([batch], device="cpu", **kwargs))
@@ -272,18 +290,22 @@ def test_batches_the_prefetcher_cannot_read_are_refused(batch, kwargs, message):
 
 # -- device checks and non-uint8 images (run on every host) ---------------------------------
 
+
 def test_a_cuda_device_index_past_the_count_is_refused_at_construction():
     count = torch.cuda.device_count() if HAS_CUDA else 0
     with pytest.raises(UsageError, match=rf"device='cuda:{count}'.*\b{count} CUDA device"):
         CUDAPrefetcher([], device=f"cuda:{count}")
 
 
-@pytest.mark.parametrize("count, device, message", [
-    (1, "cuda:7", r"device='cuda:7' but this host has 1 CUDA device \(cuda:0\)"),
-    (2, "cuda:2", r"device='cuda:2' but this host has 2 CUDA devices \(cuda:0 to cuda:1\)"),
-    (0, "cuda:0", r"device='cuda:0' but CUDA is not available here \(0 CUDA devices\)"),
-    (0, "cuda", r"device='cuda' but CUDA is not available here"),
-])
+@pytest.mark.parametrize(
+    "count, device, message",
+    [
+        (1, "cuda:7", r"device='cuda:7' but this host has 1 CUDA device \(cuda:0\)"),
+        (2, "cuda:2", r"device='cuda:2' but this host has 2 CUDA devices \(cuda:0 to cuda:1\)"),
+        (0, "cuda:0", r"device='cuda:0' but CUDA is not available here \(0 CUDA devices\)"),
+        (0, "cuda", r"device='cuda' but CUDA is not available here"),
+    ],
+)
 def test_a_cuda_device_this_host_lacks_is_refused(monkeypatch, count, device, message):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
@@ -303,8 +325,9 @@ def test_a_float_image_gets_dtype_and_channels_last_but_no_scaling(dtype):
     raw = torch.rand(2, 3, 4, 4) * 255
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        (images, _), = CUDAPrefetcher([(raw, torch.zeros(2))], mean=MEAN, std=STD, dtype=dtype,
-                                      channels_last=True, device="cpu")
+        ((images, _),) = CUDAPrefetcher(
+            [(raw, torch.zeros(2))], mean=MEAN, std=STD, dtype=dtype, channels_last=True, device="cpu"
+        )
     assert images.dtype == dtype and images.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(images, raw.to(dtype))
     assert [str(w.message) for w in caught if "not uint8" in str(w.message)] != []
@@ -316,21 +339,22 @@ def test_a_float_image_gets_dtype_and_channels_last_but_no_scaling(dtype):
 # Stream.record_event / wait_event / wait_stream, Tensor.record_stream) are replaced by fakes
 # that log each call, so the ordering rules are checked without a GPU.
 
+
 class FakeStream:
     """A stand-in for a torch.cuda.Stream that logs what is asked of it."""
 
     def __init__(self, name: str, log: list):
         self.name, self.log = name, log
 
-    def record_event(self) -> "FakeEvent":
+    def record_event(self) -> FakeEvent:
         event = FakeEvent(sum(entry[0] == "record_event" for entry in self.log), self.log)
         self.log.append(("record_event", self.name, event.number))
         return event
 
-    def wait_event(self, event: "FakeEvent") -> None:
+    def wait_event(self, event: FakeEvent) -> None:
         self.log.append(("wait_event", self.name, event.number))
 
-    def wait_stream(self, other: "FakeStream") -> None:
+    def wait_stream(self, other: FakeStream) -> None:
         self.log.append(("wait_stream", self.name, other.name))
 
     def synchronize(self) -> None:
@@ -359,8 +383,11 @@ class FakeCuda:
         monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: self.current)
         monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: FakeStream("default", self.log))
         monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: self.log.append(("synchronize", "device")))
-        monkeypatch.setattr(torch.Tensor, "record_stream",
-                            lambda tensor, stream: self.log.append(("record_stream", id(tensor), stream.name)))
+        monkeypatch.setattr(
+            torch.Tensor,
+            "record_stream",
+            lambda tensor, stream: self.log.append(("record_stream", id(tensor), stream.name)),
+        )
 
     @contextlib.contextmanager
     def stream(self, stream: FakeStream):
@@ -392,16 +419,19 @@ class FakeCuda:
 
 class PinnedBatches(list):
     """A list of batches that says it pins memory, as DataLoader(pin_memory=True) does."""
+
     pin_memory = True
 
 
 class UnpinnedBatches(list):
     """A list of batches that says it does not pin memory, as DataLoader(pin_memory=False)."""
+
     pin_memory = False
 
 
 class FakeCudaTensor(torch.Tensor):
     """A CPU tensor that says it is a CUDA tensor on ``fake_device`` (a loader's GPU output)."""
+
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @property
@@ -452,7 +482,7 @@ def test_protocol_a_batch_is_ready_for_the_stream_current_at_next(fake_cuda):
     prefetcher = fake_cuda.prefetcher(synthetic_batches(4), depth=2)
     it = iter(prefetcher)
     got = []
-    for i, name in enumerate(["first", "second", "first", "third"]):
+    for name in ["first", "second", "first", "third"]:
         fake_cuda.current = FakeStream(name, fake_cuda.log)
         got.append((name, next(it)))
     for i, (name, (images, labels)) in enumerate(got):
@@ -477,7 +507,7 @@ def test_protocol_cuda_inputs_make_the_side_stream_wait_for_the_producer(fake_cu
 
 
 def test_protocol_cuda_inputs_on_another_device_are_refused(fake_cuda):
-    (images, labels), = synthetic_batches(1)
+    ((images, labels),) = synthetic_batches(1)
     batch = (fake_cuda_tensor(images, "cpu"), fake_cuda_tensor(labels, "cuda:1"))
     with pytest.raises(UsageError, match="a tensor on cuda:1 but the prefetcher's device is cpu"):
         list(fake_cuda.prefetcher([batch]))
@@ -485,7 +515,7 @@ def test_protocol_cuda_inputs_on_another_device_are_refused(fake_cuda):
 
 
 def test_protocol_cuda_inputs_need_no_pinning(fake_cuda):
-    (images, labels), = synthetic_batches(1)
+    ((images, labels),) = synthetic_batches(1)
     prefetcher = fake_cuda.prefetcher([(fake_cuda_tensor(images, "cuda:0"), fake_cuda_tensor(labels, "cuda:0"))])
     prefetcher.loader = UnpinnedBatches(prefetcher.loader)  # as DataLoader(pin_memory=False)
     with warnings.catch_warnings(record=True) as caught:
@@ -507,7 +537,7 @@ def test_protocol_cuda_inputs_need_no_pinning(fake_cuda):
 BIG = (32, 3, 224, 224)  # 4.8 MB uint8, 19 MB float32 per batch
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sleep_cycles_per_ms() -> float:
     """GPU clock cycles torch.cuda._sleep spins per millisecond, measured once at full clock.
 
@@ -534,12 +564,15 @@ def hold(ms: float, stream: torch.cuda.Stream | None = None) -> None:
 
 
 def big_pinned_batches(n: int, seed: int, dtype: torch.dtype = torch.uint8) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(images.to(dtype).pin_memory(), labels.pin_memory())
-            for images, labels in synthetic_batches(n, seed=seed, shape=BIG)]
+    return [
+        (images.to(dtype).pin_memory(), labels.pin_memory())
+        for images, labels in synthetic_batches(n, seed=seed, shape=BIG)
+    ]
 
 
 class SideStreamHolder:
     """A pinned loader that keeps its prefetcher's side stream busy for ``ms`` before each batch."""
+
     pin_memory = True
 
     def __init__(self, batches: list, ms: float):
@@ -580,9 +613,12 @@ def assert_clones_match(clones: list, batches: list, mean=None, std=None, dtype=
     """After one synchronize, every clone equals the formula applied to its source batch."""
     torch.cuda.synchronize()
     assert len(clones) == len(batches)
-    wrong = [i for i, ((images, labels), (raw, raw_labels)) in enumerate(zip(clones, batches))
-             if not torch.equal(images, reference(raw.to(images.device), mean, std, dtype))
-             or not torch.equal(labels.cpu(), raw_labels.cpu())]
+    wrong = [
+        i
+        for i, ((images, labels), (raw, raw_labels)) in enumerate(zip(clones, batches))
+        if not torch.equal(images, reference(raw.to(images.device), mean, std, dtype))
+        or not torch.equal(labels.cpu(), raw_labels.cpu())
+    ]
     assert not wrong, f"batches {wrong} of {len(batches)} differ from the formula: a stream race"
 
 
@@ -622,8 +658,9 @@ def test_cuda_conversion_runs_on_the_side_stream():
     with torch.cuda.stream(probe):
         seen = images.to("cpu")  # read on a third stream, which does not wait for the consumer
     assert not consumer.query(), "the consumer stream must still be held for this check to mean anything"
-    assert torch.allclose(seen, reference(batches[2][0], MEAN, STD), rtol=1e-6, atol=1e-6), \
+    assert torch.allclose(seen, reference(batches[2][0], MEAN, STD), rtol=1e-6, atol=1e-6), (
         "batch 2 was not converted on the side stream"
+    )
     torch.cuda.synchronize()
     assert prefetcher.streams_created == 1
     assert prefetcher.stream.cuda_stream not in (consumer.cuda_stream, probe.cuda_stream)
@@ -632,8 +669,10 @@ def test_cuda_conversion_runs_on_the_side_stream():
 @pytest.mark.cuda
 @requires_cuda
 def test_cuda_next_does_not_wait_for_the_side_stream():
-    batches = [(images.pin_memory(), labels.pin_memory())
-               for images, labels in synthetic_batches(12, seed=13, shape=(8, 3, 64, 64))]
+    batches = [
+        (images.pin_memory(), labels.pin_memory())
+        for images, labels in synthetic_batches(12, seed=13, shape=(8, 3, 64, 64))
+    ]
     prefetcher = with_slow_side_stream(batches, 20, mean=MEAN, std=STD, depth=2)
     it = iter(prefetcher)
     next(it), next(it)  # warm-up: the first batch copies the statistics to the device, once
@@ -643,8 +682,10 @@ def test_cuda_next_does_not_wait_for_the_side_stream():
     torch.cuda.synchronize()
     total_ms = (time.perf_counter() - start) * 1000  # the side stream's work, about 10 x 20 ms
     assert rest == 10
-    assert host_ms < 0.25 * total_ms, (f"10 next() calls took {host_ms:.0f} ms of the {total_ms:.0f} ms "
-                                       f"the side stream needed for them: next() waits for the GPU")
+    assert host_ms < 0.25 * total_ms, (
+        f"10 next() calls took {host_ms:.0f} ms of the {total_ms:.0f} ms "
+        f"the side stream needed for them: next() waits for the GPU"
+    )
 
 
 @pytest.mark.cuda
@@ -707,8 +748,7 @@ def test_cuda_a_device_other_than_the_current_one():
 @requires_cuda
 def test_cuda_an_explicit_device_index():
     batches = big_pinned_batches(6, seed=16)
-    prefetcher = with_slow_side_stream(batches, 5, mean=MEAN, std=STD,
-                                       device=f"cuda:{torch.cuda.current_device()}")
+    prefetcher = with_slow_side_stream(batches, 5, mean=MEAN, std=STD, device=f"cuda:{torch.cuda.current_device()}")
     assert_clones_match(clone_each_batch(prefetcher), batches, MEAN, STD)
 
 
@@ -737,7 +777,7 @@ def test_cuda_a_channels_last_batch_from_fast_collate_through_pin_memory(channel
     prefetcher = CUDAPrefetcher(loader, mean=MEAN, std=STD, channels_last=channels_last)
     clones = clone_each_batch(prefetcher)
     assert all(images.is_contiguous(memory_format=torch.channels_last) for images, _ in clones)
-    assert_clones_match(clones, [fast_collate(data[s:s + 16]) for s in range(0, 64, 16)], MEAN, STD)
+    assert_clones_match(clones, [fast_collate(data[s : s + 16]) for s in range(0, 64, 16)], MEAN, STD)
 
 
 @pytest.mark.cuda
@@ -756,13 +796,16 @@ def test_cuda_a_float_image_is_cast_and_laid_out_on_the_side_stream():
 
 # -- CUDA: exactness over real loaders -------------------------------------------------------
 
+
 @pytest.mark.cuda
 @requires_cuda
 @pytest.mark.parametrize("depth", [1, 2, 3])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_cuda_matches_the_formula_over_many_batches(depth, channels_last):
-    batches = [(images.pin_memory(), labels.pin_memory())
-               for images, labels in synthetic_batches(40, seed=depth, shape=(16, 3, 32, 32))]
+    batches = [
+        (images.pin_memory(), labels.pin_memory())
+        for images, labels in synthetic_batches(40, seed=depth, shape=(16, 3, 32, 32))
+    ]
     prefetcher = CUDAPrefetcher(batches, mean=MEAN, std=STD, depth=depth, channels_last=channels_last)
     for _ in range(3):
         count = 0

@@ -17,8 +17,15 @@ import torch
 from torch.utils.data import DataLoader
 
 import iotool
-from iotool.loading.ramcache import (MIN_MARGIN, CacheLayout, CacheMemoryError, RamCache, available_memory,
-                             cached_shape, check_memory)
+from iotool.loading.ramcache import (
+    MIN_MARGIN,
+    CacheLayout,
+    CacheMemoryError,
+    RamCache,
+    available_memory,
+    cached_shape,
+    check_memory,
+)
 from iotool.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 from .conftest import FORMATS, REPO, formats_where, get_format, options_for, write_tree
@@ -59,8 +66,14 @@ def holders(name: str) -> list[int]:
 def epochs_of(ds, epochs: int = 3, **loader) -> list[torch.Tensor]:
     """Every batch of ``epochs`` epochs (2 workers, shuffled, seeded), in order."""
     out = []
-    loader = DataLoader(ds, batch_size=4, shuffle=not isinstance(ds, torch.utils.data.IterableDataset),
-                        num_workers=2, generator=torch.Generator().manual_seed(7), **loader)
+    loader = DataLoader(
+        ds,
+        batch_size=4,
+        shuffle=not isinstance(ds, torch.utils.data.IterableDataset),
+        num_workers=2,
+        generator=torch.Generator().manual_seed(7),
+        **loader,
+    )
     for epoch in range(epochs):
         if hasattr(ds, "set_epoch"):
             ds.set_epoch(epoch)
@@ -74,8 +87,10 @@ def crop() -> Compose:
 
 # --- same output, one block ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("start_method,persistent", [("fork", False), ("fork", True), ("spawn", False),
-                                                     ("spawn", True)])
+
+@pytest.mark.parametrize(
+    "start_method,persistent", [("fork", False), ("fork", True), ("spawn", False), ("spawn", True)]
+)
 def test_output_with_the_cache_equals_output_without(lmdb, start_method, persistent):
     # Two epochs: the first fills the block, the second is served from it (by new workers where
     # they are not persistent); a third would repeat the second (it cost ~20 s with spawn).
@@ -102,6 +117,7 @@ def test_cached_pixels_are_the_decoded_pixels(lmdb):
 
 def test_user_transforms_get_their_own_copy(lmdb):
     """A transform that writes into its input must not corrupt the cache."""
+
     def scribble(image):
         image[:] = 0
         return image
@@ -214,6 +230,7 @@ def test_cached_views_are_read_only(lmdb):
 
 # --- the block itself ---------------------------------------------------------------------------
 
+
 def test_layout_sizes_slots_from_the_recorded_sizes():
     layout = CacheLayout.plan(np.array([[10, 20], [300, 400], [1, 1]]), resize=None)
     assert layout.offsets.tolist() == [0, 600, 600 + 360000, 600 + 360000 + 3]
@@ -251,8 +268,9 @@ def test_spawned_process_opens_the_same_block():
     """)
     import pickle
 
-    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(cache), capture_output=True,
-                         check=True, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps(cache), capture_output=True, check=True, cwd=REPO
+    )
     assert out.stdout.strip() == b"1"
     assert cache.get(2) is not None and int(cache.get(2)[0, 0, 0]) == 7
 
@@ -271,6 +289,7 @@ def test_a_process_that_cannot_open_the_block_decodes_for_itself(lmdb, caplog):
 
 
 # --- memory check -------------------------------------------------------------------------------
+
 
 def test_check_memory_names_both_figures_and_the_ways_out():
     check_memory(100 << 20, 2 << 30)
@@ -303,13 +322,16 @@ def _in_memory_cgroup(room: int, code: str) -> subprocess.CompletedProcess:
     if not (group / limit).exists():
         group.rmdir()
         pytest.skip(f"{group} has no {limit}: the memory controller is not enabled for it")
-    wrapper = textwrap.dedent(f"""
+    wrapper = (
+        textwrap.dedent(f"""
         import os
-        open({str(group / 'cgroup.procs')!r}, "w").write(str(os.getpid()))
+        open({str(group / "cgroup.procs")!r}, "w").write(str(os.getpid()))
         import iotool, torch  # charged from here on
         used = int(open({str(group / usage)!r}).read())
         open({str(group / limit)!r}, "w").write(str(used + {room}))
-    """) + code
+    """)
+        + code
+    )
     try:
         return subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, cwd=REPO)
     finally:
@@ -387,10 +409,14 @@ def run_trainer(lmdb: Path, shm_dir: Path, start_method: str, mode: str) -> subp
     if os.geteuid() != 0:
         pytest.skip("needs root to give the trainer a private /dev/shm (unshare --mount)")
     shm_dir.mkdir()
-    script = f"mount --bind {shm_dir} /dev/shm && exec {sys.executable} -c \"$0\" \"$@\""
-    return subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, TRAINER,
-                             str(lmdb), start_method, mode], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, cwd=REPO)
+    script = f'mount --bind {shm_dir} /dev/shm && exec {sys.executable} -c "$0" "$@"'
+    return subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, TRAINER, str(lmdb), start_method, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+    )
 
 
 def wait_until(condition, seconds: float) -> bool:
@@ -415,8 +441,9 @@ def test_released_when_the_dataset_is_gone_after_an_exception(lmdb, tmp_path, st
         proc.wait()
 
 
-@pytest.mark.parametrize("sig,start_method", [(signal.SIGINT, "fork"), (signal.SIGKILL, "fork"),
-                                              (signal.SIGKILL, "spawn")])
+@pytest.mark.parametrize(
+    "sig,start_method", [(signal.SIGINT, "fork"), (signal.SIGKILL, "fork"), (signal.SIGKILL, "spawn")]
+)
 def test_released_after_ctrl_c_and_sigkill_of_the_main_process(lmdb, tmp_path, sig, start_method):
     shm_dir = tmp_path / "shm"
     proc = run_trainer(lmdb, shm_dir, start_method, "signal")

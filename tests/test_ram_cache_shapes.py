@@ -124,6 +124,7 @@ def _crop() -> Compose:
 def test_cache_equals_no_cache_on_a_tree_of_mixed_orientation(mixed, resize):
     """Two epochs through two real workers: with the cache, as without it (``cache_resize``: as
     without it with ``Resize`` first, on the images it shrinks)."""
+
     def batches(ds):
         loader = DataLoader(ds, batch_size=3, shuffle=True, num_workers=2, generator=torch.Generator().manual_seed(3))
         return [torch.cat([x.flatten(), y]) for _ in range(2) for x, y in loader]
@@ -138,16 +139,19 @@ def test_cache_equals_no_cache_on_a_tree_of_mixed_orientation(mixed, resize):
 
 # --- a writer killed inside put -------------------------------------------------------------------
 
+
 def kill_inside_put(ds, index: int, point: str) -> None:
     """Read record ``index`` in a forked process (it maps the same block) that SIGKILLs itself at
     ``point`` of the cache's put: "pixels" (the slot's view made, no pixel stored), "c_call" (the
     pixels stored, the ready byte's pwrite not yet made) or "c_return" (both done)."""
+
     def hook(frame, event, arg):
         code = frame.f_code.co_name
         if code != "put" and (frame.f_back is None or frame.f_back.f_code.co_name != "put"):
             return
-        if (point == "pixels" and event == "return" and code == "_slot") or \
-                (event == point and getattr(arg, "__name__", "") == "pwrite"):
+        if (point == "pixels" and event == "return" and code == "_slot") or (
+            event == point and getattr(arg, "__name__", "") == "pwrite"
+        ):
             os.kill(os.getpid(), signal.SIGKILL)
 
     pid = os.fork()

@@ -43,15 +43,18 @@ def test_files_and_links_inside_are_read(steps, dataset):
     assert read_regular(str(dataset / "a" / "one.bin"), str(dataset) + "/", LIMIT) == b"x" * 1000
 
 
-@pytest.mark.parametrize("case, words", [
-    ("link-out", "a symlink leading outside the dataset"),
-    ("sibling-prefix", "a symlink leading outside the dataset"),  # /tmp/x/d-other is not under /tmp/x/d
-    ("fifo", "not a regular file (a FIFO)"),
-    ("dev-zero", "not a regular file (a character device)"),
-    ("directory", "not a regular file (a directory)"),
-    ("missing", "cannot open"),
-    ("too-big", f"more than the {LIMIT} any record may have"),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("link-out", "a symlink leading outside the dataset"),
+        ("sibling-prefix", "a symlink leading outside the dataset"),  # /tmp/x/d-other is not under /tmp/x/d
+        ("fifo", "not a regular file (a FIFO)"),
+        ("dev-zero", "not a regular file (a character device)"),
+        ("directory", "not a regular file (a directory)"),
+        ("missing", "cannot open"),
+        ("too-big", f"more than the {LIMIT} any record may have"),
+    ],
+)
 def test_every_refusal_is_the_python_steps_error_naming_the_file(steps, dataset, case, words):
     target = dataset / "victim.bin"
     if case == "link-out":
@@ -97,8 +100,8 @@ def test_a_range_is_read_in_one_c_call_only_when_all_of_it_is_inside_the_file(da
     (dataset / "shard.bin").write_bytes(body)
     shard = str(dataset / "shard.bin")
     for offset, size in ((0, 1024), (0, 0), (100, 300), (1023, 1), (1024, 0)):
-        assert files.read_range_inside(shard, str(dataset), offset, size) == body[offset:offset + size]
-    for offset, size in ((1000, 25), (1025, 0), (-1, 10), (0, -1), (2 ** 62, 2 ** 62)):
+        assert files.read_range_inside(shard, str(dataset), offset, size) == body[offset : offset + size]
+    for offset, size in ((1000, 25), (1025, 0), (-1, 10), (0, -1), (2**62, 2**62)):
         assert files.read_range_inside(shard, str(dataset), offset, size) is None, (offset, size)
     (dataset / "out.bin").symlink_to(dataset.parent / "secret.bin")
     os.mkfifo(dataset / "fifo")  # no writer: an open that blocked would hang here

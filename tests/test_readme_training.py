@@ -33,7 +33,8 @@ def test_the_readme_training_example_runs_on_the_loader(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(code.replace(README_PATH, str(dst)) + "\nprint('trained', loss.item())\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "trained" in proc.stdout and "Warning" not in proc.stderr

@@ -94,7 +94,7 @@ def photo(seed: int, width: int, height: int) -> Image.Image:
     rng = np.random.default_rng(seed)
     base = rng.integers(0, 256, size=(height // 24 + 2, width // 24 + 2, 3), dtype=np.uint8)
     field = np.asarray(Image.fromarray(base).resize((width, height), Image.Resampling.BILINEAR), dtype=np.int16)
-    field[height // 3: height // 3 + max(1, height // 9)] //= 3
+    field[height // 3 : height // 3 + max(1, height // 9)] //= 3
     noise = rng.integers(-20, 21, size=field.shape)
     return Image.fromarray(np.clip(field + noise, 0, 255).astype(np.uint8))
 
@@ -125,8 +125,14 @@ def jpeg(request) -> bytes:
 
 def boxes(height: int, width: int, rng: random.Random) -> list[tuple[int, int, int, int]]:
     """Boxes on every edge and corner, a 1-pixel box, the whole image and random ones."""
-    out = [(0, 0, height, width), (0, 0, 1, 1), (height - 1, width - 1, 1, 1),
-           (0, width - 37, 21, 37), (height - 19, 0, 19, 50), (5, 3, height - 9, width - 7)]
+    out = [
+        (0, 0, height, width),
+        (0, 0, 1, 1),
+        (height - 1, width - 1, 1, 1),
+        (0, width - 37, 21, 37),
+        (height - 19, 0, 19, 50),
+        (5, 3, height - 9, width - 7),
+    ]
     for _ in range(25):
         h, w = rng.randint(1, height), rng.randint(1, width)
         out.append((rng.randint(0, height - h), rng.randint(0, width - w), h, w))
@@ -147,7 +153,7 @@ def test_region_equals_the_box_of_a_full_decode(jpeg, scale, library):
     for top, left, h, w in boxes(*full.shape[:2], random.Random(scale)):
         got = R.decode_jpeg_region(jpeg, header, (top, left, h, w), scale, library=library)
         assert got.shape == (h, w, 3) and got.dtype == np.uint8 and got.flags.c_contiguous and got.flags.writeable
-        np.testing.assert_array_equal(got, full[top:top + h, left:left + w], err_msg=f"box {(top, left, h, w)}")
+        np.testing.assert_array_equal(got, full[top : top + h, left : left + w], err_msg=f"box {(top, left, h, w)}")
 
 
 @needs_region
@@ -161,8 +167,9 @@ def test_region_on_sample_data_photos():
         assert np.abs(full.astype(np.int16) - decode(data)).max() <= 1, path.name
         h, w = full.shape[0] // 2, full.shape[1] // 3
         box = (full.shape[0] // 4, full.shape[1] // 3, h, w)
-        np.testing.assert_array_equal(R.decode_jpeg_region(data, header, box),
-                                      full[box[0]:box[0] + h, box[1]:box[1] + w], err_msg=path.name)
+        np.testing.assert_array_equal(
+            R.decode_jpeg_region(data, header, box), full[box[0] : box[0] + h, box[1] : box[1] + w], err_msg=path.name
+        )
 
 
 @needs_region
@@ -174,7 +181,7 @@ def test_region_decoding_is_strict_about_damage():
         R.decode_jpeg_region(data[: len(data) * 2 // 3], header, top_box)
     scan = data.index(b"\xff\xda")
     for marker in (b"\xff\xd3", b"\xff\xc4", b"\xff\x01"):  # a stray marker in the first rows' scan data
-        broken = data[:scan + 100] + marker + data[scan + 102:]
+        broken = data[: scan + 100] + marker + data[scan + 102 :]
         with pytest.raises(DecodeError, match="corrupt JPEG"):
             R.decode_jpeg_region(broken, header, top_box)
     with pytest.raises(ValueError, match="outside"):
@@ -189,8 +196,13 @@ def test_the_extension_refuses_out_of_range_regions_without_touching_memory():
     from iotool import _jpegregion
 
     data = encode(photo(8, 100, 80), quality=90)
-    for args in [(2**32 - 1, 0, 1, 10, 2), (0, 2**32 - 10, 10, 20, 2), (0, 0, 2**31, 2**31, 2),
-                 (0, 0, 10, 10, 2**32 - 1), (70, 90, 11, 10, 2)]:
+    for args in [
+        (2**32 - 1, 0, 1, 10, 2),
+        (0, 2**32 - 10, 10, 20, 2),
+        (0, 0, 2**31, 2**31, 2),
+        (0, 0, 10, 10, 2**32 - 1),
+        (70, 90, 11, 10, 2),
+    ]:
         with pytest.raises(ValueError, match="region"):
             _jpegregion.decode_region(R.LIBRARY.handle, data, 8, *args)
     assert len(_jpegregion.decode_region(R.LIBRARY.handle, data, 8, 70, 90, 10, 10, 2)) == 10 * 10 * 3
@@ -220,6 +232,7 @@ def test_region_decodes_in_threads_without_mixing_results():
 
 
 # -- DecodeRandomResizedCrop on top of it -----------------------------------------------------
+
 
 @needs_region
 def test_decode_crop_by_region_equals_the_full_decode_path(jpeg):
@@ -259,6 +272,6 @@ def test_region_decoder_takes_only_8_bit_huffman_dct_jpegs():
     assert R.supports(parse_jpeg_header(baseline)) and R.supports(parse_jpeg_header(progressive))
     sof = baseline.index(b"\xff\xc0")
     for marker in (0xC3, 0xC9, 0xCA):  # lossless, arithmetic sequential, arithmetic progressive
-        other = baseline[:sof + 1] + bytes([marker]) + baseline[sof + 2:]
+        other = baseline[: sof + 1] + bytes([marker]) + baseline[sof + 2 :]
         header = parse_jpeg_header(other)
         assert header.marker == marker and not R.supports(header)

@@ -51,8 +51,19 @@ def many(tmp_path_factory):
 
 def run_and_kill(driver, src, dst, fmt, kill_after_lines, resume=False, **extra):
     """Start a conversion and SIGKILL it after it reports ``kill_after_lines`` progress lines."""
-    proc = subprocess.Popen([sys.executable, str(driver), str(src), str(dst), fmt, "1" if resume else "0",
-                             json.dumps({**unit_options(fmt), **extra})], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(driver),
+            str(src),
+            str(dst),
+            fmt,
+            "1" if resume else "0",
+            json.dumps({**unit_options(fmt), **extra}),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     lines = 0
     for line in proc.stdout:
         if line.startswith("done"):
@@ -103,8 +114,9 @@ def test_resume_after_sigkill_gives_the_same_records(fmt, many, tmp_path):
         shards = [f"shard-{i:06d}.{ext}" for i in range(15) for ext in ("idx", "tar")]  # with DALI's index
         assert sorted(n for n in os.listdir(dst) if not n.startswith("index.")) == shards  # no side files
         assert all((dst / n).read_bytes() == (reference / n).read_bytes() for n in shards if n.endswith(".idx"))
-        assert sorted(iotool.open_reader(dst).index_files()) == sorted(n for n in os.listdir(dst)
-                                                                       if n.startswith("index."))
+        assert sorted(iotool.open_reader(dst).index_files()) == sorted(
+            n for n in os.listdir(dst) if n.startswith("index.")
+        )
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +151,7 @@ def test_resume_after_seeded_kills_keeps_the_skip_list(fmt, many_with_bad, tmp_p
     assert [s.key for s in report.skipped] == [s.key for s in expected.skipped]
     a, b = iotool.open_reader(reference), iotool.open_reader(dst)
     assert (list(a.keys), list(a.labels), list(a.checksums)) == (list(b.keys), list(b.labels), list(b.checksums))
+
     # (PIL's reason quotes a BytesIO's address, which differs from run to run even uninterrupted)
     def skip_list(meta):
         return [{**s, "reason": re.sub(r" at 0x[0-9a-f]+", "", s["reason"])} for s in meta.skipped]
@@ -192,15 +205,21 @@ def test_long_runs_keep_descriptors_and_memory_flat(fmt, many, tmp_path):
     ds = iotool.open_dataset(dst, transform=_shape_and_pid)
     iterable = get_format(fmt).iterable
     assert isinstance(ds, torch_iterable()) == iterable  # the spec says which kind open_dataset gives
-    loader = DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True, collate_fn=_list_collate,
-                        shuffle=not iterable)
+    loader = DataLoader(
+        ds, batch_size=16, num_workers=2, persistent_workers=True, collate_fn=_list_collate, shuffle=not iterable
+    )
     per_epoch = []
     for _ in range(5):
         items = [item for batch in loader for item in batch]
         assert len(items) == 300
         pids = sorted({pid for (_, pid), _ in items})
-        per_epoch.append({"pids": pids, "fds": [open_files(p) for p in pids] + [open_files(os.getpid())],
-                          "rss": [rss_bytes(p) // 1024 for p in pids]})
+        per_epoch.append(
+            {
+                "pids": pids,
+                "fds": [open_files(p) for p in pids] + [open_files(os.getpid())],
+                "rss": [rss_bytes(p) // 1024 for p in pids],
+            }
+        )
     assert all(e["pids"] == per_epoch[0]["pids"] for e in per_epoch)  # the same persistent workers
     assert all(e["fds"] == per_epoch[0]["fds"] for e in per_epoch[1:])
     growth = [b - a for a, b in zip(per_epoch[0]["rss"], per_epoch[-1]["rss"])]

@@ -36,13 +36,14 @@ pytestmark = pytest.mark.remote
 
 # --- an HTTP server on loopback ------------------------------------------------------------
 
+
 class _Handler(SimpleHTTPRequestHandler):
     """Serves the server's folder; Range requests when ``server.ranges``; injected failures."""
 
     def log_message(self, *args) -> None:  # keep the test output clean
         pass
 
-    def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
+    def do_GET(self) -> None:
         srv = self.server
         with srv.lock:
             srv.requests.append(self.path)
@@ -99,8 +100,7 @@ class LoopbackHTTP:
         self.server.lock = threading.Lock()
         self.reset()
         self.url = f"http://{HOST}:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     def reset(self) -> None:
@@ -144,6 +144,7 @@ def http(served):
 
 # --- moto's S3 server on loopback ------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """moto's standalone S3 server on 127.0.0.1 (:func:`iotool.storage.testing.moto_s3_server`);
@@ -178,6 +179,7 @@ def loader_samples(ds) -> list[tuple[str, int]]:
 
 # --- names and extras ------------------------------------------------------------------------
 
+
 def test_urls_and_paths_are_told_apart(tmp_path):
     assert storage.is_url("s3://b/k") and storage.is_url("https://h/x") and storage.is_url("gs://b")
     assert not storage.is_url("/data/x") and not storage.is_url("file:///data/x") and not storage.is_url("C:\\x")
@@ -194,14 +196,17 @@ def test_file_urls_read_as_local_paths(imagefolder, tmp_path):
     assert len(list(ds)) == 13 and iotool.verify(f"file://{tmp_path}/shards").ok
 
 
-@pytest.mark.parametrize("package, url, extra", [("gcsfs", "gs://bucket/shards", "gcs"),
-                                                  ("s3fs", "s3://bucket/shards", "s3")])
+@pytest.mark.parametrize(
+    "package, url, extra", [("gcsfs", "gs://bucket/shards", "gcs"), ("s3fs", "s3://bucket/shards", "s3")]
+)
 def test_missing_filesystem_package_names_the_extra(package, url, extra):
     """The protocol's package hidden in a fresh interpreter: the message names the extra."""
-    code = (f"import sys; sys.modules[{package!r}] = None\n"
-            "import iotool\n"
-            f"try:\n    iotool.open_reader({url!r})\n"
-            "except iotool.UsageError as e:\n    print(type(e).__name__, e)\n")
+    code = (
+        f"import sys; sys.modules[{package!r}] = None\n"
+        "import iotool\n"
+        f"try:\n    iotool.open_reader({url!r})\n"
+        "except iotool.UsageError as e:\n    print(type(e).__name__, e)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "MissingExtraError" in out.stdout and f"pip install 'iotool[{extra}]'" in out.stdout, out.stdout + out.stderr
 
@@ -217,11 +222,14 @@ def test_lmdb_cannot_be_written_to_a_url(imagefolder):
     from iotool.formats import all_formats
 
     can = ", ".join(spec.name for spec in all_formats() if spec.remote_write)  # tar, and any other that can
-    with pytest.raises(UsageError, match=re.escape(f"lmdb format cannot be written to a URL (formats that can: {can})")):
+    with pytest.raises(
+        UsageError, match=re.escape(f"lmdb format cannot be written to a URL (formats that can: {can})")
+    ):
         iotool.convert(imagefolder, "s3://bucket/out.lmdb", "lmdb")
 
 
 # --- HTTP ------------------------------------------------------------------------------------
+
 
 def test_http_shards_stream_through_a_two_worker_dataloader(http):
     server, url, local = http
@@ -380,6 +388,7 @@ def test_verify_and_info_read_http_shards(http):
 
 # --- S3 --------------------------------------------------------------------------------------
 
+
 def test_convert_to_s3_and_train_from_it(bucket, imagefolder, tmp_path):
     fs, name, options = bucket
     url = f"s3://{name}/shards"
@@ -418,7 +427,7 @@ def test_failed_conversion_to_s3_leaves_no_dataset(bucket, imagefolder):
     with pytest.raises(ConversionError, match="img_003"):
         iotool.convert(imagefolder, url, "tar", workers=0, shard_size=2, storage_options=options)
     assert not fs.exists(f"{name}/shards/index.json")
-    assert [p for p in fs.find(f"{name}/shards")] == []
+    assert list(fs.find(f"{name}/shards")) == []
     with pytest.raises(UnknownFormatError):
         iotool.open_reader(url, storage_options=options)
 
@@ -440,18 +449,43 @@ def test_imagefolder_on_s3_converts_like_the_local_tree(bucket, imagefolder, tmp
 def test_cli_convert_info_and_verify_on_s3_with_environment_settings(bucket, imagefolder):
     fs, name, options = bucket
     url = f"s3://{name}/shards"
-    env = {**os.environ, "FSSPEC_S3_ENDPOINT_URL": options["endpoint_url"], "FSSPEC_S3_KEY": "testing",
-           "FSSPEC_S3_SECRET": "testing", "AWS_EC2_METADATA_DISABLED": "true"}
-    made = subprocess.run([sys.executable, "-m", "iotool", "convert", "imagefolder", "tar", str(imagefolder), url,
-                           "--shard-size", "4", "--workers", "1", "--quiet"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    env = {
+        **os.environ,
+        "FSSPEC_S3_ENDPOINT_URL": options["endpoint_url"],
+        "FSSPEC_S3_KEY": "testing",
+        "FSSPEC_S3_SECRET": "testing",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "iotool",
+            "convert",
+            "imagefolder",
+            "tar",
+            str(imagefolder),
+            url,
+            "--shard-size",
+            "4",
+            "--workers",
+            "1",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert made.returncode == 0, made.stdout + made.stderr
-    info = subprocess.run([sys.executable, "-m", "iotool", "info", url, "--json"], capture_output=True,
-                          text=True, env=env, timeout=120)
+    info = subprocess.run(
+        [sys.executable, "-m", "iotool", "info", url, "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert info.returncode == 0, info.stderr
     assert json.loads(info.stdout)["count"] == 13
-    ok = subprocess.run([sys.executable, "-m", "iotool", "verify", url], capture_output=True, text=True,
-                        env=env, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "iotool", "verify", url], capture_output=True, text=True, env=env, timeout=120
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     # a flipped byte in a remote shard's payload is found
     key = f"{name}/shards/shard-000001.tar"
@@ -460,17 +494,20 @@ def test_cli_convert_info_and_verify_on_s3_with_environment_settings(bucket, ima
     data = bytearray(fs.cat_file(key))
     data[offset + 10] ^= 0xFF
     fs.pipe_file(key, bytes(data))
-    bad = subprocess.run([sys.executable, "-m", "iotool", "verify", url], capture_output=True, text=True,
-                         env=env, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "iotool", "verify", url], capture_output=True, text=True, env=env, timeout=120
+    )
     assert bad.returncode == 1 and "checksum mismatch" in bad.stderr, bad.stdout + bad.stderr
 
 
 def _full_cache_reads(url: str, cache: Path, shuffle: bool) -> tuple[list[str], str]:
     """In a fresh process (the "cache is full" memory is per process): the checksums read, the log."""
-    code = ("import hashlib, json, sys, iotool\n"
-            f"ds = iotool.open_dataset({url!r}, decoder=None, cache_dir={str(cache)!r}, shuffle={shuffle}, seed=1)\n"
-            "print(json.dumps(sorted(hashlib.sha256(d).hexdigest() for d, _ in ds)))\n"
-            f"print(iotool.verify({url!r}, cache_dir={str(cache)!r}).ok)\n")
+    code = (
+        "import hashlib, json, sys, iotool\n"
+        f"ds = iotool.open_dataset({url!r}, decoder=None, cache_dir={str(cache)!r}, shuffle={shuffle}, seed=1)\n"
+        "print(json.dumps(sorted(hashlib.sha256(d).hexdigest() for d, _ in ds)))\n"
+        f"print(iotool.verify({url!r}, cache_dir={str(cache)!r}).ok)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -485,8 +522,9 @@ def test_a_full_cache_dir_reads_through_and_warns_once(http, tmp_path, shuffle):
     server, url, local = http
     cache = tmp_path / "cache"
     cache.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(cache)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(cache)], capture_output=True, text=True
+    )
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
     try:

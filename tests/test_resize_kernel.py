@@ -75,7 +75,7 @@ def test_crops_of_textured_images_equal_torch(hw):
     image = textured(1, *hw)
     rng = random.Random(hw[0])
     for (i, j, h, w), size in random_boxes(rng, *hw, 40):
-        assert_same(image[i:i + h, j:j + w], size, f"box {(i, j, h, w)}")
+        assert_same(image[i : i + h, j : j + w], size, f"box {(i, j, h, w)}")
 
 
 def test_random_resized_crop_boxes_of_sample_photos_equal_torch():
@@ -84,15 +84,29 @@ def test_random_resized_crop_boxes_of_sample_photos_equal_torch():
         rng = random.Random(path.name)
         for _ in range(8):
             i, j, h, w = T.RandomResizedCrop.draw_params(*image.shape[:2], (0.08, 1.0), (3 / 4, 4 / 3), rng)
-            assert_same(image[i:i + h, j:j + w], (224, 224), path.name)
+            assert_same(image[i : i + h, j : j + w], (224, 224), path.name)
 
 
 @pytest.mark.parametrize("channels", [1, 3, 4])
-@pytest.mark.parametrize("hw, size", [
-    ((1, 1), (1, 1)), ((1, 1), (7, 5)), ((1, 40), (1, 7)), ((40, 1), (9, 1)), ((1, 40), (30, 90)),
-    ((3, 2), (512, 1)), ((2, 600), (1, 512)), ((5, 7), (5, 3)), ((5, 7), (2, 7)), ((17, 13), (17, 13)),
-    ((64, 64), (63, 65)), ((300, 40), (37, 400)), ((800, 600), (3, 512)), ((4, 4), (4, 3)),
-])
+@pytest.mark.parametrize(
+    "hw, size",
+    [
+        ((1, 1), (1, 1)),
+        ((1, 1), (7, 5)),
+        ((1, 40), (1, 7)),
+        ((40, 1), (9, 1)),
+        ((1, 40), (30, 90)),
+        ((3, 2), (512, 1)),
+        ((2, 600), (1, 512)),
+        ((5, 7), (5, 3)),
+        ((5, 7), (2, 7)),
+        ((17, 13), (17, 13)),
+        ((64, 64), (63, 65)),
+        ((300, 40), (37, 400)),
+        ((800, 600), (3, 512)),
+        ((4, 4), (4, 3)),
+    ],
+)
 def test_edge_shapes_and_channel_counts_equal_torch(channels, hw, size):
     assert_same(textured(2, *hw, channels), size)
 
@@ -159,7 +173,7 @@ def test_crops_at_the_very_end_of_a_buffer_read_nothing_past_it():
         for box in [(0, 0, height, width), (height - 5, width - 9, 5, 9), (height - 1, 0, 1, width)]:
             i, j, h, w = box
             for size in [(3, 4), (h, 2), (7, 80), (h, w + 1)]:
-                assert_same(image[i:i + h, j:j + w], size, f"box {box}")
+                assert_same(image[i : i + h, j : j + w], size, f"box {box}")
         del image
     finally:
         libc.mprotect(ctypes.c_void_p(base + (pages - 1) * page), page, 3)  # PROT_READ | PROT_WRITE
@@ -167,12 +181,13 @@ def test_crops_at_the_very_end_of_a_buffer_read_nothing_past_it():
 
 def test_threads_resize_concurrently_with_the_same_results():
     image = textured(8, 375, 500)
-    boxes = [T.RandomResizedCrop.draw_params(375, 500, (0.08, 1.0), (3 / 4, 4 / 3), random.Random(k))
-             for k in range(32)]
+    boxes = [
+        T.RandomResizedCrop.draw_params(375, 500, (0.08, 1.0), (3 / 4, 4 / 3), random.Random(k)) for k in range(32)
+    ]
 
     def work(box):
         i, j, h, w = box
-        return T.resize(image[i:i + h, j:j + w], (224, 224), backend="native")
+        return T.resize(image[i : i + h, j : j + w], (224, 224), backend="native")
 
     serial = [work(b) for b in boxes]
     with ThreadPoolExecutor(4) as pool:
@@ -204,7 +219,7 @@ def test_narrower_instruction_sets_give_the_same_bytes(level):
         image = textured(10, 140, 190)
         rng = random.Random(level)
         for (i, j, h, w), size in random_boxes(rng, 140, 190, 25):
-            assert_same(image[i:i + h, j:j + w], size, f"level {level}")
+            assert_same(image[i : i + h, j : j + w], size, f"level {level}")
         assert_same(image, (224, 224))
         assert_same(image, (70, 300))
     finally:
@@ -224,7 +239,7 @@ def test_many_random_boxes_equal_torch():
     for seed, hw in enumerate([(375, 500), (900, 1200), (500, 375), (61, 47)]):
         image = textured(100 + seed, *hw)
         for (i, j, h, w), size in random_boxes(rng, *hw, 150):
-            assert_same(image[i:i + h, j:j + w], size, f"box {(i, j, h, w)}")
+            assert_same(image[i : i + h, j : j + w], size, f"box {(i, j, h, w)}")
 
 
 @pytest.mark.parametrize("channels", [1, 3, 4])
@@ -236,10 +251,16 @@ def test_arrays_go_straight_to_the_kernel_with_the_same_result(channels, output)
     image = rng.integers(0, 256, (61, 83, channels), dtype=np.uint8)
     for source in (image, image[3:-2, 5:-4]):
         h, w = source.shape[:2]
-        pairs = [(T.Resize(size, output=output), T.Resize(size, output=output, backend="torch"))
-                 for size in [(224, 224), 40, (h, w), (7, 5)]]
-        pairs.append((T.RandomResizedCrop(32, seed=3, output=output),
-                      T.RandomResizedCrop(32, seed=3, output=output, backend="torch")))
+        pairs = [
+            (T.Resize(size, output=output), T.Resize(size, output=output, backend="torch"))
+            for size in [(224, 224), 40, (h, w), (7, 5)]
+        ]
+        pairs.append(
+            (
+                T.RandomResizedCrop(32, seed=3, output=output),
+                T.RandomResizedCrop(32, seed=3, output=output, backend="torch"),
+            )
+        )
         for fast, reference in pairs:
             for _ in range(5):
                 a, b = fast(source), reference(source)

@@ -42,8 +42,10 @@ EXPECTED = {
     "tar": "5bb70fc5b2d44b5baa62deb834688b71f24921f03679cb22b790ec99a2921ac4",
     "bmp": "58038fefed91199aa19cd7d14fcd2090237a5fb3f2708afdb0019e0abc2aaf08",
 }
-PAYLOAD_EXPECTED = {"tar": "5fbc9901ef619296b999832c0457618942b28089b1b8fcee03be8021ca2ebe6a",
-                    "bmp": "98d7a5750ff1dc6c0d6f4a16712aa3ae4733786f15c3ce74ea426b4f646780e6"}
+PAYLOAD_EXPECTED = {
+    "tar": "5fbc9901ef619296b999832c0457618942b28089b1b8fcee03be8021ca2ebe6a",
+    "bmp": "98d7a5750ff1dc6c0d6f4a16712aa3ae4733786f15c3ce74ea426b4f646780e6",
+}
 
 OPTIONS: dict[str, dict[str, Any]] = {
     "lmdb": {},
@@ -64,7 +66,7 @@ def _normalised_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "options": {**meta["options"], "source": SOURCE_PLACEHOLDER}}
 
 
-def _feed(h: "hashlib._Hash", *parts: bytes) -> None:
+def _feed(h: hashlib._Hash, *parts: bytes) -> None:
     """Hash each part with its length, so part boundaries count."""
     for part in parts:
         h.update(len(part).to_bytes(8, "little"))
@@ -135,9 +137,17 @@ def digest_lmdb(path: Path) -> str:
     integrity = json.loads(values["__iotool_integrity__"])
     for name in ("__iotool_keys__", "__iotool_labels__", "__iotool_checksums__", "__iotool_shapes__"):
         assert integrity[name] == hashlib.sha256(values[name]).hexdigest(), name
-    assert sorted(values) == sorted([*(f"{i:010d}" for i in range(24)), "__iotool_meta__", "__iotool_keys__",
-                                     "__iotool_labels__", "__iotool_checksums__", "__iotool_shapes__",
-                                     "__iotool_integrity__"])
+    assert sorted(values) == sorted(
+        [
+            *(f"{i:010d}" for i in range(24)),
+            "__iotool_meta__",
+            "__iotool_keys__",
+            "__iotool_labels__",
+            "__iotool_checksums__",
+            "__iotool_shapes__",
+            "__iotool_integrity__",
+        ]
+    )
     for key, value in items:
         if key == b"__iotool_integrity__":
             continue
@@ -173,7 +183,10 @@ def digest_hdf5(path: Path) -> str:
 
 
 DIGESTS: dict[str, Callable[[Path], str]] = {
-    "lmdb": digest_lmdb, "hdf5": digest_hdf5, "tar": digest_tar, "bmp": digest_bmp,
+    "lmdb": digest_lmdb,
+    "hdf5": digest_hdf5,
+    "tar": digest_tar,
+    "bmp": digest_bmp,
 }
 
 

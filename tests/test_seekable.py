@@ -41,11 +41,19 @@ def photo(height: int, width: int, seed: int) -> np.ndarray:
     return (rng.integers(0, 90, (height, width, 3)) + ramp).clip(0, 255).astype(np.uint8)
 
 
-def jpeg(height: int, width: int, seed: int = 0, subsampling: str = "4:2:0", mode: str = "RGB",
-         progressive: bool = False, **save) -> bytes:
+def jpeg(
+    height: int,
+    width: int,
+    seed: int = 0,
+    subsampling: str = "4:2:0",
+    mode: str = "RGB",
+    progressive: bool = False,
+    **save,
+) -> bytes:
     out = io.BytesIO()
     Image.fromarray(photo(height, width, seed)).convert(mode).save(
-        out, "JPEG", quality=88, subsampling=SUBSAMPLING[subsampling], progressive=progressive, **save)
+        out, "JPEG", quality=88, subsampling=SUBSAMPLING[subsampling], progressive=progressive, **save
+    )
     return out.getvalue()
 
 
@@ -54,8 +62,11 @@ def pixels(data: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
 
 
-KINDS = [dict(subsampling=s) for s in SUBSAMPLING] + [dict(mode="L"), dict(progressive=True),
-                                                       dict(progressive=True, subsampling="4:4:4")]
+KINDS = [dict(subsampling=s) for s in SUBSAMPLING] + [
+    dict(mode="L"),
+    dict(progressive=True),
+    dict(progressive=True, subsampling="4:4:4"),
+]
 KIND_IDS = ["444", "422", "420", "gray", "progressive420", "progressive444"]
 
 
@@ -95,8 +106,9 @@ def test_choose_interval_divides_the_row():
     assert all(n % seekable.choose_interval(n, k) == 0 for n in range(1, 80) for k in (1, 2, 4, 8))
 
 
-@pytest.mark.parametrize("data", [b"\xff\xd8\xff\xdb\x00\x43" + bytes(10), jpeg(60, 80)[:-400] + b"\xff\xd9"],
-                         ids=["header", "scan"])
+@pytest.mark.parametrize(
+    "data", [b"\xff\xd8\xff\xdb\x00\x43" + bytes(10), jpeg(60, 80)[:-400] + b"\xff\xd9"], ids=["header", "scan"]
+)
 def test_transcode_refuses_corrupt_jpegs(data):
     with pytest.raises(DecodeError, match="bad.jpg"):
         seekable.transcode(data, name="bad.jpg")
@@ -127,11 +139,19 @@ def test_segment_decode_equals_the_box_of_a_full_decode(kind, shape):
         full = region.decode_jpeg_region(data, header, (0, 0, -(-shape[0] // scale), -(-shape[1] // scale)), scale)
         for top, left, h, w in random_boxes(rng, *full.shape[:2], 40):
             got = seekable.decode_jpeg_box(data, header, (top, left, h, w), scale)
-            assert np.array_equal(got, full[top:top + h, left:left + w]), (scale, (top, left, h, w))
+            assert np.array_equal(got, full[top : top + h, left : left + w]), (scale, (top, left, h, w))
             margin = region.MARGIN * scale
-            cut += segments.sub_image(data, layout, max(0, top * scale - margin), max(0, left * scale - margin),
-                                      min(shape[0], (top + h) * scale + margin),
-                                      min(shape[1], (left + w) * scale + margin)) is not None
+            cut += (
+                segments.sub_image(
+                    data,
+                    layout,
+                    max(0, top * scale - margin),
+                    max(0, left * scale - margin),
+                    min(shape[0], (top + h) * scale + margin),
+                    min(shape[1], (left + w) * scale + margin),
+                )
+                is not None
+            )
     assert cut > 0 or shape == (17, 9)  # most boxes were decoded from a sub-image
 
 
@@ -148,9 +168,9 @@ def test_narrow_boxes_with_a_marker_every_mcu_equal_the_full_decode(subsampling)
         full = region.decode_jpeg_region(data, header, (0, 0, rows, cols), scale)
         for top in (0, rows // 2, rows - 1):
             for left in range(cols):
-                for w in (1, 2)[:cols - left]:
+                for w in (1, 2)[: cols - left]:
                     got = seekable.decode_jpeg_box(data, header, (top, left, 1, w), scale)
-                    assert np.array_equal(got, full[top:top + 1, left:left + w]), (scale, top, left, w)
+                    assert np.array_equal(got, full[top : top + 1, left : left + w]), (scale, top, left, w)
 
 
 def test_sub_image_is_an_ordinary_jpeg_of_its_segments():
@@ -171,8 +191,12 @@ def test_one_call_decode_equals_the_sub_image_and_the_full_decode(scale):
     full = region.decode_jpeg_region(data, header, (0, 0, rows, cols), scale)
     margin, cuts = region.MARGIN * scale, 0
     for top, left, h, w in random_boxes(random.Random(scale), rows, cols, 30):
-        edges = (max(0, top * scale - margin), max(0, left * scale - margin),
-                 min(333, (top + h) * scale + margin), min(517, (left + w) * scale + margin))
+        edges = (
+            max(0, top * scale - margin),
+            max(0, left * scale - margin),
+            min(333, (top + h) * scale + margin),
+            min(517, (left + w) * scale + margin),
+        )
         got = region.decode_jpeg_seekable(data, header, (top, left, h, w), scale)
         sub = segments.sub_image(data, layout, *edges)
         assert (got is None) == (sub is None)  # the C plan and the Python one cut alike
@@ -181,7 +205,7 @@ def test_one_call_decode_equals_the_sub_image_and_the_full_decode(scale):
         cuts += 1
         inner = (top - sub.top // scale, left - sub.left // scale, h, w)
         alone = region.decode_jpeg_region(sub.data, parse_jpeg_header(sub.data), inner, scale)
-        assert np.array_equal(got, alone) and np.array_equal(got, full[top:top + h, left:left + w])
+        assert np.array_equal(got, alone) and np.array_equal(got, full[top : top + h, left : left + w])
     assert cuts > 10
 
 
@@ -227,10 +251,11 @@ def test_ordinary_jpegs_take_the_region_path():
 
 # --- hostile tables ----------------------------------------------------------------------------
 
+
 def with_table(data: bytes, edit) -> bytes:
     """``data`` with its table's body (after the tag) rewritten by ``edit(bytearray)``."""
     start, stop = segments.read_frame(data).table
-    body = bytearray(data[start + 4 + len(segments.TAG):stop])
+    body = bytearray(data[start + 4 + len(segments.TAG) : stop])
     edit(body)
     segment = b"\xff\xe9" + struct.pack(">H", len(body) + 2 + len(segments.TAG)) + segments.TAG + bytes(body)
     return data[:start] + segment + data[stop:]
@@ -238,7 +263,8 @@ def with_table(data: bytes, edit) -> bytes:
 
 def poke(offset: int, value: bytes):
     def edit(body: bytearray) -> None:
-        body[offset:offset + len(value)] = value
+        body[offset : offset + len(value)] = value
+
     return edit
 
 
@@ -255,7 +281,8 @@ TAMPERED = {
     "rows": poke(3, b"\x00\x02"),
     "row past the data": lambda body: body.__setitem__(row(3), struct.pack(">I", 0xFFFFFF00)),
     "row not after a marker": lambda body: body.__setitem__(
-        row(3), struct.pack(">I", struct.unpack_from(">I", body, row(3).start)[0] + 1)),
+        row(3), struct.pack(">I", struct.unpack_from(">I", body, row(3).start)[0] + 1)
+    ),
     "rows out of order": lambda body: body.__setitem__(slice(row(1).start, row(2).stop), body[row(2)] + body[row(1)]),
     "first row not at 0": lambda body: body.__setitem__(row(0), struct.pack(">I", 3)),
     "short": lambda body: body.__delitem__(slice(4, None)),
@@ -278,7 +305,9 @@ def test_a_seekable_jpeg_that_does_not_end_with_eoi_is_refused(end):
     whatever follows."""
     data = seekable.transcode(jpeg(375, 500, seed=5))
     damaged = data[:-2] + end
-    with pytest.raises(DecodeError, match=r"r.jpg: iotool's segment table does not fit the JPEG \(the data does not end with EOI\)"):
+    with pytest.raises(
+        DecodeError, match=r"r.jpg: iotool's segment table does not fit the JPEG \(the data does not end with EOI\)"
+    ):
         seekable.decode_jpeg_box(damaged, parse_jpeg_header(damaged), (300, 100, 60, 50), name="r.jpg")
 
 
@@ -287,7 +316,9 @@ def test_a_table_on_a_scan_of_fewer_components_is_refused():
     data = bytearray(seekable.transcode(jpeg(375, 500, seed=5)))
     sos = data.rfind(b"\xff\xda", 0, segments.read_frame(bytes(data)).entropy)
     data[sos + 4] = 1
-    with pytest.raises(DecodeError, match=r"r.jpg: iotool's segment table does not fit the JPEG \(not a single interleaved scan\)"):
+    with pytest.raises(
+        DecodeError, match=r"r.jpg: iotool's segment table does not fit the JPEG \(not a single interleaved scan\)"
+    ):
         seekable.decode_jpeg_box(bytes(data), parse_jpeg_header(bytes(data)), (100, 100, 60, 50), name="r.jpg")
 
 
@@ -370,8 +401,9 @@ def test_fuzzed_seekable_records_fail_cleanly_and_as_the_python_rules_say(seed):
     a child process so a crash is seen: the one-call decode gives the pixels the Python rules give
     (read_layout, sub_image, the sub-JPEG decoded alone), or a DecodeError naming the record where
     they fail too; never a signal, never a raw error."""
-    child = subprocess.run([sys.executable, "-c", FUZZ_CHILD, str(seed), "300"], capture_output=True, text=True,
-                           cwd=REPO, timeout=300)
+    child = subprocess.run(
+        [sys.executable, "-c", FUZZ_CHILD, str(seed), "300"], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     counts = json.loads(child.stdout)
     assert counts["disagree"] == [], counts["disagree"][:5]
@@ -435,8 +467,9 @@ def test_cli_seekable_and_info_say_how_crops_decode(tmp_path):
     write_tree(src, {"a": 2})
     runner = CliRunner()
     for name, flags in (("plain.lmdb", []), ("seek.lmdb", ["--seekable"])):
-        done = runner.invoke(app, ["convert", "imagefolder", "lmdb", str(src), str(tmp_path / name), "-w", "0", "-q",
-                                   *flags])
+        done = runner.invoke(
+            app, ["convert", "imagefolder", "lmdb", str(src), str(tmp_path / name), "-w", "0", "-q", *flags]
+        )
         assert done.exit_code == 0, done.output
     crops = {}
     for name in ("plain.lmdb", "seek.lmdb"):
@@ -450,13 +483,22 @@ def killed_seekable_run(src, dst, at: int) -> None:
     """A --resume --seekable lmdb conversion SIGKILLed after ``at`` source files (a commit every 4)."""
     pid = os.fork()
     if pid == 0:
+
         def progress(p):
             if p.done >= at:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         try:
-            iotool.convert(src, dst, "lmdb", workers=0, resume=True, seekable=True, progress=progress,
-                           **options_with_units("lmdb", 4))
+            iotool.convert(
+                src,
+                dst,
+                "lmdb",
+                workers=0,
+                resume=True,
+                seekable=True,
+                progress=progress,
+                **options_with_units("lmdb", 4),
+            )
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)

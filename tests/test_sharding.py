@@ -44,8 +44,9 @@ def seven_shards(tmp_path_factory):
 @pytest.mark.parametrize("even", [False, True])
 def test_every_worker_busy_and_every_record_once(request, case, world, workers, shuffle, even):
     path = request.getfixturevalue(case)
-    ds = ShardedIterableDataset(iotool.open_reader(path), decoder=None, shuffle=shuffle, seed=4, even=even,
-                                buffer_size=3)
+    ds = ShardedIterableDataset(
+        iotool.open_reader(path), decoder=None, shuffle=shuffle, seed=4, even=even, buffer_size=3
+    )
     n = len(ds.reader)
     for epoch in range(2):
         ds.set_epoch(epoch)
@@ -106,8 +107,7 @@ def _ddp_worker(rank: int, world: int, init_file: str, path: str, workers: int, 
         ds = iotool.open_dataset(path, decoder=None, shuffle=True, seed=9, even=True)
         reader = iotool.open_reader(path)
         keys = {}
-        loader = DataLoader(ds, batch_size=2, num_workers=workers, persistent_workers=True,
-                            collate_fn=_collate)
+        loader = DataLoader(ds, batch_size=2, num_workers=workers, persistent_workers=True, collate_fn=_collate)
         for epoch in range(2):
             ds.set_epoch(epoch)
             seen = [bytes(b) for batch in loader for b, _ in batch]
@@ -123,8 +123,7 @@ def _ddp_worker(rank: int, world: int, init_file: str, path: str, workers: int, 
 def test_real_gloo_group_splits_records_over_ranks_and_workers(request, case, workers, tmp_path):
     """Two processes in a real gloo group, persistent DataLoader workers, shuffling per epoch."""
     path = request.getfixturevalue(case)
-    tmp_mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(path), workers, str(tmp_path)), nprocs=2,
-                 join=True)
+    tmp_mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(path), workers, str(tmp_path)), nprocs=2, join=True)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     keys = set(iotool.open_reader(path).keys)
     for epoch in ("0", "1"):

@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 import iotool
-from iotool.errors import FormatError, IotoolError
+from iotool.errors import IotoolError
 from iotool.formats import get_format
 from iotool.formats.lmdb import close_env
 from iotool.records import DatasetMeta, Record, checksum
@@ -45,8 +45,16 @@ def written(fmt: str, path: Path, count: int) -> Path:
     for i in range(count):
         writer.add(Record(i, f"c{i % CLASSES}/img_{i:08d}.jpg", i % CLASSES, payload, "jpg", digest, position=i))
     classes = [f"c{c}" for c in range(CLASSES)]
-    writer.finish(DatasetMeta(format=fmt, format_version=spec.reader.format_versions[-1], classes=classes,
-                              class_to_idx={c: i for i, c in enumerate(classes)}, count=count, options={}))
+    writer.finish(
+        DatasetMeta(
+            format=fmt,
+            format_version=spec.reader.format_versions[-1],
+            classes=classes,
+            class_to_idx={c: i for i, c in enumerate(classes)},
+            count=count,
+            options={},
+        )
+    )
     return path
 
 
@@ -90,8 +98,10 @@ def test_columns_are_mapped_from_the_file_and_read_as_plain_libraries_do(fmt, me
         close_env(str(path))  # py-lmdb's handle goes; the columns' maps are their own and stay valid
         env = lmdb.open(str(path), readonly=True, lock=False)
         with env.begin() as txn:
-            plain = {"labels": np.frombuffer(txn.get(b"__iotool_labels__"), "<i8").copy(),
-                     "checksums": np.frombuffer(txn.get(b"__iotool_checksums__"), np.uint8).reshape(-1, 32).copy()}
+            plain = {
+                "labels": np.frombuffer(txn.get(b"__iotool_labels__"), "<i8").copy(),
+                "checksums": np.frombuffer(txn.get(b"__iotool_checksums__"), np.uint8).reshape(-1, 32).copy(),
+            }
         env.close()
     else:
         with h5py.File(path, "r") as f:
@@ -109,13 +119,15 @@ def old_chunked_columns(src: Path, dst: Path) -> Path:
             f.copy(f[name], g, name)
         for name in ("labels", "checksums", "shapes"):
             ds = f[name]
-            g.create_dataset(name, data=ds[:], chunks=(256, *ds.shape[1:]), maxshape=(None, *ds.shape[1:]),
-                             track_times=False)
+            g.create_dataset(
+                name, data=ds[:], chunks=(256, *ds.shape[1:]), maxshape=(None, *ds.shape[1:]), track_times=False
+            )
         meta = json.loads(f.attrs["iotool_meta"])
         meta["format_version"] = 3
         g.attrs["iotool_meta"] = raw = json.dumps(meta)
-        g.attrs["iotool_integrity"] = json.dumps({**json.loads(f.attrs["iotool_integrity"]),
-                                                  "meta": hashlib.sha256(raw.encode()).hexdigest()})
+        g.attrs["iotool_integrity"] = json.dumps(
+            {**json.loads(f.attrs["iotool_integrity"]), "meta": hashlib.sha256(raw.encode()).hexdigest()}
+        )
     return dst
 
 
@@ -206,6 +218,7 @@ def test_lmdb_column_declared_past_the_file_is_refused_before_mapping(tmp_path):
 
 # --- a worker's memory ---------------------------------------------------------------------------
 
+
 class Probe:
     """Reads records through a reader and every column in full; each item says how much memory
     its worker has written to itself (Private_Dirty: a copy of a column lands there, a mapped
@@ -240,8 +253,7 @@ def worker_growth(path: Path, context: str) -> float:
 
     reader = iotool.open_reader(path)  # nothing read yet: each worker reads its columns itself
     order = [0, 0, *range(1, len(reader), max(len(reader) // 200, 1))]  # each worker starts with record 0
-    loader = DataLoader(Probe(reader), batch_size=None, sampler=order, num_workers=2,
-                        multiprocessing_context=context)
+    loader = DataLoader(Probe(reader), batch_size=None, sampler=order, num_workers=2, multiprocessing_context=context)
     seen: dict[int, list[int]] = {}
     for worker, dirty in loader:
         seen.setdefault(int(worker), []).append(int(dirty))
@@ -264,6 +276,8 @@ def test_a_worker_maps_the_columns_instead_of_copying_them(fmt, context, tmp_pat
     size = sum(np.asarray(a).nbytes for a in columns_of(iotool.open_reader(large)).values())
     assert size > 16 << 20
     grown = worker_growth(large, context) - worker_growth(small, context)
-    print(f"{fmt} {context}: a worker writes {grown / 2**20:+.1f} MiB more than over 1,000 records; "
-          f"columns {size / 2**20:.1f} MiB")
+    print(
+        f"{fmt} {context}: a worker writes {grown / 2**20:+.1f} MiB more than over 1,000 records; "
+        f"columns {size / 2**20:.1f} MiB"
+    )
     assert grown < size / 5, f"{grown / 2**20:.1f} MiB more, columns {size / 2**20:.1f} MiB"

@@ -101,8 +101,14 @@ REPORT = re.compile(rf'<pre id="{CHECK_ID}"[^>]*>(?P<json>.*?)</pre>', re.S)
 def build_site(dest: Path) -> None:
     """``mkdocs build --strict`` of the repository's site into ``dest``."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(dest)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(dest)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}{done.stderr}"
 
 
@@ -112,11 +118,24 @@ def chromium(url: str, screenshot: Path, profile: Path) -> str:
     The background-networking flags keep Chromium from calling home, which a closed network
     answers by refusing connections (and a CI machine should not do anyway).
     """
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--disable-default-apps", "--mute-audio", f"--user-data-dir={profile}",
-               f"--window-size={WIDTH},{HEIGHT}", "--virtual-time-budget=5000",
-               f"--screenshot={screenshot}", "--dump-dom", url]
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+        "--mute-audio",
+        f"--user-data-dir={profile}",
+        f"--window-size={WIDTH},{HEIGHT}",
+        "--virtual-time-budget=5000",
+        f"--screenshot={screenshot}",
+        "--dump-dom",
+        url,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"chromium failed on {url}:\n{done.stderr[-2000:]}"
     return done.stdout
@@ -143,8 +162,11 @@ def rendered(site: Path) -> dict[str, dict]:
     base = site.parent
     shots = base / "shots"
     shots.mkdir()
-    pages = {page_name(p, site): p for p in sorted(site.glob("**/index.html"))
-             if not page_name(p, site).startswith(("search", "assets"))}
+    pages = {
+        page_name(p, site): p
+        for p in sorted(site.glob("**/index.html"))
+        if not page_name(p, site).startswith(("search", "assets"))
+    }
 
     def render(name: str) -> dict:
         page = pages[name]
@@ -203,6 +225,8 @@ def test_no_raw_sphinx_role_anywhere_in_the_built_site(site):
             if hits:
                 raw[str(path.relative_to(site))] = hits[:5]
     assert not raw, f"raw docstring roles in the built site: {raw}"
+
+
 @pytest.mark.parametrize("page, least", [("performance", 3), ("training", 1)])
 def test_the_plots_load(rendered, page, least):
     images = rendered[page]["images"]

@@ -27,9 +27,16 @@ LAYOUTS = {
 }
 
 
-def write_pickled_lmdb(path: Path, samples: list[tuple[bytes, object]], layout: str = "tuple", protocol: int = 4,
-                       single_file: bool = True, with_keys: bool = True, key_format: str = "{}",
-                       extra: dict[bytes, bytes] | None = None) -> list[bytes]:
+def write_pickled_lmdb(
+    path: Path,
+    samples: list[tuple[bytes, object]],
+    layout: str = "tuple",
+    protocol: int = 4,
+    single_file: bool = True,
+    with_keys: bool = True,
+    key_format: str = "{}",
+    extra: dict[bytes, bytes] | None = None,
+) -> list[bytes]:
     """An LMDB as those scripts write it: pickle.dumps of each sample under b'0', b'1', ...,
     then ``__keys__`` and ``__len__``; a single file (subdir=False) unless told otherwise."""
     env = lmdb.open(str(path), subdir=not single_file, map_size=1 << 28)
@@ -135,9 +142,13 @@ def test_a_malicious_keys_record_is_refused_by_name(tmp_path):
 
 def test_values_that_are_not_samples_are_named(tmp_path):
     path = tmp_path / "train.lmdb"
-    extra = {b"2": pickle.dumps(b"only an image"), b"3": pickle.dumps((b"x", 1.5)),
-             b"4": pickle.dumps({"img": b"x", "target": 1}), b"5": pickle.dumps(("not bytes", 1)),
-             b"6": b"not a pickle"}
+    extra = {
+        b"2": pickle.dumps(b"only an image"),
+        b"3": pickle.dumps((b"x", 1.5)),
+        b"4": pickle.dumps({"img": b"x", "target": 1}),
+        b"5": pickle.dumps(("not bytes", 1)),
+        b"6": b"not a pickle",
+    }
     write_pickled_lmdb(path, samples(2), with_keys=False, extra=extra)
     errors = {t.key: t.error for t in opened(path).tasks()}
     assert errors["0"] is None and errors["1"] is None
@@ -156,8 +167,9 @@ def test_len_record_that_disagrees_and_keys_missing_from_the_environment(tmp_pat
     with pytest.raises(SourceError, match="__len__ record says 5 samples, but there are 3 keys"):
         opened(path)
     path = tmp_path / "b.lmdb"
-    write_pickled_lmdb(path, samples(2), extra={b"__keys__": pickle.dumps([b"0", b"1", b"9", b"1"]),
-                                                b"__len__": pickle.dumps(4)})
+    write_pickled_lmdb(
+        path, samples(2), extra={b"__keys__": pickle.dumps([b"0", b"1", b"9", b"1"]), b"__len__": pickle.dumps(4)}
+    )
     errors = [t.error for t in opened(path).tasks()]
     assert errors[:2] == [None, None] and "not in the environment" in errors[2] and "listed twice" in errors[3]
 
@@ -201,15 +213,21 @@ def test_a_leaf_node_declaring_4_gib_is_refused_without_a_crash(tmp_path):
     raw = bytearray(path.read_bytes())
     node = max(raw.find(struct.pack("<HH", flags, 1) + b"1") for flags in (0, 1))  # mn_flags, mn_ksize, key
     assert node > 4
-    raw[node - 4:node] = b"\xff\xff\xff\xff"  # mn_lo, mn_hi: the value's size
+    raw[node - 4 : node] = b"\xff\xff\xff\xff"  # mn_lo, mn_hi: the value's size
     path.write_bytes(bytes(raw))
-    proc = subprocess.run([sys.executable, "-c", CRAFTED, str(path)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.run(
+        [sys.executable, "-c", CRAFTED, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "['1']" or proc.stdout.startswith("refused"), proc.stdout
 
 
 # --- through the pipeline ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_converts_into_every_format_with_keys_labels_and_bytes(tmp_path, fmt):
@@ -230,9 +248,9 @@ def test_converts_into_every_format_with_keys_labels_and_bytes(tmp_path, fmt):
 
 
 def test_bad_records_go_through_on_error_and_the_cli_names_them(tmp_path):
-    import iotool
     from typer.testing import CliRunner
 
+    import iotool
     from iotool.cli import app
 
     class Payload:
@@ -246,9 +264,24 @@ def test_bad_records_go_through_on_error_and_the_cli_names_them(tmp_path):
         iotool.convert(path, tmp_path / "a.lmdb", "lmdb", src_format="pickled-lmdb", workers=0)
     names = tmp_path / "classes.txt"
     names.write_text("cat\ndog\n")
-    result = CliRunner().invoke(app, ["convert", "pickled-lmdb", "lmdb", str(path), str(tmp_path / "b.lmdb"),
-                                      "--on-error", "skip", "-s", f"classes_file={names}", "-w", "0",
-                                      "--json", "-"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "convert",
+            "pickled-lmdb",
+            "lmdb",
+            str(path),
+            str(tmp_path / "b.lmdb"),
+            "--on-error",
+            "skip",
+            "-s",
+            f"classes_file={names}",
+            "-w",
+            "0",
+            "--json",
+            "-",
+        ],
+    )
     assert result.exit_code == 0, result.output
     import json
 
@@ -260,6 +293,7 @@ def test_bad_records_go_through_on_error_and_the_cli_names_them(tmp_path):
 
 
 # --- hostile files ------------------------------------------------------------------------------
+
 
 def _read_all(path: str) -> None:
     """What a conversion does with the source: open it, list its tasks, load every good one."""
@@ -286,11 +320,11 @@ def _mutate(rng, raw: bytearray, psize: int = 4096) -> bytearray:
         elif kind == 1:
             value = rng.choice([0, 1, 0xFF, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF, 2**63, 2**64 - 1])
             width = rng.choice([2, 4, 8])
-            out[at:at + width] = (value % (1 << 8 * width)).to_bytes(width, "little")
+            out[at : at + width] = (value % (1 << 8 * width)).to_bytes(width, "little")
         elif kind == 2:
-            out[at:at + rng.randrange(1, 32)] = bytes(32)[:rng.randrange(1, 32)]
+            out[at : at + rng.randrange(1, 32)] = bytes(32)[: rng.randrange(1, 32)]
         else:
-            del out[rng.randrange(len(out) // 2, len(out)):]
+            del out[rng.randrange(len(out) // 2, len(out)) :]
     return out
 
 
@@ -316,6 +350,7 @@ def test_mutated_pickled_lmdbs_never_crash_hang_or_raise_raw(tmp_path):
             code = 0
             try:
                 import signal as sig
+
                 sig.alarm(20)
                 _read_all(str(path))
             except BaseException:
@@ -348,8 +383,11 @@ print("done", flush=True)
 def _run_and_kill(src: Path, dst: Path, fmt: str, lines: int, resume: bool) -> int:
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(src), str(dst), fmt, "1" if resume else "0",
-                             json.dumps(unit_options(fmt))], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(src), str(dst), fmt, "1" if resume else "0", json.dumps(unit_options(fmt))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     seen = 0
     for line in proc.stdout:
         seen += not line.startswith("done")
@@ -362,14 +400,17 @@ def _run_and_kill(src: Path, dst: Path, fmt: str, lines: int, resume: bool) -> i
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", RESUMABLE[:1])  # the resume machinery is the format's; each is tested in test_reliability
+@pytest.mark.parametrize(
+    "fmt", RESUMABLE[:1]
+)  # the resume machinery is the format's; each is tested in test_reliability
 def test_resume_after_sigkill_gives_the_same_records(tmp_path, fmt):
     import iotool
 
     src = tmp_path / "train.lmdb"
     write_pickled_lmdb(src, samples(200, classes=4))
-    reference = iotool.convert(src, tmp_path / "reference", fmt, src_format="pickled-lmdb", workers=0,
-                               **unit_options(fmt))
+    reference = iotool.convert(
+        src, tmp_path / "reference", fmt, src_format="pickled-lmdb", workers=0, **unit_options(fmt)
+    )
     dst = tmp_path / "out"
     assert _run_and_kill(src, dst, fmt, 9, resume=False) < 0
     report = iotool.convert(src, dst, fmt, src_format="pickled-lmdb", workers=2, resume=True, **unit_options(fmt))

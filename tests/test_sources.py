@@ -6,10 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
-from .conftest import SAMPLE, write_tree
 
 from iotool.errors import SourceError, UsageError
 from iotool.pipeline.sources import IMG_EXTENSIONS, scan_imagefolder
+
+from .conftest import SAMPLE, write_tree
 
 
 def touch(path: Path, data: bytes = b"x") -> None:
@@ -35,13 +36,26 @@ def test_classes_sorted_case_sensitive_and_labels(tmp_path):
     scan = scan_imagefolder(tmp_path)
     assert scan.classes == ["Zebra", "aardvark", "mouse"]
     assert scan.class_to_idx == {"Zebra": 0, "aardvark": 1, "mouse": 2}
-    assert [(s.key, s.label) for s in scan.samples] == [
-        ("Zebra/a.jpg", 0), ("aardvark/a.jpg", 1), ("mouse/a.jpg", 2)]
+    assert [(s.key, s.label) for s in scan.samples] == [("Zebra/a.jpg", 0), ("aardvark/a.jpg", 1), ("mouse/a.jpg", 2)]
 
 
 def test_extensions_case_insensitive_and_junk_ignored(tmp_path):
-    names = ["b.JPG", "a.jpeg", "c.PnG", "d.ppm", "e.bmp", "f.pgm", "g.TIF", "h.tiff", "i.WebP",
-             ".DS_Store", "notes.txt", "j.gif", "k.jpg.bak", "noext"]
+    names = [
+        "b.JPG",
+        "a.jpeg",
+        "c.PnG",
+        "d.ppm",
+        "e.bmp",
+        "f.pgm",
+        "g.TIF",
+        "h.tiff",
+        "i.WebP",
+        ".DS_Store",
+        "notes.txt",
+        "j.gif",
+        "k.jpg.bak",
+        "noext",
+    ]
     for n in names:
         touch(tmp_path / "cls" / n)
     keys = [s.key for s in scan_imagefolder(tmp_path).samples]
@@ -56,7 +70,13 @@ def test_recursive_walk_order_matches_torchvision(tmp_path):
     scan = scan_imagefolder(tmp_path)
     assert [(s.path, s.label) for s in scan.samples] == torchvision_reference(str(tmp_path))
     assert [s.key for s in scan.samples] == [
-        "c/top.jpg", "c/a/z.jpg", "c/a b/y.jpg", "c/a-b/w.png", "c/a/deep/x.jpg", "d/1.jpg"]
+        "c/top.jpg",
+        "c/a/z.jpg",
+        "c/a b/y.jpg",
+        "c/a-b/w.png",
+        "c/a/deep/x.jpg",
+        "d/1.jpg",
+    ]
 
 
 def test_symlinked_folders_are_followed(tmp_path):
@@ -66,8 +86,7 @@ def test_symlinked_folders_are_followed(tmp_path):
     os.symlink(tmp_path / "elsewhere", tmp_path / "root" / "linkedclass")
     scan = scan_imagefolder(tmp_path / "root")
     assert scan.classes == ["cls", "linkedclass"]
-    assert [s.key for s in scan.samples] == ["cls/own.jpg", "cls/linked/in_link.jpg",
-                                             "linkedclass/in_link.jpg"]
+    assert [s.key for s in scan.samples] == ["cls/own.jpg", "cls/linked/in_link.jpg", "linkedclass/in_link.jpg"]
 
 
 def test_symlink_loop_does_not_hang(tmp_path):
@@ -105,6 +124,7 @@ def test_missing_root(tmp_path):
 
 
 # --- the source registry ---------------------------------------------------------------------------
+
 
 def test_registry_lists_kinds_then_formats_and_refuses_unknown_names():
     from iotool.formats import format_names

@@ -62,25 +62,43 @@ def build_tfrecord_files(folder: Path, bad, unsafe) -> Built:
         rows.append((RECORDS[0][1], 1, "../up.JPEG"))
     writer = TFRecordWriter(str(folder / "train-00000-of-00001"))
     for data, label, name in rows:
-        writer.write({"image/encoded": (data, "byte"), "image/class/label": (label, "int"),
-                      "image/filename": (name.encode(), "byte")})
+        writer.write(
+            {
+                "image/encoded": (data, "byte"),
+                "image/class/label": (label, "int"),
+                "image/filename": (name.encode(), "byte"),
+            }
+        )
     writer.close()
     (folder / "labels.txt").write_text("\n".join(CLASSES) + "\n")
-    return Built(str(folder / "train-*"), {"label_file": str(folder / "labels.txt")}, [r[2] for r in rows], CLASSES,
-                 "tfrecord-files", "../up.JPEG" if unsafe else None)
+    return Built(
+        str(folder / "train-*"),
+        {"label_file": str(folder / "labels.txt")},
+        [r[2] for r in rows],
+        CLASSES,
+        "tfrecord-files",
+        "../up.JPEG" if unsafe else None,
+    )
 
 
 def build_parquet(folder: Path, bad, unsafe) -> Built:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     folder.mkdir(parents=True)
-    meta = {b"huggingface": json.dumps({"info": {"features": {
-        "image": {"_type": "Image"}, "label": {"names": CLASSES, "_type": "ClassLabel"}}}}).encode()}
+    meta = {
+        b"huggingface": json.dumps(
+            {"info": {"features": {"image": {"_type": "Image"}, "label": {"names": CLASSES, "_type": "ClassLabel"}}}}
+        ).encode()
+    }
     struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 
     def write(name: str, rows: list[tuple[str, bytes]]) -> None:
-        table = pa.table({"image": pa.array([{"bytes": d, "path": None} for _, d in rows], struct),
-                          "label": pa.array([CLASSES.index(c) for c, _ in rows], pa.int64())})
+        table = pa.table(
+            {
+                "image": pa.array([{"bytes": d, "path": None} for _, d in rows], struct),
+                "label": pa.array([CLASSES.index(c) for c, _ in rows], pa.int64()),
+            }
+        )
         pq.write_table(table.replace_schema_metadata(meta), folder / name, row_group_size=4)
 
     rows = records(bad)
@@ -95,8 +113,10 @@ def build_parquet(folder: Path, bad, unsafe) -> Built:
 def build_webdataset(folder: Path, bad, unsafe) -> Built:
     wds = pytest.importorskip("webdataset")
     folder.mkdir(parents=True)
-    samples = [{"__key__": f"{cls}.d/s{i}", "jpg": data, "cls": CLASSES.index(cls)}
-               for i, (cls, data) in enumerate(records(bad))]
+    samples = [
+        {"__key__": f"{cls}.d/s{i}", "jpg": data, "cls": CLASSES.index(cls)}
+        for i, (cls, data) in enumerate(records(bad))
+    ]
     if unsafe:
         samples.append({"__key__": f"dog.d/{UNSAFE}", "jpg": RECORDS[0][1], "cls": 1})
     with wds.ShardWriter(str(folder / "s-%03d.tar"), maxcount=3, verbose=0) as sink:
@@ -104,8 +124,14 @@ def build_webdataset(folder: Path, bad, unsafe) -> Built:
             sink.write(s)
     (folder / "classes.txt").write_text("\n".join(CLASSES) + "\n")
     last = len(list(folder.glob("s-*.tar"))) - 1
-    return Built(str(folder / f"s-{{000..{last:03d}}}.tar"), {"class_list": str(folder / "classes.txt")},
-                 [s["__key__"] for s in samples], CLASSES, "webdataset", f"dog.d/{UNSAFE}" if unsafe else None)
+    return Built(
+        str(folder / f"s-{{000..{last:03d}}}.tar"),
+        {"class_list": str(folder / "classes.txt")},
+        [s["__key__"] for s in samples],
+        CLASSES,
+        "webdataset",
+        f"dog.d/{UNSAFE}" if unsafe else None,
+    )
 
 
 def build_pickled_lmdb(folder: Path, bad, unsafe) -> Built:
@@ -126,8 +152,9 @@ def build_pickled_lmdb(folder: Path, bad, unsafe) -> Built:
         txn.put(b"__keys__", pickle.dumps([key.encode() for key, _, _ in rows]))
         txn.put(b"__len__", pickle.dumps(len(rows)))
     env.close()
-    return Built(str(folder / "train.lmdb"), {}, [key for key, _, _ in rows], CLASSES, "pickled-lmdb",
-                 UNSAFE if unsafe else None)
+    return Built(
+        str(folder / "train.lmdb"), {}, [key for key, _, _ in rows], CLASSES, "pickled-lmdb", UNSAFE if unsafe else None
+    )
 
 
 def build_filelist(folder: Path, bad, unsafe) -> Built:
@@ -143,19 +170,26 @@ def build_filelist(folder: Path, bad, unsafe) -> Built:
 def build_dataset(fmt: str) -> Callable:
     """An existing iotool dataset of ``fmt`` (junk stored unvalidated for the bad record);
     its keys were checked when it was written and are checked again by its reader."""
+
     def build(folder: Path, bad, unsafe) -> Built:
         if unsafe or (bad is not None and get_format(fmt).needs_resize):
             pytest.skip(f"a {fmt} dataset cannot hold an unsafe key or an undecodable image")
         tree = build_imagefolder(folder / "tree", bad, False)
         iotool.convert(tree.src, folder / "ds", fmt, workers=0, validate=False, **options_for(fmt))
         return Built(str(folder / "ds"), {}, tree.keys, CLASSES, fmt)
+
     return build
 
 
-BUILDERS: dict[str, Callable] = {"imagefolder": build_imagefolder, "tfrecord-files": build_tfrecord_files,
-                                 "parquet": build_parquet, "webdataset": build_webdataset,
-                                 "filelist": build_filelist, "pickled-lmdb": build_pickled_lmdb,
-                                 **{fmt: build_dataset(fmt) for fmt in FORMATS}}
+BUILDERS: dict[str, Callable] = {
+    "imagefolder": build_imagefolder,
+    "tfrecord-files": build_tfrecord_files,
+    "parquet": build_parquet,
+    "webdataset": build_webdataset,
+    "filelist": build_filelist,
+    "pickled-lmdb": build_pickled_lmdb,
+    **{fmt: build_dataset(fmt) for fmt in FORMATS},
+}
 KINDS = source_choices()
 
 
@@ -182,6 +216,7 @@ def good(tmp_path_factory) -> dict[str, Built]:
         if kind not in cache:
             cache[kind] = BUILDERS[kind](tmp_path_factory.mktemp(kind.replace("-", "_")) / "src", None, False)
         return cache[kind]
+
     return get
 
 
@@ -193,8 +228,15 @@ def test_every_registered_source_kind_has_a_builder_here():
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_converts_to_every_format_with_keys_labels_and_bytes(kind, fmt, good, tmp_path):
     built = good(kind)
-    report = iotool.convert(built.src, tmp_path / "out", fmt, src_format=built.src_format, workers=0,
-                            source_options=built.options or None, **options_for(fmt))
+    report = iotool.convert(
+        built.src,
+        tmp_path / "out",
+        fmt,
+        src_format=built.src_format,
+        workers=0,
+        source_options=built.options or None,
+        **options_for(fmt),
+    )
     assert report.count == len(RECORDS) and report.skipped == []
     check_output(tmp_path / "out", built, fmt)
     assert open_reader(tmp_path / "out").meta.options["source_format"] == kind
@@ -205,10 +247,19 @@ def test_a_bad_record_fails_the_run_or_is_listed_under_skip(kind, tmp_path):
     built = BUILDERS[kind](tmp_path / "src", 2, False)
     fmt = FORMATS[0]
     with pytest.raises(ConversionError) as err:
-        iotool.convert(built.src, tmp_path / "o1", fmt, src_format=kind, workers=0, source_options=built.options or None)
+        iotool.convert(
+            built.src, tmp_path / "o1", fmt, src_format=kind, workers=0, source_options=built.options or None
+        )
     assert isinstance(err.value, iotool.IotoolError) and not (tmp_path / "o1").exists()
-    report = iotool.convert(built.src, tmp_path / "o2", fmt, src_format=kind, workers=2, on_error="skip",
-                            source_options=built.options or None)
+    report = iotool.convert(
+        built.src,
+        tmp_path / "o2",
+        fmt,
+        src_format=kind,
+        workers=2,
+        on_error="skip",
+        source_options=built.options or None,
+    )
     assert [s.key for s in report.skipped] == [built.keys[2]]
     check_output(tmp_path / "o2", built, fmt, skipped={built.keys[2]})
 
@@ -217,8 +268,15 @@ def test_a_bad_record_fails_the_run_or_is_listed_under_skip(kind, tmp_path):
 def test_unsafe_keys_are_refused_where_they_enter(kind, tmp_path):
     built = BUILDERS[kind](tmp_path / "src", None, True)
     bad = built.unsafe
-    report = iotool.convert(built.src, tmp_path / "o", FORMATS[0], src_format=kind, workers=0, on_error="skip",
-                            source_options=built.options or None)
+    report = iotool.convert(
+        built.src,
+        tmp_path / "o",
+        FORMATS[0],
+        src_format=kind,
+        workers=0,
+        on_error="skip",
+        source_options=built.options or None,
+    )
     assert [s.key for s in report.skipped] == [bad]
     assert "unsafe key" in report.skipped[0].reason or "unsafe path" in report.skipped[0].reason
     check_output(tmp_path / "o", built, FORMATS[0], skipped={bad})
@@ -243,8 +301,9 @@ RESUMABLE = formats_where(lambda s: s.resumable)
 
 
 def resume_options(built: Built, fmt: str) -> dict:
-    return dict(src_format=built.src_format, workers=0, source_options=built.options or None,
-                **options_with_units(fmt, 2))
+    return dict(
+        src_format=built.src_format, workers=0, source_options=built.options or None, **options_with_units(fmt, 2)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -255,8 +314,11 @@ def partials(good, tmp_path_factory) -> Path:
     import sys
 
     out = tmp_path_factory.mktemp("partials")
-    jobs = [{"src": good(kind).src, "dst": str(out / f"{kind}-{fmt}"), "to": fmt, **resume_options(good(kind), fmt)}
-            for kind in KINDS for fmt in RESUMABLE]
+    jobs = [
+        {"src": good(kind).src, "dst": str(out / f"{kind}-{fmt}"), "to": fmt, **resume_options(good(kind), fmt)}
+        for kind in KINDS
+        for fmt in RESUMABLE
+    ]
     run = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(jobs)], capture_output=True, text=True, timeout=300)
     assert run.stdout.split() == ["interrupted"] * len(jobs), run.stderr[-3000:]
     return out
@@ -281,7 +343,14 @@ SHARDED = formats_where(lambda s: s.sharded is not None)
 def test_the_ray_engine_converts_every_kind(kind, good, cluster, tmp_path):  # noqa: F811  (the fixture)
     built = good(kind)
     fmt = SHARDED[0]
-    report = iotool.convert(built.src, tmp_path / "out", fmt, src_format=kind, engine="ray",
-                            source_options=built.options or None, **options_with_units(fmt, 2))
+    report = iotool.convert(
+        built.src,
+        tmp_path / "out",
+        fmt,
+        src_format=kind,
+        engine="ray",
+        source_options=built.options or None,
+        **options_with_units(fmt, 2),
+    )
     assert report.count == len(RECORDS)
     check_output(tmp_path / "out", built, fmt)

@@ -34,14 +34,36 @@ def sample(i: int, key: str | None = None, **fields) -> dict:
     return {"__key__": key or f"s{i:04d}", "jpg": make_image(i, (24, 16)), **fields}
 
 
-@pytest.mark.parametrize("pattern", ["s-{000..012}.tar", "a{b,c{d,e}}f", "{a..e}", "x{0..10..3}y", "{10..7}",
-                                     "{-2..2}", "{1..3}-{a,b}", "lit{eral}", "{x}", "p{01..3}", "::"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "s-{000..012}.tar",
+        "a{b,c{d,e}}f",
+        "{a..e}",
+        "x{0..10..3}y",
+        "{10..7}",
+        "{-2..2}",
+        "{1..3}-{a,b}",
+        "lit{eral}",
+        "{x}",
+        "p{01..3}",
+        "::",
+    ],
+)
 def test_brace_patterns_expand_as_webdataset_expands_them(pattern):
     assert expand_braces(pattern) == list(braceexpand.braceexpand(pattern))
 
 
-@pytest.mark.parametrize("name, split", [("a/b/img.jpg", ("a/b/img", "jpg")), ("train.v2/n01/x.seg.png", ("train.v2/n01/x", "seg.png")),
-                                         ("noext", None), ("dir.d/noext", None), ("k.CLS", ("k", "CLS"))])
+@pytest.mark.parametrize(
+    "name, split",
+    [
+        ("a/b/img.jpg", ("a/b/img", "jpg")),
+        ("train.v2/n01/x.seg.png", ("train.v2/n01/x", "seg.png")),
+        ("noext", None),
+        ("dir.d/noext", None),
+        ("k.CLS", ("k", "CLS")),
+    ],
+)
 def test_keys_split_as_webdataset_splits_them(name, split):
     from webdataset.tariterators import base_plus_ext
 
@@ -82,7 +104,7 @@ def test_a_truncated_last_shard_is_named_and_skippable(tmp_path):
     data = last.read_bytes()
     with tarfile.open(last) as tar:
         image = next(m for m in tar if m.name == "s0004.jpg")
-    last.write_bytes(data[:image.offset_data + 100])  # inside the first sample's image data
+    last.write_bytes(data[: image.offset_data + 100])  # inside the first sample's image data
     with pytest.raises(ConversionError) as err:
         iotool.convert(pattern, tmp_path / "o", "tar", src_format="webdataset", workers=0)
     message = str(err.value)
@@ -93,23 +115,37 @@ def test_a_truncated_last_shard_is_named_and_skippable(tmp_path):
 
 def test_labels_from_txt_class_names_and_json_fields(tmp_path):
     (tmp_path / "classes.txt").write_text("cat\ndog\n")
-    samples = [sample(0, txt="dog", json=json.dumps({"y": 1, "name": "dog"})),
-               sample(1, txt="cat", json=json.dumps({"y": 0, "name": "cat"})),
-               sample(2, txt="emu", json=json.dumps({"name": "emu"}))]
+    samples = [
+        sample(0, txt="dog", json=json.dumps({"y": 1, "name": "dog"})),
+        sample(1, txt="cat", json=json.dumps({"y": 0, "name": "cat"})),
+        sample(2, txt="emu", json=json.dumps({"name": "emu"})),
+    ]
     pattern = write_shards(tmp_path / "shards", samples, maxcount=10)
     classes = str(tmp_path / "classes.txt")
-    for n, options in enumerate([{"label_ext": "txt", "class_list": classes},
-                                 {"label_ext": "json", "label_field": "name", "class_list": classes},
-                                 {"label_ext": "json", "label_field": "y"}]):
-        report = iotool.convert(pattern, tmp_path / f"o{n}", "lmdb", src_format="webdataset", workers=0,
-                                on_error="skip", source_options=options)
+    for n, options in enumerate(
+        [
+            {"label_ext": "txt", "class_list": classes},
+            {"label_ext": "json", "label_field": "name", "class_list": classes},
+            {"label_ext": "json", "label_field": "y"},
+        ]
+    ):
+        report = iotool.convert(
+            pattern,
+            tmp_path / f"o{n}",
+            "lmdb",
+            src_format="webdataset",
+            workers=0,
+            on_error="skip",
+            source_options=options,
+        )
         reader = open_reader(tmp_path / f"o{n}")
         assert [reader.read(i)[1] for i in range(2)] == [1, 0], options
         assert [s.key for s in report.skipped] == ["s0002"]
     assert "'emu' is not in the class list" in report.skipped[0].reason or "no label" in report.skipped[0].reason
     with pytest.raises(ConversionError, match="is a class name; give the class list with -s class_list=FILE"):
-        iotool.convert(pattern, tmp_path / "o9", "lmdb", src_format="webdataset", workers=0,
-                       source_options={"label_ext": "txt"})
+        iotool.convert(
+            pattern, tmp_path / "o9", "lmdb", src_format="webdataset", workers=0, source_options={"label_ext": "txt"}
+        )
 
 
 def add(tar: tarfile.TarFile, name: str, data: bytes = b"", **info) -> None:
@@ -148,10 +184,10 @@ def test_a_huge_extended_header_is_refused_unread(tmp_path):
         add(tar, "é" * 10 + ".cls", b"0")
     blob = bytearray(shard.read_bytes())
     at = blob.index(b"././@PaxHeader")  # the first pax header's block: declare 8 GiB of header data
-    blob[at + 124:at + 136] = b"%011o\0" % (2 << 20)  # 2 MiB, over the 1 MiB bound, within the file
+    blob[at + 124 : at + 136] = b"%011o\0" % (2 << 20)  # 2 MiB, over the 1 MiB bound, within the file
     blob += b"\0" * (3 << 20)
-    chk = sum(blob[at:at + 148]) + 8 * 32 + sum(blob[at + 156:at + 512])
-    blob[at + 148:at + 156] = b"%06o\0 " % chk
+    chk = sum(blob[at : at + 148]) + 8 * 32 + sum(blob[at + 156 : at + 512])
+    blob[at + 148 : at + 156] = b"%06o\0 " % chk
     shard.write_bytes(bytes(blob))
     report = iotool.convert(str(shard), tmp_path / "o", "lmdb", src_format="webdataset", workers=0, on_error="skip")
     assert report.count == 1
@@ -161,11 +197,17 @@ def test_a_huge_extended_header_is_refused_unread(tmp_path):
 def test_missing_shards_and_unknown_options_are_named(tmp_path):
     write_shards(tmp_path / "shards", [sample(0, cls=0)], maxcount=5)
     with pytest.raises(SourceError, match=r"1 shard\(s\) of .* do not exist: .*shard-000001.tar"):
-        iotool.convert(str(tmp_path / "shards" / "shard-{000000..000001}.tar"), tmp_path / "o", "lmdb",
-                       src_format="webdataset")
+        iotool.convert(
+            str(tmp_path / "shards" / "shard-{000000..000001}.tar"), tmp_path / "o", "lmdb", src_format="webdataset"
+        )
     with pytest.raises(iotool.UsageError, match="The webdataset source has no option label; its options: label_ext"):
-        iotool.convert(str(tmp_path / "shards" / "*.tar"), tmp_path / "o", "lmdb", src_format="webdataset",
-                       source_options={"label": "cls"})
+        iotool.convert(
+            str(tmp_path / "shards" / "*.tar"),
+            tmp_path / "o",
+            "lmdb",
+            src_format="webdataset",
+            source_options={"label": "cls"},
+        )
 
 
 def test_one_huge_label_does_not_make_a_billion_classes(tmp_path):

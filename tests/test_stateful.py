@@ -19,18 +19,21 @@ import pytest
 import torch
 
 import iotool
-from iotool.loading.iterable import ShardedIterableDataset
 from iotool.errors import UsageError
 from iotool.formats.tar import TarReader
+from iotool.loading.iterable import ShardedIterableDataset
 from iotool.loading.split import EpochSplit, ShardEnv
 
 from .conftest import write_tree
 
 StatefulDataLoader = pytest.importorskip(
-    "torchdata.stateful_dataloader", reason="needs torchdata (pip install -e '.[test]')").StatefulDataLoader
+    "torchdata.stateful_dataloader", reason="needs torchdata (pip install -e '.[test]')"
+).StatefulDataLoader
 
-pytestmark = [pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),  # torchdata on new torch
-              pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]  # 3 workers, 2 cores
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),  # torchdata on new torch
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+]  # 3 workers, 2 cores
 
 REPO = Path(__file__).resolve().parent.parent
 OPTIONS = {"shuffle": True, "even": True, "seed": 3, "buffer_size": 5}
@@ -64,19 +67,24 @@ class CountingTarReader(TarReader):
 
 # --- what the child interpreters run ----------------------------------------------------------------
 
+
 def _loader(job: dict) -> tuple[StatefulDataLoader, object]:
     """A fresh dataset and StatefulDataLoader as ``job`` describes."""
     if job.get("format") == "lmdb":
         ds = iotool.open_dataset(job["path"], decoder=None)
         gen = torch.Generator().manual_seed(7)
-        return StatefulDataLoader(ds, batch_size=3, shuffle=True, num_workers=2, generator=gen,
-                                  collate_fn=_digests), ds
+        return StatefulDataLoader(ds, batch_size=3, shuffle=True, num_workers=2, generator=gen, collate_fn=_digests), ds
     reader = CountingTarReader(job["path"])
     reader.log_dir = job.get("log_dir")
     ds = ShardedIterableDataset(reader, decoder=None, **{**OPTIONS, **job.get("options", {})})
-    return StatefulDataLoader(ds, batch_size=BATCH, num_workers=job.get("workers", 2), collate_fn=_digests,
-                              persistent_workers=job.get("persistent", False),
-                              multiprocessing_context=job.get("context")), ds
+    return StatefulDataLoader(
+        ds,
+        batch_size=BATCH,
+        num_workers=job.get("workers", 2),
+        collate_fn=_digests,
+        persistent_workers=job.get("persistent", False),
+        multiprocessing_context=job.get("context"),
+    ), ds
 
 
 def _save(state: dict, path: str) -> None:
@@ -137,12 +145,18 @@ def _in_fresh_process(tmp_path: Path, jobs: list[dict], env: dict | None = None)
     spec, result = tmp_path / f"jobs-{os.urandom(4).hex()}.json", tmp_path / f"out-{os.urandom(4).hex()}.json"
     spec.write_text(json.dumps(jobs))
     code = "from tests.test_stateful import _child_main; _child_main()"
-    subprocess.run([sys.executable, "-c", code, str(spec), str(result)], cwd=REPO, check=True, timeout=300,
-                   env={**os.environ, **(env or {})})
+    subprocess.run(
+        [sys.executable, "-c", code, str(spec), str(result)],
+        cwd=REPO,
+        check=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
     return json.loads(result.read_text())
 
 
 # --- fixtures and helpers --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> Path:
@@ -180,14 +194,19 @@ def _stops(path: Path, reference: dict, epoch: int, rank_world: tuple[int, int])
     the last batch."""
     states = [_worker_states(s) for s in reference["states"]]
     n = len(states)
-    boundary = next(k + 1 for k, ws in enumerate(states[:-2])
-                    if any(_at_boundary(path, epoch, rank_world, w) for w in ws))
-    inside = next(k + 1 for k, ws in enumerate(states[:-2])
-                  if k + 1 != boundary and not any(_at_boundary(path, epoch, rank_world, w) for w in ws))
+    boundary = next(
+        k + 1 for k, ws in enumerate(states[:-2]) if any(_at_boundary(path, epoch, rank_world, w) for w in ws)
+    )
+    inside = next(
+        k + 1
+        for k, ws in enumerate(states[:-2])
+        if k + 1 != boundary and not any(_at_boundary(path, epoch, rank_world, w) for w in ws)
+    )
     return {"start": 0, "inside a shard": inside, "shard boundary": boundary, "last batch": n - 1, "end": n}
 
 
 # --- tests -----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("rank,world", [(0, 1), (1, 2)])
 def test_resumed_run_finishes_the_epoch_sample_for_sample(shards, tmp_path, rank, world):
@@ -216,14 +235,20 @@ def test_resume_in_a_later_epoch_with_persistent_workers(shards, tmp_path):
     base = {"path": str(shards), "persistent": True}
     # the third job saves after epoch 1 ran out, for the end-of-epoch resume below (in the same
     # interpreter as the first two: one start fewer; each job opens its own dataset and loader)
-    ref, head, _ = _in_fresh_process(tmp_path, [{**base, "epochs": [1, 2]},
-                                                {**base, "epochs": [0, 1], "stop": 5, "save": str(tmp_path / "s.json")},
-                                                {**base, "epochs": [0, 1], "save": str(tmp_path / "end.json")}])
-    tail = _in_fresh_process(tmp_path, [{**base, "epochs": [1, 2], "context": "spawn",
-                                         "load": str(tmp_path / "s.json")}])[0]
+    ref, head, _ = _in_fresh_process(
+        tmp_path,
+        [
+            {**base, "epochs": [1, 2]},
+            {**base, "epochs": [0, 1], "stop": 5, "save": str(tmp_path / "s.json")},
+            {**base, "epochs": [0, 1], "save": str(tmp_path / "end.json")},
+        ],
+    )
+    tail = _in_fresh_process(
+        tmp_path, [{**base, "epochs": [1, 2], "context": "spawn", "load": str(tmp_path / "s.json")}]
+    )[0]
     assert head["batches"]["1"] + tail["batches"]["1"] == ref["batches"]["1"]
     assert tail["batches"]["2"] == ref["batches"]["2"] != ref["batches"]["1"]
-    assert head["batches"]["0"] != ref["batches"]["1"][:len(head["batches"]["0"])]  # reshuffled per epoch
+    assert head["batches"]["0"] != ref["batches"]["1"][: len(head["batches"]["0"])]  # reshuffled per epoch
     # saved after epoch 1 ran out (the usual end-of-epoch checkpoint), resumed with set_epoch(2)
     after = _in_fresh_process(tmp_path, [{**base, "epochs": [2], "load": str(tmp_path / "end.json")}])[0]
     assert after["batches"]["2"] == ref["batches"]["2"]
@@ -261,13 +286,19 @@ def test_map_style_lmdb_resumes_through_the_loader_sampler(sample_lmdb, tmp_path
 
 # --- the state itself, and what is refused --------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def saved(shards, tmp_path_factory) -> dict[str, Path]:
     """States saved after 3 batches of epoch 1 by a fresh interpreter: alone, and as rank 0 of 2."""
     out = tmp_path_factory.mktemp("saved")
     base = {"path": str(shards), "epochs": [1], "stop": 3}
-    _in_fresh_process(out, [{**base, "save": str(out / "alone.json")},
-                            {**base, "save": str(out / "rank0.json"), "environ": {"RANK": "0", "WORLD_SIZE": "2"}}])
+    _in_fresh_process(
+        out,
+        [
+            {**base, "save": str(out / "alone.json")},
+            {**base, "save": str(out / "rank0.json"), "environ": {"RANK": "0", "WORLD_SIZE": "2"}},
+        ],
+    )
     return {"alone": out / "alone.json", "rank0": out / "rank0.json"}
 
 
@@ -275,8 +306,22 @@ def test_state_is_small_plain_data(saved):
     workers = _worker_states(json.loads(saved["alone"].read_text()))  # what a JSON checkpoint gives back
     assert len(workers) == 2
     for w in workers:
-        assert set(w) == {"version", "records", "seed", "shuffle", "even", "buffer_size", "rank", "world_size",
-                          "worker_id", "num_workers", "epoch", "taken", "buffer", "rng"}
+        assert set(w) == {
+            "version",
+            "records",
+            "seed",
+            "shuffle",
+            "even",
+            "buffer_size",
+            "rank",
+            "world_size",
+            "worker_id",
+            "num_workers",
+            "epoch",
+            "taken",
+            "buffer",
+            "rng",
+        }
         assert w["epoch"] == 1 and w["num_workers"] == 2 and len(w["buffer"]) < OPTIONS["buffer_size"]
         assert len(w["rng"][1]) == 625 and all(isinstance(i, int) for i in w["buffer"])
     assert len(json.dumps(workers)) < 20_000  # no per-record lists: the same at any dataset size
@@ -288,8 +333,11 @@ def test_a_state_that_does_not_fit_is_refused_by_name(shards, saved, tmp_path):
         ({"epochs": [0]}, "alone", r"epoch=1 \(here 0\).*call set_epoch\(1\)"),  # when the pass starts
         ({"options": {"seed": 4}}, "alone", r"seed=3 \(here 4\)"),
         ({"options": {"buffer_size": 9}}, "alone", r"buffer_size=5 \(here 9\)"),
-        ({"environ": {"RANK": "1", "WORLD_SIZE": "2"}}, "rank0",
-         r"rank=0 \(here 1\).*each rank loads the loader state it saved itself"),
+        (
+            {"environ": {"RANK": "1", "WORLD_SIZE": "2"}},
+            "rank0",
+            r"rank=0 \(here 1\).*each rank loads the loader state it saved itself",
+        ),
         ({}, "rank0", r"world_size=2 \(here 1\)"),
     ]
     base = {"path": str(shards), "epochs": [1], "refusal": True, "environ": {"RANK": "0", "WORLD_SIZE": "1"}}
@@ -301,6 +349,7 @@ def test_a_state_that_does_not_fit_is_refused_by_name(shards, saved, tmp_path):
 
 def test_dataset_state_round_trip_without_a_loader(shards):
     """state_dict/load_state_dict on the dataset itself (main process), at every sample."""
+
     def dataset():
         ds = ShardedIterableDataset(iotool.open_reader(shards), decoder=None, **OPTIONS)
         ds.set_epoch(2)

@@ -45,8 +45,10 @@ def test_remove_path_removes_trees_files_and_links_but_not_link_targets(tmp_path
     remove_path(str(tmp_path / "never-there"))  # missing is fine
 
 
-HOLD = "import sys, time; from iotool.storage.files import PidLock; PidLock(sys.argv[1]).acquire(); " \
-       "print('held', flush=True); time.sleep(60)"
+HOLD = (
+    "import sys, time; from iotool.storage.files import PidLock; PidLock(sys.argv[1]).acquire(); "
+    "print('held', flush=True); time.sleep(60)"
+)
 
 
 def test_a_lock_names_its_live_holder_and_is_taken_over_when_it_dies(tmp_path):

@@ -68,8 +68,9 @@ def test_bytes_after_the_last_frame_are_refused_by_the_scan(tmp_path, tail):
 def test_a_frame_with_bytes_after_it_is_refused_by_the_frame_check(extra):
     raw = framing.frame(b"payload")
     assert bytes(framing.unframe(raw, "f", 0)) == b"payload"
-    with pytest.raises(iotool.FormatError, match=re.escape(f"declares 7 data bytes, the index gives it "
-                                                           f"{len(raw) + len(extra)} bytes")):
+    with pytest.raises(
+        iotool.FormatError, match=re.escape(f"declares 7 data bytes, the index gives it {len(raw) + len(extra)} bytes")
+    ):
         framing.unframe(raw + extra, "f", 0)
     with pytest.raises(iotool.FormatError, match="byte 0"):
         framing.unframe(raw[:-1], "f", 0)  # and one byte short
@@ -121,8 +122,10 @@ def test_the_tfrecord_files_source_rejects_bytes_after_the_last_frame(tmp_path):
     src = tmp_path / "in"
     src.mkdir()
     images = [make_image(80 + i) for i in range(2)]
-    payloads = [example.encode_example({"image/encoded": ("bytes", [img]), "image/class/label": ("int64", [i + 1])})
-                for i, img in enumerate(images)]
+    payloads = [
+        example.encode_example({"image/encoded": ("bytes", [img]), "image/class/label": ("int64", [i + 1])})
+        for i, img in enumerate(images)
+    ]
     offsets = write_frames(src / "part.tfrecord", *payloads, tail=b"trailing!")
     end = offsets[-1] + framing.framed_size(len(payloads[-1]))
     dst = tmp_path / "out.lmdb"

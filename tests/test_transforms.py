@@ -38,15 +38,15 @@ from iotool.transforms.decoding import reduced_span
 
 from .conftest import SAMPLE
 
-
 # -- generated images ------------------------------------------------------------------------
+
 
 def smooth_image(seed: int, height: int, width: int, channels: int = 3, block: int = 16) -> np.ndarray:
     """A seeded photo-like uint8 HxWxC image: a random field upsampled from ``block`` px, edges, mild noise."""
     rng = np.random.default_rng(seed)
     base = rng.integers(0, 256, size=(height // block + 2, width // block + 2, 3), dtype=np.uint8)
     field = np.asarray(Image.fromarray(base).resize((width, height), Image.Resampling.BILINEAR), dtype=np.int16)
-    field[height // 3: height // 3 + max(1, height // 10)] //= 2  # a dark band: sharp edges
+    field[height // 3 : height // 3 + max(1, height // 10)] //= 2  # a dark band: sharp edges
     noise = rng.integers(-6, 7, size=field.shape)
     image = np.clip(field + noise, 0, 255).astype(np.uint8)
     return np.ascontiguousarray(image[:, :, :channels])
@@ -88,6 +88,7 @@ def as_hwc(out) -> np.ndarray:
 
 # -- torchvision's documented algorithm, written out independently --------------------------
 
+
 def reference_params(height, width, scale, ratio, rng):
     """torchvision.transforms.RandomResizedCrop.get_params as documented, with Python's random."""
     area = height * width
@@ -115,6 +116,7 @@ def reference_params(height, width, scale, ratio, rng):
 
 
 # -- shapes, dtypes, layouts -----------------------------------------------------------------
+
 
 def _transforms(output: str):
     return {
@@ -182,37 +184,43 @@ def test_outputs_collate_with_fast_collate():
     assert torch.equal(batch, again)
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda: T.RandomResizedCrop(0), "size=0"),
-    (lambda: T.RandomResizedCrop((224, 224, 3)), "height, width"),
-    (lambda: T.RandomResizedCrop("224"), "size='224'"),
-    (lambda: T.RandomResizedCrop(True), "size=True"),
-    (lambda: T.RandomResizedCrop(224, scale=(1.0, 0.08)), "min <= max"),
-    (lambda: T.RandomResizedCrop(224, scale=(-0.1, 1.0)), ">= 0"),
-    (lambda: T.RandomResizedCrop(224, ratio=(0.0, 1.0)), "> 0"),
-    (lambda: T.RandomResizedCrop(224, ratio=3), r"\(min, max\)"),
-    (lambda: T.RandomResizedCrop(224, seed=1.5), "seed=1.5"),
-    (lambda: T.RandomResizedCrop(224, output="nchw"), "chw_tensor, hwc_array"),
-    (lambda: T.Resize(224, backend="pil"), "auto, torch, opencv"),
-    (lambda: T.Resize((224, 224), max_size=300), "max_size=300"),
-    (lambda: T.Resize(224, max_size=200), "greater than"),
-    (lambda: T.CenterCrop((0, 5)), r"size=\(0, 5\)"),
-    (lambda: T.RandomHorizontalFlip(p=2), "p=2"),
-    (lambda: T.DecodeRandomResizedCrop(224, decoder="turbo"), "turbo"),
-    (lambda: T.DecodeRandomResizedCrop(224, reducing_gap=0.5), "reducing_gap=0.5"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: T.RandomResizedCrop(0), "size=0"),
+        (lambda: T.RandomResizedCrop((224, 224, 3)), "height, width"),
+        (lambda: T.RandomResizedCrop("224"), "size='224'"),
+        (lambda: T.RandomResizedCrop(True), "size=True"),
+        (lambda: T.RandomResizedCrop(224, scale=(1.0, 0.08)), "min <= max"),
+        (lambda: T.RandomResizedCrop(224, scale=(-0.1, 1.0)), ">= 0"),
+        (lambda: T.RandomResizedCrop(224, ratio=(0.0, 1.0)), "> 0"),
+        (lambda: T.RandomResizedCrop(224, ratio=3), r"\(min, max\)"),
+        (lambda: T.RandomResizedCrop(224, seed=1.5), "seed=1.5"),
+        (lambda: T.RandomResizedCrop(224, output="nchw"), "chw_tensor, hwc_array"),
+        (lambda: T.Resize(224, backend="pil"), "auto, torch, opencv"),
+        (lambda: T.Resize((224, 224), max_size=300), "max_size=300"),
+        (lambda: T.Resize(224, max_size=200), "greater than"),
+        (lambda: T.CenterCrop((0, 5)), r"size=\(0, 5\)"),
+        (lambda: T.RandomHorizontalFlip(p=2), "p=2"),
+        (lambda: T.DecodeRandomResizedCrop(224, decoder="turbo"), "turbo"),
+        (lambda: T.DecodeRandomResizedCrop(224, reducing_gap=0.5), "reducing_gap=0.5"),
+    ],
+)
 def test_bad_arguments_are_refused_naming_the_value(make, match):
     with pytest.raises(UsageError, match=match):
         make()
 
 
-@pytest.mark.parametrize("image, match", [
-    (np.zeros((10, 10), np.uint8), r"HxWxC uint8 array, got shape \(10, 10\)"),
-    (np.zeros((10, 10, 3), np.float32), "dtype float32"),
-    (torch.zeros((10, 10, 3), dtype=torch.float32), "CxHxW uint8 tensor"),
-    (Image.new("RGB", (10, 10)), "numpy.asarray"),
-    (np.zeros((0, 10, 3), np.uint8), "empty 0x10"),
-])
+@pytest.mark.parametrize(
+    "image, match",
+    [
+        (np.zeros((10, 10), np.uint8), r"HxWxC uint8 array, got shape \(10, 10\)"),
+        (np.zeros((10, 10, 3), np.float32), "dtype float32"),
+        (torch.zeros((10, 10, 3), dtype=torch.float32), "CxHxW uint8 tensor"),
+        (Image.new("RGB", (10, 10)), "numpy.asarray"),
+        (np.zeros((0, 10, 3), np.uint8), "empty 0x10"),
+    ],
+)
 def test_bad_images_are_refused_naming_the_problem(image, match):
     with pytest.raises(UsageError, match=match):
         T.RandomResizedCrop(8)(image)
@@ -220,14 +228,18 @@ def test_bad_images_are_refused_naming_the_problem(image, match):
 
 # -- Resize and CenterCrop semantics ---------------------------------------------------------
 
-@pytest.mark.parametrize("hw, size, expected", [
-    ((375, 500), 224, (224, 298)),  # 224 * 500 / 375 = 298.67: truncated, not rounded
-    ((500, 375), 224, (298, 224)),
-    ((300, 300), 224, (224, 224)),
-    ((100, 333), [50], (50, 166)),  # one-element sequence = shorter side; 166.5 -> 166
-    ((41, 41), 64, (64, 64)),  # enlarging
-    ((375, 500), (100, 80), (100, 80)),  # exact (height, width)
-])
+
+@pytest.mark.parametrize(
+    "hw, size, expected",
+    [
+        ((375, 500), 224, (224, 298)),  # 224 * 500 / 375 = 298.67: truncated, not rounded
+        ((500, 375), 224, (298, 224)),
+        ((300, 300), 224, (224, 224)),
+        ((100, 333), [50], (50, 166)),  # one-element sequence = shorter side; 166.5 -> 166
+        ((41, 41), 64, (64, 64)),  # enlarging
+        ((375, 500), (100, 80), (100, 80)),  # exact (height, width)
+    ],
+)
 def test_resize_output_size_follows_torchvision(hw, size, expected):
     transform = T.Resize(size)
     assert transform.output_size(*hw) == expected
@@ -263,7 +275,8 @@ def test_center_crop_offsets_round_half_to_even(extra, expected_offset):
     image = noise_image(8, 20 + extra, 30 + extra)
     out = T.CenterCrop((20, 30), output="hwc_array")(image)
     np.testing.assert_array_equal(
-        out, image[expected_offset:expected_offset + 20, expected_offset:expected_offset + 30])
+        out, image[expected_offset : expected_offset + 20, expected_offset : expected_offset + 30]
+    )
 
 
 def test_center_crop_pads_small_images_with_zeros_like_torchvision():
@@ -344,11 +357,14 @@ def test_area_and_log_ratio_are_uniform_and_positions_centred():
     assert _ks_uniform(i / (size - h + 1), 0, 1) < critical and _ks_uniform(j / (size - w + 1), 0, 1) < critical
 
 
-@pytest.mark.parametrize("hw, expected", [
-    ((100, 300), (0, 83, 100, 133)),  # too wide: h = H, w = round(100 * 4/3) = 133, centred
-    ((300, 100), (83, 0, 133, 100)),  # too tall: w = W, h = round(100 / (3/4)) = 133
-    ((200, 210), (0, 0, 200, 210)),  # ratio in range: the whole image
-])
+@pytest.mark.parametrize(
+    "hw, expected",
+    [
+        ((100, 300), (0, 83, 100, 133)),  # too wide: h = H, w = round(100 * 4/3) = 133, centred
+        ((300, 100), (83, 0, 133, 100)),  # too tall: w = W, h = round(100 / (3/4)) = 133
+        ((200, 210), (0, 0, 200, 210)),  # ratio in range: the whole image
+    ],
+)
 def test_impossible_scale_falls_back_to_the_clamped_central_crop(hw, expected):
     transform = T.RandomResizedCrop(8, scale=(2.0, 3.0), seed=0)
     assert {transform.get_params(*hw) for _ in range(20)} == {expected}
@@ -356,10 +372,18 @@ def test_impossible_scale_falls_back_to_the_clamped_central_crop(hw, expected):
 
 # -- pixels against PIL ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("hw, size", [
-    ((375, 500), (224, 224)), ((300, 400), (224, 224)), ((375, 500), (100, 333)),
-    ((375, 500), (224, 700)), ((61, 47), (200, 150)), ((33, 999), (31, 64)),
-])
+
+@pytest.mark.parametrize(
+    "hw, size",
+    [
+        ((375, 500), (224, 224)),
+        ((300, 400), (224, 224)),
+        ((375, 500), (100, 333)),
+        ((375, 500), (224, 700)),
+        ((61, 47), (200, 150)),
+        ((33, 999), (31, 64)),
+    ],
+)
 def test_torch_resize_matches_pil_bilinear(hw, size):
     if not T.torch_uint8_resize_available():
         pytest.skip("this torch has no uint8 antialiased resize")
@@ -383,7 +407,7 @@ def test_random_resized_crop_pixels_match_pil_crop_and_resize():
     twin = T.RandomResizedCrop((224, 200), seed=3)
     for _ in range(10):
         i, j, h, w = twin.get_params(375, 500)
-        expected = pil_resize(image[i:i + h, j:j + w], (224, 200))
+        expected = pil_resize(image[i : i + h, j : j + w], (224, 200))
         diff = abs_diff(transform(image), expected)
         assert diff.max() <= 1 and diff.mean() <= 0.25
 
@@ -397,6 +421,7 @@ def test_antialias_false_is_plain_bilinear():
 
 
 # -- randomness and determinism --------------------------------------------------------------
+
 
 def test_same_seed_same_crops_and_different_seeds_differ():
     image = smooth_image(15, 120, 160)
@@ -452,11 +477,15 @@ def _loader_batches(path, transform, decoder, torch_seed):
     return [images for images, _ in loader]
 
 
-@pytest.mark.parametrize("make, decoder", [
-    (lambda: T.RandomResizedCrop(24), "auto"),
-    (lambda: T.RandomResizedCrop(24, seed=5), "auto"),
-    (lambda: T.DecodeRandomResizedCrop(24), None),
-], ids=["unseeded", "seeded", "decode_crop"])
+@pytest.mark.parametrize(
+    "make, decoder",
+    [
+        (lambda: T.RandomResizedCrop(24), "auto"),
+        (lambda: T.RandomResizedCrop(24, seed=5), "auto"),
+        (lambda: T.DecodeRandomResizedCrop(24), None),
+    ],
+    ids=["unseeded", "seeded", "decode_crop"],
+)
 def test_dataloader_workers_draw_different_reproducible_streams(same_image_lmdb, make, decoder):
     transform = make()
     transform.get_params(100, 100)  # the parent's stream exists before the fork: workers must not inherit it
@@ -472,10 +501,20 @@ def test_dataloader_workers_draw_different_reproducible_streams(same_image_lmdb,
 
 # -- DecodeRandomResizedCrop -----------------------------------------------------------------
 
-@pytest.mark.parametrize("crop, gap, expected", [
-    ((800, 800), 1.0, 8), ((799, 800), 1.0, 4), ((400, 900), 1.0, 4), ((399, 900), 1.0, 2),
-    ((200, 200), 1.0, 2), ((199, 5000), 1.0, 1), ((800, 800), 2.0, 4), ((399, 399), 2.0, 1),
-])
+
+@pytest.mark.parametrize(
+    "crop, gap, expected",
+    [
+        ((800, 800), 1.0, 8),
+        ((799, 800), 1.0, 4),
+        ((400, 900), 1.0, 4),
+        ((399, 900), 1.0, 2),
+        ((200, 200), 1.0, 2),
+        ((199, 5000), 1.0, 1),
+        ((800, 800), 2.0, 4),
+        ((399, 399), 2.0, 1),
+    ],
+)
 def test_decode_scale_is_the_largest_that_keeps_the_output_size(crop, gap, expected):
     assert T.DecodeRandomResizedCrop(100, reducing_gap=gap).decode_scale(*crop) == expected
 
@@ -516,7 +555,7 @@ def test_decode_crop_differs_from_full_decode_of_the_snapped_box_only_by_the_dct
         top, bottom = reduced_span(i, h, height, s, reduced.shape[0])
         left, right = reduced_span(j, w, width, s, reduced.shape[1])
         assert abs(top * s - i) <= s / 2 and abs(bottom * s - (i + h)) <= s / 2
-        snapped = T.resize(full[top * s:bottom * s, left * s:right * s], (64, 64), output="hwc_array")
+        snapped = T.resize(full[top * s : bottom * s, left * s : right * s], (64, 64), output="hwc_array")
         assert abs_diff(fast(data), snapped).mean() <= 1.5
 
 

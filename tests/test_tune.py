@@ -17,14 +17,21 @@ from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
 import iotool
-from iotool.tune import (
-    Trial, choose_trial, classify_bound, compare_feeds, epoch_rate, load_transform, thread_ladder, tune_loader,
-    worker_ladder,
-)
-from iotool.tune.tuner import _gil_note, _stops_climbing
 from iotool.bench.procfs import cpu_seconds
 from iotool.cli import app
 from iotool.errors import UsageError
+from iotool.tune import (
+    Trial,
+    choose_trial,
+    classify_bound,
+    compare_feeds,
+    epoch_rate,
+    load_transform,
+    thread_ladder,
+    tune_loader,
+    worker_ladder,
+)
+from iotool.tune.tuner import _gil_note, _stops_climbing
 
 from .conftest import SAMPLE
 
@@ -41,22 +48,35 @@ def lmdb_path(tmp_path_factory) -> str:
     return str(dst)
 
 
-def _t(workers: int, rate: float, prefetch: int | None = None, persistent: bool | None = None,
-       pin: bool = False, **extra) -> Trial:
+def _t(
+    workers: int, rate: float, prefetch: int | None = None, persistent: bool | None = None, pin: bool = False, **extra
+) -> Trial:
     """A stubbed trial: the timing table row the choice rule reads."""
-    return Trial(workers, prefetch if prefetch is not None else (2 if workers else None),
-                 workers > 0 if persistent is None else persistent, pin, epoch_images_per_s=rate, **extra)
+    return Trial(
+        workers,
+        prefetch if prefetch is not None else (2 if workers else None),
+        workers > 0 if persistent is None else persistent,
+        pin,
+        epoch_images_per_s=rate,
+        **extra,
+    )
 
 
 def _config(trial: Trial | None):
-    return None if trial is None else (trial.num_workers, trial.prefetch_factor, trial.persistent_workers,
-                                       trial.pin_memory)
+    return (
+        None
+        if trial is None
+        else (trial.num_workers, trial.prefetch_factor, trial.persistent_workers, trial.pin_memory)
+    )
 
 
 # --- the search and the choice rule (pure) -------------------------------------------------
 
-@pytest.mark.parametrize("top, ladder", [(0, [0]), (1, [0, 1]), (2, [0, 1, 2]), (6, [0, 1, 2, 4, 6]),
-                                         (8, [0, 1, 2, 4, 8]), (16, [0, 1, 2, 4, 8, 16])])
+
+@pytest.mark.parametrize(
+    "top, ladder",
+    [(0, [0]), (1, [0, 1]), (2, [0, 1, 2]), (6, [0, 1, 2, 4, 6]), (8, [0, 1, 2, 4, 8]), (16, [0, 1, 2, 4, 8, 16])],
+)
 def test_worker_ladder_doubles_up_to_the_cap(top, ladder):
     assert worker_ladder(top) == ladder
 
@@ -77,8 +97,16 @@ def test_choice_is_the_fewest_workers_within_5_percent_of_the_best():
 
 
 def test_choice_is_reproducible_whatever_the_order_of_the_table():
-    table = [_t(0, 100), _t(1, 95), _t(2, 180), _t(4, 196), _t(8, 200), _t(4, 199, prefetch=4),
-             _t(4, 197, persistent=False), _t(4, 190, pin=True)]
+    table = [
+        _t(0, 100),
+        _t(1, 95),
+        _t(2, 180),
+        _t(4, 196),
+        _t(8, 200),
+        _t(4, 199, prefetch=4),
+        _t(4, 197, persistent=False),
+        _t(4, 190, pin=True),
+    ]
     expected = _config(choose_trial(table))
     assert expected == (4, 2, True, True)  # pinned is preferred within the tolerance
     for perm in itertools.islice(itertools.permutations(table), 0, None, 997):
@@ -122,9 +150,16 @@ def test_loader_kwargs_are_valid_for_every_worker_count():
 
 
 RATES = {  # a stubbed timing table: (workers, prefetch, persistent, pinned) -> images/s over an epoch
-    (0, None, False, False): 100, (1, 2, True, False): 90, (2, 2, True, False): 170, (4, 2, True, False): 300,
-    (8, 2, True, False): 310, (16, 2, True, False): 320, (4, 4, True, False): 305,
-    (4, 4, False, False): 290, (4, 2, False, False): 290, (4, 2, True, True): 299,
+    (0, None, False, False): 100,
+    (1, 2, True, False): 90,
+    (2, 2, True, False): 170,
+    (4, 2, True, False): 300,
+    (8, 2, True, False): 310,
+    (16, 2, True, False): 320,
+    (4, 4, True, False): 305,
+    (4, 4, False, False): 290,
+    (4, 2, False, False): 290,
+    (4, 2, True, True): 299,
 }
 
 
@@ -152,21 +187,40 @@ def _stub_search(monkeypatch, cuda: bool):
 def test_the_search_on_a_stubbed_timing_table_is_reproducible(monkeypatch, cuda):
     measured = _stub_search(monkeypatch, cuda)
     results = [tune_loader("stub", max_seconds=60) for _ in range(3)]
-    ladder = [(0, None, False, False), (1, 2, True, False), (2, 2, True, False), (4, 2, True, False),
-              (8, 2, True, False)]  # 8 gains 3.3% over 4: the climb stops there, 16 is never tried
+    ladder = [
+        (0, None, False, False),
+        (1, 2, True, False),
+        (2, 2, True, False),
+        (4, 2, True, False),
+        (8, 2, True, False),
+    ]  # 8 gains 3.3% over 4: the climb stops there, 16 is never tried
     knobs = [(4, 4, True, False), (4, 2, False, False)] + ([(4, 2, True, True)] if cuda else [])
     assert measured == (ladder + knobs) * 3
     for result in results:  # 300 is within 5% of 320 (16 workers never measured; 310 is the best)
-        assert result.kwargs == {"batch_size": 64, "num_workers": 4, "prefetch_factor": 2,
-                                 "persistent_workers": True, **({"pin_memory": True} if cuda else {})}
+        assert result.kwargs == {
+            "batch_size": 64,
+            "num_workers": 4,
+            "prefetch_factor": 2,
+            "persistent_workers": True,
+            **({"pin_memory": True} if cuda else {}),
+        }
         assert result.bound.kind == "cpu" and not result.budget_exhausted
 
 
 # --- what bounds the feed ---------------------------------------------------------------------
 
+
 def _timed(workers: int, worker_cpu: float, main_cpu: float, wait: float = 0.0) -> Trial:
-    return Trial(workers, 2 if workers else None, workers > 0, seconds=1.0, worker_cpu_s=worker_cpu,
-                 main_cpu_s=main_cpu, worker_wait_s=wait, main_wait_s=0.0 if workers else wait)
+    return Trial(
+        workers,
+        2 if workers else None,
+        workers > 0,
+        seconds=1.0,
+        worker_cpu_s=worker_cpu,
+        main_cpu_s=main_cpu,
+        worker_wait_s=wait,
+        main_wait_s=0.0 if workers else wait,
+    )
 
 
 def test_bound_is_cpu_when_the_cores_are_saturated():
@@ -222,7 +276,7 @@ def test_cpu_time_of_a_process_is_read_from_proc():
 
 # --- --transform module:callable ---------------------------------------------------------------
 
-TRANSFORMS = '''
+TRANSFORMS = """
 import numpy as np
 
 def flip(image):
@@ -246,7 +300,7 @@ NOT_CALLABLE = 3
 
 def make_nothing():
     return 3
-'''
+"""
 
 
 @pytest.fixture
@@ -268,12 +322,19 @@ def test_transform_rule_function_factory_class_instance(transforms_module):
     assert load_transform(f"{transforms_module}:Half.__call__") is not None  # dotted names resolve
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("no_colon", "MODULE:CALLABLE"), (":flip", "MODULE:CALLABLE"), ("{m}:", "MODULE:CALLABLE"),
-    ("no_such_module_xyz:flip", "cannot import module 'no_such_module_xyz'"),
-    ("{m}:missing", "has no attribute 'missing'"), ("{m}:NOT_CALLABLE", "not a callable"),
-    ("{m}:NeedsArgs", "no arguments failed"), ("{m}:make_nothing", "not a callable transform"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("no_colon", "MODULE:CALLABLE"),
+        (":flip", "MODULE:CALLABLE"),
+        ("{m}:", "MODULE:CALLABLE"),
+        ("no_such_module_xyz:flip", "cannot import module 'no_such_module_xyz'"),
+        ("{m}:missing", "has no attribute 'missing'"),
+        ("{m}:NOT_CALLABLE", "not a callable"),
+        ("{m}:NeedsArgs", "no arguments failed"),
+        ("{m}:make_nothing", "not a callable transform"),
+    ],
+)
 def test_transform_errors_name_the_value_and_what_was_expected(transforms_module, spec, words):
     spec = spec.format(m=transforms_module)
     with pytest.raises(UsageError, match="transform") as info:
@@ -283,10 +344,10 @@ def test_transform_errors_name_the_value_and_what_was_expected(transforms_module
 
 # --- real runs on a tiny dataset ---------------------------------------------------------------
 
+
 def test_recommended_kwargs_build_a_working_dataloader(lmdb_path):
     calls = []
-    result = tune_loader(lmdb_path, max_seconds=60, progress=lambda *a: calls.append(a),
-                         **{**FAST, "max_workers": 2})
+    result = tune_loader(lmdb_path, max_seconds=60, progress=lambda *a: calls.append(a), **{**FAST, "max_workers": 2})
     assert result.chosen is not None and not result.budget_exhausted
     assert [t.num_workers for t in result.trials[:2]] == [0, 1]
     accepted = set(inspect.signature(DataLoader.__init__).parameters)
@@ -347,8 +408,9 @@ def test_a_failing_transform_is_refused_on_the_first_sample(lmdb_path):
         tune_loader(lmdb_path, broken, max_seconds=5, **FAST)
 
 
-@pytest.mark.parametrize("options", [{"batch_size": 0}, {"max_seconds": 0}, {"max_workers": -1},
-                                     {"batches": 0}, {"min_time": -1}])
+@pytest.mark.parametrize(
+    "options", [{"batch_size": 0}, {"max_seconds": 0}, {"max_workers": -1}, {"batches": 0}, {"min_time": -1}]
+)
 def test_bad_options_are_usage_errors(lmdb_path, options):
     with pytest.raises(UsageError):
         tune_loader(lmdb_path, **options)
@@ -356,9 +418,11 @@ def test_bad_options_are_usage_errors(lmdb_path, options):
 
 # --- the Loader's threads and the verdict -------------------------------------------------------
 
+
 def _lt(threads: int, rate: float, busy: float = 0.5, cpus: int = 8) -> Trial:
-    return Trial(0, None, False, False, "threads", threads=threads, epoch_images_per_s=rate, seconds=1.0,
-                 main_cpu_s=busy * cpus)
+    return Trial(
+        0, None, False, False, "threads", threads=threads, epoch_images_per_s=rate, seconds=1.0, main_cpu_s=busy * cpus
+    )
 
 
 def test_thread_ladder_starts_at_one():
@@ -394,8 +458,12 @@ def test_the_loader_is_tuned_and_compared_in_the_same_run(lmdb_path):
     loader_trials = result.trials_of("Loader")
     assert [t.threads for t in loader_trials] == [1, 2] and all(t.num_workers == 0 for t in loader_trials)
     assert result.loader_chosen in loader_trials and result.chosen in result.trials_of("DataLoader")
-    assert result.loader_kwargs == {"batch_size": 4, "threads": result.loader_chosen.threads, "shuffle": True,
-                                    **({"pin_memory": True} if result.cuda else {})}
+    assert result.loader_kwargs == {
+        "batch_size": 4,
+        "threads": result.loader_chosen.threads,
+        "shuffle": True,
+        **({"pin_memory": True} if result.cuda else {}),
+    }
     verdict = result.verdict
     assert verdict.loader_images_per_s == result.loader_chosen.epoch_images_per_s
     assert verdict.dataloader_images_per_s == result.chosen.epoch_images_per_s
@@ -417,6 +485,7 @@ def test_max_threads_0_measures_dataloader_only(lmdb_path):
 
 
 # --- the CLI -------------------------------------------------------------------------------------
+
 
 def test_cli_json_to_stdout(lmdb_path):
     result = runner.invoke(app, ["tune", lmdb_path, *FAST_CLI, "--json", "-"])
@@ -462,6 +531,7 @@ def test_cli_plot(lmdb_path, tmp_path):
 
 # --- the verdict agrees with what the same run measured (real runs) ---------------------------
 
+
 def waits(image):
     """A transform that waits without computing (a stand-in for one that sleeps or locks)."""
     time.sleep(0.05)
@@ -476,8 +546,15 @@ def computes(image):
     return np.ascontiguousarray(image[:8, :8])
 
 
-REAL = {"batch_size": 4, "max_workers": 2, "max_threads": 0, "batches": 4, "warmup": 1, "min_time": 0.5,
-        "max_seconds": 40}
+REAL = {
+    "batch_size": 4,
+    "max_workers": 2,
+    "max_threads": 0,
+    "batches": 4,
+    "warmup": 1,
+    "min_time": 0.5,
+    "max_seconds": 40,
+}
 
 
 def test_a_page_cached_dataset_that_waits_is_not_called_io_bound(lmdb_path):
@@ -526,8 +603,7 @@ def throttled_shards(tmp_path):
 
 
 def test_a_dataset_behind_a_slow_link_is_io_bound(throttled_shards):
-    result = tune_loader(throttled_shards, lambda im: np.ascontiguousarray(im[:8, :8]),
-                         **{**REAL, "max_workers": 1})
+    result = tune_loader(throttled_shards, lambda im: np.ascontiguousarray(im[:8, :8]), **{**REAL, "max_workers": 1})
     assert result.bound.kind == "io" and "network" in result.bound.reason, result.bound
 
 

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 import iotool
 from iotool.cli import app
-
 from iotool.formats.sharded.index import canonical_json
 
 from .conftest import FORMATS, dataset_files, get_format, options_with_units, write_tree

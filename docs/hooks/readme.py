@@ -34,7 +34,7 @@ def rebase_links(markdown: str, source: str = "README.md") -> str:
                 f"{source} links to {target!r}, which is outside docs/ and so not on the site; "
                 f"link to a page under docs/ or use an absolute URL"
             )
-        return match.group("head") + target[len(DOCS_PREFIX):]
+        return match.group("head") + target[len(DOCS_PREFIX) :]
 
     return REFERENCE_LINK.sub(fix, INLINE_LINK.sub(fix, markdown))
 
@@ -52,12 +52,12 @@ def included(markdown: str, root: Path) -> str:
     return INCLUDE.sub(include, markdown)
 
 
-def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 (MkDocs hook signature)
+def on_page_markdown(markdown, page, config, files):
     if page.file.src_uri != "index.md":
         return markdown
     return included(markdown, Path(config["config_file_path"]).parent)
 
 
-def on_serve(server, config, builder):  # noqa: ARG001 (MkDocs hook signature)
+def on_serve(server, config, builder):
     server.watch(str(Path(config["config_file_path"]).parent / "README.md"))
     return server

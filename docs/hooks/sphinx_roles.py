@@ -47,7 +47,7 @@ def full_path(obj: Object, target: str, public: dict[str, str]) -> str:
     try:
         resolved = obj.resolve(head)
         found = f"{resolved}.{rest}" if rest else resolved
-    except Exception:  # noqa: BLE001 (griffe raises NameResolutionError, or others on odd names)
+    except Exception:
         found = f"{obj.package.path}.{target}" if f"{obj.package.path}.{target}" in public else target
     return public.get(found, found)
 
@@ -92,7 +92,7 @@ def replace_roles(obj: Object, docstring: str, public: dict[str, str]) -> str:
 class SphinxRoles(Extension):
     """Rewrites the roles in the docstrings of every object of a loaded package."""
 
-    def on_package(self, *, pkg: Object, **kwargs: Any) -> None:  # noqa: ARG002
+    def on_package(self, *, pkg: Object, **kwargs: Any) -> None:
         public = lazy_names(pkg)
         pending = [pkg]
         while pending:

@@ -13,7 +13,20 @@ from .loader import LoaderBenchResult, LoaderResult, bench_loader
 from .read import Epoch, ReadBenchResult, bench_read, list_collate
 
 __all__ = [
-    "BackendResult", "Contestant", "DecodeBenchResult", "Epoch", "LoaderBenchResult", "LoaderResult",
-    "ReadBenchResult", "Skipped", "Stats", "TorchvisionStyleFolder", "bench_decode", "bench_loader",
-    "bench_read", "environment", "list_collate", "parse_scale",
+    "BackendResult",
+    "Contestant",
+    "DecodeBenchResult",
+    "Epoch",
+    "LoaderBenchResult",
+    "LoaderResult",
+    "ReadBenchResult",
+    "Skipped",
+    "Stats",
+    "TorchvisionStyleFolder",
+    "bench_decode",
+    "bench_loader",
+    "bench_read",
+    "environment",
+    "list_collate",
+    "parse_scale",
 ]

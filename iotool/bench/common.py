@@ -19,8 +19,20 @@ from ..pipeline.sources import IMG_EXTENSIONS
 # A progress callback receives (what is being done, steps done, steps in all).
 ProgressFn = Callable[[str, int, int], None]
 
-LIBRARIES = ("iotool", "numpy", "pillow", "opencv-python-headless", "opencv-python", "simplejpeg",
-             "jpeg4py", "torch", "lmdb", "h5py", "webdataset", "matplotlib")
+LIBRARIES = (
+    "iotool",
+    "numpy",
+    "pillow",
+    "opencv-python-headless",
+    "opencv-python",
+    "simplejpeg",
+    "jpeg4py",
+    "torch",
+    "lmdb",
+    "h5py",
+    "webdataset",
+    "matplotlib",
+)
 
 
 def no_progress(what: str, done: int, total: int) -> None:
@@ -109,13 +121,17 @@ def collect_images(paths: Sequence[str | os.PathLike]) -> list[str]:
         elif os.path.isdir(p):
             for dirpath, dirnames, filenames in os.walk(p, followlinks=True):
                 dirnames.sort()
-                found.extend(os.path.abspath(os.path.join(dirpath, f)) for f in sorted(filenames)
-                             if f.lower().endswith(IMG_EXTENSIONS))
+                found.extend(
+                    os.path.abspath(os.path.join(dirpath, f))
+                    for f in sorted(filenames)
+                    if f.lower().endswith(IMG_EXTENSIONS)
+                )
         else:
             raise UsageError(f"{p!r} does not exist; give image files or folders of images.")
     if not found:
-        raise UsageError(f"No image files found in {', '.join(map(str, paths))} "
-                         f"(extensions: {', '.join(IMG_EXTENSIONS)}).")
+        raise UsageError(
+            f"No image files found in {', '.join(map(str, paths))} (extensions: {', '.join(IMG_EXTENSIONS)})."
+        )
     return found
 
 

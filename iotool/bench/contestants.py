@@ -86,7 +86,7 @@ class CenterCropResize:
         h, w = image.shape[:2]
         side = min(h, w)
         top, left = (h - side) // 2, (w - side) // 2
-        crop = image[top:top + side, left:left + side]
+        crop = image[top : top + side, left : left + side]
         return cv2.resize(crop, (self.size, self.size), interpolation=cv2.INTER_LINEAR)
 
 
@@ -157,8 +157,9 @@ class DatasetContestant:
 
     def loader(self, batch_size: int, workers: int) -> Any:
         """A DataLoader with persistent workers over the dataset."""
-        return make_loader(self.dataset, batch_size, workers, shuffle=False, collate_fn=self.collate,
-                           worker_init_fn=_one_thread_worker)
+        return make_loader(
+            self.dataset, batch_size, workers, shuffle=False, collate_fn=self.collate, worker_init_fn=_one_thread_worker
+        )
 
 
 @dataclass
@@ -184,8 +185,9 @@ class WebDatasetPIL:
 
     name, format = WEBDATASET, "webdataset"
 
-    def __init__(self, shard_dir: str, convert_seconds: float | None, transform: Any,
-                 collate: Callable[[list[Any]], Any]):
+    def __init__(
+        self, shard_dir: str, convert_seconds: float | None, transform: Any, collate: Callable[[list[Any]], Any]
+    ):
         import webdataset  # noqa: F401  (fail early when it is missing)
 
         from ..loading.opening import open_reader
@@ -203,13 +205,23 @@ class WebDatasetPIL:
         """The webdataset pipeline: PIL decode to HWC uint8, then the shared transform."""
         import webdataset as wds
 
-        return (wds.WebDataset(self.urls, shardshuffle=False, empty_check=False)
-                .decode("rgb8").to_tuple("jpg;jpeg;png", "cls").map_tuple(self.transform, int))
+        return (
+            wds.WebDataset(self.urls, shardshuffle=False, empty_check=False)
+            .decode("rgb8")
+            .to_tuple("jpg;jpeg;png", "cls")
+            .map_tuple(self.transform, int)
+        )
 
     def loader(self, batch_size: int, workers: int) -> Any:
         """A DataLoader over the webdataset pipeline, as for the datasets."""
-        return make_loader(self.dataset(), batch_size, workers, shuffle=False, collate_fn=self.collate,
-                           worker_init_fn=_one_thread_worker)
+        return make_loader(
+            self.dataset(),
+            batch_size,
+            workers,
+            shuffle=False,
+            collate_fn=self.collate,
+            worker_init_fn=_one_thread_worker,
+        )
 
 
 class DaliCPU:
@@ -242,8 +254,18 @@ class DaliCPU:
         """DALI's iterator, on the CPU (``device_id=None``)."""
         from ..loading.dali import dali_loader
 
-        return dali_loader(self.path, batch_size, size=self.size, train=self.train, device_id=None, shard_id=0,
-                           num_shards=1, num_threads=max(1, workers), shuffle=False, seed=0)
+        return dali_loader(
+            self.path,
+            batch_size,
+            size=self.size,
+            train=self.train,
+            device_id=None,
+            shard_id=0,
+            num_shards=1,
+            num_threads=max(1, workers),
+            shuffle=False,
+            seed=0,
+        )
 
 
 def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str | None, Any]:
@@ -262,8 +284,17 @@ def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str |
     return DEFAULT_DECODER if decoder == "auto" else decoder, RandomResizedCrop(size, seed=0)
 
 
-def make_contestants(src: str, built: Built, decoder: str, pipeline: str, size: int, webdataset: bool,
-                     failed: dict[str, str], not_installed: dict[str, str], threads: int = 0) -> list[Contestant]:
+def make_contestants(
+    src: str,
+    built: Built,
+    decoder: str,
+    pipeline: str,
+    size: int,
+    webdataset: bool,
+    failed: dict[str, str],
+    not_installed: dict[str, str],
+    threads: int = 0,
+) -> list[Contestant]:
     """The baseline first, then webdataset and DALI over the shards, then every built format
     (with ``threads``, each also through ``iotool.Loader``); what cannot run is named in
     ``failed`` with the reason, an optional contestant whose package is missing in
@@ -278,8 +309,9 @@ def make_contestants(src: str, built: Built, decoder: str, pipeline: str, size: 
             failed[WEBDATASET] = f"needs the {' or '.join(formats_where(lambda s: s.webdataset))} format in --formats"
         else:
             try:
-                out.append(WebDatasetPIL(*built[shards], _transforms(pipeline, size, "webdataset", decoder)[1],
-                                         collate))
+                out.append(
+                    WebDatasetPIL(*built[shards], _transforms(pipeline, size, "webdataset", decoder)[1], collate)
+                )
             except ImportError:
                 not_installed[WEBDATASET] = "pip install webdataset"
     if shards in formats_where(lambda spec: spec.dali is not None, built) and DaliCPU.available():
@@ -291,15 +323,19 @@ def make_contestants(src: str, built: Built, decoder: str, pipeline: str, size: 
             options = conversion_options(fmt, size)
             out.append(DatasetContestant(f"iotool {fmt}", fmt, dataset, collate, path, seconds, options))
             if threads > 0:
-                out.append(ThreadLoaderContestant(loader_row_name(fmt, threads), fmt, dataset, collate, path,
-                                                  seconds, options, threads=threads))
+                out.append(
+                    ThreadLoaderContestant(
+                        loader_row_name(fmt, threads), fmt, dataset, collate, path, seconds, options, threads=threads
+                    )
+                )
         except (IotoolError, OSError) as exc:
             failed[fmt] = f"open failed: {type(exc).__name__}: {exc}"
     return out
 
 
-def _baseline(src: str, pipeline: str, size: int, decoder: str,
-              collate: Callable[[list[Any]], Any]) -> DatasetContestant:
+def _baseline(
+    src: str, pipeline: str, size: int, decoder: str, collate: Callable[[list[Any]], Any]
+) -> DatasetContestant:
     """torchvision's own ImageFolder pipeline when torchvision is installed (PILToTensor +
     RandomResizedCrop(antialias=True)), else the reimplementation."""
     try:
@@ -312,5 +348,4 @@ def _baseline(src: str, pipeline: str, size: int, decoder: str,
         transform = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(size, antialias=True)])
     else:
         transform = v2.Compose([v2.PILToTensor(), v2.CenterCrop(size)])
-    return DatasetContestant(TORCHVISION, "imagefolder", datasets.ImageFolder(src, transform=transform),
-                             collate, src)
+    return DatasetContestant(TORCHVISION, "imagefolder", datasets.ImageFolder(src, transform=transform), collate, src)

@@ -35,11 +35,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..loading.collate import fast_collate
-from ..loading.opening import open_reader
 from ..decode import decode
 from ..decode import region as R
 from ..decode.backends import parse_jpeg_header
+from ..loading.collate import fast_collate
+from ..loading.opening import open_reader
 from ..transforms import RandomResizedCrop, random_resized_crop_params
 from ..transforms.fused import fuse
 from .common import rotated
@@ -68,7 +68,7 @@ def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Step]:
     resize = RandomResizedCrop(SIZE, seed=0)
     torch_resize = RandomResizedCrop(SIZE, seed=0, backend="torch")  # torchvision's kernel
     tensors = [resize(image) for image in decoded]
-    batches = [[(t, 0) for t in tensors[i:i + 64]] for i in range(0, len(tensors), 64)]
+    batches = [[(t, 0) for t in tensors[i : i + 64]] for i in range(0, len(tensors), 64)]
     out: dict[str, Step] = {}
     for fmt, path in built.items():
         reader = open_reader(path)
@@ -78,14 +78,16 @@ def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Step]:
             stored = [data for _, data, _ in reader.read_many(range(count))]
             native = fuse(RandomResizedCrop(SIZE, seed=0), reader.native_decode)
             out[f"decode+crop {fmt}"] = _each(native or (lambda data, d=reader.native_decode: resize(d(data))), stored)
-    out.update({
-        "pil": _each(_pil_decode, datas),
-        "simplejpeg": _each(lambda data: decode(data, "simplejpeg"), datas),
-        "fused": _each(fuse(RandomResizedCrop(SIZE, seed=0)), datas),
-        "resize": _each(resize, decoded),
-        "resize torch": _each(torch_resize, decoded),
-        "collate": (_each(fast_collate, batches)[0], len(tensors)),
-    })
+    out.update(
+        {
+            "pil": _each(_pil_decode, datas),
+            "simplejpeg": _each(lambda data: decode(data, "simplejpeg"), datas),
+            "fused": _each(fuse(RandomResizedCrop(SIZE, seed=0)), datas),
+            "resize": _each(resize, decoded),
+            "resize torch": _each(torch_resize, decoded),
+            "collate": (_each(fast_collate, batches)[0], len(tensors)),
+        }
+    )
     if R.region_available():
         out["region"] = _each(lambda job: R.decode_jpeg_region(*job), list(zip(datas, headers, boxes)))
     return out
@@ -93,9 +95,11 @@ def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Step]:
 
 def _each(fn: Callable[[Any], Any], items: list) -> Step:
     """A step that calls ``fn`` on every item."""
+
     def run() -> None:
         for item in items:
             fn(item)
+
     return run, len(items)
 
 
@@ -143,5 +147,10 @@ def ceilings(src: str | Path, built: dict[str, str], rounds: int = 3, limit: int
     for fmt in built:
         work = ms.get(f"decode+crop {fmt}", ms["fused"])
         feeds[fmt] = ms[f"read {fmt}"] + work + ms["collate"]
-    return {"images": len(datas), "ms_per_image": ms, "baseline_ms": baseline, "feed_ms": feeds,
-            "ceiling": {fmt: baseline / feed for fmt, feed in feeds.items()}}
+    return {
+        "images": len(datas),
+        "ms_per_image": ms,
+        "baseline_ms": baseline,
+        "feed_ms": feeds,
+        "ceiling": {fmt: baseline / feed for fmt, feed in feeds.items()},
+    }

@@ -22,8 +22,17 @@ from typing import Any, Callable, Sequence
 from ..decode import BACKENDS, available, decode, image_format, resolve_backend
 from ..decode.backends import parse_jpeg_header
 from ..errors import DecodeError, IotoolError, UsageError
-from .common import ProgressFn, Stats, collect_images, environment, no_progress, rotated, \
-    single_threaded, summarize, timed_pass
+from .common import (
+    ProgressFn,
+    Stats,
+    collect_images,
+    environment,
+    no_progress,
+    rotated,
+    single_threaded,
+    summarize,
+    timed_pass,
+)
 from .tjbench import run_tjbench, tjbench_library, tjbench_path
 
 SCALES = (1, 2, 4, 8)
@@ -103,12 +112,21 @@ class DecodeBenchResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
         return {
-            "benchmark": "decode", "mode": self.mode, "scale": f"1/{self.scale}",
-            "min_time": self.min_time, "repeat": self.repeat, "files": self.files,
-            "images": self.images, "bytes": self.bytes, "megapixels": self.megapixels,
-            "auto": self.auto, "results": [r.to_dict() for r in self.results],
-            "skipped": [asdict(s) for s in self.skipped], "unavailable": self.unavailable,
-            "environment": self.environment, "bundled_sample_images": self.bundled,
+            "benchmark": "decode",
+            "mode": self.mode,
+            "scale": f"1/{self.scale}",
+            "min_time": self.min_time,
+            "repeat": self.repeat,
+            "files": self.files,
+            "images": self.images,
+            "bytes": self.bytes,
+            "megapixels": self.megapixels,
+            "auto": self.auto,
+            "results": [r.to_dict() for r in self.results],
+            "skipped": [asdict(s) for s in self.skipped],
+            "unavailable": self.unavailable,
+            "environment": self.environment,
+            "bundled_sample_images": self.bundled,
             "jpeg_libraries": self.jpeg_libraries,
         }
 
@@ -121,8 +139,10 @@ def sample_images() -> Path:
     """
     folder = resources.files(__package__) / SAMPLE_IMAGES
     if not isinstance(folder, Path) or not folder.is_dir():
-        raise UsageError(f"iotool's bundled sample images are missing ({folder}); reinstall iotool, "
-                         "or give image files or folders: iotool bench decode /path/to/images")
+        raise UsageError(
+            f"iotool's bundled sample images are missing ({folder}); reinstall iotool, "
+            "or give image files or folders: iotool bench decode /path/to/images"
+        )
     return folder
 
 
@@ -149,8 +169,11 @@ def _select_backends(names: Sequence[str] | None) -> tuple[list[str], dict[str, 
         raise UsageError(f"Unknown decoder {unknown[0]!r}; choose from: {', '.join(BACKENDS)}.")
     status = available()
     usable = [n for n in dict.fromkeys(names) if status[n].available]
-    missing = {n: f"{_why(status[n].reason)}; install: {status[n].hint}"
-               for n in dict.fromkeys(names) if not status[n].available}
+    missing = {
+        n: f"{_why(status[n].reason)}; install: {status[n].hint}"
+        for n in dict.fromkeys(names)
+        if not status[n].available
+    }
     if not usable:
         raise UsageError(f"None of the decoders {', '.join(names)} is available here: {missing}.")
     return usable, missing
@@ -182,8 +205,10 @@ def _native_problem(image: BenchImage, backend: str) -> str:
     if image.fmt == "jpeg" and backend != "pil":
         header = parse_jpeg_header(image.data)
         if header.components not in (1, 3) or header.precision != 8:
-            return (f"{header.components}-component {header.precision}-bit JPEG (CMYK/YCCK or "
-                    f"12-bit): {backend} hands it to PIL")
+            return (
+                f"{header.components}-component {header.precision}-bit JPEG (CMYK/YCCK or "
+                f"12-bit): {backend} hands it to PIL"
+            )
     return ""
 
 
@@ -212,16 +237,19 @@ def _check(images: list[BenchImage], backends: list[str]) -> tuple[list[BenchIma
 def _step(backend: str, images: list[BenchImage], mode: str) -> Callable[[], int]:
     """One loop over the images with one backend; returns the number decoded."""
     if mode == "file":
+
         def step() -> int:
             for im in images:
                 with open(im.path, "rb") as f:
                     decode(f.read(), backend, min_size=im.min_size)
             return len(images)
     else:
+
         def step() -> int:
             for im in images:
                 decode(im.data, backend, min_size=im.min_size)
             return len(images)
+
     return step
 
 
@@ -247,8 +275,9 @@ def _python_pass(backend: str, images: list[BenchImage], mode: str, min_time: fl
     tally.add(n, seconds, loops * sum(i.pixels for i in images), loops * sum(len(i.data) for i in images))
 
 
-def _tjbench_pass(images: list[BenchImage], scale: int, min_time: float, tally: _Tally,
-                  skipped: dict[str, Skipped]) -> None:
+def _tjbench_pass(
+    images: list[BenchImage], scale: int, min_time: float, tally: _Tally, skipped: dict[str, Skipped]
+) -> None:
     """Run tjbench once on each file; aggregate total images / total decode time."""
     per_file = max(0.05, min_time / max(len(images), 1))
     seconds = pixels = nbytes = n = 0.0
@@ -282,11 +311,18 @@ def _rows(tallies: dict[str, _Tally], counts: dict[str, int], notes: dict[str, s
         if not tally.images:
             continue
         st = status.get(name)
-        rows.append(BackendResult(
-            name, st.version if st else "", (st.jpeg_library if st else tjbench_library()),
-            counts[name], summarize(tally.images), summarize(tally.megapixels), summarize(tally.mb),
-            note=notes.get(name, ""),
-        ))
+        rows.append(
+            BackendResult(
+                name,
+                st.version if st else "",
+                (st.jpeg_library if st else tjbench_library()),
+                counts[name],
+                summarize(tally.images),
+                summarize(tally.megapixels),
+                summarize(tally.mb),
+                note=notes.get(name, ""),
+            )
+        )
     fastest = max((r.images_per_s.median for r in rows), default=0.0)
     pil = next((r.images_per_s.median for r in rows if r.name == "pil"), None)
     for r in rows:
@@ -346,24 +382,35 @@ def bench_decode(
         images, problems = _check(images, names)
         skipped += problems
         if not images:
-            raise UsageError(f"No image could be decoded by every selected backend ({', '.join(names)}); "
-                             f"{len(skipped)} problem(s), first: {skipped[0].path}: {skipped[0].reason}"
-                             if skipped else "No images to benchmark.")
+            raise UsageError(
+                f"No image could be decoded by every selected backend ({', '.join(names)}); "
+                f"{len(skipped)} problem(s), first: {skipped[0].path}: {skipped[0].reason}"
+                if skipped
+                else "No images to benchmark."
+            )
         tj_images = _tjbench_images(images, tjbench_files) if tjbench and tjbench_path() else []
-        tallies, notes = _measure(names, images, tj_images, mode, scale, min_time, repeat, progress,
-                                  skipped)
+        tallies, notes = _measure(names, images, tj_images, mode, scale, min_time, repeat, progress, skipped)
         env = environment()  # inside: reports the thread counts the decoders ran with
     counts = {n: len(images) for n in names}
     counts[TJBENCH] = len(tj_images)
     if tjbench and not tjbench_path():
         unavailable[TJBENCH] = "tjbench is not installed; install: apt-get install libjpeg-turbo-progs"
     return DecodeBenchResult(
-        mode=mode, scale=scale, min_time=min_time, repeat=repeat, files=len(paths),
-        images=len(images), bytes=sum(len(i.data) for i in images),
+        mode=mode,
+        scale=scale,
+        min_time=min_time,
+        repeat=repeat,
+        files=len(paths),
+        images=len(images),
+        bytes=sum(len(i.data) for i in images),
         megapixels=sum(i.pixels for i in images) / 1e6,
         auto={fmt: resolve_backend("auto", fmt) for fmt in sorted({i.fmt for i in images})},
-        results=_rows(tallies, counts, notes), skipped=skipped, unavailable=unavailable,
-        environment=env, bundled=bundled, jpeg_libraries=jpeg_libraries(env),
+        results=_rows(tallies, counts, notes),
+        skipped=skipped,
+        unavailable=unavailable,
+        environment=env,
+        bundled=bundled,
+        jpeg_libraries=jpeg_libraries(env),
     )
 
 
@@ -378,18 +425,31 @@ def jpeg_libraries(env: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _measure(names: list[str], images: list[BenchImage], tj_images: list[BenchImage], mode: str, scale: int,
-             min_time: float, repeat: int, progress: ProgressFn,
-             skipped: list[Skipped]) -> tuple[dict[str, _Tally], dict[str, str]]:
+def _measure(
+    names: list[str],
+    images: list[BenchImage],
+    tj_images: list[BenchImage],
+    mode: str,
+    scale: int,
+    min_time: float,
+    repeat: int,
+    progress: ProgressFn,
+    skipped: list[Skipped],
+) -> tuple[dict[str, _Tally], dict[str, str]]:
     """Warm up, then run the interleaved passes; returns per-contestant tallies and notes."""
     contestants = names + ([TJBENCH] if tj_images else [])
     tallies = {c: _Tally() for c in contestants}
     notes: dict[str, str] = {}
     if tj_images:
-        notes[TJBENCH] = "C loop, reused buffer" + (
-            "; from memory" if mode == "file" else "") + (
-            f"; {len(tj_images)} of {sum(i.fmt == 'jpeg' for i in images)} JPEGs (seeded sample)"
-            if len(tj_images) < sum(i.fmt == "jpeg" for i in images) else "")
+        notes[TJBENCH] = (
+            "C loop, reused buffer"
+            + ("; from memory" if mode == "file" else "")
+            + (
+                f"; {len(tj_images)} of {sum(i.fmt == 'jpeg' for i in images)} JPEGs (seeded sample)"
+                if len(tj_images) < sum(i.fmt == "jpeg" for i in images)
+                else ""
+            )
+        )
     for name in names:  # warm-up: one untimed loop each
         _step(name, images, mode)()
     tj_skipped: dict[str, Skipped] = {}

@@ -20,9 +20,17 @@ from typing import Any, Sequence
 from ..errors import IotoolError, UsageError
 from ..storage.files import disk_usage
 from .common import ProgressFn, Stats, environment, no_progress, rotated, single_threaded, summarize
-from .contestants import (BASELINE, PIPELINES, Built, Contestant, ThreadLoaderContestant, conversion_options,
-                          make_contestants)
+from .contestants import (
+    BASELINE,
+    PIPELINES,
+    Built,
+    Contestant,
+    ThreadLoaderContestant,
+    conversion_options,
+    make_contestants,
+)
 from .read import run_epoch
+
 
 @dataclass
 class LoaderResult:
@@ -74,17 +82,29 @@ class LoaderBenchResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
         return {
-            "benchmark": "loader", "src": self.src, "images": self.images, "decoder": self.decoder,
-            "baseline": self.baseline, "ceiling": self.ceiling,
-            "workers": self.workers, "threads": self.threads, "batch_size": self.batch_size, "size": self.size,
-            "rounds": self.rounds, "epochs": self.epochs, "pipeline": self.pipeline,
+            "benchmark": "loader",
+            "src": self.src,
+            "images": self.images,
+            "decoder": self.decoder,
+            "baseline": self.baseline,
+            "ceiling": self.ceiling,
+            "workers": self.workers,
+            "threads": self.threads,
+            "batch_size": self.batch_size,
+            "size": self.size,
+            "rounds": self.rounds,
+            "epochs": self.epochs,
+            "pipeline": self.pipeline,
             "results": [r.to_dict() for r in self.results],
-            "failed": self.failed, "not_installed": self.not_installed, "environment": self.environment,
+            "failed": self.failed,
+            "not_installed": self.not_installed,
+            "environment": self.environment,
         }
 
 
-def _build_formats(src: str, workdir: str, formats: Sequence[str], size: int, progress: ProgressFn,
-                   failed: dict[str, str]) -> Built:
+def _build_formats(
+    src: str, workdir: str, formats: Sequence[str], size: int, progress: ProgressFn, failed: dict[str, str]
+) -> Built:
     """Convert SRC into each format under ``workdir``; returns name -> (path, seconds)."""
     from ..pipeline.run import convert
 
@@ -102,15 +122,25 @@ def _build_formats(src: str, workdir: str, formats: Sequence[str], size: int, pr
     return built
 
 
-def _check_options(formats: Sequence[str] | None, workers: int, batch_size: int, size: int,
-                   rounds: int, decoder: str, pipeline: str = "rrc", epochs: int = 1) -> list[str]:
+def _check_options(
+    formats: Sequence[str] | None,
+    workers: int,
+    batch_size: int,
+    size: int,
+    rounds: int,
+    decoder: str,
+    pipeline: str = "rrc",
+    epochs: int = 1,
+) -> list[str]:
     """Validate the options; returns the formats to build."""
     from ..decode import resolve_backend
     from ..formats import FORMATS
 
     if workers < 0 or batch_size < 1 or size < 1 or rounds < 1 or epochs < 1:
-        raise UsageError(f"workers must be >= 0; batch_size, size, rounds and epochs >= 1 "
-                         f"(got {workers}, {batch_size}, {size}, {rounds}, {epochs}).")
+        raise UsageError(
+            f"workers must be >= 0; batch_size, size, rounds and epochs >= 1 "
+            f"(got {workers}, {batch_size}, {size}, {rounds}, {epochs})."
+        )
     if pipeline not in PIPELINES:
         raise UsageError(f"pipeline={pipeline!r}; choose one of: {', '.join(PIPELINES)}.")
     resolve_backend(decoder, "jpeg")
@@ -168,12 +198,14 @@ def bench_loader(
     src = os.path.abspath(os.fspath(src))
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise UsageError(f"threads={threads!r}; give 0 (no Loader rows) or more.")
-    result = LoaderBenchResult(src, 0, decoder, workers, batch_size, size, rounds, pipeline=pipeline,
-                               epochs=epochs, threads=threads)
+    result = LoaderBenchResult(
+        src, 0, decoder, workers, batch_size, size, rounds, pipeline=pipeline, epochs=epochs, threads=threads
+    )
     with tempfile.TemporaryDirectory(prefix="iotool-bench-", dir=workdir) as tmp, single_threaded():
         built = _build_formats(src, tmp, names, size, progress, result.failed)
-        contestants = make_contestants(src, built, decoder, pipeline, size, webdataset, result.failed,
-                                       result.not_installed, threads)
+        contestants = make_contestants(
+            src, built, decoder, pipeline, size, webdataset, result.failed, result.not_installed, threads
+        )
         result.baseline = contestants[0].name
         result.images = len(contestants[0])
         tallies = _run_rounds(contestants, batch_size, workers, rounds, epochs, progress)
@@ -184,10 +216,18 @@ def bench_loader(
             result.ceiling = ceilings(src, {fmt: path for fmt, (path, _) in built.items()}, ceiling_rounds)
         result.environment = environment()
         for c in contestants:
-            result.results.append(LoaderResult(c.name, c.format, result.images, summarize(tallies[c.name]),
-                                               convert_seconds=c.convert_seconds, bytes=disk_usage(c.path),
-                                               options=c.options,
-                                               feed="Loader" if isinstance(c, ThreadLoaderContestant) else "DataLoader"))
+            result.results.append(
+                LoaderResult(
+                    c.name,
+                    c.format,
+                    result.images,
+                    summarize(tallies[c.name]),
+                    convert_seconds=c.convert_seconds,
+                    bytes=disk_usage(c.path),
+                    options=c.options,
+                    feed="Loader" if isinstance(c, ThreadLoaderContestant) else "DataLoader",
+                )
+            )
     base = result.results[0].images_per_s
     by_format = {r.format: r for r in result.results if r.feed == "DataLoader"}
     for r in result.results:
@@ -204,8 +244,9 @@ def per_round_ratio(stats: Stats, base: Stats) -> float | None:
     return statistics.median(x / y for x, y in pairs) if pairs else None
 
 
-def _run_rounds(contestants: Sequence[Contestant], batch_size: int, workers: int, rounds: int, epochs: int,
-                progress: ProgressFn) -> dict[str, list[float]]:
+def _run_rounds(
+    contestants: Sequence[Contestant], batch_size: int, workers: int, rounds: int, epochs: int, progress: ProgressFn
+) -> dict[str, list[float]]:
     """One warm-up epoch each, then ``rounds`` rounds of ``epochs`` epochs (best kept), rotated."""
     loaders = {c.name: c.loader(batch_size, workers) for c in contestants}
     tallies: dict[str, list[float]] = {name: [] for name in loaders}

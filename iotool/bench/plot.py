@@ -26,8 +26,15 @@ def require_matplotlib() -> Any:
     return plt
 
 
-def plot_bars(labels: list[str], medians: list[float], lows: list[float], highs: list[float],
-              title: str, xlabel: str, dest: str | os.PathLike) -> None:
+def plot_bars(
+    labels: list[str],
+    medians: list[float],
+    lows: list[float],
+    highs: list[float],
+    title: str,
+    xlabel: str,
+    dest: str | os.PathLike,
+) -> None:
     """Horizontal bars with min-max whiskers, fastest on top, written to ``dest``."""
     plt = require_matplotlib()
     order = sorted(range(len(labels)), key=lambda i: medians[i])
@@ -51,10 +58,13 @@ def plot_decode(result: Any, dest: str | os.PathLike) -> None:
     """Images/s per decoder backend (median, min-max over passes) from a DecodeBenchResult."""
     rows = result.results
     plot_bars(
-        [r.name for r in rows], [r.images_per_s.median for r in rows],
-        [r.images_per_s.min for r in rows], [r.images_per_s.max for r in rows],
+        [r.name for r in rows],
+        [r.images_per_s.median for r in rows],
+        [r.images_per_s.min for r in rows],
+        [r.images_per_s.max for r in rows],
         f"iotool bench decode: {result.images} images, scale 1/{result.scale}, {result.mode}, 1 thread",
-        "images/s (median, min-max over passes)", dest,
+        "images/s (median, min-max over passes)",
+        dest,
     )
 
 
@@ -64,8 +74,10 @@ def plot_loader(result: Any, dest: str | os.PathLike) -> None:
     plot_bars(
         [f"{r.name} ({r.vs_baseline:.2f}x)" if r.vs_baseline else r.name for r in rows],
         [r.images_per_s.median for r in rows],
-        [r.images_per_s.min for r in rows], [r.images_per_s.max for r in rows],
+        [r.images_per_s.min for r in rows],
+        [r.images_per_s.max for r in rows],
         f"iotool bench loader: {result.images} images, {result.pipeline} {result.size}, "
         f"{result.workers} workers, batch {result.batch_size}",
-        "images/s (median of rounds, each the best of its epochs;\nwhiskers: min-max over rounds)", dest,
+        "images/s (median of rounds, each the best of its epochs;\nwhiskers: min-max over rounds)",
+        dest,
     )

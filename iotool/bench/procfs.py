@@ -53,7 +53,7 @@ def cpu_seconds(pid: int | str) -> float | None:
             stat = f.read().decode("ascii", "replace")
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces and ')'
+    fields = stat[stat.rfind(")") + 2 :].split()  # the command name may hold spaces and ')'
     try:
         return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # fields 14 and 15 of proc(5)
     except (IndexError, ValueError):

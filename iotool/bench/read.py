@@ -74,23 +74,27 @@ def _check_options(decoder: str, workers: int, batch_size: int, epochs: int) -> 
     from ..decode import resolve_backend
 
     if workers < 0 or batch_size < 1 or epochs < 1:
-        raise UsageError(f"workers must be >= 0, batch_size and epochs >= 1 "
-                         f"(got {workers}, {batch_size}, {epochs}).")
+        raise UsageError(f"workers must be >= 0, batch_size and epochs >= 1 (got {workers}, {batch_size}, {epochs}).")
     if decoder == NO_DECODER:
         return None
     resolve_backend(decoder, "jpeg")  # UsageError on an unknown or unavailable name
     return decoder
 
 
-def make_loader(dataset: Any, batch_size: int, workers: int, shuffle: bool, collate_fn=list_collate,
-                worker_init_fn=None):
+def make_loader(
+    dataset: Any, batch_size: int, workers: int, shuffle: bool, collate_fn=list_collate, worker_init_fn=None
+):
     """A DataLoader over ``dataset``; persistent workers so later epochs skip the start-up."""
     from torch.utils.data import DataLoader, IterableDataset
 
     iterable = isinstance(dataset, IterableDataset)
     return DataLoader(
-        dataset, batch_size=batch_size, num_workers=workers, shuffle=shuffle and not iterable,
-        collate_fn=collate_fn, persistent_workers=workers > 0,
+        dataset,
+        batch_size=batch_size,
+        num_workers=workers,
+        shuffle=shuffle and not iterable,
+        collate_fn=collate_fn,
+        persistent_workers=workers > 0,
         worker_init_fn=worker_init_fn if workers > 0 else None,
     )
 
@@ -136,8 +140,8 @@ def bench_read(
     Returns:
         A :class:`ReadBenchResult` with images/s and MB/s (dataset bytes on disk) per epoch.
     """
-    from ..loading.opening import open_dataset
     from ..formats import detect_format
+    from ..loading.opening import open_dataset
 
     progress = progress or no_progress
     dec = _check_options(decoder, workers, batch_size, epochs)
@@ -149,16 +153,23 @@ def bench_read(
     result = ReadBenchResult(
         path=os.path.abspath(os.fspath(path)),
         format=fmt,
-        count=len(dataset) if hasattr(dataset, "__len__") else -1, bytes=nbytes,
-        decoder=decoder, workers=workers, batch_size=batch_size, shuffle=shuffle,
-        cache=cache, cache_resize=cache_resize, cache_bytes=ram.nbytes if ram is not None else 0,
+        count=len(dataset) if hasattr(dataset, "__len__") else -1,
+        bytes=nbytes,
+        decoder=decoder,
+        workers=workers,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        cache=cache,
+        cache_resize=cache_resize,
+        cache_bytes=ram.nbytes if ram is not None else 0,
     )
     loader = make_loader(dataset, batch_size, workers, shuffle)
     for e in range(epochs):
         progress(f"epoch {e + 1}/{epochs}", e, epochs)
         n, seconds = run_epoch(loader, e)
-        result.epochs.append(Epoch(e + 1, n, seconds, n / seconds if seconds else 0.0,
-                                   nbytes / seconds / 1e6 if seconds else 0.0))
+        result.epochs.append(
+            Epoch(e + 1, n, seconds, n / seconds if seconds else 0.0, nbytes / seconds / 1e6 if seconds else 0.0)
+        )
     progress("done", epochs, epochs)
     del loader  # stops persistent workers
     result.environment = environment()

@@ -56,8 +56,9 @@ def parse_fps(output: str) -> float:
     return float(match.group(1))
 
 
-def run_tjbench(path: str, bench_time: float, warmup: float = 0.02, scale: int = 1,
-                exe: str | None = None) -> TjbenchRun:
+def run_tjbench(
+    path: str, bench_time: float, warmup: float = 0.02, scale: int = 1, exe: str | None = None
+) -> TjbenchRun:
     """Run tjbench on one JPEG file (RGB output, accurate DCT defaults, nothing written)."""
     exe = exe or tjbench_path()
     if exe is None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from .._version import __version__
-from . import bench_cmd, convert_cmd, formats_cmd, index_cmd, info_cmd, verify_cmd
-from . import tune_cmd
+from . import bench_cmd, convert_cmd, formats_cmd, index_cmd, info_cmd, tune_cmd, verify_cmd
 from .helptext import Command, Group
 
 app = typer.Typer(
@@ -33,19 +32,31 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[Optional[bool], typer.Option(
-        "--version", callback=_version, is_eager=True, help="Show the version and exit.")] = None,
+    version: Annotated[
+        bool | None, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = None,
 ) -> None:
     """iotool command line."""
 
 
-app.command("convert", no_args_is_help=True, cls=Command, short_help="Convert an ImageFolder or a dataset into a training format")(convert_cmd.convert)
+app.command(
+    "convert",
+    no_args_is_help=True,
+    cls=Command,
+    short_help="Convert an ImageFolder or a dataset into a training format",
+)(convert_cmd.convert)
 app.command("info", no_args_is_help=True, cls=Command, short_help="Show what a dataset holds")(info_cmd.info)
-app.command("verify", no_args_is_help=True, cls=Command, short_help="Check a dataset's metadata and every record's checksum")(verify_cmd.verify)
+app.command(
+    "verify", no_args_is_help=True, cls=Command, short_help="Check a dataset's metadata and every record's checksum"
+)(verify_cmd.verify)
 app.command("formats", cls=Command, short_help="List the formats and what each can do")(formats_cmd.formats)
-app.command("index", no_args_is_help=True, cls=Command, short_help="Write other readers' index files (DALI) beside shards")(index_cmd.index)
+app.command(
+    "index", no_args_is_help=True, cls=Command, short_help="Write other readers' index files (DALI) beside shards"
+)(index_cmd.index)
 app.add_typer(bench_cmd.app, name="bench", short_help="Time the decoders, a dataset's reads, or the whole loader")
-app.command("tune", no_args_is_help=True, cls=Command, short_help="Find the DataLoader settings that feed a dataset fastest")(tune_cmd.tune)
+app.command(
+    "tune", no_args_is_help=True, cls=Command, short_help="Find the DataLoader settings that feed a dataset fastest"
+)(tune_cmd.tune)
 
 
 def main() -> None:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ..errors import UsageError
-from .helptext import Command, Group
 from .common import choice, console, err_console, handle_errors, human_bytes, progress_line, say, write_json
+from .helptext import Command, Group
 
 app = typer.Typer(
     name="bench",
@@ -48,42 +48,73 @@ def _ratio(value: float | None) -> str:
 # --- decode ------------------------------------------------------------------------------
 
 # The default table fits 80 columns; --wide adds version, libjpeg and MB/s columns. Notes go under both.
-DECODE_COLUMNS = (("backend", "left"), ("images/s", "right"), ("MP/s", "right"), ("vs PIL", "right"),
-                  ("vs fastest", "right"))
-WIDE_DECODE_COLUMNS = (("backend", "left"), ("version", "left"), ("libjpeg", "left"), ("images/s", "right"),
-                       ("MP/s", "right"), ("MB/s", "right"), ("vs PIL", "right"), ("vs fastest", "right"))
+DECODE_COLUMNS = (
+    ("backend", "left"),
+    ("images/s", "right"),
+    ("MP/s", "right"),
+    ("vs PIL", "right"),
+    ("vs fastest", "right"),
+)
+WIDE_DECODE_COLUMNS = (
+    ("backend", "left"),
+    ("version", "left"),
+    ("libjpeg", "left"),
+    ("images/s", "right"),
+    ("MP/s", "right"),
+    ("MB/s", "right"),
+    ("vs PIL", "right"),
+    ("vs fastest", "right"),
+)
 OWN_IMAGES_HINT = "iotool bench decode /path/to/images"
 
 
 def _decode_cells(r: Any, wide: bool) -> list[str]:
     """One table row of a BackendResult, short or wide."""
     if not wide:
-        return [r.name, _fmt_stats(r.images_per_s), _fmt_stats(r.megapixels_per_s, 1), _ratio(r.vs_pil),
-                _ratio(r.vs_fastest)]
-    return [r.name, r.version, r.jpeg_library, _fmt_stats(r.images_per_s), _fmt_stats(r.megapixels_per_s, 1),
-            _fmt_stats(r.mb_per_s, 1), _ratio(r.vs_pil), _ratio(r.vs_fastest)]
+        return [
+            r.name,
+            _fmt_stats(r.images_per_s),
+            _fmt_stats(r.megapixels_per_s, 1),
+            _ratio(r.vs_pil),
+            _ratio(r.vs_fastest),
+        ]
+    return [
+        r.name,
+        r.version,
+        r.jpeg_library,
+        _fmt_stats(r.images_per_s),
+        _fmt_stats(r.megapixels_per_s, 1),
+        _fmt_stats(r.mb_per_s, 1),
+        _ratio(r.vs_pil),
+        _ratio(r.vs_fastest),
+    ]
 
 
 def _decode_title(result: Any) -> str:
     """'iotool bench decode: 23 images, 4.3 MP, ...', naming the bundled samples when used."""
     images = f"{result.images} bundled sample images" if result.bundled else f"{result.images} images"
-    return (f"iotool bench decode: {images}, {result.megapixels:.1f} MP, {human_bytes(result.bytes)}, "
-            f"scale 1/{result.scale}, mode {result.mode}")
+    return (
+        f"iotool bench decode: {images}, {result.megapixels:.1f} MP, {human_bytes(result.bytes)}, "
+        f"scale 1/{result.scale}, mode {result.mode}"
+    )
 
 
 def _versions(result: Any) -> str:
     """'pil 13.0.0 (libjpeg-turbo 3.2.0); opencv ...': the short table's version footnote."""
-    return "; ".join(f"{r.name} {r.version}".rstrip() + (f" ({r.jpeg_library})" if r.jpeg_library else "")
-                     for r in result.results)
+    return "; ".join(
+        f"{r.name} {r.version}".rstrip() + (f" ({r.jpeg_library})" if r.jpeg_library else "") for r in result.results
+    )
 
 
 def _decode_notes(result: Any, wide: bool) -> list[str]:
     """Method, machine, notes; the short table's versions; the bundled-data hint."""
     env = result.environment
     passes = f"{result.repeat} pass{'' if result.repeat == 1 else 'es'}"
-    lines = [f"median ±half-range of {passes} x >={result.min_time:g} s, one thread",
-             f"{env.get('cpu_model', '')}, {env.get('cpus_usable')} CPUs, load {env.get('load_average')}; "
-             f"auto -> {', '.join(f'{k}: {v}' for k, v in result.auto.items())}"]
+    lines = [
+        f"median ±half-range of {passes} x >={result.min_time:g} s, one thread",
+        f"{env.get('cpu_model', '')}, {env.get('cpus_usable')} CPUs, load {env.get('load_average')}; "
+        f"auto -> {', '.join(f'{k}: {v}' for k, v in result.auto.items())}",
+    ]
     if not wide:
         lines += [f"versions: {_versions(result)}", "--wide: version, libjpeg and MB/s as columns"]
     if result.jpeg_libraries.get("region"):
@@ -91,8 +122,7 @@ def _decode_notes(result: Any, wide: bool) -> list[str]:
         lines.append(f"region decoder (DecodeRandomResizedCrop): {library if wide else _no_path(library)}")
     lines += [f"{r.name}: {r.note}" for r in result.results if r.note]
     if result.bundled:
-        lines.append(f"These are iotool's bundled sample images, too few to judge by; time your own: "
-                     f"{OWN_IMAGES_HINT}")
+        lines.append(f"These are iotool's bundled sample images, too few to judge by; time your own: {OWN_IMAGES_HINT}")
     return lines
 
 
@@ -116,7 +146,7 @@ def print_report(title: str, table: Table, notes: list[str], out: Console | None
 def decode_table(result: Any, wide: bool = False) -> Table:
     """The decode results as a rich table: short columns that fit 80 characters, or ``wide``."""
     table = Table()
-    for col, justify in (WIDE_DECODE_COLUMNS if wide else DECODE_COLUMNS):
+    for col, justify in WIDE_DECODE_COLUMNS if wide else DECODE_COLUMNS:
         table.add_column(col, justify=justify, overflow="fold")
     for r in result.results:
         table.add_row(*_decode_cells(r, wide))
@@ -135,28 +165,54 @@ def _print_decode_notes(result: Any) -> None:
 
 
 def decode(
-    paths: Annotated[Optional[list[Path]], typer.Argument(
-        help="Image files or folders (searched recursively). Default: a few sample images bundled "
-        "with iotool (4 JPEGs, 1 PNG), to try it out; time your own images for real numbers.",
-        show_default=False)] = None,
-    backends: Annotated[Optional[str], typer.Option(
-        "--backends", "-b", metavar="NAMES", help="Comma-separated backends: pil,opencv,simplejpeg,jpeg4py (default: all).")] = None,
-    mode: Annotated[str, typer.Option(parser=choice(MODES), metavar="memory|file",
-        help="memory: bytes loaded before timing. file: each decode also reads its file.")] = "memory",
-    scale: Annotated[str, typer.Option(parser=choice(SCALES), metavar="1|1/2|1/4|1/8",
-                                       help="Decode JPEGs at this DCT scale.")] = "1",
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Image files or folders (searched recursively). Default: a few sample images bundled "
+            "with iotool (4 JPEGs, 1 PNG), to try it out; time your own images for real numbers.",
+            show_default=False,
+        ),
+    ] = None,
+    backends: Annotated[
+        str | None,
+        typer.Option(
+            "--backends",
+            "-b",
+            metavar="NAMES",
+            help="Comma-separated backends: pil,opencv,simplejpeg,jpeg4py (default: all).",
+        ),
+    ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            parser=choice(MODES),
+            metavar="memory|file",
+            help="memory: bytes loaded before timing. file: each decode also reads its file.",
+        ),
+    ] = "memory",
+    scale: Annotated[
+        str, typer.Option(parser=choice(SCALES), metavar="1|1/2|1/4|1/8", help="Decode JPEGs at this DCT scale.")
+    ] = "1",
     min_time: Annotated[float, typer.Option(min=0.0, help="Seconds per backend per pass.")] = 1.0,
     repeat: Annotated[int, typer.Option(min=1, help="Timed passes (median and spread reported).")] = 5,
-    tjbench: Annotated[bool, typer.Option(
-        "--tjbench/--no-tjbench", help="Add libjpeg-turbo's tjbench row when it is installed.")] = True,
-    tjbench_files: Annotated[int, typer.Option(
-        min=1, help="Run tjbench on at most N files per pass (a seeded sample of the JPEGs).")] = 64,
-    json_out: Annotated[Optional[str], typer.Option(
-        "--json", metavar="FILE", help="Write results, versions and CPU as JSON to FILE ('-' for stdout, no table).")] = None,
-    plot: Annotated[Optional[Path], typer.Option(
-        help="Draw a bar chart to FILE.png (needs matplotlib: pip install matplotlib).")] = None,
-    wide: Annotated[bool, typer.Option(
-        "--wide", help="Add version, libjpeg and MB/s columns (for terminals of 130+ columns).")] = False,
+    tjbench: Annotated[
+        bool, typer.Option("--tjbench/--no-tjbench", help="Add libjpeg-turbo's tjbench row when it is installed.")
+    ] = True,
+    tjbench_files: Annotated[
+        int, typer.Option(min=1, help="Run tjbench on at most N files per pass (a seeded sample of the JPEGs).")
+    ] = 64,
+    json_out: Annotated[
+        str | None,
+        typer.Option(
+            "--json", metavar="FILE", help="Write results, versions and CPU as JSON to FILE ('-' for stdout, no table)."
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Draw a bar chart to FILE.png (needs matplotlib: pip install matplotlib).")
+    ] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Add version, libjpeg and MB/s columns (for terminals of 130+ columns).")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """Decode speed of every backend on the same images, one thread, interleaved passes.
@@ -178,10 +234,17 @@ def decode(
 
             require_matplotlib()
         with progress_line(show and not quiet, "bench decode") as callback:
-            result = bench_decode([str(p) for p in paths] if paths else None,
-                                  _split(backends), mode=mode, scale=scale,
-                                  min_time=min_time, repeat=repeat, tjbench=tjbench,
-                                  tjbench_files=tjbench_files, progress=callback)
+            result = bench_decode(
+                [str(p) for p in paths] if paths else None,
+                _split(backends),
+                mode=mode,
+                scale=scale,
+                min_time=min_time,
+                repeat=repeat,
+                tjbench=tjbench,
+                tjbench_files=tjbench_files,
+                progress=callback,
+            )
         if plot is not None:
             from ..bench.plot import plot_decode
 
@@ -195,14 +258,16 @@ def decode(
 
 # --- read --------------------------------------------------------------------------------
 
+
 def read_title(result: Any) -> str:
-    return (f"iotool bench read: {result.path} ({result.format}, {result.count:,} images, "
-            f"{human_bytes(result.bytes)})")
+    return f"iotool bench read: {result.path} ({result.format}, {result.count:,} images, {human_bytes(result.bytes)})"
 
 
 def read_notes(result: Any) -> list[str]:
-    return [f"decoder {result.decoder}, workers {result.workers}, batch {result.batch_size}"
-            f"{', shuffled' if result.shuffle else ''}{_cache_note(result)}; MB/s = dataset bytes on disk per second"]
+    return [
+        f"decoder {result.decoder}, workers {result.workers}, batch {result.batch_size}"
+        f"{', shuffled' if result.shuffle else ''}{_cache_note(result)}; MB/s = dataset bytes on disk per second"
+    ]
 
 
 def read_table(result: Any) -> Table:
@@ -211,8 +276,7 @@ def read_table(result: Any) -> Table:
     for col in ("epoch", "images", "seconds", "images/s", "MB/s"):
         table.add_column(col, justify="right")
     for e in result.epochs:
-        table.add_row(str(e.epoch), f"{e.images:,}", f"{e.seconds:.2f}", f"{e.images_per_s:,.0f}",
-                      f"{e.mb_per_s:,.1f}")
+        table.add_row(str(e.epoch), f"{e.images:,}", f"{e.seconds:.2f}", f"{e.images_per_s:,.0f}", f"{e.mb_per_s:,.1f}")
     return table
 
 
@@ -226,18 +290,24 @@ def _cache_note(result: Any) -> str:
 
 def read(
     path: Annotated[Path, typer.Argument(metavar="PATH", help="A dataset written by iotool convert.")],
-    decoder: Annotated[str, typer.Option(metavar="NAME",
-        help="auto, pil, opencv, simplejpeg, jpeg4py, or none for the stored bytes.")] = "auto",
+    decoder: Annotated[
+        str, typer.Option(metavar="NAME", help="auto, pil, opencv, simplejpeg, jpeg4py, or none for the stored bytes.")
+    ] = "auto",
     workers: Annotated[int, typer.Option("--workers", "-w", min=0, help="DataLoader workers.")] = 0,
     batch_size: Annotated[int, typer.Option(min=1, help="Samples per batch.")] = 64,
     epochs: Annotated[int, typer.Option(min=1, help="Timed epochs.")] = 2,
     shuffle: Annotated[bool, typer.Option(help="Random order (map-style formats).")] = False,
-    cache: Annotated[Optional[str], typer.Option(metavar="ram",
-        help="ram: read through the shared decoded-image RAM cache (epoch 1 fills it).")] = None,
-    cache_resize: Annotated[Optional[int], typer.Option(
-        min=1, help="With --cache ram: cache images shrunk to this shorter side.")] = None,
-    json_out: Annotated[Optional[str], typer.Option(
-        "--json", metavar="FILE", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
+    cache: Annotated[
+        str | None,
+        typer.Option(metavar="ram", help="ram: read through the shared decoded-image RAM cache (epoch 1 fills it)."),
+    ] = None,
+    cache_resize: Annotated[
+        int | None, typer.Option(min=1, help="With --cache ram: cache images shrunk to this shorter side.")
+    ] = None,
+    json_out: Annotated[
+        str | None,
+        typer.Option("--json", metavar="FILE", help="Write results as JSON to FILE ('-' for stdout, no table)."),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """Throughput of a converted dataset through a torch DataLoader, per epoch.
@@ -254,9 +324,17 @@ def read(
 
     show = json_out != "-"
     with handle_errors(), progress_line(show and not quiet, "bench read") as callback:
-        result = bench_read(path, decoder=decoder, workers=workers, batch_size=batch_size,
-                            epochs=epochs, shuffle=shuffle, cache=cache, cache_resize=cache_resize,
-                            progress=callback)
+        result = bench_read(
+            path,
+            decoder=decoder,
+            workers=workers,
+            batch_size=batch_size,
+            epochs=epochs,
+            shuffle=shuffle,
+            cache=cache,
+            cache_resize=cache_resize,
+            progress=callback,
+        )
     if json_out:
         write_json(result.to_dict(), json_out)
     if show:
@@ -266,8 +344,13 @@ def read(
 # --- loader ------------------------------------------------------------------------------
 
 LOADER_COLUMNS = (("pipeline", "left"), ("images/s", "right"), ("vs base", "right"), ("ceiling", "right"))
-WIDE_LOADER_COLUMNS = (*LOADER_COLUMNS, ("per round", "right"), ("on disk", "right"), ("build s", "right"),
-                       ("options", "left"))
+WIDE_LOADER_COLUMNS = (
+    *LOADER_COLUMNS,
+    ("per round", "right"),
+    ("on disk", "right"),
+    ("build s", "right"),
+    ("options", "left"),
+)
 
 
 def loader_title(result: Any) -> str:
@@ -275,58 +358,93 @@ def loader_title(result: Any) -> str:
 
 
 def loader_notes(result: Any, wide: bool = False) -> list[str]:
-    return [f"median ±half-range of {result.rounds} interleaved rounds (best of {result.epochs} epochs each) "
-            f"after a warm-up; pipeline {result.pipeline}, decoder {result.decoder}, workers {result.workers}, "
-            f"batch {result.batch_size}",
-            f"vs base: images/s over the baseline's ({result.baseline}); ceiling: the baseline's step costs "
-            f"over the format's, timed alone on one core in this run: the most 'vs base' can reach on one core",
-            *[f"{r.name} / its DataLoader row: {_ratio(r.vs_dataloader)} (per round)"
-              for r in result.results if r.feed == "Loader"],
-            *([] if wide else ["--wide: per-round ratio, size on disk, build time and options as columns"])]
+    return [
+        f"median ±half-range of {result.rounds} interleaved rounds (best of {result.epochs} epochs each) "
+        f"after a warm-up; pipeline {result.pipeline}, decoder {result.decoder}, workers {result.workers}, "
+        f"batch {result.batch_size}",
+        f"vs base: images/s over the baseline's ({result.baseline}); ceiling: the baseline's step costs "
+        f"over the format's, timed alone on one core in this run: the most 'vs base' can reach on one core",
+        *[
+            f"{r.name} / its DataLoader row: {_ratio(r.vs_dataloader)} (per round)"
+            for r in result.results
+            if r.feed == "Loader"
+        ],
+        *([] if wide else ["--wide: per-round ratio, size on disk, build time and options as columns"]),
+    ]
 
 
 def loader_table(result: Any, wide: bool = False) -> Table:
     """The side-by-side loader results: four columns that fit 80 characters, or ``wide``."""
     table = Table()
-    for col, justify in (WIDE_LOADER_COLUMNS if wide else LOADER_COLUMNS):
+    for col, justify in WIDE_LOADER_COLUMNS if wide else LOADER_COLUMNS:
         table.add_column(col, justify=justify, no_wrap=col == "pipeline")
     ceiling = (result.ceiling or {}).get("ceiling", {})
     for r in result.results:
         cells = [r.name, _fmt_stats(r.images_per_s), _ratio(r.vs_baseline), _ratio(ceiling.get(r.format))]
         if wide:
-            cells += [_ratio(r.vs_baseline_per_round), human_bytes(r.bytes or 0),
-                      f"{r.convert_seconds:.1f}" if r.convert_seconds is not None else "-",
-                      ", ".join(f"{k}={v}" for k, v in r.options.items())]
+            cells += [
+                _ratio(r.vs_baseline_per_round),
+                human_bytes(r.bytes or 0),
+                f"{r.convert_seconds:.1f}" if r.convert_seconds is not None else "-",
+                ", ".join(f"{k}={v}" for k, v in r.options.items()),
+            ]
         table.add_row(*cells)
     return table
 
 
 def loader(
     src: Annotated[Path, typer.Argument(metavar="SRC", help="An ImageFolder root.")],
-    formats: Annotated[Optional[str], typer.Option(metavar="NAMES",
-        help="Comma-separated formats to build and read (default: every registered format).")] = None,
-    decoder: Annotated[str, typer.Option(metavar="NAME", help="iotool decoder for the formats (baseline: PIL).")] = "auto",
+    formats: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAMES", help="Comma-separated formats to build and read (default: every registered format)."
+        ),
+    ] = None,
+    decoder: Annotated[
+        str, typer.Option(metavar="NAME", help="iotool decoder for the formats (baseline: PIL).")
+    ] = "auto",
     workers: Annotated[int, typer.Option("--workers", "-w", min=0, help="DataLoader workers.")] = 0,
-    threads: Annotated[Optional[int], typer.Option("--threads", "-t", min=0, metavar="N",
-        help="Also read each format through iotool.Loader(threads=N), beside its DataLoader row "
-             "(default: --workers; 0: no Loader rows).")] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            "-t",
+            min=0,
+            metavar="N",
+            help="Also read each format through iotool.Loader(threads=N), beside its DataLoader row "
+            "(default: --workers; 0: no Loader rows).",
+        ),
+    ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Samples per batch.")] = 64,
     size: Annotated[int, typer.Option(min=1, help="Side of the square center crop.")] = 224,
     rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds; the table shows their median.")] = 3,
     epochs: Annotated[int, typer.Option(min=1, help="Epochs per pipeline in each round; the best counts.")] = 1,
-    pipeline: Annotated[str, typer.Option(metavar="rrc|center",
-        help="rrc: RandomResizedCrop + fast_collate; center: center crop + resize.")] = "rrc",
-    webdataset: Annotated[bool, typer.Option(
-        "--webdataset/--no-webdataset", help="Also read the tar shards with the webdataset package + PIL.")] = True,
-    workdir: Annotated[Optional[Path], typer.Option(
-        help="Where to build the formats (default: the system temp folder; removed after).")] = None,
-    json_out: Annotated[Optional[str], typer.Option(
-        "--json", metavar="FILE", help="Write results as JSON to FILE ('-' for stdout, no table).")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="Draw a bar chart to this PNG (needs matplotlib).")] = None,
-    ceiling_rounds: Annotated[int, typer.Option(
-        min=0, help="Rounds of timing each step alone on one core, for each format's ceiling (0: skip).")] = 3,
-    wide: Annotated[bool, typer.Option(
-        "--wide", help="Add per-round ratio, size, build time and options columns (130+ columns).")] = False,
+    pipeline: Annotated[
+        str,
+        typer.Option(metavar="rrc|center", help="rrc: RandomResizedCrop + fast_collate; center: center crop + resize."),
+    ] = "rrc",
+    webdataset: Annotated[
+        bool,
+        typer.Option(
+            "--webdataset/--no-webdataset", help="Also read the tar shards with the webdataset package + PIL."
+        ),
+    ] = True,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="Where to build the formats (default: the system temp folder; removed after)."),
+    ] = None,
+    json_out: Annotated[
+        str | None,
+        typer.Option("--json", metavar="FILE", help="Write results as JSON to FILE ('-' for stdout, no table)."),
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="Draw a bar chart to this PNG (needs matplotlib).")] = None,
+    ceiling_rounds: Annotated[
+        int,
+        typer.Option(min=0, help="Rounds of timing each step alone on one core, for each format's ceiling (0: skip)."),
+    ] = 3,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Add per-round ratio, size, build time and options columns (130+ columns).")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """torchvision's ImageFolder loading vs every iotool format built from SRC, side by side, with
@@ -346,11 +464,22 @@ def loader(
         if workdir is not None and not workdir.is_dir():
             raise UsageError(f"--workdir {str(workdir)!r} is not an existing folder.")
         with progress_line(show and not quiet, "bench loader") as callback:
-            result = bench_loader(src, formats=_split(formats), decoder=decoder, workers=workers,
-                                  batch_size=batch_size, size=size, rounds=rounds, epochs=epochs,
-                                  pipeline=pipeline, webdataset=webdataset, workdir=workdir,
-                                  progress=callback, ceiling_rounds=ceiling_rounds,
-                                  threads=workers if threads is None else threads)
+            result = bench_loader(
+                src,
+                formats=_split(formats),
+                decoder=decoder,
+                workers=workers,
+                batch_size=batch_size,
+                size=size,
+                rounds=rounds,
+                epochs=epochs,
+                pipeline=pipeline,
+                webdataset=webdataset,
+                workdir=workdir,
+                progress=callback,
+                ceiling_rounds=ceiling_rounds,
+                threads=workers if threads is None else threads,
+            )
         if plot is not None:
             from ..bench.plot import plot_loader
 
@@ -367,4 +496,6 @@ def loader(
 
 app.command("decode", cls=Command, short_help="Time every decoder on the same images")(decode)
 app.command("read", no_args_is_help=True, cls=Command, short_help="Time a dataset through a DataLoader")(read)
-app.command("loader", no_args_is_help=True, cls=Command, short_help="Every format against torchvision's ImageFolder pipeline")(loader)
+app.command(
+    "loader", no_args_is_help=True, cls=Command, short_help="Every format against torchvision's ImageFolder pipeline"
+)(loader)

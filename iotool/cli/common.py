@@ -40,10 +40,14 @@ def handle_errors() -> Iterator[None]:
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         kept = exc.kept if isinstance(exc, Interrupted) else None
-        what = f"the partial output is kept for --resume in {escape(kept)}" if kept else \
-            "nothing was left at the destination"
-        err_console.print(f"[bold red]Interrupted[/] ({signal.Signals(signum).name}); {what}.", highlight=False,
-                          soft_wrap=True)
+        what = (
+            f"the partial output is kept for --resume in {escape(kept)}"
+            if kept
+            else "nothing was left at the destination"
+        )
+        err_console.print(
+            f"[bold red]Interrupted[/] ({signal.Signals(signum).name}); {what}.", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(128 + signum) from None
 
 
@@ -148,8 +152,9 @@ class LazyBar:
         """Update the bar (starting it on the first call)."""
         if self.task is None:
             self.bar.start()
-            self.task = self.bar.add_task("", total=None, **{k: v for k, v in fields.items()
-                                                              if k not in ("completed", "total", "description")})
+            self.task = self.bar.add_task(
+                "", total=None, **{k: v for k, v in fields.items() if k not in ("completed", "total", "description")}
+            )
         self.bar.update(self.task, **fields)
 
     def stop(self) -> None:
@@ -158,12 +163,18 @@ class LazyBar:
             self.bar.stop()
 
 
-class progress_line:
+class progress_line:  # noqa: N801  (used as a function)
     """A rich progress line fed by the library's (what, done, total) callback."""
 
     def __init__(self, show: bool, label: str):
-        self.bar = LazyBar(show, TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                           TextColumn("{task.description}"), TimeElapsedColumn())
+        self.bar = LazyBar(
+            show,
+            TextColumn(f"[bold]{label}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+        )
 
     def __enter__(self):
         return self.update

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-
+from ..decode.encode import ENCODINGS
 from ..errors import UsageError
 from ..formats import format_names
-from ..decode.encode import ENCODINGS
 from ..pipeline.job import ConversionReport
 from ..pipeline.run import convert as run_convert
 from ..pipeline.sources import source_choices, source_names
-from .common import (LazyBar, choice, console, err_console, handle_errors, human_bytes, raise_if_stopped, say, stop_on_signals,
-                     write_json)
+from .common import (
+    LazyBar,
+    choice,
+    console,
+    err_console,
+    handle_errors,
+    human_bytes,
+    raise_if_stopped,
+    say,
+    stop_on_signals,
+    write_json,
+)
 
 SOURCE_CHOICES = source_choices()
 ON_ERROR = ["fail", "skip"]
@@ -24,60 +33,147 @@ ENGINES = ["local", "ray"]
 
 
 def convert(
-    src_format: Annotated[str, typer.Argument(parser=choice(SOURCE_CHOICES), metavar="SRC_FORMAT",
-        help=f"What SRC is: a source kind ({', '.join(source_names())}; docs: Bringing your data) or an iotool format.")],
-    dst_format: Annotated[str, typer.Argument(parser=choice(format_names()), metavar="DST_FORMAT",
-                                              help="The format to write.")],
-    src: Annotated[str, typer.Argument(metavar="SRC",
-        help="Source: an ImageFolder root or an iotool dataset (a path or a URL: s3://, gs://, ...), or a quoted "
-        "pattern of files for the kinds that read files (docs: Bringing your data).")],
-    dst: Annotated[str, typer.Argument(metavar="DST",
-        help="Destination (must not exist unless --overwrite): a path, or a URL (s3://bucket/shards) for formats written to URLs.")],
-    workers: Annotated[Optional[int], typer.Option(
-        "--workers", "-w", min=0, help="Reader/validator processes (default: CPU count).")] = None,
-    on_error: Annotated[str, typer.Option(parser=choice(ON_ERROR), metavar="fail|skip",
-        help="fail: stop at the first bad file, leave nothing at DST. skip: store the rest, list the bad ones.")] = "fail",
-    validate: Annotated[bool, typer.Option(
-        "--validate/--no-validate", help="Fully decode every image before storing it.")] = True,
-    overwrite: Annotated[bool, typer.Option(
-        help="Replace an existing DST, only if iotool wrote it: a dataset of any format, or an empty folder. "
-        "Anything else (a folder of other files, a plain file) is refused, as is a DST that is, holds or is "
-        "inside SRC.")] = False,
-    resume: Annotated[bool, typer.Option(
-        help="Continue the partial output of a killed or interrupted run from its last commit (formats "
-        "that can resume: see `iotool formats`).")] = False,
-    resize: Annotated[Optional[int], typer.Option(
-        min=1, help="Resize so the shorter side is N pixels (antialiased). Required for bmp.")] = None,
-    size: Annotated[Optional[str], typer.Option(metavar="WxH", help="Resize to exactly WIDTHxHEIGHT, e.g. 224x224.")] = None,
-    encode: Annotated[Optional[str], typer.Option(parser=choice(ENCODINGS), metavar="|".join(ENCODINGS),
-        help="Payload encoding: keep the original bytes (default without resize) or re-encode "
-        "(jpeg is the default with resize).")] = None,
+    src_format: Annotated[
+        str,
+        typer.Argument(
+            parser=choice(SOURCE_CHOICES),
+            metavar="SRC_FORMAT",
+            help=f"What SRC is: a source kind ({', '.join(source_names())}; docs: Bringing your data) or an iotool format.",
+        ),
+    ],
+    dst_format: Annotated[
+        str, typer.Argument(parser=choice(format_names()), metavar="DST_FORMAT", help="The format to write.")
+    ],
+    src: Annotated[
+        str,
+        typer.Argument(
+            metavar="SRC",
+            help="Source: an ImageFolder root or an iotool dataset (a path or a URL: s3://, gs://, ...), or a quoted "
+            "pattern of files for the kinds that read files (docs: Bringing your data).",
+        ),
+    ],
+    dst: Annotated[
+        str,
+        typer.Argument(
+            metavar="DST",
+            help="Destination (must not exist unless --overwrite): a path, or a URL (s3://bucket/shards) for formats written to URLs.",
+        ),
+    ],
+    workers: Annotated[
+        int | None, typer.Option("--workers", "-w", min=0, help="Reader/validator processes (default: CPU count).")
+    ] = None,
+    on_error: Annotated[
+        str,
+        typer.Option(
+            parser=choice(ON_ERROR),
+            metavar="fail|skip",
+            help="fail: stop at the first bad file, leave nothing at DST. skip: store the rest, list the bad ones.",
+        ),
+    ] = "fail",
+    validate: Annotated[
+        bool, typer.Option("--validate/--no-validate", help="Fully decode every image before storing it.")
+    ] = True,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="Replace an existing DST, only if iotool wrote it: a dataset of any format, or an empty folder. "
+            "Anything else (a folder of other files, a plain file) is refused, as is a DST that is, holds or is "
+            "inside SRC."
+        ),
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Continue the partial output of a killed or interrupted run from its last commit (formats "
+            "that can resume: see `iotool formats`)."
+        ),
+    ] = False,
+    resize: Annotated[
+        int | None,
+        typer.Option(min=1, help="Resize so the shorter side is N pixels (antialiased). Required for bmp."),
+    ] = None,
+    size: Annotated[
+        str | None, typer.Option(metavar="WxH", help="Resize to exactly WIDTHxHEIGHT, e.g. 224x224.")
+    ] = None,
+    encode: Annotated[
+        str | None,
+        typer.Option(
+            parser=choice(ENCODINGS),
+            metavar="|".join(ENCODINGS),
+            help="Payload encoding: keep the original bytes (default without resize) or re-encode "
+            "(jpeg is the default with resize).",
+        ),
+    ] = None,
     quality: Annotated[int, typer.Option(min=1, max=100, help="JPEG quality when re-encoding.")] = 90,
-    seekable: Annotated[bool, typer.Option(
-        help="Store JPEGs as seekable JPEGs: the same pixels, losslessly re-coded with restart markers, so a "
-        "crop decodes only the segments it needs (docs: Seekable JPEGs). Off: JPEGs are kept byte for byte.")] = False,
-    shard_size: Annotated[Optional[int], typer.Option(
-        min=1, help="Sharded formats (tar): samples per shard (default 1000).")] = None,
-    shard_bytes: Annotated[Optional[int], typer.Option(
-        min=1, help="Sharded formats (tar): start a new shard before its payloads exceed this many bytes.")] = None,
-    option: Annotated[Optional[list[str]], typer.Option(
-        "--option", "-o", metavar="KEY=VALUE", help="A format option as KEY=VALUE (repeatable), e.g. -o commit_every=512 for lmdb; "
-        "`iotool formats` lists each format's options.")] = None,
-    src_option: Annotated[Optional[list[str]], typer.Option(
-        "--src-option", "-s", metavar="KEY=VALUE", help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt; "
-        "each source kind refuses the options it does not know, naming its own.")] = None,
-    extensions: Annotated[Optional[list[str]], typer.Option(
-        "--extensions", metavar=".EXT,...", help="imagefolder: more file suffixes to read besides torchvision's "
-        "(.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp), e.g. --extensions .avif,.jxl (repeatable). "
-        "The summary counts the files left out by their extension.")] = None,
-    engine: Annotated[str, typer.Option(parser=choice(ENGINES), metavar="local|ray",
-        help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
-        "pip install 'iotool[ray]').")] = "local",
-    ray_address: Annotated[Optional[str], typer.Option(metavar="ADDRESS",
-        help="--engine ray: the cluster to join, e.g. auto or ray://HEAD:10001 (default: $RAY_ADDRESS, else a "
-        "cluster started with `ray start` on this machine, else a new local one).")] = None,
-    json_out: Annotated[Optional[str], typer.Option(
-        "--json", metavar="FILE", help="Also write the summary as JSON to this file ('-' for stdout, no table).")] = None,
+    seekable: Annotated[
+        bool,
+        typer.Option(
+            help="Store JPEGs as seekable JPEGs: the same pixels, losslessly re-coded with restart markers, so a "
+            "crop decodes only the segments it needs (docs: Seekable JPEGs). Off: JPEGs are kept byte for byte."
+        ),
+    ] = False,
+    shard_size: Annotated[
+        int | None, typer.Option(min=1, help="Sharded formats (tar): samples per shard (default 1000).")
+    ] = None,
+    shard_bytes: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Sharded formats (tar): start a new shard before its payloads exceed this many bytes."
+        ),
+    ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-o",
+            metavar="KEY=VALUE",
+            help="A format option as KEY=VALUE (repeatable), e.g. -o commit_every=512 for lmdb; "
+            "`iotool formats` lists each format's options.",
+        ),
+    ] = None,
+    src_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--src-option",
+            "-s",
+            metavar="KEY=VALUE",
+            help="A source option as KEY=VALUE (repeatable), e.g. -s label_file=labels.txt; "
+            "each source kind refuses the options it does not know, naming its own.",
+        ),
+    ] = None,
+    extensions: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--extensions",
+            metavar=".EXT,...",
+            help="imagefolder: more file suffixes to read besides torchvision's "
+            "(.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp), e.g. --extensions .avif,.jxl (repeatable). "
+            "The summary counts the files left out by their extension.",
+        ),
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            parser=choice(ENGINES),
+            metavar="local|ray",
+            help="local: a process pool on this machine. ray: shard-sized tasks on a Ray cluster (sharded formats; "
+            "pip install 'iotool[ray]').",
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ADDRESS",
+            help="--engine ray: the cluster to join, e.g. auto or ray://HEAD:10001 (default: $RAY_ADDRESS, else a "
+            "cluster started with `ray start` on this machine, else a new local one).",
+        ),
+    ] = None,
+    json_out: Annotated[
+        str | None,
+        typer.Option(
+            "--json", metavar="FILE", help="Also write the summary as JSON to this file ('-' for stdout, no table)."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
 ) -> None:
     """Convert an ImageFolder, an iotool dataset, or data in another shape (Parquet, WebDataset shards,
@@ -116,12 +212,27 @@ def convert(
             source_options["extensions"] = ",".join(extensions)
         size_wh = parse_size(size) if size else None
     with handle_errors(), stop_on_signals(), _progress_bar(show) as (bar, callback):
-        report = run_convert(src, dst, dst_format, src_format=src_format, workers=workers,
-                             on_error=on_error, validate=validate, overwrite=overwrite,
-                             resize=resize, size=size_wh,
-                             encode=encode, quality=quality, seekable=seekable, resume=resume,
-                             progress=callback, engine=engine, ray_address=ray_address,
-                             source_options=source_options or None, **format_options)
+        report = run_convert(
+            src,
+            dst,
+            dst_format,
+            src_format=src_format,
+            workers=workers,
+            on_error=on_error,
+            validate=validate,
+            overwrite=overwrite,
+            resize=resize,
+            size=size_wh,
+            encode=encode,
+            quality=quality,
+            seekable=seekable,
+            resume=resume,
+            progress=callback,
+            engine=engine,
+            ray_address=ray_address,
+            source_options=source_options or None,
+            **format_options,
+        )
         bar.stop()
     if json_out:
         write_json(report_dict(report), json_out)
@@ -130,13 +241,21 @@ def convert(
             say(f"resumed after {report.resumed_from:,} source files done by the interrupted run")
         say(f"iotool convert -> {report.format}: {report.dst}")
         console.print(summary_table(report))
-        say("images/s: images written over the whole run, the final commit included "
-            "(the bar counts source files done so far)", style="dim", label="note:")
+        say(
+            "images/s: images written over the whole run, the final commit included "
+            "(the bar counts source files done so far)",
+            style="dim",
+            label="note:",
+        )
         for s in report.skipped:
             say(f"{s.path}: {s.reason}", label="skipped", style="yellow", out=err_console)
         if report.left_out:
-            say(f"files left out by their extension: {left_out_text(report.left_out)}; read them with --extensions "
-                f"{','.join(e for e in report.left_out if e.startswith('.'))}", label="note:", style="yellow")
+            say(
+                f"files left out by their extension: {left_out_text(report.left_out)}; read them with --extensions "
+                f"{','.join(e for e in report.left_out if e.startswith('.'))}",
+                label="note:",
+                style="yellow",
+            )
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -161,13 +280,20 @@ def parse_options(items: list[str], flag: str = "--option") -> dict[str, str]:
     return options
 
 
-class _progress_bar:
+class _progress_bar:  # noqa: N801  (used as a function)
     """The conversion's progress bar (a terminal only; it appears once work has started)."""
 
     def __init__(self, show: bool):
-        self.bar = LazyBar(show, TextColumn("[bold]converting"), BarColumn(), MofNCompleteColumn(),
-                           TextColumn("{task.fields[rate]:>8.0f} img/s"),
-                           TextColumn("skipped {task.fields[skipped]}"), TimeRemainingColumn(), transient=False)
+        self.bar = LazyBar(
+            show,
+            TextColumn("[bold]converting"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:>8.0f} img/s"),
+            TextColumn("skipped {task.fields[skipped]}"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
 
     def __enter__(self):
         return self.bar, self.update
@@ -184,10 +310,17 @@ class _progress_bar:
 def report_dict(report: ConversionReport) -> dict:
     """The summary as plain JSON-able data."""
     return {
-        "src": report.src, "dst": report.dst, "format": report.format, "images": report.count,
-        "classes": report.classes, "bytes_in": report.bytes_in, "bytes_out": report.bytes_out,
-        "skipped": [vars(s) for s in report.skipped], "seconds": round(report.seconds, 3),
-        "images_per_s": round(report.images_per_s, 1), "resumed_from": report.resumed_from,
+        "src": report.src,
+        "dst": report.dst,
+        "format": report.format,
+        "images": report.count,
+        "classes": report.classes,
+        "bytes_in": report.bytes_in,
+        "bytes_out": report.bytes_out,
+        "skipped": [vars(s) for s in report.skipped],
+        "seconds": round(report.seconds, 3),
+        "images_per_s": round(report.images_per_s, 1),
+        "resumed_from": report.resumed_from,
         "left_out": None if report.left_out is None else dict(report.left_out),
     }
 
@@ -204,8 +337,10 @@ def summary_table(report: ConversionReport) -> Table:
     table.add_column(style="bold")
     table.add_column(justify="right")
     rows = [
-        ("images", f"{report.count:,}"), ("classes", str(report.classes)),
-        ("bytes in", human_bytes(report.bytes_in)), ("bytes out", human_bytes(report.bytes_out)),
+        ("images", f"{report.count:,}"),
+        ("classes", str(report.classes)),
+        ("bytes in", human_bytes(report.bytes_in)),
+        ("bytes out", human_bytes(report.bytes_out)),
         ("skipped", str(len(report.skipped))),
         *([("left out (extension)", left_out_text(report.left_out))] if report.left_out is not None else []),
         ("seconds", f"{report.seconds:.2f}"),

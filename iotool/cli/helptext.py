@@ -16,8 +16,16 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 # Typer's metavar for a parameter type -> the word a help page uses
-METAVARS = {"<int range>": "N", "<int>": "N", "<float range>": "X", "<float>": "X", "<str>": "TEXT",
-            "<list[str]>": "TEXT", "<path>": "PATH", "<bool>": ""}
+METAVARS = {
+    "<int range>": "N",
+    "<int>": "N",
+    "<float range>": "X",
+    "<float>": "X",
+    "<str>": "TEXT",
+    "<list[str]>": "TEXT",
+    "<path>": "PATH",
+    "<bool>": "",
+}
 _METAVAR = re.compile("|".join(re.escape(m) for m in METAVARS))
 
 
@@ -62,8 +70,9 @@ def wrap_paragraphs(text: str, width: int, examples: bool = True) -> list[str]:
         elif examples and rows and all(row.strip().startswith("iotool ") for row in rows):
             lines += ["  " + piece for row in rows for piece in command_lines(row.strip(), width - 2)]
         else:
-            lines += textwrap.wrap(" ".join(r.strip() for r in rows), width, break_on_hyphens=False,
-                                   break_long_words=False) or [""]
+            lines += textwrap.wrap(
+                " ".join(r.strip() for r in rows), width, break_on_hyphens=False, break_long_words=False
+            ) or [""]
     return lines
 
 

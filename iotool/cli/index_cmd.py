@@ -15,9 +15,14 @@ from .common import console, handle_errors, write_json
 
 def index(
     path: Annotated[str, typer.Argument(metavar="PATH", help="A local dataset written by iotool convert.")],
-    dali: Annotated[bool, typer.Option(
-        "--dali/--no-dali", help="Write NVIDIA DALI's index file beside every shard (shard-000000.idx), as "
-                                 "conversions do (the default: the only index kind today).")] = True,
+    dali: Annotated[
+        bool,
+        typer.Option(
+            "--dali/--no-dali",
+            help="Write NVIDIA DALI's index file beside every shard (shard-000000.idx), as "
+            "conversions do (the default: the only index kind today).",
+        ),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the files written as JSON.")] = False,
 ) -> None:
     """Write index files for other readers beside a dataset's shards (existing ones are replaced).
@@ -33,6 +38,9 @@ def index(
     if as_json:
         write_json({"path": path, "dali_indexes": written}, None)
         return
-    console.print(f"[green]OK[/] {escape(path)}: wrote {len(written)} DALI index file(s) "
-                  f"({escape(', '.join(os.path.basename(w) for w in written[:3]))}"
-                  f"{', ...' if len(written) > 3 else ''}).", highlight=False)
+    console.print(
+        f"[green]OK[/] {escape(path)}: wrote {len(written)} DALI index file(s) "
+        f"({escape(', '.join(os.path.basename(w) for w in written[:3]))}"
+        f"{', ...' if len(written) > 3 else ''}).",
+        highlight=False,
+    )

@@ -13,8 +13,13 @@ from .common import handle_errors, human_bytes, say, say_fields, write_json
 
 
 def info(
-    path: Annotated[str, typer.Argument(metavar="PATH",
-        help="A dataset written by iotool convert: a path, or a URL of tar shards (s3://, https://, ...).")],
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH",
+            help="A dataset written by iotool convert: a path, or a URL of tar shards (s3://, https://, ...).",
+        ),
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Show a dataset's format, version, count, classes, size, options and skipped files.
@@ -31,10 +36,17 @@ def info(
         reader = detect_format(path).reader(path)
         meta = reader.meta
         data = {
-            "path": reader.path, "format": meta.format, "format_version": meta.format_version,
-            "count": meta.count, "classes": meta.classes, "class_to_idx": meta.class_to_idx,
-            "bytes": _dataset_bytes(reader), "options": meta.options, "skipped": meta.skipped,
-            "checksum_algorithm": meta.checksum_algorithm, "created_by": meta.created_by,
+            "path": reader.path,
+            "format": meta.format,
+            "format_version": meta.format_version,
+            "count": meta.count,
+            "classes": meta.classes,
+            "class_to_idx": meta.class_to_idx,
+            "bytes": _dataset_bytes(reader),
+            "options": meta.options,
+            "skipped": meta.skipped,
+            "checksum_algorithm": meta.checksum_algorithm,
+            "created_by": meta.created_by,
             "jpeg_crops": crop_path(meta.options),
         }
     if as_json:
@@ -42,13 +54,18 @@ def info(
         return
     say(f"iotool info: {data['path']}")
     more = f" and {len(meta.classes) - 20:,} more" if len(meta.classes) > 20 else ""
-    say_fields([
-        ("format", f"{meta.format} (version {meta.format_version})"), ("images", f"{meta.count:,}"),
-        ("classes", f"{len(meta.classes)}: {', '.join(meta.classes[:20])}{more}"),
-        ("size on disk", human_bytes(data["bytes"])),
-        ("options", ", ".join(f"{k}={v}" for k, v in meta.options.items())),
-        ("skipped", str(len(meta.skipped))), ("created by", meta.created_by), ("JPEG crops", data["jpeg_crops"]),
-    ])
+    say_fields(
+        [
+            ("format", f"{meta.format} (version {meta.format_version})"),
+            ("images", f"{meta.count:,}"),
+            ("classes", f"{len(meta.classes)}: {', '.join(meta.classes[:20])}{more}"),
+            ("size on disk", human_bytes(data["bytes"])),
+            ("options", ", ".join(f"{k}={v}" for k, v in meta.options.items())),
+            ("skipped", str(len(meta.skipped))),
+            ("created by", meta.created_by),
+            ("JPEG crops", data["jpeg_crops"]),
+        ]
+    )
     for s in meta.skipped:
         say(f"{s.get('key')}: {s.get('reason')}", label="skipped", style="yellow", indent=2)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -30,30 +30,45 @@ def tune_title(result: Any) -> str:
 
 
 def tune_notes(result: Any) -> list[str]:
-    return [f"transform {result.transform}, collate {result.collate}; {result.cpus} usable CPUs; "
-            f"{result.seconds:.0f} s of a {result.max_seconds:g} s budget",
-            "img/s: over an epoch, paying its start (end s) once per pass; CPU / wait: share of the time "
-            "each worker (the main process at 0) ran / was ready but waited for a core; threads: an "
-            "iotool.Loader row (its CPU: the process's, per thread)"]
+    return [
+        f"transform {result.transform}, collate {result.collate}; {result.cpus} usable CPUs; "
+        f"{result.seconds:.0f} s of a {result.max_seconds:g} s budget",
+        "img/s: over an epoch, paying its start (end s) once per pass; CPU / wait: share of the time "
+        "each worker (the main process at 0) ran / was ready but waited for a core; threads: an "
+        "iotool.Loader row (its CPU: the process's, per thread)",
+    ]
 
 
 def tune_table(result: Any) -> Table:
     """One row per trial, the recommendation in bold green; fits 80 columns."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = ["workers", "threads", "prefetch", "persist"] + (["pin"] if result.cuda else []) + \
-        ["start s", "end s", "img/s", "CPU", "wait", ""]
+    columns = (
+        ["workers", "threads", "prefetch", "persist"]
+        + (["pin"] if result.cuda else [])
+        + ["start s", "end s", "img/s", "CPU", "wait", ""]
+    )
     for col in columns:
         table.add_column(col, justify="left" if col == "" else "right")
     for t in result.trials:
         loader = t.threads is not None
-        cells = ["-" if loader else str(t.num_workers), str(t.threads) if loader else "-",
-                 str(t.prefetch_factor or "-"), "-" if loader else ("yes" if t.persistent_workers else "no")]
+        cells = [
+            "-" if loader else str(t.num_workers),
+            str(t.threads) if loader else "-",
+            str(t.prefetch_factor or "-"),
+            "-" if loader else ("yes" if t.persistent_workers else "no"),
+        ]
         if result.cuda:
             cells.append("yes" if t.pin_memory else "no")
         chosen = t is result.chosen or t is result.loader_chosen
         mark = "chosen" if chosen else ("partial" if t.partial else "")
-        cells += [_secs(t.startup_s), _secs(t.restart_s), f"{t.epoch_images_per_s:,.0f}",
-                  _pct(t.worker_busy), _pct(t.worker_waiting), mark]
+        cells += [
+            _secs(t.startup_s),
+            _secs(t.restart_s),
+            f"{t.epoch_images_per_s:,.0f}",
+            _pct(t.worker_busy),
+            _pct(t.worker_waiting),
+            mark,
+        ]
         table.add_row(*cells, style="bold green" if chosen else None)
     return table
 
@@ -82,28 +97,65 @@ def print_advice(result: Any) -> None:
 
 
 def tune(
-    path: Annotated[str, typer.Argument(metavar="PATH", help="A dataset written by iotool convert (a path or a URL of tar shards).")],
-    transform: Annotated[Optional[str], typer.Option(
-        "--transform", "-t", metavar="MODULE:CALLABLE", help="MODULE:CALLABLE applied to each decoded HxWxC uint8 image, imported with the "
-        "current folder on sys.path. A class is instantiated with no arguments; a callable that takes no "
-        "argument is a factory, called once; a callable of the image is the transform. "
-        "Default: iotool.transforms.RandomResizedCrop(224).", show_default=False)] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Samples per batch, as in training.")] = 64,
-    max_seconds: Annotated[float, typer.Option(
-        min=0.001, help="Time budget for the whole search; when it runs out the advice comes from what was measured.")] = 60.0,
-    max_workers: Annotated[Optional[int], typer.Option(
-        min=0, help="Most workers to try (default: twice the usable CPUs).", show_default=False)] = None,
-    max_threads: Annotated[Optional[int], typer.Option(
-        min=0, help="Most iotool.Loader threads to try (default: twice the usable CPUs; 0: DataLoader only, "
-        "no verdict).", show_default=False)] = None,
-    decoder: Annotated[str, typer.Option(metavar="NAME",
-        help="auto, pil, opencv, simplejpeg, jpeg4py, or none to give the transform the stored bytes.")] = "auto",
+    path: Annotated[
+        str, typer.Argument(metavar="PATH", help="A dataset written by iotool convert (a path or a URL of tar shards).")
+    ],
+    transform: Annotated[
+        str | None,
+        typer.Option(
+            "--transform",
+            "-t",
+            metavar="MODULE:CALLABLE",
+            help="MODULE:CALLABLE applied to each decoded HxWxC uint8 image, imported with the "
+            "current folder on sys.path. A class is instantiated with no arguments; a callable that takes no "
+            "argument is a factory, called once; a callable of the image is the transform. "
+            "Default: iotool.transforms.RandomResizedCrop(224).",
+            show_default=False,
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", "-b", min=1, help="Samples per batch, as in training.")
+    ] = 64,
+    max_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Time budget for the whole search; when it runs out the advice comes from what was measured.",
+        ),
+    ] = 60.0,
+    max_workers: Annotated[
+        int | None,
+        typer.Option(min=0, help="Most workers to try (default: twice the usable CPUs).", show_default=False),
+    ] = None,
+    max_threads: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Most iotool.Loader threads to try (default: twice the usable CPUs; 0: DataLoader only, no verdict).",
+            show_default=False,
+        ),
+    ] = None,
+    decoder: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            help="auto, pil, opencv, simplejpeg, jpeg4py, or none to give the transform the stored bytes.",
+        ),
+    ] = "auto",
     batches: Annotated[int, typer.Option(min=1, help="Timed batches per trial (at least 3 per worker).")] = 20,
     min_time: Annotated[float, typer.Option(min=0.0, help="Timed seconds per trial, at least.")] = 1.0,
-    json_out: Annotated[Optional[str], typer.Option(
-        "--json", metavar="FILE", help="Write the table, advice and environment as JSON to FILE ('-' for stdout, no table).")] = None,
-    plot: Annotated[Optional[Path], typer.Option(
-        help="Draw images/s against num_workers to FILE.png (needs matplotlib: pip install matplotlib).")] = None,
+    json_out: Annotated[
+        str | None,
+        typer.Option(
+            "--json",
+            metavar="FILE",
+            help="Write the table, advice and environment as JSON to FILE ('-' for stdout, no table).",
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Draw images/s against num_workers to FILE.png (needs matplotlib: pip install matplotlib)."),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """Find the DataLoader settings (num_workers, prefetch_factor, persistent_workers, pin_memory) that feed
@@ -129,9 +181,18 @@ def tune(
 
             require_matplotlib()
         with progress_line(show and not quiet, "tune") as callback:
-            result = tune_loader(path, transform, batch_size=batch_size, max_seconds=max_seconds,
-                                 max_workers=max_workers, max_threads=max_threads, decoder=None if decoder == NO_DECODER else decoder,
-                                 batches=batches, min_time=min_time, progress=callback)
+            result = tune_loader(
+                path,
+                transform,
+                batch_size=batch_size,
+                max_seconds=max_seconds,
+                max_workers=max_workers,
+                max_threads=max_threads,
+                decoder=None if decoder == NO_DECODER else decoder,
+                batches=batches,
+                min_time=min_time,
+                progress=callback,
+            )
         if plot is not None:
             plot_tune(result, plot)
     if json_out:

@@ -11,8 +11,13 @@ from .common import EXIT_DATA_ERROR, err_console, progress_line, say, write_json
 
 
 def verify(
-    path: Annotated[str, typer.Argument(metavar="PATH",
-        help="A dataset written by iotool convert: a path, or a URL of tar shards (s3://, https://, ...).")],
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH",
+            help="A dataset written by iotool convert: a path, or a URL of tar shards (s3://, https://, ...).",
+        ),
+    ],
     decode: Annotated[bool, typer.Option("--decode", help="Also fully decode every image.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
@@ -25,12 +30,25 @@ def verify(
     with progress_line(not as_json, "verifying") as update:
         report = run_verify(path, decode_images=decode, progress=lambda done, total: update("", done, total))
     if as_json:
-        write_json({"path": report.path, "format": report.format, "count": report.count,
-                    "checked": report.checked, "decoded": report.decoded, "ok": report.ok,
-                    "problems": [vars(p) for p in report.problems]}, None)
+        write_json(
+            {
+                "path": report.path,
+                "format": report.format,
+                "count": report.count,
+                "checked": report.checked,
+                "decoded": report.decoded,
+                "ok": report.ok,
+                "problems": [vars(p) for p in report.problems],
+            },
+            None,
+        )
     elif report.ok:
-        say(f"{report.path}: {report.format}, {report.count:,} records, every checksum matches"
-            f"{', every image decodes' if decode else ''}.", label="OK", style="green")
+        say(
+            f"{report.path}: {report.format}, {report.count:,} records, every checksum matches"
+            f"{', every image decodes' if decode else ''}.",
+            label="OK",
+            style="green",
+        )
     else:
         say(f"in {report.path}:", label=f"{len(report.problems)} problem(s)", style="bold red", out=err_console)
         for p in report.problems:

@@ -11,11 +11,33 @@ without it such a record fails with an error naming the extra.
 from __future__ import annotations
 
 from .api import (
-    AUTO, BACKENDS, FORMAT_PREFERENCE, JPEG_PREFERENCE, PLUGIN_CODECS, Backend, BackendStatus, available,
-    check_codec, check_pixels, decode, image_format, resolve_backend,
+    AUTO,
+    BACKENDS,
+    FORMAT_PREFERENCE,
+    JPEG_PREFERENCE,
+    PLUGIN_CODECS,
+    Backend,
+    BackendStatus,
+    available,
+    check_codec,
+    check_pixels,
+    decode,
+    image_format,
+    resolve_backend,
 )
 
 __all__ = [
-    "AUTO", "BACKENDS", "FORMAT_PREFERENCE", "JPEG_PREFERENCE", "Backend", "BackendStatus",
-    "PLUGIN_CODECS", "available", "check_codec", "check_pixels", "decode", "image_format", "resolve_backend",
+    "AUTO",
+    "BACKENDS",
+    "FORMAT_PREFERENCE",
+    "JPEG_PREFERENCE",
+    "PLUGIN_CODECS",
+    "Backend",
+    "BackendStatus",
+    "available",
+    "check_codec",
+    "check_pixels",
+    "decode",
+    "image_format",
+    "resolve_backend",
 ]

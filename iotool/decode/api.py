@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import re
-import functools
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -31,7 +31,7 @@ class Backend:
     decode: Callable[..., np.ndarray]
     probe: Callable[[], str]
     hint: str
-    formats: Optional[frozenset[str]]  # None: every format its library knows
+    formats: frozenset[str] | None  # None: every format its library knows
     reduced: bool  # decodes JPEGs at 1/2, 1/4, 1/8 DCT scale
     jpeg_library: Callable[[], str]
 
@@ -41,17 +41,34 @@ class Backend:
 
 
 BACKENDS: dict[str, Backend] = {
-    "pil": Backend("pil", _b.decode_pil, _b.probe_pil, "pip install pillow",
-                   None, True, _b.jpeg_library_pil),
-    "opencv": Backend("opencv", _b.decode_opencv, _b.probe_opencv,
-                      "pip install opencv-python-headless", _OPENCV_FORMATS, True,
-                      _b.jpeg_library_opencv),
-    "simplejpeg": Backend("simplejpeg", _b.decode_simplejpeg, _b.probe_simplejpeg,
-                          "pip install simplejpeg", frozenset({"jpeg"}), True,
-                          _b.jpeg_library_simplejpeg),
-    "jpeg4py": Backend("jpeg4py", _b.decode_jpeg4py, _b.probe_jpeg4py,
-                       "apt-get install libturbojpeg0 (the system libjpeg-turbo), then pip install jpeg4py",
-                       frozenset({"jpeg"}), True, _b.jpeg_library_jpeg4py),
+    "pil": Backend("pil", _b.decode_pil, _b.probe_pil, "pip install pillow", None, True, _b.jpeg_library_pil),
+    "opencv": Backend(
+        "opencv",
+        _b.decode_opencv,
+        _b.probe_opencv,
+        "pip install opencv-python-headless",
+        _OPENCV_FORMATS,
+        True,
+        _b.jpeg_library_opencv,
+    ),
+    "simplejpeg": Backend(
+        "simplejpeg",
+        _b.decode_simplejpeg,
+        _b.probe_simplejpeg,
+        "pip install simplejpeg",
+        frozenset({"jpeg"}),
+        True,
+        _b.jpeg_library_simplejpeg,
+    ),
+    "jpeg4py": Backend(
+        "jpeg4py",
+        _b.decode_jpeg4py,
+        _b.probe_jpeg4py,
+        "apt-get install libturbojpeg0 (the system libjpeg-turbo), then pip install jpeg4py",
+        frozenset({"jpeg"}),
+        True,
+        _b.jpeg_library_jpeg4py,
+    ),
 }
 # Fastest first, per format, as measured by `iotool bench decode` (see benchmarks/decode.md).
 JPEG_PREFERENCE = ("simplejpeg", "jpeg4py", "opencv", "pil")
@@ -74,7 +91,7 @@ class BackendStatus:
     jpeg_library: str = ""  # the libjpeg(-turbo) it carries, filled in by ``available()``
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _status(name: str) -> BackendStatus:
     """Probe a backend once per process."""
     backend = BACKENDS[name]
@@ -140,8 +157,8 @@ def image_format(data: bytes | bytearray | memoryview) -> str:
 def _is_avif(head: bytes) -> bool:
     """An ISO-BMFF ``ftyp`` box whose major or compatible brands name AVIF (not HEIC)."""
     size = int.from_bytes(head[:4], "big")
-    brands = head[8:min(max(size, 16), len(head))]
-    return any(brands[i:i + 4] in (b"avif", b"avis") for i in range(0, len(brands) - 3, 4))
+    brands = head[8 : min(max(size, 16), len(head))]
+    return any(brands[i : i + 4] in (b"avif", b"avis") for i in range(0, len(brands) - 3, 4))
 
 
 _JXL_CONTAINER = b"\x00\x00\x00\x0cJXL \r\n\x87\n"
@@ -152,7 +169,7 @@ PLUGIN_CODECS: dict[str, tuple[str, tuple[str, ...], str]] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pil_reads(fmt: str) -> bool:
     """Whether PIL here reads ``fmt`` (natively, or once its plugin is imported)."""
     from PIL import features
@@ -179,8 +196,7 @@ def check_codec(fmt: str) -> None:
     entry = PLUGIN_CODECS.get(fmt)
     if entry is not None and not _pil_reads(fmt):
         name, _modules, extra = entry
-        raise DecodeError(f"a {name} image, and no {name} decoder is installed here: "
-                          f"pip install 'iotool[{extra}]'")
+        raise DecodeError(f"a {name} image, and no {name} decoder is installed here: pip install 'iotool[{extra}]'")
 
 
 def resolve_backend(backend: str, fmt: str) -> str:
@@ -201,9 +217,7 @@ def resolve_backend(backend: str, fmt: str) -> str:
         raise UsageError(f"Unknown decoder {backend!r}; choose one of: {AUTO}, {', '.join(BACKENDS)}.")
     status = _status(backend)
     if not status.available:
-        raise UsageError(
-            f"Decoder {backend!r} is not available here ({status.reason}). Install: {status.hint}."
-        )
+        raise UsageError(f"Decoder {backend!r} is not available here ({status.reason}). Install: {status.hint}.")
     return backend if BACKENDS[backend].reads(fmt) else "pil"
 
 
@@ -233,8 +247,12 @@ def check_pixels(height: int, width: int, warn: bool = True) -> None:
             f"only for trusted data"
         )
     if warn and pixels > limit:
-        warnings.warn(f"{width}x{height} image ({pixels} pixels) exceeds PIL.Image.MAX_IMAGE_PIXELS "
-                      f"({limit}); it could be a decompression bomb", warning, stacklevel=4)
+        warnings.warn(
+            f"{width}x{height} image ({pixels} pixels) exceeds PIL.Image.MAX_IMAGE_PIXELS "
+            f"({limit}); it could be a decompression bomb",
+            warning,
+            stacklevel=4,
+        )
 
 
 def _check_with_pil(data: bytes) -> None:
@@ -272,8 +290,9 @@ def check_jpeg(data: bytes, header: _b.JpegHeader, warn: bool = True) -> None:
         raise DecodeError("truncated JPEG (no end-of-image marker after the last scan)")
 
 
-def _prepare(data: bytes, fmt: str, chosen: str,
-             min_size: tuple[int, int] | None) -> tuple[_b.JpegHeader | None, int, str]:
+def _prepare(
+    data: bytes, fmt: str, chosen: str, min_size: tuple[int, int] | None
+) -> tuple[_b.JpegHeader | None, int, str]:
     """Header checks before any pixel is allocated: bomb guard, truncation, scale, fallback."""
     if fmt == "jpeg":
         header = _b.parse_jpeg_header(data)

@@ -130,6 +130,7 @@ def libjpeg_turbo_version_in(path: str | None) -> str:
 
 # --- PIL ---------------------------------------------------------------------------------
 
+
 def probe_pil() -> str:
     """PIL's version; raises ImportError without Pillow."""
     import PIL
@@ -167,6 +168,7 @@ def decode_pil(data: bytes, scale: int = 1, header: JpegHeader | None = None) ->
 
 # --- OpenCV ------------------------------------------------------------------------------
 
+
 def probe_opencv() -> str:
     """OpenCV's version; raises ImportError without it."""
     import cv2
@@ -182,13 +184,14 @@ def jpeg_library_opencv() -> str:
     return match.group(1).strip() if match else ""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _opencv_flags(scale: int) -> tuple[int, bool]:
     """imdecode flags for a DCT scale, and whether the result still needs BGR -> RGB."""
     import cv2
 
-    color = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
-             8: cv2.IMREAD_REDUCED_COLOR_8}.get(scale, cv2.IMREAD_COLOR)
+    color = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}.get(
+        scale, cv2.IMREAD_COLOR
+    )
     rgb = getattr(cv2, "IMREAD_COLOR_RGB", None)  # OpenCV >= 4.10 decodes straight to RGB
     if rgb is not None:  # IMREAD_COLOR means BGR there: swap that bit for the RGB one
         return (color & ~cv2.IMREAD_COLOR) | rgb | cv2.IMREAD_IGNORE_ORIENTATION, False
@@ -209,6 +212,7 @@ def decode_opencv(data: bytes, scale: int = 1, header: JpegHeader | None = None)
 
 
 # --- simplejpeg --------------------------------------------------------------------------
+
 
 def probe_simplejpeg() -> str:
     """simplejpeg's version; raises ImportError without it."""
@@ -233,8 +237,7 @@ def decode_simplejpeg(data: bytes, scale: int = 1, header: JpegHeader | None = N
     if scale > 1 and header is not None:
         kwargs = {"min_height": scaled(header.height, scale), "min_width": scaled(header.width, scale)}
     try:
-        out = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=False, fastupsample=False,
-                                     strict=True, **kwargs)
+        out = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=False, fastupsample=False, strict=True, **kwargs)
     except ValueError as exc:
         if "color conversion" in str(exc).lower():
             raise Unsupported(str(exc)) from None
@@ -244,16 +247,17 @@ def decode_simplejpeg(data: bytes, scale: int = 1, header: JpegHeader | None = N
 
 # --- jpeg4py -----------------------------------------------------------------------------
 
+
 def probe_jpeg4py() -> str:
     """jpeg4py's version; raises OSError without the system libturbojpeg."""
-    import jpeg4py
     from importlib.metadata import PackageNotFoundError, version
+
+    import jpeg4py
 
     try:
         jpeg4py.initialize()  # dlopen("libturbojpeg.so.0"): a missing system library shows here
     except OSError:
-        raise OSError("jpeg4py is installed but the system library libturbojpeg.so.0 was not "
-                      "found") from None
+        raise OSError("jpeg4py is installed but the system library libturbojpeg.so.0 was not found") from None
     try:
         return version("jpeg4py")
     except PackageNotFoundError:

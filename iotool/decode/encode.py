@@ -31,9 +31,15 @@ def encode(image: np.ndarray, encoding: str, quality: int = 90) -> bytes:
 
 
 _FORMAT_EXTENSIONS = {
-    "jpeg": ("jpg", "jpeg"), "png": ("png",), "bmp": ("bmp",), "webp": ("webp",),
-    "tiff": ("tif", "tiff"), "gif": ("gif",), "pnm": ("ppm", "pgm", "pbm", "pnm"),
-    "avif": ("avif",), "jxl": ("jxl",),
+    "jpeg": ("jpg", "jpeg"),
+    "png": ("png",),
+    "bmp": ("bmp",),
+    "webp": ("webp",),
+    "tiff": ("tif", "tiff"),
+    "gif": ("gif",),
+    "pnm": ("ppm", "pgm", "pbm", "pnm"),
+    "avif": ("avif",),
+    "jxl": ("jxl",),
 }
 
 

@@ -52,8 +52,10 @@ else:
 MARGIN = 2  # pixels decoded past each side of the region; chroma upsampling reaches one sample out
 SCALES = (1, 2, 4, 8)
 ENV = "IOTOOL_LIBJPEG"
-HINT = ("install a C compiler and the libjpeg-turbo headers (Debian/Ubuntu: apt-get install gcc libjpeg-dev), "
-        "then reinstall iotool")
+HINT = (
+    "install a C compiler and the libjpeg-turbo headers (Debian/Ubuntu: apt-get install gcc libjpeg-dev), "
+    "then reinstall iotool"
+)
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,10 @@ def candidates() -> Iterator[tuple[str, str]]:
     if pillow:
         yield "Pillow", pillow
     # The 6.2-ABI soname on Linux; elsewhere ask the linker (spawns ldconfig or gcc: last resort).
-    yield "system", "libjpeg.so.62" if sys.platform.startswith("linux") else ctypes.util.find_library("jpeg") or "libjpeg"
+    yield (
+        "system",
+        "libjpeg.so.62" if sys.platform.startswith("linux") else ctypes.util.find_library("jpeg") or "libjpeg",
+    )
 
 
 def _bind() -> tuple[JpegLibrary | None, str]:
@@ -149,8 +154,15 @@ def supports(header: _b.JpegHeader) -> bool:
     return header.marker in HUFFMAN_DCT and header.components in (1, 3) and header.precision == 8
 
 
-def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1,
-                       *, name: str = "<bytes>", library: JpegLibrary | None = None) -> np.ndarray:
+def decode_jpeg_region(
+    data: bytes,
+    header: _b.JpegHeader,
+    box: tuple[int, int, int, int],
+    scale: int = 1,
+    *,
+    name: str = "<bytes>",
+    library: JpegLibrary | None = None,
+) -> np.ndarray:
     """Decode ``box = (top, left, height, width)`` of a JPEG reduced by ``1/scale``.
 
     Args:
@@ -176,8 +188,15 @@ def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, 
         raise RuntimeError(f"the JPEG region decoder is unavailable: {region_status()}")
     top, left, height, width = box
     full_h, full_w = _b.scaled(header.height, scale), _b.scaled(header.width, scale)
-    if scale not in SCALES or height <= 0 or width <= 0 or top < 0 or left < 0 \
-            or top + height > full_h or left + width > full_w:
+    if (
+        scale not in SCALES
+        or height <= 0
+        or width <= 0
+        or top < 0
+        or left < 0
+        or top + height > full_h
+        or left + width > full_w
+    ):
         raise ValueError(f"box {box} at scale 1/{scale} is outside the {full_w}x{full_h} image")
     try:
         check_jpeg(data, header)  # rows below the region are never read: the end is checked here
@@ -189,8 +208,9 @@ def decode_jpeg_region(data: bytes, header: _b.JpegHeader, box: tuple[int, int, 
     return np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
 
 
-def decode_jpeg_seekable(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1,
-                         *, name: str = "<bytes>") -> np.ndarray | None:
+def decode_jpeg_seekable(
+    data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1, *, name: str = "<bytes>"
+) -> np.ndarray | None:
     """Decode ``box`` (at ``1/scale``) of a seekable JPEG from the restart segments that cover it,
     in one extension call with the GIL released: the headers walked, iotool's table checked against
     them, the segments gathered and the box decoded (:func:`iotool.decode.seekable.decode_jpeg_box`
@@ -205,25 +225,39 @@ def decode_jpeg_seekable(data: bytes, header: _b.JpegHeader, box: tuple[int, int
         raise RuntimeError(f"the JPEG region decoder is unavailable: {region_status()}")
     top, left, height, width = box
     if min(box) < 0:
-        raise ValueError(f"box {box} at scale 1/{scale} is outside the {header.width}x{header.height} image "
-                         f"reduced by {scale}")
+        raise ValueError(
+            f"box {box} at scale 1/{scale} is outside the {header.width}x{header.height} image reduced by {scale}"
+        )
     try:
-        pixels = _jpegregion.decode_seekable(LIBRARY.handle, data, _s.TAG, _s.VERSION, scale, header.height,
-                                             header.width, top, left, height, width, MARGIN)
+        pixels = _jpegregion.decode_seekable(
+            LIBRARY.handle,
+            data,
+            _s.TAG,
+            _s.VERSION,
+            scale,
+            header.height,
+            header.width,
+            top,
+            left,
+            height,
+            width,
+            MARGIN,
+        )
     except ValueError as exc:
         message = str(exc)
         if message.startswith("bad region: "):
-            raise ValueError(f"box {box}: {message[len('bad region: '):]}") from None
+            raise ValueError(f"box {box}: {message[len('bad region: ') :]}") from None
         if message.startswith("segments: "):
-            raise _s.table_problem(name, ValueError(message[len("segments: "):])) from None
+            raise _s.table_problem(name, ValueError(message[len("segments: ") :])) from None
         if message.startswith("header: "):
-            raise DecodeError(f"{name}: {message[len('header: '):]}") from None
+            raise DecodeError(f"{name}: {message[len('header: ') :]}") from None
         raise DecodeError(f"{name}: corrupt JPEG ({message})") from None
     return None if pixels is None else np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
 
 
-def transcode_with(library: JpegLibrary, data: bytes, restart_mcus: int, optimize: bool, skip_marker: int,
-                   skip_tag: bytes) -> bytes:
+def transcode_with(
+    library: JpegLibrary, data: bytes, restart_mcus: int, optimize: bool, skip_marker: int, skip_tag: bytes
+) -> bytes:
     """The extension's lossless transcode (:func:`iotool.decode.seekable.transcode` is the API):
     ``data``'s DCT coefficients re-entropy-coded by ``library``, sequential, a restart marker every
     ``restart_mcus`` MCUs, optimised Huffman tables when ``optimize``; the APPn/COM segments kept

@@ -43,8 +43,7 @@ def choose_interval(mcus_per_row: int, restart_mcus: int = RESTART_MCUS) -> int:
     return best if 2 * best >= min(restart_mcus, mcus_per_row) else mcus_per_row
 
 
-def transcode(data: bytes, restart_mcus: int = RESTART_MCUS, *, optimize: bool = True,
-              name: str = "<bytes>") -> bytes:
+def transcode(data: bytes, restart_mcus: int = RESTART_MCUS, *, optimize: bool = True, name: str = "<bytes>") -> bytes:
     """The JPEG ``data`` rewritten losslessly as a seekable JPEG (see the module docstring).
 
     Raises:
@@ -111,8 +110,9 @@ def is_seekable(data: bytes) -> bool:
         return False
 
 
-def decode_jpeg_box(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1,
-                    *, name: str = "<bytes>") -> np.ndarray:
+def decode_jpeg_box(
+    data: bytes, header: _b.JpegHeader, box: tuple[int, int, int, int], scale: int = 1, *, name: str = "<bytes>"
+) -> np.ndarray:
     """:func:`iotool.decode.region.decode_jpeg_region`, through the restart segments that cover
     the box when ``data`` is a seekable JPEG, else by region as before.
 
@@ -133,4 +133,13 @@ def decode_jpeg_box(data: bytes, header: _b.JpegHeader, box: tuple[int, int, int
     return _region.decode_jpeg_region(data, header, box, scale, name=name)
 
 
-__all__ = ["RESTART_MCUS", "choose_interval", "transcode", "add_table", "transcodable", "original_sha256", "is_seekable", "decode_jpeg_box"]
+__all__ = [
+    "RESTART_MCUS",
+    "add_table",
+    "choose_interval",
+    "decode_jpeg_box",
+    "is_seekable",
+    "original_sha256",
+    "transcodable",
+    "transcode",
+]

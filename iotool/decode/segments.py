@@ -100,14 +100,25 @@ def read_frame(data: bytes, name: str = "<bytes>") -> Frame:
             sof = _frame_header(data, pos, length, name)
         elif marker == 0xDD and length == 4:
             (interval,) = struct.unpack_from(">H", data, pos + 4)
-        elif marker == APP9 and data[pos + 4:pos + 4 + len(TAG)] == TAG:
+        elif marker == APP9 and data[pos + 4 : pos + 4 + len(TAG)] == TAG:
             table = (pos, end)
         elif marker == 0xDA:
             if sof is None:
                 raise DecodeError(f"{name}: corrupt JPEG (a scan before the frame header)")
             height, width, comps, mcu_h, mcu_w, sof_pos, sof_marker = sof
-            return Frame(height, width, comps, mcu_h, mcu_w, sof_pos, sof_marker, interval or 0,
-                         data[pos + 4] if length > 2 else 0, end, table)
+            return Frame(
+                height,
+                width,
+                comps,
+                mcu_h,
+                mcu_w,
+                sof_pos,
+                sof_marker,
+                interval or 0,
+                data[pos + 4] if length > 2 else 0,
+                end,
+                table,
+            )
         elif marker == 0xD9:
             break
         pos = end
@@ -171,8 +182,10 @@ def read_layout(data: bytes, name: str = "<bytes>") -> Layout | None:
     if version != VERSION:
         problem = f"version {version}, not {VERSION}"
     elif problem is None and (interval != frame.interval or rows != frame.mcu_rows or stop - body != _FIXED + 4 * rows):
-        problem = (f"interval {interval}, {rows} rows in {stop - body} bytes; the JPEG has interval "
-                   f"{frame.interval} and {frame.mcu_rows} MCU rows")
+        problem = (
+            f"interval {interval}, {rows} rows in {stop - body} bytes; the JPEG has interval "
+            f"{frame.interval} and {frame.mcu_rows} MCU rows"
+        )
     end = len(data) - 2
     if problem is None and data[end:] != b"\xff\xd9":
         problem = "the data does not end with EOI"
@@ -195,8 +208,12 @@ def row_start_table(data: bytes, frame: Frame) -> list[int]:
 
 def table_segment(frame: Frame, offsets: list[int], original: bytes) -> bytes:
     """iotool's APP9 segment for these row offsets and the original's SHA-256 digest (32 bytes)."""
-    body = (TAG + struct.pack(">BHH", VERSION, frame.interval, len(offsets)) + original
-            + struct.pack(f">{len(offsets)}I", *offsets))
+    body = (
+        TAG
+        + struct.pack(">BHH", VERSION, frame.interval, len(offsets))
+        + original
+        + struct.pack(f">{len(offsets)}I", *offsets)
+    )
     if len(body) + 2 > 0xFFFF:
         raise DecodeError(f"{len(offsets)} MCU rows do not fit one APP9 segment")
     return struct.pack(">BBH", 0xFF, APP9, len(body) + 2) + body
@@ -208,7 +225,7 @@ def original_digest(data: bytes, name: str = "<bytes>") -> bytes | None:
     body = table[0] + 4 + len(TAG) if table else 0
     if table is None or table[1] - body < _FIXED:
         return None
-    return data[body + 5:body + _FIXED]
+    return data[body + 5 : body + _FIXED]
 
 
 def table_hint(data: bytes) -> bool:
@@ -216,7 +233,7 @@ def table_hint(data: bytes) -> bool:
     a leading APP0): the check every JPEG of the fused path gets, two comparisons. A table
     anywhere else is not looked for (the JPEG is decoded by region)."""
     at = insert_at(data)
-    return data[at:at + 2] == b"\xff\xe9" and data[at + 4:at + 4 + len(TAG)] == TAG
+    return data[at : at + 2] == b"\xff\xe9" and data[at + 4 : at + 4 + len(TAG)] == TAG
 
 
 def insert_at(data: bytes) -> int:
@@ -234,7 +251,7 @@ def _headers(data: bytes, frame: Frame, height: int, width: int) -> bytes:
     for start, stop, new in edits:  # two distinct segments of the walk: they never overlap
         parts += [data[at:start], new]
         at = stop
-    parts.append(data[at:frame.entropy])
+    parts.append(data[at : frame.entropy])
     return b"".join(parts)
 
 
@@ -256,8 +273,17 @@ class Cut:
     def segment_args(self, layout: Layout) -> tuple[int, ...]:
         """The extension's arguments after ``(data, head)``: where the scan, table and EOI are, and the segments."""
         frame = layout.frame
-        return (frame.entropy, layout.table, layout.end, frame.mcu_rows, layout.per_row,
-                self.c0, self.c1, self.r0, self.r1)
+        return (
+            frame.entropy,
+            layout.table,
+            layout.end,
+            frame.mcu_rows,
+            layout.per_row,
+            self.c0,
+            self.c1,
+            self.r0,
+            self.r1,
+        )
 
 
 def plan_cut(data: bytes, layout: Layout, top: int, left: int, bottom: int, right: int) -> Cut | None:
@@ -299,8 +325,9 @@ class SubImage:
     width: int
 
 
-def sub_image(data: bytes, layout: Layout, top: int, left: int, bottom: int, right: int,
-              name: str = "<bytes>") -> SubImage | None:
+def sub_image(
+    data: bytes, layout: Layout, top: int, left: int, bottom: int, right: int, name: str = "<bytes>"
+) -> SubImage | None:
     """The sub-JPEG of the segments covering full-size pixels ``[top, bottom) x [left, right)``
     (:func:`plan_cut`; the decode of a crop builds it and decodes it in one extension call,
     :func:`iotool.decode.region.decode_jpeg_seekable`, the same rules in C).

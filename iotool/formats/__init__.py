@@ -16,15 +16,15 @@ from ..errors import UnknownFormatError
 from .options import FormatOptions
 from .plan import ShardPlan, ShardUnit
 from .reader import FormatReader, ShardedReader
+from .registry import FORMATS, all_formats, format_names, formats_where, get_format, register
 from .spec import FormatSpec
 from .writer import FormatWriter, WriterHooks
-from .registry import FORMATS, all_formats, format_names, formats_where, get_format, register
 
 if TYPE_CHECKING:
     from ..storage import StorageConfig
 
 
-def detect_format(path: str | os.PathLike, storage: "StorageConfig | None" = None) -> FormatSpec:
+def detect_format(path: str | os.PathLike, storage: StorageConfig | None = None) -> FormatSpec:
     """The spec of the dataset at ``path`` (a local path or a URL), from the ``format`` field of
     its own metadata."""
     from ..storage import StorageConfig, is_url, normalize
@@ -51,11 +51,12 @@ def _declared_spec(path: str, declared: str) -> FormatSpec:
     if declared not in format_names():
         raise UnknownFormatError(
             f"{path!r}: its metadata says format {declared!r}, which this installation does not know "
-            f"(known: {', '.join(format_names())}); install the package that provides it.")
+            f"(known: {', '.join(format_names())}); install the package that provides it."
+        )
     return get_format(declared)
 
 
-def _detect_remote(url: str, config: "StorageConfig") -> FormatSpec:
+def _detect_remote(url: str, config: StorageConfig) -> FormatSpec:
     """A URL dataset: asked of each format that reads URLs."""
     remote = [spec for spec in all_formats() if spec.remote_read]
     for sniff_remote in dict.fromkeys(spec.sniff_remote for spec in remote):  # a shared sniff once
@@ -66,15 +67,30 @@ def _detect_remote(url: str, config: "StorageConfig") -> FormatSpec:
                 raise UnknownFormatError(
                     f"{url!r} holds a {found.name} dataset, which is read from local paths only; copy it to "
                     f"local disk first, or convert it to a format read from URLs "
-                    f"({', '.join(s.name for s in remote)}).")
+                    f"({', '.join(s.name for s in remote)})."
+                )
             return found
-    raise UnknownFormatError(f"{url!r} holds no index.json of an iotool dataset readable from a URL (formats read remotely: "
-                             f"{', '.join(s.name for s in remote)}); write one with `iotool convert imagefolder "
-                             f"FORMAT SRC URL`.")
+    raise UnknownFormatError(
+        f"{url!r} holds no index.json of an iotool dataset readable from a URL (formats read remotely: "
+        f"{', '.join(s.name for s in remote)}); write one with `iotool convert imagefolder "
+        f"FORMAT SRC URL`."
+    )
 
 
 __all__ = [
-    "FORMATS", "FormatOptions", "FormatReader", "FormatSpec", "FormatWriter", "ShardPlan", "ShardUnit",
-    "ShardedReader", "WriterHooks", "all_formats", "detect_format", "format_names", "formats_where", "get_format",
+    "FORMATS",
+    "FormatOptions",
+    "FormatReader",
+    "FormatSpec",
+    "FormatWriter",
+    "ShardPlan",
+    "ShardUnit",
+    "ShardedReader",
+    "WriterHooks",
+    "all_formats",
+    "detect_format",
+    "format_names",
+    "formats_where",
+    "get_format",
     "register",
 ]

@@ -18,24 +18,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..decode.bmp import bmp_size, decode_bmp
-from ..errors import FormatError
-from ..names import ALLOWED, name_problem
+from ..errors import ConversionError, FormatError
+from ..names import ALLOWED, inside, name_problem
 from ..records import DatasetMeta, Record
 from ..storage.files import read_regular
 from .options import FormatOptions
 from .plan import ShardPlan, ShardUnit
-from .spec import FormatSpec
-from .writer import FormatWriter, WriterHooks
-from ..errors import ConversionError
-from ..names import inside
 from .sharded.columns import ColumnWriter, write_columns
 from .sharded.index import IndexedReader, meta_dict, read_index, sniff_index, unique_stem, write_index
+from .spec import FormatSpec
+from .writer import FormatWriter, WriterHooks
 
 if TYPE_CHECKING:
     from ..storage import OutputDir
 
 FORMAT_VERSION = 2  # index columns in memory-mapped files; version 1 kept them as JSON lists
 TASK_SIZE = 256  # BMP files per Ray task
+
+
 class BmpWriter(FormatWriter):
     """Writes one .bmp file per record in a mirrored tree; the index columns record by record,
     index.json last."""
@@ -54,8 +54,9 @@ class BmpWriter(FormatWriter):
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "wb") as f:
             f.write(record.data)
-        self.columns.append(files=rel, keys=record.key, labels=record.label, sizes=bmp_size(record.data),
-                            checksums=record.checksum)
+        self.columns.append(
+            files=rel, keys=record.key, labels=record.label, sizes=bmp_size(record.data), checksums=record.checksum
+        )
 
     def finish(self, meta: DatasetMeta) -> None:
         os.sync()  # the many small files reach the disk before the index that vouches for them
@@ -74,8 +75,9 @@ def output_file(root: str, rel: str, key: str, local: bool = True) -> str:
     full = None if reason else inside(root, rel) if local else f"{root}/{rel}"
     if full is None:
         reason = reason or "a symlink on the way leads outside the destination"
-        raise ConversionError(f"{key}: refused to write {rel!r} under {root} ({reason}); a file name must be "
-                              f"{ALLOWED}.", key, reason)
+        raise ConversionError(
+            f"{key}: refused to write {rel!r} under {root} ({reason}); a file name must be {ALLOWED}.", key, reason
+        )
     return full
 
 
@@ -138,7 +140,7 @@ def _check_inside(root: str, rel: str) -> None:
 class _BmpUnit(ShardUnit):
     """A Ray task's BMP files, each under a temporary name until the task publishes them."""
 
-    def __init__(self, out: "OutputDir"):
+    def __init__(self, out: OutputDir):
         self.out = out
         self.written: list[tuple[str, str]] = []  # (local temporary, final name)
         self.cols: dict[str, list] = {name: [] for name in COLUMNS}
@@ -149,8 +151,7 @@ class _BmpUnit(ShardUnit):
         self.written.append((local, name))
         with open(local, "wb") as f:
             f.write(record.data)
-        for column, value in zip(COLUMNS, (name, record.key, record.label, bmp_size(record.data),
-                                           record.checksum)):
+        for column, value in zip(COLUMNS, (name, record.key, record.label, bmp_size(record.data), record.checksum)):
             self.cols[column].append(value)
 
     def publish(self) -> int:
@@ -176,20 +177,32 @@ class BmpShardPlan(ShardPlan):
         used: set[str] = set()
         return [unique_stem(key, used, escape_dots=False) + ".bmp" for key in keys]
 
-    def open_unit(self, task: int, out: "OutputDir") -> ShardUnit:
+    def open_unit(self, task: int, out: OutputDir) -> ShardUnit:
         return _BmpUnit(out)
 
     def merge(self, columns: dict[str, list], units: list[dict[str, Any]], part: dict[str, Any]) -> None:
         for name in COLUMNS:
             columns.setdefault(name, []).extend(part["columns"][name])
 
-    def write_index(self, folder: str, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
-                    options: FormatOptions) -> None:
+    def write_index(
+        self,
+        folder: str,
+        meta: DatasetMeta,
+        columns: dict[str, list],
+        units: list[dict[str, Any]],
+        options: FormatOptions,
+    ) -> None:
         rows = (dict(zip(COLUMNS, values)) for values in zip(*(columns[name] for name in COLUMNS)))
         write_index(folder, bmp_index(meta, write_columns(folder, KINDS, rows)))
 
 
 SPEC = FormatSpec(
-    "bmp", "pre-resized BMP cache (directory)", BmpWriter, BmpReader, sniff_index, sharded=BmpShardPlan(),
-    encoding="bmp", needs_resize=True,
+    "bmp",
+    "pre-resized BMP cache (directory)",
+    BmpWriter,
+    BmpReader,
+    sniff_index,
+    sharded=BmpShardPlan(),
+    encoding="bmp",
+    needs_resize=True,
 )

@@ -26,16 +26,16 @@ class DaliReading(ABC):
     op: str = ""  # DALI's reader: nvidia.dali.fn.readers.<op>
 
     @abstractmethod
-    def index_paths(self, reader: "ShardedReader") -> list[str]:
+    def index_paths(self, reader: ShardedReader) -> list[str]:
         """The DALI index file of every shard of the dataset ``reader`` reads, in shard order."""
 
     @abstractmethod
-    def write_indexes(self, path: str, reader: "ShardedReader") -> list[str]:
+    def write_indexes(self, path: str, reader: ShardedReader) -> list[str]:
         """(Re)write the index file of every shard of the local dataset at ``path`` (read by
         ``reader``), from the shards and iotool's index; return the files written, under ``path``."""
 
     @abstractmethod
-    def read(self, fn: Any, reader: "ShardedReader", **options: Any) -> tuple[Any, Any]:
+    def read(self, fn: Any, reader: ShardedReader, **options: Any) -> tuple[Any, Any]:
         """DALI's reader over the dataset's shards, inside a pipeline being defined: the nodes of
         the encoded images and of the labels (a label as its ASCII digits, or an int64 class
         index). ``fn`` is ``nvidia.dali.fn``; ``options`` go to the reader (sharding, shuffling,

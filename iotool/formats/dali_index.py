@@ -47,8 +47,11 @@ def write_dali_indexes(path: str | os.PathLike) -> list[str]:
 
     path = os.fspath(path)
     if is_url(path):
-        raise UsageError(f"{path}: DALI index files are written for local datasets only; write them where "
-                         f"the dataset was converted, or convert it again (conversions write them).")
-    reader, dali = open_for_dali(path, "{path}: a {format} dataset; DALI reads the shards of {dali_formats} "
-                                       "datasets only.")
+        raise UsageError(
+            f"{path}: DALI index files are written for local datasets only; write them where "
+            f"the dataset was converted, or convert it again (conversions write them)."
+        )
+    reader, dali = open_for_dali(
+        path, "{path}: a {format} dataset; DALI reads the shards of {dali_formats} datasets only."
+    )
     return dali.write_indexes(path, reader)

@@ -19,7 +19,7 @@ class FormatOptions:
     noun: ClassVar[str] = "format"  # what the messages call the owner ("source" for source options)
 
     @classmethod
-    def parse(cls, format_name: str, given: Mapping[str, Any]) -> "FormatOptions":
+    def parse(cls, format_name: str, given: Mapping[str, Any]) -> FormatOptions:
         """Build the options from keyword arguments (or ``KEY=VALUE`` strings from the CLI);
         unknown names are refused with the format's choices."""
         hints = typing.get_type_hints(cls)
@@ -27,8 +27,9 @@ class FormatOptions:
         unknown = sorted(set(given) - set(names))
         if unknown:
             choices = ", ".join(names) if names else "none"
-            raise UsageError(f"The {format_name} {cls.noun} has no option {', '.join(unknown)}; "
-                             f"its options: {choices}.")
+            raise UsageError(
+                f"The {format_name} {cls.noun} has no option {', '.join(unknown)}; its options: {choices}."
+            )
         values = {name: _coerce(f"{format_name} {cls.noun}", name, value, hints[name]) for name, value in given.items()}
         return cls(**values)
 

@@ -59,7 +59,7 @@ class ShardPlan(ABC):
     def check(self, options: FormatOptions) -> None:
         """Refuse options this plan cannot honour (UsageError naming the alternative)."""
 
-    def for_options(self, options: FormatOptions) -> "ShardPlan":
+    def for_options(self, options: FormatOptions) -> ShardPlan:
         """The plan of one job (sent to its tasks), when units need its options; default: this one."""
         return self
 
@@ -68,7 +68,7 @@ class ShardPlan(ABC):
         """The stored name of each source key, by source position."""
 
     @abstractmethod
-    def open_unit(self, task: int, out: "OutputDir") -> ShardUnit:
+    def open_unit(self, task: int, out: OutputDir) -> ShardUnit:
         """The output of task ``task``, written into ``out``."""
 
     @abstractmethod
@@ -76,7 +76,13 @@ class ShardPlan(ABC):
         """Append one task's part (``part["columns"]``, ``part["unit"]``) to the index being built."""
 
     @abstractmethod
-    def write_index(self, folder: str, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
-                    options: FormatOptions) -> None:
+    def write_index(
+        self,
+        folder: str,
+        meta: DatasetMeta,
+        columns: dict[str, list],
+        units: list[dict[str, Any]],
+        options: FormatOptions,
+    ) -> None:
         """Write the dataset's index for the merged parts into the local ``folder`` (the
         destination publishes it after the units, its ``index.json`` last)."""

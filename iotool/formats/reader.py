@@ -21,8 +21,9 @@ MAX_RECORD_BYTES = 1 << 30
 
 
 @contextlib.contextmanager
-def library_errors(path: str, caught: tuple[type[BaseException], ...], what: str,
-                   index: int | None = None) -> Iterator[None]:
+def library_errors(
+    path: str, caught: tuple[type[BaseException], ...], what: str, index: int | None = None
+) -> Iterator[None]:
     """The boundary of a reader over a C library (py-lmdb, h5py): what the library raises on a
     damaged or crafted file (``caught``) becomes a FormatError naming ``path`` ("``path``: ``what``
     (KeyError: ...)"), or a RecordError also naming record ``index``; iotool's own errors pass."""
@@ -54,15 +55,16 @@ class FormatReader(ABC):
     # before anything is read or allocated.
     max_record_bytes: int = MAX_RECORD_BYTES
 
-    def __init__(self, path: str | os.PathLike, *, storage: "StorageConfig | None" = None):
+    def __init__(self, path: str | os.PathLike, *, storage: StorageConfig | None = None):
         from ..storage import StorageConfig, is_url, normalize
 
         self.path = normalize(path)
         self.storage = storage or StorageConfig()
         self.remote = is_url(self.path)
         if self.remote and not self.remote_ok:
-            raise UsageError(f"{self.path}: {self.format_name} datasets are read from local paths only; "
-                             f"copy it to local disk first.")
+            raise UsageError(
+                f"{self.path}: {self.format_name} datasets are read from local paths only; copy it to local disk first."
+            )
         self.meta: DatasetMeta = self._load_meta()
         self._check_version()
         if self._labels_are_cheap():
@@ -150,7 +152,7 @@ class FormatReader(ABC):
             self._checksum_list = self._load_checksums()
         return self._checksum_list
 
-    def image_sizes(self, strict: bool = True) -> "np.ndarray":
+    def image_sizes(self, strict: bool = True) -> np.ndarray:
         """(N, 2) int32 array of every record's decoded (height, width), in index order: the
         shape of what ``decode(payload)`` (or :attr:`native_decode`) returns. Computed once per
         reader object, never pickled: from the index where the format records it, else read
@@ -179,20 +181,20 @@ class FormatReader(ABC):
             return [str(exc)]
         return []
 
-    def _load_image_sizes(self, strict: bool = True) -> "np.ndarray":
+    def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
         """Every record's (height, width); by default read once from each payload's header."""
         from .shapes import header_sizes  # numpy, imported when sizes are first asked for
 
         return header_sizes(self, strict)
 
-    def read_many(self, indices: "typing.Iterable[int]") -> Iterator[tuple[int, bytes | None, int | None]]:
+    def read_many(self, indices: typing.Iterable[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
         """Yield (index, payload, label) for ``indices`` in order; a record that fails comes as
         (index, None, None) and the caller reads it again with ``read`` to get (or skip) the
         error. Formats with a faster sequential path override this."""
         for i in indices:
             try:
                 data, label = self.read(i)
-            except Exception:  # noqa: BLE001  (re-read by the caller, which reports it)
+            except Exception:
                 yield i, None, None
                 continue
             yield i, data, label
@@ -228,10 +230,12 @@ def check_labels(labels: Any, classes: int, where: str, key_of: Callable[[int], 
     i = int(np.flatnonzero((values < 0) | (values >= classes))[0])
     try:
         key = f" ({key_of(i)})" if key_of is not None else ""
-    except Exception:  # noqa: BLE001  (the key only decorates the message)
+    except Exception:
         key = ""
-    raise FormatError(f"{where}: record {i}{key} has label {int(values[i])}, but the dataset has "
-                      f"{classes} classes (labels 0 to {classes - 1}).")
+    raise FormatError(
+        f"{where}: record {i}{key} has label {int(values[i])}, but the dataset has "
+        f"{classes} classes (labels 0 to {classes - 1})."
+    )
 
 
 class ShardedReader(FormatReader):
@@ -247,5 +251,5 @@ class ShardedReader(FormatReader):
         """Paths (or URLs) of every shard, e.g. for ``webdataset.WebDataset(urls)``."""
 
     @abstractmethod
-    def read_many(self, indices: "typing.Iterable[int]") -> Iterator[tuple[int, bytes | None, int | None]]:
+    def read_many(self, indices: typing.Iterable[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
         """Yield (index, payload, label), reading each shard sequentially (see FormatReader)."""

@@ -15,7 +15,6 @@ from ..errors import UnknownFormatError
 from .plugins import entry_point_targets
 from .spec import FormatSpec
 
-
 ENTRY_POINT_GROUP = "iotool.formats"
 BUILTIN: dict[str, str] = {
     "lmdb": "iotool.formats.lmdb:SPEC",
@@ -53,8 +52,9 @@ def _load(name: str, target: str) -> FormatSpec:
     try:
         spec = getattr(importlib.import_module(module_name), attr or "SPEC")
     except (ImportError, AttributeError) as exc:
-        raise UnknownFormatError(f"Format {name!r} is registered as {target!r}, which cannot be loaded "
-                                 f"({type(exc).__name__}: {exc}).") from exc
+        raise UnknownFormatError(
+            f"Format {name!r} is registered as {target!r}, which cannot be loaded ({type(exc).__name__}: {exc})."
+        ) from exc
     if not isinstance(spec, FormatSpec) or spec.name != name:
         raise UnknownFormatError(f"Format {name!r}: {target!r} is not a FormatSpec named {name!r}.")
     return spec

@@ -86,7 +86,7 @@ def _size_of(reader: RecordSource, i: int, data: bytes | None, strict: bool) -> 
 def _record_name(reader: RecordSource, i: int) -> str:
     try:
         key = reader.keys[i]
-    except Exception:  # noqa: BLE001  (the key only decorates the message)
+    except Exception:
         key = "?"
     return f"{reader.path}: record {i} ({key})"  # e.g. "/data/x: record 3 (cat/1.jpg): truncated ..."
 
@@ -124,8 +124,9 @@ def check_sizes(reader: RecordSource, array: np.ndarray) -> None:
     bad = np.flatnonzero((array < 0).any(axis=1) | (array > np.iinfo(np.int32).max).any(axis=1))
     if len(bad):
         i = int(bad[0])
-        raise FormatError(f"{_record_name(reader, i)}: recorded image size {array[i].tolist()} is negative or "
-                          f"beyond 2^31-1.")
+        raise FormatError(
+            f"{_record_name(reader, i)}: recorded image size {array[i].tolist()} is negative or beyond 2^31-1."
+        )
     pixels = array[:, 0] * array[:, 1]  # each factor < 2^31: no overflow in int64
     i = int(np.argmax(pixels))
     try:
@@ -140,8 +141,9 @@ def recorded_sizes(reader: RecordSource, values: Any, strict: bool = True) -> np
     when not ``strict``, staying (0, 0))."""
     array = np.asarray(values, dtype=np.int64).reshape(-1, 2) if len(values) else np.empty((0, 2), np.int64)
     if len(array) != len(reader):
-        raise FormatError(f"{reader.path}: the index's image sizes column has {len(array)} rows for "
-                          f"{len(reader)} records.")
+        raise FormatError(
+            f"{reader.path}: the index's image sizes column has {len(array)} rows for {len(reader)} records."
+        )
     check_sizes(reader, array)
     out = array.astype(np.int32)
     for i in np.flatnonzero((out == 0).any(axis=1)):

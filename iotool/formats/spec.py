@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping
 
 from .dali import DaliReading
 from .options import FormatOptions
-from .plugins import missing_extra
 from .plan import ShardPlan
+from .plugins import missing_extra
 from .reader import FormatReader, ShardedReader
 from .writer import FormatWriter
 

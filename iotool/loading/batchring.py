@@ -121,8 +121,10 @@ class BatchRing:
     def new_memory(self, index: int, shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         """(images, labels) memory for slot ``index`` (a subclass may place it elsewhere)."""
         n = self.batch_size
-        return (torch.empty((n, *shape), dtype=torch.uint8, pin_memory=self.pinned),
-                torch.empty((n,), dtype=torch.int64, pin_memory=self.pinned))
+        return (
+            torch.empty((n, *shape), dtype=torch.uint8, pin_memory=self.pinned),
+            torch.empty((n,), dtype=torch.int64, pin_memory=self.pinned),
+        )
 
     def batch(self, slot: Slot, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """What the caller gets: new views of the slot's first ``count`` samples."""

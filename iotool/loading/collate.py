@@ -55,9 +55,7 @@ def fast_collate(
             unsupported ``memory_format``.
     """
     if memory_format not in MEMORY_FORMATS:
-        raise UsageError(
-            f"memory_format={memory_format}; choose torch.contiguous_format or torch.channels_last."
-        )
+        raise UsageError(f"memory_format={memory_format}; choose torch.contiguous_format or torch.channels_last.")
     if len(samples) == 0:
         raise UsageError("fast_collate got an empty batch; there is nothing to stack.")
     images, labels = _split(samples)
@@ -89,8 +87,7 @@ def _as_label(label: Any, index: int) -> int:
         return operator.index(label)
     except TypeError:
         raise UsageError(
-            f"fast_collate needs integer class labels; sample {index} has label {label!r} "
-            f"({type(label).__name__})."
+            f"fast_collate needs integer class labels; sample {index} has label {label!r} ({type(label).__name__})."
         ) from None
 
 
@@ -117,9 +114,7 @@ def image_chw(image: Any, index: int) -> tuple[int, int, int]:
         return (1, *dims)
     if len(dims) != 3:
         layout = "HxWxC" if hwc else "CxHxW"
-        raise UsageError(
-            f"fast_collate needs {layout} (or HxW grayscale) images; sample {index} has shape {dims}."
-        )
+        raise UsageError(f"fast_collate needs {layout} (or HxW grayscale) images; sample {index} has shape {dims}.")
     return (dims[2], dims[0], dims[1]) if hwc else dims
 
 

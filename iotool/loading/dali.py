@@ -32,7 +32,6 @@ import os
 from typing import Any, Iterator, Sequence
 
 from ..errors import UsageError
-
 from ..formats.dali import IMAGE_EXTS  # noqa: F401  (part of this module's API: the extensions DALI decodes)
 
 AUTO = "auto"
@@ -43,8 +42,10 @@ def _import_dali() -> Any:
     try:
         import nvidia.dali as dali
     except ImportError as exc:
-        raise UsageError("iotool.loading.dali needs NVIDIA DALI: pip install 'iotool[dali]' "
-                         "(the nvidia-dali-cuda120 wheel; it also runs CPU-only pipelines).") from exc
+        raise UsageError(
+            "iotool.loading.dali needs NVIDIA DALI: pip install 'iotool[dali]' "
+            "(the nvidia-dali-cuda120 wheel; it also runs CPU-only pipelines)."
+        ) from exc
     return dali
 
 
@@ -72,18 +73,25 @@ def dali_inputs(path: str | os.PathLike) -> dict[str, Any]:
     from ..formats.dali_index import open_for_dali
 
     path = os.fspath(path)
-    reader, dali = open_for_dali(path, "{path}: a {format} dataset; iotool.loading.dali reads {dali_formats} "
-                                       "datasets.")
+    reader, dali = open_for_dali(path, "{path}: a {format} dataset; iotool.loading.dali reads {dali_formats} datasets.")
     shards = reader.shard_urls()
     indexes = dali.index_paths(reader)
     missing = [i for i in indexes if not os.path.isfile(i)]
     if missing:
-        raise UsageError(f"{path}: no DALI index file {os.path.basename(missing[0])} (written before iotool wrote "
-                         f"them); add them with: iotool index --dali {path}")
+        raise UsageError(
+            f"{path}: no DALI index file {os.path.basename(missing[0])} (written before iotool wrote "
+            f"them); add them with: iotool index --dali {path}"
+        )
     if not shards:
         raise UsageError(f"{path}: the dataset has no records.")
-    return {"format": reader.format_name, "shards": shards, "indexes": indexes, "count": len(reader),
-            "reader": reader, "dali": dali}
+    return {
+        "format": reader.format_name,
+        "shards": shards,
+        "indexes": indexes,
+        "count": len(reader),
+        "reader": reader,
+        "dali": dali,
+    }
 
 
 def _stats(mean: Any, std: Any) -> tuple[list[float], list[float]]:
@@ -94,13 +102,26 @@ def _stats(mean: Any, std: Any) -> tuple[list[float], list[float]]:
     return ([0.0] if m is None else m.tolist()), s.tolist()
 
 
-def build_pipeline(path: str | os.PathLike, batch_size: int, *, size: int | Sequence[int] = 224,
-                   train: bool = True, device_id: int | str | None = AUTO, shard_id: int | None = None,
-                   num_shards: int | None = None, mean: Any = None, std: Any = None,
-                   random_area: Sequence[float] = (0.08, 1.0),
-                   random_aspect_ratio: Sequence[float] = (3 / 4, 4 / 3), eval_resize: float = 256 / 224,
-                   shuffle: bool | None = None, initial_fill: int = 1024, num_threads: int = 4,
-                   seed: int | None = None, prefetch_queue_depth: int = 2) -> Any:
+def build_pipeline(
+    path: str | os.PathLike,
+    batch_size: int,
+    *,
+    size: int | Sequence[int] = 224,
+    train: bool = True,
+    device_id: int | str | None = AUTO,
+    shard_id: int | None = None,
+    num_shards: int | None = None,
+    mean: Any = None,
+    std: Any = None,
+    random_area: Sequence[float] = (0.08, 1.0),
+    random_aspect_ratio: Sequence[float] = (3 / 4, 4 / 3),
+    eval_resize: float = 256 / 224,
+    shuffle: bool | None = None,
+    initial_fill: int = 1024,
+    num_threads: int = 4,
+    seed: int | None = None,
+    prefetch_queue_depth: int = 2,
+) -> Any:
     """A DALI pipeline over the iotool dataset at ``path`` (a format DALI reads), outputs ``(images, labels)``.
 
     Reading: the format's DALI reader (:meth:`~iotool.formats.dali.DaliReading.read`; tar:
@@ -134,24 +155,48 @@ def build_pipeline(path: str | os.PathLike, batch_size: int, *, size: int | Sequ
     shuffle = train if shuffle is None else shuffle
     gpu = device_id is not None
 
-    @dali.pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
-                       prefetch_queue_depth=prefetch_queue_depth)
+    @dali.pipeline_def(
+        batch_size=batch_size,
+        num_threads=num_threads,
+        device_id=device_id,
+        seed=seed,
+        prefetch_queue_depth=prefetch_queue_depth,
+    )
     def pipeline():  # type: ignore[no-untyped-def]
-        jpegs, labels = _reader(fn, inputs, shard_id=shard_id, num_shards=num_shards, random_shuffle=shuffle,
-                                initial_fill=initial_fill, pad_last_batch=True, name=READER)
+        jpegs, labels = _reader(
+            fn,
+            inputs,
+            shard_id=shard_id,
+            num_shards=num_shards,
+            random_shuffle=shuffle,
+            initial_fill=initial_fill,
+            pad_last_batch=True,
+            name=READER,
+        )
         decode_on = "mixed" if gpu else "cpu"
         if train:
-            images = fn.decoders.image_random_crop(jpegs, device=decode_on, output_type=types.RGB,
-                                                   random_area=list(random_area),
-                                                   random_aspect_ratio=list(random_aspect_ratio))
+            images = fn.decoders.image_random_crop(
+                jpegs,
+                device=decode_on,
+                output_type=types.RGB,
+                random_area=list(random_area),
+                random_aspect_ratio=list(random_aspect_ratio),
+            )
             images = fn.resize(images, resize_x=width, resize_y=height)
             mirror = fn.random.coin_flip(probability=0.5)
         else:
             images = fn.decoders.image(jpegs, device=decode_on, output_type=types.RGB)
             images = fn.resize(images, resize_shorter=round(min(height, width) * eval_resize))
             mirror = False
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", crop=(height, width),
-                                          mean=mean255, std=std255, mirror=mirror)
+        images = fn.crop_mirror_normalize(
+            images,
+            dtype=types.FLOAT,
+            output_layout="CHW",
+            crop=(height, width),
+            mean=mean255,
+            std=std255,
+            mirror=mirror,
+        )
         return images, labels
 
     return pipeline()

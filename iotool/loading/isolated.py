@@ -43,18 +43,26 @@ from .threadpass import Batches
 MAX_MESSAGE = 1 << 16  # bytes of one control message; a traceback is cut to fit
 EXIT_WAIT_S = 2.0  # how long a closing child may take to exit before SIGKILL
 _ERRORS = {"RecordError": RecordError, "FormatError": FormatError, "UsageError": UsageError}
-_children: "weakref.WeakSet[Child]" = weakref.WeakSet()  # this process's children (closed in a new child)
+_children: weakref.WeakSet[Child] = weakref.WeakSet()  # this process's children (closed in a new child)
 
 
 def check_isolation() -> None:
     """Raise :class:`UsageError` where a child cannot be forked with a shared ring."""
-    missing = [name for name, ok in (("os.fork", hasattr(os, "fork")), ("os.memfd_create", hasattr(os, "memfd_create")),
-                                     ("socket.send_fds", hasattr(socket, "send_fds")))
-               if not ok]
+    missing = [
+        name
+        for name, ok in (
+            ("os.fork", hasattr(os, "fork")),
+            ("os.memfd_create", hasattr(os, "memfd_create")),
+            ("socket.send_fds", hasattr(socket, "send_fds")),
+        )
+        if not ok
+    ]
     if not sys.platform.startswith("linux") or missing:
-        raise UsageError(f"iotool.Loader(isolate=True) forks a child process sharing one memory region, which needs "
-                         f"Linux (this is {sys.platform}{'; missing: ' + ', '.join(missing) if missing else ''}); "
-                         f"use isolate=False (threads in this process) or torch.utils.data.DataLoader(num_workers=N).")
+        raise UsageError(
+            f"iotool.Loader(isolate=True) forks a child process sharing one memory region, which needs "
+            f"Linux (this is {sys.platform}{'; missing: ' + ', '.join(missing) if missing else ''}); "
+            f"use isolate=False (threads in this process) or torch.utils.data.DataLoader(num_workers=N)."
+        )
 
 
 def send(sock: socket.socket, message: dict[str, Any], fds: list[int] = ()) -> None:
@@ -97,11 +105,11 @@ def _child_main(loader: Any, sock: socket.socket, die_with_parent: bool) -> None
         if os.getppid() == 1:
             return
         _serve(loader, sock)
-    except BaseException as exc:  # noqa: BLE001 - told to the parent, which then sees the socket close
+    except BaseException as exc:
         code = 1
         try:
             send(sock, {**_error_message(exc, -1, loader.skipped), "op": "fatal"})
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             pass
     finally:
         os._exit(code)
@@ -113,7 +121,7 @@ def _reopen(loader: Any) -> None:
     if len(loader.samples):
         try:
             loader.samples.reader.read(0)
-        except Exception:  # noqa: BLE001 - a bad record 0 is the pass's to report, with its name
+        except Exception:
             pass
 
 
@@ -142,31 +150,56 @@ def _serve(loader: Any, sock: socket.socket) -> None:
                 batches.close()
             batches = None
         elif op == "take" and (message.get("id") != pass_id or batches is None):  # never leave it waiting
-            send(sock, _error_message(UsageError(f"the iotool.Loader's child has no pass {message.get('id')!r} "
-                                                 f"running; iterate the loader again."), message.get("id", -1),
-                                      loader.skipped))
+            send(
+                sock,
+                _error_message(
+                    UsageError(
+                        f"the iotool.Loader's child has no pass {message.get('id')!r} "
+                        f"running; iterate the loader again."
+                    ),
+                    message.get("id", -1),
+                    loader.skipped,
+                ),
+            )
         elif op == "take":
             for index in message.get("renew", []):
                 loader.ring.renew_slot(index)
             try:
                 images, labels = next(batches)
-            except BaseException as exc:  # noqa: BLE001 - sent to the parent
+            except BaseException as exc:
                 batches = None
                 send(sock, _error_message(exc, pass_id, loader.skipped))
                 continue
             index, count = loader.ring.taken % loader.ring.size, len(images)
             del images, labels
             names, fds = loader.ring.take_fds(index)
-            send(sock, {"op": "batch", "id": pass_id, "slot": index, "count": count,
-                        "shape": list(loader.ring.shape), "fds": names, "skipped": loader.skipped}, fds)
+            send(
+                sock,
+                {
+                    "op": "batch",
+                    "id": pass_id,
+                    "slot": index,
+                    "count": count,
+                    "shape": list(loader.ring.shape),
+                    "fds": names,
+                    "skipped": loader.skipped,
+                },
+                fds,
+            )
             for fd in fds:
                 os.close(fd)
 
 
 def _error_message(exc: BaseException, pass_id: int, skipped: int) -> dict[str, Any]:
-    text = "".join(traceback.format_exception(exc))[-MAX_MESSAGE // 2:]
-    return {"op": "error", "id": pass_id, "type": type(exc).__name__, "message": str(exc)[:MAX_MESSAGE // 4],
-            "traceback": text, "skipped": skipped}
+    text = "".join(traceback.format_exception(exc))[-MAX_MESSAGE // 2 :]
+    return {
+        "op": "error",
+        "id": pass_id,
+        "type": type(exc).__name__,
+        "message": str(exc)[: MAX_MESSAGE // 4],
+        "traceback": text,
+        "skipped": skipped,
+    }
 
 
 # -- the parent ------------------------------------------------------------------------------------
@@ -236,8 +269,10 @@ class Child:
         except ChildProcessError:
             pass
         self.close()
-        return IotoolError(f"the iotool.Loader's child process {self.pid} ended ({how}) while building batch "
-                           f"{batch}; iterate the loader again to start a new child, or use isolate=False.")
+        return IotoolError(
+            f"the iotool.Loader's child process {self.pid} ended ({how}) while building batch "
+            f"{batch}; iterate the loader again to start a new child, or use isolate=False."
+        )
 
 
 class IsolatedPass:
@@ -304,8 +339,9 @@ def _rebuilt(message: dict[str, Any], pid: int) -> IotoolError:
     text = f"{message.get('message')}"
     if kind is IotoolError:
         text = f"{message.get('type')}: {text}"
-    return kind(f"{text}\n(raised in the iotool.Loader's child process {pid}; its traceback:\n"
-                f"{message.get('traceback', '')})")
+    return kind(
+        f"{text}\n(raised in the iotool.Loader's child process {pid}; its traceback:\n{message.get('traceback', '')})"
+    )
 
 
 class IsolatedBatches(Batches):
@@ -320,8 +356,10 @@ class IsolatedBatches(Batches):
             run.stop(wait=True)
             raise StopIteration
         if run.stopped:
-            raise UsageError("this pass over the iotool.Loader was ended (a new iter(loader) started another, "
-                             "it was closed, or it raised); iterate the new one.")
+            raise UsageError(
+                "this pass over the iotool.Loader was ended (a new iter(loader) started another, "
+                "it was closed, or it raised); iterate the new one."
+            )
         try:
             batch = run.take(self._next)
         except IotoolError:

@@ -13,8 +13,7 @@ from ..errors import UsageError
 from ..formats import ShardedReader
 from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo
 from .ramcache import RamCache
-from .split import (STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env,
-                    distributed_rank)
+from .split import STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env, distributed_rank
 
 __all__ = ["ShardedIterableDataset"]
 
@@ -42,17 +41,38 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
     behave as there; ``decoder`` defaults to ``"fused"``, see :data:`DEFAULT_DECODER`).
     """
 
-    def __init__(self, reader: ShardedReader, decoder: str | None = DEFAULT_DECODER,
-                 transform: Callable[[Any], Any] | None = None, *, shuffle: bool = False, seed: int = 0,
-                 buffer_size: int = 1000, even: bool = False, env: ShardEnv | None = None,
-                 on_error: str = "raise", max_skips: int = 100, check_checksums: bool = False,
-                 cache: str | None = None, cache_resize: int | None = None, cache_fallback: bool = False):
+    def __init__(
+        self,
+        reader: ShardedReader,
+        decoder: str | None = DEFAULT_DECODER,
+        transform: Callable[[Any], Any] | None = None,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        buffer_size: int = 1000,
+        even: bool = False,
+        env: ShardEnv | None = None,
+        on_error: str = "raise",
+        max_skips: int = 100,
+        check_checksums: bool = False,
+        cache: str | None = None,
+        cache_resize: int | None = None,
+        cache_fallback: bool = False,
+    ):
         if buffer_size < 1:
             raise UsageError(f"buffer_size={buffer_size}: must be at least 1.")
         # the map-style dataset over the same reader: it decodes, transforms (or skips) each record
-        self.mapstyle = ImageDataset(reader, decoder, transform, on_error=on_error, max_skips=max_skips,
-                                     check_checksums=check_checksums, cache=cache, cache_resize=cache_resize,
-                                     cache_fallback=cache_fallback)
+        self.mapstyle = ImageDataset(
+            reader,
+            decoder,
+            transform,
+            on_error=on_error,
+            max_skips=max_skips,
+            check_checksums=check_checksums,
+            cache=cache,
+            cache_resize=cache_resize,
+            cache_fallback=cache_fallback,
+        )
         self.reader = reader
         self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even
         self.env = env
@@ -92,8 +112,9 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
 
     def split(self, epoch: int | None = None) -> EpochSplit:
         """This epoch's (or ``epoch``'s) record order and its cut over ranks and workers."""
-        return EpochSplit.of(self.reader.shard_ranges(), self.shuffle, self.seed,
-                             self.epoch if epoch is None else epoch)
+        return EpochSplit.of(
+            self.reader.shard_ranges(), self.shuffle, self.seed, self.epoch if epoch is None else epoch
+        )
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (all workers together)."""
@@ -118,10 +139,18 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
 
     def _place(self, env: ShardEnv) -> dict[str, Any]:
         """What a saved state must match to resume in this process (all but the epoch)."""
-        return {"version": STATE_VERSION, "records": len(self.reader), "seed": self.seed,
-                "shuffle": self.shuffle, "even": self.even,
-                "buffer_size": self.buffer_size if self.shuffle else None, "rank": env.rank,
-                "world_size": env.world_size, "worker_id": env.worker_id, "num_workers": env.num_workers}
+        return {
+            "version": STATE_VERSION,
+            "records": len(self.reader),
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "even": self.even,
+            "buffer_size": self.buffer_size if self.shuffle else None,
+            "rank": env.rank,
+            "world_size": env.world_size,
+            "worker_id": env.worker_id,
+            "num_workers": env.num_workers,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """This process's place in its epoch, as small plain data (JSON-serialisable).
@@ -178,5 +207,7 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
 
     def __repr__(self) -> str:
         cache = f", cache={self.cache!r}" if self.cache is not None else ""
-        return (f"{type(self).__name__}({self.reader.path!r}, shards={len(self.reader.shard_ranges())}, "
-                f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even}{cache})")
+        return (
+            f"{type(self).__name__}({self.reader.path!r}, shards={len(self.reader.shard_ranges())}, "
+            f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even}{cache})"
+        )

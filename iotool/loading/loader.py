@@ -112,18 +112,32 @@ class Loader:
         UsageError: a dataset that is not iotool's, or a bad option (the message names it).
     """
 
-    def __init__(self, dataset: Any, batch_size: int = 1, *, shuffle: bool | None = None,
-                 drop_last: bool = False, threads: int | None = None, seed: int | None = None,
-                 pin_memory: bool = False, prefetch: int = 2, keep: int = 1, on_error: str | None = None,
-                 even: bool | None = None, rank: int | None = None, world_size: int | None = None,
-                 isolate: bool = False):
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int = 1,
+        *,
+        shuffle: bool | None = None,
+        drop_last: bool = False,
+        threads: int | None = None,
+        seed: int | None = None,
+        pin_memory: bool = False,
+        prefetch: int = 2,
+        keep: int = 1,
+        on_error: str | None = None,
+        even: bool | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        isolate: bool = False,
+    ):
         self.sharded = isinstance(dataset, ShardedIterableDataset)
         if not self.sharded and not isinstance(dataset, ImageDataset):
             raise UsageError(
                 f"iotool.Loader reads iotool's datasets (iotool.open_dataset: ImageDataset, "
                 f"ShardedIterableDataset); got a {type(dataset).__module__}.{type(dataset).__name__}. "
                 f"Use torch.utils.data.DataLoader(dataset, batch_size, num_workers=N, "
-                f"collate_fn=iotool.fast_collate) for other datasets.")
+                f"collate_fn=iotool.fast_collate) for other datasets."
+            )
         if on_error not in ON_ERROR:
             raise UsageError(f"Loader: on_error={on_error!r}; choose one of: None (the dataset's), 'raise', 'skip'.")
         self.dataset = dataset
@@ -138,8 +152,11 @@ class Loader:
         self.rank, self.world_size = self._place(rank, world_size)
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         if pin_memory and not self.pin_memory:
-            warnings.warn("iotool.Loader: pin_memory=True but CUDA is not available: batches are in "
-                          "pageable memory.", UserWarning, stacklevel=2)
+            warnings.warn(
+                "iotool.Loader: pin_memory=True but CUDA is not available: batches are in pageable memory.",
+                UserWarning,
+                stacklevel=2,
+            )
         self.epoch = 0
         self.skipped = 0  # bad records skipped by this loader (on_error="skip")
         self.ring: BatchRing | None = None  # the batches' memory, made on the first pass
@@ -160,9 +177,11 @@ class Loader:
         if not self.sharded:
             return bool(shuffle), 0 if seed is None else operator.index(seed), bool(even)
         ds = self.dataset
-        wanted = {"shuffle": ds.shuffle if shuffle is None else bool(shuffle),
-                  "seed": ds.seed if seed is None else operator.index(seed),
-                  "even": ds.even if even is None else bool(even)}
+        wanted = {
+            "shuffle": ds.shuffle if shuffle is None else bool(shuffle),
+            "seed": ds.seed if seed is None else operator.index(seed),
+            "even": ds.even if even is None else bool(even),
+        }
         if any(getattr(ds, name) != value for name, value in wanted.items()):
             self.dataset = copy.copy(ds)  # shares the reader (paths) and the map-style samples
             for name, value in wanted.items():
@@ -182,14 +201,19 @@ class Loader:
     def _warn_foreign_transform(self) -> None:
         transform = self.samples.transform
         parts = getattr(transform, "transforms", None) if type(transform).__name__ == "Compose" else None
-        foreign = [t for t in (parts if parts is not None else [transform])
-                   if t is not None and not type(t).__module__.startswith("iotool.")]
+        foreign = [
+            t
+            for t in (parts if parts is not None else [transform])
+            if t is not None and not type(t).__module__.startswith("iotool.")
+        ]
         if foreign:
             warnings.warn(
                 f"iotool.Loader: the transform {foreign[0]!r} is not iotool's: it runs in the threads, but "
                 f"it may hold the GIL (the threads then take turns; compare threads=1 with more, or use "
                 f"DataLoader(num_workers=N)) and its random numbers do not follow (seed, epoch, record).",
-                UserWarning, stacklevel=3)
+                UserWarning,
+                stacklevel=3,
+            )
 
     # -- sizes and epochs ---------------------------------------------------------------------
     def samples_per_epoch(self) -> int:
@@ -220,21 +244,36 @@ class Loader:
         epoch = self.epoch if epoch is None else epoch
         if self.sharded:
             return stream_order(self.dataset, epoch=epoch, rank=self.rank, world=self.world_size, even=self.even)
-        return rank_order(len(self.samples), shuffle=self.shuffle, seed=self.seed, epoch=epoch,
-                          rank=self.rank, world=self.world_size, even=self.even)
+        return rank_order(
+            len(self.samples),
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=epoch,
+            rank=self.rank,
+            world=self.world_size,
+            even=self.even,
+        )
 
     def _record_order(self, start: int) -> RecordOrder:
         """This epoch's record indices from position ``start``, drawn lazily for a sharded dataset."""
         if self.sharded:
-            return stream_from(self.dataset, epoch=self.epoch, rank=self.rank, world=self.world_size,
-                               even=self.even, start=start)
+            return stream_from(
+                self.dataset, epoch=self.epoch, rank=self.rank, world=self.world_size, even=self.even, start=start
+            )
         return RecordOrder(self.order(), start)
 
     # -- resume ---------------------------------------------------------------------------------
     def _fields(self) -> dict[str, Any]:
-        return {"records": len(self.samples), "batch_size": self.batch_size, "drop_last": self.drop_last,
-                "shuffle": self.shuffle, "seed": self.seed, "even": self.even, "rank": self.rank,
-                "world_size": self.world_size}
+        return {
+            "records": len(self.samples),
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "even": self.even,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader is: the epoch and the batches taken in it (small, JSON-serialisable).
@@ -247,8 +286,13 @@ class Loader:
             epoch, batches = self._pass.epoch, self.batches_taken
         else:
             epoch, batches = self.epoch, 0
-        return {"version": STATE_VERSION, "loader": "iotool.Loader", "epoch": epoch, "batches": batches,
-                **self._fields()}
+        return {
+            "version": STATE_VERSION,
+            "loader": "iotool.Loader",
+            "epoch": epoch,
+            "batches": batches,
+            **self._fields(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from a :meth:`state_dict`: the next pass is its epoch, from the batch after the
@@ -257,16 +301,23 @@ class Loader:
         Raises:
             UsageError: not a Loader state, or one saved with other options (each named).
         """
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION or \
-                state.get("loader") != "iotool.Loader":
-            raise UsageError(f"not an iotool.Loader state of version {STATE_VERSION} (got a "
-                             f"{type(state).__name__}); pass what Loader.state_dict() returned.")
+        if (
+            not isinstance(state, dict)
+            or state.get("version") != STATE_VERSION
+            or state.get("loader") != "iotool.Loader"
+        ):
+            raise UsageError(
+                f"not an iotool.Loader state of version {STATE_VERSION} (got a "
+                f"{type(state).__name__}); pass what Loader.state_dict() returned."
+            )
         here = self._fields()
         bad = [k for k in _STATE_FIELDS if state.get(k) != here[k]]
         if bad:
             diffs = ", ".join(f"{k}={state.get(k)!r} (here {here[k]!r})" for k in bad)
-            raise UsageError(f"cannot resume from this state: it was saved with {diffs}; open the "
-                             f"dataset and the Loader as when it was saved.")
+            raise UsageError(
+                f"cannot resume from this state: it was saved with {diffs}; open the "
+                f"dataset and the Loader as when it was saved."
+            )
         epoch, batches = state.get("epoch"), state.get("batches")
         for name, value in (("epoch", epoch), ("batches", batches)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -335,8 +386,10 @@ class Loader:
             except IotoolError as exc:
                 raise _named(exc, f"{record_name(ds, record)}: {exc}") from exc
             except Exception as exc:
-                raise RecordError(f"{record_name(ds, record)}: {type(exc).__name__}: {exc} "
-                                  f"(raised by the transform in an iotool.Loader thread)") from exc
+                raise RecordError(
+                    f"{record_name(ds, record)}: {type(exc).__name__}: {exc} "
+                    f"(raised by the transform in an iotool.Loader thread)"
+                ) from exc
             if served is not None:
                 return served[0], served[1], record
             record = (record + 1) % n
@@ -347,13 +400,16 @@ class Loader:
             self.skipped += 1
             skipped = self.skipped
         if skipped > self.samples.max_skips:
-            raise RecordError(f"more than max_skips={self.samples.max_skips} bad records in this loader; "
-                              f"the last: {exc}") from None
+            raise RecordError(
+                f"more than max_skips={self.samples.max_skips} bad records in this loader; the last: {exc}"
+            ) from None
         log.warning("skipping %s", exc)
 
     def __repr__(self) -> str:
-        return (f"Loader({self.dataset!r}, batch_size={self.batch_size}, threads={self.threads}, "
-                f"shuffle={self.shuffle}, drop_last={self.drop_last}, rank={self.rank}/{self.world_size})")
+        return (
+            f"Loader({self.dataset!r}, batch_size={self.batch_size}, threads={self.threads}, "
+            f"shuffle={self.shuffle}, drop_last={self.drop_last}, rank={self.rank}/{self.world_size})"
+        )
 
 
 def _named(exc: IotoolError, message: str) -> IotoolError:

@@ -11,8 +11,8 @@ from torch.utils.data import Dataset
 from ..decode import AUTO, BACKENDS, decode, resolve_backend
 from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError
 from ..formats import FormatReader
-from .ramcache import RamCache, open_ram_cache
 from ..transforms.fused import fuse, leaves_input_alone
+from .ramcache import RamCache, open_ram_cache
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("raise", "skip")
@@ -38,9 +38,11 @@ def check_decoder(decoder: str | None) -> None:
     if decoder is None:
         return
     if decoder not in DECODERS:
-        raise UsageError(f"Unknown decoder {decoder!r}; choose one of: {', '.join(DECODERS)} "
-                         f"(default {DEFAULT_DECODER!r}: 'auto', fused with iotool's crops), "
-                         f"or None for the stored bytes.")
+        raise UsageError(
+            f"Unknown decoder {decoder!r}; choose one of: {', '.join(DECODERS)} "
+            f"(default {DEFAULT_DECODER!r}: 'auto', fused with iotool's crops), "
+            f"or None for the stored bytes."
+        )
     if decoder != FUSED:
         resolve_backend(decoder, "jpeg")  # a backend that is not installed fails now, not in a worker
 
@@ -89,10 +91,19 @@ class ImageDataset(ReaderInfo, Dataset):
     applied to them in every epoch.
     """
 
-    def __init__(self, reader: FormatReader, decoder: str | None = DEFAULT_DECODER,
-                 transform: Callable[[Any], Any] | None = None, *, on_error: str = "raise",
-                 max_skips: int = 100, check_checksums: bool = False, cache: str | None = None,
-                 cache_resize: int | None = None, cache_fallback: bool = False):
+    def __init__(
+        self,
+        reader: FormatReader,
+        decoder: str | None = DEFAULT_DECODER,
+        transform: Callable[[Any], Any] | None = None,
+        *,
+        on_error: str = "raise",
+        max_skips: int = 100,
+        check_checksums: bool = False,
+        cache: str | None = None,
+        cache_resize: int | None = None,
+        cache_fallback: bool = False,
+    ):
         check_decoder(decoder)  # fail now, not in a worker, on a bad name
         if on_error not in ON_ERROR:
             raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR)}.")
@@ -130,8 +141,9 @@ class ImageDataset(ReaderInfo, Dataset):
             index = (index + 1) % len(self)  # on_error="skip": serve the next record instead
         raise RecordError(f"{self.reader.path}: no readable record left.")
 
-    def load(self, index: int, data: bytes | None = None, label: int | None = None,
-             min_size: tuple[int, int] | None = None) -> tuple[Any, int] | None:
+    def load(
+        self, index: int, data: bytes | None = None, label: int | None = None, min_size: tuple[int, int] | None = None
+    ) -> tuple[Any, int] | None:
         """Read (unless given) and decode record ``index``; None when it is bad and skipped."""
         try:
             data, label = self._read(index, data, label)
@@ -204,8 +216,10 @@ class ImageDataset(ReaderInfo, Dataset):
             raise error from None
         self.skipped += 1
         if self.skipped > self.max_skips:
-            raise RecordError(f"{self.reader.path}: more than max_skips={self.max_skips} bad records in "
-                              f"this process; the last: record {index} ({key}): {exc}") from None
+            raise RecordError(
+                f"{self.reader.path}: more than max_skips={self.max_skips} bad records in "
+                f"this process; the last: record {index} ({key}): {exc}"
+            ) from None
         log.warning("skipping %s", error)
         return None
 
@@ -223,5 +237,7 @@ class ImageDataset(ReaderInfo, Dataset):
 
     def __repr__(self) -> str:
         cache = f", cache={self.cache!r}" if self.cache is not None else ""
-        return (f"{type(self).__name__}({self.reader.path!r}, format={self.reader.format_name}, "
-                f"n={len(self)}, classes={len(self.classes)}, decoder={self.decoder!r}{cache})")
+        return (
+            f"{type(self).__name__}({self.reader.path!r}, format={self.reader.format_name}, "
+            f"n={len(self)}, classes={len(self.classes)}, decoder={self.decoder!r}{cache})"
+        )

@@ -13,8 +13,10 @@ import os
 from ..errors import UsageError
 
 CGROUP_ROOTS = {"v2": "/sys/fs/cgroup", "v1": "/sys/fs/cgroup/memory"}
-FILES = {"v2": ("memory.max", "memory.current", "inactive_file"),
-         "v1": ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
+FILES = {
+    "v2": ("memory.max", "memory.current", "inactive_file"),
+    "v1": ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+}
 NO_LIMIT = 1 << 60  # cgroup v1 writes a huge number for "no limit"
 
 
@@ -28,8 +30,9 @@ def available_memory() -> int:
         with open("/proc/meminfo") as f:
             info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()}
     except OSError as exc:
-        raise UsageError(f"cannot read the available memory ({exc.strerror}: /proc/meminfo); "
-                         f"this needs Linux.") from None
+        raise UsageError(
+            f"cannot read the available memory ({exc.strerror}: /proc/meminfo); this needs Linux."
+        ) from None
     available = info.get("MemAvailable", info.get("MemFree", 0))
     rooms = [room for room in map(_room, cgroup_dirs()) if room is not None]
     return min([available, *rooms])

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence, Union
+from typing import Sequence
 
 import torch
 
 from ..errors import UsageError
 
-ChannelValues = Union[float, Sequence[float], torch.Tensor, None]
+ChannelValues = float | Sequence[float] | torch.Tensor | None
 """A per-channel mean or std: one value, one per channel, or None."""
 
 

@@ -11,20 +11,33 @@ from ..storage import StorageConfig
 from .iterable import ShardedIterableDataset
 from .mapstyle import DEFAULT_DECODER, ImageDataset
 
-__all__ = ["open_reader", "open_dataset"]
+__all__ = ["open_dataset", "open_reader"]
 
 
-def _storage_config(storage_options: dict[str, Any] | None, cache_dir: str | os.PathLike | None,
-                    cache_max_bytes: int | None, retries: int) -> StorageConfig:
+def _storage_config(
+    storage_options: dict[str, Any] | None,
+    cache_dir: str | os.PathLike | None,
+    cache_max_bytes: int | None,
+    retries: int,
+) -> StorageConfig:
     """The StorageConfig for open_dataset's remote-reading arguments."""
     bound = {"cache_max_bytes": int(cache_max_bytes)} if cache_max_bytes is not None else {}
-    return StorageConfig(options=dict(storage_options or {}), retries=retries,
-                         cache_dir=os.fspath(cache_dir) if cache_dir is not None else None, **bound)
+    return StorageConfig(
+        options=dict(storage_options or {}),
+        retries=retries,
+        cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+        **bound,
+    )
 
 
-def open_reader(path: str | os.PathLike, *, storage_options: dict[str, Any] | None = None,
-                cache_dir: str | os.PathLike | None = None, cache_max_bytes: int | None = None,
-                retries: int = 3) -> FormatReader:
+def open_reader(
+    path: str | os.PathLike,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    cache_max_bytes: int | None = None,
+    retries: int = 3,
+) -> FormatReader:
     """Open the format reader for the dataset at ``path`` (format detected).
 
     ``path`` may be an fsspec URL of a format read remotely (tar shards); the keyword arguments are those of
@@ -34,12 +47,23 @@ def open_reader(path: str | os.PathLike, *, storage_options: dict[str, Any] | No
     return detect_format(path, config).reader(path, storage=config)
 
 
-def open_dataset(path: str | os.PathLike, decoder: str | None = DEFAULT_DECODER,
-                 transform: Callable[[Any], Any] | None = None, *, on_error: str = "raise",
-                 max_skips: int = 100, check_checksums: bool = False, cache: str | None = None,
-                 cache_resize: int | None = None, cache_fallback: bool = False,
-                 storage_options: dict[str, Any] | None = None, cache_dir: str | os.PathLike | None = None,
-                 cache_max_bytes: int | None = None, retries: int = 3, **iterable_options: Any):
+def open_dataset(
+    path: str | os.PathLike,
+    decoder: str | None = DEFAULT_DECODER,
+    transform: Callable[[Any], Any] | None = None,
+    *,
+    on_error: str = "raise",
+    max_skips: int = 100,
+    check_checksums: bool = False,
+    cache: str | None = None,
+    cache_resize: int | None = None,
+    cache_fallback: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    cache_max_bytes: int | None = None,
+    retries: int = 3,
+    **iterable_options: Any,
+):
     """Open an iotool dataset as a torch Dataset, detecting its format.
 
     Args:
@@ -91,8 +115,14 @@ def open_dataset(path: str | os.PathLike, decoder: str | None = DEFAULT_DECODER,
     config = _storage_config(storage_options, cache_dir, cache_max_bytes, retries)
     spec = detect_format(path, config)
     reader = spec.reader(path, storage=config)
-    common = {"on_error": on_error, "max_skips": max_skips, "check_checksums": check_checksums,
-              "cache": cache, "cache_resize": cache_resize, "cache_fallback": cache_fallback}
+    common = {
+        "on_error": on_error,
+        "max_skips": max_skips,
+        "check_checksums": check_checksums,
+        "cache": cache,
+        "cache_resize": cache_resize,
+        "cache_fallback": cache_fallback,
+    }
     if spec.iterable:
         return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)
     if iterable_options:

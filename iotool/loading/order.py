@@ -24,8 +24,7 @@ import torch
 from .split import ShardEnv
 
 
-def rank_order(n: int, *, shuffle: bool, seed: int, epoch: int, rank: int, world: int,
-               even: bool) -> np.ndarray:
+def rank_order(n: int, *, shuffle: bool, seed: int, epoch: int, rank: int, world: int, even: bool) -> np.ndarray:
     """The record indices ``rank`` of ``world`` reads this epoch (int64), as DistributedSampler."""
     if shuffle:
         generator = torch.Generator()
@@ -58,7 +57,7 @@ class RecordOrder:
     def take(self, count: int) -> list[int]:
         """The next ``count`` record indices (fewer at the end)."""
         if self._array is not None:
-            out = self._array[self._position:self._position + count].tolist()
+            out = self._array[self._position : self._position + count].tolist()
         else:
             out = list(islice(self._stream, count))
         self._position += len(out)

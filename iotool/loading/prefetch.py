@@ -139,8 +139,10 @@ class CUDAPrefetcher:
         return self._batches()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(device={self.device}, dtype={self.dtype}, depth={self.depth}, "
-                f"channels_last={self.channels_last}, streams_created={self.streams_created})")
+        return (
+            f"{type(self).__name__}(device={self.device}, dtype={self.dtype}, depth={self.depth}, "
+            f"channels_last={self.channels_last}, streams_created={self.streams_created})"
+        )
 
     # -- the pipeline ---------------------------------------------------------------------
     def _batches(self) -> Iterator[Any]:
@@ -182,9 +184,11 @@ class CUDAPrefetcher:
             return  # CPU inputs: no dependency on the consumer, so copies overlap with its work
         for tensor in inputs:
             if tensor.device != self.device:
-                raise UsageError(f"CUDAPrefetcher: the batch holds a tensor on {tensor.device} but the "
-                                 f"prefetcher's device is {self.device}; produce it on {self.device}, "
-                                 f"or pass device='{tensor.device}'.")
+                raise UsageError(
+                    f"CUDAPrefetcher: the batch holds a tensor on {tensor.device} but the "
+                    f"prefetcher's device is {self.device}; produce it on {self.device}, "
+                    f"or pass device='{tensor.device}'."
+                )
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
         for tensor in inputs:
             tensor.record_stream(self.stream)
@@ -216,16 +220,13 @@ class CUDAPrefetcher:
             return self._convert_image(batch)
         if isinstance(batch, Mapping):
             key = self._dict_image_key(batch)
-            return {k: self._convert_image(v) if k == key else _to_device(v, self.device)
-                    for k, v in batch.items()}
+            return {k: self._convert_image(v) if k == key else _to_device(v, self.device) for k, v in batch.items()}
         if isinstance(batch, (tuple, list)):
             index = self._sequence_image_index(batch)
-            items = [self._convert_image(v) if i == index else _to_device(v, self.device)
-                     for i, v in enumerate(batch)]
+            items = [self._convert_image(v) if i == index else _to_device(v, self.device) for i, v in enumerate(batch)]
             return _rebuild(batch, items)
         raise UsageError(
-            f"CUDAPrefetcher handles batches that are a tensor, a tuple/list or a dict; got a "
-            f"{type(batch).__name__}."
+            f"CUDAPrefetcher handles batches that are a tensor, a tuple/list or a dict; got a {type(batch).__name__}."
         )
 
     def _convert_image(self, x: Any) -> Any:
@@ -237,14 +238,18 @@ class CUDAPrefetcher:
             )
         x = x.to(self.device, non_blocking=True)
         if x.dtype != torch.uint8:
-            self._warn_once("dtype", f"CUDAPrefetcher: the image tensor has dtype {x.dtype}, not uint8; "
-                                     f"it is moved to {self.device} and cast to {self.dtype} with its values "
-                                     f"unchanged (not scaled or normalised). "
-                                     f"Use collate_fn=iotool.fast_collate to keep batches uint8.")
+            self._warn_once(
+                "dtype",
+                f"CUDAPrefetcher: the image tensor has dtype {x.dtype}, not uint8; "
+                f"it is moved to {self.device} and cast to {self.dtype} with its values "
+                f"unchanged (not scaled or normalised). "
+                f"Use collate_fn=iotool.fast_collate to keep batches uint8.",
+            )
             return self._layout(x).to(self.dtype)
         if x.dim() < 3:
-            raise UsageError(f"CUDAPrefetcher: the image tensor has shape {tuple(x.shape)}; "
-                             f"expected NxCxHxW (or CxHxW).")
+            raise UsageError(
+                f"CUDAPrefetcher: the image tensor has shape {tuple(x.shape)}; expected NxCxHxW (or CxHxW)."
+            )
         x = self._layout(x)
         mean, std = self._stats_on_device(x.shape[-3])
         x = x.to(self._compute_dtype)
@@ -263,8 +268,10 @@ class CUDAPrefetcher:
         """``mean255``/``std255`` shaped (C, 1, 1) on the device, made once, checked against C."""
         for name, values in (("mean", self.mean255), ("std", self.std255)):
             if values is not None and values.numel() not in (1, channels):
-                raise UsageError(f"CUDAPrefetcher: {name} has {values.numel()} values but the images "
-                                 f"have {channels} channels; give 1 or {channels} values.")
+                raise UsageError(
+                    f"CUDAPrefetcher: {name} has {values.numel()} values but the images "
+                    f"have {channels} channels; give 1 or {channels} values."
+                )
         if self._device_stats is None:
             mean = None if self.mean255 is None else self._on_device(self.mean255)
             self._device_stats = (mean, self._on_device(self.std255))
@@ -278,21 +285,27 @@ class CUDAPrefetcher:
         """The key of the image tensor in a dict batch."""
         if self.image_key is not None:
             if self.image_key not in batch:
-                raise UsageError(f"CUDAPrefetcher: image_key={self.image_key!r} is not a key of the "
-                                 f"batch; keys: {', '.join(map(repr, batch))}.")
+                raise UsageError(
+                    f"CUDAPrefetcher: image_key={self.image_key!r} is not a key of the "
+                    f"batch; keys: {', '.join(map(repr, batch))}."
+                )
             return self.image_key
         for key in IMAGE_KEYS:
             if key in batch:
                 return key
-        raise UsageError(f"CUDAPrefetcher: the dict batch has no 'image' or 'images' key "
-                         f"(keys: {', '.join(map(repr, batch))}); pass image_key=... to name it.")
+        raise UsageError(
+            f"CUDAPrefetcher: the dict batch has no 'image' or 'images' key "
+            f"(keys: {', '.join(map(repr, batch))}); pass image_key=... to name it."
+        )
 
     def _sequence_image_index(self, batch: Sequence) -> int:
         """The index of the image tensor in a tuple or list batch."""
         index = 0 if self.image_key is None else self.image_key
         if not isinstance(index, int) or not -len(batch) <= index < len(batch):
-            raise UsageError(f"CUDAPrefetcher: image_key={self.image_key!r} is not an index of a "
-                             f"{type(batch).__name__} batch of length {len(batch)}.")
+            raise UsageError(
+                f"CUDAPrefetcher: image_key={self.image_key!r} is not an index of a "
+                f"{type(batch).__name__} batch of length {len(batch)}."
+            )
         return index % len(batch)
 
     # -- warnings -------------------------------------------------------------------------
@@ -308,9 +321,12 @@ class CUDAPrefetcher:
         if pinned is None:
             pinned = all(t.is_pinned() for t in host)
         if not pinned:
-            self._warn_once("pin", "CUDAPrefetcher: the loader does not pin memory, so host-to-device "
-                                   "copies cannot overlap with compute; create the DataLoader with "
-                                   "pin_memory=True.")
+            self._warn_once(
+                "pin",
+                "CUDAPrefetcher: the loader does not pin memory, so host-to-device "
+                "copies cannot overlap with compute; create the DataLoader with "
+                "pin_memory=True.",
+            )
 
     def _warn_once(self, what: str, message: str) -> None:
         """Issue ``message`` the first time ``what`` happens for this prefetcher."""
@@ -320,6 +336,7 @@ class CUDAPrefetcher:
 
 
 # -- helpers ------------------------------------------------------------------------------
+
 
 def _resolve_device(device: str | torch.device | None) -> torch.device:
     """``None`` -> cuda if available else cpu; refuse cuda when it is not available."""
@@ -337,20 +354,26 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
 def _check_cuda_device(device: torch.device, count: int) -> None:
     """Refuse a CUDA device this host does not have, naming it and the devices there are."""
     if count == 0:
-        raise UsageError(f"CUDAPrefetcher: device={str(device)!r} but CUDA is not available here "
-                         f"(0 CUDA devices); pass device='cpu' or device=None.")
+        raise UsageError(
+            f"CUDAPrefetcher: device={str(device)!r} but CUDA is not available here "
+            f"(0 CUDA devices); pass device='cpu' or device=None."
+        )
     if device.index is not None and device.index >= count:
         choices = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
-        raise UsageError(f"CUDAPrefetcher: device={str(device)!r} but this host has {count} CUDA "
-                         f"device{'s' if count > 1 else ''} ({choices}); pick one of them, or "
-                         f"device=None for the current one.")
+        raise UsageError(
+            f"CUDAPrefetcher: device={str(device)!r} but this host has {count} CUDA "
+            f"device{'s' if count > 1 else ''} ({choices}); pick one of them, or "
+            f"device=None for the current one."
+        )
 
 
 def _check_dtype(dtype: torch.dtype) -> torch.dtype:
     """The output dtype, which must be a floating dtype."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise UsageError(f"CUDAPrefetcher: dtype={dtype}; choose a floating dtype such as torch.float32, "
-                         f"torch.float16 or torch.bfloat16.")
+        raise UsageError(
+            f"CUDAPrefetcher: dtype={dtype}; choose a floating dtype such as torch.float32, "
+            f"torch.float16 or torch.bfloat16."
+        )
     return dtype
 
 

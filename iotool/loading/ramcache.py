@@ -37,9 +37,9 @@ import numpy as np
 from ..decode.backends import DCT_SCALES
 from ..errors import IotoolError, UsageError
 from ..storage.units import human_bytes
+from ..transforms import resize as _resize
 from ..transforms.sizing import min_decode_size, shorter_side_to, shorter_sides_to
 from .memory import available_memory
-from ..transforms import resize as _resize
 
 MAGIC = b"IOTRAMC1"
 HEADER = 64  # magic, record count, then the offsets of the state, shapes, offsets and pixel areas
@@ -47,7 +47,7 @@ READY = b"\x01"
 NAME = "iotool-ram-cache"  # the memfd's name, seen in /proc/PID/fd and /proc/PID/maps
 SAFETY_MARGIN = 0.10  # of the available memory, kept free
 MIN_MARGIN = 256 << 20
-_OPEN: "weakref.WeakSet[RamCache]" = weakref.WeakSet()  # the caches this process created
+_OPEN: weakref.WeakSet[RamCache] = weakref.WeakSet()  # the caches this process created
 
 
 class CacheMemoryError(IotoolError):
@@ -64,7 +64,7 @@ class CacheLayout:
     offsets: np.ndarray  # (N + 1,) int64, relative to the pixel area
 
     @classmethod
-    def plan(cls, sizes: np.ndarray, resize: int | None = None) -> "CacheLayout":
+    def plan(cls, sizes: np.ndarray, resize: int | None = None) -> CacheLayout:
         """Slots for decoded ``sizes`` ((N, 2) height, width), shrunk to shorter side ``resize``."""
         decoded = np.array(sizes, dtype=np.int64).reshape(-1, 2)
         shapes = _shrunk(decoded, resize) if resize is not None else decoded
@@ -110,8 +110,7 @@ def _shrunk(shapes: np.ndarray, resize: int) -> np.ndarray:
     return np.where(shrink, shorter_sides_to(shapes, resize), shapes)
 
 
-def check_memory(need: int, available: int, *, what: str = "the RAM cache",
-                 smaller: int | None = None) -> None:
+def check_memory(need: int, available: int, *, what: str = "the RAM cache", smaller: int | None = None) -> None:
     """Raise :class:`CacheMemoryError` when ``need`` bytes exceed ``available`` less the safety margin.
 
     ``smaller`` is the size with ``cache_resize=256``, quoted as a way out when given.
@@ -122,11 +121,14 @@ def check_memory(need: int, available: int, *, what: str = "the RAM cache",
     ways = []
     if smaller is not None and smaller < need:
         ways.append(f"cache_resize=256 (about {human_bytes(smaller)})")
-    ways += ["the bmp cache on disk (iotool convert SRC bmp DST --resize 256)",
-             "cache_fallback=True to warn and run without the cache"]
+    ways += [
+        "the bmp cache on disk (iotool convert SRC bmp DST --resize 256)",
+        "cache_fallback=True to warn and run without the cache",
+    ]
     raise CacheMemoryError(
         f"{what} needs {human_bytes(need)}, but {human_bytes(available)} of memory is available and {human_bytes(margin)} of it "
-        f"is kept free; use {', or '.join(ways)}.")
+        f"is kept free; use {', or '.join(ways)}."
+    )
 
 
 class RamCache:
@@ -156,7 +158,7 @@ class RamCache:
         _, decoded, shapes, offsets, _ = layout.areas()
         os.pwrite(fd, MAGIC + np.array([len(layout.shapes), *layout.areas()], np.int64).tobytes(), 0)
         for start, table in ((decoded, layout.decoded), (shapes, layout.shapes), (offsets, layout.offsets)):
-            self._map[start:start + table.nbytes] = table.tobytes()
+            self._map[start : start + table.nbytes] = table.tobytes()
         self._read_tables()
         _OPEN.add(self)
 
@@ -170,7 +172,7 @@ class RamCache:
 
     def _read_tables(self) -> None:
         header = np.frombuffer(self._map, np.int64, 6, len(MAGIC))
-        if self._map[:len(MAGIC)] != MAGIC:
+        if self._map[: len(MAGIC)] != MAGIC:
             raise IotoolError("the RAM cache block is not one iotool wrote")
         self.count, self._state, decoded, shapes, offsets, self._pixels = (int(v) for v in header)
         self.decoded = np.frombuffer(self._map, np.int32, 2 * self.count, decoded).reshape(-1, 2)
@@ -237,8 +239,11 @@ class RamCache:
 
         logging.getLogger(__name__).warning(
             "RAM cache: record %d decodes to %s, not the %s the index records; it is decoded again each time "
-            "(further mismatches in this process are not reported)", index, image.shape,
-            tuple(int(v) for v in self.decoded[index]) + (3,))
+            "(further mismatches in this process are not reported)",
+            index,
+            image.shape,
+            tuple(int(v) for v in self.decoded[index]) + (3,),
+        )
 
     def _slot(self, index: int) -> np.ndarray:
         h, w = (int(v) for v in self.shapes[index])
@@ -264,8 +269,12 @@ class RamCache:
         # A spawned process opens the same block through this process's descriptor.
         if self._fd is None:
             return {"source": "", "nbytes": self.nbytes, "resize": self.resize, "name": self.name}
-        return {"source": f"/proc/{os.getpid()}/fd/{self._fd}", "nbytes": self.nbytes, "resize": self.resize,
-                "name": self.name}
+        return {
+            "source": f"/proc/{os.getpid()}/fd/{self._fd}",
+            "nbytes": self.nbytes,
+            "resize": self.resize,
+            "name": self.name,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.resize, self.nbytes, self.name = state["resize"], state["nbytes"], state["name"]
@@ -285,8 +294,9 @@ class RamCache:
         """Run without the cache in this process: every get misses, nothing is stored."""
         import logging
 
-        logging.getLogger(__name__).warning("RAM cache not shared with process %d: %s; decoding instead",
-                                            os.getpid(), why)
+        logging.getLogger(__name__).warning(
+            "RAM cache not shared with process %d: %s; decoding instead", os.getpid(), why
+        )
         self.count, self._fd, self._warned = 0, None, True
         self.shapes = self.decoded = np.zeros((0, 2), np.int32)
         self.offsets = np.zeros(1, np.int64)
@@ -340,8 +350,12 @@ def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = Fals
     smaller = CacheLayout.plan(sizes, 256).nbytes if resize is None or resize > 256 else None
     pending = sum(cache.unfilled_bytes() for cache in list(_OPEN))
     try:
-        check_memory(need, available_memory() - pending, smaller=smaller,
-                     what=f"cache='ram' for {reader.path} ({len(sizes)} images)")
+        check_memory(
+            need,
+            available_memory() - pending,
+            smaller=smaller,
+            what=f"cache='ram' for {reader.path} ({len(sizes)} images)",
+        )
     except CacheMemoryError as exc:
         if not fallback:
             raise

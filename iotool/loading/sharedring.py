@@ -40,13 +40,15 @@ def slot_layout(batch_size: int, shape: tuple[int, int, int]) -> tuple[int, int]
     return labels, _round(labels + images, mmap.PAGESIZE)
 
 
-def map_slot(buffer: Any, offset: int, batch_size: int,
-             shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+def map_slot(
+    buffer: Any, offset: int, batch_size: int, shape: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(images (N, C, H, W) uint8, labels (N,) int64) views of ``buffer`` at ``offset``."""
     images_at, _ = slot_layout(batch_size, shape)
     labels = torch.frombuffer(buffer, dtype=torch.int64, count=batch_size, offset=offset)
-    images = torch.frombuffer(buffer, dtype=torch.uint8, count=batch_size * shape[0] * shape[1] * shape[2],
-                              offset=offset + images_at).view(batch_size, *shape)
+    images = torch.frombuffer(
+        buffer, dtype=torch.uint8, count=batch_size * shape[0] * shape[1] * shape[2], offset=offset + images_at
+    ).view(batch_size, *shape)
     return images, labels
 
 
@@ -126,9 +128,15 @@ class ParentRing:
     def receive(self, message: dict[str, Any], names: list[str], fds: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch a ``batch`` message announces, mapping the regions sent with it."""
         index, count = message.get("slot"), message.get("count")
-        if not (isinstance(index, int) and 0 <= index < self.size and isinstance(count, int)
-                and 0 < count <= self.batch_size) or len(names) != len(fds):
-            raise UsageError(f"the iotool.Loader's child sent a malformed batch message {message!r}; report this as a bug.")
+        if not (
+            isinstance(index, int)
+            and 0 <= index < self.size
+            and isinstance(count, int)
+            and 0 < count <= self.batch_size
+        ) or len(names) != len(fds):
+            raise UsageError(
+                f"the iotool.Loader's child sent a malformed batch message {message!r}; report this as a bug."
+            )
         for name, fd in zip(names, fds):
             try:
                 self._map(name, fd, index, message)
@@ -172,5 +180,7 @@ class ParentRing:
 
     def _check_size(self, fd: int, size: int) -> None:
         if not 0 < size <= MAX_SLOT_BYTES * self.size or os.fstat(fd).st_size != size:
-            raise UsageError(f"the iotool.Loader's child sent a region of {os.fstat(fd).st_size} bytes, "
-                             f"expected {size}; report this as a bug.")
+            raise UsageError(
+                f"the iotool.Loader's child sent a region of {os.fstat(fd).st_size} bytes, "
+                f"expected {size}; report this as a bug."
+            )

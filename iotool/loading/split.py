@@ -78,7 +78,7 @@ class EpochSplit:
     total: int
 
     @classmethod
-    def of(cls, ranges: Sequence[range], shuffle: bool, seed: int, epoch: int) -> "EpochSplit":
+    def of(cls, ranges: Sequence[range], shuffle: bool, seed: int, epoch: int) -> EpochSplit:
         """The split of an epoch of shards holding ``ranges`` of records."""
         order = list(range(len(ranges)))
         if shuffle:
@@ -146,8 +146,7 @@ class WorkerStream:
     the stream is suspended at a ``yield``: the state after handing out that index.
     """
 
-    def __init__(self, split: EpochSplit, env: ShardEnv, even: bool, rng: random.Random | None,
-                 buffer_size: int):
+    def __init__(self, split: EpochSplit, env: ShardEnv, even: bool, rng: random.Random | None, buffer_size: int):
         self.split, self.runs = split, split.worker_runs(env, even)
         self.rng, self.buffer_size = rng, buffer_size
         self.taken = 0  # records taken from the runs (handed out, or waiting in the buffer)
@@ -211,14 +210,21 @@ _RESUME_HINTS = {
 def check_resumable(saved: Any, here: dict[str, Any]) -> None:
     """Raise a UsageError unless ``saved`` is a worker state that matches ``here`` (the dataset's
     options and this process's place), naming every field that differs."""
-    if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION or \
-            any(k not in saved for k in (*here, *_STATE_KEYS)):
+    if (
+        not isinstance(saved, dict)
+        or saved.get("version") != STATE_VERSION
+        or any(k not in saved for k in (*here, *_STATE_KEYS))
+    ):
         version = saved.get("version") if isinstance(saved, dict) else None
-        raise UsageError(f"not a ShardedIterableDataset state of version {STATE_VERSION} (got a "
-                         f"{type(saved).__name__}, version {version!r}); pass what state_dict() returned.")
+        raise UsageError(
+            f"not a ShardedIterableDataset state of version {STATE_VERSION} (got a "
+            f"{type(saved).__name__}, version {version!r}); pass what state_dict() returned."
+        )
     bad = [k for k in here if saved[k] != here[k]]
     if bad:
         diffs = ", ".join(f"{k}={saved[k]!r} (here {here[k]!r})" for k in bad)
         hints = "; ".join(_RESUME_HINTS[k].format(saved=saved[k]) for k in bad if k in _RESUME_HINTS)
-        raise UsageError(f"cannot resume from this state: it was saved with {diffs}"
-                         f"{'; ' + hints if hints else ''}. Open the dataset and the loader as when it was saved.")
+        raise UsageError(
+            f"cannot resume from this state: it was saved with {diffs}"
+            f"{'; ' + hints if hints else ''}. Open the dataset and the loader as when it was saved."
+        )

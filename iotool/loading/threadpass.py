@@ -53,8 +53,10 @@ class Pass:
         self.error: BaseException | None = None
         self.stopped = False
         self.cond = threading.Condition()
-        self.workers = [threading.Thread(target=self._work, name=f"iotool-loader-{k}", daemon=True)
-                        for k in range(min(loader.threads, max(1, self.end - self.next_pos)))]
+        self.workers = [
+            threading.Thread(target=self._work, name=f"iotool-loader-{k}", daemon=True)
+            for k in range(min(loader.threads, max(1, self.end - self.next_pos)))
+        ]
         for worker in self.workers:
             worker.start()
 
@@ -78,7 +80,7 @@ class Pass:
                 with self.cond:
                     self.done[batch] = self.done.get(batch, 0) + len(indices)
                     self.cond.notify_all()
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller
+        except BaseException as exc:
             with self.cond:
                 if self.error is None:
                     self.error = exc
@@ -101,8 +103,10 @@ class Pass:
             hi = min(lo + self.chunk, (batch + 1) * bs, self.end)
             indices = self.order.take(hi - lo)
             if len(indices) < hi - lo:  # the stream ended early: its length disagrees with the split
-                raise UsageError(f"the epoch's record order ended at position {lo + len(indices)}, "
-                                 f"before the {self.end} the split gives; report this as a bug.")
+                raise UsageError(
+                    f"the epoch's record order ended at position {lo + len(indices)}, "
+                    f"before the {self.end} the split gives; report this as a bug."
+                )
             self.next_pos = hi
             return batch, lo, indices, self.ring.claim(self.base + batch)
 
@@ -137,9 +141,11 @@ class Pass:
                 if ring.shape is None:
                     ring.shape = shape
         if shape != ring.shape:
-            raise UsageError(f"{record_name(self.loader.samples, record)}: image of CxHxW "
-                             f"{'x'.join(map(str, shape))}, but the batches hold {'x'.join(map(str, ring.shape))}; "
-                             f"give the dataset a transform that crops or resizes every image to one size.")
+            raise UsageError(
+                f"{record_name(self.loader.samples, record)}: image of CxHxW "
+                f"{'x'.join(map(str, shape))}, but the batches hold {'x'.join(map(str, ring.shape))}; "
+                f"give the dataset a transform that crops or resizes every image to one size."
+            )
         return shape
 
     # -- the caller's side --------------------------------------------------------------------------
@@ -153,8 +159,10 @@ class Pass:
                 self.cond.wait(0.5)
             error = self.error
             if error is None and self.stopped:  # its slots now belong to the pass that ended it
-                error = UsageError("this pass over the iotool.Loader was ended (a new iter(loader) started "
-                                   "another, or it was closed); iterate the new one.")
+                error = UsageError(
+                    "this pass over the iotool.Loader was ended (a new iter(loader) started "
+                    "another, or it was closed); iterate the new one."
+                )
         if error is not None:
             self.stop(wait=True)
             raise error
@@ -185,7 +193,7 @@ class Batches:
         self._run = run
         self._next = run.first
 
-    def __iter__(self) -> "Batches":
+    def __iter__(self) -> Batches:
         return self
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:

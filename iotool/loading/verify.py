@@ -42,9 +42,14 @@ def _describe(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {exc}"
 
 
-def verify(path: str | os.PathLike, decode_images: bool = False,
-           progress: Callable[[int, int], None] | None = None, *,
-           storage_options: dict[str, Any] | None = None, cache_dir: str | None = None) -> VerifyReport:
+def verify(
+    path: str | os.PathLike,
+    decode_images: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | None = None,
+) -> VerifyReport:
     """Check a dataset's format version, metadata, index and every record's checksum.
 
     Args:
@@ -101,7 +106,7 @@ def _in_order(column: Sequence[str]) -> Callable[[int], str]:
             try:
                 expected += 1
                 return next(items)
-            except Exception:  # noqa: BLE001  (the entry is read again by index just below)
+            except Exception:
                 items = None
         items = None
         return column[i]
@@ -118,14 +123,15 @@ def _records(reader: FormatReader, count: int) -> Iterator[tuple[int, bytes | No
         for i, data, _ in reader.read_many(range(count)):
             yield i, data
             done = i + 1
-    except Exception:  # noqa: BLE001  (reported record by record below)
+    except Exception:
         pass
     for i in range(done, count):
         yield i, None
 
 
-def _check_record(reader, index: int, key: str, expected: str, decode_images: bool,
-                  data: bytes | None = None) -> str | None:
+def _check_record(
+    reader, index: int, key: str, expected: str, decode_images: bool, data: bytes | None = None
+) -> str | None:
     """Return why record ``index`` is bad, or None when it is intact."""
     try:
         if data is None:

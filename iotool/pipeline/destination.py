@@ -81,13 +81,14 @@ class Destination(ABC):
 
 # --- local -------------------------------------------------------------------------------------
 
+
 def stale_temporaries(dst: str) -> list[str]:
     """Temporaries of DST whose conversion process no longer exists, newest first."""
     parent, name = os.path.split(os.path.abspath(dst))
     prefix = f".{name}{TMP_MARKER}"
     found = []
     for entry in os.listdir(parent or "."):
-        rest = entry[len(prefix):]
+        rest = entry[len(prefix) :]
         if entry.startswith(prefix) and rest.isdigit() and not pid_alive(int(rest)):
             found.append(os.path.join(parent, entry))
     return sorted(found, key=lambda p: os.lstat(p).st_mtime, reverse=True)
@@ -99,7 +100,7 @@ def restore_moved_aside(dst: str) -> None:
     parent, name = os.path.split(os.path.abspath(dst))
     prefix = f".{name}{TMP_MARKER}"
     for entry in os.listdir(parent or "."):
-        pid = entry[len(prefix):-len(OLD_SUFFIX)] if entry.endswith(OLD_SUFFIX) else ""
+        pid = entry[len(prefix) : -len(OLD_SUFFIX)] if entry.endswith(OLD_SUFFIX) else ""
         if entry.startswith(prefix) and pid.isdigit() and not pid_alive(int(pid)):
             old = os.path.join(parent, entry)
             if not os.path.lexists(dst):
@@ -187,7 +188,8 @@ class DestinationLock:
         except LockHeld as held:
             raise DestinationLockedError(
                 f"{self.dst!r} is being written by another conversion (process {held.holder}); wait for it to "
-                f"finish, or stop it and run again.") from None
+                f"finish, or stop it and run again."
+            ) from None
 
     def release(self) -> None:
         self.lock.release()
@@ -242,8 +244,11 @@ class LocalDestination(Destination):
         self.leftovers = [path for path in found if os.path.lexists(path)]
         if state is None:
             names = entries_text([os.path.basename(p) for p in found])
-            what = (f"the partial output found holds no commit yet ({names}; removed when this run succeeds)"
-                    if found else "no interrupted run left a partial output")
+            what = (
+                f"the partial output found holds no commit yet ({names}; removed when this run succeeds)"
+                if found
+                else "no interrupted run left a partial output"
+            )
             log.warning("--resume: nothing to resume for %s (%s); starting from the beginning", self.location, what)
         return state
 
@@ -285,7 +290,7 @@ class LocalDestination(Destination):
             return False
         try:
             return self.spec.writer.read_checkpoint(self.work_path) is not None
-        except Exception:  # noqa: BLE001  (deciding what to keep must not hide the original error)
+        except Exception:
             return True
 
     def written(self) -> int:
@@ -303,6 +308,7 @@ class LocalDestination(Destination):
 
 
 # --- URL ---------------------------------------------------------------------------------------
+
 
 class UrlDestination(Destination):
     """A URL folder: units published whole as they close, the index written last."""
@@ -323,8 +329,9 @@ class UrlDestination(Destination):
         names = self.out.names()
         if INDEX_NAME in names:
             if not self.overwrite:
-                raise DestinationExistsError(
-                    f"{self.location!r} already holds a dataset ({INDEX_NAME}).").with_remedy(OVERWRITE)
+                raise DestinationExistsError(f"{self.location!r} already holds a dataset ({INDEX_NAME}).").with_remedy(
+                    OVERWRITE
+                )
             try:
                 sniff_index_remote(self.location, self.out.config)
                 return
@@ -338,7 +345,8 @@ class UrlDestination(Destination):
         raise DestinationExistsError(
             f"{self.location!r} is not a dataset iotool wrote ({why}); a URL destination is written only "
             f"when it holds nothing, or with --overwrite an iotool dataset. Choose another DST, or delete "
-            f"those files yourself (a killed conversion's leftovers too).")
+            f"those files yourself (a killed conversion's leftovers too)."
+        )
 
     def begin(self) -> None:
         """Refuse or untrust an existing dataset, drop dead temporaries, make a staging folder.
@@ -376,8 +384,11 @@ class UrlDestination(Destination):
         stale = self.out.remove_temporaries()
         if stale:
             log.info("removed %d partial files of failed task attempts: %s", len(stale), ", ".join(stale))
-        staged = sorted(os.path.relpath(os.path.join(d, f), self.work_path).replace(os.sep, "/")
-                        for d, _, files in os.walk(self.work_path) for f in files)
+        staged = sorted(
+            os.path.relpath(os.path.join(d, f), self.work_path).replace(os.sep, "/")
+            for d, _, files in os.walk(self.work_path)
+            for f in files
+        )
         if INDEX_NAME not in staged:
             raise FileNotFoundError(f"{self.work_path}: the conversion staged no {INDEX_NAME}")
         size = self.published_bytes + units_bytes

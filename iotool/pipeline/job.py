@@ -7,15 +7,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .._version import __version__
-from ..formats import FormatOptions, FormatSpec
 from ..errors import Remedy
+from ..formats import FormatOptions, FormatSpec
 from ..records import DatasetMeta, SkippedFile
 from .prepare import PayloadOptions
 from .sources import Source
 
 ON_ERROR_CHOICES = ("fail", "skip")
-SKIP_BAD_FILES = Remedy(api='Pass on_error="skip" to leave bad files out (the report lists each one).',
-                        cli="Pass --on-error skip to leave bad files out (the summary lists each one).")
+SKIP_BAD_FILES = Remedy(
+    api='Pass on_error="skip" to leave bad files out (the report lists each one).',
+    cli="Pass --on-error skip to leave bad files out (the summary lists each one).",
+)
 
 
 @dataclass
@@ -74,11 +76,20 @@ class Job:
     def meta(self, count: int, skipped: list[SkippedFile], **extra: Any) -> DatasetMeta:
         """The dataset metadata for ``count`` stored records."""
         return DatasetMeta(
-            format=self.spec.name, format_version=self.spec.reader.format_versions[-1],
-            classes=self.source.classes, class_to_idx=self.source.class_to_idx, count=count,
-            options={"source": self.source.root, "source_format": self.src_format, "on_error": self.on_error,
-                     **self.options(), **extra},
-            skipped=[vars(s) for s in skipped], created_by=f"iotool {__version__}",
+            format=self.spec.name,
+            format_version=self.spec.reader.format_versions[-1],
+            classes=self.source.classes,
+            class_to_idx=self.source.class_to_idx,
+            count=count,
+            options={
+                "source": self.source.root,
+                "source_format": self.src_format,
+                "on_error": self.on_error,
+                **self.options(),
+                **extra,
+            },
+            skipped=[vars(s) for s in skipped],
+            created_by=f"iotool {__version__}",
         )
 
     def report_progress(self, done: int, total: int, skipped: int, bytes_in: int) -> None:

@@ -64,7 +64,8 @@ def refuse_local(dst: str, overwrite: bool) -> None:
     if why is not None:
         raise DestinationExistsError(
             f"{dst!r} is not a dataset iotool wrote ({why}); --overwrite replaces only {REPLACEABLE}. "
-            f"Choose another DST, or move or delete it yourself.")
+            f"Choose another DST, or move or delete it yourself."
+        )
     if os.path.lexists(dst) and not overwrite:
         raise DestinationExistsError(f"{dst!r} already exists.").with_remedy(OVERWRITE)
 
@@ -88,8 +89,11 @@ def check_apart(src: str, dst: str, src_is_pattern: bool = False) -> None:
     if target == root:
         raise UsageError(f"{dst!r} is the source {src!r}; choose another DST.")
     if under(root, target):
-        raise UsageError(f"{dst!r} holds the source {src!r}; writing there would replace the source. "
-                         f"Choose a DST outside it.")
+        raise UsageError(
+            f"{dst!r} holds the source {src!r}; writing there would replace the source. Choose a DST outside it."
+        )
     if check_inside and under(target, root):
-        raise UsageError(f"{dst!r} is inside the source {src!r}; the conversion would read its own output. "
-                         f"Choose a DST outside the source tree.")
+        raise UsageError(
+            f"{dst!r} is inside the source {src!r}; the conversion would read its own output. "
+            f"Choose a DST outside the source tree."
+        )

@@ -45,19 +45,33 @@ class Limits:
 # Globals that only construct bytes or bytearray (protocol 2-4 spellings); nothing is imported.
 _CONSTRUCTORS = {
     ("_codecs", "encode"): "encode",
-    ("__builtin__", "bytes"): "bytes", ("builtins", "bytes"): "bytes",
-    ("__builtin__", "bytearray"): "bytearray", ("builtins", "bytearray"): "bytearray",
+    ("__builtin__", "bytes"): "bytes",
+    ("builtins", "bytes"): "bytes",
+    ("__builtin__", "bytearray"): "bytearray",
+    ("builtins", "bytearray"): "bytearray",
 }
 
 # Every opcode's name (pickletools' names), for errors: the printable ones, then 0x80-0x98.
-OPCODE_NAMES = dict(zip(b"(.012FIJKLMNPQRSTUVXabc}deghijl]opqrst)uGBC", (
-    "MARK STOP POP POP_MARK DUP FLOAT INT BININT BININT1 LONG BININT2 NONE PERSID BINPERSID REDUCE STRING "
-    "BINSTRING SHORT_BINSTRING UNICODE BINUNICODE APPEND BUILD GLOBAL EMPTY_DICT DICT APPENDS GET BINGET INST "
-    "LONG_BINGET LIST EMPTY_LIST OBJ PUT BINPUT LONG_BINPUT SETITEM TUPLE EMPTY_TUPLE SETITEMS BINFLOAT BINBYTES "
-    "SHORT_BINBYTES").split())) | dict(zip(range(0x80, 0x99), (
-        "PROTO NEWOBJ EXT1 EXT2 EXT4 TUPLE1 TUPLE2 TUPLE3 NEWTRUE NEWFALSE LONG1 LONG4 SHORT_BINUNICODE BINUNICODE8 "
-        "BINBYTES8 EMPTY_SET ADDITEMS FROZENSET NEWOBJ_EX STACK_GLOBAL MEMOIZE FRAME BYTEARRAY8 NEXT_BUFFER "
-        "READONLY_BUFFER").split()))
+OPCODE_NAMES = dict(
+    zip(
+        b"(.012FIJKLMNPQRSTUVXabc}deghijl]opqrst)uGBC",
+        (
+            "MARK STOP POP POP_MARK DUP FLOAT INT BININT BININT1 LONG BININT2 NONE PERSID BINPERSID REDUCE STRING "
+            "BINSTRING SHORT_BINSTRING UNICODE BINUNICODE APPEND BUILD GLOBAL EMPTY_DICT DICT APPENDS GET BINGET INST "
+            "LONG_BINGET LIST EMPTY_LIST OBJ PUT BINPUT LONG_BINPUT SETITEM TUPLE EMPTY_TUPLE SETITEMS BINFLOAT BINBYTES "
+            "SHORT_BINBYTES"
+        ).split(),
+    )
+) | dict(
+    zip(
+        range(0x80, 0x99),
+        (
+            "PROTO NEWOBJ EXT1 EXT2 EXT4 TUPLE1 TUPLE2 TUPLE3 NEWTRUE NEWFALSE LONG1 LONG4 SHORT_BINUNICODE BINUNICODE8 "
+            "BINBYTES8 EMPTY_SET ADDITEMS FROZENSET NEWOBJ_EX STACK_GLOBAL MEMOIZE FRAME BYTEARRAY8 NEXT_BUFFER "
+            "READONLY_BUFFER"
+        ).split(),
+    )
+)
 
 
 class _Constructor:
@@ -96,7 +110,7 @@ class _Parser:
         if n < 0 or n > len(self.data) - pos:
             raise self.fail(f"declares {n} bytes, {len(self.data) - pos} are left")
         self.pos = pos + n
-        return self.data[pos:pos + n]
+        return self.data[pos : pos + n]
 
     def number(self, fmt: str) -> int:
         return struct.unpack(fmt, self.take(_SIZES[fmt]))[0]
@@ -106,16 +120,16 @@ class _Parser:
         data, pos = self.data, self.pos
         if width > len(data) - pos:
             raise self.fail(f"declares {width} bytes, {len(data) - pos} are left")
-        size = int.from_bytes(data[pos:pos + width], "little")
+        size = int.from_bytes(data[pos : pos + width], "little")
         start = pos + width
         if size > len(data) - start:
             raise self.fail(f"declares {size} bytes, {len(data) - start} are left")
         self.pos = start + size
-        return data[start:start + size]
+        return data[start : start + size]
 
     def line(self) -> str:
         """A GLOBAL's text argument: ASCII up to a newline, at most 256 bytes."""
-        end = self.data[self.pos:self.pos + 257].find(b"\n")
+        end = self.data[self.pos : self.pos + 257].find(b"\n")
         if end < 0:
             raise self.fail("a module or name longer than 256 bytes, or no newline")
         return self.take(end + 1)[:-1].decode("ascii", "replace")
@@ -133,8 +147,10 @@ class _Parser:
     def contain(self, container: Any, children: list[Any]) -> None:
         """Record that ``children`` now sit inside ``container``; check depth and sealing."""
         if id(container) in self.sealed:
-            raise self.fail("fills a list or dict that is already inside another container "
-                            "(pickle never writes that; a crafted nesting)")
+            raise self.fail(
+                "fills a list or dict that is already inside another container "
+                "(pickle never writes that; a crafted nesting)"
+            )
         deepest = max((self.depth_of(c) for c in children), default=0)
         depth = max(self.depth.get(id(container), 1), deepest + 1)
         if depth > self.limits.max_depth:
@@ -175,8 +191,8 @@ class _Parser:
         floor = self.marks[-1] if self.marks else 0
         if len(self.stack) - floor < n:
             raise self.fail(f"needs {n} value(s) on the stack")
-        items = self.stack[len(self.stack) - n:]
-        del self.stack[len(self.stack) - n:]
+        items = self.stack[len(self.stack) - n :]
+        del self.stack[len(self.stack) - n :]
         return self.values(items)
 
     def top(self, kind: type) -> Any:
@@ -210,8 +226,10 @@ class _Parser:
     def global_(self, module: str, name: str) -> None:
         kind = _CONSTRUCTORS.get((module, name))
         if kind is None:
-            raise self.fail(f"refers to {module}.{name}; only plain values (tuples, lists, dicts, bytes, "
-                            f"str, ints, bools, None) are read, nothing is imported or called")
+            raise self.fail(
+                f"refers to {module}.{name}; only plain values (tuples, lists, dicts, bytes, "
+                f"str, ints, bools, None) are read, nothing is imported or called"
+            )
         self.count()
         self.stack.append(_Constructor(kind, f"{module}.{name}"))
 
@@ -248,8 +266,9 @@ class _Parser:
 
     def run(self) -> Any:
         if len(self.data) > self.limits.max_bytes:
-            raise PickleRefused(f"{len(self.data)} bytes, more than {self.limits.max_bytes} "
-                                f"(the bound on one pickled value)")
+            raise PickleRefused(
+                f"{len(self.data)} bytes, more than {self.limits.max_bytes} (the bound on one pickled value)"
+            )
         if bytes(self.data[:1]) != b"\x80":
             raise PickleRefused("at byte 0: not a pickle of protocol 2 to 5 (no PROTO opcode)")
         data, size, handlers, stack, memo = self.data, len(self.data), _HANDLERS, self.stack, self.memo
@@ -262,7 +281,7 @@ class _Parser:
             if op == 0x43 and pos + 2 <= size and pos + 2 + data[pos + 1] <= size:  # SHORT_BINBYTES, in bounds
                 end = pos + 2 + data[pos + 1]
                 self.pos = end
-                self.push(data[pos + 2:end])
+                self.push(data[pos + 2 : end])
             elif op == 0x94 and len(stack) > (self.marks[-1] if self.marks else 0):  # MEMOIZE of a value
                 if len(memo) not in memo:
                     self.count()
@@ -273,9 +292,12 @@ class _Parser:
                 handler = handlers.get(op)
                 if handler is None:
                     name = OPCODE_NAMES.get(op)
-                    raise self.fail("not allowed: only plain values (tuples, lists, dicts, bytes, str, ints, "
-                                    "bools, None) are read, and nothing is executed" if name
-                                    else f"unknown opcode {bytes([op])!r}")
+                    raise self.fail(
+                        "not allowed: only plain values (tuples, lists, dicts, bytes, str, ints, "
+                        "bools, None) are read, and nothing is executed"
+                        if name
+                        else f"unknown opcode {bytes([op])!r}"
+                    )
                 handler(self)
 
     def stop(self) -> Any:
@@ -292,8 +314,11 @@ class _Parser:
 def _proto(p: _Parser) -> None:
     version = p.number("<B")
     if p.op_at != 0 or version not in PROTOCOLS:
-        raise p.fail(f"protocol {version}" + ("" if p.op_at == 0 else " again, not at the start")
-                     + f"; protocols {PROTOCOLS[0]}-{PROTOCOLS[-1]} are read")
+        raise p.fail(
+            f"protocol {version}"
+            + ("" if p.op_at == 0 else " again, not at the start")
+            + f"; protocols {PROTOCOLS[0]}-{PROTOCOLS[-1]} are read"
+        )
 
 
 def _frame(p: _Parser) -> None:

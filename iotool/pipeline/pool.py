@@ -12,8 +12,9 @@ from .prepare import PayloadOptions, init_worker, preload_decoder, process_chunk
 CHUNK = 16  # samples per task sent to a worker
 
 
-def results(load: Callable, state: Any, tasks: Sequence, options: PayloadOptions, workers: int,
-             first: int = 0) -> Iterator[tuple[int, Any, int]]:
+def results(
+    load: Callable, state: Any, tasks: Sequence, options: PayloadOptions, workers: int, first: int = 0
+) -> Iterator[tuple[int, Any, int]]:
     """Process tasks[first:] in order, in ``workers`` processes (0 or 1: in this process)."""
     chunks = (
         [(i, tasks[i]) for i in range(start, min(start + CHUNK, len(tasks)))]
@@ -141,9 +142,12 @@ class WorkerPool:
         proc.join(timeout=1)
         names = [task.path for _, task in chunk]
         where = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
-        return ConversionError(f"A worker process (pid {proc.pid}) exited with code {proc.exitcode} while "
-                               f"converting {where}; a decoder may have crashed on one of these files.",
-                               names[0], "worker process died")
+        return ConversionError(
+            f"A worker process (pid {proc.pid}) exited with code {proc.exitcode} while "
+            f"converting {where}; a decoder may have crashed on one of these files.",
+            names[0],
+            "worker process died",
+        )
 
     def stop(self, wait: bool) -> None:
         """Stop every worker: let idle ones exit (``wait``), kill the rest (they ignore SIGTERM)."""

@@ -31,17 +31,27 @@ class PayloadOptions:
     seekable: bool = False  # JPEGs stored as seekable JPEGs (iotool.decode.seekable)
 
     @classmethod
-    def for_format(cls, spec: FormatSpec, validate: bool, resize: int | None, size: Any,
-                   encoding: str | None, quality: int, seekable: bool = False) -> "PayloadOptions":
+    def for_format(
+        cls,
+        spec: FormatSpec,
+        validate: bool,
+        resize: int | None,
+        size: Any,
+        encoding: str | None,
+        quality: int,
+        seekable: bool = False,
+    ) -> PayloadOptions:
         """Resolve the resize / encode options for a format, refusing inconsistent ones."""
         size = tuple(size) if size is not None else None
         if spec.needs_resize and resize is None and size is None:
-            raise UsageError(f"The {spec.name} format stores resized images: give --resize N (shorter side) "
-                             f"or --size WxH.")
+            raise UsageError(
+                f"The {spec.name} format stores resized images: give --resize N (shorter side) or --size WxH."
+            )
         if spec.encoding:
             if encoding not in (None, spec.encoding):
-                raise UsageError(f"The {spec.name} format stores {spec.encoding} only; --encode {encoding} "
-                                 f"does not apply.")
+                raise UsageError(
+                    f"The {spec.name} format stores {spec.encoding} only; --encode {encoding} does not apply."
+                )
             encoding = spec.encoding
         if encoding is None:
             encoding = "keep" if resize is None and size is None else "jpeg"
@@ -52,9 +62,14 @@ class PayloadOptions:
 
     def as_dict(self) -> dict[str, Any]:
         """The options as stored in the dataset's metadata."""
-        return {"validate": self.validate, "resize": self.resize, "size": list(self.size) if self.size else None,
-                "encode": self.encode, "quality": self.quality,
-                **({"seekable": True} if self.seekable else {})}  # absent when off: older datasets read the same
+        return {
+            "validate": self.validate,
+            "resize": self.resize,
+            "size": list(self.size) if self.size else None,
+            "encode": self.encode,
+            "quality": self.quality,
+            **({"seekable": True} if self.seekable else {}),
+        }  # absent when off: older datasets read the same
 
 
 def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str, tuple[int, int] | None]:
@@ -127,7 +142,7 @@ def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Skip
         except (OSError, DecodeError, IotoolError, ValueError) as exc:
             reason = str(exc) if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {exc}"
             prefix = f"{key}: "
-            reason = reason[len(prefix):] if reason.startswith(prefix) else reason
+            reason = reason[len(prefix) :] if reason.startswith(prefix) else reason
             out.append((index, SkippedFile(key, where, reason), size))
     return out
 

@@ -31,8 +31,12 @@ class Checkpoint:
     def state(self, count: int, source_done: int) -> dict[str, Any]:
         """The state to store when ``count`` records, covering ``source_done`` source positions,
         are committed (skips past that point are redone on resume)."""
-        return {"fingerprint": self.fingerprint, "source_done": source_done, "count": count,
-                "skipped": [s for s in self.skipped if s[0] < source_done]}
+        return {
+            "fingerprint": self.fingerprint,
+            "source_done": source_done,
+            "count": count,
+            "skipped": [s for s in self.skipped if s[0] < source_done],
+        }
 
 
 class ResumeMismatch(UsageError):
@@ -49,9 +53,11 @@ def fingerprint(src_format: str, root: str, tasks: Sequence, options: dict[str, 
 def restore(writer: FormatWriter, checkpoint: Checkpoint, state: dict[str, Any]) -> None:
     """Check that the partial output belongs to this job and continue from its checkpoint."""
     if state.get("fingerprint") != checkpoint.fingerprint:
-        raise ResumeMismatch("The partial output was made from a different source or with different options; "
-                             "it is kept: resume it with the source and options it was made with, or run "
-                             "again without --resume to start over.")
+        raise ResumeMismatch(
+            "The partial output was made from a different source or with different options; "
+            "it is kept: resume it with the source and options it was made with, or run "
+            "again without --resume to start over."
+        )
     checkpoint.source_done, checkpoint.count = state["source_done"], state["count"]
     checkpoint.skipped = list(state["skipped"])
     writer.resume(state)

@@ -12,14 +12,14 @@ import time
 from typing import Any, Callable
 
 from .. import storage
-from .engines import get_engine
 from ..errors import DestinationError, Interrupted, UsageError
 from ..formats import all_formats, get_format
 from ..storage import StorageConfig
 from ..storage.units import human_bytes
 from .destination import Destination, LocalDestination, UrlDestination
-from .overwrite import check_apart
+from .engines import get_engine
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
+from .overwrite import check_apart
 from .prepare import PayloadOptions
 from .resume import ResumeMismatch
 from .sources import DEFAULT_SOURCE, get_source, open_source
@@ -105,8 +105,9 @@ def convert(
     spec = get_format(to)
     missing = spec.missing_extra()
     if missing:  # before any work: the writer would find out only at its first record
-        raise storage.MissingExtraError(f"The {spec.name} format needs an optional dependency that is not "
-                                        f"installed: {missing}.")
+        raise storage.MissingExtraError(
+            f"The {spec.name} format needs an optional dependency that is not installed: {missing}."
+        )
     if on_error not in ON_ERROR_CHOICES:
         raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR_CHOICES)}.")
     kind = get_source(src_format)
@@ -120,8 +121,9 @@ def convert(
     runner.check(spec, format_opts, remote, resume)
     _check_url_destination(spec, dst, remote, resume)
     config = StorageConfig(options=dict(storage_options or {}))
-    dest: Destination = (UrlDestination(dst, spec, overwrite, config) if remote
-                         else LocalDestination(dst, spec, overwrite, resume))
+    dest: Destination = (
+        UrlDestination(dst, spec, overwrite, config) if remote else LocalDestination(dst, spec, overwrite, resume)
+    )
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")
@@ -133,8 +135,19 @@ def convert(
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if source.options_dict():  # stored (and fingerprinted) only for sources that take options
         given["source_options"] = source.options_dict()
-    job = Job(source, spec, src_format, payload, format_opts, given, on_error, resume=resume,
-              workers=workers, ray_address=ray_address, progress=progress)
+    job = Job(
+        source,
+        spec,
+        src_format,
+        payload,
+        format_opts,
+        given,
+        on_error,
+        resume=resume,
+        workers=workers,
+        ray_address=ray_address,
+        progress=progress,
+    )
     return _run(job, runner, dest)
 
 
@@ -144,8 +157,10 @@ def _check_url_destination(spec, dst: str, remote: bool, resume: bool) -> None:
         return
     if not spec.remote_write:
         can = ", ".join(s.name for s in all_formats() if s.remote_write)
-        raise UsageError(f"{dst}: the {spec.name} format cannot be written to a URL (formats that can: {can}); "
-                         f"write {spec.name} to a local (or shared) path.")
+        raise UsageError(
+            f"{dst}: the {spec.name} format cannot be written to a URL (formats that can: {can}); "
+            f"write {spec.name} to a local (or shared) path."
+        )
     if resume:
         raise UsageError(f"{dst}: --resume works for local destinations only.")
 
@@ -164,8 +179,12 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
         bytes_out = dest.commit(result.units, result.units_bytes)
     except BaseException as exc:
         disk = isinstance(exc, OSError)
-        keep = (disk or isinstance(exc, (KeyboardInterrupt, ResumeMismatch))) and job.resume \
-            and runner.keeps_partial and job.spec.resumable
+        keep = (
+            (disk or isinstance(exc, (KeyboardInterrupt, ResumeMismatch)))
+            and job.resume
+            and runner.keeps_partial
+            and job.spec.resumable
+        )
         written = dest.written()
         kept = dest.abort(keep_partial=keep)
         if isinstance(exc, KeyboardInterrupt):
@@ -173,10 +192,19 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
         if disk:
             raise _destination_error(dest, exc, written, kept, job) from exc
         raise
-    return ConversionReport(job.source.root, dest.location, job.spec.name, result.count, len(job.source.classes),
-                            result.bytes_in, bytes_out, time.perf_counter() - job.start, result.skipped,
-                            resumed_from=result.resumed_from,
-                            left_out=_left_out(job.source))
+    return ConversionReport(
+        job.source.root,
+        dest.location,
+        job.spec.name,
+        result.count,
+        len(job.source.classes),
+        result.bytes_in,
+        bytes_out,
+        time.perf_counter() - job.start,
+        result.skipped,
+        resumed_from=result.resumed_from,
+        left_out=_left_out(job.source),
+    )
 
 
 def _left_out(source: Any) -> dict[str, int] | None:
@@ -193,9 +221,13 @@ def _destination_error(dest: Destination, exc: OSError, written: int, kept: str 
     elif job.resume:
         left = "nothing was kept"
     else:
-        left = "nothing was left behind (pass --resume to keep a partial output and continue it later)" \
-            if job.spec.resumable else "nothing was left behind"
+        left = (
+            "nothing was left behind (pass --resume to keep a partial output and continue it later)"
+            if job.spec.resumable
+            else "nothing was left behind"
+        )
     if dest.replaces_existing():
         left += f"; the existing dataset at {dest.location} is untouched"
-    return DestinationError(f"Cannot write {dest.location}: {reason} (after {human_bytes(written)} written); "
-                            f"{left}.", exc.errno)
+    return DestinationError(
+        f"Cannot write {dest.location}: {reason} (after {human_bytes(written)} written); {left}.", exc.errno
+    )

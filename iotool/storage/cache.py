@@ -68,8 +68,15 @@ class ShardCache:
         digest = hashlib.sha256(f"{version}\0{url}".encode()).hexdigest()[:24]
         return os.path.join(self.root, f"{digest}-{basename(url)[:80]}")
 
-    def fetch(self, url: str, config: StorageConfig, version: str = "", min_size: int = 0,
-              max_size: int | None = None, what: str = "") -> str:
+    def fetch(
+        self,
+        url: str,
+        config: StorageConfig,
+        version: str = "",
+        min_size: int = 0,
+        max_size: int | None = None,
+        what: str = "",
+    ) -> str:
         """The local path of a complete copy of ``url``, downloading it if needed.
 
         ``min_size``/``max_size``: the bounds the dataset's index sets on the file (``what``: where
@@ -111,8 +118,11 @@ class ShardCache:
                 raise
             if self.root not in _FULL:
                 _FULL.add(self.root)
-                log.warning("the shard cache %s is full (%s); reading without caching from now on",
-                            self.root, cause.strerror or cause)
+                log.warning(
+                    "the shard cache %s is full (%s); reading without caching from now on",
+                    self.root,
+                    cause.strerror or cause,
+                )
             raise CacheFullError(f"{self.root}: no space left to cache {url}") from exc
         finally:
             if os.path.exists(tmp):
@@ -125,14 +135,29 @@ class ShardCache:
         """The error (and, once per process and folder, the warning) for a file that does not fit."""
         if self.root not in _WARNED:
             _WARNED.add(self.root)
-            log.warning("the shard cache %s: cache_max_bytes=%d is too small for %s (%d bytes or more); files "
-                        "that do not fit are read without caching. Raise cache_max_bytes above the largest "
-                        "shard to cache them.", self.root, self.max_bytes, url, size)
-        return CacheTooSmallError(f"{url}: {size} bytes or more do not fit in the shard cache {self.root} "
-                                  f"(cache_max_bytes={self.max_bytes}); read without caching")
+            log.warning(
+                "the shard cache %s: cache_max_bytes=%d is too small for %s (%d bytes or more); files "
+                "that do not fit are read without caching. Raise cache_max_bytes above the largest "
+                "shard to cache them.",
+                self.root,
+                self.max_bytes,
+                url,
+                size,
+            )
+        return CacheTooSmallError(
+            f"{url}: {size} bytes or more do not fit in the shard cache {self.root} "
+            f"(cache_max_bytes={self.max_bytes}); read without caching"
+        )
 
-    def open(self, url: str, config: StorageConfig, version: str = "", min_size: int = 0,
-             max_size: int | None = None, what: str = "") -> IO[bytes]:
+    def open(
+        self,
+        url: str,
+        config: StorageConfig,
+        version: str = "",
+        min_size: int = 0,
+        max_size: int | None = None,
+        what: str = "",
+    ) -> IO[bytes]:
         """Open the cached copy of ``url`` for reading (fetched first if needed)."""
         for _ in range(3):
             path = self.fetch(url, config, version, min_size, max_size, what)
@@ -140,8 +165,10 @@ class ShardCache:
                 return open(path, "rb", buffering=1 << 20)
             except FileNotFoundError:  # evicted by another process between fetch and open
                 continue
-        raise StorageError(f"{url}: the cached copy in {self.root} keeps disappearing; is cache_max_bytes "
-                           f"({self.max_bytes}) smaller than the shards being read at once?")
+        raise StorageError(
+            f"{url}: the cached copy in {self.root} keeps disappearing; is cache_max_bytes "
+            f"({self.max_bytes}) smaller than the shards being read at once?"
+        )
 
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove dead temporaries and least recently used files until the cache fits its bound."""

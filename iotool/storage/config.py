@@ -63,6 +63,7 @@ class StorageConfig:
 
 # --- names -------------------------------------------------------------------------------
 
+
 def is_url(path: str | os.PathLike) -> bool:
     """True for ``scheme://...`` locations other than ``file://`` (those are local paths)."""
     text = os.fspath(path)
@@ -73,7 +74,7 @@ def normalize(path: str | os.PathLike) -> str:
     """A URL unchanged (without a trailing slash); ``file://`` URLs and paths as absolute paths."""
     text = os.fspath(path)
     if text.lower().startswith("file://"):
-        text = text[len("file://"):]
+        text = text[len("file://") :]
     if is_url(text):
         return text.rstrip("/") if not text.endswith("://") else text
     return os.path.abspath(text)

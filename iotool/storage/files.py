@@ -23,8 +23,13 @@ except ImportError:
     _readfile = None
 
 REGULAR_ONLY = "files of a dataset must be regular files inside it"
-_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-            (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 def _kind(mode: int) -> str:
@@ -90,8 +95,7 @@ def read_regular(path: str, root: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def regular_file(path: str | os.PathLike, root: str | os.PathLike | None = None,
-                 buffering: int = -1) -> BinaryIO:
+def regular_file(path: str | os.PathLike, root: str | os.PathLike | None = None, buffering: int = -1) -> BinaryIO:
     """:func:`open_regular` as a binary file object (a context manager that closes it)."""
     return os.fdopen(open_regular(path, root), "rb", buffering=buffering)
 
@@ -133,8 +137,10 @@ def _check_under(fd: int, path: str, root: str) -> None:
     if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
         base = os.path.realpath(root)  # the root itself may have moved since it was first resolved
         if not real.startswith(base.rstrip(os.sep) + os.sep):
-            raise FormatError(f"{path}: a symlink leading outside the dataset (to {real}); {REGULAR_ONLY} "
-                              f"({root}), or links that stay inside it.")
+            raise FormatError(
+                f"{path}: a symlink leading outside the dataset (to {real}); {REGULAR_ONLY} "
+                f"({root}), or links that stay inside it."
+            )
 
 
 def remove_path(path: str) -> None:
@@ -159,8 +165,12 @@ def disk_usage(path: str | os.PathLike) -> int:
     path = os.fspath(path)
     if os.path.isfile(path):
         return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs
-               if os.path.isfile(os.path.join(d, f)))
+    return sum(
+        os.path.getsize(os.path.join(d, f))
+        for d, _, fs in os.walk(path)
+        for f in fs
+        if os.path.isfile(os.path.join(d, f))
+    )
 
 
 _RENAME_EXCHANGE = 2  # renameat2 flag (Linux 3.15+: ext4, xfs, btrfs, tmpfs, ...)

@@ -106,8 +106,9 @@ class OutputDir:
             return sorted(os.listdir(self.location)) if os.path.isdir(self.location) else []
         fs, path = self._fs()
         try:
-            listing = with_retries("listing", self.location, lambda: fs.ls(path, detail=False, refresh=True),
-                                   self.config)
+            listing = with_retries(
+                "listing", self.location, lambda: fs.ls(path, detail=False, refresh=True), self.config
+            )
         except StorageError as exc:
             if isinstance(exc.__cause__, FileNotFoundError):
                 return []

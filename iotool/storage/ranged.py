@@ -56,7 +56,8 @@ def fetch_range(fs: Any, path: str, offset: int, length: int, url: str) -> bytes
     if len(data) > length:
         raise RangeIgnoredError(
             f"{url}: asked for {length} bytes at offset {offset} and the server sent more; it ignores "
-            f"ranged requests, so iotool stopped reading (an object store always honours them).")
+            f"ranged requests, so iotool stopped reading (an object store always honours them)."
+        )
     return data
 
 
@@ -90,8 +91,9 @@ async def _gcs_get(fs: Any, path: str, byte_range: str, length: int) -> bytes:
     from gcsfs.retry import validate_response
 
     await fs._set_session()
-    async with fs.session.get(fs.url(path), headers=fs._get_headers({"Range": byte_range}),
-                              timeout=fs.requests_timeout) as r:
+    async with fs.session.get(
+        fs.url(path), headers=fs._get_headers({"Range": byte_range}), timeout=fs.requests_timeout
+    ) as r:
         if r.status >= 400:
             validate_response(r.status, await r.content.read(ERROR_BODY_BYTES), path)
         return await _take(r.content.read, length)
@@ -125,7 +127,7 @@ class RangedFile:
             self._buf_start, start = self._pos, 0
             if len(self._buf) < min(n, want):
                 raise ShortReadError(f"got {len(self._buf)} of {want} bytes at offset {self._pos}")
-        data = self._buf[start:start + n]
+        data = self._buf[start : start + n]
         self._pos += len(data)
         return data
 
@@ -140,7 +142,7 @@ class RangedFile:
     def close(self) -> None:
         self._buf, self.closed = b"", True
 
-    def __enter__(self) -> "RangedFile":
+    def __enter__(self) -> RangedFile:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,9 +16,12 @@ REDIRECTS = (301, 302, 303, 307, 308)
 
 # protocol -> (the package that implements it, the iotool extra that installs it)
 EXTRAS: dict[str, tuple[str, str]] = {
-    "s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"),
-    "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
-    "http": ("aiohttp", "http"), "https": ("aiohttp", "http"),
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "http": ("aiohttp", "http"),
+    "https": ("aiohttp", "http"),
 }
 
 
@@ -31,6 +34,7 @@ class BodyTooLargeError(StorageError):
 
 
 # --- filesystems -------------------------------------------------------------------------
+
 
 async def same_origin_redirects(request: Any, handler: Any) -> Any:
     """aiohttp client middleware (run for every request, each redirect hop included): a redirect
@@ -46,7 +50,8 @@ async def same_origin_redirects(request: Any, handler: Any) -> Any:
             response.close()
             raise RedirectRefusedError(
                 f"{request.url}: redirected to {target}; iotool reads a dataset only from the host it names "
-                f"(redirects within {request.url.origin()} are followed). Use the URL the data is at.")
+                f"(redirects within {request.url.origin()} are followed). Use the URL the data is at."
+            )
     return response
 
 
@@ -59,8 +64,10 @@ def _http_options(options: dict[str, Any]) -> dict[str, Any]:
     import aiohttp
 
     if tuple(int(p) for p in aiohttp.__version__.split(".")[:2] if p.isdigit()) < (3, 12):
-        raise MissingExtraError(f"aiohttp {aiohttp.__version__} cannot check where redirects lead; http(s):// "
-                                f"needs aiohttp>=3.12: pip install 'iotool[http]' --upgrade.")
+        raise MissingExtraError(
+            f"aiohttp {aiohttp.__version__} cannot check where redirects lead; http(s):// "
+            f"needs aiohttp>=3.12: pip install 'iotool[http]' --upgrade."
+        )
     client = dict(options.get("client_kwargs") or {})
     middlewares = tuple(client.get("middlewares") or ())
     if same_origin_redirects not in middlewares:
@@ -89,12 +96,14 @@ def filesystem(url: str, config: StorageConfig | None = None) -> tuple[Any, str]
         return fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
         needed = package or getattr(exc, "name", None) or "the filesystem package"
-        raise MissingExtraError(f"{url}: {proto}:// URLs need the {needed} package, which is not installed; "
-                                f"{hint}.") from None
+        raise MissingExtraError(
+            f"{url}: {proto}:// URLs need the {needed} package, which is not installed; {hint}."
+        ) from None
     except ValueError as exc:
         if "protocol" in str(exc).lower():
-            raise UsageError(f"{url}: unknown URL protocol {proto!r} ({exc}); use a local path, file://, "
-                             f"http(s)://, s3:// or gs://.") from None
+            raise UsageError(
+                f"{url}: unknown URL protocol {proto!r} ({exc}); use a local path, file://, http(s)://, s3:// or gs://."
+            ) from None
         raise
 
 
@@ -105,6 +114,7 @@ def _streams(fs: Any) -> bool:
 
 
 # --- reading -----------------------------------------------------------------------------
+
 
 def exists(url: str, config: StorageConfig) -> bool:
     """Whether ``url`` exists (retried). Asks for metadata only (HTTP: HEAD, not a GET of the file)."""
@@ -133,6 +143,7 @@ def read_bytes(url: str, config: StorageConfig, max_bytes: int | None = None, wh
     """The whole content of ``url`` (retried), streamed; more than ``max_bytes`` (``what``: why that
     bound) raises :class:`BodyTooLargeError` once ``max_bytes + 1`` bytes have arrived, whatever the
     server said about the length."""
+
     def fetch() -> bytes:
         with open_stream(url, config) as f:
             return read_bounded(f, url, max_bytes, what)
@@ -156,8 +167,10 @@ def read_bounded(f: IO[bytes], url: str, max_bytes: int | None, what: str = "") 
 def too_large(url: str, max_bytes: int, what: str = "") -> BodyTooLargeError:
     """The error for a body of ``url`` past its bound (``what``: whose bound, e.g. "a column file
     of 25 records may have")."""
-    return BodyTooLargeError(f"{url}: more than {max_bytes} bytes, the most {what or 'expected for this file'}; "
-                             f"stopped reading there (the server sends more than the file can hold).")
+    return BodyTooLargeError(
+        f"{url}: more than {max_bytes} bytes, the most {what or 'expected for this file'}; "
+        f"stopped reading there (the server sends more than the file can hold)."
+    )
 
 
 def read_range(url: str, offset: int, length: int, config: StorageConfig) -> bytes:
@@ -172,8 +185,10 @@ def read_range(url: str, offset: int, length: int, config: StorageConfig) -> byt
 
     def fetch() -> bytes:
         if _streams(fs):  # one streamed GET of the range: never more than ``length`` bytes are read
-            headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}),
-                       "Range": f"bytes={offset}-{offset + length - 1}"}
+            headers = {
+                **(getattr(fs, "kwargs", {}).get("headers") or {}),
+                "Range": f"bytes={offset}-{offset + length - 1}",
+            }
             with fs.open(path, "rb", block_size=0, headers=headers) as f:
                 status = getattr(getattr(f, "r", None), "status", 206)
                 if status != 206 and offset:
@@ -186,8 +201,10 @@ def read_range(url: str, offset: int, length: int, config: StorageConfig) -> byt
 
     data = with_retries("ranged read", url, fetch, config)
     if len(data) != length:
-        raise StorageError(f"{url}: asked for {length} bytes at offset {offset}, got {len(data)}: the server "
-                           f"ignores HTTP Range requests. Read sequentially (shuffle=False) or give cache_dir=.")
+        raise StorageError(
+            f"{url}: asked for {length} bytes at offset {offset}, got {len(data)}: the server "
+            f"ignores HTTP Range requests. Read sequentially (shuffle=False) or give cache_dir=."
+        )
     return data
 
 
@@ -250,8 +267,9 @@ class RemoteStream:
         while len(self._buf) < length:
             chunk = self._f.read(max(READ_CHUNK, length - len(self._buf)))
             if not chunk:
-                raise ShortReadError(f"the stream ended {len(self._buf)} bytes into a {length}-byte record "
-                                     f"at offset {offset}")
+                raise ShortReadError(
+                    f"the stream ended {len(self._buf)} bytes into a {length}-byte record at offset {offset}"
+                )
             self._buf += chunk
         return bytes(self._buf[:length])
 
@@ -266,15 +284,22 @@ class RemoteStream:
             except Exception:  # closing a broken connection may fail; nothing to keep
                 pass
 
-    def __enter__(self) -> "RemoteStream":
+    def __enter__(self) -> RemoteStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def download(url: str, dest: str, config: StorageConfig, min_size: int = 0, max_size: int | None = None,
-             what: str = "", before_write: Callable[[int], None] | None = None) -> int:
+def download(
+    url: str,
+    dest: str,
+    config: StorageConfig,
+    min_size: int = 0,
+    max_size: int | None = None,
+    what: str = "",
+    before_write: Callable[[int], None] | None = None,
+) -> int:
     """Copy ``url`` to the local file ``dest`` (retried from the start); return its size.
 
     At most ``max_size`` bytes are written (``what``: why that bound): the copy stops with
@@ -282,6 +307,7 @@ def download(url: str, dest: str, config: StorageConfig, min_size: int = 0, max_
     each block is written with the size the file will have; it may raise to stop the copy (the
     shard cache keeps its bound that way).
     """
+
     def copy() -> int:
         written = 0
         with open_stream(url, config) as src, open(dest, "wb") as out:
@@ -306,6 +332,7 @@ def download(url: str, dest: str, config: StorageConfig, min_size: int = 0, max_
 
 # --- listing (remote ImageFolder sources) ------------------------------------------------
 
+
 def list_tree(url: str, config: StorageConfig) -> tuple[list[str], list[str]]:
     """(sub-folder names directly under ``url``, every file below it as a relative POSIX path).
 
@@ -314,11 +341,13 @@ def list_tree(url: str, config: StorageConfig) -> tuple[list[str], list[str]]:
     """
     fs, path = filesystem(url, config)
     if _streams(fs):
-        raise UsageError(f"{url}: http(s) servers cannot be listed, so an ImageFolder cannot be scanned "
-                         f"there; use s3://, gs://, or a local path as the source.")
+        raise UsageError(
+            f"{url}: http(s) servers cannot be listed, so an ImageFolder cannot be scanned "
+            f"there; use s3://, gs://, or a local path as the source."
+        )
     root = path.rstrip("/")
     top = with_retries("listing", url, lambda: fs.ls(root, detail=True, refresh=True), config)
     dirs = sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in top if e.get("type") == "directory")
     found = with_retries("listing", url, lambda: fs.find(root, withdirs=False), config)
-    files = sorted(p[len(root) + 1:] for p in found if p.startswith(root + "/") and not p.endswith("/"))
+    files = sorted(p[len(root) + 1 :] for p in found if p.startswith(root + "/") and not p.endswith("/"))
     return dirs, files

@@ -54,8 +54,9 @@ def _describe(exc: BaseException) -> str:
     return text if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {text}"
 
 
-def with_retries(what: str, url: str, fn: Callable[[], T], config: StorageConfig,
-                 on_retry: Callable[[], None] | None = None) -> T:
+def with_retries(
+    what: str, url: str, fn: Callable[[], T], config: StorageConfig, on_retry: Callable[[], None] | None = None
+) -> T:
     """Call ``fn``; retry transient failures ``config.retries`` times, then raise naming ``url``.
 
     Raises:
@@ -80,8 +81,9 @@ def with_retries(what: str, url: str, fn: Callable[[], T], config: StorageConfig
                     f"Check the URL, the network and the server; retries= sets the number of attempts."
                 ) from exc
             delay = min(config.backoff * 2 ** (attempt - 1), 10.0)
-            log.warning("%s of %s failed (%s); retry %d/%d in %.1f s", what, url, _describe(exc),
-                        attempt, config.retries, delay)
+            log.warning(
+                "%s of %s failed (%s); retry %d/%d in %.1f s", what, url, _describe(exc), attempt, config.retries, delay
+            )
             if on_retry is not None:
                 on_retry()
             time.sleep(delay)

@@ -71,12 +71,18 @@ def wait_until_up(url: str, proc: subprocess.Popen, timeout: float = 30.0, log: 
 
 
 @contextlib.contextmanager
-def _serving(cmd: list[str], url: str, log: IO[bytes] | None, env: dict[str, str] | None,
-             timeout: float) -> Iterator[None]:
+def _serving(
+    cmd: list[str], url: str, log: IO[bytes] | None, env: dict[str, str] | None, timeout: float
+) -> Iterator[None]:
     """Run ``cmd`` until the block ends, once ``url`` answers."""
     out = log if log is not None else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
-                            env=env, preexec_fn=die_with_parent)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=out,
+        stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
+        env=env,
+        preexec_fn=die_with_parent,
+    )
     try:
         wait_until_up(url, proc, timeout, getattr(log, "name", None))
         yield
@@ -97,17 +103,29 @@ def moto_s3_server(log: IO[bytes] | None = None, timeout: float = 30.0) -> Itera
         StorageError: the server did not answer within ``timeout`` seconds.
     """
     port = free_port()
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": MOTO_CREDENTIALS["key"],
-           "AWS_SECRET_ACCESS_KEY": MOTO_CREDENTIALS["secret"], "AWS_EC2_METADATA_DISABLED": "true"}
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": MOTO_CREDENTIALS["key"],
+        "AWS_SECRET_ACCESS_KEY": MOTO_CREDENTIALS["secret"],
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     endpoint = f"http://{HOST}:{port}"
     with _serving([sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)], endpoint, log, env, timeout):
         yield {"endpoint_url": endpoint, **MOTO_CREDENTIALS}
 
 
 @contextlib.contextmanager
-def http_server(root: str | os.PathLike, timeout: float = 30.0, *, redirect: dict[str, str] | None = None,
-                no_length: Iterable[str] = (), endless: Iterable[str] = (), padded: dict[str, int] | None = None,
-                log_requests: str | os.PathLike | None = None, gcs: bool = False) -> Iterator[str]:
+def http_server(
+    root: str | os.PathLike,
+    timeout: float = 30.0,
+    *,
+    redirect: dict[str, str] | None = None,
+    no_length: Iterable[str] = (),
+    endless: Iterable[str] = (),
+    padded: dict[str, int] | None = None,
+    log_requests: str | os.PathLike | None = None,
+    gcs: bool = False,
+) -> Iterator[str]:
     """An HTTP server on 127.0.0.1 serving the folder ``root`` (``http.server``'s file handler, in its
     own process); yields its base URL. The keywords make it misbehave, as a hostile server would:
 
@@ -127,10 +145,16 @@ def http_server(root: str | os.PathLike, timeout: float = 30.0, *, redirect: dic
     """
     port = free_port()
     url = f"http://{HOST}:{port}"
-    settings = {"root": os.fspath(root), "port": port,
-                "redirect": {k: v.replace("{self}", url) for k, v in (redirect or {}).items()},
-                "no_length": sorted(no_length), "endless": sorted(endless), "padded": dict(padded or {}),
-                "log": os.fspath(log_requests) if log_requests is not None else None, "gcs": gcs}
+    settings = {
+        "root": os.fspath(root),
+        "port": port,
+        "redirect": {k: v.replace("{self}", url) for k, v in (redirect or {}).items()},
+        "no_length": sorted(no_length),
+        "endless": sorted(endless),
+        "padded": dict(padded or {}),
+        "log": os.fspath(log_requests) if log_requests is not None else None,
+        "gcs": gcs,
+    }
     cmd = [sys.executable, "-m", "iotool.storage.testing", json.dumps(settings)]
     with _serving(cmd, url + ALIVE, None, None, timeout):
         yield url
@@ -149,10 +173,10 @@ def _serve(settings: dict[str, Any]) -> None:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def do_HEAD(self) -> None:  # noqa: N802  (http.server's naming)
+        def do_HEAD(self) -> None:
             self._answer(body=False)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self._answer(body=True)
 
         def _answer(self, body: bool) -> None:
@@ -171,7 +195,7 @@ def _serve(settings: dict[str, Any]) -> None:
             for prefix, target in settings["redirect"].items():
                 if path.startswith(prefix):
                     self.send_response(302)
-                    self.send_header("Location", target + path[len(prefix):])
+                    self.send_header("Location", target + path[len(prefix) :])
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
@@ -200,9 +224,9 @@ def _serve(settings: dict[str, Any]) -> None:
             query = parse_qs(self.path.partition("?")[2])
             media = "/download/storage/v1/b/"
             if path.startswith(media):
-                bucket, _, key = path[len(media):].partition("/o/")
+                bucket, _, key = path[len(media) :].partition("/o/")
                 return f"/{bucket}/{unquote(key)}"
-            bucket, _, key = path[len("/storage/v1/b/"):].partition("/o")
+            bucket, _, key = path[len("/storage/v1/b/") :].partition("/o")
             folder = os.path.join(settings["root"], bucket)
             if key.startswith("/"):  # one object's metadata
                 key = unquote(key[1:])
@@ -217,7 +241,7 @@ def _serve(settings: dict[str, Any]) -> None:
                 for file in files:
                     key = os.path.relpath(os.path.join(dirpath, file), folder).replace(os.sep, "/")
                     if key.startswith(prefix):
-                        rest = key[len(prefix):]
+                        rest = key[len(prefix) :]
                         if "/" in rest and query.get("delimiter"):
                             prefixes.add(prefix + rest.split("/", 1)[0] + "/")
                         else:
@@ -253,8 +277,15 @@ def _serve(settings: dict[str, Any]) -> None:
 
 
 def _gcs_object(bucket: str, key: str, size: int) -> dict[str, Any]:
-    return {"kind": "storage#object", "bucket": bucket, "name": key, "size": str(size), "generation": "1",
-            "updated": "2026-01-01T00:00:00.000Z", "contentType": "application/octet-stream"}
+    return {
+        "kind": "storage#object",
+        "bucket": bucket,
+        "name": key,
+        "size": str(size),
+        "generation": "1",
+        "updated": "2026-01-01T00:00:00.000Z",
+        "contentType": "application/octet-stream",
+    }
 
 
 if __name__ == "__main__":

@@ -43,17 +43,32 @@ bytes: :class:`DecodeRandomResizedCrop`, and the decoding forms of Resize and Ce
 
 from __future__ import annotations
 
-from .boxes import ATTEMPTS, ProcessRandom, center_crop_box, random_resized_crop_params
 from .arguments import RESIZE_BACKENDS
+from .boxes import ATTEMPTS, ProcessRandom, center_crop_box, random_resized_crop_params
 from .decoding import DCT_SCALES, DecodeRandomResizedCrop
-from .layouts import OUTPUTS, Box, Image
-from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .kernels import resize, torch_uint8_resize_available
+from .layouts import OUTPUTS, Box, Image
 from .native import native_available, native_status
+from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 __all__ = [
-    "OUTPUTS", "RESIZE_BACKENDS", "DCT_SCALES", "ATTEMPTS", "Image", "Box",
-    "torch_uint8_resize_available", "native_available", "native_status", "resize",
-    "ProcessRandom", "random_resized_crop_params", "center_crop_box",
-    "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "Compose", "DecodeRandomResizedCrop",
+    "ATTEMPTS",
+    "DCT_SCALES",
+    "OUTPUTS",
+    "RESIZE_BACKENDS",
+    "Box",
+    "CenterCrop",
+    "Compose",
+    "DecodeRandomResizedCrop",
+    "Image",
+    "ProcessRandom",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "Resize",
+    "center_crop_box",
+    "native_available",
+    "native_status",
+    "random_resized_crop_params",
+    "resize",
+    "torch_uint8_resize_available",
 ]

@@ -23,6 +23,7 @@ _instance_ids = itertools.count()  # tells apart the unseeded streams of several
 
 # --- randomness -----------------------------------------------------------------------------
 
+
 class ProcessRandom:
     """A :class:`random.Random` per process: re-seeded after fork or spawn, distinct per DataLoader worker.
 
@@ -69,8 +70,9 @@ class ProcessRandom:
         return {**self.__dict__, "_pid": None, "_rng": None}
 
 
-def random_resized_crop_params(height: int, width: int, scale: tuple[float, float],
-                               ratio: tuple[float, float], rng: random.Random) -> Box:
+def random_resized_crop_params(
+    height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float], rng: random.Random
+) -> Box:
     """torchvision's ``RandomResizedCrop.get_params``, drawing from ``rng``.
 
     Up to 10 times: draw an area fraction uniform in ``scale`` and an aspect ratio (w/h)

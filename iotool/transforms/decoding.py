@@ -17,8 +17,8 @@ from ..decode.backends import DCT_SCALES, JpegHeader, parse_jpeg_header, scaled
 from ..decode.bmp import bmp_rows, decode_bmp
 from ..errors import DecodeError, UsageError
 from .boxes import center_crop_box
-from .layouts import Image, as_chw, emit
 from .kernels import resize_chw
+from .layouts import Image, as_chw, emit
 from .native import bgr_crop_planes, crop_resize_hwc, native_hwc, planes_native
 from .pixel_transforms import CenterCrop, RandomResizedCrop, Resize
 from .sizing import min_decode_size
@@ -68,10 +68,20 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
 
     label = "DecodeRandomResizedCrop"  # what errors call it
 
-    def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
-                 ratio: Sequence[float] = (3 / 4, 4 / 3), antialias: bool = True, *, decoder: str = AUTO,
-                 reducing_gap: float = 1.0, seed: int | None = None, output: str = "chw_tensor",
-                 backend: str = "auto", region: bool | None = None):
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3 / 4, 4 / 3),
+        antialias: bool = True,
+        *,
+        decoder: str = AUTO,
+        reducing_gap: float = 1.0,
+        seed: int | None = None,
+        output: str = "chw_tensor",
+        backend: str = "auto",
+        region: bool | None = None,
+    ):
         super().__init__(size, scale, ratio, antialias, seed=seed, output=output, backend=backend)
         resolve_backend(decoder, "jpeg")  # an unknown or missing decoder fails here, not in a worker
         if not (isinstance(reducing_gap, (int, float)) and math.isfinite(reducing_gap) and reducing_gap >= 1):

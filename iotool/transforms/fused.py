@@ -43,8 +43,7 @@ class _SharedDecodeCrop(DecodeRandomResizedCrop):
     label = "RandomResizedCrop"  # what errors call it
 
     def __init__(self, crop: RandomResizedCrop):
-        super().__init__(crop.size, crop.scale, crop.ratio, crop.antialias, output=crop.output,
-                         backend=crop.backend)
+        super().__init__(crop.size, crop.scale, crop.ratio, crop.antialias, output=crop.output, backend=crop.backend)
         self.crop = crop
         self.rng = crop.rng  # the same object: draws advance the user's transform's stream
 
@@ -75,8 +74,9 @@ cached image be handed to them (:func:`leaves_input_alone`)."""
 FUSABLE = tuple(FUSED_DECODING)
 
 
-def fuse(transform: Callable[[Any], Any] | None,
-         native: Callable[[bytes], Any] | None = None) -> Callable[[bytes], Any] | None:
+def fuse(
+    transform: Callable[[Any], Any] | None, native: Callable[[bytes], Any] | None = None
+) -> Callable[[bytes], Any] | None:
     """A callable ``bytes -> transform(decode(bytes))`` that decodes only what ``transform`` needs.
 
     None when ``transform`` is not iotool's ``RandomResizedCrop``, ``Resize`` or ``CenterCrop``
@@ -139,5 +139,12 @@ class FusedTransform:
         return f"FusedTransform({self.transform!r})"
 
 
-__all__ = ["FUSED_DECODING", "FUSABLE", "fuse", "leaves_input_alone", "FusedTransform", "DecodeResize",
-           "DecodeCenterCrop"]
+__all__ = [
+    "FUSABLE",
+    "FUSED_DECODING",
+    "DecodeCenterCrop",
+    "DecodeResize",
+    "FusedTransform",
+    "fuse",
+    "leaves_input_alone",
+]

@@ -12,7 +12,7 @@ from .layouts import Image, as_chw, emit
 from .native import crop_resize_hwc, native_hwc, native_source, resize_native
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_uint8_resize_available() -> bool:
     """True when torch resizes uint8 tensors with antialiased bilinear interpolation (torch >= 2.1)."""
     try:
@@ -23,8 +23,9 @@ def torch_uint8_resize_available() -> bool:
     return True
 
 
-def resize(image: Image, size: tuple[int, int], *, antialias: bool = True, backend: str = "auto",
-           output: str = "chw_tensor") -> Image:
+def resize(
+    image: Image, size: tuple[int, int], *, antialias: bool = True, backend: str = "auto", output: str = "chw_tensor"
+) -> Image:
     """Resize an image to exactly ``size=(height, width)`` with bilinear interpolation.
 
     Args:
@@ -55,8 +56,9 @@ def resize(image: Image, size: tuple[int, int], *, antialias: bool = True, backe
     return emit(out, output, fresh=out is not chw)
 
 
-def resize_chw(chw: torch.Tensor, size: tuple[int, int], antialias: bool, backend: str,
-                output: str = "chw_tensor") -> torch.Tensor:
+def resize_chw(
+    chw: torch.Tensor, size: tuple[int, int], antialias: bool, backend: str, output: str = "chw_tensor"
+) -> torch.Tensor:
     """Resize a CxHxW uint8 tensor of any strides; new memory unless sizes match.
 
     The C kernel writes its result laid out for ``output`` (planes, or interleaved pixels seen
@@ -74,8 +76,9 @@ def resize_chw(chw: torch.Tensor, size: tuple[int, int], antialias: bool, backen
             # torch's vectorised uint8 kernel wants dense NHWC input: a crop view or a CHW
             # tensor resizes slower than this copy plus the kernel (same pixels; docs/performance.md).
             batch = batch.contiguous(memory_format=torch.channels_last)
-        out = torch.nn.functional.interpolate(batch, size=size, mode="bilinear",
-                                              antialias=antialias, align_corners=False)
+        out = torch.nn.functional.interpolate(
+            batch, size=size, mode="bilinear", antialias=antialias, align_corners=False
+        )
         return out[0]
     return _resize_opencv(chw, size, antialias)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,7 +12,7 @@ from ..errors import UsageError
 
 OUTPUTS = ("chw_tensor", "hwc_array")
 
-Image = Union[np.ndarray, torch.Tensor]
+Image = np.ndarray | torch.Tensor
 Box = tuple[int, int, int, int]  # (top, left, height, width), torchvision's (i, j, h, w)
 
 

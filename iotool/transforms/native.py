@@ -83,8 +83,16 @@ def native_hwc(image: object, antialias: bool, backend: str) -> bool:
     if not kernel_chosen(antialias, backend) or type(image) is not np.ndarray:
         return False
     shape, strides = image.shape, image.strides
-    return (image.dtype == np.uint8 and len(shape) == 3 and 1 <= shape[2] <= 4 and shape[0] > 0 and shape[1] > 0
-            and strides[2] == 1 and strides[1] == shape[2] and strides[0] >= shape[1] * shape[2])
+    return (
+        image.dtype == np.uint8
+        and len(shape) == 3
+        and 1 <= shape[2] <= 4
+        and shape[0] > 0
+        and shape[1] > 0
+        and strides[2] == 1
+        and strides[1] == shape[2]
+        and strides[0] >= shape[1] * shape[2]
+    )
 
 
 def planes_native(antialias: bool, backend: str, output: str) -> bool:
@@ -104,17 +112,18 @@ def bgr_crop_planes(bgr: np.ndarray, box: tuple[int, int, int, int], size: tuple
     out = take_slot((3, out_h, out_w))
     if out is None:
         out = np.empty((3, out_h, out_w), dtype=np.uint8)
-    _ext.resize(bgr[i:i + h, j:j + w], out, out_h, out_w, True, True)
+    _ext.resize(bgr[i : i + h, j : j + w], out, out_h, out_w, True, True)
     return torch.from_numpy(out)
 
 
-def crop_resize_hwc(image: np.ndarray, box: tuple[int, int, int, int], size: tuple[int, int],
-                    output: str) -> np.ndarray | torch.Tensor:
+def crop_resize_hwc(
+    image: np.ndarray, box: tuple[int, int, int, int], size: tuple[int, int], output: str
+) -> np.ndarray | torch.Tensor:
     """Crop ``box = (top, left, height, width)`` of an array :func:`native_hwc` accepts and resize it
     to ``size`` with the C kernel, straight into the ``output`` layout (new memory)."""
     i, j, h, w = box
     out_h, out_w = size
-    crop = image[i:i + h, j:j + w]
+    crop = image[i : i + h, j : j + w]
     if (h, w) == (out_h, out_w):  # nothing to resample: a copy, as the torch path makes
         out = np.array(crop if output == "hwc_array" else crop.transpose(2, 0, 1), order="C")  # always a copy
         return out if output == "hwc_array" else torch.from_numpy(out)

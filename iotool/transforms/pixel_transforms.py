@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from .boxes import ProcessRandom, center_crop_box, random_resized_crop_params
 from .arguments import check_backend, check_output, size_pair, value_range
+from .boxes import ProcessRandom, center_crop_box, random_resized_crop_params
 from .kernels import resize_chw
 from .layouts import Box, Image, as_chw, emit, height_width
 from .native import crop_resize_hwc, native_hwc
@@ -44,9 +44,17 @@ class RandomResizedCrop:
             HxWxC uint8 array or a CxHxW uint8 tensor.
     """
 
-    def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
-                 ratio: Sequence[float] = (3 / 4, 4 / 3), antialias: bool = True, *,
-                 seed: int | None = None, output: str = "chw_tensor", backend: str = "auto"):
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3 / 4, 4 / 3),
+        antialias: bool = True,
+        *,
+        seed: int | None = None,
+        output: str = "chw_tensor",
+        backend: str = "auto",
+    ):
         self.size = size_pair(size, "size")
         self.scale = value_range(scale, "scale", positive=False)
         self.ratio = value_range(ratio, "ratio", positive=True)
@@ -67,7 +75,7 @@ class RandomResizedCrop:
             return crop_resize_hwc(image, box, self.size, self.output)
         chw = as_chw(image)
         i, j, h, w = self.get_params(*height_width(chw))
-        return self._resize(chw[:, i:i + h, j:j + w])
+        return self._resize(chw[:, i : i + h, j : j + w])
 
     def _resize(self, crop: torch.Tensor) -> Image:
         """Resize a CxHxW crop to ``size`` and emit it in the ``output`` layout."""
@@ -75,8 +83,10 @@ class RandomResizedCrop:
         return emit(out, self.output, fresh=out is not crop)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
-                f"antialias={self.antialias}, seed={self.rng.seed}, output={self.output!r})")
+        return (
+            f"{type(self).__name__}(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
+            f"antialias={self.antialias}, seed={self.rng.seed}, output={self.output!r})"
+        )
 
 
 class Resize:
@@ -99,14 +109,23 @@ class Resize:
         UsageError: a bad size, max_size, output or backend, or ``max_size`` with an exact size.
     """
 
-    def __init__(self, size: int | Sequence[int], antialias: bool = True, *, max_size: int | None = None,
-                 output: str = "chw_tensor", backend: str = "auto"):
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        antialias: bool = True,
+        *,
+        max_size: int | None = None,
+        output: str = "chw_tensor",
+        backend: str = "auto",
+    ):
         self.shorter = _shorter_side(size)
         self.size = None if self.shorter is not None else size_pair(size, "size")
         if max_size is not None:
             if self.shorter is None:
-                raise UsageError(f"max_size={max_size!r} only applies when size is an int (the shorter side), "
-                                 f"not the exact size {size!r}.")
+                raise UsageError(
+                    f"max_size={max_size!r} only applies when size is an int (the shorter side), "
+                    f"not the exact size {size!r}."
+                )
             if size_pair(max_size, "max_size")[0] <= self.shorter:
                 raise UsageError(f"max_size={max_size!r} must be greater than size={self.shorter}.")
         self.max_size = max_size
@@ -166,7 +185,7 @@ class CenterCrop:
         chw = _pad_to(as_chw(image), *self.size)
         crop_h, crop_w = self.size
         top, left = center_crop_box(chw.shape[1], chw.shape[2], crop_h, crop_w)
-        return emit(chw[:, top:top + crop_h, left:left + crop_w], self.output, fresh=False)
+        return emit(chw[:, top : top + crop_h, left : left + crop_w], self.output, fresh=False)
 
     def __repr__(self) -> str:
         return f"CenterCrop(size={self.size}, output={self.output!r})"
@@ -179,7 +198,7 @@ def _pad_to(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
         return chw
     top, left = max(height - h, 0) // 2, max(width - w, 0) // 2
     padded = torch.zeros((channels, max(h, height), max(w, width)), dtype=chw.dtype)
-    padded[:, top:top + h, left:left + w] = chw
+    padded[:, top : top + h, left : left + w] = chw
     return padded
 
 

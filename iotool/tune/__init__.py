@@ -14,11 +14,39 @@ from __future__ import annotations
 
 from .feed import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
 from .measure import Trial, epoch_rate, measure_trial
-from .tuner import (TOLERANCE, Bound, TuneResult, Verdict, choose_trial, classify_bound, compare_feeds, plot_tune,
-                    thread_ladder, tune_loader, usable_cpus, worker_ladder)
+from .tuner import (
+    TOLERANCE,
+    Bound,
+    TuneResult,
+    Verdict,
+    choose_trial,
+    classify_bound,
+    compare_feeds,
+    plot_tune,
+    thread_ladder,
+    tune_loader,
+    usable_cpus,
+    worker_ladder,
+)
 
 __all__ = [
-    "DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Feed", "Trial", "TuneResult", "Verdict", "choose_trial",
-    "classify_bound", "compare_feeds", "epoch_rate", "load_transform", "measure_trial", "open_feed", "plot_tune",
-    "thread_ladder", "tune_loader", "usable_cpus", "worker_ladder",
+    "DEFAULT_TRANSFORM",
+    "TOLERANCE",
+    "Bound",
+    "Feed",
+    "Trial",
+    "TuneResult",
+    "Verdict",
+    "choose_trial",
+    "classify_bound",
+    "compare_feeds",
+    "epoch_rate",
+    "load_transform",
+    "measure_trial",
+    "open_feed",
+    "plot_tune",
+    "thread_ladder",
+    "tune_loader",
+    "usable_cpus",
+    "worker_ladder",
 ]

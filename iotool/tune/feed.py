@@ -39,8 +39,10 @@ def load_transform(spec: str) -> Callable[[Any], Any]:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # the user's module: any error while importing it is a usage error
-        raise UsageError(f"transform {spec!r}: cannot import module {module_name!r} ({type(exc).__name__}: "
-                         f"{exc}); expected {SPEC_HELP}.") from None
+        raise UsageError(
+            f"transform {spec!r}: cannot import module {module_name!r} ({type(exc).__name__}: "
+            f"{exc}); expected {SPEC_HELP}."
+        ) from None
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -67,12 +69,15 @@ def _as_transform(obj: Any, spec: str) -> Callable[[Any], Any]:
         try:
             made = obj()
         except Exception as exc:  # the user's code
-            raise UsageError(f"transform {spec!r}: calling the {kind} with no arguments failed "
-                             f"({type(exc).__name__}: {exc}); name an instance, a factory that takes no "
-                             f"arguments, or a function of the image.") from None
+            raise UsageError(
+                f"transform {spec!r}: calling the {kind} with no arguments failed "
+                f"({type(exc).__name__}: {exc}); name an instance, a factory that takes no "
+                f"arguments, or a function of the image."
+            ) from None
         if not callable(made):
-            raise UsageError(f"transform {spec!r}: the {kind} returned a {type(made).__name__}, not a callable "
-                             "transform.")
+            raise UsageError(
+                f"transform {spec!r}: the {kind} returned a {type(made).__name__}, not a callable transform."
+            )
         return made
     return obj
 
@@ -122,12 +127,24 @@ class Feed:
 
             with warnings.catch_warnings():  # a foreign transform: the tuner measures what it costs
                 warnings.simplefilter("ignore")
-                return Loader(self.dataset, self.batch_size, shuffle=True if self.shuffle else None,
-                              threads=trial.threads, seed=0, pin_memory=trial.pin_memory)
+                return Loader(
+                    self.dataset,
+                    self.batch_size,
+                    shuffle=True if self.shuffle else None,
+                    threads=trial.threads,
+                    seed=0,
+                    pin_memory=trial.pin_memory,
+                )
 
         generator = torch.Generator().manual_seed(0) if self.shuffle else None
-        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=self.shuffle, generator=generator,
-                          collate_fn=self.collate_fn, **trial.loader_kwargs())
+        return DataLoader(
+            self.dataset,
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            generator=generator,
+            collate_fn=self.collate_fn,
+            **trial.loader_kwargs(),
+        )
 
     def consume(self, batch: Any) -> int:
         """Count the batch's samples; with CUDA, copy its tensors to the GPU as training would."""
@@ -160,9 +177,11 @@ def _first_samples(dataset: Any, name: str) -> list[Any]:
     except IotoolError:
         raise
     except Exception as exc:  # the user's transform
-        raise UsageError(f"the transform {name} failed on the first samples ({type(exc).__name__}: {exc}); it "
-                         "receives what the dataset returns: HxWxC uint8 numpy arrays (or bytes with "
-                         "decoder=None), not PIL images.") from None
+        raise UsageError(
+            f"the transform {name} failed on the first samples ({type(exc).__name__}: {exc}); it "
+            "receives what the dataset returns: HxWxC uint8 numpy arrays (or bytes with "
+            "decoder=None), not PIL images."
+        ) from None
     if not samples:
         raise UsageError("the dataset yielded no sample; there is nothing to tune.")
     return samples
@@ -180,20 +199,23 @@ def _pick_collate(samples: list[Any], name: str) -> tuple[Callable[..., Any] | N
     try:
         (collate or default_collate)(samples * (2 if len(samples) == 1 else 1))
     except Exception as exc:  # what the user's transform returns
-        raise UsageError(f"the outputs of the transform {name} cannot be collated into a batch "
-                         f"({type(exc).__name__}: {exc}); make it return same-size uint8 arrays or tensors "
-                         "(e.g. end with a crop and ToTensor).") from None
+        raise UsageError(
+            f"the outputs of the transform {name} cannot be collated into a batch "
+            f"({type(exc).__name__}: {exc}); make it return same-size uint8 arrays or tensors "
+            "(e.g. end with a crop and ToTensor)."
+        ) from None
     return collate, label
 
 
-def open_feed(path: str | os.PathLike, transform: Callable[[Any], Any] | None, batch_size: int,
-              decoder: str | None) -> Feed:
+def open_feed(
+    path: str | os.PathLike, transform: Callable[[Any], Any] | None, batch_size: int, decoder: str | None
+) -> Feed:
     """Open the dataset with the transform (default ``RandomResizedCrop(224)``) and check one sample."""
     import torch
     from torch.utils.data import IterableDataset
 
-    from ..loading.opening import open_dataset
     from ..formats import detect_format
+    from ..loading.opening import open_dataset
 
     if transform is None:
         from ..transforms import RandomResizedCrop
@@ -207,5 +229,14 @@ def open_feed(path: str | os.PathLike, transform: Callable[[Any], Any] | None, b
     if count == 0:
         raise UsageError(f"{os.fspath(path)!r} holds no samples; there is nothing to tune.")
     collate, collate_name = _pick_collate(_first_samples(dataset, name), name)
-    return Feed(dataset, fmt, count, batch_size, name, collate, collate_name,
-                shuffle=not isinstance(dataset, IterableDataset), cuda=torch.cuda.is_available())
+    return Feed(
+        dataset,
+        fmt,
+        count,
+        batch_size,
+        name,
+        collate,
+        collate_name,
+        shuffle=not isinstance(dataset, IterableDataset),
+        cuda=torch.cuda.is_available(),
+    )

@@ -55,7 +55,7 @@ class Trial:
 
     @property
     def feeder(self) -> str:
-        """"Loader" for an ``iotool.Loader`` trial, else "DataLoader"."""
+        """ "Loader" for an ``iotool.Loader`` trial, else "DataLoader"."""
         return "DataLoader" if self.threads is None else "Loader"
 
     def loader_kwargs(self) -> dict[str, Any]:
@@ -206,9 +206,18 @@ class BatchStream:
         gc.collect()
 
 
-def measure_trial(trial: Trial, make_loader: Callable[[Trial], Any], consume: Callable[[Any], int], *,
-                  warmup: int, batches: int, min_time: float, epoch_images: int, deadline: float,
-                  sync: Callable[[], None] = lambda: None) -> Trial:
+def measure_trial(
+    trial: Trial,
+    make_loader: Callable[[Trial], Any],
+    consume: Callable[[Any], int],
+    *,
+    warmup: int,
+    batches: int,
+    min_time: float,
+    epoch_images: int,
+    deadline: float,
+    sync: Callable[[], None] = lambda: None,
+) -> Trial:
     """Fill ``trial`` with its measurement; stops between batches once ``deadline`` has passed.
 
     The first batch (worker start-up, dataset open) is timed on its own as ``startup_s``; then
@@ -247,8 +256,9 @@ def measure_trial(trial: Trial, make_loader: Callable[[Trial], Any], consume: Ca
     return trial
 
 
-def _time_batches(trial: Trial, stream: BatchStream, batches: int, min_time: float, deadline: float,
-                  sync: Callable[[], None]) -> None:
+def _time_batches(
+    trial: Trial, stream: BatchStream, batches: int, min_time: float, deadline: float, sync: Callable[[], None]
+) -> None:
     """The timed part of a trial: images, seconds, and the CPU and run-queue time of every process."""
     clock = time.perf_counter
     rounds = max(trial.num_workers, 1)
@@ -277,7 +287,10 @@ def describe_trial(trial: Trial) -> str:
         return f"iotool.Loader threads={trial.threads}" + (", pinned" if trial.pin_memory else "")
     parts = [f"num_workers={trial.num_workers}"]
     if trial.num_workers:
-        parts += [f"prefetch_factor={trial.prefetch_factor}", "persistent" if trial.persistent_workers else "not persistent"]
+        parts += [
+            f"prefetch_factor={trial.prefetch_factor}",
+            "persistent" if trial.persistent_workers else "not persistent",
+        ]
     if trial.pin_memory:
         parts.append("pinned")
     return ", ".join(parts)

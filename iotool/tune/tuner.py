@@ -28,17 +28,31 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..errors import UsageError
 from ..bench.common import ProgressFn, environment, no_progress
+from ..errors import UsageError
 from ..storage import is_url
 from .bound import CORES_SATURATED, Bound, classify_bound
+from .feed import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
 from .measure import Trial, describe_trial, measure_trial
 from .plot import plot_tune
-from .feed import DEFAULT_TRANSFORM, Feed, load_transform, open_feed
 
-__all__ = ["DEFAULT_TRANSFORM", "TOLERANCE", "Bound", "Trial", "TuneResult", "Verdict", "choose_trial",
-           "classify_bound", "compare_feeds", "thread_ladder",
-           "load_transform", "plot_tune", "tune_loader", "usable_cpus", "worker_ladder"]
+__all__ = [
+    "DEFAULT_TRANSFORM",
+    "TOLERANCE",
+    "Bound",
+    "Trial",
+    "TuneResult",
+    "Verdict",
+    "choose_trial",
+    "classify_bound",
+    "compare_feeds",
+    "load_transform",
+    "plot_tune",
+    "thread_ladder",
+    "tune_loader",
+    "usable_cpus",
+    "worker_ladder",
+]
 
 TOLERANCE = 0.05
 
@@ -69,7 +83,12 @@ def thread_ladder(max_threads: int) -> list[int]:
 
 def _cost(trial: Trial) -> tuple[int, int, bool, bool]:
     """Smaller is cheaper: workers, then prefetch depth; persistent workers and pinning preferred."""
-    return (trial.num_workers + (trial.threads or 0), trial.prefetch_factor or 0, not trial.persistent_workers, not trial.pin_memory)
+    return (
+        trial.num_workers + (trial.threads or 0),
+        trial.prefetch_factor or 0,
+        not trial.persistent_workers,
+        not trial.pin_memory,
+    )
 
 
 def choose_trial(trials: Sequence[Trial], tolerance: float = TOLERANCE) -> Trial | None:
@@ -115,17 +134,25 @@ def compare_feeds(dataloader: Trial, loader: Trial, tolerance: float = TOLERANCE
     dl, ld = dataloader.epoch_images_per_s, loader.epoch_images_per_s
     ratio = ld / dl if dl > 0 else float("inf")
     threads, workers = loader.threads or 0, dataloader.num_workers
-    both = (f"iotool.Loader(threads={threads}) {ld:,.0f} img/s, DataLoader(num_workers={workers}) "
-            f"{dl:,.0f} img/s")
+    both = f"iotool.Loader(threads={threads}) {ld:,.0f} img/s, DataLoader(num_workers={workers}) {dl:,.0f} img/s"
     if ratio >= 1 + tolerance:
-        return Verdict("Loader", ratio, ld, dl, threads, workers,
-                       f"iotool.Loader feeds faster here, {ratio:.2f}x: {both}")
+        return Verdict(
+            "Loader", ratio, ld, dl, threads, workers, f"iotool.Loader feeds faster here, {ratio:.2f}x: {both}"
+        )
     if ratio <= 1 - tolerance:
-        return Verdict("DataLoader", ratio, ld, dl, threads, workers,
-                       f"DataLoader feeds faster here, {1 / ratio:.2f}x: {both}")
-    return Verdict("same", ratio, ld, dl, threads, workers,
-                   f"both feed about as fast (within {tolerance:.0%}): {both}; the Loader starts no "
-                   "worker processes and holds less memory")
+        return Verdict(
+            "DataLoader", ratio, ld, dl, threads, workers, f"DataLoader feeds faster here, {1 / ratio:.2f}x: {both}"
+        )
+    return Verdict(
+        "same",
+        ratio,
+        ld,
+        dl,
+        threads,
+        workers,
+        f"both feed about as fast (within {tolerance:.0%}): {both}; the Loader starts no "
+        "worker processes and holds less memory",
+    )
 
 
 @dataclass
@@ -164,8 +191,10 @@ class TuneResult:
     @property
     def table(self) -> list[dict[str, Any]]:
         """One plain row per trial, with ``chosen`` marking the recommendation."""
-        return [{**t.to_dict(self.cpus), "feeder": t.feeder, "chosen": t is self.chosen or t is self.loader_chosen}
-                for t in self.trials]
+        return [
+            {**t.to_dict(self.cpus), "feeder": t.feeder, "chosen": t is self.chosen or t is self.loader_chosen}
+            for t in self.trials
+        ]
 
     def trials_of(self, feeder: str) -> list[Trial]:
         """The trials of one feeder, "DataLoader" or "Loader", in the order measured."""
@@ -186,20 +215,35 @@ class TuneResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON (``collate_fn`` as its dotted name)."""
         return {
-            "benchmark": "tune", "path": self.path, "format": self.format, "count": self.count,
-            "batch_size": self.batch_size, "transform": self.transform, "collate": self.collate,
-            "cpus": self.cpus, "max_workers": self.max_workers, "max_seconds": self.max_seconds,
-            "cuda": self.cuda, "seconds": self.seconds, "budget_exhausted": self.budget_exhausted,
+            "benchmark": "tune",
+            "path": self.path,
+            "format": self.format,
+            "count": self.count,
+            "batch_size": self.batch_size,
+            "transform": self.transform,
+            "collate": self.collate,
+            "cpus": self.cpus,
+            "max_workers": self.max_workers,
+            "max_seconds": self.max_seconds,
+            "cuda": self.cuda,
+            "seconds": self.seconds,
+            "budget_exhausted": self.budget_exhausted,
             "kwargs": {k: self.collate if k == "collate_fn" else v for k, v in self.kwargs.items()},
-            "snippet": self.snippet(), "max_threads": self.max_threads, "loader_kwargs": self.loader_kwargs,
+            "snippet": self.snippet(),
+            "max_threads": self.max_threads,
+            "loader_kwargs": self.loader_kwargs,
             "loader_snippet": self.loader_snippet(),
-            "verdict": None if self.verdict is None else vars(self.verdict), "bound": None if self.bound is None else vars(self.bound),
-            "table": self.table, "notes": self.notes, "environment": self.environment,
+            "verdict": None if self.verdict is None else vars(self.verdict),
+            "bound": None if self.bound is None else vars(self.bound),
+            "table": self.table,
+            "notes": self.notes,
+            "environment": self.environment,
         }
 
 
-def _check_options(batch_size: int, max_seconds: float, max_workers: int | None, batches: int, warmup: int,
-                   min_time: float) -> None:
+def _check_options(
+    batch_size: int, max_seconds: float, max_workers: int | None, batches: int, warmup: int, min_time: float
+) -> None:
     """Refuse impossible options, naming the value."""
     if batch_size < 1:
         raise UsageError(f"batch_size={batch_size}; give at least 1.")
@@ -208,15 +252,16 @@ def _check_options(batch_size: int, max_seconds: float, max_workers: int | None,
     if max_workers is not None and max_workers < 0:
         raise UsageError(f"max_workers={max_workers}; give 0 or more (default: twice the usable CPUs).")
     if batches < 1 or warmup < 0 or min_time < 0:
-        raise UsageError(f"batches={batches}, warmup={warmup}, min_time={min_time}; give batches >= 1, "
-                         "warmup >= 0 and min_time >= 0.")
+        raise UsageError(
+            f"batches={batches}, warmup={warmup}, min_time={min_time}; give batches >= 1, "
+            "warmup >= 0 and min_time >= 0."
+        )
 
 
 class _Search:
     """Runs trials against one feed until the plan or the budget ends."""
 
-    def __init__(self, feed: Feed, result: TuneResult, deadline: float, progress: ProgressFn,
-                 timing: dict[str, Any]):
+    def __init__(self, feed: Feed, result: TuneResult, deadline: float, progress: ProgressFn, timing: dict[str, Any]):
         self.feed, self.result, self.deadline, self.progress = feed, result, deadline, progress
         self.timing = timing
         self.planned = 0
@@ -229,8 +274,15 @@ class _Search:
             self.result.budget_exhausted = True
             return None
         self.progress(describe_trial(trial), done, max(self.planned, done + 1))
-        measure_trial(trial, self.feed.loader, self.feed.consume, epoch_images=self.feed.epoch_images,
-                      deadline=self.deadline, sync=self.feed.sync, **self.timing)
+        measure_trial(
+            trial,
+            self.feed.loader,
+            self.feed.consume,
+            epoch_images=self.feed.epoch_images,
+            deadline=self.deadline,
+            sync=self.feed.sync,
+            **self.timing,
+        )
         self.result.trials.append(trial)
         if trial.partial:
             self.result.budget_exhausted = True
@@ -263,11 +315,15 @@ class _Search:
         for stage, change in tries:
             best = choose_trial(self.result.trials_of("DataLoader")) or base
             config = {**vars(best), **change}  # the best prefetch and persistence found so far
-            trial = Trial(config["num_workers"], config["prefetch_factor"], config["persistent_workers"],
-                          config["pin_memory"], stage)
+            trial = Trial(
+                config["num_workers"],
+                config["prefetch_factor"],
+                config["persistent_workers"],
+                config["pin_memory"],
+                stage,
+            )
             if self.run(trial) is None or trial.partial:
                 return
-
 
     def threads(self, ladder: list[int]) -> None:
         """Step 3: ``iotool.Loader`` over the thread ladder while it pays (pinned with CUDA)."""
@@ -327,19 +383,31 @@ def tune_loader(
     start = time.perf_counter()
     _check_options(batch_size, max_seconds, max_workers, batches, warmup, min_time)
     if max_threads is not None and max_threads < 0:
-        raise UsageError(f"max_threads={max_threads}; give 0 or more (0: no iotool.Loader trials; default: "
-                         "twice the usable CPUs).")
+        raise UsageError(
+            f"max_threads={max_threads}; give 0 or more (0: no iotool.Loader trials; default: twice the usable CPUs)."
+        )
     progress = progress or no_progress
     if isinstance(transform, str):
         transform = load_transform(transform)
     cpus = usable_cpus()
     top = 2 * cpus if max_workers is None else max_workers
     feed = open_feed(path, transform, batch_size, decoder)
-    result = TuneResult(os.fspath(path), feed.format, feed.epoch_images, batch_size, feed.transform_name,
-                        feed.collate_name, cpus, top, max_seconds, feed.cuda,
-                        max_threads=2 * cpus if max_threads is None else max_threads)
-    search = _Search(feed, result, start + max_seconds, progress,
-                     {"batches": batches, "warmup": warmup, "min_time": min_time})
+    result = TuneResult(
+        os.fspath(path),
+        feed.format,
+        feed.epoch_images,
+        batch_size,
+        feed.transform_name,
+        feed.collate_name,
+        cpus,
+        top,
+        max_seconds,
+        feed.cuda,
+        max_threads=2 * cpus if max_threads is None else max_threads,
+    )
+    search = _Search(
+        feed, result, start + max_seconds, progress, {"batches": batches, "warmup": warmup, "min_time": min_time}
+    )
     search.workers(worker_ladder(top))
     if feed.threads_ok:
         search.threads(thread_ladder(result.max_threads))
@@ -364,20 +432,26 @@ def _conclude(result: TuneResult, feed: Feed) -> None:
     if result.chosen is not None:
         result.bound = classify_bound(result.chosen, result.cpus, remote=is_url(result.path))
     if result.budget_exhausted:
-        result.notes.append(f"The budget of {result.max_seconds:g} s ran out after {len(result.trials)} trial(s); "
-                            "the recommendation comes from what was measured. Raise --max-seconds for a fuller search.")
+        result.notes.append(
+            f"The budget of {result.max_seconds:g} s ran out after {len(result.trials)} trial(s); "
+            "the recommendation comes from what was measured. Raise --max-seconds for a fuller search."
+        )
     if result.chosen is None:
         result.notes.append("Nothing was measured; these are safe defaults, not a recommendation.")
     if feed.epoch_images < result.batch_size * 8:
-        result.notes.append(f"The dataset holds {feed.epoch_images} samples, {feed.epoch_images / result.batch_size:.1f} "
-                            "batches: epoch ends weigh heavily here; tune on the real training set.")
+        result.notes.append(
+            f"The dataset holds {feed.epoch_images} samples, {feed.epoch_images / result.batch_size:.1f} "
+            "batches: epoch ends weigh heavily here; tune on the real training set."
+        )
 
 
 def _conclude_loader(result: TuneResult, feed: Feed) -> None:
     """The Loader's recommendation, the verdict against DataLoader's, and where the GIL binds."""
     if not feed.threads_ok:
-        result.notes.append(f"iotool.Loader was not measured: it yields fast_collate's batches (uint8 images "
-                            f"of one size) and this transform's outputs need the {feed.collate_name} collate.")
+        result.notes.append(
+            f"iotool.Loader was not measured: it yields fast_collate's batches (uint8 images "
+            f"of one size) and this transform's outputs need the {feed.collate_name} collate."
+        )
         return
     if result.max_threads == 0:
         return
@@ -406,7 +480,9 @@ def _gil_note(trials: list[Trial], cpus: int) -> str | None:
     busy = best.cores_busy(cpus)
     if busy is None or busy >= CORES_SATURATED or best is measured[-1]:
         return None
-    return (f"More iotool.Loader threads stopped paying at {best.threads} while only {busy:.0%} of {cpus} cores "
-            "were busy: the per-sample work that holds the GIL (the transform's Python, the dataset's own) "
-            "binds one process. To go further, run more processes with threads each (one rank per process "
-            "with DDP); see docs/training.md, \"How far threads scale\".")
+    return (
+        f"More iotool.Loader threads stopped paying at {best.threads} while only {busy:.0%} of {cpus} cores "
+        "were busy: the per-sample work that holds the GIL (the transform's Python, the dataset's own) "
+        "binds one process. To go further, run more processes with threads each (one rank per process "
+        'with DDP); see docs/training.md, "How far threads scale".'
+    )

@@ -22,7 +22,6 @@ A column kept outside the file (external storage, a virtual dataset, a soft or e
 filter only a plugin decodes) is refused at open and by ``verify`` (see storage.py).
 """
 
-
 from __future__ import annotations
 
 import os
@@ -56,5 +55,14 @@ def sniff(path: str) -> str | None:
 
 SPEC = FormatSpec("hdf5", "HDF5 file", Hdf5Writer, Hdf5Reader, sniff)
 
-__all__ = ["CHUNK_BYTES", "FORMAT_VERSION", "INTEGRITY_ATTR", "META_ATTR", "SPEC", "VLEN_VERSION", "Hdf5Reader",
-           "Hdf5Writer", "sniff"]
+__all__ = [
+    "CHUNK_BYTES",
+    "FORMAT_VERSION",
+    "INTEGRITY_ATTR",
+    "META_ATTR",
+    "SPEC",
+    "VLEN_VERSION",
+    "Hdf5Reader",
+    "Hdf5Writer",
+    "sniff",
+]

@@ -17,8 +17,9 @@ SPACE_MARGIN = 2 * CHUNK_BYTES  # free space kept for HDF5's chunk cache and met
 STR = h5py.string_dtype("utf-8")  # the /keys element type
 
 
-def column_digests(labels: np.ndarray, keys, checksums: np.ndarray, offsets: np.ndarray | None = None,
-                    shapes: np.ndarray | None = None) -> dict[str, str]:
+def column_digests(
+    labels: np.ndarray, keys, checksums: np.ndarray, offsets: np.ndarray | None = None, shapes: np.ndarray | None = None
+) -> dict[str, str]:
     """Digests of the index columns, as stored in the integrity attribute (offsets: version 2+,
     shapes: version 3)."""
     keys = [k.decode("utf-8") if isinstance(k, bytes) else k for k in keys]

@@ -29,8 +29,12 @@ def mapped_column(path: str, ds: h5py.Dataset, dtype: str) -> np.ndarray | None:
         FormatError: naming the file and the column, when the run is declared outside the file.
     """
     plist = ds.id.get_create_plist()
-    if ds.dtype != np.dtype(dtype) or plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_nfilters() \
-            or plist.get_external_count():
+    if (
+        ds.dtype != np.dtype(dtype)
+        or plist.get_layout() != h5py.h5d.CONTIGUOUS
+        or plist.get_nfilters()
+        or plist.get_external_count()
+    ):
         return None
     count = math.prod(ds.shape)
     offset, nbytes = ds.id.get_offset(), count * ds.dtype.itemsize
@@ -39,8 +43,10 @@ def mapped_column(path: str, ds: h5py.Dataset, dtype: str) -> np.ndarray | None:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if offset < 0 or offset + nbytes > size:
-            raise FormatError(f"{path}: '{ds.name}' ({nbytes} bytes) is declared at file offset {offset}, outside "
-                              f"the {size}-byte file; the file was modified or crafted after conversion.")
+            raise FormatError(
+                f"{path}: '{ds.name}' ({nbytes} bytes) is declared at file offset {offset}, outside "
+                f"the {size}-byte file; the file was modified or crafted after conversion."
+            )
         start = offset - offset % mmap.ALLOCATIONGRANULARITY
         view = mmap.mmap(f.fileno(), offset + nbytes - start, access=mmap.ACCESS_READ, offset=start)
     array = np.frombuffer(view, dtype=dtype, count=count, offset=offset - start).reshape(ds.shape)

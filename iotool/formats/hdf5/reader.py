@@ -36,7 +36,7 @@ class _Extents:
         self.starts, self.file_offsets, self.sizes = starts, file_offsets, sizes
 
     @classmethod
-    def of(cls, images: h5py.Dataset, file_size: int) -> "_Extents | None":
+    def of(cls, images: h5py.Dataset, file_size: int) -> _Extents | None:
         """The map for an unfiltered dataset; None when h5py must read it (filters, compact layout).
         FormatError when an extent does not lie inside the file's ``file_size`` bytes."""
         if images.dtype != np.uint8 or images.ndim != 1 or images.id.get_create_plist().get_nfilters():
@@ -62,8 +62,10 @@ class _Extents:
         """FormatError unless every extent lies inside the file (nothing read from past its end)."""
         for start, offset, size in zip(self.starts, self.file_offsets, self.sizes):
             if offset < 0 or size < 0 or offset + size > file_size:
-                raise FormatError(f"'/images' bytes {start}..{start + size} are declared at file offset {offset}, "
-                                  f"outside the {file_size}-byte file")
+                raise FormatError(
+                    f"'/images' bytes {start}..{start + size} are declared at file offset {offset}, "
+                    f"outside the {file_size}-byte file"
+                )
 
     def read(self, fd: int, start: int, stop: int) -> bytes:
         """Bytes [start, stop) of ``/images``; FormatError when a chunk is missing or the file is short."""
@@ -130,9 +132,13 @@ class Hdf5Reader(FormatReader):
             raise FormatError(f"{self.path}: cannot read the metadata attributes ({exc}).") from None
         if not isinstance(raw, str) or not isinstance(digests, dict):
             raise FormatError(f"{self.path}: no '{META_ATTR}'/'{INTEGRITY_ATTR}' attributes; not an iotool HDF5 file.")
-        if digests.get("meta") != sha256_hex(raw.encode("utf-8", "surrogateescape")):  # h5py keeps bad UTF-8 as surrogates
-            raise FormatError(f"{self.path}: the metadata does not match its integrity digest; it was modified "
-                              f"or corrupted after conversion. Re-convert the dataset.")
+        if digests.get("meta") != sha256_hex(
+            raw.encode("utf-8", "surrogateescape")
+        ):  # h5py keeps bad UTF-8 as surrogates
+            raise FormatError(
+                f"{self.path}: the metadata does not match its integrity digest; it was modified "
+                f"or corrupted after conversion. Re-convert the dataset."
+            )
         self._digests = digests
         meta = DatasetMeta.from_json(raw, self.path)
         if meta.format != "hdf5":
@@ -140,8 +146,10 @@ class Hdf5Reader(FormatReader):
         column, length = ("images", meta.count) if meta.format_version == VLEN_VERSION else ("offsets", meta.count + 1)
         found = self._file().get(column)
         if not isinstance(found, h5py.Dataset) or found.shape != (length,):
-            raise FormatError(f"{self.path}: metadata says {meta.count} records but '/{column}' has shape "
-                              f"{getattr(found, 'shape', None)}.")
+            raise FormatError(
+                f"{self.path}: metadata says {meta.count} records but '/{column}' has shape "
+                f"{getattr(found, 'shape', None)}."
+            )
         return meta
 
     def read(self, index: int) -> tuple[bytes, int]:
@@ -156,9 +164,10 @@ class Hdf5Reader(FormatReader):
             payload = self._h_payload or self._open_payload()
             return payload.read(index), self.labels[index]
 
-    def _open_payload(self) -> "_Payload":
-        self._h_payload = _Payload(self.path, self._dataset("images", -1),
-                                   self._column("offsets", "<i8", self.meta.count + 1))
+    def _open_payload(self) -> _Payload:
+        self._h_payload = _Payload(
+            self.path, self._dataset("images", -1), self._column("offsets", "<i8", self.meta.count + 1)
+        )
         return self._h_payload
 
     def integrity_problems(self) -> list[str]:
@@ -167,16 +176,25 @@ class Hdf5Reader(FormatReader):
         except FormatError as exc:
             return [str(exc)]
         try:
-            offsets = self._dataset("offsets", self.meta.count + 1)[:] if self.meta.format_version != VLEN_VERSION \
-                else None
-            actual = column_digests(self._dataset("labels")[:], self._dataset("keys")[:],
-                                     self._dataset("checksums")[:], offsets, self._shapes())
+            offsets = (
+                self._dataset("offsets", self.meta.count + 1)[:] if self.meta.format_version != VLEN_VERSION else None
+            )
+            actual = column_digests(
+                self._dataset("labels")[:],
+                self._dataset("keys")[:],
+                self._dataset("checksums")[:],
+                offsets,
+                self._shapes(),
+            )
             if offsets is not None:
                 self._open_payload()  # checks the offsets against /images
         except (*H5_ERRORS, FormatError) as exc:
             return [f"{self.path}: cannot read the index columns ({exc})."]
-        return [f"{self.path}: '/{name}' does not match its integrity digest."
-                for name, digest in actual.items() if self._digests.get(name) != digest]
+        return [
+            f"{self.path}: '/{name}' does not match its integrity digest."
+            for name, digest in actual.items()
+            if self._digests.get(name) != digest
+        ]
 
     def _shapes(self) -> np.ndarray | None:
         """``/shapes`` (version 3), checked for shape and type; None before version 3."""
@@ -184,7 +202,9 @@ class Hdf5Reader(FormatReader):
             return None
         ds = self._dataset("shapes", -1)
         if ds.shape != (self.meta.count, 2) or ds.dtype != np.dtype("<i4"):
-            raise FormatError(f"{self.path}: '/shapes' has shape {ds.shape} {ds.dtype}, expected ({self.meta.count}, 2).")
+            raise FormatError(
+                f"{self.path}: '/shapes' has shape {ds.shape} {ds.dtype}, expected ({self.meta.count}, 2)."
+            )
         return self._column("shapes", "<i4", -1)
 
     def _load_image_sizes(self, strict: bool = True) -> np.ndarray:
@@ -193,13 +213,13 @@ class Hdf5Reader(FormatReader):
             shapes = self._shapes()
         return super()._load_image_sizes(strict) if shapes is None else recorded_sizes(self, shapes, strict)
 
-    def _load_keys(self) -> "_Keys":
+    def _load_keys(self) -> _Keys:
         with h5_errors(self.path):
             self._dataset("keys")  # checks the column's shape now
         return _Keys(self)
 
     @property
-    def keys(self) -> "_Keys":
+    def keys(self) -> _Keys:
         """Record keys, read from ``/keys`` when asked for. A new view each time, not cached: a
         cached view pointing back at the reader would keep the HDF5 file open after the reader is
         gone (and HDF5 hands a later open of the same path that stale, cached file)."""
@@ -238,7 +258,7 @@ class _Keys(LazyColumn):
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self), self.BLOCK):
             with h5_errors(self.reader.path):
-                block = self.reader._dataset("keys")[start:start + self.BLOCK]
+                block = self.reader._dataset("keys")[start : start + self.BLOCK]
             yield from (self._text(k) for k in block)
 
     def __getstate__(self) -> dict:
@@ -251,10 +271,16 @@ class _Payload:
     def __init__(self, path: str, images: h5py.Dataset, offsets: np.ndarray):
         self.path = path
         self.offsets = offsets  # mapped where stored contiguous: not copied into each process
-        if len(self.offsets) == 0 or self.offsets[0] != 0 or _decreasing(self.offsets) \
-                or self.offsets[-1] != images.shape[0]:
-            raise FormatError(f"{path}: '/offsets' does not describe '/images' ({images.shape[0]} bytes); "
-                              f"the file was modified or corrupted after conversion.")
+        if (
+            len(self.offsets) == 0
+            or self.offsets[0] != 0
+            or _decreasing(self.offsets)
+            or self.offsets[-1] != images.shape[0]
+        ):
+            raise FormatError(
+                f"{path}: '/offsets' does not describe '/images' ({images.shape[0]} bytes); "
+                f"the file was modified or corrupted after conversion."
+            )
         self.images = images
         self.raw = open(path, "rb", buffering=0)  # closed with this object
         self.file_size = os.fstat(self.raw.fileno()).st_size
@@ -273,14 +299,18 @@ class _Payload:
         first, last = start // chunk, (stop - 1) // chunk
         have = bisect.bisect_right(starts, last) - bisect.bisect_left(starts, first)
         if have != last - first + 1:
-            raise FormatError(f"{self.path}: record {index} declares {stop - start} bytes, but only {have} of "
-                              f"the {last - first + 1} chunks of '/images' holding them are stored in the file.")
+            raise FormatError(
+                f"{self.path}: record {index} declares {stop - start} bytes, but only {have} of "
+                f"the {last - first + 1} chunks of '/images' holding them are stored in the file."
+            )
 
     def read(self, index: int) -> bytes:
         start, stop = int(self.offsets[index]), int(self.offsets[index + 1])
         if self.extents is not None and stop - start > self.file_size:  # each byte is stored once
-            raise FormatError(f"{self.path}: record {index} declares {stop - start} bytes, more than the "
-                              f"{self.file_size}-byte file holds.")
+            raise FormatError(
+                f"{self.path}: record {index} declares {stop - start} bytes, more than the "
+                f"{self.file_size}-byte file holds."
+            )
         self._check_stored(index, start, stop)
         try:
             if self.extents is None:
@@ -293,7 +323,7 @@ class _Payload:
 def _decreasing(offsets: np.ndarray, block: int = 1 << 16) -> bool:
     """Whether ``offsets`` ever decreases, checked a block at a time (no column-sized temporary)."""
     for start in range(0, len(offsets) - 1, block):
-        if np.any(np.diff(offsets[start:start + block + 1]) < 0):
+        if np.any(np.diff(offsets[start : start + block + 1]) < 0):
             return True
     return False
 

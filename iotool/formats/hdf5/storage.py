@@ -57,5 +57,7 @@ def check_columns(path: str, file: h5py.File, format_version: int) -> None:
     for name in column_names(format_version):
         problem = storage_problem(file, name)
         if problem is not None:
-            raise FormatError(f"{path}: '/{name}' {problem}; iotool reads only {ALLOWED}, never another "
-                              f"file. The file was not written by iotool, or was modified after conversion.")
+            raise FormatError(
+                f"{path}: '/{name}' {problem}; iotool reads only {ALLOWED}, never another "
+                f"file. The file was not written by iotool, or was modified after conversion."
+            )

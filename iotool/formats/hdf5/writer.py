@@ -35,9 +35,14 @@ class Hdf5Writer(FormatWriter):
         super().__init__(path, options, hooks)
         # A chunk cache of several chunks keeps the chunk being filled in memory between batches.
         self.file = h5py.File(path, "w", libver="latest", rdcc_nbytes=4 * CHUNK_BYTES)
-        column = {"maxshape": (None,), "chunks": (BATCH,), "track_times": False}  # no timestamps: same input, same bytes
-        self.images = self.file.create_dataset("images", (0,), "u1", maxshape=(None,), chunks=(CHUNK_BYTES,),
-                                               track_times=False)
+        column = {
+            "maxshape": (None,),
+            "chunks": (BATCH,),
+            "track_times": False,
+        }  # no timestamps: same input, same bytes
+        self.images = self.file.create_dataset(
+            "images", (0,), "u1", maxshape=(None,), chunks=(CHUNK_BYTES,), track_times=False
+        )
         self.keys = self.file.create_dataset("keys", (0,), STR, **column)
         folder = os.path.dirname(os.path.abspath(path))
         self.staged = {name: tempfile.TemporaryFile(dir=folder) for name in STAGED}  # unnamed: gone with us
@@ -86,10 +91,12 @@ class Hdf5Writer(FormatWriter):
         n, k = self.count, len(self.pending)
         labels, keys, checksums, shapes = zip(*self.pending)
         self.keys.resize((n + k,))
-        self.keys[n:n + k] = np.array(keys, dtype=object)
-        staged = {"labels": np.array(labels, dtype="<i8"),
-                  "checksums": np.array([c.encode("ascii") for c in checksums], dtype="S64"),
-                  "shapes": np.array(shapes, dtype="<i4").reshape(k, 2)}
+        self.keys[n : n + k] = np.array(keys, dtype=object)
+        staged = {
+            "labels": np.array(labels, dtype="<i8"),
+            "checksums": np.array([c.encode("ascii") for c in checksums], dtype="S64"),
+            "shapes": np.array(shapes, dtype="<i4").reshape(k, 2),
+        }
         for name, values in staged.items():
             self.staged[name].write(values.tobytes())
         self.count += k
@@ -104,11 +111,14 @@ class Hdf5Writer(FormatWriter):
         offsets = np.asarray(self.offsets, dtype="<i8")
         self.file.create_dataset("offsets", data=offsets, track_times=False)
         meta_json = meta.to_json()
-        integrity = json.dumps({
-            "meta": sha256_hex(meta_json.encode("utf-8")),
-            **column_digests(columns["labels"][:], self.keys[:], columns["checksums"][:], offsets,
-                             columns["shapes"][:]),
-        })
+        integrity = json.dumps(
+            {
+                "meta": sha256_hex(meta_json.encode("utf-8")),
+                **column_digests(
+                    columns["labels"][:], self.keys[:], columns["checksums"][:], offsets, columns["shapes"][:]
+                ),
+            }
+        )
         self.file.attrs[META_ATTR] = meta_json
         self.file.attrs[INTEGRITY_ATTR] = integrity
         self.file.flush()
@@ -127,7 +137,7 @@ class Hdf5Writer(FormatWriter):
         f.seek(0)
         for start in range(0, self.count, STAGE_BLOCK):
             n = min(STAGE_BLOCK, self.count - start)
-            ds[start:start + n] = np.frombuffer(f.read(n * row), dtype=dtype).reshape((n, width) if width else (n,))
+            ds[start : start + n] = np.frombuffer(f.read(n * row), dtype=dtype).reshape((n, width) if width else (n,))
         f.close()
         return ds
 
@@ -138,16 +148,25 @@ class Hdf5Writer(FormatWriter):
         try:
             with h5py.File(self.path, "r") as f:
                 stored = f["offsets"][:]
-                ok = (f.attrs.get(META_ATTR) == meta_json and f.attrs.get(INTEGRITY_ATTR) == integrity
-                      and f["images"].shape == (int(offsets[-1]),) and np.array_equal(stored, offsets)
-                      and json.loads(integrity) == {"meta": sha256_hex(meta_json.encode("utf-8")), **column_digests(
-                          f["labels"][:], f["keys"][:], f["checksums"][:], stored, f["shapes"][:])})
+                ok = (
+                    f.attrs.get(META_ATTR) == meta_json
+                    and f.attrs.get(INTEGRITY_ATTR) == integrity
+                    and f["images"].shape == (int(offsets[-1]),)
+                    and np.array_equal(stored, offsets)
+                    and json.loads(integrity)
+                    == {
+                        "meta": sha256_hex(meta_json.encode("utf-8")),
+                        **column_digests(f["labels"][:], f["keys"][:], f["checksums"][:], stored, f["shapes"][:]),
+                    }
+                )
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
-            raise OSError(errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written ({exc})",
-                          self.path) from None
+            raise OSError(
+                errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written ({exc})", self.path
+            ) from None
         if not ok:
-            raise OSError(errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written",
-                          self.path)
+            raise OSError(
+                errno.EIO, f"{os.strerror(errno.EIO)}: the HDF5 file does not read back as written", self.path
+            )
 
     def abort(self) -> None:
         # HDF5 crashes the process (SIGSEGV) when it cannot write its caches while handles close

@@ -18,7 +18,6 @@ Python objects; a key becomes a string only when asked for. Every value is found
 pages and checked to lie inside the file before py-lmdb touches it, or it is mapped (pages.py).
 """
 
-
 from __future__ import annotations
 
 import os
@@ -30,8 +29,18 @@ from ...records import DatasetMeta
 from ..spec import FormatSpec
 from .env import close_env, list_keys, open_env, read_value
 from .layout import (
-    CHECKSUMS_KEY, FORMAT_VERSION, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, PART_KEY, PROGRESS_KEY, RESERVED,
-    SHAPES_KEY, pack_strings, record_key,
+    CHECKSUMS_KEY,
+    FORMAT_VERSION,
+    INTEGRITY_KEY,
+    KEYS_KEY,
+    LABELS_KEY,
+    META_KEY,
+    PART_KEY,
+    PROGRESS_KEY,
+    RESERVED,
+    SHAPES_KEY,
+    pack_strings,
+    record_key,
 )
 from .reader import LmdbReader
 from .writer import COMMIT_BYTES, COMMIT_RECORDS, INITIAL_MAP_SIZE, LmdbOptions, LmdbWriter
@@ -52,12 +61,37 @@ def sniff(path: str) -> str | None:
 
 
 SPEC = FormatSpec(
-    "lmdb", "LMDB environment (directory)", LmdbWriter, LmdbReader, sniff, options=LmdbOptions,
+    "lmdb",
+    "LMDB environment (directory)",
+    LmdbWriter,
+    LmdbReader,
+    sniff,
+    options=LmdbOptions,
     example_options={"commit_every": 4},
 )
 
 __all__ = [
-    "CHECKSUMS_KEY", "COMMIT_BYTES", "COMMIT_RECORDS", "FORMAT_VERSION", "INITIAL_MAP_SIZE", "INTEGRITY_KEY",
-    "KEYS_KEY", "LABELS_KEY", "META_KEY", "PART_KEY", "PROGRESS_KEY", "RESERVED", "SHAPES_KEY", "SPEC",
-    "LmdbOptions", "LmdbReader", "LmdbWriter", "close_env", "list_keys", "open_env", "pack_strings", "record_key", "sniff",
+    "CHECKSUMS_KEY",
+    "COMMIT_BYTES",
+    "COMMIT_RECORDS",
+    "FORMAT_VERSION",
+    "INITIAL_MAP_SIZE",
+    "INTEGRITY_KEY",
+    "KEYS_KEY",
+    "LABELS_KEY",
+    "META_KEY",
+    "PART_KEY",
+    "PROGRESS_KEY",
+    "RESERVED",
+    "SHAPES_KEY",
+    "SPEC",
+    "LmdbOptions",
+    "LmdbReader",
+    "LmdbWriter",
+    "close_env",
+    "list_keys",
+    "open_env",
+    "pack_strings",
+    "record_key",
+    "sniff",
 ]

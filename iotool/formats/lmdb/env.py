@@ -11,7 +11,6 @@ import numpy as np
 from ...errors import FormatError
 from .pages import ValueBounds, data_file
 
-
 MAP_BYTES = 1 << 14  # a value this large is mapped (shared by every process), a smaller one copied
 
 # One read-only environment per process and path: py-lmdb refuses to open the same
@@ -68,8 +67,16 @@ def _open(path: str, check_file: bool = False) -> tuple[int, tuple[int, int], lm
             cached[2].close()  # inherited across fork, or the file was replaced: drop it first
         except lmdb.Error:
             pass
-    env = lmdb.open(path, subdir=not os.path.isfile(path), readonly=True, lock=False, readahead=False,
-                    meminit=False, max_readers=4096, max_spare_txns=4)
+    env = lmdb.open(
+        path,
+        subdir=not os.path.isfile(path),
+        readonly=True,
+        lock=False,
+        readahead=False,
+        meminit=False,
+        max_readers=4096,
+        max_spare_txns=4,
+    )
     _check_file_size(path, env)
     try:
         bounds = ValueBounds(path, env.stat()["psize"], env.info()["last_txnid"])
@@ -95,8 +102,10 @@ def read_value(path: str, key: bytes, record: int | None = None, max_bytes: int 
     with env.begin(buffers=True) as txn:
         value = txn.get(key)
         if value is not None and max_bytes is not None and len(value) > max_bytes:
-            raise FormatError(f"{path}: the value of {key[:64].decode('utf-8', 'replace')!r} holds {len(value)} "
-                              f"bytes, more than {max_bytes}.")
+            raise FormatError(
+                f"{path}: the value of {key[:64].decode('utf-8', 'replace')!r} holds {len(value)} "
+                f"bytes, more than {max_bytes}."
+            )
         return None if value is None else bytes(value)
 
 
@@ -131,8 +140,10 @@ def _check_file_size(path: str, env: lmdb.Environment) -> None:
     actual = os.path.getsize(data_file(path))
     if actual < needed:
         env.close()
-        raise FormatError(f"{path}: data.mdb is truncated ({actual} bytes, the environment needs "
-                          f"{needed}); copy or convert the dataset again.")
+        raise FormatError(
+            f"{path}: data.mdb is truncated ({actual} bytes, the environment needs "
+            f"{needed}); copy or convert the dataset again."
+        )
 
 
 def close_env(path: str) -> None:

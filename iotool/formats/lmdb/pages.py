@@ -64,8 +64,10 @@ class ValueBounds:
         self.checked[byte] |= 1 << (record & 7)
 
     def _bad(self, what: str) -> FormatError:
-        return FormatError(f"{self.path}: data.mdb is corrupted or crafted ({what}); it cannot be read "
-                           f"safely. Copy or convert the dataset again.")
+        return FormatError(
+            f"{self.path}: data.mdb is corrupted or crafted ({what}); it cannot be read "
+            f"safely. Copy or convert the dataset again."
+        )
 
     def _meta(self, last_txnid: int) -> tuple[int, int, int]:
         """(root page, depth, next page number) of the main database, from the meta page LMDB picks."""
@@ -74,8 +76,9 @@ class ValueBounds:
             raw = os.pread(self.fd, _META.size, offset + PAGE_HEADER)
             if len(raw) != _META.size:
                 raise self._bad("a meta page is missing")
-            magic, version, _addr, _mapsize, _pad, _flags, depth, _b, _l, _o, _e, root, last_pg, txnid = \
-                _META.unpack(raw)
+            magic, version, _addr, _mapsize, _pad, _flags, depth, _b, _l, _o, _e, root, last_pg, txnid = _META.unpack(
+                raw
+            )
             if magic != MAGIC or version != DATA_VERSION:
                 raise self._bad("a meta page has no LMDB magic")
             metas.append((txnid, root, depth, last_pg))
@@ -112,7 +115,7 @@ class ValueBounds:
         end = ptr + NODE_HEADER + struct.unpack_from("<H", page, ptr + 6)[0]
         if end > self.psize:
             raise self._bad(f"page {pgno} has a key reaching outside the page")
-        return ptr, page[ptr + NODE_HEADER:end]
+        return ptr, page[ptr + NODE_HEADER : end]
 
     def _search(self, page: bytes, pgno: int, key: bytes, low: int) -> tuple[int, int, bool]:
         """mdb_node_search: (node count, index of the first node >= key, exact)."""
@@ -208,8 +211,13 @@ class ValueBounds:
         overflow = struct.unpack_from("<Q", page, start)[0]
         header = self._page(overflow, f"the node of {name!r}", PAGE_HEADER)
         oflags, pages = struct.unpack_from("<H", header, 10)[0], struct.unpack_from("<I", header, 12)[0]
-        if not oflags & P_OVERFLOW or PAGE_HEADER + size > pages * self.psize \
-                or overflow * self.psize + PAGE_HEADER + size > self.size:
-            raise self._bad(f"{name!r} declares {size} bytes, past its {pages} overflow pages or the "
-                            f"end of the {self.size}-byte file")
+        if (
+            not oflags & P_OVERFLOW
+            or PAGE_HEADER + size > pages * self.psize
+            or overflow * self.psize + PAGE_HEADER + size > self.size
+        ):
+            raise self._bad(
+                f"{name!r} declares {size} bytes, past its {pages} overflow pages or the "
+                f"end of the {self.size}-byte file"
+            )
         return overflow * self.psize + PAGE_HEADER, size

@@ -17,7 +17,15 @@ from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
 from ..sharded.index import sha256_hex
 from .env import map_value, open_env, read_value
 from .layout import (
-    CHECKSUMS_KEY, FORMAT_VERSION, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, RESERVED, SHAPES_KEY, record_key,
+    CHECKSUMS_KEY,
+    FORMAT_VERSION,
+    INTEGRITY_KEY,
+    KEYS_KEY,
+    LABELS_KEY,
+    META_KEY,
+    RESERVED,
+    SHAPES_KEY,
+    record_key,
 )
 
 # What py-lmdb, numpy and json raise on a damaged or crafted environment: never to the user.
@@ -70,8 +78,10 @@ class LmdbReader(FormatReader):
 
     def _check_digest(self, key: bytes, value: bytes, digests: dict) -> None:
         if digests.get(key.decode()) != sha256_hex(value):
-            raise FormatError(f"{self.path}: {key.decode()!r} does not match its integrity digest; it was "
-                              f"modified or corrupted after conversion. Re-convert the dataset.")
+            raise FormatError(
+                f"{self.path}: {key.decode()!r} does not match its integrity digest; it was "
+                f"modified or corrupted after conversion. Re-convert the dataset."
+            )
 
     def _load_meta(self) -> DatasetMeta:
         with lmdb_errors(self.path):
@@ -85,8 +95,9 @@ class LmdbReader(FormatReader):
         entries = open_env(self.path).stat()["entries"]
         reserved = len(RESERVED) + (meta.format_version >= 3)  # SHAPES_KEY
         if meta.count + reserved != entries:
-            raise FormatError(f"{self.path}: metadata says {meta.count} records but the environment holds "
-                              f"{entries - reserved}.")
+            raise FormatError(
+                f"{self.path}: metadata says {meta.count} records but the environment holds {entries - reserved}."
+            )
         if meta.format != "lmdb":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'lmdb'.")
         return meta

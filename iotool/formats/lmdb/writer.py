@@ -19,7 +19,15 @@ from ..shapes import record_shape
 from ..sharded.index import sha256_hex
 from ..writer import FormatWriter, WriterHooks
 from .layout import (
-    CHECKSUMS_KEY, INTEGRITY_KEY, KEYS_KEY, LABELS_KEY, META_KEY, PART_KEY, PROGRESS_KEY, SHAPES_KEY, pack_strings,
+    CHECKSUMS_KEY,
+    INTEGRITY_KEY,
+    KEYS_KEY,
+    LABELS_KEY,
+    META_KEY,
+    PART_KEY,
+    PROGRESS_KEY,
+    SHAPES_KEY,
+    pack_strings,
     record_key,
 )
 
@@ -78,8 +86,12 @@ class LmdbWriter(FormatWriter):
     def _commit_batch(self) -> None:
         """Commit the pending records with their part of the index and the checkpoint."""
         start, end = self.part_start, len(self.keys)
-        part = {"keys": self.keys[start:end], "labels": self.labels[start:end].tolist(),
-                "checksums": self.digests[32 * start:32 * end].hex(), "shapes": self.shapes[2 * start:2 * end].tolist()}
+        part = {
+            "keys": self.keys[start:end],
+            "labels": self.labels[start:end].tolist(),
+            "checksums": self.digests[32 * start : 32 * end].hex(),
+            "shapes": self.shapes[2 * start : 2 * end].tolist(),
+        }
         self.pending.append((PART_KEY % self.parts, json.dumps(part, ensure_ascii=False).encode()))
         if self.hooks.checkpoint is not None:
             state = {**self.hooks.checkpoint.state(*self.committed), "parts": self.parts + 1}
@@ -179,5 +191,13 @@ def disk_error(path: str, exc: lmdb.Error) -> OSError:
 
 
 def open_writable(path: str) -> lmdb.Environment:
-    return lmdb.open(path, map_size=INITIAL_MAP_SIZE, subdir=True, readahead=False,
-                     meminit=False, max_dbs=0, sync=False, metasync=False)
+    return lmdb.open(
+        path,
+        map_size=INITIAL_MAP_SIZE,
+        subdir=True,
+        readahead=False,
+        meminit=False,
+        max_dbs=0,
+        sync=False,
+        metasync=False,
+    )

@@ -190,8 +190,13 @@ def kind_problem(kind: object) -> str | None:
     """Why ``kind`` is not a column kind that exists (None: it is one)."""
     if kind in ("int", "str", "sha256"):
         return None
-    if isinstance(kind, str) and kind.startswith("int") and kind[3:].isdigit() and kind[3:].isascii() \
-            and 1 <= int(kind[3:]) <= 64:
+    if (
+        isinstance(kind, str)
+        and kind.startswith("int")
+        and kind[3:].isdigit()
+        and kind[3:].isascii()
+        and 1 <= int(kind[3:]) <= 64
+    ):
         return None
     return f"column kind {kind!r:.40} does not exist (the kinds: {', '.join(KINDS)})"
 
@@ -247,8 +252,9 @@ class Columns:
 
 def _expect(path: str, array: np.ndarray, shape: tuple[int, ...], dtype: str) -> None:
     if array.shape != shape or array.dtype != np.dtype(dtype):
-        raise FormatError(f"{path}: column of shape {array.shape} and type {array.dtype}, expected {shape} "
-                          f"{np.dtype(dtype)}.")
+        raise FormatError(
+            f"{path}: column of shape {array.shape} and type {array.dtype}, expected {shape} {np.dtype(dtype)}."
+        )
 
 
 class LazyColumn(Sequence):
@@ -367,4 +373,3 @@ def verify_files(folder: str, table: dict[str, dict[str, Any]], root: str | None
             if actual != digest:
                 problems.append(f"{path}: the column file does not match its integrity digest.")
     return problems
-

@@ -53,7 +53,7 @@ def write_index(path: str, index: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> bytes:
+def _index_raw(path: str, max_bytes: int, storage: StorageConfig | None) -> bytes:
     """The bytes of ``path``/index.json, from local disk or through fsspec."""
     from ... import storage as st
     from ...storage.files import regular_file
@@ -68,8 +68,9 @@ def _index_raw(path: str, max_bytes: int, storage: "StorageConfig | None") -> by
         return f.read(size)
 
 
-def read_index(path: str, expected_format: str, max_bytes: int = MAX_INDEX_BYTES,
-               storage: "StorageConfig | None" = None) -> tuple[DatasetMeta, dict]:
+def read_index(
+    path: str, expected_format: str, max_bytes: int = MAX_INDEX_BYTES, storage: StorageConfig | None = None
+) -> tuple[DatasetMeta, dict]:
     """Read ``index.json`` of a directory format (a local path or a URL); return (metadata, the whole
     index, whose ``integrity`` field holds the verified digest)."""
     from ...storage import join
@@ -85,8 +86,10 @@ def read_index(path: str, expected_format: str, max_bytes: int = MAX_INDEX_BYTES
         raise FormatError(f"{index_path}: expected a JSON object with a 'meta' object.")
     stored = raw.pop("integrity", None)
     if stored != sha256_hex(canonical_json(raw)):
-        raise FormatError(f"{index_path}: the index does not match its integrity digest; it was modified "
-                          f"or corrupted after conversion. Re-convert the dataset.")
+        raise FormatError(
+            f"{index_path}: the index does not match its integrity digest; it was modified "
+            f"or corrupted after conversion. Re-convert the dataset."
+        )
     raw["integrity"] = stored
     meta = DatasetMeta.from_dict(raw["meta"], index_path)
     if meta.format != expected_format:
@@ -118,7 +121,7 @@ def sniff_index(path: str) -> str | None:
         raise FormatError(f"{path}: cannot read index.json ({exc.strerror or exc}).") from None
 
 
-def sniff_index_remote(url: str, config: "StorageConfig") -> str | None:
+def sniff_index_remote(url: str, config: StorageConfig) -> str | None:
     """The format the index.json at a URL declares (None when there is no index.json)."""
     from ... import storage as st
 
@@ -194,8 +197,9 @@ class IndexedReader(FormatReader):
                     self.column(name)
             return
         self._table = None
-        self._lists = {name: index_list(raw, name, count, _LIST_TYPES.get(kind, list), self.path)
-                       for name, kind in kinds.items()}
+        self._lists = {
+            name: index_list(raw, name, count, _LIST_TYPES.get(kind, list), self.path) for name, kind in kinds.items()
+        }
 
     def records_image_sizes(self) -> bool:
         """A ``shapes`` column, or a format that reads its sizes its own way (bmp's ``sizes``)."""

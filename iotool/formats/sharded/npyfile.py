@@ -41,8 +41,10 @@ def map_npy(path: str, root: str | None = None) -> np.ndarray:
         for n in shape:
             nbytes *= n
         if offset + nbytes > size:
-            raise FormatError(f"{path}: truncated column file (its header declares shape {shape} of "
-                              f"{dtype}: {nbytes} bytes from byte {offset}, the file has {size}).")
+            raise FormatError(
+                f"{path}: truncated column file (its header declares shape {shape} of "
+                f"{dtype}: {nbytes} bytes from byte {offset}, the file has {size})."
+            )
         if nbytes == 0:
             return np.empty(shape, dtype=dtype)
         mapped = np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
@@ -60,5 +62,7 @@ def _check_header_length(f, path: str) -> None:
         return  # numpy's parser says what is wrong
     length = int.from_bytes(head[8:10] if head[6:8] == b"\x01\x00" else head[8:12], "little")  # as map_npy parses it
     if length > MAX_HEADER_BYTES:
-        raise FormatError(f"{path}: not a readable column file (its header declares {length} bytes; "
-                          f"iotool's are {MAX_HEADER_BYTES} at most).")
+        raise FormatError(
+            f"{path}: not a readable column file (its header declares {length} bytes; "
+            f"iotool's are {MAX_HEADER_BYTES} at most)."
+        )

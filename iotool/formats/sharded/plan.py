@@ -32,7 +32,7 @@ class ShardedUnit(ShardUnit):
 
     BYTES_COLUMN = "sizes"
 
-    def __init__(self, name: str, out: "OutputDir", open_file: Callable[[str], Any], columns: tuple[str, ...]):
+    def __init__(self, name: str, out: OutputDir, open_file: Callable[[str], Any], columns: tuple[str, ...]):
         self.name = name
         self.out = out
         self.local = out.scratch_path(self.name)
@@ -74,8 +74,10 @@ class ShardedPlan(ShardPlan):
     def check(self, options: FormatOptions) -> None:
         assert isinstance(options, self.OPTIONS)
         if options.shard_bytes:
-            raise UsageError("--shard-bytes cannot be used with --engine ray: shard boundaries are fixed by "
-                             "source position there; use --shard-size.")
+            raise UsageError(
+                "--shard-bytes cannot be used with --engine ray: shard boundaries are fixed by "
+                "source position there; use --shard-size."
+            )
 
     def merge(self, columns: dict[str, list], units: list[dict[str, Any]], part: dict[str, Any]) -> None:
         shard = len(units)
@@ -85,10 +87,18 @@ class ShardedPlan(ShardPlan):
         for name in self.COLUMNS:
             columns.setdefault(name, []).extend(locations if name == "locations" else cols[name])
 
-    def write_index(self, folder: str, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
-                    options: FormatOptions) -> None:
+    def write_index(
+        self,
+        folder: str,
+        meta: DatasetMeta,
+        columns: dict[str, list],
+        units: list[dict[str, Any]],
+        options: FormatOptions,
+    ) -> None:
         assert isinstance(options, self.OPTIONS)
-        meta.options = {**meta.options, **{name: None if name == "shard_bytes" else getattr(options, name)
-                                           for name in self.META_OPTIONS}}
+        meta.options = {
+            **meta.options,
+            **{name: None if name == "shard_bytes" else getattr(options, name) for name in self.META_OPTIONS},
+        }
         rows = (dict(zip(self.COLUMNS, values)) for values in zip(*(columns[name] for name in self.COLUMNS)))
         write_index(folder, sharded_index(meta, units, write_columns(folder, self.KINDS, rows)))

@@ -20,8 +20,8 @@ import numpy as np
 from ... import storage
 from ...errors import FormatError, IotoolError
 from ...names import ALLOWED, name_problem
-from ...storage.files import read_range_inside, regular_file
 from ...records import DatasetMeta
+from ...storage.files import read_range_inside, regular_file
 from ..reader import ShardedReader
 from .index import INDEX_NAME, IndexedReader, read_index
 
@@ -55,20 +55,24 @@ class OffsetShardReader(IndexedReader, ShardedReader):
     def _parse_shards(self, raw: dict, count: int) -> list[dict]:
         shards = raw.get("shards")
         if not isinstance(shards, list) or not all(
-                isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("count"), int)
-                for s in shards):
+            isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("count"), int) for s in shards
+        ):
             raise FormatError(f"{self.path}: index field 'shards' must be a list of {{name, count}} objects.")
         where = storage.join(self.path, INDEX_NAME)
         for s in shards:
             problem = shard_name_problem(s["name"])
             if problem:
-                raise FormatError(f"{where}: unsafe shard name {s['name']!r:.100} ({problem}); a shard name must be "
-                                  f"a file name in the dataset's folder, not hidden: {ALLOWED}.")
+                raise FormatError(
+                    f"{where}: unsafe shard name {s['name']!r:.100} ({problem}); a shard name must be "
+                    f"a file name in the dataset's folder, not hidden: {ALLOWED}."
+                )
             if s["count"] < 0:
                 raise FormatError(f"{where}: invalid shard entry {s!r:.100}.")
         if sum(s["count"] for s in shards) != count:
-            raise FormatError(f"{self.path}: shard counts add up to {sum(s['count'] for s in shards)}, "
-                              f"but metadata says {count} records.")
+            raise FormatError(
+                f"{self.path}: shard counts add up to {sum(s['count'] for s in shards)}, "
+                f"but metadata says {count} records."
+            )
         return [{"name": s["name"], "count": s["count"]} for s in shards]
 
     @property
@@ -89,8 +93,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                 raise FormatError(f"{self.path}: the locations column names a shard or offset that does not exist.")
             return locations
         for loc in locations:
-            if (len(loc) != 3 or not all(isinstance(v, int) and v >= 0 for v in loc)
-                    or loc[0] >= len(self.shards)):
+            if len(loc) != 3 or not all(isinstance(v, int) and v >= 0 for v in loc) or loc[0] >= len(self.shards):
                 raise FormatError(f"{self.path}: invalid record location {loc!r:.80} in index.json.")
         return locations
 
@@ -112,7 +115,6 @@ class OffsetShardReader(IndexedReader, ShardedReader):
             raise FormatError(f"{self.path}: invalid location {[shard, offset, size]} of record {index} in the index.")
         return shard, offset, size
 
-
     def integrity_problems(self) -> list[str]:
         """The column files against their digests, the index as a whole, then every shard (and
         its companion files) against the index; shards unreadable by the format are reported."""
@@ -132,7 +134,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                 problems.append(f"{self.shard_path(shard)}: unreadable ({exc}).")
             except FormatError as exc:  # not a regular file of the dataset, or damaged: says which
                 problems.append(str(exc))
-            except Exception as exc:  # noqa: BLE001  (the format says which errors mean unreadable)
+            except Exception as exc:
                 reason = self._unreadable(exc)
                 if reason is None:
                     raise
@@ -154,6 +156,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
     def _unreadable(self, exc: Exception) -> str | None:
         """Why a shard is unreadable, for an error its parser raised; None: not a data problem."""
         return f"unreadable ({exc.strerror or exc})." if isinstance(exc, OSError) else None
+
     def shard_path(self, shard: int) -> str:
         return storage.join(self.path, self.shards[shard]["name"])
 
@@ -192,17 +195,23 @@ class OffsetShardReader(IndexedReader, ShardedReader):
 
     def _read_at(self, f, shard: int, offset: int, size: int) -> bytes:
         if size > self.max_record_bytes:  # before anything is read or allocated
-            raise FormatError(f"{self.shard_path(shard)}: record at byte {offset}: the index gives it {size} bytes, "
-                              f"more than the {self.max_record_bytes} any record may have.")
+            raise FormatError(
+                f"{self.shard_path(shard)}: record at byte {offset}: the index gives it {size} bytes, "
+                f"more than the {self.max_record_bytes} any record may have."
+            )
         available = os.fstat(f.fileno()).st_size - offset
         if size > available:  # a damaged index must not make a huge read (or allocation)
-            raise FormatError(f"{self.shard_path(shard)}: truncated shard (record at byte {offset} "
-                              f"needs {size} bytes, the file has {max(available, 0)} from there).")
+            raise FormatError(
+                f"{self.shard_path(shard)}: truncated shard (record at byte {offset} "
+                f"needs {size} bytes, the file has {max(available, 0)} from there)."
+            )
         f.seek(offset)
         data = f.read(size)
         if len(data) != size:
-            raise FormatError(f"{self.shard_path(shard)}: truncated shard (record at byte {offset} "
-                              f"needs {size} bytes, found {len(data)}).")
+            raise FormatError(
+                f"{self.shard_path(shard)}: truncated shard (record at byte {offset} "
+                f"needs {size} bytes, found {len(data)})."
+            )
         return data
 
     def read_many(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
@@ -260,8 +269,11 @@ class OffsetShardReader(IndexedReader, ShardedReader):
 
     def _shard_bound(self, shard: int) -> dict[str, Any]:
         """The size bounds of ``shard`` as :meth:`storage.ShardCache.fetch` takes them."""
-        return {"min_size": self._min_size(shard), "max_size": self._max_size(shard),
-                "what": f"the index allows (its last record's end plus {self.shard_tail_bytes} bytes)"}
+        return {
+            "min_size": self._min_size(shard),
+            "max_size": self._max_size(shard),
+            "what": f"the index allows (its last record's end plus {self.shard_tail_bytes} bytes)",
+        }
 
     def _open_cached(self, shard: int, cache: storage.ShardCache) -> IO[bytes]:
         return cache.open(self.shard_path(shard), self.storage, self._digest, **self._shard_bound(shard))

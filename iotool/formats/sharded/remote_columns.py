@@ -41,13 +41,14 @@ def _blob_bytes(offsets_file: str, count: int) -> int:
     :data:`MAX_STRING_BYTES` per record (0 when the file is unreadable: opening it reports that)."""
     try:
         last = int(np.load(offsets_file, mmap_mode="r", allow_pickle=False)[-1])
-    except Exception:  # noqa: BLE001  (a damaged file is reported with its name when it is opened)
+    except Exception:
         return 0
     return min(max(last, 0), MAX_STRING_BYTES * count)
 
 
-def fetch_column_files(url: str, table: dict[str, dict[str, Any]], config: "StorageConfig", version: str,
-                       count: int) -> str:
+def fetch_column_files(
+    url: str, table: dict[str, dict[str, Any]], config: StorageConfig, version: str, count: int
+) -> str:
     """A per-process local folder (removed at exit) holding a remote dataset's column files.
 
     Each file is read through the shard cache when ``config.cache_dir`` is set (and linked or
@@ -61,13 +62,18 @@ def fetch_column_files(url: str, table: dict[str, dict[str, Any]], config: "Stor
 
     local = tempfile.mkdtemp(prefix="iotool-columns-")
     atexit.register(shutil.rmtree, local, True)
-    cache = storage.ShardCache(config.cache_dir, config.cache_max_bytes) \
-        if config.cache_dir and not storage.cache_is_full(config.cache_dir) else None
+    cache = (
+        storage.ShardCache(config.cache_dir, config.cache_max_bytes)
+        if config.cache_dir and not storage.cache_is_full(config.cache_dir)
+        else None
+    )
     for name, entry in table.items():
         kind, blob = entry["kind"], 0
         for n in column_files(name, kind):  # a string column: offsets first
-            bound = {"max_size": column_file_bound(n, kind, count, blob),
-                     "what": f"a column file of {count} records may have"}
+            bound = {
+                "max_size": column_file_bound(n, kind, count, blob),
+                "what": f"a column file of {count} records may have",
+            }
             target = os.path.join(local, n)
             if cache is not None:  # shared by the processes of this machine
                 try:

@@ -16,8 +16,8 @@ from typing import Any
 from ...errors import FormatError, UsageError
 from ...records import DatasetMeta, Record
 from ..options import FormatOptions
-from ..writer import FormatWriter, WriterHooks
 from ..shapes import SHAPES, UNKNOWN
+from ..writer import FormatWriter, WriterHooks
 from .columns import ColumnWriter
 from .index import meta_dict, write_index
 
@@ -166,8 +166,11 @@ class ShardedWriter(FormatWriter):
         i, name = len(self.shards) - 1, self.shards[-1]["name"]
         companions = self._close_shard(name)
         if progress is not None and self.hooks.checkpoint is not None:
-            part = {"shard": self.shards[i], "state": self.hooks.checkpoint.state(*progress),
-                    **{column: [row[column] for row in self.rows] for column in self.COLUMNS}}
+            part = {
+                "shard": self.shards[i],
+                "state": self.hooks.checkpoint.state(*progress),
+                **{column: [row[column] for row in self.rows] for column in self.COLUMNS},
+            }
             side = os.path.join(self.path, side_name(i))
             with open(side + ".tmp", "w", encoding="utf-8") as f:
                 json.dump(part, f, ensure_ascii=False)

@@ -13,21 +13,42 @@ offsets instead of parsing tar headers, so records are also reachable by index.
 
 from __future__ import annotations
 
+from ..sharded.index import sniff_index, sniff_index_remote
 from ..spec import FormatSpec
 from .dali import TarDali
-from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TarShardPlan
 from .reader import FORMAT_VERSION, TarReader
 from .shardfile import WRITEBACK_BYTES, ShardFile, member_header, shard_name
 from .writer import COLUMNS, DEFAULT_SHARD_SIZE, TarOptions, TarWriter, tar_index
 
 SPEC = FormatSpec(
-    "tar", "WebDataset tar shards (directory)", TarWriter, TarReader, sniff_index,
-    sniff_remote=sniff_index_remote, options=TarOptions, sharded=TarShardPlan(), remote_write=True,
-    unit_glob="shard-*.tar", dali=TarDali(), webdataset=True, example_options={"shard_size": 4},
+    "tar",
+    "WebDataset tar shards (directory)",
+    TarWriter,
+    TarReader,
+    sniff_index,
+    sniff_remote=sniff_index_remote,
+    options=TarOptions,
+    sharded=TarShardPlan(),
+    remote_write=True,
+    unit_glob="shard-*.tar",
+    dali=TarDali(),
+    webdataset=True,
+    example_options={"shard_size": 4},
 )
 
 __all__ = [
-    "COLUMNS", "DEFAULT_SHARD_SIZE", "FORMAT_VERSION", "SPEC", "ShardFile", "TarDali", "TarOptions", "TarReader", "TarWriter",
-    "WRITEBACK_BYTES", "member_header", "shard_name", "tar_index",
+    "COLUMNS",
+    "DEFAULT_SHARD_SIZE",
+    "FORMAT_VERSION",
+    "SPEC",
+    "WRITEBACK_BYTES",
+    "ShardFile",
+    "TarDali",
+    "TarOptions",
+    "TarReader",
+    "TarWriter",
+    "member_header",
+    "shard_name",
+    "tar_index",
 ]

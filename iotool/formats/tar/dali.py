@@ -49,7 +49,7 @@ def split_member(name: str) -> tuple[str, str]:
     dot = name.find(".", name.rfind("/") + 1)
     if dot < 0:
         return name, ""
-    return name[:dot], name[dot + 1:]
+    return name[:dot], name[dot + 1 :]
 
 
 class WdsIndex:
@@ -79,14 +79,19 @@ class WdsIndex:
         """The index file's content."""
         members = [m for sample in self.samples for m in sample]
         if any(_has_space(ext) or not ext for ext, *_ in members):
-            raise FormatError("a member without an extension, or with whitespace in it: DALI's index cannot "
-                              "describe it.")
+            raise FormatError(
+                "a member without an extension, or with whitespace in it: DALI's index cannot describe it."
+            )
         named = not any(_has_space(name) for *_, name in members)
         version = VERSION_NAMED if named else VERSION_UNNAMED
         lines = [f"{version} {len(self.samples)}"]
         for sample in self.samples:
-            lines.append(" ".join(f"{ext} {offset} {size} {name}" if named else f"{ext} {offset} {size}"
-                                  for ext, offset, size, name in sample))
+            lines.append(
+                " ".join(
+                    f"{ext} {offset} {size} {name}" if named else f"{ext} {offset} {size}"
+                    for ext, offset, size, name in sample
+                )
+            )
         return "\n".join(lines) + "\n"
 
     def write(self, path: str) -> None:
@@ -124,8 +129,10 @@ def _check_against(index: WdsIndex, shard: str, locations: Iterable[tuple[int, i
     members = {(offset, size) for sample in index.samples for _, offset, size, _ in sample}
     for offset, size in locations:
         if (offset, size) not in members:
-            raise FormatError(f"{shard}: index.json places a record at byte {offset} ({size} bytes), but the "
-                              f"shard has no member there; run iotool verify.")
+            raise FormatError(
+                f"{shard}: index.json places a record at byte {offset} ({size} bytes), but the "
+                f"shard has no member there; run iotool verify."
+            )
 
 
 class TarDali(DaliReading):
@@ -133,10 +140,10 @@ class TarDali(DaliReading):
 
     op = "webdataset"
 
-    def index_paths(self, reader: "ShardedReader") -> list[str]:
+    def index_paths(self, reader: ShardedReader) -> list[str]:
         return [os.path.join(reader.path, dali_index_name(name)) for name in _shard_names(reader)]
 
-    def write_indexes(self, path: str, reader: "ShardedReader") -> list[str]:
+    def write_indexes(self, path: str, reader: ShardedReader) -> list[str]:
         """``shard-NNNNNN.idx`` beside every shard, from its tar headers, checked against index.json's
         locations."""
         written = []
@@ -149,11 +156,16 @@ class TarDali(DaliReading):
             written.append(target)
         return written
 
-    def read(self, fn: Any, reader: "ShardedReader", **options: Any) -> tuple[Any, Any]:
+    def read(self, fn: Any, reader: ShardedReader, **options: Any) -> tuple[Any, Any]:
         """The payload member (any image extension DALI decodes) and the ``.cls`` label member."""
-        return fn.readers.webdataset(paths=reader.shard_urls(), index_paths=self.index_paths(reader),
-                                     ext=[IMAGE_EXTS, "cls"], missing_component_behavior="error", **options)
+        return fn.readers.webdataset(
+            paths=reader.shard_urls(),
+            index_paths=self.index_paths(reader),
+            ext=[IMAGE_EXTS, "cls"],
+            missing_component_behavior="error",
+            **options,
+        )
 
 
-def _shard_names(reader: "ShardedReader") -> list[str]:
+def _shard_names(reader: ShardedReader) -> list[str]:
     return [os.path.basename(url) for url in reader.shard_urls()]

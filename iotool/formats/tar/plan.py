@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from ...records import Record
 from ..plan import ShardUnit
-from ..sharded.index import unique_stem
 from ..shapes import record_shape
+from ..sharded.index import unique_stem
 from ..sharded.plan import ShardedPlan, ShardedUnit
 from .dali import dali_index_name
 from .shardfile import ShardFile, shard_name
@@ -24,16 +24,25 @@ class _TarUnit(ShardedUnit):
     and a retried task renames a complete shard over the same name.
     """
 
-    def __init__(self, task: int, out: "OutputDir"):
-        super().__init__(shard_name(task), out, ShardFile,
-                         ("keys", "member_keys", "labels", "checksums", "offsets", "sizes", "shapes"))
+    def __init__(self, task: int, out: OutputDir):
+        super().__init__(
+            shard_name(task),
+            out,
+            ShardFile,
+            ("keys", "member_keys", "labels", "checksums", "offsets", "sizes", "shapes"),
+        )
 
     def add(self, name: str, record: Record) -> None:
         offset = self.shard.add_sample(name, record.ext, record.data, record.label, record.key)
         self.cols["offsets"].append(offset)
-        for column, value in (("keys", record.key), ("member_keys", name), ("labels", record.label),
-                              ("checksums", record.checksum), ("sizes", len(record.data)),
-                              ("shapes", record_shape(record))):
+        for column, value in (
+            ("keys", record.key),
+            ("member_keys", name),
+            ("labels", record.label),
+            ("checksums", record.checksum),
+            ("sizes", len(record.data)),
+            ("shapes", record_shape(record)),
+        ):
             self.cols[column].append(value)
 
     def publish(self) -> int:
@@ -57,5 +66,5 @@ class TarShardPlan(ShardedPlan):
         used: set[str] = set()
         return [unique_stem(key, used, escape_dots=True) for key in keys]
 
-    def open_unit(self, task: int, out: "OutputDir") -> ShardUnit:
+    def open_unit(self, task: int, out: OutputDir) -> ShardUnit:
         return _TarUnit(task, out)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import tarfile
 from typing import Any, Iterable
 
-
 from ...errors import FormatError
 from ...names import ALLOWED, first_bad_name, name_problem
 from ...records import DatasetMeta
@@ -20,8 +19,14 @@ class TarReader(OffsetShardReader):
 
     format_name = "tar"
     format_versions = (1, 2, FORMAT_VERSION)
-    column_kinds = {"keys": "str", "member_keys": "str", "labels": "int", "checksums": "sha256",
-                    "locations": "int3", "shapes": "int2"}
+    column_kinds = {
+        "keys": "str",
+        "member_keys": "str",
+        "labels": "int",
+        "checksums": "sha256",
+        "locations": "int3",
+        "shapes": "int2",
+    }
     column_since = {"shapes": 3}
 
     def _load_meta(self) -> DatasetMeta:
@@ -82,7 +87,7 @@ class TarReader(OffsetShardReader):
                 if bad:
                     problems += [f"{where}: member {m.name!r} is a link, special file or unsafe path." for m in bad]
                     continue
-                ok_name = payload.name.startswith(mk + ".") and "/" not in payload.name[len(mk) + 1:]
+                ok_name = payload.name.startswith(mk + ".") and "/" not in payload.name[len(mk) + 1 :]
                 if not ok_name or payload.offset_data != offset or payload.size != size:
                     problems.append(f"{where}: member {payload.name!r} does not match the index entry of {mk!r}.")
                 if cls.name != f"{mk}.cls" or tf.extractfile(cls).read().strip() != str(self.labels[i]).encode():
@@ -92,5 +97,6 @@ class TarReader(OffsetShardReader):
 
 def unsafe_key(path: str, key: str) -> FormatError:
     """The refusal of an index naming an unsafe tar member key."""
-    return FormatError(f"{path}: index names an unsafe tar member key {key!r} ({name_problem(key)}); "
-                       f"a member name must be {ALLOWED}.")
+    return FormatError(
+        f"{path}: index names an unsafe tar member key {key!r} ({name_problem(key)}); a member name must be {ALLOWED}."
+    )

@@ -30,7 +30,7 @@ def _header_template() -> bytes:
 
 
 _TEMPLATE = _header_template()
-_MAX_USTAR_SIZE = 8 ** 11  # larger sizes need a pax record
+_MAX_USTAR_SIZE = 8**11  # larger sizes need a pax record
 
 
 def member_header(name: str, size: int) -> bytes:
@@ -38,11 +38,15 @@ def member_header(name: str, size: int) -> bytes:
     :func:`_member_info`'s metadata; a short ASCII name is filled into a template
     (no per-member TarInfo), anything else goes through ``TarInfo.tobuf``."""
     raw = name.encode("ascii", "ignore")
-    if len(raw) != len(name) or not 0 < len(raw) <= tarfile.LENGTH_NAME or b"\0" in raw \
-            or not 0 <= size < _MAX_USTAR_SIZE:
+    if (
+        len(raw) != len(name)
+        or not 0 < len(raw) <= tarfile.LENGTH_NAME
+        or b"\0" in raw
+        or not 0 <= size < _MAX_USTAR_SIZE
+    ):
         return _member_info(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
     block = bytearray(_TEMPLATE)
-    block[:len(raw)] = raw
+    block[: len(raw)] = raw
     block[124:136] = b"%011o\0" % size
     block[148:155] = b"%06o\0" % sum(block)
     return bytes(block)
@@ -76,8 +80,7 @@ class ShardFile:
     def _start_writeback(self) -> None:
         self.f.flush()
         if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(self.f.fileno(), self.handed_over, self.offset - self.handed_over,
-                             os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(self.f.fileno(), self.handed_over, self.offset - self.handed_over, os.POSIX_FADV_DONTNEED)
         self.handed_over = self.offset
 
     def add(self, name: str, data: bytes, key: str | None = None) -> int:
@@ -85,8 +88,11 @@ class ShardFile:
         could place outside its target (:mod:`iotool.names`) is refused, naming the record ``key``."""
         reason = name_problem(name)
         if reason:
-            raise ConversionError(f"{key or name}: refused to write the tar member {name!r} ({reason}); a member "
-                                  f"name must be {ALLOWED}.", key or name, reason)
+            raise ConversionError(
+                f"{key or name}: refused to write the tar member {name!r} ({reason}); a member name must be {ALLOWED}.",
+                key or name,
+                reason,
+            )
         header = member_header(name, len(data))
         self.f.write(header)
         self.f.write(data)

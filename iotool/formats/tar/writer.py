@@ -7,18 +7,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...records import Record
-from ..writer import WriterHooks
-from ..sharded.index import unique_stem
 from ..shapes import record_shape
+from ..sharded.index import unique_stem
 from ..sharded.writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter, sharded_index
+from ..writer import WriterHooks
 from .dali import WdsIndex, dali_index_name
 from .shardfile import ShardFile, shard_name
 
 __all__ = ["COLUMNS", "DEFAULT_SHARD_SIZE", "KINDS", "TarOptions", "TarWriter", "tar_index"]
 
 COLUMNS = ("keys", "member_keys", "labels", "checksums", "locations", "shapes")
-KINDS = {"keys": "str", "member_keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3",
-         "shapes": "int2"}
+KINDS = {
+    "keys": "str",
+    "member_keys": "str",
+    "labels": "int",
+    "checksums": "sha256",
+    "locations": "int3",
+    "shapes": "int2",
+}
 tar_index = sharded_index  # the content of index.json (before its integrity digest)
 
 
@@ -49,8 +55,14 @@ class TarWriter(ShardedWriter):
     def _write_record(self, record: Record) -> dict[str, Any]:
         member_key = unique_stem(record.key, self.used, escape_dots=True)
         offset = self.shard.add_sample(member_key, record.ext, record.data, record.label, record.key)
-        return {"keys": record.key, "member_keys": member_key, "labels": record.label, "checksums": record.checksum,
-                "locations": [len(self.shards) - 1, offset, len(record.data)], "shapes": record_shape(record)}
+        return {
+            "keys": record.key,
+            "member_keys": member_key,
+            "labels": record.label,
+            "checksums": record.checksum,
+            "locations": [len(self.shards) - 1, offset, len(record.data)],
+            "shapes": record_shape(record),
+        }
 
     def _close_shard(self, name: str) -> list[str]:
         self.dali.write(os.path.join(self.path, dali_index_name(name)))

@@ -43,23 +43,62 @@ does), with the same rules, takes only these names of this package:
 
 from __future__ import annotations
 
+from ..sharded.index import sniff_index, sniff_index_remote
 from ..spec import FormatSpec
 from .dali import TfrecordDali
-from .example import (FILENAME, IMAGE, LABEL, ExampleError, decode_example, find_bytes, find_feature, first_bytes,
-                      first_int)
+from .example import (
+    FILENAME,
+    IMAGE,
+    LABEL,
+    ExampleError,
+    decode_example,
+    find_bytes,
+    find_feature,
+    first_bytes,
+    first_int,
+)
 from .framing import RawRecord, RecordError, scan, unframe
-from ..sharded.index import sniff_index, sniff_index_remote
 from .plan import TfrecordShardPlan
 from .reader import FORMAT_VERSION, TfrecordReader
 from .writer import DEFAULT_SHARD_SIZE, TfrecordOptions, TfrecordWriter, index_name, shard_name
 
 SPEC = FormatSpec(
-    "tfrecord", "TFRecord shards of tf.train.Example, with tfrecord2idx files (directory)", TfrecordWriter,
-    TfrecordReader, sniff_index, sniff_remote=sniff_index_remote, options=TfrecordOptions,
-    sharded=TfrecordShardPlan(), remote_write=True, unit_glob="shard-*.tfrecord*", dali=TfrecordDali(),
-    example_options={"shard_size": 4}, extra=("tfrecord", ("google_crc32c",)),
+    "tfrecord",
+    "TFRecord shards of tf.train.Example, with tfrecord2idx files (directory)",
+    TfrecordWriter,
+    TfrecordReader,
+    sniff_index,
+    sniff_remote=sniff_index_remote,
+    options=TfrecordOptions,
+    sharded=TfrecordShardPlan(),
+    remote_write=True,
+    unit_glob="shard-*.tfrecord*",
+    dali=TfrecordDali(),
+    example_options={"shard_size": 4},
+    extra=("tfrecord", ("google_crc32c",)),
 )
 
-__all__ = ["DEFAULT_SHARD_SIZE", "FILENAME", "FORMAT_VERSION", "IMAGE", "LABEL", "SPEC", "ExampleError", "RawRecord",
-           "RecordError", "TfrecordDali", "TfrecordOptions", "TfrecordReader", "TfrecordWriter", "decode_example",
-           "find_bytes", "find_feature", "first_bytes", "first_int", "index_name", "scan", "shard_name", "unframe"]
+__all__ = [
+    "DEFAULT_SHARD_SIZE",
+    "FILENAME",
+    "FORMAT_VERSION",
+    "IMAGE",
+    "LABEL",
+    "SPEC",
+    "ExampleError",
+    "RawRecord",
+    "RecordError",
+    "TfrecordDali",
+    "TfrecordOptions",
+    "TfrecordReader",
+    "TfrecordWriter",
+    "decode_example",
+    "find_bytes",
+    "find_feature",
+    "first_bytes",
+    "first_int",
+    "index_name",
+    "scan",
+    "shard_name",
+    "unframe",
+]

@@ -20,11 +20,11 @@ what this writes, which the tests check.
 from __future__ import annotations
 
 import struct
-from typing import Iterator, Union
+from typing import Iterator
 
 from ...errors import FormatError
 
-Value = Union[bytes, int, float]
+Value = bytes | int | float
 Feature = tuple[str, list]  # ("bytes" | "float" | "int64", values)
 _KINDS = {1: "bytes", 2: "float", 3: "int64"}
 _FIELD = {kind: number for number, kind in _KINDS.items()}
@@ -35,6 +35,7 @@ class ExampleError(FormatError):
 
 
 # --- encoding ---------------------------------------------------------------------------------
+
 
 def _varint(value: int) -> bytes:
     value &= (1 << 64) - 1  # negative int64 values take ten bytes, as in protobuf
@@ -66,12 +67,15 @@ def encode_feature(kind: str, values: list) -> bytes:
 
 def encode_example(features: dict[str, Feature]) -> bytes:
     """A serialised ``Example`` with ``features`` (name -> (kind, values)), keys sorted."""
-    entries = b"".join(_field(1, _field(1, name.encode("utf-8")) + _field(2, encode_feature(*features[name])))
-                       for name in sorted(features))
+    entries = b"".join(
+        _field(1, _field(1, name.encode("utf-8")) + _field(2, encode_feature(*features[name])))
+        for name in sorted(features)
+    )
     return _field(1, entries)
 
 
 # --- decoding ---------------------------------------------------------------------------------
+
 
 def _read_varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
     if pos < end and buf[pos] < 0x80:  # one byte: most tags and lengths
@@ -112,7 +116,7 @@ def _fields(buf: memoryview, pos: int, end: int):
             size = 8 if wire == 1 else 4
             if size > end - pos:
                 raise ExampleError("truncated fixed-size field")
-            yield number, wire, bytes(buf[pos:pos + size])
+            yield number, wire, bytes(buf[pos : pos + size])
             pos += size
         else:
             raise ExampleError(f"wire type {wire} (groups or invalid) in field {number}")
@@ -128,7 +132,7 @@ def _decode_list(kind: str, buf: memoryview, start: int, end: int) -> list:
         if number != 1:
             continue  # unknown field
         if kind == "bytes" and wire == 2:
-            values.append(buf[value[0]:value[1]])
+            values.append(buf[value[0] : value[1]])
         elif kind == "int64" and wire == 0:
             values.append(_signed(value))
         elif kind == "int64" and wire == 2:
@@ -141,7 +145,7 @@ def _decode_list(kind: str, buf: memoryview, start: int, end: int) -> list:
         elif kind == "float" and wire == 2:
             if (value[1] - value[0]) % 4:
                 raise ExampleError("packed floats not a multiple of 4 bytes")
-            values.extend(struct.unpack(f"<{(value[1] - value[0]) // 4}f", buf[value[0]:value[1]]))
+            values.extend(struct.unpack(f"<{(value[1] - value[0]) // 4}f", buf[value[0] : value[1]]))
         else:
             raise ExampleError(f"a {kind} list value with wire type {wire}")
     return values
@@ -169,7 +173,7 @@ def _entries(buf: memoryview) -> Iterator[tuple[str, tuple[int, int] | None]]:
             key, span = b"", None
             for n3, w3, part in _fields(buf, *entry):
                 if n3 == 1 and w3 == 2:
-                    key = buf[part[0]:part[1]]
+                    key = buf[part[0] : part[1]]
                 elif n3 == 2 and w3 == 2:
                     span = part
             try:
@@ -184,8 +188,7 @@ def decode_example(data: bytes | memoryview) -> dict[str, Feature]:
     memoryviews into ``data`` (copy the ones you keep). A later entry of a name replaces an
     earlier one. Raises :class:`ExampleError`."""
     buf = memoryview(data)
-    return {name: _decode_feature(buf, *span) if span is not None else ("bytes", [])
-            for name, span in _entries(buf)}
+    return {name: _decode_feature(buf, *span) if span is not None else ("bytes", []) for name, span in _entries(buf)}
 
 
 def find_feature(data: bytes | memoryview, name: str) -> Feature | None:

@@ -35,8 +35,9 @@ def crc32c(data: bytes | memoryview) -> int:
         except ImportError:
             from ...storage import MissingExtraError
 
-            raise MissingExtraError("The TFRecord format needs google-crc32c, which is not installed: "
-                                    "pip install 'iotool[tfrecord]'.") from None
+            raise MissingExtraError(
+                "The TFRecord format needs google-crc32c, which is not installed: pip install 'iotool[tfrecord]'."
+            ) from None
         _crc32c = google_crc32c.value
     return _crc32c(bytes(data) if isinstance(data, memoryview) else data)
 
@@ -70,15 +71,22 @@ class RecordError(FormatError):
 def data_length(header: bytes, where: str, offset: int, max_bytes: int = MAX_RECORD_BYTES) -> int:
     """The data length a record header declares, after checking its CRC and the cap."""
     if len(header) < HEADER_BYTES:
-        raise RecordError(f"{where}: truncated record header at byte {offset} ({len(header)} of "
-                          f"{HEADER_BYTES} bytes).", offset, False)
+        raise RecordError(
+            f"{where}: truncated record header at byte {offset} ({len(header)} of {HEADER_BYTES} bytes).", offset, False
+        )
     (length,), (crc,) = _LENGTH.unpack_from(header), _CRC.unpack_from(header, 8)
     if crc != masked_crc(header[:8]):
-        raise RecordError(f"{where}: record at byte {offset}: the length's CRC does not match "
-                          f"(not a TFRecord file, or damaged).", offset, False)
+        raise RecordError(
+            f"{where}: record at byte {offset}: the length's CRC does not match (not a TFRecord file, or damaged).",
+            offset,
+            False,
+        )
     if length > max_bytes:
-        raise RecordError(f"{where}: record at byte {offset} declares {length} bytes, more than the "
-                          f"{max_bytes} allowed.", offset, False)
+        raise RecordError(
+            f"{where}: record at byte {offset} declares {length} bytes, more than the {max_bytes} allowed.",
+            offset,
+            False,
+        )
     return length
 
 
@@ -87,13 +95,18 @@ def unframe(raw: bytes | memoryview, where: str, offset: int, max_bytes: int = M
     raw = memoryview(raw)
     length = data_length(raw[:HEADER_BYTES], where, offset, max_bytes)
     if len(raw) != framed_size(length):
-        raise RecordError(f"{where}: record at byte {offset} declares {length} data bytes, the index "
-                          f"gives it {len(raw)} bytes in all.", offset, False)
-    data = raw[HEADER_BYTES:HEADER_BYTES + length]
+        raise RecordError(
+            f"{where}: record at byte {offset} declares {length} data bytes, the index "
+            f"gives it {len(raw)} bytes in all.",
+            offset,
+            False,
+        )
+    data = raw[HEADER_BYTES : HEADER_BYTES + length]
     (crc,) = _CRC.unpack_from(raw, HEADER_BYTES + length)
     if crc != masked_crc(data):
-        raise RecordError(f"{where}: record at byte {offset}: the data's CRC does not match "
-                          f"(damaged record).", offset, True)
+        raise RecordError(
+            f"{where}: record at byte {offset}: the data's CRC does not match (damaged record).", offset, True
+        )
     return data
 
 
@@ -129,8 +142,12 @@ def scan(f: IO[bytes], where: str, max_bytes: int = MAX_RECORD_BYTES) -> Iterato
         rest = f.read(length + FOOTER_BYTES) if fits else b""
         if len(rest) != length + FOOTER_BYTES:
             have = HEADER_BYTES + len(rest) if fits else end - offset
-            yield RawRecord(offset, have, None, RecordError(
-                f"{where}: truncated record at byte {offset} ({have} of {size} bytes).", offset, False))
+            yield RawRecord(
+                offset,
+                have,
+                None,
+                RecordError(f"{where}: truncated record at byte {offset} ({have} of {size} bytes).", offset, False),
+            )
             return
         try:
             data = bytes(unframe(header + rest, where, offset, max_bytes))
@@ -148,6 +165,6 @@ def _file_end(f: IO[bytes]) -> int | None:
         return None
 
 
-def index_lines(locations: "Iterator[tuple[int, int]] | list[tuple[int, int]]") -> str:
+def index_lines(locations: Iterator[tuple[int, int]] | list[tuple[int, int]]) -> str:
     """The tfrecord2idx text of one file: one ``offset size`` line per record, size framed."""
     return "".join(f"{offset} {size}\n" for offset, size in locations)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from ...records import DatasetMeta, Record
 from ..options import FormatOptions
 from ..plan import ShardPlan, ShardUnit
-from ..sharded.plan import ShardedPlan, ShardedUnit
 from ..shapes import record_shape
+from ..sharded.plan import ShardedPlan, ShardedUnit
 from .writer import COLUMNS, KINDS, ShardFile, TfrecordOptions, TfrecordWriter, record_bytes, shard_name, write_idx
 
 if TYPE_CHECKING:
@@ -22,17 +22,27 @@ class _TfrecordUnit(ShardedUnit):
 
     BYTES_COLUMN = "payload_bytes"
 
-    def __init__(self, task: int, out: "OutputDir", label_offset: int):
-        super().__init__(shard_name(task), out, ShardFile,
-                         ("keys", "labels", "checksums", "offsets", "sizes", "payload_bytes", "shapes"))
+    def __init__(self, task: int, out: OutputDir, label_offset: int):
+        super().__init__(
+            shard_name(task),
+            out,
+            ShardFile,
+            ("keys", "labels", "checksums", "offsets", "sizes", "payload_bytes", "shapes"),
+        )
         self.label_offset = label_offset
 
     def add(self, name: str, record: Record) -> None:
         shape = record_shape(record)
         offset, size = self.shard.add(record_bytes(record, self.label_offset, shape))
-        for column, value in (("keys", record.key), ("labels", record.label), ("checksums", record.checksum),
-                              ("offsets", offset), ("sizes", size), ("payload_bytes", len(record.data)),
-                              ("shapes", shape)):
+        for column, value in (
+            ("keys", record.key),
+            ("labels", record.label),
+            ("checksums", record.checksum),
+            ("offsets", offset),
+            ("sizes", size),
+            ("payload_bytes", len(record.data)),
+            ("shapes", shape),
+        ):
             self.cols[column].append(value)
 
     def publish(self) -> int:
@@ -58,11 +68,17 @@ class TfrecordShardPlan(ShardedPlan):
     def plan_names(self, keys: list[str]) -> list[str]:
         return list(keys)
 
-    def open_unit(self, task: int, out: "OutputDir") -> ShardUnit:
+    def open_unit(self, task: int, out: OutputDir) -> ShardUnit:
         return _TfrecordUnit(task, out, self.label_offset)
 
-    def write_index(self, folder: str, meta: DatasetMeta, columns: dict[str, list], units: list[dict[str, Any]],
-                    options: FormatOptions) -> None:
+    def write_index(
+        self,
+        folder: str,
+        meta: DatasetMeta,
+        columns: dict[str, list],
+        units: list[dict[str, Any]],
+        options: FormatOptions,
+    ) -> None:
         assert isinstance(options, TfrecordOptions)
         by_shard: list[list[tuple[int, int]]] = [[] for _ in units]
         for shard, offset, size in columns.get("locations", []):

@@ -58,8 +58,10 @@ class TfrecordReader(OffsetShardReader):
                 problems.append(str(rec.error))
                 continue
             if (rec.offset, rec.size) != (offset, size):
-                problems.append(f"{where}: record at byte {rec.offset} ({rec.size} bytes) is not where the index "
-                                f"puts record {i} (byte {offset}, {size} bytes).")
+                problems.append(
+                    f"{where}: record at byte {rec.offset} ({rec.size} bytes) is not where the index "
+                    f"puts record {i} (byte {offset}, {size} bytes)."
+                )
                 continue
             try:
                 features = example.decode_example(rec.data)

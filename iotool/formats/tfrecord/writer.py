@@ -8,13 +8,23 @@ from typing import Any
 
 from ...errors import UsageError
 from ...records import Record
-from ..sharded.writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter
 from ..shapes import UNKNOWN, record_shape
+from ..sharded.writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter
 from . import example
 from .framing import frame, index_lines
 
-__all__ = ["COLUMNS", "DEFAULT_SHARD_SIZE", "KINDS", "ShardFile", "TfrecordOptions", "TfrecordWriter",
-           "index_name", "record_bytes", "shard_name", "write_idx"]
+__all__ = [
+    "COLUMNS",
+    "DEFAULT_SHARD_SIZE",
+    "KINDS",
+    "ShardFile",
+    "TfrecordOptions",
+    "TfrecordWriter",
+    "index_name",
+    "record_bytes",
+    "shard_name",
+    "write_idx",
+]
 
 COLUMNS = ("keys", "labels", "checksums", "locations", "shapes")
 KINDS = {"keys": "str", "labels": "int", "checksums": "sha256", "locations": "int3", "shapes": "int2"}
@@ -44,8 +54,10 @@ class TfrecordOptions(ShardedOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.label_offset < 0:
-            raise UsageError(f"label_offset={self.label_offset}: use 0 (iotool's 0-based class index) "
-                             f"or 1 (TF-slim's 1-based labels, 0 = background).")
+            raise UsageError(
+                f"label_offset={self.label_offset}: use 0 (iotool's 0-based class index) "
+                f"or 1 (TF-slim's 1-based labels, 0 = background)."
+            )
 
 
 def record_bytes(record: Record, label_offset: int, shape: list[int]) -> bytes:
@@ -112,8 +124,13 @@ class TfrecordWriter(ShardedWriter):
     def _write_record(self, record: Record) -> dict[str, Any]:
         shape = record_shape(record)
         offset, size = self.shard.add(record_bytes(record, self.options.label_offset, shape))
-        return {"keys": record.key, "labels": record.label, "checksums": record.checksum,
-                "locations": [len(self.shards) - 1, offset, size], "shapes": shape}
+        return {
+            "keys": record.key,
+            "labels": record.label,
+            "checksums": record.checksum,
+            "locations": [len(self.shards) - 1, offset, size],
+            "shapes": shape,
+        }
 
     def _close_shard(self, name: str) -> list[str]:
         write_idx(self.path, name, [(row["locations"][1], row["locations"][2]) for row in self.rows])

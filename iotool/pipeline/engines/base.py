@@ -6,9 +6,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from ...formats import FormatOptions, FormatSpec
+from ...records import SkippedFile
 from ..destination import Destination
 from ..job import Job
-from ...records import SkippedFile
 
 
 @dataclass

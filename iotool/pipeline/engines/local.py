@@ -7,11 +7,11 @@ from typing import Sequence
 
 from ...errors import ConversionError, UsageError
 from ...formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks, all_formats
+from ...records import SkippedFile
 from ..destination import Destination
 from ..job import SKIP_BAD_FILES, Job
 from ..pool import results
 from ..resume import Checkpoint, fingerprint, restore
-from ...records import SkippedFile
 from .base import Engine, EngineResult
 
 log = logging.getLogger(__name__)
@@ -43,21 +43,22 @@ class LocalEngine(Engine):
             dest.written()  # noted before the writer's clean-up, for the error message
             writer.abort()
             raise
-        return EngineResult(checkpoint.count, bytes_in, skipped,
-                            resumed_from=adopted["source_done"] if adopted else 0)
+        return EngineResult(checkpoint.count, bytes_in, skipped, resumed_from=adopted["source_done"] if adopted else 0)
 
 
 def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint) -> int:
     """Feed the writer in source order from the checkpoint on; return the bytes read."""
     bytes_in = 0
     source = job.source
-    for position, item, size in results(source.load, source.worker_state(), tasks, job.payload, job.workers,
-                                        checkpoint.source_done):
+    for position, item, size in results(
+        source.load, source.worker_state(), tasks, job.payload, job.workers, checkpoint.source_done
+    ):
         bytes_in += size
         if isinstance(item, SkippedFile):
             if job.on_error == "fail":
-                raise ConversionError(f"{item.path}: {item.reason.rstrip('.')}.", item.path,
-                                      item.reason).with_remedy(SKIP_BAD_FILES)
+                raise ConversionError(f"{item.path}: {item.reason.rstrip('.')}.", item.path, item.reason).with_remedy(
+                    SKIP_BAD_FILES
+                )
             log.warning("skipping %s: %s", item.path, item.reason)
             checkpoint.skipped.append([position, item.key, item.path, item.reason])
         else:

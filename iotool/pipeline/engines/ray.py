@@ -25,11 +25,11 @@ from typing import Any, Callable, Iterator
 
 from ...errors import ConversionError, IotoolError, UsageError
 from ...formats import FormatOptions, FormatSpec, ShardPlan, ShardUnit, all_formats
+from ...records import Record, SkippedFile
+from ...storage import MissingExtraError, OutputDir
 from ..destination import Destination
 from ..job import SKIP_BAD_FILES, Job
 from ..prepare import PayloadOptions, init_worker, process_chunk
-from ...records import Record, SkippedFile
-from ...storage import MissingExtraError, OutputDir
 from .base import Engine, EngineResult
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,8 @@ class RayEngine(Engine):
             raise UsageError(
                 f"--engine ray writes formats made of independent shards ({can}); {spec.name} is written by "
                 f"one process. Convert to one of those instead (e.g. iotool convert imagefolder tar SRC DST "
-                f"--engine ray), or use --engine local for {spec.name}.")
+                f"--engine ray), or use --engine local for {spec.name}."
+            )
         if resume:
             raise UsageError("--resume is for --engine local; Ray retries failed tasks itself.")
         spec.sharded.check(options)
@@ -115,8 +116,20 @@ def run_tasks(job: Job, plan: ShardPlan, out: OutputDir) -> tuple[EngineResult, 
         faults = _faults()
         for k, first in enumerate(range(0, len(tasks), size)):
             chunk = [(i, tasks[i]) for i in range(first, min(first + size, len(tasks)))]
-            refs.append(task_fn.remote(plan, k, chunk, names[first:first + size], job.source.load, state,
-                                       job.payload, out, job.on_error, faults.get(k)))
+            refs.append(
+                task_fn.remote(
+                    plan,
+                    k,
+                    chunk,
+                    names[first : first + size],
+                    job.source.load,
+                    state,
+                    job.payload,
+                    out,
+                    job.on_error,
+                    faults.get(k),
+                )
+            )
         return _collect(ray, refs, plan, job, len(tasks))
     except Exception:
         _stop(ray, refs, out)
@@ -129,8 +142,9 @@ def run_tasks(job: Job, plan: ShardPlan, out: OutputDir) -> tuple[EngineResult, 
             ray.shutdown()
 
 
-def _collect(ray: Any, refs: list, plan: ShardPlan, job: Job,
-             total: int) -> tuple[EngineResult, dict[str, list], list[dict]]:
+def _collect(
+    ray: Any, refs: list, plan: ShardPlan, job: Job, total: int
+) -> tuple[EngineResult, dict[str, list], list[dict]]:
     """Wait for the parts in order, stop at the first failure, and merge the index columns."""
     result, columns, units = EngineResult(), {}, []
     for k, ref in enumerate(refs):
@@ -165,16 +179,16 @@ def _stop(ray: Any, refs: list, out: OutputDir) -> None:
     """
     try:
         out.write_bytes(STOP, b"")
-    except Exception:  # noqa: BLE001  (cannot signal: fall back to cancelling)
+    except Exception:
         _cancel(ray, refs)
         return
     try:
         ray.wait(refs, num_returns=len(refs), timeout=DRAIN_SECONDS)
-    except Exception:  # noqa: BLE001  (the cluster is gone)
+    except Exception:
         pass
     try:
         out.remove(STOP)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 
@@ -199,17 +213,19 @@ def _cancel(ray: Any, refs: list) -> None:
 
 # --- the task (runs in Ray workers) ---------------------------------------------------------------
 
+
 class _BadFile(Exception):
     """A source file failed under on_error="fail" (carries [position, key, path, reason])."""
 
 
-def _prepared(chunk: list, load: Callable, state: Any, options: PayloadOptions, on_error: str,
-              part: dict[str, Any]) -> Iterator[tuple[int, Record]]:
+def _prepared(
+    chunk: list, load: Callable, state: Any, options: PayloadOptions, on_error: str, part: dict[str, Any]
+) -> Iterator[tuple[int, Record]]:
     """(offset in chunk, record) of each good sample, processed one at a time as a local worker
     would; skipped files go into ``part``."""
     init_worker(load, state, options)
     for j, item in enumerate(chunk):
-        (position, result, size), = process_chunk([item])
+        ((position, result, size),) = process_chunk([item])
         part["bytes_in"] += size
         if isinstance(result, SkippedFile):
             entry = [position, result.key, result.path, result.reason]
@@ -236,12 +252,29 @@ def _inject(fault: tuple[str, str] | None, unit: ShardUnit) -> None:
     raise OSError(f"injected failure ({FAULT_ENV})")
 
 
-def _task(plan: ShardPlan, k: int, chunk: list, names: list[str], load: Callable, state: Any,
-          options: PayloadOptions, out: OutputDir, on_error: str, fault: tuple[str, str] | None) -> dict[str, Any]:
+def _task(
+    plan: ShardPlan,
+    k: int,
+    chunk: list,
+    names: list[str],
+    load: Callable,
+    state: Any,
+    options: PayloadOptions,
+    out: OutputDir,
+    on_error: str,
+    fault: tuple[str, str] | None,
+) -> dict[str, Any]:
     """Write unit ``k`` from ``chunk`` (source positions and tasks); return its index part."""
     end = chunk[-1][0] + 1 if chunk else 0
-    part: dict[str, Any] = {"task": k, "end": end, "failed": None, "skipped": [], "bytes_in": 0, "bytes_out": 0,
-                            "count": 0}
+    part: dict[str, Any] = {
+        "task": k,
+        "end": end,
+        "failed": None,
+        "skipped": [],
+        "bytes_in": 0,
+        "bytes_out": 0,
+        "count": 0,
+    }
     if out.exists(STOP):  # another task failed: the conversion is over
         part["failed"] = [end, "", "", "stopped: another task failed"]
         return part

@@ -10,13 +10,40 @@ from __future__ import annotations
 
 from .base import Source, SourceKind, SourceOptions, SourceTask, read_label_file
 from .dataset import DatasetSource, DatasetTask
-from .imagefolder import (IMG_EXTENSIONS, MAX_SOURCE_FILE_BYTES, ImageFolderSource, SourceSample, SourceScan,
-                          find_classes, has_image_extension, read_source_file, scan_imagefolder)
+from .imagefolder import (
+    IMG_EXTENSIONS,
+    MAX_SOURCE_FILE_BYTES,
+    ImageFolderSource,
+    SourceSample,
+    SourceScan,
+    find_classes,
+    has_image_extension,
+    read_source_file,
+    scan_imagefolder,
+)
 from .registry import DEFAULT_SOURCE, ENTRY_POINT_GROUP, get_source, open_source, source_choices, source_names
 
 __all__ = [
-    "DEFAULT_SOURCE", "ENTRY_POINT_GROUP", "IMG_EXTENSIONS", "MAX_SOURCE_FILE_BYTES", "DatasetSource", "DatasetTask",
-    "ImageFolderSource", "Source", "SourceKind", "SourceOptions", "SourceSample", "SourceScan", "SourceTask",
-    "find_classes", "get_source", "has_image_extension", "open_source", "read_label_file", "read_source_file", "scan_imagefolder",
-    "source_choices", "source_names",
+    "DEFAULT_SOURCE",
+    "ENTRY_POINT_GROUP",
+    "IMG_EXTENSIONS",
+    "MAX_SOURCE_FILE_BYTES",
+    "DatasetSource",
+    "DatasetTask",
+    "ImageFolderSource",
+    "Source",
+    "SourceKind",
+    "SourceOptions",
+    "SourceSample",
+    "SourceScan",
+    "SourceTask",
+    "find_classes",
+    "get_source",
+    "has_image_extension",
+    "open_source",
+    "read_label_file",
+    "read_source_file",
+    "scan_imagefolder",
+    "source_choices",
+    "source_names",
 ]

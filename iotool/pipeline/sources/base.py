@@ -17,7 +17,6 @@ from ...formats import FormatOptions
 from ...formats.plugins import missing_extra
 from ...storage import StorageConfig
 
-
 MAX_VALUE_CLASSES = 1 << 20  # classes made from label values ("0" .. the largest): a larger label is a bad record
 
 
@@ -32,8 +31,10 @@ def value_classes(labels: Sequence[int], first: int = 0) -> list[str]:
 def too_large(index: int) -> str | None:
     """Why a class index cannot get a class made from its value, or None."""
     if index >= MAX_VALUE_CLASSES:
-        return (f"label {index} is over the {MAX_VALUE_CLASSES} classes made from label values; "
-                f"give the class names (a label file)")
+        return (
+            f"label {index} is over the {MAX_VALUE_CLASSES} classes made from label values; "
+            f"give the class names (a label file)"
+        )
     return None
 
 

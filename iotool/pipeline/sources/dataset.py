@@ -33,7 +33,7 @@ class DatasetSource:
         spec = detect_format(path, config)
         if expected_format and spec.name != expected_format:
             raise UsageError(f"{path!r} holds a {spec.name} dataset, not {expected_format}.")
-        self.reader: "FormatReader" = spec.reader(path, storage=config)
+        self.reader: FormatReader = spec.reader(path, storage=config)
         self.root = self.reader.path
         self.classes = self.reader.classes
         self.class_to_idx = self.reader.class_to_idx
@@ -45,7 +45,7 @@ class DatasetSource:
     def tasks(self) -> Sequence[DatasetTask]:
         return [DatasetTask(i, key, f"{self.root}#{key}") for i, key in enumerate(self.reader.keys)]
 
-    def worker_state(self) -> "FormatReader":
+    def worker_state(self) -> FormatReader:
         return self.reader
 
     @staticmethod
@@ -67,5 +67,9 @@ class _OpenDataset:
 
 def dataset_kind(format_name: str) -> SourceKind:
     """The source kind of datasets of the registered format ``format_name``."""
-    return SourceKind(format_name, f"an iotool {format_name} dataset", _OpenDataset(format_name),
-                      src_help=f"a {format_name} dataset (a path, or a URL where the format reads URLs)")
+    return SourceKind(
+        format_name,
+        f"an iotool {format_name} dataset",
+        _OpenDataset(format_name),
+        src_help=f"a {format_name} dataset (a path, or a URL where the format reads URLs)",
+    )

@@ -27,7 +27,15 @@ from .base import SourceKind, SourceOptions
 MAX_SOURCE_FILE_BYTES = 1 << 30  # no source image is this large: a bigger file is refused unread
 
 IMG_EXTENSIONS: tuple[str, ...] = (
-    ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp",
+    ".jpg",
+    ".jpeg",
+    ".png",
+    ".ppm",
+    ".bmp",
+    ".pgm",
+    ".tif",
+    ".tiff",
+    ".webp",
 )
 
 
@@ -130,8 +138,9 @@ def _walk(top: str) -> list[tuple[str, list[str]]]:
     return found
 
 
-def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = None,
-                     extensions: tuple[str, ...] = IMG_EXTENSIONS) -> SourceScan:
+def scan_imagefolder(
+    root: str | os.PathLike, storage: StorageConfig | None = None, extensions: tuple[str, ...] = IMG_EXTENSIONS
+) -> SourceScan:
     """Scan ``root`` and return classes, class_to_idx and samples in torchvision's order.
 
     Files are kept by ``extensions`` (torchvision's; :func:`image_extensions` adds more), and
@@ -169,11 +178,12 @@ def scan_imagefolder(root: str | os.PathLike, storage: "StorageConfig | None" = 
         if len(samples) == before:
             empty.append(cls)
     _check_not_empty(root, empty, extensions)
-    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples,
-                      left_out=dict(sorted(left_out.items())))
+    return SourceScan(
+        root=root, classes=classes, class_to_idx=class_to_idx, samples=samples, left_out=dict(sorted(left_out.items()))
+    )
 
 
-def _scan_remote(root: str, storage: "StorageConfig | None", extensions: tuple[str, ...]) -> SourceScan:
+def _scan_remote(root: str, storage: StorageConfig | None, extensions: tuple[str, ...]) -> SourceScan:
     """The ImageFolder scan over a listable fsspec URL (object stores have no symlinks)."""
     from ...storage import StorageConfig, StorageError, list_tree
 
@@ -197,11 +207,15 @@ def _scan_remote(root: str, storage: "StorageConfig | None", extensions: tuple[s
                 by_class[cls].append((folder, name))
             else:
                 left_out[_suffix(name)] += 1
-    samples = [SourceSample(f"{root}/{folder}/{name}", f"{folder}/{name}", class_to_idx[cls])
-               for cls in classes for folder, name in sorted(by_class[cls])]  # = sorted(os.walk) order
+    samples = [
+        SourceSample(f"{root}/{folder}/{name}", f"{folder}/{name}", class_to_idx[cls])
+        for cls in classes
+        for folder, name in sorted(by_class[cls])
+    ]  # = sorted(os.walk) order
     _check_not_empty(root, [cls for cls in classes if not by_class[cls]], extensions)
-    return SourceScan(root=root, classes=classes, class_to_idx=class_to_idx, samples=samples,
-                      left_out=dict(sorted(left_out.items())))
+    return SourceScan(
+        root=root, classes=classes, class_to_idx=class_to_idx, samples=samples, left_out=dict(sorted(left_out.items()))
+    )
 
 
 def _check_not_empty(root: str, empty: list[str], extensions: tuple[str, ...] = IMG_EXTENSIONS) -> None:
@@ -216,6 +230,7 @@ def _check_not_empty(root: str, empty: list[str], extensions: tuple[str, ...] = 
 
 # --- conversion sources ------------------------------------------------------------------------
 
+
 class ImageFolderSource:
     """Samples of an ImageFolder tree; a task is a SourceSample, loading reads the file.
 
@@ -223,7 +238,7 @@ class ImageFolderSource:
     through :mod:`iotool.storage` with retries (the worker state is the storage config).
     """
 
-    def __init__(self, root: str, config: StorageConfig | None = None, options: "ImageFolderOptions | None" = None):
+    def __init__(self, root: str, config: StorageConfig | None = None, options: ImageFolderOptions | None = None):
         from ... import storage
 
         self.options = options or ImageFolderOptions()
@@ -237,7 +252,7 @@ class ImageFolderSource:
     def options_dict(self) -> dict[str, Any]:
         """The source's own options as stored in the metadata: none unless extensions were added
         (so that a plain ImageFolder conversion's metadata and resume fingerprint stay as they were)."""
-        added = image_extensions(self.options.extensions)[len(IMG_EXTENSIONS):]
+        added = image_extensions(self.options.extensions)[len(IMG_EXTENSIONS) :]
         return {"extensions": ",".join(added)} if added else {}
 
     def tasks(self) -> Sequence[SourceSample]:
@@ -252,8 +267,12 @@ class ImageFolderSource:
         if state is not None:
             from ... import storage
 
-            return task.key, task.path, task.label, storage.read_bytes(
-                task.path, state, MAX_SOURCE_FILE_BYTES, "a source image may have")
+            return (
+                task.key,
+                task.path,
+                task.label,
+                storage.read_bytes(task.path, state, MAX_SOURCE_FILE_BYTES, "a source image may have"),
+            )
         return task.key, task.path, task.label, read_source_file(task.path)
 
 
@@ -269,8 +288,9 @@ def read_source_file(path: str) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise RecordError(f"{path}: not a regular file (a FIFO, socket or device); only files are read.")
         if st.st_size > MAX_SOURCE_FILE_BYTES:
-            raise RecordError(f"{path}: {st.st_size} bytes, more than any image iotool reads "
-                              f"({MAX_SOURCE_FILE_BYTES} at most).")
+            raise RecordError(
+                f"{path}: {st.st_size} bytes, more than any image iotool reads ({MAX_SOURCE_FILE_BYTES} at most)."
+            )
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(st.st_size)
@@ -289,6 +309,10 @@ class ImageFolderOptions(SourceOptions):
         image_extensions(self.extensions)  # refuses a bad suffix by name
 
 
-SOURCE = SourceKind("imagefolder", "a folder per class, as torchvision's ImageFolder reads it",
-                    lambda src, config, options: ImageFolderSource(src, config, options), ImageFolderOptions,
-                    src_help="an ImageFolder root (a path or a listable URL: s3://, gs://)")
+SOURCE = SourceKind(
+    "imagefolder",
+    "a folder per class, as torchvision's ImageFolder reads it",
+    lambda src, config, options: ImageFolderSource(src, config, options),
+    ImageFolderOptions,
+    src_help="an ImageFolder root (a path or a listable URL: s3://, gs://)",
+)

@@ -88,8 +88,10 @@ def _open(path: str) -> Any:
     if tail[4:] != MAGIC:
         raise SourceError(f"{path}: not a Parquet file (no {MAGIC!r} at its end).")
     if footer > min(MAX_FOOTER_BYTES, size - 12):
-        raise SourceError(f"{path}: a footer of {footer} bytes (more than the file holds, or than the "
-                          f"{MAX_FOOTER_BYTES} read at most).")
+        raise SourceError(
+            f"{path}: a footer of {footer} bytes (more than the file holds, or than the "
+            f"{MAX_FOOTER_BYTES} read at most)."
+        )
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as exc:
@@ -107,8 +109,10 @@ class ParquetSource:
             raise UsageError(f"{pattern}: the parquet source reads local files; copy them first.")
         files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
         if not files:
-            raise SourceError(f"No files match {pattern!r}; give a glob pattern of Parquet files, "
-                              f"e.g. 'data/train-*.parquet' (quoted, so the shell does not expand it).")
+            raise SourceError(
+                f"No files match {pattern!r}; give a glob pattern of Parquet files, "
+                f"e.g. 'data/train-*.parquet' (quoted, so the shell does not expand it)."
+            )
         self.root = pattern
         self.files = [os.path.abspath(p) for p in files]
         self.names: list[str] | None = read_label_file(self.options.label_file) if self.options.label_file else None
@@ -128,21 +132,31 @@ class ParquetSource:
         opts = self.options
         for name in (opts.image_column, opts.label_column):
             if schema.get_field_index(name) < 0:
-                raise SourceError(f"{path}: no column {name!r} (columns: {', '.join(schema.names)[:300]}); "
-                                  f"choose with -s image_column=NAME / -s label_column=NAME.")
+                raise SourceError(
+                    f"{path}: no column {name!r} (columns: {', '.join(schema.names)[:300]}); "
+                    f"choose with -s image_column=NAME / -s label_column=NAME."
+                )
         image = schema.field(opts.image_column).type
-        if not (pa.types.is_binary(image) or pa.types.is_large_binary(image) or
-                (pa.types.is_struct(image) and image.get_field_index("bytes") >= 0)):
-            raise SourceError(f"{path}: column {opts.image_column!r} is {image}, not an image (Hugging Face's "
-                              f"Image struct {{bytes, path}} or binary).")
+        if not (
+            pa.types.is_binary(image)
+            or pa.types.is_large_binary(image)
+            or (pa.types.is_struct(image) and image.get_field_index("bytes") >= 0)
+        ):
+            raise SourceError(
+                f"{path}: column {opts.image_column!r} is {image}, not an image (Hugging Face's "
+                f"Image struct {{bytes, path}} or binary)."
+            )
         label = schema.field(opts.label_column).type
         if not (pa.types.is_integer(label) or pa.types.is_string(label) or pa.types.is_large_string(label)):
             raise SourceError(f"{path}: column {opts.label_column!r} is {label}, not integer or string labels.")
         if self.names is None:
             self.names = _hf_names(path, schema, opts.label_column)
         paths = [pf.metadata.schema.column(j).path for j in range(pf.metadata.num_columns)]
-        return [j for j, p in enumerate(paths)
-                if p == opts.label_column or p == opts.image_column or p.startswith(opts.image_column + ".")]
+        return [
+            j
+            for j, p in enumerate(paths)
+            if p == opts.label_column or p == opts.image_column or p.startswith(opts.image_column + ".")
+        ]
 
     def _scan(self) -> list[ParquetRow]:
         """Read every file's labels (row group by row group, each checked against the bound)."""
@@ -164,8 +178,16 @@ class ParquetSource:
             for g, labels in groups:
                 for r, value in enumerate(labels):
                     label, error = self._label(value)
-                    tasks.append(ParquetRow(f"{rel}#{row}", path, g, r, label,
-                                            None if error is None else f"row {row} (row group {g}): {error}"))
+                    tasks.append(
+                        ParquetRow(
+                            f"{rel}#{row}",
+                            path,
+                            g,
+                            r,
+                            label,
+                            None if error is None else f"row {row} (row group {g}): {error}",
+                        )
+                    )
                     row += 1
         return tasks
 
@@ -187,18 +209,19 @@ class ParquetSource:
             index = self.class_to_idx.get(value, -1)
             return (index, None) if index >= 0 else (-1, f"label {value!r} is not one of the classes")
         if not 0 <= value < len(self.classes):
-            return -1, (too_large(value) if self._derived else None) or \
-                f"label {value} is outside the classes (0..{len(self.classes) - 1})"
+            return -1, (
+                too_large(value) if self._derived else None
+            ) or f"label {value} is outside the classes (0..{len(self.classes) - 1})"
         return value, None
 
     def tasks(self) -> Sequence[ParquetRow]:
         return self._tasks
 
-    def worker_state(self) -> "RowGroupReader":
+    def worker_state(self) -> RowGroupReader:
         return RowGroupReader(self.options)
 
     @staticmethod
-    def load(state: "RowGroupReader", task: ParquetRow) -> tuple[str, str, int, bytes]:
+    def load(state: RowGroupReader, task: ParquetRow) -> tuple[str, str, int, bytes]:
         """(key, path, label, image bytes) of one row (its row group read once per worker)."""
         if task.error is not None:
             raise FormatError(task.error)
@@ -210,9 +233,11 @@ def check_group(path: str, pf: Any, group: int, leaves: list[int], bound: int) -
     meta = pf.metadata.row_group(group)
     size = sum(meta.column(j).total_uncompressed_size for j in leaves)
     if size > bound:
-        raise SourceError(f"{path}: row group {group} holds {size} bytes of image and label data, more than "
-                          f"max_row_group_bytes={bound}; rewrite the file with smaller row groups "
-                          f"(pyarrow: row_group_size) or raise the bound (-s max_row_group_bytes=N).")
+        raise SourceError(
+            f"{path}: row group {group} holds {size} bytes of image and label data, more than "
+            f"max_row_group_bytes={bound}; rewrite the file with smaller row groups "
+            f"(pyarrow: row_group_size) or raise the bound (-s max_row_group_bytes=N)."
+        )
 
 
 def _hf_names(path: str, schema: Any, column: str) -> list[str] | None:
@@ -273,9 +298,12 @@ class RowGroupReader:
         opts = self.options
         try:
             pf = _open(path)
-            leaves = [j for j in range(pf.metadata.num_columns)
-                      if (p := pf.metadata.schema.column(j).path) == opts.image_column
-                      or p.startswith(opts.image_column + ".")]
+            leaves = [
+                j
+                for j in range(pf.metadata.num_columns)
+                if (p := pf.metadata.schema.column(j).path) == opts.image_column
+                or p.startswith(opts.image_column + ".")
+            ]
             with pf:
                 check_group(path, pf, group, leaves, opts.max_row_group_bytes)
                 return pf.read_row_group(group, columns=[opts.image_column]).column(0).to_pylist()
@@ -288,18 +316,27 @@ class RowGroupReader:
         row = task.key.rpartition("#")[2]
         root = self.options.image_root
         if root is None:
-            raise RecordError(f"row {row}: the image is stored as a path only ({name!r}), not as bytes; give "
-                              f"the folder it lies in with -s image_root=DIR (paths may not leave it).")
+            raise RecordError(
+                f"row {row}: the image is stored as a path only ({name!r}), not as bytes; give "
+                f"the folder it lies in with -s image_root=DIR (paths may not leave it)."
+            )
         rel = os.path.relpath(name, root) if os.path.isabs(name) else name
         problem = name_problem(rel.replace(os.sep, "/"))
         full = inside(root, rel) if problem is None else None
         if full is None:
-            raise RecordError(f"row {row}: image path {name!r} is not under image_root {root!r}"
-                              f"{f' ({problem})' if problem else ''}; a path must be {ALLOWED} under it.")
+            raise RecordError(
+                f"row {row}: image path {name!r} is not under image_root {root!r}"
+                f"{f' ({problem})' if problem else ''}; a path must be {ALLOWED} under it."
+            )
         return read_source_file(full)
 
 
-SOURCE = SourceKind("parquet", "Parquet files in the Hugging Face layout (an Image struct or binary column, a label)",
-                    lambda src, config, options: ParquetSource(src, options), ParquetOptions, pattern=True,
-                    src_help="a quoted glob of Parquet files, e.g. 'data/train-*.parquet'",
-                    extra=("parquet", ("pyarrow",)))
+SOURCE = SourceKind(
+    "parquet",
+    "Parquet files in the Hugging Face layout (an Image struct or binary column, a label)",
+    lambda src, config, options: ParquetSource(src, options),
+    ParquetOptions,
+    pattern=True,
+    src_help="a quoted glob of Parquet files, e.g. 'data/train-*.parquet'",
+    extra=("parquet", ("pyarrow",)),
+)

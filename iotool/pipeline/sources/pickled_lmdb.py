@@ -73,13 +73,17 @@ def split_sample(value: Any, options: PickledLmdbOptions) -> tuple[bytes, Any]:
         image, label = _field(value, options.image_field), _field(value, options.label_field)
         if image is None or label is None:
             keys = ", ".join(sorted(repr(k)[:40] for k in value)[:10])
-            raise RecordError(f"a dict without {options.image_field!r} and {options.label_field!r} "
-                              f"(its keys: {keys}); set image_field= and label_field=")
+            raise RecordError(
+                f"a dict without {options.image_field!r} and {options.label_field!r} "
+                f"(its keys: {keys}); set image_field= and label_field="
+            )
     elif isinstance(value, (tuple, list)) and len(value) >= 2:
         image, label = value[0], value[1]
     else:
-        raise RecordError(f"a {type(value).__name__}, not (image bytes, label), [image bytes, label] "
-                          f"or {{'image': ..., 'label': ...}}")
+        raise RecordError(
+            f"a {type(value).__name__}, not (image bytes, label), [image bytes, label] "
+            f"or {{'image': ..., 'label': ...}}"
+        )
     if not isinstance(image, (bytes, bytearray)):
         raise RecordError(f"the image is a {type(image).__name__}, not bytes")
     if isinstance(label, bool) or not isinstance(label, (int, str)):
@@ -93,8 +97,10 @@ def value_of(root: str, key: bytes, options: PickledLmdbOptions) -> bytes | None
     try:
         return read_value(root, key, max_bytes=options.max_value_bytes)
     except lmdb.Error as exc:
-        raise FormatError(f"{root}: the value of {key[:64].decode('utf-8', 'replace')!r} cannot be read "
-                          f"({type(exc).__name__}: {exc}).") from None
+        raise FormatError(
+            f"{root}: the value of {key[:64].decode('utf-8', 'replace')!r} cannot be read "
+            f"({type(exc).__name__}: {exc})."
+        ) from None
 
 
 def parse(raw: bytes, options: PickledLmdbOptions) -> Any:
@@ -119,15 +125,18 @@ class PickledLmdbSource:
         try:
             open_env(self.root, check_file=True)
         except (OSError, lmdb.Error) as exc:
-            raise SourceError(f"{self.root}: not an LMDB environment iotool can open read-only "
-                              f"({type(exc).__name__}: {exc}).") from None
+            raise SourceError(
+                f"{self.root}: not an LMDB environment iotool can open read-only ({type(exc).__name__}: {exc})."
+            ) from None
         self.names = self._class_names()
         self._tasks, labels = self._scan(self._sample_keys())
         self.classes, self.class_to_idx = self._classes(labels)
         self._tasks = [self._labelled(task, labels.get(task.key)) for task in self._tasks]
         if not self._tasks:
-            raise SourceError(f"{self.root}: no samples (only {KEYS_RECORD.decode()} / {LEN_RECORD.decode()}, "
-                              f"or an empty environment).")
+            raise SourceError(
+                f"{self.root}: no samples (only {KEYS_RECORD.decode()} / {LEN_RECORD.decode()}, "
+                f"or an empty environment)."
+            )
 
     def options_dict(self) -> dict[str, Any]:
         """The options as stored in the metadata."""
@@ -147,7 +156,9 @@ class PickledLmdbSource:
         except lmdb.Error as exc:
             raise SourceError(f"{self.root}: the environment cannot be read ({exc}).") from None
         try:
-            return load_values(raw, Limits(max_bytes=len(raw), max_items=16 * entries + 64))  # protocol 2 spends ~8 per key
+            return load_values(
+                raw, Limits(max_bytes=len(raw), max_items=16 * entries + 64)
+            )  # protocol 2 spends ~8 per key
         except IotoolError as exc:
             raise SourceError(f"{self.root}: its {key.decode()} record is not {what} ({exc}).") from None
 
@@ -164,8 +175,9 @@ class PickledLmdbSource:
             keys = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
         count = self._record(LEN_RECORD, "a pickled int")
         if count is not None and count != len(keys):
-            raise SourceError(f"{self.root}: its {LEN_RECORD.decode()} record says {count!r} samples, "
-                              f"but there are {len(keys)} keys.")
+            raise SourceError(
+                f"{self.root}: its {LEN_RECORD.decode()} record says {count!r} samples, but there are {len(keys)} keys."
+            )
         return keys
 
     def _scan(self, keys: list[bytes]) -> tuple[list[PickledRecord], dict[str, Any]]:
@@ -205,12 +217,12 @@ class PickledLmdbSource:
         if isinstance(label, str):
             index = self.class_to_idx.get(label)
             if index is None:
-                return task._replace(error=f"label {label[:80]!r} is not in classes_file "
-                                           f"{self.options.classes_file!r}")
+                return task._replace(error=f"label {label[:80]!r} is not in classes_file {self.options.classes_file!r}")
             return task._replace(label=index)
         if not 0 <= label < len(self.classes):
-            known = f"0..{len(self.classes) - 1}" + (f" (classes_file {self.options.classes_file!r})"
-                                                     if self.names else "")
+            known = f"0..{len(self.classes) - 1}" + (
+                f" (classes_file {self.options.classes_file!r})" if self.names else ""
+            )
             return task._replace(error=f"label {label} is outside the classes ({known})")
         return task._replace(label=label)
 
@@ -232,7 +244,11 @@ class PickledLmdbSource:
         return task.key, task.path, task.label, split_sample(parse(raw, options), options)[0]
 
 
-SOURCE = SourceKind(SOURCE_KIND, "an LMDB of pickled (image bytes, label) samples, as the ImageFolder-to-LMDB "
-                    "scripts wrote it (read without unpickling)",
-                    lambda src, config, options: PickledLmdbSource(src, options), PickledLmdbOptions,
-                    src_help="an LMDB file (subdir=False) or folder, e.g. train.lmdb")
+SOURCE = SourceKind(
+    SOURCE_KIND,
+    "an LMDB of pickled (image bytes, label) samples, as the ImageFolder-to-LMDB "
+    "scripts wrote it (read without unpickling)",
+    lambda src, config, options: PickledLmdbSource(src, options),
+    PickledLmdbOptions,
+    src_help="an LMDB file (subdir=False) or folder, e.g. train.lmdb",
+)

@@ -18,7 +18,6 @@ from ...storage import MissingExtraError, StorageConfig
 from .base import Source, SourceKind
 from .dataset import dataset_kind
 
-
 ENTRY_POINT_GROUP = "iotool.sources"
 BUILTIN: dict[str, str] = {
     "imagefolder": "iotool.pipeline.sources.imagefolder:SOURCE",
@@ -57,8 +56,9 @@ def _load(name: str, target: str) -> SourceKind:
     try:
         kind = getattr(importlib.import_module(module_name), attr or "SOURCE")
     except (ImportError, AttributeError) as exc:
-        raise UsageError(f"Source {name!r} is registered as {target!r}, which cannot be loaded "
-                         f"({type(exc).__name__}: {exc}).") from exc
+        raise UsageError(
+            f"Source {name!r} is registered as {target!r}, which cannot be loaded ({type(exc).__name__}: {exc})."
+        ) from exc
     if not isinstance(kind, SourceKind) or kind.name != name:
         raise UsageError(f"Source {name!r}: {target!r} is not a SourceKind named {name!r}.")
     return kind
@@ -78,14 +78,16 @@ def get_source(name: str) -> SourceKind:
     return _loaded[name]
 
 
-def open_source(src: str, kind: SourceKind | str, config: StorageConfig,
-                options: dict[str, Any] | None = None) -> Source:
+def open_source(
+    src: str, kind: SourceKind | str, config: StorageConfig, options: dict[str, Any] | None = None
+) -> Source:
     """Open ``src`` as a source of ``kind`` (or the kind of that name) with its ``options``
     (refused by name when unknown)."""
     kind = get_source(kind) if isinstance(kind, str) else kind
     parsed = kind.parse_options(options)
     missing = kind.missing_extra()
     if missing:
-        raise MissingExtraError(f"The {kind.name} source needs an optional dependency that is not installed: "
-                                f"{missing}.")
+        raise MissingExtraError(
+            f"The {kind.name} source needs an optional dependency that is not installed: {missing}."
+        )
     return kind.open(src, config, parsed)

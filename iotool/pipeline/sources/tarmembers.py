@@ -14,8 +14,14 @@ from typing import IO, Iterator, NamedTuple
 BLOCK = 512
 MAX_EXTENDED_BYTES = 1 << 20  # a pax or GNU long-name header larger than this is refused unread
 REGULAR = (b"0", b"\0", b"7")
-KINDS = {b"1": "hard link", b"2": "symbolic link", b"3": "character device", b"4": "block device",
-         b"5": "directory", b"6": "FIFO"}
+KINDS = {
+    b"1": "hard link",
+    b"2": "symbolic link",
+    b"3": "character device",
+    b"4": "block device",
+    b"5": "directory",
+    b"6": "FIFO",
+}
 
 
 class Member(NamedTuple):
@@ -65,7 +71,7 @@ def _pax(data: bytes, offset: int) -> dict[str, str]:
             raise TarDamage(offset, "a pax header record without its length") from None
         if space < 0 or length <= 0 or pos + length > len(data):
             raise TarDamage(offset, "a pax header record that runs past its header")
-        key, _, value = data[space + 1:pos + length - 1].partition(b"=")
+        key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
         if key in (b"path", b"size"):
             out[key.decode()] = value.decode("utf-8", "surrogateescape")
         pos += length
@@ -91,8 +97,10 @@ def members(f: IO[bytes], size: int) -> Iterator[Member]:
         if kind in (b"x", b"g", b"L") and length > MAX_EXTENDED_BYTES:
             raise TarDamage(pos, f"an extended header of {length} bytes (at most {MAX_EXTENDED_BYTES} are read)")
         if data_at + length > size:
-            raise TarDamage(pos, f"truncated: the member declares {length} bytes, the file ends "
-                                 f"{size - data_at} bytes after its header")
+            raise TarDamage(
+                pos,
+                f"truncated: the member declares {length} bytes, the file ends {size - data_at} bytes after its header",
+            )
         if kind in (b"x", b"g", b"L"):
             f.seek(data_at)
             data = f.read(length)
@@ -112,8 +120,11 @@ def members(f: IO[bytes], size: int) -> Iterator[Member]:
             except ValueError:
                 raise TarDamage(pos, f"a pax size {pending['size'][:20]!r}") from None
             if data_at + length > size:
-                raise TarDamage(pos, f"truncated: the member declares {length} bytes, the file ends "
-                                     f"{size - data_at} bytes after its header")
+                raise TarDamage(
+                    pos,
+                    f"truncated: the member declares {length} bytes, the file ends "
+                    f"{size - data_at} bytes after its header",
+                )
         header = pos if first is None else first
         pending, first = {}, None
         yield Member(full, "file" if kind in REGULAR else KINDS.get(kind, f"type {kind!r}"), data_at, length, header)

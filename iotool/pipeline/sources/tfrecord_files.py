@@ -66,7 +66,7 @@ def _where(index: int, offset: int) -> str:
 class TfrecordFilesSource:
     """Records of TFRecord files matched by a glob pattern; a task is a :class:`ForeignRecord`."""
 
-    def __init__(self, pattern: str, options: "TfrecordFilesOptions | None" = None):
+    def __init__(self, pattern: str, options: TfrecordFilesOptions | None = None):
         from ...storage import is_url
 
         self.options = options or TfrecordFilesOptions()
@@ -74,8 +74,10 @@ class TfrecordFilesSource:
             raise UsageError(f"{pattern}: the {SOURCE_KIND} source reads local files; copy them first.")
         files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
         if not files:
-            raise SourceError(f"No files match {pattern!r}; give a glob pattern of TFRecord files, "
-                              f"e.g. 'data/train-*-of-01024' (quoted, so the shell does not expand it).")
+            raise SourceError(
+                f"No files match {pattern!r}; give a glob pattern of TFRecord files, "
+                f"e.g. 'data/train-*-of-01024' (quoted, so the shell does not expand it)."
+            )
         self.root = pattern
         self.files = [os.path.abspath(p) for p in files]
         self.names = self._label_names()
@@ -108,14 +110,25 @@ class TfrecordFilesSource:
                     fallback = f"{rel}#{k}"
                     if rec.error is not None:
                         reason = str(rec.error).removeprefix(f"{path}: ").removeprefix(f"record at byte {rec.offset}: ")
-                        tasks.append(ForeignRecord(fallback, path, rec.offset, rec.size, -1,
-                                                   f"{_where(k, rec.offset)}: {reason}"))
+                        tasks.append(
+                            ForeignRecord(
+                                fallback, path, rec.offset, rec.size, -1, f"{_where(k, rec.offset)}: {reason}"
+                            )
+                        )
                         continue
                     key, label, error = self._describe(rec.data, fallback, used)
                     if error is None:
                         labels.append(label)
-                    tasks.append(ForeignRecord(key, path, rec.offset, rec.size, label,
-                                               None if error is None else f"{_where(k, rec.offset)}: {error}"))
+                    tasks.append(
+                        ForeignRecord(
+                            key,
+                            path,
+                            rec.offset,
+                            rec.size,
+                            label,
+                            None if error is None else f"{_where(k, rec.offset)}: {error}",
+                        )
+                    )
         return tasks
 
     def _describe(self, data: bytes, fallback: str, used: set[str]) -> tuple[str, int, str | None]:
@@ -126,8 +139,7 @@ class TfrecordFilesSource:
         except tfr.ExampleError as exc:
             return fallback, -1, f"not a tf.train.Example ({exc})"
         key = fallback
-        name = tfr.first_bytes(features, opts.filename_key) if opts.filename_key.lower() not in ("", "none") \
-            else None
+        name = tfr.first_bytes(features, opts.filename_key) if opts.filename_key.lower() not in ("", "none") else None
         if name is not None:
             text = bytes(name).decode("utf-8", "replace").replace("\\", "/").lstrip("/")
             if text and text not in used:
@@ -142,10 +154,19 @@ class TfrecordFilesSource:
         if self.names is None and too_large(index):
             return key, -1, too_large(index)
         if index < 0 or (self.names is not None and index >= len(self.names)):
-            known = f"{opts.label_offset}..{opts.label_offset + len(self.names) - 1}" if self.names is not None \
+            known = (
+                f"{opts.label_offset}..{opts.label_offset + len(self.names) - 1}"
+                if self.names is not None
                 else f"{opts.label_offset} or more"
-            return key, -1, (f"label {value} is outside the classes ({known}); label_offset={opts.label_offset}"
-                             f"{' (records with 0-based labels need label_offset=0)' if value == 0 else ''}")
+            )
+            return (
+                key,
+                -1,
+                (
+                    f"label {value} is outside the classes ({known}); label_offset={opts.label_offset}"
+                    f"{' (records with 0-based labels need label_offset=0)' if value == 0 else ''}"
+                ),
+            )
         return key, index, None
 
     def tasks(self) -> Sequence[ForeignRecord]:
@@ -172,7 +193,12 @@ class TfrecordFilesSource:
         return task.key, task.path, task.label, bytes(image)
 
 
-SOURCE = SourceKind(SOURCE_KIND, "TFRecord files of tf.train.Example iotool did not write (TF-slim's ImageNet layout)",
-                    lambda src, config, options: TfrecordFilesSource(src, options), TfrecordFilesOptions,
-                    pattern=True, src_help="a quoted glob of TFRecord files, e.g. 'imagenet/train-*'",
-                    extra=tfr.SPEC.extra)  # the CRC32C of the TFRecord format
+SOURCE = SourceKind(
+    SOURCE_KIND,
+    "TFRecord files of tf.train.Example iotool did not write (TF-slim's ImageNet layout)",
+    lambda src, config, options: TfrecordFilesSource(src, options),
+    TfrecordFilesOptions,
+    pattern=True,
+    src_help="a quoted glob of TFRecord files, e.g. 'imagenet/train-*'",
+    extra=tfr.SPEC.extra,
+)  # the CRC32C of the TFRecord format

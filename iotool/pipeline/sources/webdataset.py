@@ -91,8 +91,11 @@ def _range(body: str) -> list[str] | None:
     count = abs(b - a) // step + 1
     if count > MAX_SHARDS:
         raise SourceError(f"{{{body}}}: {count} names, more than the {MAX_SHARDS} a pattern may expand to.")
-    width = max(len(first), len(last)) if any(len(s.lstrip("-")) > 1 and s.lstrip("-")[0] == "0"
-                                              for s in (first, last)) else 0
+    width = (
+        max(len(first), len(last))
+        if any(len(s.lstrip("-")) > 1 and s.lstrip("-")[0] == "0" for s in (first, last))
+        else 0
+    )
     return [f"{n:0{width}d}" for n in (range(a, b + 1, step) if a <= b else range(a, b - 1, -step))]
 
 
@@ -123,13 +126,13 @@ def expand_braces(pattern: str) -> list[str]:
         end = _closing(pattern, start)
         if end < 0:
             break
-        body = pattern[start + 1:end]
+        body = pattern[start + 1 : end]
         items = _alternatives(body)
         items = items if items is not None else _range(body)
         if items is None:  # a literal brace: look further on
             search = start + 1
             continue
-        head, tails = pattern[:start], expand_braces(pattern[end + 1:])
+        head, tails = pattern[:start], expand_braces(pattern[end + 1 :])
         out = [head + item + tail for raw in items for item in expand_braces(raw) for tail in tails]
         if len(out) > MAX_SHARDS:
             raise SourceError(f"{pattern}: more than the {MAX_SHARDS} names a pattern may expand to.")
@@ -153,11 +156,15 @@ def shard_files(src: str) -> list[str]:
             else:
                 missing.append(name)
     if missing:
-        raise SourceError(f"{len(missing)} shard(s) of {src!r} do not exist: {', '.join(missing[:5])}"
-                          f"{' ...' if len(missing) > 5 else ''}.")
+        raise SourceError(
+            f"{len(missing)} shard(s) of {src!r} do not exist: {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''}."
+        )
     if not files:
-        raise SourceError(f"No shards match {src!r}; give tar files as a brace pattern or a glob, e.g. "
-                          f"'shards-{{000000..000099}}.tar' (quoted, so the shell does not expand it).")
+        raise SourceError(
+            f"No shards match {src!r}; give tar files as a brace pattern or a glob, e.g. "
+            f"'shards-{{000000..000099}}.tar' (quoted, so the shell does not expand it)."
+        )
     return [os.path.abspath(p) for p in files]
 
 
@@ -186,8 +193,11 @@ class WebDatasetSource:
                 label, error = -1, "the key is used by an earlier sample"
             seen.add(s.key)
             labels.append(label)
-            self._tasks.append(WdsSample(s.key, path, *(s.image or (0, 0)), label,
-                                         None if error is None else f"sample {s.key!r}: {error}"))
+            self._tasks.append(
+                WdsSample(
+                    s.key, path, *(s.image or (0, 0)), label, None if error is None else f"sample {s.key!r}: {error}"
+                )
+            )
         self.classes = self.names if self.names is not None else value_classes(labels)
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         if not self._tasks:
@@ -221,8 +231,11 @@ class WebDatasetSource:
 
     def _add(self, f: Any, m: Any, samples: list[_Sample]) -> None:
         """Put one member into its sample (a new one when its key changes)."""
-        if m.kind == "directory" or ("/" not in m.name and m.name.startswith("__") and m.name.endswith("__")) \
-                or _META.match(m.name):
+        if (
+            m.kind == "directory"
+            or ("/" not in m.name and m.name.startswith("__") and m.name.endswith("__"))
+            or _META.match(m.name)
+        ):
             return
         split = split_key(m.name)
         if split is None:
@@ -261,7 +274,10 @@ class WebDatasetSource:
             if opts.label_field:
                 value = json.loads(value)[opts.label_field]
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError):
-            return -1, f"the .{opts.label_ext} member holds no label{f' field {opts.label_field!r}' if opts.label_field else ''}"
+            return (
+                -1,
+                f"the .{opts.label_ext} member holds no label{f' field {opts.label_field!r}' if opts.label_field else ''}",
+            )
         if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
             value = int(value)
         if isinstance(value, str):
@@ -269,8 +285,12 @@ class WebDatasetSource:
                 return -1, f"label {value[:80]!r} is a class name; give the class list with -s class_list=FILE"
             index = self._lookup.get(value, -1)
             return (index, None) if index >= 0 else (-1, f"label {value[:80]!r} is not in the class list")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0 or \
-                (self.names is not None and value >= len(self.names)):
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or value < 0
+            or (self.names is not None and value >= len(self.names))
+        ):
             return -1, f"label {value!r} is outside the classes"
         if self.names is None and too_large(value):
             return -1, too_large(value)
@@ -295,6 +315,11 @@ class WebDatasetSource:
         return task.key, task.path, task.label, data
 
 
-SOURCE = SourceKind("webdataset", "WebDataset tar shards without an iotool index (webdataset's key grouping)",
-                    lambda src, config, options: WebDatasetSource(src, options), WebDatasetOptions, pattern=True,
-                    src_help="a quoted brace pattern or glob of tar shards, e.g. 'shards-{000000..000099}.tar'")
+SOURCE = SourceKind(
+    "webdataset",
+    "WebDataset tar shards without an iotool index (webdataset's key grouping)",
+    lambda src, config, options: WebDatasetSource(src, options),
+    WebDatasetOptions,
+    pattern=True,
+    src_help="a quoted brace pattern or glob of tar shards, e.g. 'shards-{000000..000099}.tar'",
+)
