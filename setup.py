@@ -48,7 +48,13 @@ setup(
     ext_modules=[
         Extension(
             "iotool._jpegregion",
-            sources=["iotool/_jpegregion.c"],
+            sources=[  # one module, a file per concept (iotool/_jpegregion.c says which)
+                "iotool/_jpegregion.c",
+                "iotool/_jpegregion_decode.c",
+                "iotool/_jpegregion_transcode.c",
+                "iotool/_jpegregion_gather.c",
+            ],
+            depends=["iotool/_jpegregion.h"],
             libraries=["dl"],  # dlopen (part of libc since glibc 2.34; libdl before)
             optional=True,
             **STABLE_ABI,

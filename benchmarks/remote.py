@@ -37,9 +37,12 @@ from torch.utils.data import DataLoader
 
 import iotool
 from iotool.bench.common import summarize
-from iotool.storage.testing import http_server, moto_s3_server
 
-SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data" / "imagefolder"
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the loopback servers are the tests' (tests/support/servers.py)
+from tests.support.servers import http_server, moto_s3_server  # noqa: E402
+
+SAMPLE_DATA = REPO / "sample_data" / "imagefolder"
 
 
 # -- data ---------------------------------------------------------------------------------

@@ -29,7 +29,9 @@
 #include <sys/stat.h> /* statx (glibc 2.28) */
 #include <unistd.h>
 
-/* 0 when `real` is `root` or lies under it (root given without a trailing slash, or "/"). */
+/* 0 when `real` is `root` or lies under it (root given without a trailing slash, or "/"): the rule of
+ * iotool.names.is_under, stated again here; tests/storage/test_containment.py runs both on one table
+ * of cases (the sibling /data2 beside /data is outside, links and '..' out are outside). */
 static int outside(const char *real, const char *root, size_t root_len)
 {
     if (root_len == 1 && root[0] == '/')

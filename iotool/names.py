@@ -8,13 +8,20 @@ safe when it is relative, POSIX (``/`` only), and every component is a plain nam
 the paths it reads from an object, and what tar strips unless told otherwise.
 
 :func:`name_problem` checks one name, :func:`first_bad_name` a whole string column at once;
-:func:`inside` is the containment check a writer or reader makes after joining a name to its
-root (a symlink on the way may still lead out).
+:func:`resolve_inside` is the containment check a writer or reader makes after joining a name to
+its root (a symlink on the way may still lead out).
+
+The containment rule itself is :func:`is_under`, and only here: a real path is inside a real root
+when it is the root or continues it after a separator (``/data2`` is not inside ``/data``).
+:func:`iotool.storage.files.open_regular` applies it to the file a descriptor opened, and the C
+reader ``iotool/_readfile.c`` (``outside()``) states it again; ``tests/storage/test_containment.py``
+runs all of them on one table of cases.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -101,10 +108,24 @@ def first_bad_name(offsets: np.ndarray, blob: np.ndarray) -> int:
     return int(hits[0]) if len(hits) else -1
 
 
-def inside(root: str | os.PathLike, name: str) -> str | None:
-    """``root/name`` when its real path (symlinks resolved) lies under the real ``root``, else
-    None. Check :func:`name_problem` first: this only catches what links on the way do."""
+def is_under(real: str, real_root: str) -> bool:
+    """True when ``real`` is ``real_root`` or lies under it; both must already be real paths
+    (symlinks resolved). A sibling that shares the prefix (``/data2`` beside ``/data``) is not."""
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def resolve_inside(root: str | os.PathLike, name: str) -> str | None:
+    """``root/name`` (under the real ``root``) when its real path (symlinks resolved) lies under
+    the real ``root`` (:func:`is_under`), else None. Check :func:`name_problem` first: this only
+    catches what links on the way do."""
     base = os.path.realpath(root)
     path = os.path.join(base, name)
-    real = os.path.realpath(path)
-    return path if real == base or real.startswith(base.rstrip(os.sep) + os.sep) else None
+    return path if is_under(os.path.realpath(path), base) else None
+
+
+def inside(root: str | os.PathLike, name: str) -> str | None:
+    """Deprecated spelling of :func:`resolve_inside` (it returns a path, not a yes or no)."""
+    warnings.warn(
+        "iotool.names.inside() is deprecated; use iotool.names.resolve_inside()", DeprecationWarning, stacklevel=2
+    )
+    return resolve_inside(root, name)

@@ -1,7 +1,7 @@
 """Hostile HTTP servers and S3 objects (issue 24, point 5): remote reads stay on the dataset's
 origin and within the bounds the index sets, and the shard cache within its own.
 
-Real servers on 127.0.0.1 (:func:`iotool.storage.testing.http_server`, each in its own process;
+Real servers on 127.0.0.1 (:func:`tests.support.servers.http_server`, each in its own process;
 two ports count as two origins) serve datasets made by ``iotool.convert``; a server misbehaves
 on purpose: it redirects elsewhere, sends no Content-Length, an endless body, or more bytes than
 the index describes. Memory is measured in a subprocess (``ru_maxrss``), the cache folder is
@@ -24,7 +24,7 @@ import pytest
 
 import iotool
 from iotool.errors import FormatError, IotoolError
-from iotool.storage.testing import http_server
+from tests.support.servers import http_server
 
 from .conftest import formats_where, rewrite_columns, write_tree
 
@@ -260,7 +260,7 @@ def test_an_s3_shard_longer_than_its_index_says_never_passes_the_cache_bound(www
     pytest.importorskip("moto.server", reason="needs moto's server: pip install 'moto[server]'")
     import s3fs
 
-    from iotool.storage.testing import moto_s3_server
+    from tests.support.servers import moto_s3_server
 
     fmt = REMOTE[0]
     shard = _first_shard(fmt, www)

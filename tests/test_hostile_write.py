@@ -193,7 +193,7 @@ def s3(tmp_path_factory):
     pytest.importorskip("moto.server", reason="needs moto's server: pip install 'moto[server]'")
     import s3fs
 
-    from iotool.storage.testing import moto_s3_server
+    from tests.support.servers import moto_s3_server
 
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     with open(tmp_path_factory.mktemp("moto") / "moto.log", "wb") as log, moto_s3_server(log) as options:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iotool.names import first_bad_name, inside, name_problem
+from iotool.names import first_bad_name, inside, name_problem, resolve_inside
 
 
 def reference_ok(name: str) -> bool:
@@ -109,15 +109,20 @@ def test_column_check_agrees_with_the_reference(names):
     assert [name_problem(n) is None for n in names] == [reference_ok(n) for n in names]
 
 
-def test_inside_follows_links(tmp_path):
+def test_resolve_inside_follows_links(tmp_path):
     root = tmp_path / "ds"
     (root / "sub").mkdir(parents=True)
     (tmp_path / "outside").mkdir()
     os.symlink(tmp_path / "outside", root / "leak")
     os.symlink(root / "sub", root / "alias")
-    assert inside(root, "sub/x.bmp") == os.path.join(os.path.realpath(root), "sub/x.bmp")
-    assert inside(root, "alias/x.bmp") is not None  # a link that stays inside is fine
-    assert inside(root, "leak/x.bmp") is None
+    assert resolve_inside(root, "sub/x.bmp") == os.path.join(os.path.realpath(root), "sub/x.bmp")
+    assert resolve_inside(root, "alias/x.bmp") is not None  # a link that stays inside is fine
+    assert resolve_inside(root, "leak/x.bmp") is None
+
+
+def test_inside_is_a_deprecated_alias_of_resolve_inside(tmp_path):
+    with pytest.warns(DeprecationWarning, match="resolve_inside"):
+        assert inside(tmp_path, "x.bmp") == resolve_inside(tmp_path, "x.bmp")
 
 
 def test_offsets_outside_the_blob_make_that_name_bad_not_an_index_error():

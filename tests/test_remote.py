@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 import iotool
 from iotool import storage
 from iotool.errors import ConversionError, DestinationExistsError, UnknownFormatError, UsageError
-from iotool.storage.testing import HOST, moto_s3_server
+from tests.support.servers import HOST, moto_s3_server
 
 from .conftest import write_tree
 
@@ -147,7 +147,7 @@ def http(served):
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    """moto's standalone S3 server on 127.0.0.1 (:func:`iotool.storage.testing.moto_s3_server`);
+    """moto's standalone S3 server on 127.0.0.1 (:func:`tests.support.servers.moto_s3_server`);
     yields the storage options that reach it."""
     pytest.importorskip("s3fs", reason="s3:// needs the s3 extra: pip install 'iotool[s3]'")
     pytest.importorskip("moto.server", reason="the S3 tests need moto's server: pip install 'moto[server]'")

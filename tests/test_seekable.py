@@ -25,6 +25,7 @@ from iotool.errors import DecodeError, IotoolError, UsageError
 from iotool.formats import get_format
 from iotool.transforms import RandomResizedCrop
 from iotool.transforms.fused import fuse
+from tests.support import seekable_cuts
 
 from .conftest import FORMATS, REPO, options_for, options_with_units, write_tree
 
@@ -78,7 +79,7 @@ def test_transcode_is_lossless_and_seekable(kind, shape):
     assert np.array_equal(pixels(out), pixels(data))
     header = parse_jpeg_header(out)
     assert header.marker == 0xC0 and not header.progressive  # progressive sources come out baseline
-    layout = segments.read_layout(out)
+    layout = seekable_cuts.read_layout(out)
     assert layout is not None and layout.frame.mcus_per_row % layout.frame.interval == 0
     assert seekable.is_seekable(out) and not seekable.is_seekable(data)
 
@@ -132,7 +133,7 @@ def random_boxes(rng: random.Random, height: int, width: int, n: int):
 def test_segment_decode_equals_the_box_of_a_full_decode(kind, shape):
     data = seekable.transcode(jpeg(*shape, seed=7, **kind))
     header = parse_jpeg_header(data)
-    layout = segments.read_layout(data)
+    layout = seekable_cuts.read_layout(data)
     rng = random.Random(shape[1])
     cut = 0
     for scale in region.SCALES:
@@ -142,7 +143,7 @@ def test_segment_decode_equals_the_box_of_a_full_decode(kind, shape):
             assert np.array_equal(got, full[top : top + h, left : left + w]), (scale, (top, left, h, w))
             margin = region.MARGIN * scale
             cut += (
-                segments.sub_image(
+                seekable_cuts.sub_image(
                     data,
                     layout,
                     max(0, top * scale - margin),
@@ -175,7 +176,7 @@ def test_narrow_boxes_with_a_marker_every_mcu_equal_the_full_decode(subsampling)
 
 def test_sub_image_is_an_ordinary_jpeg_of_its_segments():
     data = seekable.transcode(jpeg(375, 500, seed=3), restart_mcus=4)  # segments of 64 pixels
-    sub = segments.sub_image(data, segments.read_layout(data), 100, 130, 180, 260)
+    sub = seekable_cuts.sub_image(data, seekable_cuts.read_layout(data), 100, 130, 180, 260)
     assert (sub.top, sub.left) == (96, 128) and (sub.height, sub.width) == (96, 192)
     assert np.array_equal(pixels(sub.data)[4:84, 2:132], pixels(data)[100:180, 130:260])
 
@@ -186,7 +187,7 @@ def test_one_call_decode_equals_the_sub_image_and_the_full_decode(scale):
     box decoded in one extension call) gives the pixels of the sub-JPEG that the Python rules
     (read_layout, plan_cut, sub_image) build, decoded on its own, and of the same box of a full decode."""
     data = seekable.transcode(jpeg(333, 517, seed=21))
-    header, layout = parse_jpeg_header(data), segments.read_layout(data)
+    header, layout = parse_jpeg_header(data), seekable_cuts.read_layout(data)
     rows, cols = -(-333 // scale), -(-517 // scale)
     full = region.decode_jpeg_region(data, header, (0, 0, rows, cols), scale)
     margin, cuts = region.MARGIN * scale, 0
@@ -198,7 +199,7 @@ def test_one_call_decode_equals_the_sub_image_and_the_full_decode(scale):
             min(517, (left + w) * scale + margin),
         )
         got = region.decode_jpeg_seekable(data, header, (top, left, h, w), scale)
-        sub = segments.sub_image(data, layout, *edges)
+        sub = seekable_cuts.sub_image(data, layout, *edges)
         assert (got is None) == (sub is None)  # the C plan and the Python one cut alike
         if sub is None:
             continue
@@ -341,16 +342,17 @@ import numpy as np
 from iotool.decode import region, seekable, segments
 from iotool.decode.backends import parse_jpeg_header
 from iotool.errors import DecodeError
+from tests.support import seekable_cuts
 from tests.test_seekable import jpeg
 
 def by_python_rules(data, header, box, scale):
     # the reference: read_layout, plan_cut and sub_image in Python, the sub-JPEG decoded on its own
-    layout = segments.read_layout(data) if segments.table_hint(data) else None
+    layout = seekable_cuts.read_layout(data) if segments.table_hint(data) else None
     top, left, h, w = box
     margin = region.MARGIN * scale
     edges = (max(0, top * scale - margin), max(0, left * scale - margin),
              min(header.height, (top + h) * scale + margin), min(header.width, (left + w) * scale + margin))
-    sub = segments.sub_image(data, layout, *edges) if layout is not None else None
+    sub = seekable_cuts.sub_image(data, layout, *edges) if layout is not None else None
     if sub is None:
         return region.decode_jpeg_region(data, header, box, scale)
     inner = (top - sub.top // scale, left - sub.left // scale, h, w)

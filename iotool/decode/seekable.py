@@ -120,7 +120,7 @@ def decode_jpeg_box(
     side, so chroma upsampling at its cut edges does not reach the box: the pixels equal the same
     box of a full decode at that scale by the same library. Only a table where the transcode puts
     it is looked for (:func:`iotool.decode.segments.table_hint`); the extension checks it
-    (:func:`iotool.decode.segments.read_layout` states the same rules in Python).
+    (``tests/support/seekable_cuts.py``, ``read_layout``, states the same rules in Python).
     """
     if header.marker in _SEQUENTIAL and _s.table_hint(data):
         try:

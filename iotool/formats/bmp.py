@@ -19,7 +19,7 @@ import numpy as np
 
 from ..decode.bmp import bmp_size, decode_bmp
 from ..errors import ConversionError, FormatError
-from ..names import ALLOWED, inside, name_problem
+from ..names import ALLOWED, name_problem, resolve_inside
 from ..records import DatasetMeta, Record
 from ..storage.files import read_regular
 from .options import FormatOptions
@@ -72,7 +72,7 @@ def output_file(root: str, rel: str, key: str, local: bool = True) -> str:
     naming the key (keys are checked where they enter a conversion; this is the writer's own line
     of defence)."""
     reason = name_problem(rel)
-    full = None if reason else inside(root, rel) if local else f"{root}/{rel}"
+    full = None if reason else resolve_inside(root, rel) if local else f"{root}/{rel}"
     if full is None:
         reason = reason or "a symlink on the way leads outside the destination"
         raise ConversionError(

@@ -1,24 +1,9 @@
-"""What the format and source registries share: entry points of other packages, missing extras."""
+"""What the format and source specs share: the extra a missing optional dependency needs.
+
+(Their registries share :class:`iotool.registry.Registry`.)
+"""
 
 from __future__ import annotations
-
-import logging
-
-log = logging.getLogger(__name__)
-
-
-def entry_point_targets(group: str, builtin: dict[str, str], noun: str) -> dict[str, str]:
-    """name -> "module:attr" that installed packages declare in the entry-point ``group``; a name
-    a built-in ``noun`` (format, source) already has is ignored, with a warning."""
-    from importlib.metadata import entry_points
-
-    found: dict[str, str] = {}
-    for ep in entry_points(group=group):
-        if ep.name in builtin:
-            log.warning("ignoring the %s entry point %r: a built-in %s has that name", group, ep.name, noun)
-            continue
-        found.setdefault(ep.name, ep.value)
-    return found
 
 
 def missing_extra(extra: tuple[str, tuple[str, ...]] | None) -> str | None:

@@ -3,16 +3,16 @@
 Built-in formats are listed here by module path; other packages add formats through the
 standard entry-point group ``iotool.formats`` (``name = "package.module:SPEC"``, or just the
 module, whose ``SPEC`` is taken), as fsspec and pytest plugins do. Nothing is imported until a
-format is asked for, so ``import iotool`` stays light.
+format is asked for, so ``import iotool`` stays light. The mechanism is
+:class:`iotool.registry.Registry`, which the source registry shares.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Callable, Iterable, Iterator, Mapping
 
 from ..errors import UnknownFormatError
-from .plugins import entry_point_targets
+from ..registry import Registry
 from .spec import FormatSpec
 
 ENTRY_POINT_GROUP = "iotool.formats"
@@ -24,58 +24,24 @@ BUILTIN: dict[str, str] = {
     "tfrecord": "iotool.formats.tfrecord:SPEC",
 }
 
-_loaded: dict[str, FormatSpec] = {}
-_registered: dict[str, FormatSpec] = {}  # added at run time with register()
-_plugins: dict[str, str] | None = None
-
-
-def _entry_points() -> dict[str, str]:
-    """name -> "module:attr" of the formats other installed packages declare."""
-    global _plugins
-    if _plugins is None:
-        _plugins = entry_point_targets(ENTRY_POINT_GROUP, BUILTIN, "format")
-    return _plugins
-
-
-def _targets() -> dict[str, str]:
-    return {**BUILTIN, **_entry_points()}
+REGISTRY: Registry[FormatSpec] = Registry(
+    "format", FormatSpec, ENTRY_POINT_GROUP, BUILTIN, attr="SPEC", error=UnknownFormatError
+)
 
 
 def format_names() -> list[str]:
     """Every registered format name, without importing any format (built-ins first)."""
-    names = list(_targets())
-    return names + [n for n in _registered if n not in names]
-
-
-def _load(name: str, target: str) -> FormatSpec:
-    module_name, _, attr = target.partition(":")
-    try:
-        spec = getattr(importlib.import_module(module_name), attr or "SPEC")
-    except (ImportError, AttributeError) as exc:
-        raise UnknownFormatError(
-            f"Format {name!r} is registered as {target!r}, which cannot be loaded ({type(exc).__name__}: {exc})."
-        ) from exc
-    if not isinstance(spec, FormatSpec) or spec.name != name:
-        raise UnknownFormatError(f"Format {name!r}: {target!r} is not a FormatSpec named {name!r}.")
-    return spec
+    return REGISTRY.names()
 
 
 def get_format(name: str) -> FormatSpec:
     """The spec of format ``name`` (imported on first use); the error lists the known ones."""
-    if name in _registered:
-        return _registered[name]
-    if name not in _loaded:
-        target = _targets().get(name)
-        if target is None:
-            raise UnknownFormatError(f"Unknown format {name!r}; choose one of: {', '.join(format_names())}.")
-        _loaded[name] = _load(name, target)
-    return _loaded[name]
+    return REGISTRY.get(name)
 
 
 def register(spec: FormatSpec) -> FormatSpec:
     """Add a format at run time (an installed package uses the entry-point group instead)."""
-    _registered[spec.name] = spec
-    return spec
+    return REGISTRY.register(spec, spec.name)
 
 
 def all_formats() -> list[FormatSpec]:

@@ -20,7 +20,8 @@ known before it is read (``max_bytes``/``max_size``), enforced while it streams
 The modules, by job: ``config`` (settings, errors, names), ``retries``, ``remote`` (fsspec reads
 and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`), ``files``
 (file-system primitives: durable renames, the atomic swap, removal, sizes, a process lock),
-``units`` (byte sizes for people), ``testing`` (loopback servers for tests and benchmarks).
+``units`` (byte sizes for people). The loopback servers of the tests and benchmarks are
+``tests/support/servers.py``, outside the package.
 """
 
 from __future__ import annotations

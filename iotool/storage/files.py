@@ -16,6 +16,7 @@ import stat
 from typing import BinaryIO
 
 from ..errors import FormatError
+from ..names import is_under
 
 try:
     from .. import _readfile  # optional C extension (setup.py)
@@ -128,19 +129,18 @@ def _real_root(root: str) -> str:
 
 
 def _check_under(fd: int, path: str, root: str) -> None:
-    """Refuse a descriptor whose file (as opened: every link on the way followed) is not under ``root``."""
+    """Refuse a descriptor whose file (as opened: every link on the way followed) is not under
+    ``root`` (the rule is :func:`iotool.names.is_under`)."""
     try:
         real = os.readlink(f"/proc/self/fd/{fd}")  # what was opened, one call, no race
     except OSError:
         real = os.path.realpath(path)
-    base = _real_root(root)
-    if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
-        base = os.path.realpath(root)  # the root itself may have moved since it was first resolved
-        if not real.startswith(base.rstrip(os.sep) + os.sep):
-            raise FormatError(
-                f"{path}: a symlink leading outside the dataset (to {real}); {REGULAR_ONLY} "
-                f"({root}), or links that stay inside it."
-            )
+    if not is_under(real, _real_root(root)) and not is_under(real, os.path.realpath(root)):
+        # (resolved again: the root itself may have moved since it was first resolved)
+        raise FormatError(
+            f"{path}: a symlink leading outside the dataset (to {real}); {REGULAR_ONLY} "
+            f"({root}), or links that stay inside it."
+        )
 
 
 def remove_path(path: str) -> None:

@@ -42,6 +42,7 @@ class ValueBounds:
             self.root, self.depth, self.next_pgno = self._meta(last_txnid)
         except BaseException:
             os.close(self.fd)
+            del self.fd  # closed here: __del__ must not close the number again (another file may hold it)
             raise
         self.branches: dict[int, bytes] = {}  # the upper levels of the tree, read once
         self.checked = bytearray()  # a bit per record index whose value passed check()

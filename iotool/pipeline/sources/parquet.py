@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple, Sequence
 
 from ...errors import FormatError, RecordError, SourceError, UsageError
-from ...names import ALLOWED, inside, name_problem
+from ...names import ALLOWED, name_problem, resolve_inside
 from .base import SourceKind, SourceOptions, common_folder, read_label_file, too_large, value_classes
 from .imagefolder import read_source_file
 
@@ -322,7 +322,7 @@ class RowGroupReader:
             )
         rel = os.path.relpath(name, root) if os.path.isabs(name) else name
         problem = name_problem(rel.replace(os.sep, "/"))
-        full = inside(root, rel) if problem is None else None
+        full = resolve_inside(root, rel) if problem is None else None
         if full is None:
             raise RecordError(
                 f"row {row}: image path {name!r} is not under image_root {root!r}"

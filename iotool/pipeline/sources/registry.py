@@ -3,17 +3,17 @@
 Built-in kinds are listed here; other packages add kinds through the entry-point group
 ``iotool.sources`` (``name = "package.module:SOURCE"``, or just the module, whose ``SOURCE`` is
 taken), as formats do with ``iotool.formats``. Every registered iotool format is a source too
-(an existing dataset, :mod:`.dataset`); a source kind may not take a format's name.
+(an existing dataset, :mod:`.dataset`); a source kind may not take a format's name. The mechanism is :class:`iotool.registry.Registry`, which the format
+registry shares.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from ...errors import UsageError
 from ...formats import format_names
-from ...formats.plugins import entry_point_targets
+from ...registry import Registry
 from ...storage import MissingExtraError, StorageConfig
 from .base import Source, SourceKind
 from .dataset import dataset_kind
@@ -28,21 +28,15 @@ BUILTIN: dict[str, str] = {
 }
 DEFAULT_SOURCE = "imagefolder"  # what convert() reads when not told
 
-_loaded: dict[str, SourceKind] = {}
-_plugins: dict[str, str] | None = None
-
-
-def _entry_points() -> dict[str, str]:
-    """name -> "module:attr" of the source kinds other installed packages declare."""
-    global _plugins
-    if _plugins is None:
-        _plugins = entry_point_targets(ENTRY_POINT_GROUP, BUILTIN, "source")
-    return _plugins
+REGISTRY: Registry[SourceKind] = Registry(
+    "source", SourceKind, ENTRY_POINT_GROUP, BUILTIN, attr="SOURCE", error=UsageError, unknown="Unknown source format"
+)
+_datasets: dict[str, SourceKind] = {}  # the dataset kind of each format name asked for
 
 
 def source_names() -> list[str]:
     """Every source kind that is not an iotool format (built-ins first), without importing any."""
-    return [*BUILTIN, *(n for n in _entry_points() if n not in BUILTIN)]
+    return REGISTRY.names()
 
 
 def source_choices() -> list[str]:
@@ -51,31 +45,17 @@ def source_choices() -> list[str]:
     return [*kinds, *(n for n in format_names() if n not in kinds)]
 
 
-def _load(name: str, target: str) -> SourceKind:
-    module_name, _, attr = target.partition(":")
-    try:
-        kind = getattr(importlib.import_module(module_name), attr or "SOURCE")
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(
-            f"Source {name!r} is registered as {target!r}, which cannot be loaded ({type(exc).__name__}: {exc})."
-        ) from exc
-    if not isinstance(kind, SourceKind) or kind.name != name:
-        raise UsageError(f"Source {name!r}: {target!r} is not a SourceKind named {name!r}.")
-    return kind
-
-
 def get_source(name: str) -> SourceKind:
     """The kind called ``name`` (imported on first use), or the dataset kind of a format name;
     the error lists the choices."""
-    if name not in _loaded:
-        target = {**BUILTIN, **_entry_points()}.get(name)
-        if target is not None:
-            _loaded[name] = _load(name, target)
-        elif name in format_names():
-            _loaded[name] = dataset_kind(name)
-        else:
-            raise UsageError(f"Unknown source format {name!r}; choose one of: {', '.join(source_choices())}.")
-    return _loaded[name]
+    kind = REGISTRY.find(name)
+    if kind is not None:
+        return kind
+    if name not in _datasets:
+        if name not in format_names():
+            raise REGISTRY.unknown_name(name, source_choices())
+        _datasets[name] = dataset_kind(name)
+    return _datasets[name]
 
 
 def open_source(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
 from iotool.errors import RecordError, SourceError
-from iotool.names import ALLOWED, inside, name_problem
+from iotool.names import ALLOWED, name_problem, resolve_inside
 from iotool.pipeline.sources import SourceKind, SourceOptions, read_label_file, read_source_file
 
 MAX_LIST_BYTES = 1 << 26
@@ -57,7 +57,7 @@ class FilelistSource:
 
     def _entry(self, folder: str, rel: str, cls: str) -> Entry:
         problem = name_problem(rel)
-        path = inside(folder, rel) if problem is None else None
+        path = resolve_inside(folder, rel) if problem is None else None
         if problem is None and path is None:
             problem = "it leads outside the list's folder"
         label = self.class_to_idx.get(cls, -1)

@@ -3,8 +3,9 @@
 Each server runs in its own process on 127.0.0.1 (so it does not share the reader's GIL), is
 waited for with a bounded timeout, gets SIGTERM when the process that started it dies (Linux), and
 is stopped when the ``with`` block ends. Nothing else is contacted. The tests
-(``tests/test_remote.py``) and ``benchmarks/remote.py`` share these; they live in the library's
-storage layer so that both can import them without the tests importing ``benchmarks/``.
+(``tests/test_remote.py``, ``tests/test_hostile_remote.py``) and ``benchmarks/remote.py`` share
+these (``from tests.support.servers import ...``; the benchmark puts the checkout on ``sys.path``);
+they are not part of the installed package.
 
 moto's server needs ``pip install 'moto[server]'`` and reading it the s3 extra (s3fs).
 """
@@ -21,7 +22,7 @@ import time
 import urllib.request
 from typing import IO, Any, Iterable, Iterator
 
-from .config import StorageError
+from iotool.storage.config import StorageError
 
 HOST = "127.0.0.1"
 # moto accepts any credentials; these are what the options of :func:`moto_s3_server` carry
@@ -155,7 +156,7 @@ def http_server(
         "log": os.fspath(log_requests) if log_requests is not None else None,
         "gcs": gcs,
     }
-    cmd = [sys.executable, "-m", "iotool.storage.testing", json.dumps(settings)]
+    cmd = [sys.executable, os.path.abspath(__file__), json.dumps(settings)]  # this file runs the server
     with _serving(cmd, url + ALIVE, None, None, timeout):
         yield url
 
