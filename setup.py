@@ -61,7 +61,13 @@ setup(
         ),
         Extension(
             "iotool._resize",
-            sources=["iotool/_resize.c"],
+            sources=[  # one module, a file per concept (iotool/_resize.c says which)
+                "iotool/_resize.c",
+                "iotool/_resize_weights.c",
+                "iotool/_resize_horizontal.c",
+                "iotool/_resize_vertical.c",
+            ],
+            depends=["iotool/_resize.h"],
             extra_compile_args=["-O3"],
             optional=True,
             **STABLE_ABI,

@@ -1,0 +1,82 @@
+/*
+ * What the parts of the extension iotool._resize share (one module built from several files,
+ * see setup.py): the two structures (an axis's weights, the resize job), the helpers every pass
+ * uses, and the functions one file calls in another. _resize.c says what the module does and
+ * which file holds what.
+ *
+ * Kernel code only: no Python here (_resize.c includes Python.h first, as CPython asks).
+ */
+#ifndef IOTOOL_RESIZE_H
+#define IOTOOL_RESIZE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define HAVE_X86 1
+#include <immintrin.h>
+#else
+#define HAVE_X86 0
+#endif
+
+/* Shared between the files of the extension, not exported from it. */
+#define INTERNAL __attribute__((visibility("hidden")))
+
+/* One axis: for each output index, the first input index, the tap count and the int16 weights
+ * (maxk per output, zero-padded). */
+typedef struct {
+    int in, out, maxk, prec;
+    int *start, *count;
+    int16_t *w;
+} axis_t;
+
+/* One resize: src (rows row_stride bytes apart) into dst, as resize() describes. */
+typedef struct {
+    const uint8_t *src;
+    ptrdiff_t row_stride;
+    int height, width, channels;
+    uint8_t *dst;
+    int out_h, out_w, planar, swap;
+} job_t;
+
+static inline uint8_t clip8(int32_t v)
+{
+    return v < 0 ? 0 : (v > 255 ? 255 : (uint8_t)v);
+}
+
+/* The plane of dst that channel c of src goes to. */
+static inline int plane_of(const job_t *j, int c)
+{
+    return j->swap ? j->channels - 1 - c : c;
+}
+
+/* The widest instruction set the kernels may use: 2 AVX2, 1 SSSE3/SSE2, 0 scalar (set_level, for
+ * the tests that compare the paths; _resize.c). */
+extern INTERNAL int rs_level_cap;
+
+#if HAVE_X86
+/* Whether the CPU has AVX2 (SSSE3) and rs_level_cap allows it (_resize.c). */
+INTERNAL int rs_have_avx2(void);
+INTERNAL int rs_have_ssse3(void);
+#endif
+
+/* The bytes rs_axis_init carves for an axis of `in` to `out` samples, and the init itself: the
+ * weights of torch's kernel on memory from `mem`; returns the memory after them
+ * (_resize_weights.c). */
+INTERNAL size_t rs_axis_bytes(int in, int out);
+INTERNAL char *rs_axis_init(axis_t *a, int in, int out, char *mem);
+
+/* The horizontal pass of source rows [y0, y1) into `out`, and the scratch bytes it needs
+ * (_resize_horizontal.c). */
+INTERNAL void rs_hpass(const job_t *j, const axis_t *ax, int y0, int y1, uint8_t *out, int plane_rows,
+                       char *scratch);
+INTERNAL size_t rs_hpass_scratch(const job_t *j, int out_w);
+
+/* The vertical pass over rows of `len` bytes (_resize_vertical.c). */
+INTERNAL void rs_vpass(const uint8_t *src, ptrdiff_t src_stride, int first, int len, const axis_t *ay,
+                       uint8_t *dst, ptrdiff_t dst_stride);
+
+#endif
