@@ -22,7 +22,9 @@ class RecordSource(Protocol):
     """
 
     path: str
-    native_decode: Callable[[bytes], Any] | None
+
+    @property
+    def native_decode(self) -> Callable[[bytes], Any] | None: ...
 
     @property
     def keys(self) -> Any: ...
