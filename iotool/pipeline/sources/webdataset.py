@@ -80,9 +80,10 @@ def _range(body: str) -> list[str] | None:
     """The items of a ``{a..b}`` / ``{a..b..step}`` body, or None when it is not a range."""
     number = re.fullmatch(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?", body)
     letter = re.fullmatch(r"([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?", body)
-    if not number and not letter:
+    found = number or letter
+    if not found:
         return None
-    first, last, step = (number or letter).groups()
+    first, last, step = found.groups()
     step = abs(int(step)) if step and int(step) else 1
     if letter:
         a, b = ord(first), ord(last)
@@ -172,7 +173,11 @@ class _Sample:
     """A sample being grouped while a shard is scanned."""
 
     def __init__(self, key: str):
-        self.key, self.exts, self.image, self.label_raw, self.error = key, [], None, None, None
+        self.key = key
+        self.exts: list[str] = []
+        self.image: tuple[int, int] | None = None  # (offset, size) of the image member
+        self.label_raw: bytes | None = None
+        self.error: str | None = None
 
 
 class WebDatasetSource:
