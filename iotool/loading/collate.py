@@ -111,11 +111,11 @@ def image_chw(image: Any, index: int) -> tuple[int, int, int]:
             f"torch's default collate for float images."
         )
     if len(dims) == 2:
-        return (1, *dims)
+        return (1, dims[0], dims[1])
     if len(dims) != 3:
         layout = "HxWxC" if hwc else "CxHxW"
         raise UsageError(f"fast_collate needs {layout} (or HxW grayscale) images; sample {index} has shape {dims}.")
-    return (dims[2], dims[0], dims[1]) if hwc else dims
+    return (dims[2], dims[0], dims[1]) if hwc else (dims[0], dims[1], dims[2])
 
 
 def _common_chw(images: Sequence[Any]) -> tuple[int, int, int]:

@@ -178,19 +178,20 @@ def build_pipeline(
             images = fn.decoders.image_random_crop(
                 jpegs,
                 device=decode_on,
-                output_type=types.RGB,
+                output_type=types.DALIImageType.RGB,
                 random_area=list(random_area),
                 random_aspect_ratio=list(random_aspect_ratio),
             )
             images = fn.resize(images, resize_x=width, resize_y=height)
             mirror = fn.random.coin_flip(probability=0.5)
         else:
-            images = fn.decoders.image(jpegs, device=decode_on, output_type=types.RGB)
+            images = fn.decoders.image(jpegs, device=decode_on, output_type=types.DALIImageType.RGB)
             images = fn.resize(images, resize_shorter=round(min(height, width) * eval_resize))
             mirror = False
-        images = fn.crop_mirror_normalize(
-            images,
-            dtype=types.FLOAT,
+        # DALI's stubs type an operator's result as one node, several or None; fn.resize of one node is one node.
+        images = fn.crop_mirror_normalize(  # pyright: ignore[reportCallIssue]
+            images,  # pyright: ignore[reportArgumentType]
+            dtype=types.DALIDataType.FLOAT,
             output_layout="CHW",
             crop=(height, width),
             mean=mean255,
@@ -281,7 +282,8 @@ def _to_torch(images: Any, n: int, device: Any) -> Any:
 
     tensor = images.as_tensor()
     if device.type == "cuda":
-        from nvidia.dali.plugin.pytorch import feed_ndarray
+        # Re-exported here (its home moved to torch_utils in later DALI releases).
+        from nvidia.dali.plugin.pytorch import feed_ndarray  # pyright: ignore[reportPrivateImportUsage]
 
         out = torch.empty(tensor.shape(), dtype=torch.float32, device=device)
         feed_ndarray(tensor, out, cuda_stream=torch.cuda.current_stream(device))

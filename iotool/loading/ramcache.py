@@ -131,6 +131,13 @@ def check_memory(need: int, available: int, *, what: str = "the RAM cache", smal
     )
 
 
+def _resize_hwc(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """iotool's Resize kernel, as an HxWxC array (what ``output="hwc_array"`` gives)."""
+    out = _resize(image, size, output="hwc_array")
+    assert isinstance(out, np.ndarray)
+    return out
+
+
 class RamCache:
     """The shared block of decoded images of one dataset; see the module docstring.
 
@@ -141,6 +148,11 @@ class RamCache:
     Raises:
         UsageError: not on Linux (no ``memfd_create``).
     """
+
+    # Views of the mapping (per record: decoded and cached (height, width), slot offsets); None after close.
+    decoded: np.ndarray
+    shapes: np.ndarray
+    offsets: np.ndarray
 
     def __init__(self, sizes: np.ndarray, resize: int | None = None):
         _require_memfd()
@@ -213,12 +225,12 @@ class RamCache:
         if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or not self._fits(index, image):
             self._mismatch(index, image)
             if self.resize is not None and image.ndim == 3:
-                return _resize(image, cached_shape(image.shape[0], image.shape[1], self.resize), output="hwc_array")
+                return _resize_hwc(image, cached_shape(image.shape[0], image.shape[1], self.resize))
             return image
         if image.shape[:2] != (h, w):
             # iotool's Resize(N): antialiased bilinear, the C kernel where built (faster than the
             # bmp conversion's INTER_AREA, which would dominate the first epoch)
-            image = _resize(image, (h, w), output="hwc_array")
+            image = _resize_hwc(image, (h, w))
         self._slot(index)[...] = image
         os.pwrite(self._fd, READY, self._state + index)  # after the pixels: now others may read them
         return image
@@ -303,7 +315,8 @@ class RamCache:
 
     def close(self) -> None:
         """Unmap the block in this process (the kernel frees it once no process holds it)."""
-        self.shapes = self.offsets = self.decoded = None  # type: ignore[assignment]  # views of the mapping
+        # Views of the mapping: dropped before it is unmapped.
+        self.shapes = self.offsets = self.decoded = None  # pyright: ignore[reportAttributeAccessIssue]
         self._release()
         self._fd = None  # from now on every get misses and nothing is stored
 
