@@ -150,7 +150,7 @@ def _allocate(shape: tuple[int, int, int, int], memory_format: torch.memory_form
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape, strides)
 
 
-def copy_image(dst: torch.Tensor, image: Any) -> None:
+def copy_image(dst: torch.Tensor, image: np.ndarray | torch.Tensor) -> None:
     """Copy one image (as :func:`fast_collate` takes it) into its CxHxW slot of a batch, in a
     single strided copy (numpy's, which also handles an image that overlaps the slot)."""
     if isinstance(image, np.ndarray):

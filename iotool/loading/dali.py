@@ -29,10 +29,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..errors import UsageError
 from ..formats.dali import IMAGE_EXTS  # noqa: F401  (part of this module's API: the extensions DALI decodes)
+
+if TYPE_CHECKING:
+    import torch
+
+    from .normalization import ChannelValues
 
 AUTO = "auto"
 READER = "Reader"  # the reader's name in every pipeline built here
@@ -94,7 +99,7 @@ def dali_inputs(path: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def _stats(mean: Any, std: Any) -> tuple[list[float], list[float]]:
+def _stats(mean: ChannelValues, std: ChannelValues) -> tuple[list[float], list[float]]:
     """mean/std in 0-255 units, by CUDAPrefetcher's rule (0-1 units when every value is <= 1)."""
     from .normalization import mean_std_255
 
@@ -111,8 +116,8 @@ def build_pipeline(
     device_id: int | str | None = AUTO,
     shard_id: int | None = None,
     num_shards: int | None = None,
-    mean: Any = None,
-    std: Any = None,
+    mean: ChannelValues = None,
+    std: ChannelValues = None,
     random_area: Sequence[float] = (0.08, 1.0),
     random_aspect_ratio: Sequence[float] = (3 / 4, 4 / 3),
     eval_resize: float = 256 / 224,
@@ -260,7 +265,7 @@ class DALIIterator:
             yield _to_torch(images, n, device), labels.to(device, non_blocking=True)
 
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device:
         """Where the batches are: the pipeline's GPU, or the CPU for a CPU-only pipeline."""
         import torch
 
@@ -276,7 +281,7 @@ def _label(value: Any) -> int:
     return int(value.tobytes()) if value.dtype == np.uint8 else int(value.reshape(-1)[0])
 
 
-def _to_torch(images: Any, n: int, device: Any) -> Any:
+def _to_torch(images: Any, n: int, device: torch.device) -> torch.Tensor:
     """A dense DALI batch (float32) as a torch tensor on ``device``, its first ``n`` samples."""
     import torch
 

@@ -30,7 +30,7 @@ import os
 import secrets
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from ..storage.units import human_bytes
 from ..transforms import resize as _resize
 from ..transforms.sizing import min_decode_size, shorter_side_to, shorter_sides_to
 from .memory import available_memory
+
+if TYPE_CHECKING:
+    from ..formats import FormatReader
 
 MAGIC = b"IOTRAMC1"
 HEADER = 64  # magic, record count, then the offsets of the state, shapes, offsets and pixel areas
@@ -342,7 +345,7 @@ def _align(value: int, to: int) -> int:
     return (value + to - 1) // to * to
 
 
-def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = False) -> RamCache | None:
+def open_ram_cache(reader: FormatReader, resize: int | None = None, fallback: bool = False) -> RamCache | None:
     """The RAM cache for a format reader, after the memory check; None when it does not fit and
     ``fallback`` (a warning is logged).
 
@@ -377,7 +380,7 @@ def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = Fals
     return RamCache(sizes, resize)
 
 
-def cache_sizes(reader: Any) -> np.ndarray:
+def cache_sizes(reader: FormatReader) -> np.ndarray:
     """``reader.image_sizes()``; where a record's size cannot be read, (0, 0) for that record:
     its slot stays empty and reading it raises (or skips, per ``on_error``) as without the cache."""
     import logging

@@ -29,12 +29,12 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import IO, Any, NamedTuple, Sequence
 
 from ...errors import FormatError, SourceError, UsageError
 from .base import SourceKind, SourceOptions, common_folder, read_label_file, too_large, value_classes
 from .imagefolder import IMG_EXTENSIONS, MAX_SOURCE_FILE_BYTES
-from .tarmembers import TarDamage, members
+from .tarmembers import Member, TarDamage, members
 
 MAX_LABEL_BYTES = 1 << 20
 MAX_SHARDS = 1_000_000  # a brace pattern expanding to more is refused before it is expanded
@@ -234,7 +234,7 @@ class WebDatasetSource:
                 cut.error = f"the shard is damaged at {exc}"
         return samples
 
-    def _add(self, f: Any, m: Any, samples: list[_Sample]) -> None:
+    def _add(self, f: IO[bytes], m: Member, samples: list[_Sample]) -> None:
         """Put one member into its sample (a new one when its key changes)."""
         if (
             m.kind == "directory"
