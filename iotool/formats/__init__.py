@@ -60,6 +60,8 @@ def _detect_remote(url: str, config: StorageConfig) -> FormatSpec:
     """A URL dataset: asked of each format that reads URLs."""
     remote = [spec for spec in all_formats() if spec.remote_read]
     for sniff_remote in dict.fromkeys(spec.sniff_remote for spec in remote):  # a shared sniff once
+        if sniff_remote is None:  # remote_read implies one; narrowed for the checker
+            continue
         declared = sniff_remote(url, config)
         if declared is not None:
             found = _declared_spec(url, declared)

@@ -81,7 +81,7 @@ def output_file(root: str, rel: str, key: str, local: bool = True) -> str:
     return full
 
 
-COLUMNS = ("files", "keys", "labels", "sizes", "checksums")
+COLUMNS: tuple[str, ...] = ("files", "keys", "labels", "sizes", "checksums")
 KINDS = {"files": "str", "keys": "str", "labels": "int", "sizes": "int2", "checksums": "sha256"}
 
 

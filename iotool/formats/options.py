@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Self
 
 from ..errors import UsageError
 
@@ -19,7 +19,7 @@ class FormatOptions:
     noun: ClassVar[str] = "format"  # what the messages call the owner ("source" for source options)
 
     @classmethod
-    def parse(cls, format_name: str, given: Mapping[str, Any]) -> FormatOptions:
+    def parse(cls, format_name: str, given: Mapping[str, Any]) -> Self:
         """Build the options from keyword arguments (or ``KEY=VALUE`` strings from the CLI);
         unknown names are refused with the format's choices."""
         hints = typing.get_type_hints(cls)

@@ -207,7 +207,7 @@ class FormatReader(ABC):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        vars(self).update(state)
 
 
 def check_labels(labels: Any, classes: int, where: str, key_of: Callable[[int], str] | None = None) -> None:

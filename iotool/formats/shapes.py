@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 import numpy as np
 
 from ..errors import RECORD_ERRORS, DecodeError, FormatError
+from ..records import Record
 
 
 class RecordSource(Protocol):
@@ -22,7 +23,9 @@ class RecordSource(Protocol):
     """
 
     path: str
-    native_decode: Callable[[bytes], Any] | None
+
+    @property
+    def native_decode(self) -> Callable[[bytes], Any] | None: ...
 
     @property
     def keys(self) -> Any: ...
@@ -97,7 +100,7 @@ SHAPES = "shapes"  # the index column: N x 2 int64, decoded (height, width); [0,
 UNKNOWN = [0, 0]
 
 
-def record_shape(record: Any) -> list[int]:
+def record_shape(record: Record) -> list[int]:
     """[height, width] of a record's payload as a writer stores it in the ``shapes`` column:
     ``record.shape`` (the pipeline's, from decoding), else the header's; [0, 0] when unreadable
     (a payload stored without validation), which readers then resolve from the payload."""

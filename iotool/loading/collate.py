@@ -111,11 +111,11 @@ def image_chw(image: Any, index: int) -> tuple[int, int, int]:
             f"torch's default collate for float images."
         )
     if len(dims) == 2:
-        return (1, *dims)
+        return (1, dims[0], dims[1])
     if len(dims) != 3:
         layout = "HxWxC" if hwc else "CxHxW"
         raise UsageError(f"fast_collate needs {layout} (or HxW grayscale) images; sample {index} has shape {dims}.")
-    return (dims[2], dims[0], dims[1]) if hwc else dims
+    return (dims[2], dims[0], dims[1]) if hwc else (dims[0], dims[1], dims[2])
 
 
 def _common_chw(images: Sequence[Any]) -> tuple[int, int, int]:
@@ -150,7 +150,7 @@ def _allocate(shape: tuple[int, int, int, int], memory_format: torch.memory_form
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape, strides)
 
 
-def copy_image(dst: torch.Tensor, image: Any) -> None:
+def copy_image(dst: torch.Tensor, image: np.ndarray | torch.Tensor) -> None:
     """Copy one image (as :func:`fast_collate` takes it) into its CxHxW slot of a batch, in a
     single strided copy (numpy's, which also handles an image that overlaps the slot)."""
     if isinstance(image, np.ndarray):

@@ -29,10 +29,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..errors import UsageError
 from ..formats.dali import IMAGE_EXTS  # noqa: F401  (part of this module's API: the extensions DALI decodes)
+
+if TYPE_CHECKING:
+    import torch
+
+    from .normalization import ChannelValues
 
 AUTO = "auto"
 READER = "Reader"  # the reader's name in every pipeline built here
@@ -94,7 +99,7 @@ def dali_inputs(path: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def _stats(mean: Any, std: Any) -> tuple[list[float], list[float]]:
+def _stats(mean: ChannelValues, std: ChannelValues) -> tuple[list[float], list[float]]:
     """mean/std in 0-255 units, by CUDAPrefetcher's rule (0-1 units when every value is <= 1)."""
     from .normalization import mean_std_255
 
@@ -111,8 +116,8 @@ def build_pipeline(
     device_id: int | str | None = AUTO,
     shard_id: int | None = None,
     num_shards: int | None = None,
-    mean: Any = None,
-    std: Any = None,
+    mean: ChannelValues = None,
+    std: ChannelValues = None,
     random_area: Sequence[float] = (0.08, 1.0),
     random_aspect_ratio: Sequence[float] = (3 / 4, 4 / 3),
     eval_resize: float = 256 / 224,
@@ -178,19 +183,20 @@ def build_pipeline(
             images = fn.decoders.image_random_crop(
                 jpegs,
                 device=decode_on,
-                output_type=types.RGB,
+                output_type=types.DALIImageType.RGB,
                 random_area=list(random_area),
                 random_aspect_ratio=list(random_aspect_ratio),
             )
             images = fn.resize(images, resize_x=width, resize_y=height)
             mirror = fn.random.coin_flip(probability=0.5)
         else:
-            images = fn.decoders.image(jpegs, device=decode_on, output_type=types.RGB)
+            images = fn.decoders.image(jpegs, device=decode_on, output_type=types.DALIImageType.RGB)
             images = fn.resize(images, resize_shorter=round(min(height, width) * eval_resize))
             mirror = False
-        images = fn.crop_mirror_normalize(
-            images,
-            dtype=types.FLOAT,
+        # DALI's stubs type an operator's result as one node, several or None; fn.resize of one node is one node.
+        images = fn.crop_mirror_normalize(  # pyright: ignore[reportCallIssue]
+            images,  # pyright: ignore[reportArgumentType]
+            dtype=types.DALIDataType.FLOAT,
             output_layout="CHW",
             crop=(height, width),
             mean=mean255,
@@ -259,7 +265,7 @@ class DALIIterator:
             yield _to_torch(images, n, device), labels.to(device, non_blocking=True)
 
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device:
         """Where the batches are: the pipeline's GPU, or the CPU for a CPU-only pipeline."""
         import torch
 
@@ -275,13 +281,14 @@ def _label(value: Any) -> int:
     return int(value.tobytes()) if value.dtype == np.uint8 else int(value.reshape(-1)[0])
 
 
-def _to_torch(images: Any, n: int, device: Any) -> Any:
+def _to_torch(images: Any, n: int, device: torch.device) -> torch.Tensor:
     """A dense DALI batch (float32) as a torch tensor on ``device``, its first ``n`` samples."""
     import torch
 
     tensor = images.as_tensor()
     if device.type == "cuda":
-        from nvidia.dali.plugin.pytorch import feed_ndarray
+        # Re-exported here (its home moved to torch_utils in later DALI releases).
+        from nvidia.dali.plugin.pytorch import feed_ndarray  # pyright: ignore[reportPrivateImportUsage]
 
         out = torch.empty(tensor.shape(), dtype=torch.float32, device=device)
         feed_ndarray(tensor, out, cuda_stream=torch.cuda.current_stream(device))

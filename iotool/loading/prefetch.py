@@ -166,18 +166,19 @@ class CUDAPrefetcher:
                 return
             pending.append(self._launch(batch))
 
-    def _launch(self, batch: Any) -> tuple[Any, torch.cuda.Event | None]:
+    def _launch(self, batch: Any) -> tuple[Any, torch.cuda.Event | torch.Event | None]:
         """Start copying and converting one batch; returns it and the event marking it done."""
-        if self.stream is None:
+        stream = self.stream
+        if stream is None:
             return self._convert(batch), None
         self._check_pinned(batch)
-        self._follow_producer(batch)
-        with torch.cuda.stream(self.stream):
+        self._follow_producer(batch, stream)
+        with torch.cuda.stream(stream):
             out = self._convert(batch)
-            done = self.stream.record_event()
+            done = stream.record_event()
         return out, done
 
-    def _follow_producer(self, batch: Any) -> None:
+    def _follow_producer(self, batch: Any, stream: torch.cuda.Stream) -> None:
         """For CUDA inputs: order the side stream after the current stream and keep their memory."""
         inputs = [t for t in _tensors(batch) if t.is_cuda]
         if not inputs:
@@ -189,11 +190,11 @@ class CUDAPrefetcher:
                     f"prefetcher's device is {self.device}; produce it on {self.device}, "
                     f"or pass device='{tensor.device}'."
                 )
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        stream.wait_stream(torch.cuda.current_stream(self.device))
         for tensor in inputs:
-            tensor.record_stream(self.stream)
+            tensor.record_stream(stream)
 
-    def _hand_out(self, out: Any, done: torch.cuda.Event | None) -> Any:
+    def _hand_out(self, out: Any, done: torch.cuda.Event | torch.Event | None) -> Any:
         """Make the consumer stream wait for the batch and own its memory; return it."""
         if done is not None:
             consumer = torch.cuda.current_stream(self.device)

@@ -30,7 +30,7 @@ import os
 import secrets
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from ..storage.units import human_bytes
 from ..transforms import resize as _resize
 from ..transforms.sizing import min_decode_size, shorter_side_to, shorter_sides_to
 from .memory import available_memory
+
+if TYPE_CHECKING:
+    from ..formats import FormatReader
 
 MAGIC = b"IOTRAMC1"
 HEADER = 64  # magic, record count, then the offsets of the state, shapes, offsets and pixel areas
@@ -131,6 +134,13 @@ def check_memory(need: int, available: int, *, what: str = "the RAM cache", smal
     )
 
 
+def _resize_hwc(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """iotool's Resize kernel, as an HxWxC array (what ``output="hwc_array"`` gives)."""
+    out = _resize(image, size, output="hwc_array")
+    assert isinstance(out, np.ndarray)
+    return out
+
+
 class RamCache:
     """The shared block of decoded images of one dataset; see the module docstring.
 
@@ -141,6 +151,11 @@ class RamCache:
     Raises:
         UsageError: not on Linux (no ``memfd_create``).
     """
+
+    # Views of the mapping (per record: decoded and cached (height, width), slot offsets); None after close.
+    decoded: np.ndarray
+    shapes: np.ndarray
+    offsets: np.ndarray
 
     def __init__(self, sizes: np.ndarray, resize: int | None = None):
         _require_memfd()
@@ -213,12 +228,12 @@ class RamCache:
         if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or not self._fits(index, image):
             self._mismatch(index, image)
             if self.resize is not None and image.ndim == 3:
-                return _resize(image, cached_shape(image.shape[0], image.shape[1], self.resize), output="hwc_array")
+                return _resize_hwc(image, cached_shape(image.shape[0], image.shape[1], self.resize))
             return image
         if image.shape[:2] != (h, w):
             # iotool's Resize(N): antialiased bilinear, the C kernel where built (faster than the
             # bmp conversion's INTER_AREA, which would dominate the first epoch)
-            image = _resize(image, (h, w), output="hwc_array")
+            image = _resize_hwc(image, (h, w))
         self._slot(index)[...] = image
         os.pwrite(self._fd, READY, self._state + index)  # after the pixels: now others may read them
         return image
@@ -303,7 +318,8 @@ class RamCache:
 
     def close(self) -> None:
         """Unmap the block in this process (the kernel frees it once no process holds it)."""
-        self.shapes = self.offsets = self.decoded = None  # type: ignore[assignment]  # views of the mapping
+        # Views of the mapping: dropped before it is unmapped.
+        self.shapes = self.offsets = self.decoded = None  # pyright: ignore[reportAttributeAccessIssue]
         self._release()
         self._fd = None  # from now on every get misses and nothing is stored
 
@@ -329,7 +345,7 @@ def _align(value: int, to: int) -> int:
     return (value + to - 1) // to * to
 
 
-def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = False) -> RamCache | None:
+def open_ram_cache(reader: FormatReader, resize: int | None = None, fallback: bool = False) -> RamCache | None:
     """The RAM cache for a format reader, after the memory check; None when it does not fit and
     ``fallback`` (a warning is logged).
 
@@ -364,7 +380,7 @@ def open_ram_cache(reader: Any, resize: int | None = None, fallback: bool = Fals
     return RamCache(sizes, resize)
 
 
-def cache_sizes(reader: Any) -> np.ndarray:
+def cache_sizes(reader: FormatReader) -> np.ndarray:
     """``reader.image_sizes()``; where a record's size cannot be read, (0, 0) for that record:
     its slot stays empty and reading it raises (or skips, per ``on_error``) as without the cache."""
     import logging

@@ -130,7 +130,7 @@ def _records(reader: FormatReader, count: int) -> Iterator[tuple[int, bytes | No
 
 
 def _check_record(
-    reader, index: int, key: str, expected: str, decode_images: bool, data: bytes | None = None
+    reader: FormatReader, index: int, key: str, expected: str, decode_images: bool, data: bytes | None = None
 ) -> str | None:
     """Return why record ``index`` is bad, or None when it is intact."""
     try:

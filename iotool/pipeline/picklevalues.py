@@ -85,7 +85,7 @@ class _Constructor:
 class _Parser:
     """One pass over the opcode stream; ``pos`` is the offset of the next byte."""
 
-    def __init__(self, data: bytes | memoryview, limits: Limits):
+    def __init__(self, data: bytes | bytearray | memoryview, limits: Limits):
         self.data = data if isinstance(data, bytes) else bytes(data)
         self.limits = limits
         self.max_items = limits.max_items
@@ -367,7 +367,7 @@ def _raw(width: int, make=None):
     return lambda p: p.push(make(p.sized(width)))
 
 
-_HANDLERS = {
+_BY_OPCODE = {
     b"\x80": _proto,
     b"\x95": _frame,
     b"(": lambda p: (p.marks.append(len(p.stack)), p.count()),
@@ -412,7 +412,7 @@ _HANDLERS = {
 }
 
 
-_HANDLERS = {op[0]: handler for op, handler in _HANDLERS.items()}  # by opcode byte value
+_HANDLERS = {op[0]: handler for op, handler in _BY_OPCODE.items()}  # by opcode byte value
 _SIZES = {fmt: struct.calcsize(fmt) for fmt in ("<B", "<H", "<I", "<i", "<Q")}
 
 

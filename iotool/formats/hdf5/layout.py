@@ -17,6 +17,18 @@ SPACE_MARGIN = 2 * CHUNK_BYTES  # free space kept for HDF5's chunk cache and met
 STR = h5py.string_dtype("utf-8")  # the /keys element type
 
 
+def dataset(group: h5py.Group, name: str) -> h5py.Dataset:
+    """``group[name]``, which must be a dataset (h5py types a lookup as a group, dataset or datatype).
+
+    Raises:
+        KeyError: ``name`` is missing or not a dataset.
+    """
+    node = group[name]
+    if not isinstance(node, h5py.Dataset):
+        raise KeyError(f"'/{name}' is a {type(node).__name__}, not a dataset")
+    return node
+
+
 def column_digests(
     labels: np.ndarray, keys, checksums: np.ndarray, offsets: np.ndarray | None = None, shapes: np.ndarray | None = None
 ) -> dict[str, str]:

@@ -103,9 +103,9 @@ class Hdf5Reader(FormatReader):
 
     def _dataset(self, name: str, length: int | None = None) -> h5py.Dataset:
         f = self._file()
-        if name not in f or not isinstance(f[name], h5py.Dataset):
+        ds = f[name] if name in f else None
+        if not isinstance(ds, h5py.Dataset):
             raise FormatError(f"{self.path}: missing dataset '/{name}'; not a complete iotool HDF5 file.")
-        ds = f[name]
         expected = self.meta.count if length is None else length
         if expected >= 0 and ds.shape != (expected,):
             raise FormatError(f"{self.path}: '/{name}' has shape {ds.shape}, expected ({expected},).")

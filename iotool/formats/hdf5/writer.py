@@ -21,7 +21,7 @@ from ..options import FormatOptions
 from ..shapes import record_shape
 from ..sharded.index import sha256_hex
 from ..writer import FormatWriter, WriterHooks
-from .layout import BATCH, CHUNK_BYTES, INTEGRITY_ATTR, META_ATTR, SPACE_MARGIN, STR, column_digests
+from .layout import BATCH, CHUNK_BYTES, INTEGRITY_ATTR, META_ATTR, SPACE_MARGIN, STR, column_digests, dataset
 
 STAGED = {"labels": ("<i8", 0), "checksums": ("S64", 0), "shapes": ("<i4", 2)}  # (type, values per record)
 STAGE_BLOCK = 1 << 16  # records copied per write
@@ -40,10 +40,10 @@ class Hdf5Writer(FormatWriter):
             "chunks": (BATCH,),
             "track_times": False,
         }  # no timestamps: same input, same bytes
-        self.images = self.file.create_dataset(
+        self.images: h5py.Dataset = self.file.create_dataset(
             "images", (0,), "u1", maxshape=(None,), chunks=(CHUNK_BYTES,), track_times=False
         )
-        self.keys = self.file.create_dataset("keys", (0,), STR, **column)
+        self.keys: h5py.Dataset = self.file.create_dataset("keys", (0,), STR, **column)
         folder = os.path.dirname(os.path.abspath(path))
         self.staged = {name: tempfile.TemporaryFile(dir=folder) for name in STAGED}  # unnamed: gone with us
         self.offsets = [0]
@@ -147,16 +147,22 @@ class Hdf5Writer(FormatWriter):
         complete. A file that does not read back as written is an I/O error."""
         try:
             with h5py.File(self.path, "r") as f:
-                stored = f["offsets"][:]
+                stored = dataset(f, "offsets")[:]
                 ok = (
                     f.attrs.get(META_ATTR) == meta_json
                     and f.attrs.get(INTEGRITY_ATTR) == integrity
-                    and f["images"].shape == (int(offsets[-1]),)
+                    and dataset(f, "images").shape == (int(offsets[-1]),)
                     and np.array_equal(stored, offsets)
                     and json.loads(integrity)
                     == {
                         "meta": sha256_hex(meta_json.encode("utf-8")),
-                        **column_digests(f["labels"][:], f["keys"][:], f["checksums"][:], stored, f["shapes"][:]),
+                        **column_digests(
+                            dataset(f, "labels")[:],
+                            dataset(f, "keys")[:],
+                            dataset(f, "checksums")[:],
+                            stored,
+                            dataset(f, "shapes")[:],
+                        ),
                     }
                 )
         except (OSError, RuntimeError, KeyError, ValueError) as exc:
@@ -176,7 +182,8 @@ class Hdf5Writer(FormatWriter):
             os.truncate(self.path, 0)
         except OSError:
             pass
-        self.images = self.keys = None
+        # Dropped for good: the writer is not used after abort.
+        self.images = self.keys = None  # pyright: ignore[reportAttributeAccessIssue]
         for f in self.staged.values():
             f.close()
         try:

@@ -131,7 +131,10 @@ class LmdbWriter(FormatWriter):
     def resume(self, state: dict[str, Any]) -> None:
         with self.env.begin() as txn:
             for n in range(state["parts"]):
-                part = json.loads(txn.get(PART_KEY % n))
+                raw = txn.get(PART_KEY % n)
+                if raw is None:
+                    raise FormatError(f"{self.path}: the resume state names part {n}, which the file lacks.")
+                part = json.loads(raw)
                 self.keys += part["keys"]
                 self.labels.extend(part["labels"])
                 self.digests += bytes.fromhex(part["checksums"])

@@ -117,7 +117,7 @@ class ColumnWriter:
         n = len(next(iter(columns.values())))
         for name, kind in self.kinds.items():
             values = columns[name]
-            raw = kind == "sha256" and isinstance(values, (bytes, bytearray))  # n x 32 digest bytes
+            raw = kind == "sha256" and _is_raw(values)  # n x 32 digest bytes
             if (len(values) // 32 if raw else len(values)) != n:
                 raise ValueError(f"column {name!r} has {len(values)} values, expected {n}")
             if kind == "str":
@@ -152,6 +152,11 @@ class ColumnWriter:
 
 def _base(kind: str) -> str:
     return "int" if kind.startswith("int") else kind
+
+
+def _is_raw(values: object) -> bool:
+    """Whether a column's values are given as raw bytes (a call, so that ``values`` keeps its type)."""
+    return isinstance(values, (bytes, bytearray))
 
 
 def _width(kind: str) -> int:
@@ -214,7 +219,7 @@ def check_table(table: Any, kinds: dict[str, str], where: str) -> dict[str, dict
             problem = f"column kind {kind!r} where this format stores {kinds[name]!r}"
         if problem is not None:
             raise FormatError(f"{where}: index.json: column {name!r}: {problem}.")
-        if not isinstance(files, dict) or sorted(files) != sorted(column_files(name, _base(kind))):
+        if not isinstance(files, dict) or sorted(files) != sorted(column_files(name, _base(kinds[name]))):
             raise FormatError(f"{where}: index.json: invalid description of column {name!r} (its files).")
     return table
 

@@ -190,7 +190,7 @@ class IndexedReader(FormatReader):
         kinds = {n: k for n, k in self.column_kinds.items() if version >= self.column_since.get(n, 0)}
         self._present = list(kinds)
         if "columns" in raw:
-            self._table: dict | None = check_table(raw["columns"], kinds, self.path)
+            self._table: dict[str, dict[str, Any]] | None = check_table(raw["columns"], kinds, self.path)
             self._lists: dict[str, list] | None = None
             if not self.remote:  # map every column now: a wrong length or type fails the open
                 for name in kinds:
@@ -224,11 +224,13 @@ class IndexedReader(FormatReader):
             from .columns import Columns
             from .remote_columns import RemoteColumns, fetch_column_files
 
+            table = self._table
+            assert table is not None  # _load_columns set either the lists or the table
             if self.remote:  # local copies; errors name the dataset's URL
-                folder = fetch_column_files(self.path, self._table, self.storage, self._digest, self._count)
-                columns = self._h_columns = RemoteColumns(folder, self._table, self._count, self.path)
+                folder = fetch_column_files(self.path, table, self.storage, self._digest, self._count)
+                columns = self._h_columns = RemoteColumns(folder, table, self._count, self.path)
             else:
-                columns = self._h_columns = Columns(self.path, self._table, self._count, root=self.path)
+                columns = self._h_columns = Columns(self.path, table, self._count, root=self.path)
         return columns.get(name)
 
     def index_files(self) -> list[str]:
@@ -241,10 +243,12 @@ class IndexedReader(FormatReader):
         if self._table is None:
             return []
         from .columns import verify_files
+        from .remote_columns import RemoteColumns
 
         self.column("keys")  # maps (and for a URL fetches) the files
-        problems = verify_files(self._h_columns.folder, self._table, self._h_columns.root)
-        return [self._h_columns.as_url(p) for p in problems] if self.remote else problems
+        columns = self._h_columns
+        problems = verify_files(columns.folder, self._table, columns.root)
+        return [columns.as_url(p) for p in problems] if isinstance(columns, RemoteColumns) else problems
 
     def labels_file(self) -> str:
         """The labels column's file (index.json for version 1, whose lists it holds)."""

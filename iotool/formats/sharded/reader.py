@@ -292,7 +292,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                 pass
         return storage.read_range(self.shard_path(shard), offset, size, self.storage)
 
-    def _read_many_remote(self, indices: list[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
+    def _read_many_remote(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
         """Stream each remote shard once, in order (or read it from the cache).
 
         When a shard fails after the retries, it and its remaining records yield None; the
@@ -313,7 +313,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                         handle, cached = self._open_shard_stream(shard, cache)
                     except (OSError, IotoolError) as exc:
                         self._h_stream_errors[shard] = exc
-                if shard in self._h_stream_errors:
+                if shard in self._h_stream_errors or handle is None:  # no handle: the open failed
                     yield i, None, None
                     continue
                 try:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from ...errors import FormatError
 from ...names import ALLOWED, name_problem
 from ..dali import IMAGE_EXTS, DaliReading
+from .reader import TarReader
 
 if TYPE_CHECKING:
     from ..reader import ShardedReader
@@ -150,7 +151,7 @@ class TarDali(DaliReading):
         for shard, shard_path in enumerate(reader.shard_urls()):
             name = os.path.basename(shard_path)
             index = scan_shard(shard_path)
-            _check_against(index, shard_path, reader.shard_locations(shard))
+            _check_against(index, shard_path, _tar(reader).shard_locations(shard))
             target = os.path.join(path, dali_index_name(name))
             index.write(target)
             written.append(target)
@@ -165,6 +166,11 @@ class TarDali(DaliReading):
             missing_component_behavior="error",
             **options,
         )
+
+
+def _tar(reader: ShardedReader) -> TarReader:
+    assert isinstance(reader, TarReader), reader
+    return reader
 
 
 def _shard_names(reader: ShardedReader) -> list[str]:

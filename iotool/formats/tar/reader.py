@@ -43,7 +43,7 @@ class TarReader(OffsetShardReader):
         pickles its lists anyway, so its shard list is kept rather than parsed again."""
         if getattr(self, "_h_shards", None) is None and self._lists is not None:
             self._h_shards = self._v1_shards
-        return OffsetShardReader.shards.fget(self)
+        return super().shards
 
     def _check_member_keys(self, member_keys: Iterable[str]) -> None:
         for key in member_keys:
@@ -90,7 +90,8 @@ class TarReader(OffsetShardReader):
                 ok_name = payload.name.startswith(mk + ".") and "/" not in payload.name[len(mk) + 1 :]
                 if not ok_name or payload.offset_data != offset or payload.size != size:
                     problems.append(f"{where}: member {payload.name!r} does not match the index entry of {mk!r}.")
-                if cls.name != f"{mk}.cls" or tf.extractfile(cls).read().strip() != str(self.labels[i]).encode():
+                label = tf.extractfile(cls)  # a regular member (checked above): never None
+                if cls.name != f"{mk}.cls" or label is None or label.read().strip() != str(self.labels[i]).encode():
                     problems.append(f"{where}: label member {cls.name!r} does not match the index for {mk!r}.")
             return problems
 

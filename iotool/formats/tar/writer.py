@@ -65,6 +65,7 @@ class TarWriter(ShardedWriter):
         }
 
     def _close_shard(self, name: str) -> list[str]:
+        assert self.dali is not None  # set by _open_shard
         self.dali.write(os.path.join(self.path, dali_index_name(name)))
         return self._companions(name)
 

@@ -24,15 +24,16 @@ class TfrecordDali(DaliReading):
 
     def write_indexes(self, path: str, reader: ShardedReader) -> list[str]:
         """The tfrecord2idx file of every shard, from the index's record locations."""
-        shards = _tfrecord(reader).shards
-        return [write_idx(path, shards[shard]["name"], reader.shard_locations(shard)) for shard in range(len(shards))]
+        tfrecord = _tfrecord(reader)
+        shards = tfrecord.shards
+        return [write_idx(path, shards[shard]["name"], tfrecord.shard_locations(shard)) for shard in range(len(shards))]
 
     def read(self, fn: Any, reader: ShardedReader, **options: Any) -> tuple[Any, Any]:
         """The image bytes, and the class index (``image/class/label`` less the dataset's ``label_offset``)."""
         import nvidia.dali.tfrecord as tfrec
 
         features = {
-            example.IMAGE: tfrec.FixedLenFeature((), tfrec.string, ""),
+            example.IMAGE: tfrec.FixedLenFeature([], tfrec.string, ""),
             example.LABEL: tfrec.FixedLenFeature([1], tfrec.int64, -1),
         }
         out = fn.readers.tfrecord(

@@ -20,7 +20,7 @@ what this writes, which the tests check.
 from __future__ import annotations
 
 import struct
-from typing import Iterator
+from typing import Any, Iterator
 
 from ...errors import FormatError
 
@@ -95,9 +95,10 @@ def _read_varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
     raise ExampleError("varint longer than 10 bytes")
 
 
-def _fields(buf: memoryview, pos: int, end: int):
+def _fields(buf: memoryview, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
     """Yield (field number, wire type, value) of a message in buf[pos:end]: an int for varints,
-    a (start, end) pair for length-delimited fields, raw bytes for fixed ones."""
+    a (start, end) pair for length-delimited fields, raw bytes for fixed ones (the wire type says
+    which, so the value is typed Any: callers branch on the wire type)."""
     while pos < end:
         tag, pos = _read_varint(buf, pos, end)
         number, wire = tag >> 3, tag & 7

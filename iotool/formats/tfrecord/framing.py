@@ -68,7 +68,7 @@ class RecordError(FormatError):
         self.offset, self.resync = offset, resync
 
 
-def data_length(header: bytes, where: str, offset: int, max_bytes: int = MAX_RECORD_BYTES) -> int:
+def data_length(header: bytes | memoryview, where: str, offset: int, max_bytes: int = MAX_RECORD_BYTES) -> int:
     """The data length a record header declares, after checking its CRC and the cap."""
     if len(header) < HEADER_BYTES:
         raise RecordError(
@@ -141,7 +141,7 @@ def scan(f: IO[bytes], where: str, max_bytes: int = MAX_RECORD_BYTES) -> Iterato
         fits = end is None or offset + size <= end
         rest = f.read(length + FOOTER_BYTES) if fits else b""
         if len(rest) != length + FOOTER_BYTES:
-            have = HEADER_BYTES + len(rest) if fits else end - offset
+            have = HEADER_BYTES + len(rest) if fits or end is None else end - offset
             yield RawRecord(
                 offset,
                 have,

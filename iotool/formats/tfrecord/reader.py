@@ -63,6 +63,7 @@ class TfrecordReader(OffsetShardReader):
                     f"puts record {i} (byte {offset}, {size} bytes)."
                 )
                 continue
+            assert rec.data is not None  # a record without an error has its data
             try:
                 features = example.decode_example(rec.data)
             except example.ExampleError as exc:

@@ -117,6 +117,7 @@ class TfrecordWriter(ShardedWriter):
     KINDS = KINDS
     META_OPTIONS = ("shard_size", "shard_bytes", "label_offset")
     shard_name = staticmethod(shard_name)
+    options: TfrecordOptions
 
     def _open_shard(self, path: str) -> ShardFile:
         return ShardFile(path)

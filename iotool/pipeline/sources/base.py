@@ -51,8 +51,11 @@ class SourceTask(Protocol):
     """One unit of work: a worker turns it into one record. ``key`` and ``path`` name it in
     errors and in the resume fingerprint; the rest is the kind's own (a NamedTuple pickles well)."""
 
-    key: str
-    path: str
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
 
 
 class Source(Protocol):
@@ -65,16 +68,20 @@ class Source(Protocol):
 
     def options_dict(self) -> dict[str, Any]:
         """The source's own options as stored in the metadata (empty when it takes none)."""
+        ...
 
     def tasks(self) -> Sequence[SourceTask]:
         """Every task in source order (the order of the records written)."""
+        ...
 
     def worker_state(self) -> Any:
         """What :meth:`load` needs in a worker process (pickled once per worker or Ray task)."""
+        ...
 
     @staticmethod
-    def load(state: Any, task: Any) -> tuple[str, str, int, bytes]:
+    def load(state: Any, task: Any, /) -> tuple[str, str, int, bytes]:
         """(key, path, label, payload bytes) of one task; raises an IotoolError for a bad one."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,7 @@ def scan_imagefolder(
     if is_url(root) or os.fspath(root).lower().startswith("file://"):
         root = normalize(root)
     if is_url(root):
-        return _scan_remote(root, storage, extensions)
+        return _scan_remote(os.fspath(root), storage, extensions)
     root = os.path.abspath(os.fspath(root))
     classes, class_to_idx = find_classes(root)
     samples: list[SourceSample] = []

@@ -116,6 +116,7 @@ class TfrecordFilesSource:
                             )
                         )
                         continue
+                    assert rec.data is not None  # a record without an error has its data
                     key, label, error = self._describe(rec.data, fallback, used)
                     if error is None:
                         labels.append(label)

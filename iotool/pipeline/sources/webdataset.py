@@ -29,12 +29,12 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import IO, Any, NamedTuple, Sequence
 
 from ...errors import FormatError, SourceError, UsageError
 from .base import SourceKind, SourceOptions, common_folder, read_label_file, too_large, value_classes
 from .imagefolder import IMG_EXTENSIONS, MAX_SOURCE_FILE_BYTES
-from .tarmembers import TarDamage, members
+from .tarmembers import Member, TarDamage, members
 
 MAX_LABEL_BYTES = 1 << 20
 MAX_SHARDS = 1_000_000  # a brace pattern expanding to more is refused before it is expanded
@@ -80,9 +80,10 @@ def _range(body: str) -> list[str] | None:
     """The items of a ``{a..b}`` / ``{a..b..step}`` body, or None when it is not a range."""
     number = re.fullmatch(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?", body)
     letter = re.fullmatch(r"([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?", body)
-    if not number and not letter:
+    found = number or letter
+    if not found:
         return None
-    first, last, step = (number or letter).groups()
+    first, last, step = found.groups()
     step = abs(int(step)) if step and int(step) else 1
     if letter:
         a, b = ord(first), ord(last)
@@ -172,7 +173,11 @@ class _Sample:
     """A sample being grouped while a shard is scanned."""
 
     def __init__(self, key: str):
-        self.key, self.exts, self.image, self.label_raw, self.error = key, [], None, None, None
+        self.key = key
+        self.exts: list[str] = []
+        self.image: tuple[int, int] | None = None  # (offset, size) of the image member
+        self.label_raw: bytes | None = None
+        self.error: str | None = None
 
 
 class WebDatasetSource:
@@ -229,7 +234,7 @@ class WebDatasetSource:
                 cut.error = f"the shard is damaged at {exc}"
         return samples
 
-    def _add(self, f: Any, m: Any, samples: list[_Sample]) -> None:
+    def _add(self, f: IO[bytes], m: Member, samples: list[_Sample]) -> None:
         """Put one member into its sample (a new one when its key changes)."""
         if (
             m.kind == "directory"
