@@ -3,7 +3,7 @@
 Each server runs in its own process on 127.0.0.1 (so it does not share the reader's GIL), is
 waited for with a bounded timeout, gets SIGTERM when the process that started it dies (Linux), and
 is stopped when the ``with`` block ends. Nothing else is contacted. The tests
-(``tests/test_remote.py``) and ``benchmarks/remote.py`` share these; they live in the library's
+(``tests/storage/test_remote.py``) and ``benchmarks/remote.py`` share these; they live in the library's
 storage layer so that both can import them without the tests importing ``benchmarks/``.
 
 moto's server needs ``pip install 'moto[server]'`` and reading it the s3 extra (s3fs).
