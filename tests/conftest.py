@@ -195,3 +195,11 @@ def indices_by_place(ds, world: int, workers: int) -> dict[tuple[int, int], list
             ds.env = ShardEnv(rank, world, w, workers)
             out[(rank, w)] = list(ds.iter_indices())
     return out
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects: `-m serial` must see the mark added here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on a CUDA device run in the serial part: one device, and their timings need it quiet."""
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(pytest.mark.serial)

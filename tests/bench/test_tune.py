@@ -367,6 +367,7 @@ def test_recommended_kwargs_build_a_working_dataloader(lmdb_path):
         assert sum(row["chosen"] for row in data["table"] if row["feeder"] == feeder) == 1
 
 
+@pytest.mark.serial  # a wall-clock bound on the search
 def test_a_tiny_budget_returns_promptly_with_a_note(lmdb_path):
     start = time.perf_counter()
     result = tune_loader(lmdb_path, batch_size=4, max_seconds=0.01, max_workers=2, warmup=0)
@@ -376,6 +377,7 @@ def test_a_tiny_budget_returns_promptly_with_a_note(lmdb_path):
     DataLoader(list(range(8)), **{k: v for k, v in result.kwargs.items() if k != "collate_fn"})
 
 
+@pytest.mark.serial  # a wall-clock bound on the search
 def test_the_budget_stops_a_search_midway(lmdb_path):
     start = time.perf_counter()
     result = tune_loader(lmdb_path, batch_size=4, max_seconds=1.0, max_workers=2, min_time=0.4, warmup=0)

@@ -409,6 +409,7 @@ def test_labels_outside_the_classes_are_refused_naming_the_record(fmt, bad, copy
     assert not report.ok and any(f"has label {bad}" in p.reason for p in report.problems)
 
 
+@pytest.mark.serial  # a wall-clock bound of 1 s
 def test_checking_labels_at_open_is_cheap_at_14m_records(tmp_path):
     import time
 

@@ -456,6 +456,7 @@ def test_a_new_pass_ends_the_last_one_clearly(built):
     )
 
 
+@pytest.mark.serial  # a wall-clock bound on the shutdown
 @pytest.mark.slow  # a fresh interpreter importing torch: several seconds on a busy machine
 def test_ctrl_c_stops_every_thread_promptly(built, tmp_path):
     """A real SIGINT to a child process inside a slow pass: KeyboardInterrupt in the loop, every

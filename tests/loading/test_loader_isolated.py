@@ -224,6 +224,7 @@ def test_without_fork_and_memfd_it_is_refused_with_the_alternatives(monkeypatch)
 # --- shutdown -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # /dev/shm is the machine's: other tests add to it
 def test_break_del_and_gc_leave_no_child_thread_mapping_or_shm(built):
     ds = iotool.open_dataset(built("lmdb"), transform=RandomResizedCrop(16))
     gc.collect()  # loaders of earlier tests
@@ -244,6 +245,7 @@ def test_break_del_and_gc_leave_no_child_thread_mapping_or_shm(built):
     assert threading.active_count() == threads and _shm() == shm and _mapped_regions() == regions
 
 
+@pytest.mark.serial  # a wall-clock bound on noticing the death
 def test_a_killed_child_is_an_error_naming_it_not_a_hang(built):
     ds = iotool.open_dataset(built("lmdb"), transform=CenterCrop(16))
     loader = iotool.Loader(ds, batch_size=1, threads=2, isolate=True)
@@ -299,6 +301,7 @@ def test_the_child_dies_with_its_parent(built, tmp_path):
     assert _gone(pid)
 
 
+@pytest.mark.serial  # a wall-clock bound on the shutdown
 @pytest.mark.slow  # a fresh interpreter importing torch: several seconds on a busy machine
 def test_ctrl_c_to_the_process_group_ends_the_child_promptly(built, tmp_path):
     """A real SIGINT to the whole process group (as a terminal's Ctrl-C) while the loop waits for

@@ -26,6 +26,9 @@ from iotool.pipeline.destination import TMP_MARKER, lock_path
 
 from ..conftest import FORMATS, formats_where, get_format, make_image, options_for
 
+# Mounts (tmpfs, read-only binds), signals to conversions and wall-clock bounds: a quiet machine.
+pytestmark = pytest.mark.serial
+
 IMAGES = 60
 SLOW_CLI = """
 import os, sys, time

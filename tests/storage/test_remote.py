@@ -295,6 +295,7 @@ def test_http_failure_after_the_retries_names_the_url(http):
     assert "after 2 attempts" in str(info.value)
 
 
+@pytest.mark.serial  # a wall-clock bound on the retries
 def test_http_unreachable_shard_is_skipped_whole_under_skip(http, caplog):
     server, url, local = http
     server.fail(1000, "503", match="shard-000003")
@@ -515,6 +516,7 @@ def _full_cache_reads(url: str, cache: Path, shuffle: bool) -> tuple[list[str], 
     return json.loads(lines[0]), done.stderr
 
 
+@pytest.mark.serial  # mounts a tmpfs
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_a_full_cache_dir_reads_through_and_warns_once(http, tmp_path, shuffle):
     """cache_dir on a disk too small for the shards (a real tmpfs): the epoch completes, reading
