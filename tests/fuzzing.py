@@ -1,4 +1,4 @@
-"""Byte-level fuzz of every registered format (issue 24, point 4), in forked children.
+"""Byte-level fuzz of every registered format, in forked children.
 
 Each format gets one small pristine dataset made by :func:`iotool.convert` (several shards where
 the format has them). A case copies it, changes bytes of one or a few of its files (data, index

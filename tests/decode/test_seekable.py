@@ -1,4 +1,4 @@
-"""Seekable JPEGs (issue 26): the lossless restart-marker transcode, iotool's segment table, and the
+"""Seekable JPEGs: the lossless restart-marker transcode, iotool's segment table, and the
 decode of only the segments a crop needs."""
 
 from __future__ import annotations

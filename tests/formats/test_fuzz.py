@@ -1,6 +1,6 @@
 """The byte-level fuzz of every registered format (tests/fuzzing.py), at a size that fits in CI.
 
-``IOTOOL_FUZZ_CASES=2000 pytest tests/formats/test_fuzz.py`` runs the full size (issue 24: at least 2,000
+``IOTOOL_FUZZ_CASES=2000 pytest tests/formats/test_fuzz.py`` runs the full size (at least 2,000
 mutated datasets per format); ``python -m tests.fuzzing --cases 2000 --json DIR`` does the same and
 writes a summary per format with replayable examples of each failure class.
 """

@@ -1,4 +1,4 @@
-"""Hostile local files and values in a dataset someone else prepared (issue 24, points 2, 3, 6, 7).
+"""Hostile local files and values in a dataset someone else prepared.
 
 Datasets are made by ``iotool.convert`` and then tampered as an attacker would (index.json and the
 column digests re-signed, since the digest is a plain SHA-256): record files replaced by real
@@ -177,7 +177,7 @@ def assert_refused(result: dict, *words: str) -> None:
     assert any(all(w in reason for w in words) for reason in verify["value"]), (words, verify["value"])
 
 
-# --- point 3: local files are regular files of the dataset ------------------------------------
+# --- local files are regular files of the dataset ---------------------------------------------
 
 
 @pytest.mark.parametrize("fmt", INDEXED)
@@ -324,7 +324,7 @@ def test_a_tfrecord_length_is_checked_against_the_file_before_the_body_is_read(t
     assert "truncated record at byte 0 (112 of" in done.stdout, done.stdout
 
 
-# --- point 2 (reader side): names in indexes ------------------------------------------------------
+# --- names in indexes (reader side) -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fmt", SHARDED)
@@ -340,7 +340,7 @@ def test_unsafe_shard_names_are_refused_naming_index_json_and_the_name(fmt, name
     assert not report.ok and any("unsafe shard name" in p.reason for p in report.problems)
 
 
-# --- point 6: values checked against the metadata ----------------------------------------------
+# --- values checked against the metadata -------------------------------------------------------
 
 
 def rewrite_labels(fmt: str, path: Path, labels: list[int]) -> None:

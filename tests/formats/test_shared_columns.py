@@ -1,4 +1,4 @@
-"""LMDB and HDF5 index columns mapped from the dataset file, shared by every process (issue 28).
+"""LMDB and HDF5 index columns mapped from the dataset file, shared by every process.
 
 The readers map the columns where the container stores them (LMDB's overflow pages, HDF5's
 contiguous datasets) instead of copying them into each process; older HDF5 files with chunked
@@ -265,7 +265,7 @@ def worker_growth(path: Path, context: str) -> float:
 @pytest.mark.parametrize("context", ["fork"])  # spawn too in benchmarks/index_memory.py (8 s a loader here)
 @pytest.mark.parametrize("fmt", CONTAINERS)
 def test_a_worker_maps_the_columns_instead_of_copying_them(fmt, context, tmp_path_factory):
-    """As the issue measures it: a worker over a large dataset against one over 1,000 records
+    """Measured as a worker's own memory: a worker over a large dataset against one over 1,000 records
     (opening HDF5 in a worker and Python's copy-on-write cost a few MiB either way)."""
     folder = tmp_path_factory.getbasetemp() / f"columns-{fmt}"
     large, small = folder / "large", folder / "small"

@@ -82,7 +82,7 @@ def _threads_back(before: int, timeout: float = 5.0) -> int:
     return threading.active_count()
 
 
-# --- point 1: what DataLoader(collate_fn=fast_collate) yields, for every dataset -----------------------
+# --- what DataLoader(collate_fn=fast_collate) yields, for every dataset --------------------------------
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -142,7 +142,7 @@ def test_images_of_different_sizes_are_refused_naming_the_record(built):
         list(iotool.Loader(ds, batch_size=23, threads=2))
 
 
-# --- point 2: the ring, its lifetime rule, CUDAPrefetcher -------------------------------------------------
+# --- the ring, its lifetime rule, CUDAPrefetcher ----------------------------------------------------------
 
 
 def test_ring_memory_is_reused_across_batches_and_epochs(built):
@@ -253,7 +253,7 @@ def test_cuda_prefetcher_takes_the_loader_unchanged(built):
     assert _same(ours, theirs)
 
 
-# --- point 3: the same batches for any thread count ---------------------------------------------------------
+# --- the same batches for any thread count ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("case", ["lmdb-fused", "bmp", "lmdb-ram", "tar"])
@@ -277,7 +277,7 @@ def test_threads_1_2_4_give_identical_batches(built, case):
         assert not _same(runs[1], _clone(other))
 
 
-# --- point 5: resume, sample for sample -------------------------------------------------------------------------
+# --- resume, sample for sample ----------------------------------------------------------------------------------
 
 
 class CountingLmdbReader(LmdbReader):
@@ -368,7 +368,7 @@ def test_a_state_that_does_not_fit_is_refused_by_name(built):
         iotool.Loader(ds, batch_size=3, seed=1).load_state_dict({**state, "batches": -1})
 
 
-# --- point 7: errors and shutdown ----------------------------------------------------------------------------------
+# --- errors and shutdown -------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -502,7 +502,7 @@ def test_ctrl_c_stops_every_thread_promptly(built, tmp_path):
     assert before == after and time.monotonic() - started < 10
 
 
-# --- point 4: ranks ----------------------------------------------------------------------------------------------
+# --- ranks -------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("even", [True, False])

@@ -1,4 +1,4 @@
-"""The write side against careless commands and hostile sources (issue 24, points 1, 2 and 8):
+"""The write side against careless commands and hostile sources:
 ``--overwrite`` replaces only what iotool wrote, and never the source; writers never write
 outside DST, whatever names a source holds; ``--resume`` leaves nothing behind.
 

@@ -1,4 +1,4 @@
-"""Hostile HTTP servers and S3 objects (issue 24, point 5): remote reads stay on the dataset's
+"""Hostile HTTP servers and S3 objects: remote reads stay on the dataset's
 origin and within the bounds the index sets, and the shard cache within its own.
 
 Real servers on 127.0.0.1 (:func:`iotool.storage.testing.http_server`, each in its own process;

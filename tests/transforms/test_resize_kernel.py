@@ -1,6 +1,6 @@
 """iotool's C resize kernel (iotool._resize) against torch's uint8 antialiased bilinear kernel.
 
-The contract (issue 13, point 4) is "within 1 grey level of torch on every pixel, same crop box";
+The contract is "within 1 grey level of torch on every pixel, same crop box";
 the kernel does torch's integer arithmetic step for step (same weights, same rounding, same pass
 order), so these tests hold it to identical bytes: any difference at all means the arithmetic
 drifted from torch's. Inputs: seeded noise plus gradients (noise is the hardest case for a
