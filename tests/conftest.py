@@ -203,3 +203,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(pytest.mark.serial)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Captured output and logs as UTF-8 a pytest-xdist worker can send: hostile tests log names
+    read from mutated files, whose undecodable bytes Python holds as lone surrogates."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode("utf-8")) for title, text in report.sections
+    ]
