@@ -207,10 +207,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
-    """Captured output and logs as UTF-8 a pytest-xdist worker can send: hostile tests log names
-    read from mutated files, whose undecodable bytes Python holds as lone surrogates."""
+    """Captured output, logs and failures as UTF-8 a pytest-xdist worker can send: hostile tests
+    log names read from mutated files, whose undecodable bytes Python holds as lone surrogates."""
     outcome = yield
     report = outcome.get_result()
-    report.sections = [
-        (title, text.encode("utf-8", "backslashreplace").decode("utf-8")) for title, text in report.sections
-    ]
+    report.sections = [(title, _utf8(text)) for title, text in report.sections]
+    if report.longrepr is not None and _utf8(text := str(report.longrepr)) != text:
+        report.longrepr = _utf8(text)  # the failure as text: the worker could not send it otherwise
+
+
+def _utf8(text: str) -> str:
+    """``text`` with lone surrogates as backslash escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
