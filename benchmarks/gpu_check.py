@@ -118,7 +118,7 @@ def cuda_test_files() -> list[str]:
     """The test files that hold cuda-marked tests, relative to the repository."""
     return sorted(
         str(p.relative_to(REPO))
-        for p in (REPO / "tests").glob("test_*.py")
+        for p in (REPO / "tests").rglob("test_*.py")
         if "mark.cuda" in p.read_text(encoding="utf-8")
     )
 

@@ -195,3 +195,27 @@ def indices_by_place(ds, world: int, workers: int) -> dict[tuple[int, int], list
             ds.env = ShardEnv(rank, world, w, workers)
             out[(rank, w)] = list(ds.iter_indices())
     return out
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects: `-m serial` must see the mark added here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on a CUDA device run in the serial part: one device, and their timings need it quiet."""
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(pytest.mark.serial)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Captured output, logs and failures as UTF-8 a pytest-xdist worker can send: hostile tests
+    log names read from mutated files, whose undecodable bytes Python holds as lone surrogates."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, _utf8(text)) for title, text in report.sections]
+    if report.longrepr is not None and _utf8(text := str(report.longrepr)) != text:
+        report.longrepr = _utf8(text)  # the failure as text: the worker could not send it otherwise
+
+
+def _utf8(text: str) -> str:
+    """``text`` with lone surrogates as backslash escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

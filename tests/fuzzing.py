@@ -1,4 +1,4 @@
-"""Byte-level fuzz of every registered format (issue 24, point 4), in forked children.
+"""Byte-level fuzz of every registered format, in forked children.
 
 Each format gets one small pristine dataset made by :func:`iotool.convert` (several shards where
 the format has them). A case copies it, changes bytes of one or a few of its files (data, index
@@ -34,7 +34,7 @@ Run it: ``python -m tests.fuzzing --cases 2000`` (every format; ``--formats tar 
 ``--jobs``, ``--seed``, ``--json DIR`` for a summary per format with examples of each class), and
 replay one case with ``python -m tests.fuzzing --replay FORMAT CASE`` (CASE as printed in the
 summary: the mutation is derived from the seed and the case number alone, so a replay on the same
-commit rebuilds the same pristine dataset and the same bytes). ``tests/test_fuzz.py`` runs a few
+commit rebuilds the same pristine dataset and the same bytes). ``tests/formats/test_fuzz.py`` runs a few
 dozen cases per format in CI.
 """
 
@@ -66,7 +66,7 @@ from iotool.errors import IotoolError
 from iotool.formats import get_format
 
 from .conftest import FORMATS, dataset_files, options_with_units, write_tree
-from .test_hostile import RAW_EXCEPTION
+from .formats.test_hostile import RAW_EXCEPTION
 
 SEED = 20241201
 BOUND_S = 10.0  # a case's time bound (the child's watchdog; the parent kills it a little later)

@@ -1,5 +1,5 @@
 /* faultshim: an LD_PRELOAD library that counts, fails or kills at the write-side system calls of
- * one process (tests/test_faults.py builds it with gcc and drives it).
+ * one process (tests/pipeline/test_faults.py builds it with gcc and drives it).
  *
  * It interposes the libc entry points that Python file objects, libhdf5 and liblmdb write
  * through: write, pwrite, pwrite64, writev, pwritev, fsync, fdatasync, msync, ftruncate,

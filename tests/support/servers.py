@@ -3,7 +3,7 @@
 Each server runs in its own process on 127.0.0.1 (so it does not share the reader's GIL), is
 waited for with a bounded timeout, gets SIGTERM when the process that started it dies (Linux), and
 is stopped when the ``with`` block ends. Nothing else is contacted. The tests
-(``tests/test_remote.py``, ``tests/test_hostile_remote.py``) and ``benchmarks/remote.py`` share
+(``tests/storage/test_remote.py``, ``tests/storage/test_hostile_remote.py``) and ``benchmarks/remote.py`` share
 these (``from tests.support.servers import ...``; the benchmark puts the checkout on ``sys.path``);
 they are not part of the installed package.
 
