@@ -121,9 +121,9 @@ class LoaderThreads:
         self.clocks: list[tuple[float, cProfile.Profile | None]] = []
 
     def __enter__(self) -> LoaderThreads:
-        from iotool.loading import threadpass
+        from iotool.loading.loader import threadpass
 
-        self._original = original = threadpass.Pass._work
+        self._original = original = threadpass.ThreadPass._work
         clocks, profile = self.clocks, self.profile
 
         def clocked(pass_: Any) -> None:
@@ -134,13 +134,13 @@ class LoaderThreads:
             finally:
                 clocks.append((time.thread_time() - start, prof))
 
-        threadpass.Pass._work = clocked
+        threadpass.ThreadPass._work = clocked
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from iotool.loading import threadpass
+        from iotool.loading.loader import threadpass
 
-        threadpass.Pass._work = self._original
+        threadpass.ThreadPass._work = self._original
 
 
 def clocked_run(work: Work, profile: bool) -> tuple[float, float, int]:

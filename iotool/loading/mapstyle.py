@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from torch.utils.data import Dataset
 
@@ -12,7 +12,10 @@ from ..decode import AUTO, BACKENDS, decode, resolve_backend
 from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError
 from ..formats import FormatReader
 from ..transforms.fused import fuse, leaves_input_alone
+from .order import EpochOrder, RecordOrder
 from .ramcache import RamCache, open_ram_cache
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("raise", "skip")
@@ -134,12 +137,46 @@ class ImageDataset(ReaderInfo, Dataset):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} records")
-        for _ in range(len(self)):
-            sample = self.sample(index)
-            if sample is not None:
-                return sample
-            index = (index + 1) % len(self)  # on_error="skip": serve the next record instead
+        return self.first_readable(index, self.sample)[0]
+
+    def first_readable(self, index: int, attempt: Callable[[int], T | None]) -> tuple[T, int]:
+        """(``attempt(record)``, record) for the first record from ``index`` on (wrapping around)
+        where ``attempt`` gives something: None means a bad record skipped, so the next one is
+        served instead. The one skip-and-advance loop of ``ds[i]`` and :class:`iotool.Loader`.
+
+        Raises:
+            RecordError: no record gave anything.
+        """
+        n, record = len(self), index
+        for _ in range(n):
+            served = attempt(record)
+            if served is not None:
+                return served, record
+            record = (record + 1) % n
         raise RecordError(f"{self.reader.path}: no readable record left.")
+
+    # -- order: what iotool.Loader asks of both dataset kinds --------------------------------------
+    @property
+    def mapstyle(self) -> ImageDataset:
+        """The map-style dataset that decodes each record: this one (as ``ShardedIterableDataset.mapstyle``)."""
+        return self
+
+    @property
+    def epoch_order(self) -> EpochOrder:
+        """This dataset's own order options: none (a sampler or the Loader orders it)."""
+        return EpochOrder()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Nothing to set: a map-style dataset's order is its sampler's (here so that the Loader
+        treats both dataset kinds alike)."""
+
+    def epoch_length(self, order: EpochOrder) -> int:
+        """Records ``order``'s rank reads per epoch."""
+        return order.length(len(self))
+
+    def record_order(self, order: EpochOrder, start: int = 0) -> RecordOrder:
+        """``order``'s record indices from position ``start``, as ``DistributedSampler``."""
+        return RecordOrder(order.indices(len(self)), start)
 
     def load(
         self, index: int, data: bytes | None = None, label: int | None = None, min_size: tuple[int, int] | None = None
