@@ -12,7 +12,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import UsageError
 from ..formats import ShardedReader
-from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo
+from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo, ram_cache_options
 from .order import EpochOrder, RecordOrder
 from .ramcache import RamCache
 from .split import STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env, distributed_rank
@@ -57,12 +57,18 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
         on_error: str = "raise",
         max_skips: int = 100,
         check_checksums: bool = False,
+        ram_cache: bool = False,
+        ram_cache_resize: int | None = None,
+        ram_cache_fallback: bool = False,
         cache: str | None = None,
         cache_resize: int | None = None,
-        cache_fallback: bool = False,
+        cache_fallback: bool | None = None,
     ):
         if buffer_size < 1:
             raise UsageError(f"buffer_size={buffer_size}: must be at least 1.")
+        ram, resize, fallback = ram_cache_options(
+            ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
+        )
         # the map-style dataset over the same reader: it decodes, transforms (or skips) each record
         self.mapstyle = ImageDataset(
             reader,
@@ -71,9 +77,9 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
             on_error=on_error,
             max_skips=max_skips,
             check_checksums=check_checksums,
-            cache=cache,
-            cache_resize=cache_resize,
-            cache_fallback=cache_fallback,
+            ram_cache=ram,
+            ram_cache_resize=resize,
+            ram_cache_fallback=fallback,
         )
         self.reader = reader
         self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even

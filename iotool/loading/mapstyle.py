@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import warnings
 from typing import Any, Callable, TypeVar
 
 from torch.utils.data import Dataset
@@ -19,14 +20,50 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("raise", "skip")
-CACHES = (None, "ram")
+CACHES = (None, "ram")  # the deprecated ``cache=`` spelling's values
+
+
+def ram_cache_options(
+    ram_cache: bool,
+    ram_cache_resize: int | None,
+    ram_cache_fallback: bool,
+    cache: str | None = None,
+    cache_resize: int | None = None,
+    cache_fallback: bool | None = None,
+) -> tuple[bool, int | None, bool]:
+    """(ram_cache, ram_cache_resize, ram_cache_fallback), the deprecated spellings ``cache="ram"``,
+    ``cache_resize`` and ``cache_fallback`` folded in (with a DeprecationWarning each).
+
+    Raises:
+        UsageError: a ``cache`` value other than None or ``"ram"``.
+    """
+    if cache is not None or cache_resize is not None or cache_fallback is not None:
+        used = [
+            k
+            for k, v in (("cache", cache), ("cache_resize", cache_resize), ("cache_fallback", cache_fallback))
+            if v is not None
+        ]
+        warnings.warn(
+            f"{', '.join(used)}: deprecated spelling of the RAM cache's options; use ram_cache=True, "
+            f"ram_cache_resize=, ram_cache_fallback= (cache_dir and cache_max_bytes are the remote shard cache).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if cache not in CACHES:
+        raise UsageError(f"cache={cache!r}; choose one of: None, 'ram' (or use ram_cache=True).")
+    return (
+        bool(ram_cache) or cache == "ram",
+        ram_cache_resize if cache_resize is None else cache_resize,
+        bool(ram_cache_fallback) or bool(cache_fallback),
+    )
+
 
 FUSED = "fused"
 DEFAULT_DECODER = FUSED
 """The datasets' default decoder, ``"fused"``: when the transform starts with one iotool can fuse
 (:data:`iotool.transforms.fused.FUSED_DECODING`: ``RandomResizedCrop``, ``Resize``, ``CenterCrop``,
 alone or first in a ``Compose``), JPEGs are decoded only as far as it needs (the crop's region, a
-reduced DCT scale); otherwise (another transform, none, ``cache="ram"``, a format with its own
+reduced DCT scale); otherwise (another transform, none, ``ram_cache=True``, a format with its own
 decoder) records decode exactly as with ``"auto"``. ``"auto"`` never fuses."""
 DECODERS = (FUSED, AUTO, *BACKENDS)
 """What a dataset's ``decoder`` may be, besides None (the stored bytes)."""
@@ -89,7 +126,7 @@ class ImageDataset(ReaderInfo, Dataset):
     With the default decoder, ``"fused"`` (:data:`DEFAULT_DECODER`), and a transform that
     :func:`iotool.transforms.fused.fuse` knows (iotool's ``RandomResizedCrop``, ``Resize`` or
     ``CenterCrop``, or a ``Compose`` starting with one), JPEG records are decoded only as far as
-    that transform needs; otherwise ``"fused"`` decodes as ``"auto"``. With ``cache="ram"`` the
+    that transform needs; otherwise ``"fused"`` decodes as ``"auto"``. With ``ram_cache=True`` the
     decoded pixels are kept in one shared block (:mod:`iotool.loading.ramcache`) and the transform is
     applied to them in every epoch.
     """
@@ -103,19 +140,23 @@ class ImageDataset(ReaderInfo, Dataset):
         on_error: str = "raise",
         max_skips: int = 100,
         check_checksums: bool = False,
+        ram_cache: bool = False,
+        ram_cache_resize: int | None = None,
+        ram_cache_fallback: bool = False,
         cache: str | None = None,
         cache_resize: int | None = None,
-        cache_fallback: bool = False,
+        cache_fallback: bool | None = None,
     ):
         check_decoder(decoder)  # fail now, not in a worker, on a bad name
         if on_error not in ON_ERROR:
             raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR)}.")
-        if cache not in CACHES:
-            raise UsageError(f"cache={cache!r}; choose one of: None, 'ram'.")
-        if cache is not None and decoder is None:
-            raise UsageError("cache='ram' keeps decoded pixels: it needs a decoder, not decoder=None.")
-        if cache is None and cache_resize is not None:
-            raise UsageError(f"cache_resize={cache_resize!r} only applies with cache='ram'.")
+        ram, resize, fallback = ram_cache_options(
+            ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
+        )
+        if ram and decoder is None:
+            raise UsageError("ram_cache=True keeps decoded pixels: it needs a decoder, not decoder=None.")
+        if not ram and resize is not None:
+            raise UsageError(f"ram_cache_resize={resize!r} only applies with ram_cache=True.")
         self.reader = reader
         self.decoder = decoder
         self._backend = AUTO if decoder == FUSED else decoder  # what decodes when nothing is fused
@@ -124,8 +165,8 @@ class ImageDataset(ReaderInfo, Dataset):
         self.max_skips = max_skips
         self.check_checksums = check_checksums
         self.skipped = 0  # bad records skipped in this process
-        self.cache: RamCache | None = open_ram_cache(reader, cache_resize, cache_fallback) if cache else None
-        # without a cache (also after cache_fallback), as plain open_dataset(path, transform=T)
+        self.cache: RamCache | None = open_ram_cache(reader, resize, fallback) if ram else None
+        # without a cache (also after ram_cache_fallback), as plain open_dataset(path, transform=T)
         self.fusing = decoder == FUSED and self.cache is None
         self._fused_for: tuple[Any, Any] = (None, None)
 

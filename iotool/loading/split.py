@@ -114,10 +114,10 @@ class EpochSplit:
         k = int(np.searchsorted(self.ends, lo, side="right"))
         while lo < hi and k < len(self.ends):
             seg_lo = int(self.ends[k - 1]) if k else 0
-            take = min(hi, int(self.ends[k])) - lo
+            count = min(hi, int(self.ends[k])) - lo
             first = int(self.starts[k]) + lo - seg_lo
-            yield np.arange(first, first + take, dtype=np.int64)
-            lo += take
+            yield np.arange(first, first + count, dtype=np.int64)
+            lo += count
             k += 1
 
     def worker_records(self, env: ShardEnv, even: bool) -> Iterator[int]:

@@ -18,7 +18,7 @@ int64 labels.
 - **Randomness**: every sample gets its own ``random.Random`` seeded from ``(seed, epoch, rank,
   record)``, which iotool's random transforms draw from while the sample is computed
   (:mod:`iotool.transforms.samplescope`).
-- **Resume**: :meth:`Loader.state_dict` is the epoch and the batches taken; loading it skips them
+- **Resume**: :meth:`Loader.state_dict` is the epoch and the batches delivered; loading it skips them
   by arithmetic (nothing read).
 - **Errors and shutdown**: a thread's exception stops the pass and is raised in the caller,
   naming the record; breaking out, ``del``, garbage collection and Ctrl-C stop every thread.
@@ -81,13 +81,13 @@ class Loader:
         ...         ...
 
     **Lifetime of a batch.** Batches are views of reused memory (:mod:`~iotool.loading.loader.batchring`):
-    a batch stays unchanged until ``keep`` more batches have been taken (default 1: the batch in
+    a batch stays unchanged until ``keep`` more batches have been delivered (default 1: the batch in
     hand and the previous one). A batch kept longer is not overwritten either: its slot gets new
     memory instead (:attr:`reallocations` counts it), so keeping batches costs allocations, not
     correctness. Pinned batches are never written while a copy from them may run.
 
     **What runs in threads.** iotool's datasets (``open_dataset``: every format, ``transform``,
-    fused decoding, ``cache="ram"``, the sharded datasets). Another dataset class is refused
+    fused decoding, ``ram_cache=True``, the sharded datasets). Another dataset class is refused
     (:class:`UsageError`: use ``DataLoader`` for it). A transform that is not iotool's runs
     anyway, with a warning: it may hold the GIL (then the threads take turns) and its own random
     numbers do not follow ``(seed, epoch, record)``.
@@ -306,7 +306,7 @@ class Loader:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader is: the epoch and the batches taken in it (small, JSON-serialisable).
+        """Where the loader is: the epoch and the batches delivered in it (small, JSON-serialisable).
 
         Before a pass starts it is where that pass will start (a loaded state, or the epoch's start).
         """
@@ -326,7 +326,7 @@ class Loader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from a :meth:`state_dict`: the next pass is its epoch, from the batch after the
-        last one taken, and reads none of the records before it.
+        last one delivered, and reads none of the records before it.
 
         Raises:
             UsageError: not a Loader state, or one saved with other options (each named).

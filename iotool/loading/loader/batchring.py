@@ -1,9 +1,9 @@
 """The :class:`iotool.Loader`'s batch memory: a ring of pre-allocated uint8 batches reused in turn.
 
 Batch ``b`` of a pass is written into slot ``b % size``. The loader hands out views of a slot's
-tensors; when the caller takes batch ``b``, batches up to ``b - keep - 1`` are *released* and their
+tensors; when the caller is handed batch ``b``, batches up to ``b - keep - 1`` are *released* and their
 slots may be written again (:meth:`BatchRing.writable`). So the lifetime rule is: **a batch stays
-unchanged until the caller has taken ``keep`` more batches** (default 1: the batch in hand and the
+unchanged until the caller has been handed ``keep`` more batches** (default 1: the batch in hand and the
 one before it). A caller that keeps a batch longer (appends it to a list) still never sees it
 change: before a slot is reused the ring checks whether anything outside it still holds its
 memory, and then gives the slot new memory instead (counted in :attr:`BatchRing.reallocations`;
@@ -55,7 +55,7 @@ class BatchRing:
         return batch - self.size <= self.released
 
     def release_before(self, batch: int) -> None:
-        """The caller takes ``batch``: batches up to ``batch - keep - 1`` may be written again."""
+        """The caller is handed ``batch``: batches up to ``batch - keep - 1`` may be written again."""
         self.released = max(self.released, batch - self.keep - 1)
 
     def claim(self, batch: int) -> Slot:

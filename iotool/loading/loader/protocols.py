@@ -50,7 +50,7 @@ class Ring(Protocol):
         ...
 
     def release_before(self, batch: int) -> None:
-        """The caller takes ``batch``: batches up to ``batch - keep - 1`` may be written again."""
+        """The caller is handed ``batch``: batches up to ``batch - keep - 1`` may be written again."""
         ...
 
     def bytes(self) -> int:
