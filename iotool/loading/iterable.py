@@ -43,6 +43,8 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
     behave as there; ``decoder`` defaults to ``"fused"``, see :data:`DEFAULT_DECODER`).
     """
 
+    reader: ShardedReader
+
     def __init__(
         self,
         reader: ShardedReader,

@@ -231,7 +231,7 @@ class ImageDataset(ReaderInfo, Dataset):
 
     def _read(self, index: int, data: bytes | None, label: int | None) -> tuple[bytes, int]:
         """The stored bytes and label of record ``index`` (read unless given), checksum checked if asked."""
-        if data is None:
+        if data is None or label is None:
             data, label = self.reader.read(index)
         if self.check_checksums and hashlib.sha256(data).hexdigest() != self.reader.checksums[index]:
             raise RecordError("checksum mismatch: the stored bytes were modified or corrupted")
@@ -245,7 +245,7 @@ class ImageDataset(ReaderInfo, Dataset):
         """
         transform, fused = self._transform, self.fused
         if self.cache is not None:
-            loaded = self._cached(index, data, label)
+            loaded = self._cached(self.cache, index, data, label)
         elif fused is not None:
             transform = fused
             try:
@@ -270,9 +270,8 @@ class ImageDataset(ReaderInfo, Dataset):
             self._fused_for = (self.transform, fuse(self.transform, self.reader.native_decode))
         return self._fused_for[1]
 
-    def _cached(self, index: int, data: bytes | None, label: int | None) -> tuple[Any, int] | None:
-        """Record ``index``'s pixels from the RAM cache, decoding (and caching) them when not there yet."""
-        cache = self.cache
+    def _cached(self, cache: RamCache, index: int, data: bytes | None, label: int | None) -> tuple[Any, int] | None:
+        """Record ``index``'s pixels from the RAM ``cache``, decoding (and caching) them when not there yet."""
         image = cache.get(index)
         if image is not None:
             # iotool's crops and resizes only read their input; anything else gets its own copy

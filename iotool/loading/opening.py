@@ -6,7 +6,7 @@ import os
 from typing import Any, Callable
 
 from ..errors import UsageError
-from ..formats import FormatReader, detect_format
+from ..formats import FormatReader, ShardedReader, detect_format
 from ..storage import StorageConfig
 from .iterable import ShardedIterableDataset
 from .mapstyle import DEFAULT_DECODER, ImageDataset, ram_cache_options
@@ -131,7 +131,7 @@ def open_dataset(
         "ram_cache_resize": resize,
         "ram_cache_fallback": fallback,
     }
-    if spec.iterable:
+    if isinstance(reader, ShardedReader):  # spec.iterable
         return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)
     if iterable_options:
         raise UsageError(f"{', '.join(iterable_options)}: only for sharded formats, not {spec.name}.")

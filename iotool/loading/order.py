@@ -23,7 +23,7 @@ import operator
 import warnings
 from dataclasses import dataclass, replace
 from itertools import islice
-from typing import Any, Iterator
+from typing import Iterator, Protocol
 
 import numpy as np
 import torch
@@ -131,18 +131,27 @@ class RecordOrder:
         return self.draw(count)
 
 
-def _sharded_order(epoch: int, rank: int, world: int, even: bool, dataset: Any) -> EpochOrder:
+class _ShardedDataset(Protocol):
+    """What the deprecated stream functions need of a ``ShardedIterableDataset``."""
+
+    shuffle: bool
+    seed: int
+
+    def record_order(self, order: EpochOrder, start: int = 0) -> RecordOrder: ...
+
+
+def _sharded_order(epoch: int, rank: int, world: int, even: bool, dataset: _ShardedDataset) -> EpochOrder:
     return EpochOrder(dataset.shuffle, dataset.seed, even, rank, world, epoch)
 
 
-def stream_order(dataset: Any, *, epoch: int, rank: int, world: int, even: bool) -> np.ndarray:
+def stream_order(dataset: _ShardedDataset, *, epoch: int, rank: int, world: int, even: bool) -> np.ndarray:
     """The record indices a sharded dataset's rank yields this epoch (its split, as one worker).
     Deprecated: use ``dataset.record_order(EpochOrder(...)).rest()``."""
     warnings.warn("stream_order is deprecated; use dataset.record_order(...).rest().", DeprecationWarning, stacklevel=2)
     return dataset.record_order(_sharded_order(epoch, rank, world, even, dataset)).rest()
 
 
-def stream_from(dataset: Any, *, epoch: int, rank: int, world: int, even: bool, start: int) -> RecordOrder:
+def stream_from(dataset: _ShardedDataset, *, epoch: int, rank: int, world: int, even: bool, start: int) -> RecordOrder:
     """A sharded dataset's rank stream for ``epoch`` from position ``start``. Deprecated: use
     ``dataset.record_order(EpochOrder(...), start)``."""
     warnings.warn(

@@ -142,7 +142,8 @@ class WorkerStream:
     """One (rank, worker)'s record indices for one epoch, through a shuffle buffer when
     ``rng`` is given, resumable from :meth:`position` (a few plain ints and lists).
 
-    The position counts the records consumed from the worker's runs (saved as ``"taken"``); with shuffling it also holds
+    The position counts the records consumed from the worker's runs (saved as ``"taken"``); with
+    shuffling it also holds
     the buffer's record indices (at most ``buffer_size``) and the RNG state. It is exact whenever
     the stream is suspended at a ``yield``: the state after handing out that index.
     """
@@ -182,7 +183,8 @@ class WorkerStream:
 
     def __iter__(self) -> Iterator[int]:
         """The indices still to hand out: in run order, or drawn from the shuffle buffer."""
-        if self.rng is None:
+        rng = self.rng
+        if rng is None:
             for i in self.remaining():
                 self.consumed += 1
                 yield i
@@ -191,14 +193,14 @@ class WorkerStream:
             self.consumed += 1
             self.buffer.append(i)
             if len(self.buffer) >= self.buffer_size:
-                yield self._draw()
+                yield self._draw(rng)
         while self.buffer:
-            yield self._draw()
+            yield self._draw(rng)
 
-    def _draw(self) -> int:
-        """Take a random index out of the buffer."""
+    def _draw(self, rng: random.Random) -> int:
+        """Draw a random index out of the buffer."""
         buf = self.buffer
-        j = self.rng.randrange(len(buf))
+        j = rng.randrange(len(buf))
         buf[j], buf[-1] = buf[-1], buf[j]
         return buf.pop()
 

@@ -57,6 +57,14 @@ def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"Loader.{old} is deprecated; use Loader.{new}.", DeprecationWarning, stacklevel=3)
 
 
+def _count(state: dict[str, Any], name: str) -> int:
+    """``state[name]``, which must be a count (an int of 0 or more)."""
+    value = state.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"cannot resume from this state: {name}={value!r} is not a count.")
+    return value
+
+
 def default_threads() -> int:
     """The cores this process may run on, at most :data:`MAX_THREADS`."""
     return max(1, min(MAX_THREADS, len(os.sched_getaffinity(0))))
@@ -348,11 +356,7 @@ class Loader:
                 f"cannot resume from this state: it was saved with {diffs}; open the "
                 f"dataset and the Loader as when it was saved."
             )
-        epoch, batches = state.get("epoch"), state.get("batches")
-        for name, value in (("epoch", epoch), ("batches", batches)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise UsageError(f"cannot resume from this state: {name}={value!r} is not a count.")
-        assert isinstance(epoch, int) and isinstance(batches, int)
+        epoch, batches = _count(state, "epoch"), _count(state, "batches")
         if batches > len(self):
             raise UsageError(f"cannot resume from this state: batches={batches} but an epoch has {len(self)}.")
         self.epoch_order = self.epoch_order.at(epoch)
