@@ -14,7 +14,7 @@ needs of the others, not against their classes:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -26,6 +26,7 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 """What a pass delivers: uint8 images (N, C, H, W) and int64 labels (N,)."""
 
 
+@runtime_checkable
 class Ring(Protocol):
     """A ring of batch slots reused in turn: batch ``b`` goes to slot ``b % size``."""
 
@@ -126,6 +127,7 @@ class PassPlan:
         return min(self.samples, (batch + 1) * self.batch_size) - batch * self.batch_size
 
 
+@runtime_checkable
 class Pass(Protocol):
     """One pass over an epoch, as the Loader and :class:`~iotool.loading.loader.batches.Batches` use it."""
 
