@@ -2,9 +2,10 @@
 
 import warnings
 
+from .loader.batches import Batches as IsolatedBatches
 from .loader.isolated import Child, IsolatedPass, check_isolation
 
-__all__ = ["Child", "IsolatedPass", "check_isolation"]
+__all__ = ["Child", "IsolatedBatches", "IsolatedPass", "check_isolation"]
 
 warnings.warn(
     "iotool.loading.isolated is deprecated; import from iotool.loading.loader.isolated.",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import random
+from dataclasses import replace
 from itertools import islice
 from typing import Any, Callable, Iterator
 
@@ -84,7 +85,9 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
             ram_cache_fallback=fallback,
         )
         self.reader = reader
-        self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even
+        self.buffer_size = buffer_size
+        # the order's options, one EpochOrder (the epoch lives in shared memory below, the place in env)
+        self._order = EpochOrder(shuffle=shuffle, seed=seed, even=even)
         self.env = env
         # In shared memory, so DataLoader workers that persist across epochs
         # (persistent_workers=True) see set_epoch too; their copy of the dataset is made once.
@@ -122,9 +125,8 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
 
     def split(self, epoch: int | None = None) -> EpochSplit:
         """This epoch's (or ``epoch``'s) record order and its cut over ranks and workers."""
-        return EpochSplit.of(
-            self.reader.shard_ranges(), self.shuffle, self.seed, self.epoch if epoch is None else epoch
-        )
+        order = self.epoch_order if epoch is None else self._order.at(epoch)
+        return EpochSplit.of(self.reader.shard_ranges(), order.shuffle, order.seed, order.epoch)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (all workers together)."""
@@ -153,7 +155,31 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
     @property
     def epoch_order(self) -> EpochOrder:
         """This dataset's own order options (shuffle, seed, even) in its current epoch."""
-        return EpochOrder(self.shuffle, self.seed, self.even, epoch=self.epoch)
+        return self._order.at(self.epoch)
+
+    @property
+    def shuffle(self) -> bool:
+        return self._order.shuffle
+
+    @shuffle.setter
+    def shuffle(self, value: bool) -> None:
+        self._order = replace(self._order, shuffle=value)
+
+    @property
+    def seed(self) -> int:
+        return self._order.seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._order = replace(self._order, seed=value)
+
+    @property
+    def even(self) -> bool:
+        return self._order.even
+
+    @even.setter
+    def even(self, value: bool) -> None:
+        self._order = replace(self._order, even=value)
 
     def epoch_length(self, order: EpochOrder) -> int:
         """Records ``order``'s rank reads per epoch (its whole stream, as one worker)."""
