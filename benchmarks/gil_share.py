@@ -33,7 +33,7 @@ Paths:
 - ``lmdb fused``: ``iotool.Loader`` over lmdb with ``RandomResizedCrop(224)`` (region decode of
   the crop at a reduced DCT scale, then the resize kernel writing into the batch row);
 - ``bmp crop``: the same over the bmp cache (shorter side 256): read, crop, resize;
-- ``ram crop``: lmdb with ``cache="ram"`` (filled first), crops of the decoded pixels;
+- ``ram crop``: lmdb with ``ram_cache=True`` (filled first), crops of the decoded pixels;
 - ``read FORMAT``: each format's stored bytes (``decoder=None``), ``ds[i]`` in a loop (tar and
   tfrecord: their sharded datasets iterated), no decoding: the format's reader alone.
 
@@ -121,9 +121,9 @@ class LoaderThreads:
         self.clocks: list[tuple[float, cProfile.Profile | None]] = []
 
     def __enter__(self) -> LoaderThreads:
-        from iotool.loading import threadpass
+        from iotool.loading.loader import threadpass
 
-        self._original = original = threadpass.Pass._work
+        self._original = original = threadpass.ThreadPass._work
         clocks, profile = self.clocks, self.profile
 
         def clocked(pass_: Any) -> None:
@@ -134,13 +134,13 @@ class LoaderThreads:
             finally:
                 clocks.append((time.thread_time() - start, prof))
 
-        threadpass.Pass._work = clocked
+        threadpass.ThreadPass._work = clocked
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from iotool.loading import threadpass
+        from iotool.loading.loader import threadpass
 
-        threadpass.Pass._work = self._original
+        threadpass.ThreadPass._work = self._original
 
 
 def clocked_run(work: Work, profile: bool) -> tuple[float, float, int]:
@@ -249,7 +249,7 @@ def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
     works: dict[str, Path_] = {}
     if "lmdb" in built:
         works["lmdb fused"] = loader_path(iotool.open_dataset(built["lmdb"], transform=RandomResizedCrop(CROP)))
-        ram = iotool.open_dataset(built["lmdb"], transform=RandomResizedCrop(CROP), cache="ram")
+        ram = iotool.open_dataset(built["lmdb"], transform=RandomResizedCrop(CROP), ram_cache=True)
         works["ram crop"] = loader_path(ram)
         works["ram crop"].work()  # fill the cache: the steady state is measured
     if "bmp" in built:

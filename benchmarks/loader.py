@@ -15,7 +15,7 @@ step on one core and prints each format's ceiling next to its measured ratio.
 
 Then, with ``--threads N`` (default 2; 0 skips it), ``iotool.Loader(threads=N)`` beside
 ``DataLoader(num_workers=--workers)`` + ``fast_collate`` on the same dataset object, for each
-format and for lmdb with ``cache="ram"`` (steady state: the cache is filled by the warm-up),
+format and for lmdb with ``ram_cache=True`` (steady state: the cache is filled by the warm-up),
 interleaved per round: images/s (median of the rounds, best epoch of each), the ratio, and the
 time from ``iter()`` to the first batch (a fresh DataLoader: its workers start; the Loader: its
 threads start).
@@ -213,7 +213,7 @@ def compare_loader(src: Path, formats: list[str], args) -> list[dict]:
         iotool.convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, 224))
         cases.append((f"{fmt}", dst, {}))
         if fmt == "lmdb":
-            cases.append(("lmdb cache=ram", dst, {"cache": "ram"}))
+            cases.append(("lmdb cache=ram", dst, {"ram_cache": True}))
     rows = []
     try:
         for competing in (int(v) for v in args.compete.split(",")):

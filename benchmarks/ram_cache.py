@@ -11,8 +11,8 @@ on one OpenCV and one torch thread. Contestants:
    iotool's ``RandomResizedCrop`` on torch's uint8 kernel, as torchvision's v2 transform resizes).
    The table says which ran.
 2. ``lmdb``: the JPEGs in LMDB, no cache (the default decoder fuses decoding into the crop);
-3. ``lmdb ram 256``: the same, ``cache="ram", cache_resize=256``;
-4. ``lmdb ram full``: the same, ``cache="ram"`` (pixels as decoded, full size);
+3. ``lmdb ram 256``: the same, ``ram_cache=True, ram_cache_resize=256``;
+4. ``lmdb ram full``: the same, ``ram_cache=True`` (pixels as decoded, full size);
 5. ``bmp 256``: the bmp cache resized to 256 on disk, no RAM cache (the reference for 3).
 
 Every round builds fresh datasets (so an empty RAM cache) and fresh loaders, and runs each
@@ -128,9 +128,9 @@ def factories(src: str, built: dict[str, tuple[str, float]], size: int, resize: 
         BASELINE: lambda: baseline_dataset(src, size)[1],
         LMDB: lambda: iotool.open_dataset(lmdb, transform=RandomResizedCrop(size)),
         RAM_RESIZED.format(resize=resize): lambda: iotool.open_dataset(
-            lmdb, transform=RandomResizedCrop(size), cache="ram", cache_resize=resize
+            lmdb, transform=RandomResizedCrop(size), ram_cache=True, ram_cache_resize=resize
         ),
-        RAM_FULL: lambda: iotool.open_dataset(lmdb, transform=RandomResizedCrop(size), cache="ram"),
+        RAM_FULL: lambda: iotool.open_dataset(lmdb, transform=RandomResizedCrop(size), ram_cache=True),
         BMP.format(resize=resize): lambda: iotool.open_dataset(bmp, transform=RandomResizedCrop(size)),
     }
 

@@ -23,6 +23,7 @@ from .errors import (
     DestinationLockedError,
     FormatError,
     FormatVersionError,
+    InternalError,
     Interrupted,
     IotoolError,
     RecordError,
@@ -44,7 +45,7 @@ _LAZY = {
     "scan_imagefolder": ("pipeline.sources", "scan_imagefolder"),
     "fast_collate": ("loading.collate", "fast_collate"),
     "CUDAPrefetcher": ("loading.prefetch", "CUDAPrefetcher"),
-    "Loader": ("loading.loader", "Loader"),
+    "Loader": ("loading.loader.api", "Loader"),
 }
 _SUBMODULES = ("transforms", "decode", "formats")
 
@@ -75,6 +76,7 @@ __all__ = [
     "FormatError",
     "FormatVersionError",
     "ImageDataset",
+    "InternalError",
     "Interrupted",
     "IotoolError",
     "Loader",

@@ -108,6 +108,11 @@ class UsageError(IotoolError):
     """An option or argument value is invalid; the message names the value and the choices."""
 
 
+class InternalError(IotoolError):
+    """iotool broke one of its own rules (not the caller's input): the message says what, and asks
+    for a bug report."""
+
+
 # What reading or decoding one stored record may raise when the record (not iotool) is at fault:
 # a dataset's on_error policy applies to these.
 RECORD_ERRORS = (IotoolError, OSError, ValueError)

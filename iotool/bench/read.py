@@ -147,7 +147,9 @@ def bench_read(
     dec = _check_options(decoder, workers, batch_size, epochs)
     fmt = detect_format(path).name
     iterable = {"shuffle": shuffle} if detect_format(path).iterable else {}
-    dataset = open_dataset(path, decoder=dec, cache=cache, cache_resize=cache_resize, **iterable)
+    if cache not in (None, "ram"):
+        raise UsageError(f"cache={cache!r}; choose one of: None, 'ram'.")
+    dataset = open_dataset(path, decoder=dec, ram_cache=cache == "ram", ram_cache_resize=cache_resize, **iterable)
     ram = dataset.cache
     nbytes = disk_usage(path)
     result = ReadBenchResult(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import operator
 import random
+from dataclasses import replace
+from itertools import islice
 from typing import Any, Callable, Iterator
 
 import torch
@@ -11,7 +13,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import UsageError
 from ..formats import ShardedReader
-from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo
+from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo, ram_cache_options
+from .order import EpochOrder, RecordOrder
 from .ramcache import RamCache
 from .split import STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env, distributed_rank
 
@@ -41,6 +44,8 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
     behave as there; ``decoder`` defaults to ``"fused"``, see :data:`DEFAULT_DECODER`).
     """
 
+    reader: ShardedReader
+
     def __init__(
         self,
         reader: ShardedReader,
@@ -55,12 +60,18 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
         on_error: str = "raise",
         max_skips: int = 100,
         check_checksums: bool = False,
+        ram_cache: bool = False,
+        ram_cache_resize: int | None = None,
+        ram_cache_fallback: bool = False,
         cache: str | None = None,
         cache_resize: int | None = None,
-        cache_fallback: bool = False,
+        cache_fallback: bool | None = None,
     ):
         if buffer_size < 1:
             raise UsageError(f"buffer_size={buffer_size}: must be at least 1.")
+        ram, resize, fallback = ram_cache_options(
+            ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
+        )
         # the map-style dataset over the same reader: it decodes, transforms (or skips) each record
         self.mapstyle = ImageDataset(
             reader,
@@ -69,12 +80,14 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
             on_error=on_error,
             max_skips=max_skips,
             check_checksums=check_checksums,
-            cache=cache,
-            cache_resize=cache_resize,
-            cache_fallback=cache_fallback,
+            ram_cache=ram,
+            ram_cache_resize=resize,
+            ram_cache_fallback=fallback,
         )
         self.reader = reader
-        self.shuffle, self.seed, self.buffer_size, self.even = shuffle, seed, buffer_size, even
+        self.buffer_size = buffer_size
+        # the order's options, one EpochOrder (the epoch lives in shared memory below, the place in env)
+        self._order = EpochOrder(shuffle=shuffle, seed=seed, even=even)
         self.env = env
         # In shared memory, so DataLoader workers that persist across epochs
         # (persistent_workers=True) see set_epoch too; their copy of the dataset is made once.
@@ -112,9 +125,8 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
 
     def split(self, epoch: int | None = None) -> EpochSplit:
         """This epoch's (or ``epoch``'s) record order and its cut over ranks and workers."""
-        return EpochSplit.of(
-            self.reader.shard_ranges(), self.shuffle, self.seed, self.epoch if epoch is None else epoch
-        )
+        order = self.epoch_order if epoch is None else self._order.at(epoch)
+        return EpochSplit.of(self.reader.shard_ranges(), order.shuffle, order.seed, order.epoch)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (all workers together)."""
@@ -127,11 +139,64 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
 
     def epoch_stream(self, env: ShardEnv, epoch: int, even: bool | None = None) -> WorkerStream:
         """The record stream of the place ``env`` in ``epoch`` (indices only, nothing read), with
-        this dataset's shuffle buffer; ``even`` overrides the dataset's. What :class:`iotool.Loader`
-        cuts into batches."""
-        split = self.split(epoch)
-        rng = random.Random(f"{self.seed}-{epoch}-{env.rank}-{env.worker_id}") if self.shuffle else None
-        return WorkerStream(split, env, self.even if even is None else even, rng, self.buffer_size)
+        this dataset's shuffle buffer; ``even`` overrides the dataset's."""
+        order = self.epoch_order.overridden(None, None, even).placed(env.rank, env.world_size).at(epoch)
+        return self.order_stream(order, env.worker_id, env.num_workers)
+
+    def order_stream(self, order: EpochOrder, worker_id: int = 0, num_workers: int = 1) -> WorkerStream:
+        """The record stream ``order`` gives one worker of its rank (indices only, nothing read),
+        through this dataset's shuffle buffer when ``order.shuffle``."""
+        split = EpochSplit.of(self.reader.shard_ranges(), order.shuffle, order.seed, order.epoch)
+        env = ShardEnv(order.rank, order.world_size, worker_id, num_workers)
+        rng = random.Random(f"{order.seed}-{order.epoch}-{env.rank}-{env.worker_id}") if order.shuffle else None
+        return WorkerStream(split, env, order.even, rng, self.buffer_size)
+
+    # -- order: what iotool.Loader asks of both dataset kinds --------------------------------------
+    @property
+    def epoch_order(self) -> EpochOrder:
+        """This dataset's own order options (shuffle, seed, even) in its current epoch."""
+        return self._order.at(self.epoch)
+
+    @property
+    def shuffle(self) -> bool:
+        return self._order.shuffle
+
+    @shuffle.setter
+    def shuffle(self, value: bool) -> None:
+        self._order = replace(self._order, shuffle=value)
+
+    @property
+    def seed(self) -> int:
+        return self._order.seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._order = replace(self._order, seed=value)
+
+    @property
+    def even(self) -> bool:
+        return self._order.even
+
+    @even.setter
+    def even(self, value: bool) -> None:
+        self._order = replace(self._order, even=value)
+
+    def epoch_length(self, order: EpochOrder) -> int:
+        """Records ``order``'s rank reads per epoch (its whole stream, as one worker)."""
+        split = EpochSplit.of(self.reader.shard_ranges(), False, 0, 0)  # lengths do not depend on the shuffle
+        return split.rank_length(order.rank, order.world_size, order.even)
+
+    def record_order(self, order: EpochOrder, start: int = 0) -> RecordOrder:
+        """``order``'s rank stream from position ``start``, drawn lazily: without shuffling the runs
+        are skipped by arithmetic; with it the buffer's draws are replayed (indices only, nothing read)."""
+        stream = self.order_stream(order)
+        if stream.rng is None:
+            stream.consumed = start
+            return RecordOrder(iter(stream), start)
+        records = iter(stream)
+        for _ in islice(records, start):
+            pass
+        return RecordOrder(records, start)
 
     def iter_indices(self) -> Iterator[int]:
         """The record indices this process yields this epoch, in order (shuffled if asked)."""
@@ -157,7 +222,7 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
 
         torchdata's ``StatefulDataLoader`` calls this in each worker and keeps one state per
         worker in ``loader.state_dict()``: the epoch, seed and split, the records this worker has
-        taken from its runs, and with ``shuffle`` the shuffle buffer's record indices (at most
+        consumed from its runs (``"taken"``), and with ``shuffle`` the shuffle buffer's record indices (at most
         ``buffer_size``) and the RNG state. Before a pass starts it is the state that pass will
         start from (a loaded one, or the epoch's start).
         """
@@ -200,7 +265,7 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
             records = self.reader.read_many(stream.remaining())
         for i, data, label in records:
             if not self.shuffle:
-                stream.taken += 1
+                stream.consumed += 1
             sample = self.mapstyle.sample(i, data, label)
             if sample is not None:
                 yield sample

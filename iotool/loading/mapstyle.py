@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any, Callable
+import warnings
+from typing import Any, Callable, TypeVar
 
 from torch.utils.data import Dataset
 
@@ -12,18 +13,57 @@ from ..decode import AUTO, BACKENDS, decode, resolve_backend
 from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError
 from ..formats import FormatReader
 from ..transforms.fused import fuse, leaves_input_alone
+from .order import EpochOrder, RecordOrder
 from .ramcache import RamCache, open_ram_cache
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("raise", "skip")
-CACHES = (None, "ram")
+CACHES = (None, "ram")  # the deprecated ``cache=`` spelling's values
+
+
+def ram_cache_options(
+    ram_cache: bool,
+    ram_cache_resize: int | None,
+    ram_cache_fallback: bool,
+    cache: str | None = None,
+    cache_resize: int | None = None,
+    cache_fallback: bool | None = None,
+) -> tuple[bool, int | None, bool]:
+    """(ram_cache, ram_cache_resize, ram_cache_fallback), the deprecated spellings ``cache="ram"``,
+    ``cache_resize`` and ``cache_fallback`` folded in (with a DeprecationWarning each).
+
+    Raises:
+        UsageError: a ``cache`` value other than None or ``"ram"``.
+    """
+    if cache is not None or cache_resize is not None or cache_fallback is not None:
+        used = [
+            k
+            for k, v in (("cache", cache), ("cache_resize", cache_resize), ("cache_fallback", cache_fallback))
+            if v is not None
+        ]
+        warnings.warn(
+            f"{', '.join(used)}: deprecated spelling of the RAM cache's options; use ram_cache=True, "
+            f"ram_cache_resize=, ram_cache_fallback= (cache_dir and cache_max_bytes are the remote shard cache).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if cache not in CACHES:
+        raise UsageError(f"cache={cache!r}; choose one of: None, 'ram' (or use ram_cache=True).")
+    return (
+        bool(ram_cache) or cache == "ram",
+        ram_cache_resize if cache_resize is None else cache_resize,
+        bool(ram_cache_fallback) or bool(cache_fallback),
+    )
+
 
 FUSED = "fused"
 DEFAULT_DECODER = FUSED
 """The datasets' default decoder, ``"fused"``: when the transform starts with one iotool can fuse
 (:data:`iotool.transforms.fused.FUSED_DECODING`: ``RandomResizedCrop``, ``Resize``, ``CenterCrop``,
 alone or first in a ``Compose``), JPEGs are decoded only as far as it needs (the crop's region, a
-reduced DCT scale); otherwise (another transform, none, ``cache="ram"``, a format with its own
+reduced DCT scale); otherwise (another transform, none, ``ram_cache=True``, a format with its own
 decoder) records decode exactly as with ``"auto"``. ``"auto"`` never fuses."""
 DECODERS = (FUSED, AUTO, *BACKENDS)
 """What a dataset's ``decoder`` may be, besides None (the stored bytes)."""
@@ -86,7 +126,7 @@ class ImageDataset(ReaderInfo, Dataset):
     With the default decoder, ``"fused"`` (:data:`DEFAULT_DECODER`), and a transform that
     :func:`iotool.transforms.fused.fuse` knows (iotool's ``RandomResizedCrop``, ``Resize`` or
     ``CenterCrop``, or a ``Compose`` starting with one), JPEG records are decoded only as far as
-    that transform needs; otherwise ``"fused"`` decodes as ``"auto"``. With ``cache="ram"`` the
+    that transform needs; otherwise ``"fused"`` decodes as ``"auto"``. With ``ram_cache=True`` the
     decoded pixels are kept in one shared block (:mod:`iotool.loading.ramcache`) and the transform is
     applied to them in every epoch.
     """
@@ -100,19 +140,23 @@ class ImageDataset(ReaderInfo, Dataset):
         on_error: str = "raise",
         max_skips: int = 100,
         check_checksums: bool = False,
+        ram_cache: bool = False,
+        ram_cache_resize: int | None = None,
+        ram_cache_fallback: bool = False,
         cache: str | None = None,
         cache_resize: int | None = None,
-        cache_fallback: bool = False,
+        cache_fallback: bool | None = None,
     ):
         check_decoder(decoder)  # fail now, not in a worker, on a bad name
         if on_error not in ON_ERROR:
             raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR)}.")
-        if cache not in CACHES:
-            raise UsageError(f"cache={cache!r}; choose one of: None, 'ram'.")
-        if cache is not None and decoder is None:
-            raise UsageError("cache='ram' keeps decoded pixels: it needs a decoder, not decoder=None.")
-        if cache is None and cache_resize is not None:
-            raise UsageError(f"cache_resize={cache_resize!r} only applies with cache='ram'.")
+        ram, resize, fallback = ram_cache_options(
+            ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
+        )
+        if ram and decoder is None:
+            raise UsageError("ram_cache=True keeps decoded pixels: it needs a decoder, not decoder=None.")
+        if not ram and resize is not None:
+            raise UsageError(f"ram_cache_resize={resize!r} only applies with ram_cache=True.")
         self.reader = reader
         self.decoder = decoder
         self._backend = AUTO if decoder == FUSED else decoder  # what decodes when nothing is fused
@@ -121,8 +165,8 @@ class ImageDataset(ReaderInfo, Dataset):
         self.max_skips = max_skips
         self.check_checksums = check_checksums
         self.skipped = 0  # bad records skipped in this process
-        self.cache: RamCache | None = open_ram_cache(reader, cache_resize, cache_fallback) if cache else None
-        # without a cache (also after cache_fallback), as plain open_dataset(path, transform=T)
+        self.cache: RamCache | None = open_ram_cache(reader, resize, fallback) if ram else None
+        # without a cache (also after ram_cache_fallback), as plain open_dataset(path, transform=T)
         self.fusing = decoder == FUSED and self.cache is None
         self._fused_for: tuple[Any, Any] = (None, None)
 
@@ -134,12 +178,46 @@ class ImageDataset(ReaderInfo, Dataset):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} records")
-        for _ in range(len(self)):
-            sample = self.sample(index)
-            if sample is not None:
-                return sample
-            index = (index + 1) % len(self)  # on_error="skip": serve the next record instead
+        return self.first_readable(index, self.sample)[0]
+
+    def first_readable(self, index: int, attempt: Callable[[int], T | None]) -> tuple[T, int]:
+        """(``attempt(record)``, record) for the first record from ``index`` on (wrapping around)
+        where ``attempt`` gives something: None means a bad record skipped, so the next one is
+        served instead. The one skip-and-advance loop of ``ds[i]`` and :class:`iotool.Loader`.
+
+        Raises:
+            RecordError: no record gave anything.
+        """
+        n, record = len(self), index
+        for _ in range(n):
+            served = attempt(record)
+            if served is not None:
+                return served, record
+            record = (record + 1) % n
         raise RecordError(f"{self.reader.path}: no readable record left.")
+
+    # -- order: what iotool.Loader asks of both dataset kinds --------------------------------------
+    @property
+    def mapstyle(self) -> ImageDataset:
+        """The map-style dataset that decodes each record: this one (as ``ShardedIterableDataset.mapstyle``)."""
+        return self
+
+    @property
+    def epoch_order(self) -> EpochOrder:
+        """This dataset's own order options: none (a sampler or the Loader orders it)."""
+        return EpochOrder()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Nothing to set: a map-style dataset's order is its sampler's (here so that the Loader
+        treats both dataset kinds alike)."""
+
+    def epoch_length(self, order: EpochOrder) -> int:
+        """Records ``order``'s rank reads per epoch."""
+        return order.length(len(self))
+
+    def record_order(self, order: EpochOrder, start: int = 0) -> RecordOrder:
+        """``order``'s record indices from position ``start``, as ``DistributedSampler``."""
+        return RecordOrder(order.indices(len(self)), start)
 
     def load(
         self, index: int, data: bytes | None = None, label: int | None = None, min_size: tuple[int, int] | None = None
@@ -153,7 +231,7 @@ class ImageDataset(ReaderInfo, Dataset):
 
     def _read(self, index: int, data: bytes | None, label: int | None) -> tuple[bytes, int]:
         """The stored bytes and label of record ``index`` (read unless given), checksum checked if asked."""
-        if data is None:
+        if data is None or label is None:
             data, label = self.reader.read(index)
         if self.check_checksums and hashlib.sha256(data).hexdigest() != self.reader.checksums[index]:
             raise RecordError("checksum mismatch: the stored bytes were modified or corrupted")
@@ -167,7 +245,7 @@ class ImageDataset(ReaderInfo, Dataset):
         """
         transform, fused = self._transform, self.fused
         if self.cache is not None:
-            loaded = self._cached(index, data, label)
+            loaded = self._cached(self.cache, index, data, label)
         elif fused is not None:
             transform = fused
             try:
@@ -192,9 +270,8 @@ class ImageDataset(ReaderInfo, Dataset):
             self._fused_for = (self.transform, fuse(self.transform, self.reader.native_decode))
         return self._fused_for[1]
 
-    def _cached(self, index: int, data: bytes | None, label: int | None) -> tuple[Any, int] | None:
-        """Record ``index``'s pixels from the RAM cache, decoding (and caching) them when not there yet."""
-        cache = self.cache
+    def _cached(self, cache: RamCache, index: int, data: bytes | None, label: int | None) -> tuple[Any, int] | None:
+        """Record ``index``'s pixels from the RAM ``cache``, decoding (and caching) them when not there yet."""
         image = cache.get(index)
         if image is not None:
             # iotool's crops and resizes only read their input; anything else gets its own copy

@@ -6,10 +6,10 @@ import os
 from typing import Any, Callable
 
 from ..errors import UsageError
-from ..formats import FormatReader, detect_format
+from ..formats import FormatReader, ShardedReader, detect_format
 from ..storage import StorageConfig
 from .iterable import ShardedIterableDataset
-from .mapstyle import DEFAULT_DECODER, ImageDataset
+from .mapstyle import DEFAULT_DECODER, ImageDataset, ram_cache_options
 
 __all__ = ["open_dataset", "open_reader"]
 
@@ -55,15 +55,18 @@ def open_dataset(
     on_error: str = "raise",
     max_skips: int = 100,
     check_checksums: bool = False,
-    cache: str | None = None,
-    cache_resize: int | None = None,
-    cache_fallback: bool = False,
+    ram_cache: bool = False,
+    ram_cache_resize: int | None = None,
+    ram_cache_fallback: bool = False,
     storage_options: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike | None = None,
     cache_max_bytes: int | None = None,
     retries: int = 3,
+    cache: str | None = None,
+    cache_resize: int | None = None,
+    cache_fallback: bool | None = None,
     **iterable_options: Any,
-):
+) -> ImageDataset | ShardedIterableDataset:
     """Open an iotool dataset as a torch Dataset, detecting its format.
 
     Args:
@@ -78,7 +81,7 @@ def open_dataset(
             or ``CenterCrop`` (or a ``Compose`` starting with one) is fused with decoding: a JPEG
             is decoded only in the crop's region, at a reduced DCT scale when the output allows
             (:mod:`iotool.transforms.fused`); with any other transform, none, or
-            ``cache="ram"``, records decode as with ``"auto"``. ``"auto"`` always decodes in full.
+            ``ram_cache=True``, records decode as with ``"auto"``. ``"auto"`` always decodes in full.
         transform: applied to each image last.
         on_error: ``"raise"`` (default): a record that cannot be read or decoded raises
             :class:`~iotool.RecordError` naming the dataset, index and key. ``"skip"``: log a
@@ -95,15 +98,17 @@ def open_dataset(
             used shards are removed first.
         retries: how many times a failed remote read is retried (with backoff) before a
             :class:`~iotool.storage.StorageError` naming the URL is raised.
-        cache: ``"ram"``: keep every record's decoded pixels in one shared-memory block used by
-            the main process and all DataLoader workers (:mod:`iotool.loading.ramcache`), filled as records
-            are first decoded; ``transform`` still runs on them in every epoch. The block's size is
-            checked against the available memory first.
-        cache_resize: with ``cache="ram"``, cache images shrunk to this shorter side (as
-            ``iotool.transforms.Resize(cache_resize)``; never enlarged), to cut memory. None: as decoded.
-        cache_fallback: when the cache does not fit, log a warning and run as without ``cache``
-            (fused decoding, no ``cache_resize``) instead of raising
+        ram_cache: keep every record's decoded pixels in one shared-memory block used by the main
+            process, the Loader and all DataLoader workers (:mod:`iotool.loading.ramcache`), filled as
+            records are first decoded; ``transform`` still runs on them in every epoch. The block's size
+            is checked against the available memory first. (Not ``cache_dir``: that is the remote shard cache.)
+        ram_cache_resize: with ``ram_cache``, cache images shrunk to this shorter side (as
+            ``iotool.transforms.Resize(ram_cache_resize)``; never enlarged), to cut memory. None: as decoded.
+        ram_cache_fallback: when the RAM cache does not fit, log a warning and run as without it
+            (fused decoding, no ``ram_cache_resize``) instead of raising
             :class:`~iotool.loading.ramcache.CacheMemoryError`.
+        cache, cache_resize, cache_fallback: deprecated spellings (``cache="ram"`` is ``ram_cache=True``,
+            the others ``ram_cache_resize`` and ``ram_cache_fallback``); they warn with a DeprecationWarning.
         **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
             (``shuffle``, ``seed``, ``buffer_size``, ``even``).
 
@@ -112,6 +117,9 @@ def open_dataset(
         sharded formats (tar): a :class:`ShardedIterableDataset` (``for image, label in ds``, ``len``, ``set_epoch``).
         Both have ``classes``, ``class_to_idx`` and ``keys``.
     """
+    ram, resize, fallback = ram_cache_options(
+        ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
+    )
     config = _storage_config(storage_options, cache_dir, cache_max_bytes, retries)
     spec = detect_format(path, config)
     reader = spec.reader(path, storage=config)
@@ -119,11 +127,11 @@ def open_dataset(
         "on_error": on_error,
         "max_skips": max_skips,
         "check_checksums": check_checksums,
-        "cache": cache,
-        "cache_resize": cache_resize,
-        "cache_fallback": cache_fallback,
+        "ram_cache": ram,
+        "ram_cache_resize": resize,
+        "ram_cache_fallback": fallback,
     }
-    if spec.iterable:
+    if isinstance(reader, ShardedReader):  # spec.iterable
         return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)
     if iterable_options:
         raise UsageError(f"{', '.join(iterable_options)}: only for sharded formats, not {spec.name}.")

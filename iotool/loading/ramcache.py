@@ -1,6 +1,6 @@
 """A decoded-image RAM cache: one shared-memory block for the main process and every DataLoader worker.
 
-``open_dataset(path, cache="ram")`` keeps each record's decoded RGB uint8 pixels in memory after
+``open_dataset(path, ram_cache=True)`` keeps each record's decoded RGB uint8 pixels in memory after
 its first decode, so later epochs only apply the transform. Unlike a Python list of arrays (which
 forked workers slowly copy as reference counts touch its pages, and spawned workers copy whole),
 the pixels live in one block that every process maps:

@@ -8,7 +8,7 @@ cut again into equal runs for its DataLoader workers, so every worker has work o
 record is read exactly once per epoch across ranks and workers. Nothing here holds a Python list
 of records: runs are ranges, turned into record indices one shard segment at a time.
 
-A worker's place in its epoch is a few numbers (:class:`WorkerStream`): the records it has taken
+A worker's place in its epoch is a few numbers (:class:`WorkerStream`): the records it has consumed
 from its runs, and with shuffling the shuffle buffer's record indices and the RNG state. Resuming
 from them recomputes the runs and starts reading at that position, so nothing before it is read.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -113,10 +114,10 @@ class EpochSplit:
         k = int(np.searchsorted(self.ends, lo, side="right"))
         while lo < hi and k < len(self.ends):
             seg_lo = int(self.ends[k - 1]) if k else 0
-            take = min(hi, int(self.ends[k])) - lo
+            count = min(hi, int(self.ends[k])) - lo
             first = int(self.starts[k]) + lo - seg_lo
-            yield np.arange(first, first + take, dtype=np.int64)
-            lo += take
+            yield np.arange(first, first + count, dtype=np.int64)
+            lo += count
             k += 1
 
     def worker_records(self, env: ShardEnv, even: bool) -> Iterator[int]:
@@ -126,12 +127,12 @@ class EpochSplit:
                 yield from chunk.tolist()
 
 
-def _skip_runs(runs: list[tuple[int, int]], taken: int) -> list[tuple[int, int]]:
-    """``runs`` without their first ``taken`` positions, by arithmetic (nothing read)."""
+def _skip_runs(runs: list[tuple[int, int]], consumed: int) -> list[tuple[int, int]]:
+    """``runs`` without their first ``consumed`` positions, by arithmetic (nothing read)."""
     out = []
     for lo, hi in runs:
-        skip = min(taken, hi - lo)
-        taken -= skip
+        skip = min(consumed, hi - lo)
+        consumed -= skip
         if lo + skip < hi:
             out.append((lo + skip, hi))
     return out
@@ -141,7 +142,8 @@ class WorkerStream:
     """One (rank, worker)'s record indices for one epoch, through a shuffle buffer when
     ``rng`` is given, resumable from :meth:`position` (a few plain ints and lists).
 
-    The position counts the records taken from the worker's runs; with shuffling it also holds
+    The position counts the records consumed from the worker's runs (saved as ``"taken"``); with
+    shuffling it also holds
     the buffer's record indices (at most ``buffer_size``) and the RNG state. It is exact whenever
     the stream is suspended at a ``yield``: the state after handing out that index.
     """
@@ -149,8 +151,14 @@ class WorkerStream:
     def __init__(self, split: EpochSplit, env: ShardEnv, even: bool, rng: random.Random | None, buffer_size: int):
         self.split, self.runs = split, split.worker_runs(env, even)
         self.rng, self.buffer_size = rng, buffer_size
-        self.taken = 0  # records taken from the runs (handed out, or waiting in the buffer)
+        self.consumed = 0  # records consumed from the runs (handed out, or waiting in the buffer)
         self.buffer: list[int] = []
+
+    @property
+    def taken(self) -> int:
+        """Deprecated spelling of :attr:`consumed`."""
+        warnings.warn("WorkerStream.taken is deprecated; use WorkerStream.consumed.", DeprecationWarning, stacklevel=2)
+        return self.consumed
 
     def position(self) -> dict[str, Any]:
         """Where the stream is: plain data (JSON-serialisable), small (no per-record lists)."""
@@ -158,40 +166,41 @@ class WorkerStream:
         if self.rng is not None:
             version, words, gauss = self.rng.getstate()
             rng = [version, list(words), gauss]
-        return {"taken": self.taken, "buffer": list(self.buffer), "rng": rng}
+        return {"taken": self.consumed, "buffer": list(self.buffer), "rng": rng}
 
     def restore(self, position: dict[str, Any]) -> None:
         """Continue from a :meth:`position` of the same epoch, rank and worker."""
-        self.taken, self.buffer = int(position["taken"]), [int(i) for i in position["buffer"]]
+        self.consumed, self.buffer = int(position["taken"]), [int(i) for i in position["buffer"]]
         if self.rng is not None:
             version, words, gauss = position["rng"]
             self.rng.setstate((version, tuple(words), gauss))
 
     def remaining(self) -> Iterator[int]:
-        """The record indices not yet taken, in run order (for a caller that counts them)."""
-        for lo, hi in _skip_runs(self.runs, self.taken):
+        """The record indices not yet consumed, in run order (for a caller that counts them)."""
+        for lo, hi in _skip_runs(self.runs, self.consumed):
             for chunk in self.split.records(lo, hi):
                 yield from chunk.tolist()
 
     def __iter__(self) -> Iterator[int]:
         """The indices still to hand out: in run order, or drawn from the shuffle buffer."""
-        if self.rng is None:
+        rng = self.rng
+        if rng is None:
             for i in self.remaining():
-                self.taken += 1
+                self.consumed += 1
                 yield i
             return
         for i in self.remaining():
-            self.taken += 1
+            self.consumed += 1
             self.buffer.append(i)
             if len(self.buffer) >= self.buffer_size:
-                yield self._draw()
+                yield self._draw(rng)
         while self.buffer:
-            yield self._draw()
+            yield self._draw(rng)
 
-    def _draw(self) -> int:
-        """Take a random index out of the buffer."""
+    def _draw(self, rng: random.Random) -> int:
+        """Draw a random index out of the buffer."""
         buf = self.buffer
-        j = self.rng.randrange(len(buf))
+        j = rng.randrange(len(buf))
         buf[j], buf[-1] = buf[-1], buf[j]
         return buf.pop()
 

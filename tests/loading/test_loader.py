@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
 import iotool
 from iotool.formats.lmdb.reader import LmdbReader
-from iotool.loading.batchring import BatchRing
+from iotool.loading.loader.batchring import BatchRing
 from iotool.loading.split import ShardEnv
 from iotool.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop
 from iotool.transforms.samplescope import enter_sample, leave_sample

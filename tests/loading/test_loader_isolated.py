@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import iotool
-from iotool.loading.isolated import check_isolation
+from iotool.loading.loader.isolated import check_isolation
 from iotool.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop
 
 from ..conftest import REPO, options_for, write_tree

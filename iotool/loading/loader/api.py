@@ -2,48 +2,50 @@
 
 iotool's decoders and kernels release the GIL, so threads can build batches with no worker
 processes, no shared-memory segment per batch and no pipe: each sample is decoded, transformed and
-written into its row of a batch of a :class:`~iotool.loading.batchring.BatchRing` (the last
+written into its row of a batch of a :class:`~iotool.loading.loader.batchring.BatchRing` (the last
 C-kernel resize writes into the row itself). What comes out is what
 ``DataLoader(..., collate_fn=iotool.fast_collate)`` yields: a uint8 ``(N, C, H, W)`` tensor and
 int64 labels.
 
-- **Order** (:mod:`iotool.loading.order`): map-style datasets as ``DistributedSampler``; sharded
-  ones as their own split over ranks, the rank's stream read as one worker. The batches and their
-  order never depend on ``threads``.
+- **Order** (:mod:`iotool.loading.order`): one :class:`~iotool.loading.order.EpochOrder` (shuffle,
+  seed, even, rank, world size, epoch), which the dataset turns into its records
+  (``dataset.record_order``): map-style datasets as ``DistributedSampler``; sharded ones as their
+  own split over ranks, the rank's stream read as one worker. The batches and their order never
+  depend on ``threads``.
+- **Passes** (:mod:`.threadpass`, :mod:`.isolated`) and **rings** (:mod:`.batchring`,
+  :mod:`.sharedring`) meet the Loader through the protocols of :mod:`.protocols`; the Loader
+  hands them plain inputs (a :class:`~.protocols.PassPlan`) and reads back what they deliver.
 - **Randomness**: every sample gets its own ``random.Random`` seeded from ``(seed, epoch, rank,
   record)``, which iotool's random transforms draw from while the sample is computed
   (:mod:`iotool.transforms.samplescope`).
-- **Resume**: :meth:`Loader.state_dict` is the epoch and the batches taken; loading it skips them
+- **Resume**: :meth:`Loader.state_dict` is the epoch and the batches delivered; loading it skips them
   by arithmetic (nothing read).
 - **Errors and shutdown**: a thread's exception stops the pass and is raised in the caller,
   naming the record; breaking out, ``del``, garbage collection and Ctrl-C stop every thread.
-- **Isolation** (``isolate=True``, :mod:`iotool.loading.isolated`): the same pass in one forked
+- **Isolation** (``isolate=True``, :mod:`iotool.loading.loader.isolated`): the same pass in one forked
   child process writing into one shared-memory ring, so the threads do not share the caller's GIL.
 """
 
 from __future__ import annotations
 
-import copy
-import logging
-import operator
 import os
-import threading
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import IotoolError, RecordError, UsageError
+from ...errors import UsageError
+from ..iterable import ShardedIterableDataset
+from ..mapstyle import ImageDataset
+from ..order import RecordOrder
+from ..split import rank_world
+from .batches import Batches
 from .batchring import BatchRing
-from .isolated import IsolatedBatches, IsolatedPass, check_isolation
-from .iterable import ShardedIterableDataset
-from .mapstyle import ImageDataset
-from .order import RecordOrder, rank_order, stream_from, stream_order
-from .split import EpochSplit, rank_world
-from .threadpass import Batches, Pass, record_name
-
-log = logging.getLogger(__name__)
+from .isolated import Child, ChildPlan, IsolatedPass, check_isolation
+from .protocols import OrderedDataset, Pass, PassPlan, Ring
+from .reading import SampleReader
+from .threadpass import ThreadPass
 
 ON_ERROR = (None, "raise", "skip")
 STATE_VERSION = 1
@@ -51,12 +53,24 @@ MAX_THREADS = 8  # the default's cap: past it the GIL binds on every path measur
 _STATE_FIELDS = ("records", "batch_size", "drop_last", "shuffle", "seed", "even", "rank", "world_size")
 
 
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"Loader.{old} is deprecated; use Loader.{new}.", DeprecationWarning, stacklevel=3)
+
+
+def _count(state: dict[str, Any], name: str) -> int:
+    """``state[name]``, which must be a count (an int of 0 or more)."""
+    value = state.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"cannot resume from this state: {name}={value!r} is not a count.")
+    return value
+
+
 def default_threads() -> int:
     """The cores this process may run on, at most :data:`MAX_THREADS`."""
     return max(1, min(MAX_THREADS, len(os.sched_getaffinity(0))))
 
 
-def _positive(value: Any, name: str, minimum: int = 1) -> int:
+def _positive(value: object, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise UsageError(f"Loader: {name}={value!r}; give an integer of {minimum} or more.")
     return value
@@ -74,14 +88,14 @@ class Loader:
         ...     for images, labels in iotool.CUDAPrefetcher(loader, mean=..., std=...):
         ...         ...
 
-    **Lifetime of a batch.** Batches are views of reused memory (:mod:`~iotool.loading.batchring`):
-    a batch stays unchanged until ``keep`` more batches have been taken (default 1: the batch in
+    **Lifetime of a batch.** Batches are views of reused memory (:mod:`~iotool.loading.loader.batchring`):
+    a batch stays unchanged until ``keep`` more batches have been delivered (default 1: the batch in
     hand and the previous one). A batch kept longer is not overwritten either: its slot gets new
     memory instead (:attr:`reallocations` counts it), so keeping batches costs allocations, not
     correctness. Pinned batches are never written while a copy from them may run.
 
     **What runs in threads.** iotool's datasets (``open_dataset``: every format, ``transform``,
-    fused decoding, ``cache="ram"``, the sharded datasets). Another dataset class is refused
+    fused decoding, ``ram_cache=True``, the sharded datasets). Another dataset class is refused
     (:class:`UsageError`: use ``DataLoader`` for it). A transform that is not iotool's runs
     anyway, with a warning: it may hold the GIL (then the threads take turns) and its own random
     numbers do not follow ``(seed, epoch, record)``.
@@ -106,7 +120,7 @@ class Loader:
         rank, world_size: this process's place; None: from torch.distributed, else RANK/WORLD_SIZE.
         isolate: run the threads in one child process (forked on the first ``iter()``, kept across
             epochs) writing into one shared-memory ring, so they do not share the GIL with the
-            training loop (:mod:`iotool.loading.isolated`; Linux only).
+            training loop (:mod:`iotool.loading.loader.isolated`; Linux only).
 
     Raises:
         UsageError: a dataset that is not iotool's, or a bad option (the message names it).
@@ -114,7 +128,7 @@ class Loader:
 
     def __init__(
         self,
-        dataset: Any,
+        dataset: ImageDataset | ShardedIterableDataset,
         batch_size: int = 1,
         *,
         shuffle: bool | None = None,
@@ -130,8 +144,7 @@ class Loader:
         world_size: int | None = None,
         isolate: bool = False,
     ):
-        self.sharded = isinstance(dataset, ShardedIterableDataset)
-        if not self.sharded and not isinstance(dataset, ImageDataset):
+        if not isinstance(dataset, (ImageDataset, ShardedIterableDataset)):
             raise UsageError(
                 f"iotool.Loader reads iotool's datasets (iotool.open_dataset: ImageDataset, "
                 f"ShardedIterableDataset); got a {type(dataset).__module__}.{type(dataset).__name__}. "
@@ -140,16 +153,17 @@ class Loader:
             )
         if on_error not in ON_ERROR:
             raise UsageError(f"Loader: on_error={on_error!r}; choose one of: None (the dataset's), 'raise', 'skip'.")
-        self.dataset = dataset
-        self.samples: ImageDataset = dataset.mapstyle if self.sharded else dataset
+        self.dataset: OrderedDataset = dataset
+        self.mapstyle: ImageDataset = dataset.mapstyle  # decodes and transforms each record
         self.batch_size = _positive(batch_size, "batch_size")
         self.threads = default_threads() if threads is None else _positive(threads, "threads")
         self.prefetch = _positive(prefetch, "prefetch")
         self.keep = _positive(keep, "keep", 0)
         self.drop_last = bool(drop_last)
-        self.shuffle, self.seed, self.even = self._sampling(shuffle, seed, even)
-        self.on_error = on_error or self.samples.on_error
-        self.rank, self.world_size = self._place(rank, world_size)
+        self.on_error = on_error or self.mapstyle.on_error
+        place = self._place(rank, world_size)
+        # the one owner of order: the dataset's own options, overridden by the Loader's
+        self.epoch_order = dataset.epoch_order.overridden(shuffle, seed, even).placed(*place).at(0)
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         if pin_memory and not self.pin_memory:
             warnings.warn(
@@ -157,36 +171,68 @@ class Loader:
                 UserWarning,
                 stacklevel=2,
             )
-        self.epoch = 0
-        self.skipped = 0  # bad records skipped by this loader (on_error="skip")
         self.ring: BatchRing | None = None  # the batches' memory, made on the first pass
-        self._lock = threading.Lock()
+        self._reader = SampleReader(self.mapstyle, self.on_error)
         self._resume: tuple[int, int] | None = None  # (epoch, batches) from load_state_dict
-        self.batches_taken = 0  # batches handed out in the current (or last) pass
-        self._pass: Pass | IsolatedPass | None = None
+        self._pass: Pass | None = None
         self.isolate = bool(isolate)
         if self.isolate:
             check_isolation()
-        self._child = None  # the isolated loader's child process, started by the first pass
+        self._child: Child | None = None  # the isolated loader's child process, started by the first pass
         self._warn_foreign_transform()
 
-    def _sampling(self, shuffle: bool | None, seed: int | None, even: bool | None) -> tuple[bool, int, bool]:
-        """(shuffle, seed, even); None: the sharded dataset's own (map-style: False, 0, False). A
-        sharded dataset orders its records itself: where the Loader is given other values, it
-        orders a copy of the dataset with them (the caller's dataset is left as it was opened)."""
-        if not self.sharded:
-            return bool(shuffle), 0 if seed is None else operator.index(seed), bool(even)
-        ds = self.dataset
-        wanted = {
-            "shuffle": ds.shuffle if shuffle is None else bool(shuffle),
-            "seed": ds.seed if seed is None else operator.index(seed),
-            "even": ds.even if even is None else bool(even),
-        }
-        if any(getattr(ds, name) != value for name, value in wanted.items()):
-            self.dataset = copy.copy(ds)  # shares the reader (paths) and the map-style samples
-            for name, value in wanted.items():
-                setattr(self.dataset, name, value)
-        return wanted["shuffle"], wanted["seed"], wanted["even"]
+    # -- the order's parts, read-only (one owner: epoch_order) ------------------------------------
+    @property
+    def shuffle(self) -> bool:
+        return self.epoch_order.shuffle
+
+    @property
+    def seed(self) -> int:
+        return self.epoch_order.seed
+
+    @property
+    def even(self) -> bool:
+        return self.epoch_order.even
+
+    @property
+    def rank(self) -> int:
+        return self.epoch_order.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.epoch_order.world_size
+
+    @property
+    def epoch(self) -> int:
+        """The epoch that seeds shuffling and augmentation (see :meth:`set_epoch`)."""
+        return self.epoch_order.epoch
+
+    @property
+    def sharded(self) -> bool:
+        """True for a :class:`~iotool.ShardedIterableDataset`."""
+        return isinstance(self.dataset, ShardedIterableDataset)
+
+    @property
+    def samples(self) -> ImageDataset:
+        """Deprecated spelling of :attr:`mapstyle` (a dataset, not samples)."""
+        _deprecated("samples", "mapstyle")
+        return self.mapstyle
+
+    @property
+    def skipped(self) -> int:
+        """Bad records skipped by this loader (``on_error="skip"``)."""
+        return self._reader.skipped
+
+    @property
+    def batches_delivered(self) -> int:
+        """Batches of the current (or last) pass delivered so far (a resume's skipped ones included)."""
+        return self._pass.delivered if self._pass is not None else 0
+
+    @property
+    def batches_taken(self) -> int:
+        """Deprecated spelling of :attr:`batches_delivered`."""
+        _deprecated("batches_taken", "batches_delivered")
+        return self.batches_delivered
 
     @staticmethod
     def _place(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -199,7 +245,7 @@ class Loader:
         return rank, world
 
     def _warn_foreign_transform(self) -> None:
-        transform = self.samples.transform
+        transform = self.mapstyle.transform
         parts = getattr(transform, "transforms", None) if type(transform).__name__ == "Compose" else None
         foreign = [
             t
@@ -218,13 +264,7 @@ class Loader:
     # -- sizes and epochs ---------------------------------------------------------------------
     def samples_per_epoch(self) -> int:
         """Samples this rank reads per epoch (before ``drop_last``)."""
-        if self.sharded:
-            split = EpochSplit.of(self.dataset.reader.shard_ranges(), False, 0, 0)
-            return split.rank_length(self.rank, self.world_size, self.even)
-        n = len(self.samples)
-        if self.even:
-            return -(-n // self.world_size)
-        return len(range(self.rank, n, self.world_size))
+        return self.dataset.epoch_length(self.epoch_order)
 
     def __len__(self) -> int:
         """Batches per epoch, as DataLoader counts them."""
@@ -233,39 +273,37 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch that seeds shuffling and augmentation; call before each epoch."""
-        self.epoch = operator.index(epoch)
-        if self.sharded:
-            self.dataset.set_epoch(self.epoch)
+        self.epoch_order = self.epoch_order.at(epoch)
+        self.dataset.set_epoch(self.epoch)
         if self._resume is not None and self._resume[0] != self.epoch:
             self._resume = None  # a state saved in another epoch: this epoch starts from its start
 
     def order(self, epoch: int | None = None) -> np.ndarray:
         """The record indices this rank reads in ``epoch`` (default: the current one), in order."""
-        epoch = self.epoch if epoch is None else epoch
-        if self.sharded:
-            return stream_order(self.dataset, epoch=epoch, rank=self.rank, world=self.world_size, even=self.even)
-        return rank_order(
-            len(self.samples),
-            shuffle=self.shuffle,
-            seed=self.seed,
-            epoch=epoch,
-            rank=self.rank,
-            world=self.world_size,
-            even=self.even,
-        )
+        order = self.epoch_order if epoch is None else self.epoch_order.at(epoch)
+        return self.dataset.record_order(order).rest()
 
-    def _record_order(self, start: int) -> RecordOrder:
-        """This epoch's record indices from position ``start``, drawn lazily for a sharded dataset."""
-        if self.sharded:
-            return stream_from(
-                self.dataset, epoch=self.epoch, rank=self.rank, world=self.world_size, even=self.even, start=start
-            )
-        return RecordOrder(self.order(), start)
+    def _record_order(self, epoch: int, start: int) -> RecordOrder:
+        """``epoch``'s record indices from position ``start`` (drawn lazily for a sharded dataset)."""
+        return self.dataset.record_order(self.epoch_order.at(epoch), start)
+
+    def _plan(self, epoch: int, first: int) -> PassPlan:
+        batches = len(self)
+        return PassPlan(
+            epoch=epoch,
+            first=first,
+            batches=batches,
+            samples=min(self.samples_per_epoch(), batches * self.batch_size),
+            batch_size=self.batch_size,
+            threads=self.threads,
+            seed=self.seed,
+            rank=self.rank,
+        )
 
     # -- resume ---------------------------------------------------------------------------------
     def _fields(self) -> dict[str, Any]:
         return {
-            "records": len(self.samples),
+            "records": len(self.mapstyle),
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
             "shuffle": self.shuffle,
@@ -276,14 +314,14 @@ class Loader:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader is: the epoch and the batches taken in it (small, JSON-serialisable).
+        """Where the loader is: the epoch and the batches delivered in it (small, JSON-serialisable).
 
         Before a pass starts it is where that pass will start (a loaded state, or the epoch's start).
         """
         if self._resume is not None:
             epoch, batches = self._resume
         elif self._pass is not None:
-            epoch, batches = self._pass.epoch, self.batches_taken
+            epoch, batches = self._pass.plan.epoch, self._pass.delivered
         else:
             epoch, batches = self.epoch, 0
         return {
@@ -296,7 +334,7 @@ class Loader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from a :meth:`state_dict`: the next pass is its epoch, from the batch after the
-        last one taken, and reads none of the records before it.
+        last one delivered, and reads none of the records before it.
 
         Raises:
             UsageError: not a Loader state, or one saved with other options (each named).
@@ -318,15 +356,11 @@ class Loader:
                 f"cannot resume from this state: it was saved with {diffs}; open the "
                 f"dataset and the Loader as when it was saved."
             )
-        epoch, batches = state.get("epoch"), state.get("batches")
-        for name, value in (("epoch", epoch), ("batches", batches)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise UsageError(f"cannot resume from this state: {name}={value!r} is not a count.")
+        epoch, batches = _count(state, "epoch"), _count(state, "batches")
         if batches > len(self):
             raise UsageError(f"cannot resume from this state: batches={batches} but an epoch has {len(self)}.")
-        self.epoch = epoch
-        if self.sharded:
-            self.dataset.set_epoch(epoch)
+        self.epoch_order = self.epoch_order.at(epoch)
+        self.dataset.set_epoch(epoch)
         self._resume = (epoch, batches)
 
     # -- iteration --------------------------------------------------------------------------------
@@ -334,7 +368,7 @@ class Loader:
     def reallocations(self) -> int:
         """Slots given new memory because a batch kept past the lifetime rule still held theirs."""
         if self._child is not None:
-            return self._child.ring.renewals
+            return self._child.ring.reallocations
         return self.ring.reallocations if self.ring is not None else 0
 
     def new_ring(self) -> BatchRing:
@@ -348,7 +382,7 @@ class Loader:
         if self._child is not None:
             self._child.close()
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Batches:
         if self._pass is not None:
             self._pass.stop(wait=True)  # one pass at a time: a new iter() ends the last one
             if self._pass.alive():
@@ -357,14 +391,43 @@ class Loader:
         if self._resume is not None:
             first = self._resume[1]
             self._resume = None
-        self.batches_taken = first
         if self.isolate:
-            self._pass = IsolatedPass(self, first)
-            return IsolatedBatches(self._pass)
-        if self.ring is None:
-            self.ring = self.new_ring()
-        self._pass = Pass(self, self.ring, self._record_order(first * self.batch_size), first)
+            if self._child is None or not self._child.alive():
+                self._child = Child(self._child_plan())
+            self._pass = IsolatedPass(self._child, self._plan(self.epoch, first), self.pin_memory, self._child_skipped)
+        else:
+            if self.ring is None:
+                self.ring = self.new_ring()
+            self._pass = self._thread_pass(self.ring, self.epoch, first)
         return Batches(self._pass)
+
+    def _thread_pass(self, ring: Ring, epoch: int, first: int) -> ThreadPass:
+        """A thread pass over ``epoch`` from batch ``first``, writing into ``ring`` (here, or in the child)."""
+        order = self._record_order(epoch, first * self.batch_size)
+        return ThreadPass(self._plan(epoch, first), ring, order, self._reader)
+
+    def _child_plan(self) -> ChildPlan:
+        return ChildPlan(
+            slots=self.prefetch + self.keep + 1,
+            batch_size=self.batch_size,
+            keep=self.keep,
+            start=self._thread_pass,
+            skipped=lambda: self._reader.skipped,
+            warm=self._warm,
+        )
+
+    def _child_skipped(self, count: int) -> None:
+        """The child's count of skipped records, as it reports it with each answer."""
+        self._reader.skipped = count
+
+    def _warm(self) -> None:
+        """Reopen the handles inherited across the fork (an LMDB environment, an HDF5 file) in one
+        thread: the readers open them lazily once per process, and threads racing to do it collide."""
+        if len(self.mapstyle):
+            try:
+                self.mapstyle.reader.read(0)
+            except Exception:
+                pass
 
     def sample(self, index: int) -> tuple[Any, int, int]:
         """Record ``index`` decoded and transformed: (image, label, the record actually served).
@@ -373,48 +436,10 @@ class Loader:
         otherwise its :class:`RecordError` (naming it) is raised. Any other exception of a
         transform is raised as a :class:`RecordError` naming the record.
         """
-        ds, n = self.samples, len(self.samples)
-        record = index
-        for _ in range(n):
-            try:
-                served = ds.sample(record)
-            except RecordError as exc:
-                if self.on_error != "skip":
-                    raise
-                self._skip(exc)
-                served = None
-            except IotoolError as exc:
-                raise _named(exc, f"{record_name(ds, record)}: {exc}") from exc
-            except Exception as exc:
-                raise RecordError(
-                    f"{record_name(ds, record)}: {type(exc).__name__}: {exc} "
-                    f"(raised by the transform in an iotool.Loader thread)"
-                ) from exc
-            if served is not None:
-                return served[0], served[1], record
-            record = (record + 1) % n
-        raise RecordError(f"{ds.reader.path}: no readable record left.")
-
-    def _skip(self, exc: RecordError) -> None:
-        with self._lock:  # threads skip concurrently
-            self.skipped += 1
-            skipped = self.skipped
-        if skipped > self.samples.max_skips:
-            raise RecordError(
-                f"more than max_skips={self.samples.max_skips} bad records in this loader; the last: {exc}"
-            ) from None
-        log.warning("skipping %s", exc)
+        return self._reader.sample(index)
 
     def __repr__(self) -> str:
         return (
             f"Loader({self.dataset!r}, batch_size={self.batch_size}, threads={self.threads}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last}, rank={self.rank}/{self.world_size})"
         )
-
-
-def _named(exc: IotoolError, message: str) -> IotoolError:
-    """``exc``'s kind of error with ``message`` (a RecordError where that kind takes other arguments)."""
-    try:
-        return type(exc)(message)
-    except Exception:
-        return RecordError(message)

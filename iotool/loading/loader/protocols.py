@@ -1,0 +1,151 @@
+"""The Loader's typed seams (``typing.Protocol``), so that each part is written against what it
+needs of the others, not against their classes:
+
+- :class:`Ring`: a batch memory (claim a slot, writable check, memory, release), implemented by the
+  in-process :class:`~iotool.loading.loader.batchring.BatchRing` and the shared-memory
+  :class:`~iotool.loading.loader.sharedring.SharedRing`.
+- :class:`Pass`: one pass over an epoch (deliver the next batch, stop, alive, the batches it
+  delivered), implemented by the thread pass and the isolated pass.
+- :class:`SampleSource`: what a pass computes each sample with (the Loader's skip policy).
+- :class:`OrderedDataset`: what the Loader asks of a dataset kind (its order, its map-style dataset).
+- :class:`PassPlan`: the plain numbers a pass is given (no back reference to the Loader).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from ..mapstyle import ImageDataset
+from ..order import EpochOrder, RecordOrder
+from .slot import Slot
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+"""What a pass delivers: uint8 images (N, C, H, W) and int64 labels (N,)."""
+
+
+@runtime_checkable
+class Ring(Protocol):
+    """A ring of batch slots reused in turn: batch ``b`` goes to slot ``b % size``."""
+
+    size: int
+    batch_size: int
+    keep: int
+    shape: tuple[int, int, int] | None  # (C, H, W) of every image, set by the first sample
+    delivered: int  # the last batch handed to the caller
+    reallocations: int  # slots given new memory because a kept batch still held theirs
+    slots: list[Slot]
+
+    def writable(self, batch: int) -> bool:
+        """True when ``batch``'s slot no longer holds a batch the caller may still use."""
+        ...
+
+    def claim(self, batch: int) -> Slot:
+        """The slot for ``batch`` (call once :meth:`writable`)."""
+        ...
+
+    def memory(self, slot: Slot, shape: tuple[int, int, int]) -> Slot:
+        """``slot`` with memory for images of ``shape``."""
+        ...
+
+    def release_before(self, batch: int) -> None:
+        """The caller is handed ``batch``: batches up to ``batch - keep - 1`` may be written again."""
+        ...
+
+    def bytes(self) -> int:
+        """Bytes of batch memory the ring holds now."""
+        ...
+
+    def close(self) -> None:
+        """Let go of every slot's memory (batches the caller holds stay valid)."""
+        ...
+
+
+class SampleSource(Protocol):
+    """What a pass computes each record's sample with."""
+
+    def sample(self, index: int) -> tuple[Any, int, int]:
+        """Record ``index`` decoded and transformed: (image, label, the record actually served)."""
+        ...
+
+    def name(self, record: int) -> str:
+        """``PATH: record I (KEY)``, for error messages."""
+        ...
+
+
+class OrderedDataset(Protocol):
+    """What :class:`iotool.Loader` asks of a dataset kind (``ImageDataset``, ``ShardedIterableDataset``)."""
+
+    @property
+    def mapstyle(self) -> ImageDataset:
+        """The map-style dataset that decodes and transforms each record."""
+        ...
+
+    @property
+    def epoch_order(self) -> EpochOrder:
+        """The dataset's own order options (shuffle, seed, even)."""
+        ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def epoch_length(self, order: EpochOrder) -> int:
+        """Records ``order``'s rank reads per epoch."""
+        ...
+
+    def record_order(self, order: EpochOrder, start: int = 0) -> RecordOrder:
+        """``order``'s record indices from position ``start``."""
+        ...
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """What one pass reads: its epoch, its first batch and the epoch's sizes.
+
+    Attributes:
+        epoch: the epoch (seeds each sample's random stream).
+        first: the first batch to deliver (after a resume, the batches before it are skipped).
+        batches: batches in the epoch.
+        samples: samples the epoch's batches hold (after ``drop_last``).
+        batch_size: samples per batch.
+        threads: threads building batches.
+        seed, rank: with the epoch and the record, each sample's random stream.
+    """
+
+    epoch: int
+    first: int
+    batches: int
+    samples: int
+    batch_size: int
+    threads: int
+    seed: int
+    rank: int
+
+    def count(self, batch: int) -> int:
+        """Samples in batch ``batch`` of the epoch."""
+        return min(self.samples, (batch + 1) * self.batch_size) - batch * self.batch_size
+
+
+@runtime_checkable
+class Pass(Protocol):
+    """One pass over an epoch, as the Loader and :class:`~iotool.loading.loader.batches.Batches` use it."""
+
+    plan: PassPlan
+    delivered: int  # batches of the epoch delivered so far (those a resume skipped included)
+
+    def deliver(self, batch: int) -> Batch:
+        """Batch ``batch`` of the epoch, once it is complete (raises the pass's error, naming the record)."""
+        ...
+
+    def stop(self, wait: bool) -> None:
+        """End the pass; with ``wait``, until nothing of it runs."""
+        ...
+
+    def abandon(self) -> None:
+        """End the pass after an interruption of the caller's wait (Ctrl-C, a broken channel)."""
+        ...
+
+    def alive(self) -> bool:
+        """True while something of the pass still runs in this process."""
+        ...

@@ -1,0 +1,86 @@
+"""How the Loader computes one record's sample: the dataset's sample under the Loader's
+``on_error`` policy, with bad records skipped by the dataset's one skip-and-advance loop
+(:meth:`~iotool.loading.mapstyle.ImageDataset.first_readable`) and counted here."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from ...errors import IotoolError, RecordError
+from ..mapstyle import ImageDataset
+
+log = logging.getLogger("iotool.loading.loader")
+
+
+def record_name(ds: ImageDataset, index: int) -> str:
+    """``PATH: record I (KEY)``, as the datasets' own errors name a record."""
+    try:
+        key = ds.reader.keys[index]
+    except Exception:
+        key = "?"
+    return f"{ds.reader.path}: record {index} ({key})"
+
+
+def _named(exc: IotoolError, message: str) -> IotoolError:
+    """``exc``'s kind of error with ``message`` (a RecordError where that kind takes other arguments)."""
+    try:
+        return type(exc)(message)
+    except Exception:
+        return RecordError(message)
+
+
+class SampleReader:
+    """Samples of ``dataset`` for a pass's threads (a :class:`~.protocols.SampleSource`).
+
+    Args:
+        dataset: the map-style dataset that decodes and transforms each record.
+        on_error: ``"skip"``: a bad record is skipped (logged, at most the dataset's ``max_skips``
+            for this reader) and the next readable one served; ``"raise"``: its error is raised.
+    """
+
+    def __init__(self, dataset: ImageDataset, on_error: str):
+        self.dataset, self.on_error = dataset, on_error
+        self.skipped = 0  # bad records skipped (on_error="skip")
+        self._lock = threading.Lock()
+
+    def name(self, record: int) -> str:
+        return record_name(self.dataset, record)
+
+    def sample(self, index: int) -> tuple[Any, int, int]:
+        """Record ``index`` decoded and transformed: (image, label, the record actually served).
+
+        Raises:
+            RecordError: a bad record under ``on_error="raise"``, or any other exception of a
+                transform, naming the record.
+        """
+        (image, label), record = self.dataset.first_readable(index, self._attempt)
+        return image, label, record
+
+    def _attempt(self, record: int) -> tuple[Any, int] | None:
+        ds = self.dataset
+        try:
+            return ds.sample(record)
+        except RecordError as exc:
+            if self.on_error != "skip":
+                raise
+            self._skip(exc)
+            return None
+        except IotoolError as exc:
+            raise _named(exc, f"{record_name(ds, record)}: {exc}") from exc
+        except Exception as exc:
+            raise RecordError(
+                f"{record_name(ds, record)}: {type(exc).__name__}: {exc} "
+                f"(raised by the transform in an iotool.Loader thread)"
+            ) from exc
+
+    def _skip(self, exc: RecordError) -> None:
+        with self._lock:  # threads skip concurrently
+            self.skipped += 1
+            skipped = self.skipped
+        if skipped > self.dataset.max_skips:
+            raise RecordError(
+                f"more than max_skips={self.dataset.max_skips} bad records in this loader; the last: {exc}"
+            ) from None
+        log.warning("skipping %s", exc)

@@ -1,0 +1,185 @@
+"""The threads of one :class:`iotool.Loader` pass: the positions they share out, the batches they
+finish, and their delivery to the caller in order (a :class:`~.protocols.Pass`).
+
+Work is shared out in runs of a few positions of the epoch's order (``ThreadPass.chunk``), so
+every thread helps with every batch (the first batch comes as soon as all threads have done their
+share); a run starts only once its batch's ring slot is writable. Each sample is computed under
+its own random stream and with its batch row as the resize's target
+(:mod:`iotool.transforms.samplescope`), then copied into the row unless the kernel wrote it there.
+The first exception stops the pass and is raised in the caller; the iterator's end, an error,
+Ctrl-C while waiting and the iterator's garbage collection all stop the threads.
+
+The pass is given what it needs (a :class:`~.protocols.PassPlan`, a :class:`~.protocols.Ring`,
+the epoch's :class:`~iotool.loading.order.RecordOrder` and a :class:`~.protocols.SampleSource`),
+never the Loader.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from typing import Any
+
+import torch
+
+from ...errors import InternalError, UsageError
+from ...transforms.samplescope import enter_sample, leave_sample
+from ..collate import copy_image, image_chw
+from ..order import RecordOrder
+from .protocols import Batch, PassPlan, Ring, SampleSource
+from .slot import Slot
+
+STOP_WAIT_S = 10.0  # how long stopping waits for each thread (it finishes the sample it is on)
+
+
+class ThreadPass:
+    """One pass over an epoch: the threads, the work they share and the batches they finish."""
+
+    def __init__(self, plan: PassPlan, ring: Ring, order: RecordOrder, source: SampleSource):
+        self.plan, self.ring, self.order, self.source = plan, ring, order, source
+        self.epoch, self.first, self.batches = plan.epoch, plan.first, plan.batches
+        self.end = plan.samples
+        self.delivered = plan.first  # batches of the epoch delivered (a resume's included)
+        self.base = ring.delivered + 1 - plan.first  # ring sequence number of the epoch's batch 0
+        self.next_pos = plan.first * plan.batch_size
+        self.chunk = max(1, min(16, plan.batch_size // (2 * plan.threads)))
+        self.done: dict[int, int] = {}
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.cond = threading.Condition()
+        self.workers = [
+            threading.Thread(target=self._work, name=f"iotool-loader-{k}", daemon=True)
+            for k in range(min(plan.threads, max(1, self.end - self.next_pos)))
+        ]
+        for worker in self.workers:
+            worker.start()
+
+    # -- the threads ------------------------------------------------------------------------------
+    def _work(self) -> None:
+        try:
+            while True:
+                job = self._next_job()
+                if job is None:
+                    return
+                batch, lo, indices, slot = job
+                for k, index in enumerate(indices):
+                    if self.stopped:
+                        return
+                    self._fill(slot, lo + k - batch * self.plan.batch_size, index)
+                with self.cond:
+                    self.done[batch] = self.done.get(batch, 0) + len(indices)
+                    self.cond.notify_all()
+        except BaseException as exc:
+            with self.cond:
+                if self.error is None:
+                    self.error = exc
+                self.stopped = True
+                self.cond.notify_all()
+
+    def _next_job(self) -> tuple[int, int, list[int], Slot] | None:
+        """(batch, first position, record indices, slot) of the next run to fill, once its batch's
+        slot is free; None: nothing left."""
+        bs = self.plan.batch_size
+        with self.cond:
+            while True:
+                if self.stopped or self.next_pos >= self.end:
+                    return None
+                batch = self.next_pos // bs
+                if self.ring.writable(self.base + batch):
+                    break
+                self.cond.wait(0.5)
+            lo = self.next_pos
+            hi = min(lo + self.chunk, (batch + 1) * bs, self.end)
+            indices = self.order.draw(hi - lo)
+            if len(indices) < hi - lo:  # the stream ended early: its length disagrees with the split
+                raise InternalError(
+                    f"the epoch's record order ended at position {lo + len(indices)}, "
+                    f"before the {self.end} the split gives; report this as a bug."
+                )
+            self.next_pos = hi
+            return batch, lo, indices, self.ring.claim(self.base + batch)
+
+    def _fill(self, slot: Slot, row: int, index: int) -> None:
+        """Compute record ``index``'s sample into row ``row`` of ``slot``."""
+        plan = self.plan
+        target = slot.rows[row] if slot.rows is not None else None
+        enter_sample(f"iotool:{plan.seed}:{plan.epoch}:{plan.rank}:{index}", target)
+        try:
+            image, label, record = self.source.sample(index)
+        finally:
+            leave_sample()
+        shape = self._shape(image, record)
+        self.ring.memory(slot, shape)
+        rows, images, labels = slot.rows, slot.images, slot.label_rows
+        if rows is None or images is None or labels is None:
+            raise InternalError("an iotool.Loader slot has no memory after memory(); report this as a bug.")
+        if not (isinstance(image, torch.Tensor) and image.data_ptr() == rows[row].ctypes.data):
+            copy_image(images[row], image)  # else the kernel wrote the row itself
+        try:
+            labels[row] = operator.index(label)
+        except TypeError:
+            raise UsageError(f"{self.source.name(record)}: label {label!r} is not an integer.") from None
+
+    def _shape(self, image: Any, record: int) -> tuple[int, int, int]:
+        """The image's (C, H, W), which must be every image's."""
+        try:
+            shape = image_chw(image, record)
+        except UsageError as exc:
+            raise UsageError(f"{self.source.name(record)}: {exc}") from None
+        ring = self.ring
+        if ring.shape is None:
+            with self.cond:
+                if ring.shape is None:
+                    ring.shape = shape
+        if shape != ring.shape:
+            raise UsageError(
+                f"{self.source.name(record)}: image of CxHxW "
+                f"{'x'.join(map(str, shape))}, but the batches hold {'x'.join(map(str, ring.shape))}; "
+                f"give the dataset a transform that crops or resizes every image to one size."
+            )
+        return shape
+
+    # -- the caller's side --------------------------------------------------------------------------
+    def count(self, batch: int) -> int:
+        """Samples in batch ``batch`` of the epoch."""
+        return self.plan.count(batch)
+
+    def deliver(self, batch: int) -> Batch:
+        """Batch ``batch`` of the epoch, once every thread's part of it is written."""
+        seq = self.base + batch
+        with self.cond:
+            self.ring.release_before(seq)
+            self.cond.notify_all()
+            while self.done.get(batch, 0) < self.count(batch) and self.error is None and not self.stopped:
+                self.cond.wait(0.5)
+            error = self.error
+            if error is None and self.stopped:  # its slots now belong to the pass that ended it
+                error = UsageError(
+                    "this pass over the iotool.Loader was ended (a new iter(loader) started "
+                    "another, or it was closed); iterate the new one."
+                )
+        if error is not None:
+            self.stop(wait=True)
+            raise error
+        self.ring.delivered = seq
+        self.done.pop(batch, None)
+        self.delivered = batch + 1
+        return self.ring.slots[seq % self.ring.size].views(self.count(batch))
+
+    def stop(self, wait: bool) -> None:
+        """Stop the threads (each finishes the sample it is on); with ``wait``, join them."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        if wait:
+            current = threading.current_thread()
+            for worker in self.workers:
+                if worker is not current:
+                    worker.join(STOP_WAIT_S)
+
+    def abandon(self) -> None:
+        """The caller's wait was interrupted: stop every thread."""
+        self.stop(wait=True)
+
+    def alive(self) -> bool:
+        return any(worker.is_alive() for worker in self.workers)
