@@ -134,7 +134,7 @@ def bench_read(
         shuffle: random order (map-style formats; iterable formats shuffle themselves).
         cache: ``"ram"`` to read through the shared decoded-image cache (``open_dataset(cache=...)``):
             the first epoch fills it, later ones read it.
-        cache_resize: the cache's shorter side (``open_dataset(cache_resize=...)``).
+        cache_resize: the cache's shorter side (``open_dataset(ram_cache_resize=...)``).
         progress: called with (what, done, total) after each epoch.
 
     Returns:

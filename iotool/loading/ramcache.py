@@ -116,17 +116,17 @@ def _shrunk(shapes: np.ndarray, resize: int) -> np.ndarray:
 def check_memory(need: int, available: int, *, what: str = "the RAM cache", smaller: int | None = None) -> None:
     """Raise :class:`CacheMemoryError` when ``need`` bytes exceed ``available`` less the safety margin.
 
-    ``smaller`` is the size with ``cache_resize=256``, quoted as a way out when given.
+    ``smaller`` is the size with ``ram_cache_resize=256``, quoted as a way out when given.
     """
     margin = max(int(available * SAFETY_MARGIN), MIN_MARGIN)
     if need <= available - margin:
         return
     ways = []
     if smaller is not None and smaller < need:
-        ways.append(f"cache_resize=256 (about {human_bytes(smaller)})")
+        ways.append(f"ram_cache_resize=256 (about {human_bytes(smaller)})")
     ways += [
         "the bmp cache on disk (iotool convert SRC bmp DST --resize 256)",
-        "cache_fallback=True to warn and run without the cache",
+        "ram_cache_fallback=True to warn and run without the cache",
     ]
     raise CacheMemoryError(
         f"{what} needs {human_bytes(need)}, but {human_bytes(available)} of memory is available and {human_bytes(margin)} of it "
@@ -359,7 +359,7 @@ def open_ram_cache(reader: FormatReader, resize: int | None = None, fallback: bo
     import logging
 
     if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize <= 0):
-        raise UsageError(f"cache_resize={resize!r}: give a positive int (the shorter side), or None.")
+        raise UsageError(f"ram_cache_resize={resize!r}: give a positive int (the shorter side), or None.")
     _require_memfd()
     sizes = cache_sizes(reader)
     need = CacheLayout.plan(sizes, resize).nbytes

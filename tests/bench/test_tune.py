@@ -559,6 +559,7 @@ REAL = {
 }
 
 
+@pytest.mark.serial  # the verdict reads how busy the cores are: other tests' load changes it
 def test_a_page_cached_dataset_that_waits_is_not_called_io_bound(lmdb_path):
     result = tune_loader(lmdb_path, waits, **REAL)
     assert result.bound.kind == "idle", result.bound
@@ -566,6 +567,7 @@ def test_a_page_cached_dataset_that_waits_is_not_called_io_bound(lmdb_path):
     assert "page cache" in result.bound.reason and "IO-bound" not in result.bound.reason.replace("not IO", "")
 
 
+@pytest.mark.serial  # the verdict reads how busy the cores are: other tests' load changes it
 def test_a_cpu_heavy_transform_is_cpu_bound(lmdb_path):
     result = tune_loader(lmdb_path, computes, **REAL)
     assert result.bound.kind == "cpu", result.bound
@@ -604,6 +606,7 @@ def throttled_shards(tmp_path):
     shutil.rmtree(root)
 
 
+@pytest.mark.serial  # the verdict reads how busy the cores are: other tests' load changes it
 def test_a_dataset_behind_a_slow_link_is_io_bound(throttled_shards):
     result = tune_loader(throttled_shards, lambda im: np.ascontiguousarray(im[:8, :8]), **{**REAL, "max_workers": 1})
     assert result.bound.kind == "io" and "network" in result.bound.reason, result.bound

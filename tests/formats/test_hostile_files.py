@@ -438,7 +438,7 @@ def test_recorded_shapes_that_overflow_or_exceed_the_bomb_limit_are_refused(fmt,
         pytest.skip(f"{fmt} records no image sizes (they are read from the headers)")
     words = ("record 1", str(path))
     with pytest.raises(FormatError) as caught:
-        iotool.open_dataset(path, cache="ram")
+        iotool.open_dataset(path, ram_cache=True)
     assert all(w in str(caught.value) for w in words), caught.value
     report = iotool.verify(path)
     assert any(all(w in p.reason for w in words) for p in report.problems), report.problems

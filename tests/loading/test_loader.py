@@ -107,7 +107,7 @@ def get_sharded(path: Path) -> bool:
 
 
 def test_ram_cache_and_drop_last(built):
-    ds = iotool.open_dataset(built("lmdb"), cache="ram", transform=CenterCrop(20))
+    ds = iotool.open_dataset(built("lmdb"), ram_cache=True, transform=CenterCrop(20))
     loader = iotool.Loader(ds, batch_size=4, drop_last=True, threads=2)
     assert len(loader) == 5
     for _ in range(2):  # the first epoch fills the cache, the second reads it

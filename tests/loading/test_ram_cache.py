@@ -1,4 +1,4 @@
-"""The decoded-image RAM cache (open_dataset(cache="ram")): one shared block, filled lazily, same output,
+"""The decoded-image RAM cache (open_dataset(ram_cache=True)): one shared block, filled lazily, same output,
 memory checked first, nothing left behind. Real DataLoader workers (fork and spawn), real signals."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_output_with_the_cache_equals_output_without(lmdb, start_method, persist
     # they are not persistent); a third would repeat the second (it cost ~20 s with spawn).
     options = {"multiprocessing_context": start_method, "persistent_workers": persistent}
     plain = epochs_of(iotool.open_dataset(lmdb, decoder="auto", transform=crop()), 2, **options)
-    ds = iotool.open_dataset(lmdb, transform=crop(), cache="ram")
+    ds = iotool.open_dataset(lmdb, transform=crop(), ram_cache=True)
     assert ds.cache.filled() == 0
     cached = epochs_of(ds, 2, **options)
     assert len(cached) == len(plain) == 2 * 5
@@ -107,7 +107,7 @@ def test_output_with_the_cache_equals_output_without(lmdb, start_method, persist
 
 
 def test_cached_pixels_are_the_decoded_pixels(lmdb):
-    ds = iotool.open_dataset(lmdb, cache="ram")
+    ds = iotool.open_dataset(lmdb, ram_cache=True)
     reference = iotool.open_dataset(lmdb)
     for i in range(len(ds)):
         first, again = ds[i][0], ds[i][0]  # decoded and stored, then read from the block
@@ -122,13 +122,13 @@ def test_user_transforms_get_their_own_copy(lmdb):
         image[:] = 0
         return image
 
-    ds = iotool.open_dataset(lmdb, transform=scribble, cache="ram")
+    ds = iotool.open_dataset(lmdb, transform=scribble, ram_cache=True)
     ds[0], ds[0]
     assert ds.cache.get(0).max() > 0
 
 
 def test_cache_resize_stores_resized_pixels_the_bmp_caches_size(tree, lmdb, tmp_path):
-    ds = iotool.open_dataset(lmdb, cache="ram", cache_resize=40)
+    ds = iotool.open_dataset(lmdb, ram_cache=True, ram_cache_resize=40)
     bmp = tmp_path / "c.bmp"
     iotool.convert(tree, bmp, "bmp", workers=0, resize=40)
     reference = iotool.open_dataset(bmp)
@@ -150,7 +150,7 @@ def test_every_format(fmt, tree, tmp_path):
     dst = tmp_path / f"c.{fmt}"
     iotool.convert(tree, dst, fmt, workers=0, **options_for(fmt))
     iterable = {"shuffle": True} if get_format(fmt).iterable else {}
-    ds = iotool.open_dataset(dst, cache="ram", transform=crop(), **iterable)
+    ds = iotool.open_dataset(dst, ram_cache=True, transform=crop(), **iterable)
     plain = iotool.open_dataset(dst, decoder="auto", transform=crop(), **iterable)
     cached, expected = epochs_of(ds, 2), epochs_of(plain, 2)
     assert len(cached) == len(expected) > 0 and all(torch.equal(a, b) for a, b in zip(cached, expected))
@@ -161,7 +161,7 @@ def test_every_format(fmt, tree, tmp_path):
 def test_tar_with_shuffle_reads_only_what_is_not_cached(tree, tmp_path):
     dst = tmp_path / "c.tar"
     iotool.convert(tree, dst, "tar", workers=0)
-    ds = iotool.open_dataset(dst, cache="ram", shuffle=True)
+    ds = iotool.open_dataset(dst, ram_cache=True, shuffle=True)
     first = sorted((int(label), image.tobytes()) for image, label in ds)
     os.rename(dst, tmp_path / "moved")  # later epochs must not need the shards
     ds.set_epoch(1)
@@ -176,11 +176,11 @@ def test_bad_records_follow_on_error_and_are_never_cached(tree, tmp_path):
     dst = tmp_path / "bad.lmdb"
     iotool.convert(src, dst, "lmdb", workers=0, validate=False)
     index = iotool.open_dataset(dst).keys.index("a/img_002.jpg")
-    strict = iotool.open_dataset(dst, cache="ram")
+    strict = iotool.open_dataset(dst, ram_cache=True)
     with pytest.raises(iotool.RecordError, match="img_002"):
         strict[index]
     assert strict.cache.get(index) is None
-    lenient = iotool.open_dataset(dst, cache="ram", on_error="skip")
+    lenient = iotool.open_dataset(dst, ram_cache=True, on_error="skip")
     images = [lenient[i] for i in range(len(lenient))]
     assert len(images) == 8 and lenient.skipped == 1
     assert lenient.cache.get(index) is None and lenient.cache.filled() == 7
@@ -191,11 +191,11 @@ def test_a_record_whose_size_cannot_be_read_follows_on_error(tmp_path, caplog):
     write_tree(src, {"a": 3})
     (src / "a" / "garbage.jpg").write_bytes(bytes(range(100)))  # no image header at all
     iotool.convert(src, tmp_path / "g.lmdb", "lmdb", workers=0, validate=False)
-    ds = iotool.open_dataset(tmp_path / "g.lmdb", cache="ram", on_error="skip")
+    ds = iotool.open_dataset(tmp_path / "g.lmdb", ram_cache=True, on_error="skip")
     assert "garbage.jpg" in caplog.text and "not cached" in caplog.text
     assert len([ds[i] for i in range(len(ds))]) == 4 and ds.skipped == 1
     assert ds.cache.filled() == 3
-    strict = iotool.open_dataset(tmp_path / "g.lmdb", cache="ram")
+    strict = iotool.open_dataset(tmp_path / "g.lmdb", ram_cache=True)
     with pytest.raises(iotool.RecordError, match="garbage.jpg"):
         strict[strict.keys.index("a/garbage.jpg")]
 
@@ -210,7 +210,7 @@ def test_an_index_that_disagrees_with_the_decoder_is_served_right_and_not_cached
     sizes[0] = sizes[0][::-1]  # height and width swapped: a hostile or buggy index
     rewrite_columns(dst, shapes=sizes)
     for resize in (None, 20):
-        ds = iotool.open_dataset(dst, cache="ram", cache_resize=resize, shuffle=True)
+        ds = iotool.open_dataset(dst, ram_cache=True, ram_cache_resize=resize, shuffle=True)
         images = {int(ds.mapstyle.keys.index(k)): None for k in ds.mapstyle.keys}
         for i in images:
             image = ds.mapstyle.sample(i)[0]
@@ -222,7 +222,7 @@ def test_an_index_that_disagrees_with_the_decoder_is_served_right_and_not_cached
 
 
 def test_cached_views_are_read_only(lmdb):
-    ds = iotool.open_dataset(lmdb, cache="ram")
+    ds = iotool.open_dataset(lmdb, ram_cache=True)
     ds[0]
     with pytest.raises(ValueError):
         ds.cache.get(0)[0, 0, 0] = 1
@@ -278,7 +278,7 @@ def test_spawned_process_opens_the_same_block():
 def test_a_process_that_cannot_open_the_block_decodes_for_itself(lmdb, caplog):
     import pickle
 
-    ds = iotool.open_dataset(lmdb, cache="ram")
+    ds = iotool.open_dataset(lmdb, ram_cache=True)
     state = pickle.dumps(ds)
     source = f"/proc/{os.getpid()}/fd/{ds.cache._fd}"
     ds.cache.close()  # the descriptor the pickle names is gone
@@ -297,7 +297,7 @@ def test_check_memory_names_both_figures_and_the_ways_out():
         check_memory(3 << 30, 2 << 30, smaller=1 << 30)
     text = str(err.value)
     assert "needs 3.0 GiB" in text and "2.0 GiB of memory is available" in text
-    assert "cache_resize=256 (about 1.0 GiB)" in text and "bmp" in text and "cache_fallback=True" in text
+    assert "ram_cache_resize=256 (about 1.0 GiB)" in text and "bmp" in text and "ram_cache_fallback=True" in text
     with pytest.raises(CacheMemoryError):
         check_memory(MIN_MARGIN, MIN_MARGIN + (1 << 20))  # the margin is kept free
 
@@ -344,11 +344,11 @@ def test_cache_that_does_not_fit_is_refused_or_falls_back(lmdb):
         import logging
         from iotool.loading.ramcache import CacheMemoryError
         try:
-            iotool.open_dataset({str(lmdb)!r}, cache="ram")
+            iotool.open_dataset({str(lmdb)!r}, ram_cache=True)
         except CacheMemoryError as exc:
             print("refused:", exc)
         logging.basicConfig()
-        ds = iotool.open_dataset({str(lmdb)!r}, cache="ram", cache_fallback=True)
+        ds = iotool.open_dataset({str(lmdb)!r}, ram_cache=True, ram_cache_fallback=True)
         print("fallback:", ds.cache, len([ds[i] for i in range(len(ds))]))
     """)
     run = _in_memory_cgroup(100 << 20, code)  # less than the safety margin alone (256 MiB)
@@ -365,7 +365,7 @@ def test_the_check_counts_what_open_caches_have_still_to_fill(sample_lmdb):
         caches = []
         try:
             while len(caches) < 60:
-                caches.append(iotool.open_dataset({str(sample_lmdb)!r}, cache="ram"))  # 13 MiB each
+                caches.append(iotool.open_dataset({str(sample_lmdb)!r}, ram_cache=True))  # 13 MiB each
         except CacheMemoryError as exc:
             print("refused after", len(caches), exc)
         print("pending", sum(ds.cache.unfilled_bytes() for ds in caches) >> 20)
@@ -384,7 +384,7 @@ import gc, os, sys, time, iotool
 from torch.utils.data import DataLoader
 from iotool.transforms import RandomResizedCrop
 path, start_method, mode = sys.argv[1:4]
-ds = iotool.open_dataset(path, transform=RandomResizedCrop(32), cache="ram")
+ds = iotool.open_dataset(path, transform=RandomResizedCrop(32), ram_cache=True)
 name = ds.cache.name
 loader = DataLoader(ds, batch_size=2, num_workers=2, persistent_workers=True,
                     multiprocessing_context=start_method)

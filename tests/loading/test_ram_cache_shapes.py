@@ -79,7 +79,7 @@ def source_sizes(ds) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize("resize", RESIZES)
 def test_every_slot_has_the_expected_shape_and_serves_it(mixed, resize):
-    ds = iotool.open_dataset(mixed, cache="ram", cache_resize=resize)
+    ds = iotool.open_dataset(mixed, ram_cache=True, ram_cache_resize=resize)
     sizes = source_sizes(ds)
     assert {int(np.sign(h - w)) for h, w in sizes} == {-1, 0, 1}
     expected = [expected_shape(h, w, resize) for h, w in sizes]
@@ -94,7 +94,7 @@ def test_every_slot_has_the_expected_shape_and_serves_it(mixed, resize):
 
 @pytest.mark.parametrize("resize", RESIZES)
 def test_cached_pixels_are_the_decoded_or_resized_pixels_on_every_orientation(mixed, resize):
-    cached = iotool.open_dataset(mixed, cache="ram", cache_resize=resize)
+    cached = iotool.open_dataset(mixed, ram_cache=True, ram_cache_resize=resize)
     plain = iotool.open_dataset(mixed, decoder="auto")
     for i in range(len(plain)):
         image = plain[i][0]
@@ -131,7 +131,7 @@ def test_cache_equals_no_cache_on_a_tree_of_mixed_orientation(mixed, resize):
 
     first = [ShrinkOnly(resize)] if resize is not None else []
     plain = iotool.open_dataset(mixed, decoder="auto", transform=Compose([*first, *_crop().transforms]))
-    cached = iotool.open_dataset(mixed, cache="ram", cache_resize=resize, transform=_crop())
+    cached = iotool.open_dataset(mixed, ram_cache=True, ram_cache_resize=resize, transform=_crop())
     a, b = batches(cached), batches(plain)
     assert len(a) == len(b) == 8 and all(torch.equal(x, y) for x, y in zip(a, b))
     assert cached.cache.filled() == len(cached)
@@ -167,8 +167,8 @@ def kill_inside_put(ds, index: int, point: str) -> None:
 
 @pytest.mark.parametrize("resize", [None, 40])
 def test_a_writer_killed_between_the_pixels_and_the_ready_byte_never_serves_the_slot(mixed, resize):
-    ds = iotool.open_dataset(mixed, cache="ram", cache_resize=resize)
-    reference = iotool.open_dataset(mixed, cache="ram", cache_resize=resize)
+    ds = iotool.open_dataset(mixed, ram_cache=True, ram_cache_resize=resize)
+    reference = iotool.open_dataset(mixed, ram_cache=True, ram_cache_resize=resize)
     expected = [reference[i][0] for i in range(len(reference))]
     for index, point in enumerate(["pixels", "c_call", "c_return"]):
         kill_inside_put(ds, index, point)

@@ -26,8 +26,8 @@ from iotool.pipeline.destination import TMP_MARKER, lock_path
 
 from ..conftest import FORMATS, formats_where, get_format, make_image, options_for
 
-# Mounts (tmpfs, read-only binds), signals to conversions and wall-clock bounds: a quiet machine.
-pytestmark = pytest.mark.serial
+# The mounts (tmpfs, read-only binds) are each test's own and the signals go to its own conversion,
+# so the file runs in parallel; the two tests with a wall-clock bound are marked serial.
 
 IMAGES = 60
 SLOW_CLI = """
@@ -190,6 +190,7 @@ def wait_for_lock(dst: Path) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.serial  # the second conversion must exit within 15 s
 def test_a_second_conversion_to_the_same_destination_exits_2_naming_the_first(source, tmp_path):
     dst = tmp_path / "out"
     # slow enough that the first still runs when the second has started, on a loaded machine too
@@ -271,6 +272,7 @@ def test_ctrl_c_with_resume_keeps_the_partial_and_says_so(fmt, source, tmp_path)
     assert iotool.verify(dst).ok and len(iotool.open_reader(dst)) == IMAGES and os.listdir(tmp_path) == ["out"]
 
 
+@pytest.mark.serial  # the second Ctrl-C must end it within 10 s
 def test_a_second_ctrl_c_exits_at_once(source, tmp_path):
     dst = tmp_path / "out"
     proc = cli(*convert_args("hdf5", source, dst, "-w", "2"), slow=0.05)
