@@ -43,13 +43,18 @@ bytes: :class:`DecodeRandomResizedCrop`, and the decoding forms of Resize and Ce
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .arguments import RESIZE_BACKENDS
 from .boxes import ATTEMPTS, ProcessRandom, center_crop_box, random_resized_crop_params
 from .decoding import DCT_SCALES, DecodeRandomResizedCrop
 from .kernels import resize, torch_uint8_resize_available
-from .layouts import OUTPUTS, Box, Image
+from .layouts import OUTPUTS, Box
 from .native import native_available, native_status
 from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
+
+if TYPE_CHECKING:
+    from .layouts import Image
 
 __all__ = [
     "ATTEMPTS",
@@ -72,3 +77,12 @@ __all__ = [
     "resize",
     "torch_uint8_resize_available",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``Image`` (``np.ndarray | torch.Tensor``), resolved on first use: importing the transforms imports no torch."""
+    if name == "Image":
+        from . import layouts
+
+        return layouts.Image
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

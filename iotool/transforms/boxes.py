@@ -9,8 +9,6 @@ import random
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import get_worker_info
 
 from ..errors import UsageError
 from .layouts import Box
@@ -60,6 +58,9 @@ class ProcessRandom:
 
     def process_seed(self) -> str:
         """The seed of this process's stream (a string: random.Random hashes it with SHA-512)."""
+        import torch
+        from torch.utils.data import get_worker_info
+
         if self.seed is None:
             return f"iotool:{torch.initial_seed()}:{self.instance}"
         if get_worker_info() is None:

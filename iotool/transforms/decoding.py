@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..decode import AUTO, decode, image_format, resolve_backend
 from ..decode import region as _region
@@ -18,10 +18,13 @@ from ..decode.bmp import bmp_rows, decode_bmp
 from ..errors import DecodeError, UsageError
 from .boxes import center_crop_box
 from .kernels import resize_chw
-from .layouts import Image, as_chw, emit
+from .layouts import as_chw, emit
 from .native import bgr_crop_planes, crop_resize_hwc, native_hwc, planes_native
 from .pixel_transforms import CenterCrop, RandomResizedCrop, Resize
 from .sizing import min_decode_size
+
+if TYPE_CHECKING:
+    from .layouts import Image
 
 
 class DecodeRandomResizedCrop(RandomResizedCrop):

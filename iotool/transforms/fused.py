@@ -27,13 +27,15 @@ with no channel conversion or copy of the whole image; the pixels are identical.
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..decode import AUTO, decode
 from ..decode.bmp import decode_bmp
 from .decoding import DecodeCenterCrop, DecodeRandomResizedCrop, DecodeResize
-from .layouts import Image
 from .pixel_transforms import CenterCrop, Compose, RandomResizedCrop, Resize
+
+if TYPE_CHECKING:
+    from .layouts import Image
 
 
 class _SharedDecodeCrop(DecodeRandomResizedCrop):

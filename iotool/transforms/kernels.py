@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from .arguments import check_backend, check_output, size_pair
-from .layouts import Image, as_chw, emit
+from .layouts import as_chw, emit
 from .native import crop_resize_hwc, native_hwc, native_source, resize_native
+
+if TYPE_CHECKING:
+    import torch
+
+    from .layouts import Image
 
 
 @functools.cache
 def torch_uint8_resize_available() -> bool:
     """True when torch resizes uint8 tensors with antialiased bilinear interpolation (torch >= 2.1)."""
+    import torch
+
     try:
         probe = torch.zeros((1, 3, 8, 8), dtype=torch.uint8)
         torch.nn.functional.interpolate(probe, size=(3, 5), mode="bilinear", antialias=True)
@@ -64,6 +71,8 @@ def resize_chw(
     The C kernel writes its result laid out for ``output`` (planes, or interleaved pixels seen
     through a CxHxW view), so :func:`~iotool.transforms.layouts.emit` copies nothing; the other kernels return contiguous CxHxW.
     """
+    import torch
+
     if tuple(chw.shape[1:]) == tuple(size):
         return chw  # the caller's emit copies it
     if backend in ("auto", "native") and antialias:
@@ -86,6 +95,7 @@ def resize_chw(
 def _resize_opencv(chw: torch.Tensor, size: tuple[int, int], antialias: bool) -> torch.Tensor:
     """OpenCV resize of a CxHxW tensor: INTER_AREA on the axes that shrink, INTER_LINEAR otherwise."""
     import cv2
+    import torch
 
     hwc = np.ascontiguousarray(chw.permute(1, 2, 0).numpy())
     (height, width), (out_h, out_w) = hwc.shape[:2], size

@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ..errors import UsageError
 
+if TYPE_CHECKING:
+    import torch
+
+    Image = np.ndarray | torch.Tensor
+
 OUTPUTS = ("chw_tensor", "hwc_array")
 
-Image = np.ndarray | torch.Tensor
 Box = tuple[int, int, int, int]  # (top, left, height, width), torchvision's (i, j, h, w)
+
+
+def __getattr__(name: str) -> Any:
+    """``Image`` (``np.ndarray | torch.Tensor``), built on first use: importing this module imports no torch."""
+    if name == "Image":
+        import torch
+
+        return np.ndarray | torch.Tensor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def as_chw(image: Any) -> torch.Tensor:
     """A CxHxW uint8 tensor viewing the input (zero-copy for HWC arrays)."""
+    import torch
+
     if isinstance(image, np.ndarray):
         if image.dtype != np.uint8 or image.ndim != 3:
             raise UsageError(
@@ -37,6 +51,8 @@ def as_chw(image: Any) -> torch.Tensor:
 
 def _from_numpy(array: np.ndarray) -> torch.Tensor:
     """torch.from_numpy, silent on read-only arrays (PIL's are): these views are only read."""
+    import torch
+
     if array.flags.writeable:
         return torch.from_numpy(array)
     with warnings.catch_warnings():
@@ -46,6 +62,8 @@ def _from_numpy(array: np.ndarray) -> torch.Tensor:
 
 def emit(chw: torch.Tensor, output: str, fresh: bool) -> Image:
     """The result in the ``output`` layout, C-contiguous; copied unless ``fresh`` (new memory already)."""
+    import torch
+
     out = chw.permute(1, 2, 0) if output == "hwc_array" else chw
     out = out.contiguous() if fresh else out.clone(memory_format=torch.contiguous_format)
     return out.numpy() if output == "hwc_array" else out

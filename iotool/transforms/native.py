@@ -6,10 +6,14 @@ without it :func:`native_available` is False and the transforms use torch's kern
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from .samplescope import take_slot
+
+if TYPE_CHECKING:
+    import torch
 
 try:
     from .. import _resize as _ext
@@ -54,6 +58,8 @@ def resize_native(hwc: np.ndarray, size: tuple[int, int], output: str) -> torch.
     a CxHxW view of a C-contiguous HxWxC tensor (the kernel writes interleaved pixels), so the
     caller's layout step copies nothing.
     """
+    import torch
+
     out = _native_into(hwc, size, output)
     return torch.from_numpy(out).permute(2, 0, 1) if output == "hwc_array" else torch.from_numpy(out)
 
@@ -107,6 +113,8 @@ def bgr_crop_planes(bgr: np.ndarray, box: tuple[int, int, int, int], size: tuple
     in reverse: the same bytes as converting to RGB first and then cropping and resizing, with no
     conversion pass and no copy of the image. The planes go to the loader's batch slot when there is
     one (:func:`take_slot`). A box of the output's own size is copied exactly (identity weights)."""
+    import torch
+
     i, j, h, w = box
     out_h, out_w = size
     out = take_slot((3, out_h, out_w))
@@ -121,6 +129,8 @@ def crop_resize_hwc(
 ) -> np.ndarray | torch.Tensor:
     """Crop ``box = (top, left, height, width)`` of an array :func:`native_hwc` accepts and resize it
     to ``size`` with the C kernel, straight into the ``output`` layout (new memory)."""
+    import torch
+
     i, j, h, w = box
     out_h, out_w = size
     crop = image[i : i + h, j : j + w]

@@ -3,18 +3,22 @@ RandomHorizontalFlip, Compose. The transforms that take encoded bytes are in :mo
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-import torch
 
 from ..errors import UsageError
 from .arguments import check_backend, check_output, size_pair, value_range
 from .boxes import ProcessRandom, center_crop_box, random_resized_crop_params
 from .kernels import resize_chw
-from .layouts import Box, Image, as_chw, emit, height_width
+from .layouts import Box, as_chw, emit, height_width
 from .native import crop_resize_hwc, native_hwc
 from .sizing import shorter_side_to
+
+if TYPE_CHECKING:
+    import torch
+
+    from .layouts import Image
 
 
 class RandomResizedCrop:
@@ -193,6 +197,8 @@ class CenterCrop:
 
 def _pad_to(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """Zero-pad a CxHxW tensor to at least ``height`` x ``width``, centred as torchvision pads."""
+    import torch
+
     channels, h, w = chw.shape
     if h >= height and w >= width:
         return chw
