@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
 from ..decode import decode
 from ..decode import region as R
@@ -134,6 +133,8 @@ def ceilings(src: str | Path, built: dict[str, str], rounds: int = 3, limit: int
     speed-up a perfect DataLoader could show on this machine, before any inter-process cost.
     ``limit`` images of SRC are timed (the reads cover each whole dataset and are scaled per image).
     """
+    import torch
+
     files = sorted(p for p in Path(src).rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))[:limit]
     datas = [p.read_bytes() for p in files]
     previous = torch.get_num_threads()

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from ..loading.verify import verify as run_verify
 from .common import EXIT_DATA_ERROR, err_console, progress_line, say, write_json
 
 
@@ -27,6 +26,8 @@ def verify(
 
         iotool verify /tmp/sample.lmdb --decode
     """
+    from ..loading.verify import verify as run_verify  # the read wing loads with the command, not the CLI
+
     with progress_line(not as_json, "verifying") as update:
         report = run_verify(path, decode_images=decode, progress=lambda done, total: update("", done, total))
     if as_json:
