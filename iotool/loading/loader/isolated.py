@@ -119,6 +119,19 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 # -- the child -------------------------------------------------------------------------------------
+def _renew_torch_thread_pool() -> None:
+    """Renew torch's intra-op thread pool once, in the child's only thread, before any pass starts.
+
+    A fork marks the pool the parent made (``torch.set_num_threads`` makes one) as corrupted; the
+    first ``set_num_threads`` in the child replaces it. Every thread's first parallel op makes that
+    call, and when several threads make it at once one can find no pool and fail with torch's
+    "Invalid thread pool!" (seen under load with ``torch.set_num_threads(1)`` in the parent).
+    """
+    import torch
+
+    torch.set_num_threads(torch.get_num_threads())
+
+
 def _child_main(plan: ChildPlan, sock: socket.socket, die_with_parent: bool) -> NoReturn:
     """The child's life: serve passes until the parent closes the socket; never returns.
     ``die_with_parent``: forked by the main thread, so PR_SET_PDEATHSIG (which fires when the
@@ -132,6 +145,7 @@ def _child_main(plan: ChildPlan, sock: socket.socket, die_with_parent: bool) -> 
             except (OSError, AttributeError):
                 pass
         if os.getppid() != 1:
+            _renew_torch_thread_pool()
             plan.warm()
             _Server(plan, sock).serve()
     except BaseException as exc:
