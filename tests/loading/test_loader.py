@@ -371,17 +371,6 @@ def test_a_state_that_does_not_fit_is_refused_by_name(built):
 # --- errors and shutdown -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def bad_lmdb(tmp_path_factory) -> Path:
-    src = tmp_path_factory.mktemp("bad") / "src"
-    write_tree(src, {"a": 9})
-    bad = src / "a" / "img_004.jpg"
-    bad.write_bytes(bad.read_bytes()[:200] + b"\x00" * 50)
-    dst = src.parent / "bad.lmdb"
-    iotool.convert(src, dst, "lmdb", workers=0, validate=False)
-    return dst
-
-
 def test_a_bad_record_is_raised_in_the_caller_naming_it(bad_lmdb):
     before = threading.active_count()
     ds = iotool.open_dataset(bad_lmdb, transform=CenterCrop(16))

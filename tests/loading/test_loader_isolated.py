@@ -44,17 +44,6 @@ def built(tmp_path_factory):
     return make
 
 
-@pytest.fixture(scope="module")
-def bad_lmdb(tmp_path_factory) -> Path:
-    src = tmp_path_factory.mktemp("bad") / "src"
-    write_tree(src, {"a": 9})
-    bad = src / "a" / "img_004.jpg"
-    bad.write_bytes(bad.read_bytes()[:200] + b"\x00" * 50)
-    dst = src.parent / "bad.lmdb"
-    iotool.convert(src, dst, "lmdb", workers=0, validate=False)
-    return dst
-
-
 def _clone(loader):
     return [(x.clone(), y.clone()) for x, y in loader]
 
