@@ -8,12 +8,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import FormatError
+from .fields import Schema
 
 CHECKSUM_ALGORITHM = "sha256"
 
 
 def checksum(data: bytes | memoryview) -> str:
-    """Hex SHA-256 of a payload; every format stores one per record."""
+    """Hex SHA-256 of a payload; every format stores one per record (with fields:
+    :func:`iotool.fields.record_checksum`, which is this for a record without any)."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -25,6 +27,9 @@ class Record:
     shards use for member names and the BMP cache for file names. ``shape`` is the decoded
     (height, width) of the payload as stored (after any resize / re-encode), which formats
     record in their index; None when not known (the writer then reads the payload's header).
+    ``label`` is the class index, -1 in a dataset without a class field. ``fields`` holds the
+    stored bytes of every other field (:mod:`iotool.fields`), in the schema's order; the
+    checksum covers them (:func:`iotool.fields.record_checksum`).
     """
 
     index: int
@@ -35,6 +40,7 @@ class Record:
     checksum: str
     position: int = -1  # the sample's position in the source order
     shape: tuple[int, int] | None = None  # decoded (height, width) of ``data``
+    fields: dict[str, bytes] = field(default_factory=dict)  # stored bytes by field name
 
 
 @dataclass
@@ -59,10 +65,30 @@ class DatasetMeta:
     skipped: list[dict[str, str]] = field(default_factory=list)
     checksum_algorithm: str = CHECKSUM_ALGORITHM
     created_by: str = ""
+    # the schema (:meth:`iotool.fields.Schema.to_list`); None: image + class, and left out of
+    # the JSON, so a class-labelled dataset's metadata is what it was before fields existed
+    fields: list[dict[str, Any]] | None = None
 
     def to_json(self) -> str:
         """Serialise to JSON text."""
-        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True)
+        raw = asdict(self)
+        if raw["fields"] is None:
+            del raw["fields"]
+        return json.dumps(raw, ensure_ascii=False, sort_keys=True)
+
+    @property
+    def schema(self) -> Schema:
+        """The dataset's fields (image + class for a dataset stored without a schema)."""
+        cached = self.__dict__.get("_schema")
+        if cached is None:
+            cached = Schema.from_list(self.fields, "metadata")
+            self.__dict__["_schema"] = cached
+        return cached
+
+    @classmethod
+    def with_schema(cls, schema: Schema, **kwargs: Any) -> DatasetMeta:
+        """Metadata storing ``schema`` (nothing for image + class, as before fields existed)."""
+        return cls(**kwargs, fields=None if schema.is_classification else schema.to_list())
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str) -> DatasetMeta:
@@ -94,4 +120,6 @@ class DatasetMeta:
         if raw["count"] < 0 or not all(isinstance(c, str) for c in raw["classes"]):
             raise FormatError(f"{source}: metadata has a negative count or non-string class names.")
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        meta = cls(**{k: v for k, v in raw.items() if k in known})
+        meta.__dict__["_schema"] = Schema.from_list(raw.get("fields"), source)  # checked now, named
+        return meta

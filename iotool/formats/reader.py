@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..errors import FormatError, FormatVersionError, IotoolError, RecordError, UsageError
+from ..fields import MAX_ENCODED_BYTES, Schema
 from ..records import DatasetMeta
 
 if TYPE_CHECKING:
@@ -47,6 +48,10 @@ class FormatReader(ABC):
 
     format_name: str = ""
     format_versions: tuple[int, ...] = (1,)
+    # The version written when a dataset has fields besides image + class (None: the format
+    # stores none); an image + class dataset is written at the latest version before it, so
+    # an older iotool still reads it.
+    fields_version: int | None = None
     remote_ok = False  # readers that can read an fsspec URL set this
     # A decoder for the payloads this format stores, used instead of the generic one when the
     # dataset's decoder is "auto" (the BMP cache: numpy only). None: the generic decoders.
@@ -67,7 +72,7 @@ class FormatReader(ABC):
             )
         self.meta: DatasetMeta = self._load_meta()
         self._check_version()
-        if self._labels_are_cheap():
+        if self._labels_are_cheap() and self.schema.has_class:
             self.labels  # noqa: B018  (checked against the classes at open)
 
     @abstractmethod
@@ -85,6 +90,57 @@ class FormatReader(ABC):
     @abstractmethod
     def _load_labels(self) -> list[int]:
         """Return every record's label, in index order."""
+
+    @classmethod
+    def write_version(cls, schema: Schema) -> int:
+        """The format version a dataset of ``schema`` is written at.
+
+        Raises:
+            UsageError: the format stores no fields and ``schema`` has some.
+        """
+        if schema.is_classification:
+            return max(v for v in cls.format_versions if v != cls.fields_version)
+        if cls.fields_version is None:
+            raise UsageError(
+                f"The {cls.format_name} format stores an image and a class only; this source's samples also "
+                f"have {', '.join(f.name for f in schema.stored) or 'no class'}. Choose a format that stores fields "
+                f"(lmdb, hdf5, tar, tfrecord, bmp), or keep only the class with --src-option fields=class."
+            )
+        return cls.fields_version
+
+    @property
+    def schema(self) -> Schema:
+        """The dataset's fields besides the image (image + class for a dataset without a schema)."""
+        return self.meta.schema
+
+    def read_fields(self, index: int, names: typing.Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of record ``index``'s fields ``names`` (stored fields, not ``class``),
+        each refused beyond its kind's bound (:data:`iotool.fields.MAX_ENCODED_BYTES`) before it
+        is read. Formats that store fields override this."""
+        if names:
+            raise FormatError(f"{self.path}: the {self.format_name} reader reads no fields ({', '.join(names)}).")
+        return {}
+
+    def read_records(
+        self, indices: typing.Iterable[int], names: typing.Sequence[str]
+    ) -> Iterator[tuple[int, bytes | None, int | None, dict[str, bytes] | None]]:
+        """:meth:`read_many` with the stored bytes of fields ``names`` of each record: yields
+        (index, payload, label, fields); a failed record comes as (index, None, None, None).
+        Sharded formats that read fields in the same sequential pass override this."""
+        for i, data, label in self.read_many(indices):
+            if data is None:
+                yield i, None, None, None
+                continue
+            try:
+                fields = self.read_fields(i, names)
+            except Exception:
+                yield i, None, None, None
+                continue
+            yield i, data, label, fields
+
+    def field_bound(self, name: str) -> int:
+        """The most bytes a stored value of field ``name`` may have (refused beyond, unread)."""
+        return MAX_ENCODED_BYTES[self.schema[name].kind]
 
     def labels_file(self) -> str:
         """The file the labels are stored in, for messages (the dataset's path by default)."""
@@ -141,7 +197,8 @@ class FormatReader(ABC):
         """Record labels, loaded on first use."""
         if getattr(self, "_labels", None) is None:
             labels = self._load_labels()
-            check_labels(labels, len(self.meta.classes), self.labels_file(), lambda i: self.keys[i])
+            if self.schema.has_class:  # without a class field every label is -1
+                check_labels(labels, len(self.meta.classes), self.labels_file(), lambda i: self.keys[i])
             self._labels = labels
         return self._labels
 

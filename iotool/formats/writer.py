@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from ..fields import Schema
 from ..records import DatasetMeta, Record
 from .options import FormatOptions
 
@@ -20,6 +21,9 @@ class CheckpointState(Protocol):
 class WriterHooks:
     """The pipeline's collaborators, handed to a writer at construction.
 
+    ``schema``: the fields each record carries besides the image (:mod:`iotool.fields`); the
+    records' ``fields`` hold their stored bytes in this order.
+
     ``checkpoint``: where the conversion stands (resumable writers store its ``state`` with
     every commit). ``on_unit_closed(local_path, name)``: called when a self-contained output
     unit (a shard) is complete, so a URL destination can publish it before the run ends.
@@ -27,6 +31,7 @@ class WriterHooks:
 
     checkpoint: CheckpointState | None = None
     on_unit_closed: Callable[[str, str], None] | None = None
+    schema: Schema = Schema.classification()
 
 
 class FormatWriter(ABC):
@@ -52,6 +57,11 @@ class FormatWriter(ABC):
         self.path = path
         self.options = options
         self.hooks = hooks
+
+    @property
+    def schema(self) -> Schema:
+        """The fields of the records this writer stores (image + class unless told)."""
+        return self.hooks.schema
 
     @classmethod
     def read_checkpoint(cls, path: str) -> dict[str, Any] | None:

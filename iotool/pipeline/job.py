@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from .._version import __version__
 from ..errors import Remedy
+from ..fields import Schema, SchemaObserver
 from ..formats import FormatOptions, FormatSpec
 from ..records import DatasetMeta, SkippedFile
 from .prepare import PayloadOptions
@@ -68,6 +69,15 @@ class Job:
     ray_address: str | None = None
     progress: Callable[[Progress], None] | None = None
     start: float = field(default_factory=time.perf_counter)
+    observer: SchemaObserver = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.observer = SchemaObserver(self.payload.schema)
+
+    @property
+    def schema(self) -> Schema:
+        """The fields of the records written (from the source; array shapes as observed)."""
+        return self.observer.schema()
 
     def options(self) -> dict[str, Any]:
         """The conversion options as stored in the metadata and fingerprinted for resume."""
@@ -75,9 +85,11 @@ class Job:
 
     def meta(self, count: int, skipped: list[SkippedFile], **extra: Any) -> DatasetMeta:
         """The dataset metadata for ``count`` stored records."""
-        return DatasetMeta(
+        schema = self.schema
+        return DatasetMeta.with_schema(
+            schema,
             format=self.spec.name,
-            format_version=self.spec.reader.format_versions[-1],
+            format_version=self.spec.reader.write_version(schema),
             classes=self.source.classes,
             class_to_idx=self.source.class_to_idx,
             count=count,

@@ -6,16 +6,17 @@ source tasks into :class:`~iotool.records.Record` objects or :class:`SkippedFile
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from ..decode.encode import ENCODINGS, EXTENSIONS, encode, payload_extension
 from ..errors import DecodeError, IotoolError, RecordError, UsageError
+from ..fields import Schema, encode_fields, record_checksum
 from ..formats import FormatSpec
 from ..names import ALLOWED, name_problem
-from ..records import Record, SkippedFile, checksum
+from ..records import Record, SkippedFile
 from ..transforms.sizing import min_decode_size, shorter_side_to
 
 
@@ -29,6 +30,9 @@ class PayloadOptions:
     encode: str = "keep"
     quality: int = 90
     seekable: bool = False  # JPEGs stored as seekable JPEGs (iotool.decode.seekable)
+    # the fields each record carries besides the image: values from the source are encoded
+    # (and bounded) for it in the workers (not stored in the options: the metadata has it)
+    schema: Schema = field(default_factory=Schema.classification, compare=False)
 
     @classmethod
     def for_format(
@@ -134,11 +138,13 @@ def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Skip
     for index, task in chunk:
         key, where, size = task.key, task.path, 0
         try:
-            key, where, label, data = load(state, task)
+            key, where, label, data, *values = load(state, task)
             size = len(data)
             check_key(key)
+            fields = encode_fields(options.schema, values[0] if values else {}, key)
             payload, ext, shape = prepare(key, data, options)
-            out.append((index, Record(index, key, label, payload, ext, checksum(payload), shape=shape), size))
+            digest = record_checksum(payload, fields)
+            out.append((index, Record(index, key, label, payload, ext, digest, shape=shape, fields=fields), size))
         except (OSError, DecodeError, IotoolError, ValueError) as exc:
             reason = str(exc) if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {exc}"
             prefix = f"{key}: "

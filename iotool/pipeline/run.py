@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 from .. import storage
@@ -22,7 +23,7 @@ from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
 from .overwrite import check_apart
 from .prepare import PayloadOptions
 from .resume import ResumeMismatch
-from .sources import DEFAULT_SOURCE, get_source, open_source
+from .sources import DEFAULT_SOURCE, get_source, open_source, source_schema
 
 __all__ = ["ConversionReport", "Progress", "convert"]
 
@@ -132,6 +133,8 @@ def convert(
     check_apart(src_root, dst, src_is_pattern=pattern)  # before what is at DST: the clearer refusal
     dest.check()
     source = open_source(src, kind, config, source_options)
+    payload = replace(payload, schema=source_schema(source))
+    spec.reader.write_version(payload.schema)  # a format that stores no fields refuses now, by name
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if source.options_dict():  # stored (and fingerprinted) only for sources that take options
         given["source_options"] = source.options_dict()

@@ -32,7 +32,9 @@ class LocalEngine(Engine):
         tasks = job.source.tasks()
         checkpoint = Checkpoint(fingerprint(job.src_format, job.source.root, tasks, job.options(), job.spec.name))
         adopted = dest.adopt() if job.resume else None
-        writer = job.spec.writer(dest.work_path, job.format_options, WriterHooks(checkpoint, dest.on_unit_closed))
+        writer = job.spec.writer(
+            dest.work_path, job.format_options, WriterHooks(checkpoint, dest.on_unit_closed, job.payload.schema)
+        )
         try:
             if adopted:
                 restore(writer, checkpoint, adopted)
@@ -63,6 +65,7 @@ def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint
             checkpoint.skipped.append([position, item.key, item.path, item.reason])
         else:
             item.index, item.position = checkpoint.count, position  # dense indices despite skips
+            job.observer.observe(item.fields, item.key)
             writer.add(item)
             checkpoint.count += 1
             checkpoint.source_done = position + 1

@@ -8,7 +8,7 @@ point). What a kind declares is in :mod:`.base`; the pipeline asks :func:`get_so
 
 from __future__ import annotations
 
-from .base import Source, SourceKind, SourceOptions, SourceTask, read_label_file
+from .base import Source, SourceKind, SourceOptions, SourceTask, read_label_file, source_schema
 from .dataset import DatasetSource, DatasetTask
 from .imagefolder import (
     IMG_EXTENSIONS,
@@ -46,4 +46,5 @@ __all__ = [
     "scan_imagefolder",
     "source_choices",
     "source_names",
+    "source_schema",
 ]

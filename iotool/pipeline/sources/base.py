@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 from ...errors import SourceError, UsageError
+from ...fields import Schema
 from ...formats import FormatOptions
 from ...formats.plugins import missing_extra
 from ...storage import StorageConfig
@@ -60,7 +61,14 @@ class SourceTask(Protocol):
 
 class Source(Protocol):
     """An opened source: everything known before conversion (tasks with keys and labels,
-    classes), and how a worker loads one task."""
+    classes), and how a worker loads one task.
+
+    A source whose samples hold more than an image and a class also has a ``schema``
+    (:class:`iotool.fields.Schema`, found at open) and its ``load`` returns a fifth item: the
+    sample's values by field name (Python values or the member's bytes, encoded and bounded by
+    :func:`iotool.fields.encode_fields`). The label is -1 when the schema has no class.
+    A source without ``schema`` gives image + class (:func:`source_schema`).
+    """
 
     root: str
     classes: list[str]
@@ -79,9 +87,15 @@ class Source(Protocol):
         ...
 
     @staticmethod
-    def load(state: Any, task: Any, /) -> tuple[str, str, int, bytes]:
-        """(key, path, label, payload bytes) of one task; raises an IotoolError for a bad one."""
+    def load(state: Any, task: Any, /) -> tuple[str, str, int, bytes] | tuple[str, str, int, bytes, dict[str, Any]]:
+        """(key, path, label, payload bytes[, field values]) of one task; raises an IotoolError for a bad one."""
         ...
+
+
+def source_schema(source: Any) -> Schema:
+    """The fields of an opened source's samples: its ``schema``, else image + class."""
+    schema = getattr(source, "schema", None)
+    return schema if isinstance(schema, Schema) else Schema.classification()
 
 
 @dataclass(frozen=True)

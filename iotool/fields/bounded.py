@@ -1,0 +1,184 @@
+"""Parsing a field's stored bytes within bounds: JSON by size, depth and item count, ``.npy`` by
+header size, dtype allow-list, rank and element count, never unpickling."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+from typing import Any
+
+import numpy as np
+
+from ..errors import RecordError
+from .limits import (
+    MAX_ARRAY_BYTES,
+    MAX_ARRAY_ELEMENTS,
+    MAX_ARRAY_NDIM,
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_JSON_ITEMS,
+    MAX_NPY_HEADER_BYTES,
+)
+
+# bool, signed and unsigned integers, floats: no objects, strings, structs, datetimes or complex.
+ARRAY_DTYPE_KINDS = "biuf"
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def _structure_bound(data: bytes) -> int:
+    """An upper bound on the values a JSON text holds: every value but the first is after a
+    comma or opens a container (counted inside strings too, so never an underestimate)."""
+    return data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+
+
+def parse_json(data: bytes | str, where: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value in ``data``; a RecordError naming ``where`` when it is larger than
+    ``max_bytes``, could expand past :data:`MAX_JSON_ITEMS` values (checked before parsing),
+    nests deeper than :data:`MAX_JSON_DEPTH`, or is not UTF-8 JSON."""
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if len(raw) > max_bytes:
+        raise RecordError(f"{where}: JSON of {len(raw)} bytes, more than the {max_bytes} read.")
+    if _structure_bound(raw) > MAX_JSON_ITEMS:
+        raise RecordError(f"{where}: JSON with more than {MAX_JSON_ITEMS} values.")
+    if _max_depth(raw) > MAX_JSON_DEPTH:
+        raise RecordError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} deep.")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise RecordError(f"{where}: not valid UTF-8 JSON ({type(exc).__name__}: {str(exc)[:120]}).") from None
+
+
+def _max_depth(raw: bytes) -> int:
+    """The deepest nesting of ``[`` and ``{`` outside strings, found without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    # only the bytes that matter are visited: brackets, quotes and backslashes
+    for c in raw.translate(None, _KEEP_OUT):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:
+                escaped = True
+            elif c == 0x22:
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+_KEEP_OUT = bytes(b for b in range(256) if b not in b'[]{}"\\')
+
+
+def dumps_json(value: Any, where: str) -> bytes:
+    """Compact UTF-8 JSON of a plain value, checked against the same bounds as stored JSON."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise RecordError(f"{where}: not a JSON value ({type(exc).__name__}: {str(exc)[:120]}).") from None
+    raw = text.encode("utf-8", "strict")
+    parse_json(raw, where)  # the same bounds as on the way back
+    return raw
+
+
+def array_dtype_problem(dtype: np.dtype) -> str | None:
+    """Why ``dtype`` cannot be an array field's (objects, strings, structs ...), or None."""
+    if dtype.hasobject:
+        return f"dtype {dtype} holds Python objects (pickle), which iotool never loads"
+    if dtype.kind not in ARRAY_DTYPE_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        return f"dtype {dtype} is not a number type (bool, int8-64, uint8-64, float16-64)"
+    return None
+
+
+def npy_header(data: bytes | memoryview, where: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran order, dtype, data offset) of an ``.npy`` payload, parsed with bounds;
+    RecordError when the header is oversized, not a literal, declares a refused dtype, a rank or
+    element count over the limits, or a size the payload does not hold exactly."""
+    view = memoryview(data)
+    if len(view) < 10 or bytes(view[:6]) != NPY_MAGIC:
+        raise RecordError(f"{where}: not an .npy array (no NUMPY magic).")
+    major = view[6]
+    if major == 1:
+        length, start = int.from_bytes(view[8:10], "little"), 10
+    elif major in (2, 3) and len(view) >= 12:
+        length, start = int.from_bytes(view[8:12], "little"), 12
+    else:
+        raise RecordError(f"{where}: .npy version {major} is not one iotool reads (1, 2, 3).")
+    if length > MAX_NPY_HEADER_BYTES or start + length > len(view):
+        raise RecordError(
+            f"{where}: .npy header of {length} bytes (at most {MAX_NPY_HEADER_BYTES}, within the payload)."
+        )
+    header = _literal_header(bytes(view[start : start + length]), major, where)
+    shape, fortran, dtype = _header_fields(header, where)
+    count = 1
+    for n in shape:
+        count *= n
+    if count > MAX_ARRAY_ELEMENTS or count * dtype.itemsize > MAX_ARRAY_BYTES:
+        raise RecordError(
+            f"{where}: .npy array of shape {shape} is larger than the {MAX_ARRAY_ELEMENTS} elements "
+            f"/ {MAX_ARRAY_BYTES} bytes read."
+        )
+    offset = start + length
+    if len(view) - offset != count * dtype.itemsize:
+        raise RecordError(
+            f"{where}: .npy payload holds {len(view) - offset} data bytes; its header declares "
+            f"{count * dtype.itemsize} ({shape} of {dtype})."
+        )
+    return shape, fortran, dtype, offset
+
+
+def _literal_header(text: bytes, major: int, where: str) -> dict:
+    try:
+        parsed = ast.literal_eval(text.decode("utf-8" if major == 3 else "latin-1"))
+    except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
+        raise RecordError(f"{where}: .npy header is not a literal dict ({type(exc).__name__}).") from None
+    if not isinstance(parsed, dict) or set(parsed) != {"descr", "fortran_order", "shape"}:
+        raise RecordError(f"{where}: .npy header must have exactly descr, fortran_order and shape.")
+    return parsed
+
+
+def _header_fields(header: dict, where: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    shape, fortran, descr = header["shape"], header["fortran_order"], header["descr"]
+    if (
+        not isinstance(shape, tuple)
+        or len(shape) > MAX_ARRAY_NDIM
+        or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_ARRAY_ELEMENTS for n in shape)
+    ):
+        raise RecordError(f"{where}: .npy shape {shape!r:.80} is not up to {MAX_ARRAY_NDIM} sizes of 0 or more.")
+    if not isinstance(fortran, bool) or not isinstance(descr, str) or len(descr) > 16:
+        raise RecordError(f"{where}: .npy header has a bad descr or fortran_order.")
+    try:
+        dtype = np.dtype(descr)
+    except (TypeError, ValueError):
+        raise RecordError(f"{where}: .npy dtype {descr!r} is not a numpy dtype.") from None
+    problem = array_dtype_problem(dtype)
+    if problem:
+        raise RecordError(f"{where}: .npy array: {problem}.")
+    return shape, fortran, dtype
+
+
+def load_npy(data: bytes | memoryview, where: str) -> np.ndarray:
+    """The array in an ``.npy`` payload (a writable, C-ordered copy), parsed within bounds."""
+    shape, fortran, dtype, offset = npy_header(data, where)
+    flat = np.frombuffer(data, dtype=dtype, offset=offset, count=int(np.prod(shape, dtype=np.int64)))
+    return np.array(flat.reshape(shape, order="F" if fortran else "C"), order="C")
+
+
+def dump_npy(array: np.ndarray, where: str) -> bytes:
+    """The ``.npy`` (version 1.0) bytes of a numeric array, within the bounds it is read back with."""
+    problem = array_dtype_problem(array.dtype)
+    if problem:
+        raise RecordError(f"{where}: {problem}.")
+    if array.ndim > MAX_ARRAY_NDIM or array.size > MAX_ARRAY_ELEMENTS or array.nbytes > MAX_ARRAY_BYTES:
+        raise RecordError(
+            f"{where}: array of shape {array.shape} and {array.dtype} is over the limits "
+            f"({MAX_ARRAY_NDIM} dimensions, {MAX_ARRAY_ELEMENTS} elements, {MAX_ARRAY_BYTES} bytes)."
+        )
+    out = io.BytesIO()
+    np.lib.format.write_array(out, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False)
+    return out.getvalue()

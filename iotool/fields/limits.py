@@ -1,0 +1,35 @@
+"""The bounds every field value is held to: a size known before the read, at the source, the
+writer and the reader (DESIGN §2a). One table, one owner."""
+
+from __future__ import annotations
+
+MAX_FIELDS = 64  # named fields per sample, besides the image
+MAX_NAME_CHARS = 64
+MAX_TEXT_BYTES = 1 << 20  # a caption, a transcript
+MAX_JSON_BYTES = 1 << 20
+MAX_JSON_DEPTH = 32  # nesting of arrays and objects
+MAX_JSON_ITEMS = 1 << 16  # values in one JSON document (every array element, object member, leaf)
+MAX_SCALAR_BYTES = 64  # the decimal text of an int or a float
+MAX_ARRAY_ELEMENTS = 1 << 24
+MAX_ARRAY_BYTES = 1 << 26
+MAX_ARRAY_NDIM = 8
+MAX_NPY_HEADER_BYTES = 4096  # numpy writes 128 for any array iotool accepts
+MAX_BYTES = 1 << 26  # an opaque payload: a mask, a depth map
+MAX_BOXES = 1 << 14  # boxes in one image
+MAX_BOXES_BYTES = 1 << 21  # the encoded (JSON) boxes of one image
+MAX_BOX_CLASSES = 1 << 16  # the class names a boxes field may declare
+
+# The stored size of one value of each kind is refused beyond this before it is read.
+MAX_ENCODED_BYTES = {
+    "text": MAX_TEXT_BYTES,
+    "json": MAX_JSON_BYTES,
+    "int": MAX_SCALAR_BYTES,
+    "float": MAX_SCALAR_BYTES,
+    "array": MAX_ARRAY_BYTES + MAX_NPY_HEADER_BYTES,
+    "bytes": MAX_BYTES,
+    "boxes": MAX_BOXES_BYTES,
+}
+
+# A class column or member with more distinct values than this, and as many as it has samples,
+# is refused as a class: it is text (a caption, an id), not a category.
+MAX_UNIQUE_CLASS_VALUES = 256

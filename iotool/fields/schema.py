@@ -1,0 +1,283 @@
+"""What a sample holds besides its image: named fields of declared kinds, and the dataset's schema.
+
+A schema is stored in a dataset's metadata as a list (``"fields": [{"name": "txt", "kind":
+"text"}, ...]``), in the order samples give them. A dataset without one (every dataset written
+before fields existed) has the schema ``image`` + ``class``. The image is always there and is
+not listed; ``class`` is the one field stored as today's label (an index into the classes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from ..errors import FormatError, UsageError
+from .limits import MAX_BOX_CLASSES, MAX_FIELDS, MAX_NAME_CHARS
+
+KINDS = ("class", "text", "json", "int", "float", "array", "bytes", "boxes")
+BOX_FORMATS = ("XYXY", "XYWH", "CXCYWH")  # torchvision's BoundingBoxFormat names
+IMAGE = "image"
+CLASS = "class"
+RESERVED_NAMES = frozenset({IMAGE, "__key__", "__url__", "__local_path__", "all"})
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+# member extensions webdataset decodes as what (its basichandlers), and those that unpickle
+TEXT_EXTENSIONS = frozenset({"txt", "text", "transcript"})
+JSON_EXTENSIONS = frozenset({"json", "jsn"})
+INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
+ARRAY_EXTENSIONS = frozenset({"npy"})
+PICKLE_EXTENSIONS = frozenset({"pyd", "pickle", "pkl", "pth", "pt", "mp", "msgpack", "npz", "ten", "tb"})
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a field (it becomes a tar member suffix and a column name), or None."""
+    if not isinstance(name, str) or not name:
+        return "a field name must be a non-empty string"
+    if len(name) > MAX_NAME_CHARS:
+        return f"a field name has at most {MAX_NAME_CHARS} characters"
+    if not _NAME.fullmatch(name) or name.endswith(".") or ".." in name:
+        return "a field name is letters, digits, '_', '-' and inner dots (like a member extension: txt, seg.png)"
+    if name in RESERVED_NAMES:
+        return f"{name!r} is reserved ({', '.join(sorted(RESERVED_NAMES))})"
+    return None
+
+
+def pickle_problem(ext: str) -> str | None:
+    """Why a member or file with extension ``ext`` is refused (it would unpickle), or None."""
+    last = ext.rsplit(".", 1)[-1].lower()
+    if last in PICKLE_EXTENSIONS:
+        return f"a .{ext} member is pickled or serialized Python/torch data, which iotool never loads"
+    return None
+
+
+def kind_for_extension(ext: str) -> str:
+    """The kind a webdataset member with extension ``ext`` is kept as, by its last part as
+    webdataset's decoders read it: txt -> text, json -> json, cls/index/id -> int, npy -> array,
+    anything else -> bytes. Pickle extensions are refused by :func:`pickle_problem` first."""
+    last = ext.rsplit(".", 1)[-1].lower()
+    if last in TEXT_EXTENSIONS:
+        return "text"
+    if last in JSON_EXTENSIONS:
+        return "json"
+    if last in INT_EXTENSIONS:
+        return "int"
+    if last in ARRAY_EXTENSIONS:
+        return "array"
+    return "bytes"
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One named field: its kind, and what the kind needs declared.
+
+    Attributes:
+        name: the key in a sample dict, the tar member suffix, the column name.
+        kind: one of :data:`KINDS`.
+        ext: ``bytes``: the payload's file extension (``png`` for ``seg.png``).
+        dtype, shape: ``array``: the dtype (``"<f4"``) and shape every record shares, found at
+            conversion; None where records differ (then batches hold lists).
+        box_format: ``boxes``: one of :data:`BOX_FORMATS`.
+        classes: ``boxes``: the names of the per-box class indices (may be empty).
+    """
+
+    name: str
+    kind: str
+    ext: str | None = None
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    box_format: str | None = None
+    classes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        problem = name_problem(self.name) if self.kind != CLASS else None
+        if self.kind == CLASS and self.name != CLASS:
+            problem = f"the class field is named {CLASS!r}"
+        elif self.kind != CLASS and self.name == CLASS:
+            problem = f"{CLASS!r} names the class field only (kind class)"
+        if problem is None and self.kind not in KINDS:
+            problem = f"kind {self.kind!r} is not one of {', '.join(KINDS)}"
+        if problem is None and self.kind == "boxes" and self.box_format not in BOX_FORMATS:
+            problem = f"boxes need a box_format, one of {', '.join(BOX_FORMATS)} (got {self.box_format!r})"
+        if problem:
+            raise UsageError(f"field {self.name!r:.80}: {problem}.")
+
+    @property
+    def fixed_shape(self) -> bool:
+        """Whether every value has the same shape, so a batch stacks into one tensor."""
+        return self.kind in ("class", "int", "float") or (self.kind == "array" and self.shape is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form stored in the metadata (unset attributes left out)."""
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        for key in ("ext", "dtype", "box_format"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.shape is not None:
+            out["shape"] = list(self.shape)
+        if self.classes:
+            out["classes"] = list(self.classes)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> FieldSpec:
+        """A field from its stored JSON form, every attribute type-checked (metadata is hostile)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not isinstance(raw.get("kind"), str):
+            raise FormatError(
+                f"{where}: a schema field must be an object with a string name and kind, got {raw!r:.80}."
+            )
+        known = {"name", "kind", "ext", "dtype", "shape", "box_format", "classes"}
+        if set(raw) - known:
+            raise FormatError(
+                f"{where}: schema field {raw['name']!r:.80} has unknown attributes {sorted(set(raw) - known)!r:.80}."
+            )
+        for key in ("ext", "dtype", "box_format"):
+            if raw.get(key) is not None and (not isinstance(raw[key], str) or len(raw[key]) > MAX_NAME_CHARS):
+                raise FormatError(f"{where}: schema field {raw['name']!r:.80}: {key} must be a short string.")
+        shape = raw.get("shape")
+        if shape is not None and (
+            not isinstance(shape, list)
+            or len(shape) > 8
+            or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 31 for n in shape)
+        ):
+            raise FormatError(f"{where}: schema field {raw['name']!r:.80}: shape must be a list of sizes.")
+        classes = raw.get("classes", [])
+        if (
+            not isinstance(classes, list)
+            or len(classes) > MAX_BOX_CLASSES
+            or not all(isinstance(c, str) for c in classes)
+        ):
+            raise FormatError(f"{where}: schema field {raw['name']!r:.80}: classes must be a list of strings.")
+        if raw.get("dtype") is not None:
+            _check_dtype(raw["dtype"], raw["name"], where)
+        try:
+            return cls(
+                raw["name"],
+                raw["kind"],
+                raw.get("ext"),
+                raw.get("dtype"),
+                tuple(shape) if shape is not None else None,
+                raw.get("box_format"),
+                tuple(classes),
+            )
+        except UsageError as exc:
+            raise FormatError(f"{where}: {exc}") from None
+
+
+def _check_dtype(descr: str, name: str, where: str) -> None:
+    import numpy as np
+
+    from .bounded import array_dtype_problem
+
+    try:
+        problem = array_dtype_problem(np.dtype(descr))
+    except (TypeError, ValueError):
+        problem = f"dtype {descr!r:.40} is not a numpy dtype"
+    if problem:
+        raise FormatError(f"{where}: schema field {name!r:.80}: {problem}.")
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The fields of a dataset's samples besides the image, in order."""
+
+    fields: tuple[FieldSpec, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise UsageError(f"field names must be distinct: {', '.join(names)}.")
+        if len(names) > MAX_FIELDS:
+            raise UsageError(f"{len(names)} fields; a sample has at most {MAX_FIELDS}.")
+
+    @classmethod
+    def classification(cls) -> Schema:
+        """``image`` + ``class``: the schema of every dataset written before fields existed."""
+        return cls((FieldSpec(CLASS, CLASS),))
+
+    @classmethod
+    def of(cls, specs: Iterable[FieldSpec]) -> Schema:
+        return cls(tuple(specs))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    @property
+    def has_class(self) -> bool:
+        return any(f.kind == CLASS for f in self.fields)
+
+    @property
+    def stored(self) -> tuple[FieldSpec, ...]:
+        """The fields stored as values (every one but ``class``, which is the label)."""
+        return tuple(f for f in self.fields if f.kind != CLASS)
+
+    @property
+    def is_classification(self) -> bool:
+        """Image + class only: stored exactly as datasets were before fields existed."""
+        return self == Schema.classification()
+
+    def __getitem__(self, name: str) -> FieldSpec:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return any(f.name == name for f in self.fields)
+
+    def default_fields(self) -> tuple[str, ...]:
+        """What a sample is when the reader is not told: ``(image, class)`` where there is a
+        class (as before fields existed), else the image and every field in order."""
+        return (IMAGE, CLASS) if self.has_class else (IMAGE, *self.names)
+
+    def select(self, fields: str | Sequence[str] | None) -> tuple[tuple[str, ...], bool]:
+        """(names in order, as a dict) for a reader's ``fields=``: None -> :meth:`default_fields`
+        as a tuple, ``"all"`` -> the image and every field as a dict, a sequence -> those names.
+
+        Raises:
+            UsageError: an unknown or repeated name, naming the choices.
+        """
+        if fields is None:
+            return self.default_fields(), False
+        if isinstance(fields, str):
+            if fields == "all":
+                return (IMAGE, *self.names), True
+            fields = (fields,)
+        chosen = tuple(fields)
+        choices = (IMAGE, *self.names)
+        for name in chosen:
+            if name not in choices:
+                raise UsageError(
+                    f"fields: {name!r:.80} is not a field of this dataset; choose from {', '.join(choices)} (or 'all')."
+                )
+        if len(set(chosen)) != len(chosen) or not chosen:
+            raise UsageError(f"fields={chosen!r:.200}: give each field once, at least one.")
+        return chosen, False
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [f.to_dict() for f in self.fields]
+
+    @classmethod
+    def from_list(cls, raw: Any, where: str) -> Schema:
+        """A schema from its stored form; None (metadata written before fields) is image + class."""
+        if raw is None:
+            return cls.classification()
+        if not isinstance(raw, list) or len(raw) > MAX_FIELDS:
+            raise FormatError(f"{where}: metadata 'fields' must be a list of at most {MAX_FIELDS} fields.")
+        specs = [FieldSpec.from_dict(item, where) for item in raw]
+        try:
+            return cls(tuple(specs))
+        except UsageError as exc:
+            raise FormatError(f"{where}: {exc}") from None
+
+    def describe(self) -> str:
+        """One line for ``info``: ``image, class, txt (text), json (json)``."""
+        parts = [IMAGE]
+        for f in self.fields:
+            detail = f.kind
+            if f.kind == "array":
+                detail += f" {f.dtype or '?'} {list(f.shape) if f.shape is not None else 'ragged'}"
+            elif f.kind == "boxes":
+                detail += f" {f.box_format}"
+            parts.append(f.name if f.kind == CLASS else f"{f.name} ({detail})")
+        return ", ".join(parts)
