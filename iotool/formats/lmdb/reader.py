@@ -208,4 +208,3 @@ class LmdbReader(FormatReader):
     def _expect_count(self, what: str, n: int) -> None:
         if n != self.meta.count:
             raise FormatError(f"{self.path}: {n} {what} stored but metadata says {self.meta.count} records.")
-
