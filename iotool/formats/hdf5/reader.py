@@ -201,10 +201,11 @@ class Hdf5Reader(FormatReader):
                     column = self._field_column(name)
                     size = int(column.offsets[index + 1]) - int(column.offsets[index])
                     if size > bound:
-                        raise RecordError(f"{size} stored bytes, more than the {bound} a value of it may have")
+                        raise RecordError(f"{size} stored bytes, more than the {bound} a value of it may have.")
                     out[name] = column.read(index)
             except IotoolError as exc:
-                raise RecordError(f"{self.path}: record {index}, field {name!r}: {exc}") from None
+                reason = str(exc).removeprefix(f"{self.path}: ")
+                raise RecordError(f"{self.path}: record {index}, field {name!r}: {reason}") from None
         return out
 
     def _field_column(self, name: str) -> _Payload:

@@ -136,7 +136,8 @@ class LmdbReader(FormatReader):
                 with lmdb_errors(self.path, index):
                     value = read_value(self.path, field_key(index, name), max_bytes=bound)
             except IotoolError as exc:
-                raise RecordError(f"{self.path}: record {index}, field {name!r}: {exc}") from None
+                reason = str(exc).removeprefix(f"{self.path}: ")
+                raise RecordError(f"{self.path}: record {index}, field {name!r}: {reason}") from None
             if value is None:
                 raise RecordError(f"{self.path}: record {index}, field {name!r}: the value is missing.")
             out[name] = value
