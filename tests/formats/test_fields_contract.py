@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -204,3 +206,70 @@ def test_hostile_schema_metadata_is_refused_by_name_at_open(converted, fmt, case
     with pytest.raises(FormatError, match=named):
         open_reader(fmt, dst)
     assert not iotool.verify(dst).ok
+
+
+RESUMABLE = [fmt for fmt in FIELD_FORMATS if get_format(fmt).resumable]
+
+
+@pytest.mark.parametrize("fmt", RESUMABLE)
+def test_a_resumed_conversion_keeps_every_field(fmt, tmp_path):
+    """Interrupted (Ctrl-C) after some commits, then resumed: the same fields as one run."""
+    from dataclasses import replace as dc_replace
+
+    from iotool.errors import Interrupted
+    from iotool.pipeline.destination import LocalDestination
+    from iotool.pipeline.engines import get_engine
+    from iotool.pipeline.job import Job
+    from iotool.pipeline.prepare import PayloadOptions
+    from iotool.pipeline.run import _run
+
+    from ..support.fields import FieldsSource, FieldsTask
+
+    schema, n, stop_at = SCHEMAS["every_kind"], 20, 18  # the pool prepares 16 samples a chunk
+
+    class StoppingSource(FieldsSource):
+        stop = True
+
+        @staticmethod
+        def load(schema: Schema, task: FieldsTask):
+            if StoppingSource.stop and task.index == stop_at:
+                raise KeyboardInterrupt
+            return FieldsSource.load(schema, task)
+
+    spec = get_format(fmt)
+    dst = tmp_path / "d"
+    payload = dc_replace(PayloadOptions.for_format(spec, True, None, None, None, 90), schema=schema)
+    options = {"commit_every": 2}
+
+    def run():
+        job = Job(
+            StoppingSource(schema, n),
+            spec,
+            "fields-test",
+            payload,
+            spec.parse_options(options),
+            options,
+            "fail",
+            resume=True,
+            workers=0,
+        )
+        return _run(job, get_engine("local"), LocalDestination(str(dst), spec, False, True))
+
+    with pytest.raises(Interrupted):
+        run()
+    assert not dst.exists()
+    (kept,) = tmp_path.iterdir()  # named for this process, which lives on: rename it for a dead one
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    kept.rename(tmp_path / kept.name.replace(str(os.getpid()), str(dead.pid)))
+    StoppingSource.stop = False
+    report = run()
+    assert 0 < report.resumed_from <= stop_at and report.count == n
+    reader = open_reader(fmt, dst)
+    assert reader.schema == expected_schema(schema)
+    names = [f.name for f in schema.stored]
+    for i in range(n):
+        got = reader.read_fields(i, names)
+        assert all(same(decode(s, got[s.name], "t"), value(s.name, i)) for s in schema.stored), i
+        assert reader.checksums[i] == independent_checksum(reader.read(i)[0], got)
+    assert iotool.verify(dst).ok
