@@ -159,3 +159,26 @@ def test_an_hdf5_field_declaring_a_terabyte_is_refused_without_reading(pristine,
     reader = get_format("hdf5").reader(str(dst))
     with pytest.raises(RecordError, match=f"{TB} stored bytes"):
         reader.read_fields(1, ["txt"])
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "bmp"])
+def test_a_changed_field_column_fails_its_integrity_digest(pristine, fmt, tmp_path):
+    """A field's offsets (HDF5) or column file (BMP) changed without re-signing: verify names it."""
+    import shutil
+
+    dst = tmp_path / "d"
+    (shutil.copytree if pristine[fmt].is_dir() else shutil.copy)(pristine[fmt], dst)
+    if fmt == "hdf5":
+        with h5py.File(dst, "a") as f:
+            offsets = f["offsets.txt"]
+            offsets[2] = offsets[2] + 1  # still increasing, still ending at the column's length
+        named = "/offsets.txt"
+    else:
+        column = dst / "index.field.txt.utf8.npy"
+        data = bytearray(column.read_bytes())
+        data[-1] ^= 0x01
+        column.write_bytes(bytes(data))
+        named = "index.field.txt.utf8.npy"
+    report = iotool.verify(dst)
+    assert any(p.index is None and named in p.reason for p in report.problems), report.problems
+    assert any(p.index is not None for p in report.problems)  # the records the change moved
