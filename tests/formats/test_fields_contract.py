@@ -273,3 +273,33 @@ def test_a_resumed_conversion_keeps_every_field(fmt, tmp_path):
         assert all(same(decode(s, got[s.name], "t"), value(s.name, i)) for s in schema.stored), i
         assert reader.checksums[i] == independent_checksum(reader.read(i)[0], got)
     assert iotool.verify(dst).ok
+
+
+def _fields_in_child(reader, names):
+    return [reader.read_fields(i, names) for i in range(N)]
+
+
+_INHERITED: list = []  # the parent's reader, open handles and all, as a forked child inherits it
+
+
+def _fields_of_inherited(names):
+    return _fields_in_child(_INHERITED[0], names)
+
+
+@pytest.mark.parametrize("fmt", FIELD_FORMATS)
+def test_fields_read_the_same_after_pickling_and_in_a_forked_child(converted, fmt):
+    """Handles open lazily per process: a pickled reader and a forked child (which inherits the
+    parent's open handles) read the same stored bytes."""
+    import multiprocessing
+    import pickle
+
+    reader = open_reader(fmt, converted[fmt, "every_kind"])
+    names = [f.name for f in reader.schema.stored]
+    expected = _fields_in_child(reader, names)  # the parent's handles are open now
+    assert _fields_in_child(pickle.loads(pickle.dumps(reader)), names) == expected
+    _INHERITED[:] = [reader]
+    try:
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            assert pool.apply(_fields_of_inherited, (names,)) == expected
+    finally:
+        _INHERITED.clear()
