@@ -128,3 +128,11 @@ def test_member_extensions_map_to_kinds_as_webdataset_decodes_them(ext: str, kin
 def test_pickle_members_are_refused_by_name(ext: str) -> None:
     assert "pickle" in (pickle_problem(ext) or "")
     assert pickle_problem("json") is None
+
+
+def test_records_written_unobserved_leave_every_array_ragged() -> None:
+    observer = SchemaObserver(Schema((FieldSpec("a", "array"),)))
+    observer.observe({"a": _npy(np.zeros(2, np.float32))})
+    observer.unseen()
+    observer.observe({"a": _npy(np.zeros(2, np.float32))})
+    assert observer.schema()["a"].shape is None

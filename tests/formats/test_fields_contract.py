@@ -266,7 +266,7 @@ def test_a_resumed_conversion_keeps_every_field(fmt, tmp_path):
     report = run()
     assert 0 < report.resumed_from <= stop_at and report.count == n
     reader = open_reader(fmt, dst)
-    assert reader.schema == expected_schema(schema)
+    assert reader.schema == schema  # the records before the checkpoint went unobserved: no shape is claimed
     names = [f.name for f in schema.stored]
     for i in range(n):
         got = reader.read_fields(i, names)
