@@ -289,7 +289,10 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
 
     def __repr__(self) -> str:
         cache = f", cache={self.cache!r}" if self.cache is not None else ""
+        ms = self.mapstyle
+        default = ms.fields == ms.schema.default_fields() and not ms.as_dict
+        fields = "" if default else f", fields={'all' if ms.as_dict else ms.fields!r}"
         return (
             f"{type(self).__name__}({self.reader.path!r}, shards={len(self.reader.shard_ranges())}, "
-            f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even}{cache})"
+            f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even}{fields}{cache})"
         )

@@ -314,7 +314,7 @@ class ImageDataset(ReaderInfo, Dataset):
     def _values(self, names: Sequence[str], label: int, stored: dict[str, bytes]) -> dict[str, Any]:
         """The values of fields ``names`` (not the image): the label for ``class``, the others decoded."""
         schema = self.schema
-        return {n: int(label) if n == CLASS else decode_field(schema[n], stored[n], "stored") for n in names}
+        return {n: int(label) if n == CLASS else decode_field(schema[n], stored[n], "decoding") for n in names}
 
     def sample(
         self, index: int, data: bytes | None = None, label: int | None = None, *, stored: dict[str, bytes] | None = None
@@ -472,7 +472,8 @@ class ImageDataset(ReaderInfo, Dataset):
 
     def __repr__(self) -> str:
         cache = f", cache={self.cache!r}" if self.cache is not None else ""
-        fields = "" if self._plain else f", fields={'all' if self.as_dict else self.fields!r}"
+        default = self.fields == self.schema.default_fields() and not self.as_dict
+        fields = "" if default else f", fields={'all' if self.as_dict else self.fields!r}"
         return (
             f"{type(self).__name__}({self.reader.path!r}, format={self.reader.format_name}, "
             f"n={len(self)}, classes={len(self.classes)}, decoder={self.decoder!r}{fields}{cache})"

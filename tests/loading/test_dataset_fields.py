@@ -134,6 +134,7 @@ def test_tuple_fields_come_in_the_order_asked(map_path):
 def test_all_gives_a_dict_of_the_image_and_every_field(map_path):
     ds = iotool.open_dataset(map_path, fields="all")
     assert ds.as_dict and ds.fields == ("image", "class", *EVERY_KIND)
+    assert "fields='all'" in repr(ds) and "fields=" not in repr(iotool.open_dataset(map_path))
     for i in range(N):
         sample = ds[i]
         assert list(sample) == list(ds.fields)
@@ -272,7 +273,7 @@ def test_sharded_default_fields_read_no_fields(tar_path):
     ds = sharded(tar_path)
     assert ds.fields == ("image", "class") and not ds.as_dict and ds.schema.names == SCHEMA.names
     samples = list(ds)
-    assert len(samples) == N and all(len(s) == 2 for s in samples)
+    assert len(samples) == N and all(len(s) == 2 for s in samples) and "fields=" not in repr(ds)
     assert getattr(ds.reader, "fields_read", 0) == 0
 
 
@@ -284,6 +285,7 @@ def test_sharded_fields_come_with_every_record_once(tar_path, shuffle):
         ds.set_epoch(epoch)
         assert _by_count(ds, names) == Counter(range(N))
     every = sharded(tar_path, fields="all")
+    assert "fields='all'" in repr(every)
     assert _by_count(every, every.fields) == Counter(range(N))
 
 
