@@ -3,13 +3,12 @@
 bad; the sharded split, shuffle, DataLoader workers and resume unchanged with fields.
 
 Map-style formats that store fields are converted from :mod:`tests.support.fields` through the real
-pipeline. The sharded dataset is a real tar dataset; until the tar format stores fields, a small
-subclass of its reader serves the fields of :mod:`tests.support.fields` beside its real records.
+pipeline. So are the sharded ones (tar, tfrecord). Tampered or undecodable fields come from a subclass of
+the real reader that swaps bytes into what it reads (the files are not touched).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,15 +19,12 @@ from torch.utils.data import DataLoader
 
 import iotool
 from iotool.errors import RecordError, UsageError
-from iotool.fields import Schema, encode, record_checksum
-from iotool.formats import get_format
-from iotool.formats.tar.reader import TarReader
 from iotool.loading.iterable import ShardedIterableDataset
 from iotool.loading.mapstyle import ImageDataset
 from iotool.loading.split import ShardEnv
 
 from ..conftest import formats_where, indices_by_place
-from ..support.fields import EVERY_KIND, SPECS, convert_fields, same, schema_of, value
+from ..support.fields import EVERY_KIND, convert_fields, same, schema_of, value
 
 N = 9
 SCHEMA = schema_of(*EVERY_KIND)
@@ -41,7 +37,7 @@ def source_index(key: str) -> int:
     return int(Path(key).stem[3:])
 
 
-def check_values(names: Sequence[str], got: Sequence[Any] | dict[str, Any], i: int, label: bool = True) -> None:
+def check_values(names: Sequence[str], got: Sequence[Any] | dict[str, Any], i: int) -> None:
     """``got`` (a tuple in ``names`` order, or a dict) holds sample ``i``'s values."""
     items = got.items() if isinstance(got, dict) else zip(names, got, strict=True)
     for name, v in items:
@@ -53,37 +49,41 @@ def check_values(names: Sequence[str], got: Sequence[Any] | dict[str, Any], i: i
             assert same(v, value(name, i)), (name, i, v)
 
 
-# -- the sharded dataset: a real tar, with fields served beside it where tar stores none yet -----------
-class TarWithFields(TarReader):
-    """A real tar dataset's reader that also serves :data:`SCHEMA`'s fields (values of
-    :func:`tests.support.fields.value`), checksummed over the image and them; ``tampered`` bytes
-    replace a record's stored field (the file is not touched)."""
-
-    def _load_meta(self):
-        return dataclasses.replace(super()._load_meta(), fields=SCHEMA.to_list())
-
-    def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
-        self.fields_read = getattr(self, "fields_read", 0) + 1
-        i = source_index(self.keys[index])
-        tampered = getattr(self, "tampered", {})
-        return {n: tampered.get((index, n)) or encode(SPECS[n], value(n, i), "test") for n in names}
-
-    def _load_checksums(self) -> list[str]:
-        names = [f.name for f in SCHEMA.stored]
-        return [record_checksum(self.read(i)[0], self.read_fields(i, names)) for i in range(len(self))]
+# -- sharded formats that store fields ---------------------------------------------------------------
+@pytest.fixture(scope="module", params=SHARDED_FORMATS or [pytest.param("none", marks=pytest.mark.skip)])
+def shards(request, tmp_path_factory) -> tuple[str, Path]:
+    """(format, path) of a sharded dataset with :data:`SCHEMA`'s fields, shards of 4 records."""
+    dst = tmp_path_factory.mktemp("fields") / f"ds.{request.param}"
+    convert_fields(dst, request.param, SCHEMA, N, shard_size=4)
+    return request.param, dst
 
 
-@pytest.fixture(scope="module")
-def tar_path(tmp_path_factory) -> Path:
-    dst = tmp_path_factory.mktemp("fields") / "ds.tar"
-    fmt = SHARDED_FORMATS[0] if SHARDED_FORMATS else "tar"
-    convert_fields(dst, fmt, SCHEMA if SHARDED_FORMATS else Schema.classification(), N, shard_size=4)
-    return dst
+def sharded_reader(shards: tuple[str, Path], tampered: dict[tuple[int, str], bytes] | None = None):
+    """The reader of ``shards``: picklable when not ``tampered``, else a subclass that swaps
+    ``tampered`` bytes into what it reads (the files are not touched) and counts its field reads."""
+    base = type(iotool.open_reader(shards[1]))
+    if tampered is None:
+        return base(shards[1])
+    swapped = tampered
+
+    class Tampering(base):
+        calls: list[tuple[str, tuple[str, ...]]] = []
+
+        def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
+            self.calls.append(("read_fields", tuple(names)))
+            got = super().read_fields(index, names)
+            return {n: swapped.get((index, n), got[n]) for n in got}
+
+        def read_records(self, indices, names):
+            self.calls.append(("read_records", tuple(names)))
+            for i, data, label, got in super().read_records(indices, names):
+                yield i, data, label, None if got is None else {n: swapped.get((i, n), got[n]) for n in got}
+
+    return Tampering(shards[1])
 
 
-def sharded(path: Path, **kw: Any) -> ShardedIterableDataset:
-    reader = get_format(SHARDED_FORMATS[0]).reader(path) if SHARDED_FORMATS else TarWithFields(path)
-    return ShardedIterableDataset(reader, **kw)
+def sharded(shards: tuple[str, Path], tampered: dict[tuple[int, str], bytes] | None = None, **kw: Any):
+    return ShardedIterableDataset(sharded_reader(shards, tampered), **kw)
 
 
 # -- map-style: real formats that store fields ---------------------------------------------------------
@@ -212,9 +212,9 @@ def test_a_field_tampered_after_the_pixels_are_cached_is_still_refused(map_path)
         ds[1]
 
 
-def test_the_sharded_ram_cache_serves_fields_read_in_each_pass(tar_path):
+def test_the_sharded_ram_cache_serves_fields_read_in_each_pass(shards):
     names = ("image", "count", "boxes")
-    ds = sharded(tar_path, decoder="auto", ram_cache=True, fields=names)
+    ds = sharded(shards, decoder="auto", ram_cache=True, fields=names)
     first = list(ds)
     assert ds.cache is not None and ds.cache.filled() == N
     assert _by_count(ds, names) == _by_count(first, names) == Counter(range(N))
@@ -269,48 +269,40 @@ def _by_count(samples, names: Sequence[str]) -> Counter:
     return seen
 
 
-def test_sharded_default_fields_read_no_fields(tar_path):
-    ds = sharded(tar_path)
+def test_sharded_default_fields_read_no_fields(shards):
+    ds = sharded(shards, tampered={})
     assert ds.fields == ("image", "class") and not ds.as_dict and ds.schema.names == SCHEMA.names
     samples = list(ds)
     assert len(samples) == N and all(len(s) == 2 for s in samples) and "fields=" not in repr(ds)
-    assert getattr(ds.reader, "fields_read", 0) == 0
+    assert ds.reader.calls == []
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_sharded_fields_come_with_every_record_once(tar_path, shuffle):
+def test_sharded_fields_come_with_every_record_once(shards, shuffle):
     names = ("image", "count", "txt", "boxes", "class")
-    ds = sharded(tar_path, fields=names, shuffle=shuffle, seed=3, buffer_size=4)
+    ds = sharded(shards, fields=names, shuffle=shuffle, seed=3, buffer_size=4)
     for epoch in (0, 1):
         ds.set_epoch(epoch)
         assert _by_count(ds, names) == Counter(range(N))
-    every = sharded(tar_path, fields="all")
+    every = sharded(shards, fields="all")
     assert "fields='all'" in repr(every)
     assert _by_count(every, every.fields) == Counter(range(N))
 
 
-def test_sharded_fields_read_in_the_sequential_pass(tar_path):
-    reader = get_format(SHARDED_FORMATS[0]).reader(tar_path) if SHARDED_FORMATS else TarWithFields(tar_path)
-    calls = []
-
-    class Recording(type(reader)):
-        def read_records(self, indices, names):
-            calls.append(tuple(names))
-            return super().read_records(indices, names)
-
-    ds = ShardedIterableDataset(Recording(tar_path), fields=("count", "json"))
-    assert _by_count(ds, ds.fields) == Counter(range(N)) and calls == [("count", "json")]
+def test_sharded_fields_read_in_the_sequential_pass(shards):
+    ds = sharded(shards, tampered={}, fields=("count", "json"))
+    assert _by_count(ds, ds.fields) == Counter(range(N)) and ds.reader.calls == [("read_records", ("count", "json"))]
 
 
-def test_dataloader_workers_over_shards_give_every_sample_once_with_its_fields(tar_path):
-    ds = sharded(tar_path, fields="all")
+def test_dataloader_workers_over_shards_give_every_sample_once_with_its_fields(shards):
+    ds = sharded(shards, fields="all")
     samples = [s for batch in DataLoader(ds, batch_size=2, num_workers=2, collate_fn=_samples) for s in batch]
     assert _by_count(samples, ds.fields) == Counter(range(N))
 
 
 @pytest.mark.parametrize(("world", "workers"), [(2, 1), (2, 2), (3, 2)])
-def test_the_ddp_split_is_unchanged_by_fields(tar_path, world, workers):
-    plain, with_fields = sharded(tar_path), sharded(tar_path, fields=("count", "image", "ragged"))
+def test_the_ddp_split_is_unchanged_by_fields(shards, world, workers):
+    plain, with_fields = sharded(shards), sharded(shards, fields=("count", "image", "ragged"))
     places = indices_by_place(plain, world, workers)
     assert indices_by_place(with_fields, world, workers) == places
     seen = Counter()
@@ -323,15 +315,15 @@ def test_the_ddp_split_is_unchanged_by_fields(tar_path, world, workers):
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_a_resumed_pass_with_fields_continues_sample_for_sample(tar_path, shuffle):
+def test_a_resumed_pass_with_fields_continues_sample_for_sample(shards, shuffle):
     names = ("image", "count", "emb")
-    ds = sharded(tar_path, fields=names, shuffle=shuffle, buffer_size=3)
+    ds = sharded(shards, fields=names, shuffle=shuffle, buffer_size=3)
     ds.set_epoch(2)
     full = [s[1] for s in ds]
     first = iter(ds)
     head = [next(first)[1] for _ in range(4)]
     state = ds.state_dict()
-    resumed = sharded(tar_path, fields=names, shuffle=shuffle, buffer_size=3)
+    resumed = sharded(shards, fields=names, shuffle=shuffle, buffer_size=3)
     resumed.set_epoch(2)
     resumed.load_state_dict(state)
     tail = list(resumed)
@@ -339,15 +331,26 @@ def test_a_resumed_pass_with_fields_continues_sample_for_sample(tar_path, shuffl
     _by_count(tail, names)
 
 
-def test_sharded_check_checksums_refuses_a_tampered_field(tar_path):
-    ds = sharded(tar_path, check_checksums=True, fields=("image", "txt"))
-    assert len(list(ds)) == N
-    if SHARDED_FORMATS:
-        pytest.skip("tampering is exercised through the simulated reader only")
-    ds.reader.tampered = {(5, "json"): b'{"id": 5}'}  # a field not chosen: the checksum still covers it
+def tampered_after_checksums(shards: tuple[str, Path], **kw: Any) -> ShardedIterableDataset:
+    """A dataset of ``shards`` whose record 5 has a field not chosen tampered (as read)."""
+    tampered: dict[tuple[int, str], bytes] = {}
+    ds = sharded(shards, tampered, check_checksums=True, fields=("image", "txt"), **kw)
+    tampered[(5, "json")] = b'{"id": 5}'
+    return ds
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_sharded_check_checksums_refuses_a_tampered_field(shards, shuffle):
+    assert len(list(sharded(shards, check_checksums=True, fields=("image", "txt"), shuffle=shuffle))) == N
     with pytest.raises(RecordError, match="checksum mismatch"):
-        list(ds)
-    skipping = sharded(tar_path, check_checksums=True, fields=("image", "txt"), on_error="skip")
-    skipping.reader.checksums  # noqa: B018  (the true ones, before the tampering)
-    skipping.reader.tampered = {(5, "json"): b'{"id": 5}'}
+        list(tampered_after_checksums(shards, shuffle=shuffle))
+    skipping = tampered_after_checksums(shards, shuffle=shuffle, on_error="skip")
+    assert len(list(skipping)) == N - 1 and skipping.mapstyle.skipped == 1
+
+
+def test_a_sharded_field_that_does_not_decode_is_a_bad_record(shards):
+    tampered = {(6, "boxes"): b'{"boxes": [[1, 2, 3]]}'}
+    with pytest.raises(RecordError, match=r"record 6 .*field 'boxes'"):
+        list(sharded(shards, tampered, fields=("image", "boxes")))
+    skipping = sharded(shards, tampered, fields=("image", "boxes"), on_error="skip")
     assert len(list(skipping)) == N - 1 and skipping.mapstyle.skipped == 1
