@@ -311,10 +311,10 @@ class ImageDataset(ReaderInfo, Dataset):
             raise RecordError(f"the reader gave no stored value of {', '.join(missing)}")
         return {n: stored[n] for n in names}
 
-    def _values(self, names: Sequence[str], label: int, stored: dict[str, bytes]) -> dict[str, Any]:
+    def _values(self, names: Sequence[str], label: int | None, stored: dict[str, bytes]) -> dict[str, Any]:
         """The values of fields ``names`` (not the image): the label for ``class``, the others decoded."""
         schema = self.schema
-        return {n: int(label) if n == CLASS else decode_field(schema[n], stored[n], "decoding") for n in names}
+        return {n: int(label or 0) if n == CLASS else decode_field(schema[n], stored[n], "decoding") for n in names}
 
     def sample(
         self, index: int, data: bytes | None = None, label: int | None = None, *, stored: dict[str, bytes] | None = None
@@ -360,7 +360,8 @@ class ImageDataset(ReaderInfo, Dataset):
                 if self.check_checksums:
                     _, label, got = self._read(index, data, label, stored, wanted)
                 else:
-                    label = label if label is not None else self.reader.labels[index]
+                    if label is None and CLASS in others:
+                        label = self.reader.labels[index]
                     got = self._stored(index, wanted, stored)
                 return None, self._values(others, label, got)
             except RECORD_ERRORS as exc:
