@@ -3,9 +3,9 @@ header size, dtype allow-list, rank and element count, never unpickling."""
 
 from __future__ import annotations
 
-import ast
 import io
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -132,14 +132,42 @@ def npy_header(data: bytes | memoryview, where: str) -> tuple[tuple[int, ...], b
     return shape, fortran, dtype, offset
 
 
+_HEADER_ITEM = re.compile(
+    r"""\s*(['"])(descr|fortran_order|shape)\1\s*:\s*"""
+    r"""('[^'\\]{0,32}'|"[^"\\]{0,32}"|True|False|\((?:\s*\d{1,19}\s*,)*(?:\s*\d{1,19})?\s*\))\s*(,|$)"""
+)
+
+
 def _literal_header(text: bytes, major: int, where: str) -> dict:
+    """The header dict of an ``.npy`` (``{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }``),
+    parsed by a pattern that takes only those three literals: no Python parser runs on it (numpy's
+    uses ``ast.literal_eval``, which is also not safe to call from several threads in CPython 3.11)."""
     try:
-        parsed = ast.literal_eval(text.decode("utf-8" if major == 3 else "latin-1"))
-    except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
-        raise RecordError(f"{where}: .npy header is not a literal dict ({type(exc).__name__}).") from None
-    if not isinstance(parsed, dict) or set(parsed) != {"descr", "fortran_order", "shape"}:
+        body = text.decode("utf-8" if major == 3 else "latin-1").strip()
+    except UnicodeDecodeError:
+        body = ""
+    if not (body.startswith("{") and body.endswith("}")):
+        raise RecordError(f"{where}: .npy header is not a literal dict.")
+    parsed: dict = {}
+    pos, end = 1, len(body) - 1
+    while pos < end and body[pos:end].strip():
+        found = _HEADER_ITEM.match(body, pos, end)
+        if found is None or found.group(2) in parsed:
+            raise RecordError(f"{where}: .npy header is not a literal dict of descr, fortran_order and shape.")
+        parsed[found.group(2)] = _header_literal(found.group(3))
+        pos = found.end()
+    if set(parsed) != {"descr", "fortran_order", "shape"}:
         raise RecordError(f"{where}: .npy header must have exactly descr, fortran_order and shape.")
     return parsed
+
+
+def _header_literal(token: str) -> object:
+    """The value of one header literal the pattern matched: a string, a bool or a tuple of ints."""
+    if token[0] in "'\"":
+        return token[1:-1]
+    if token in ("True", "False"):
+        return token == "True"
+    return tuple(int(n) for n in token[1:-1].replace(",", " ").split())
 
 
 def _header_fields(header: dict, where: str) -> tuple[tuple[int, ...], bool, np.dtype]:

@@ -231,3 +231,31 @@ def test_a_field_spec_names_its_problem() -> None:
     ]:
         with pytest.raises(UsageError, match=reason):
             FieldSpec(*args)
+
+
+def test_arrays_decode_from_many_threads_at_once() -> None:
+    """The header is parsed without ast.literal_eval, which CPython 3.11 does not make thread-safe."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    stored = [encode(ARRAY, np.arange(i % 7 + 1, dtype=np.float32), "k") for i in range(64)]
+
+    def work(_: int) -> int:
+        return sum(decode(ARRAY, s, "k").size for s in stored * 20)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(work, range(16))) == [sum(i % 7 + 1 for i in range(64)) * 20] * 16
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'extra': 1, }",
+        "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (6,), }",
+        "{'descr': '<f4' 'fortran_order': False, 'shape': (6,), }",
+        "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,), }",
+        "{'descr': '<f4', 'fortran_order': 0, 'shape': (6,), }",
+    ],
+)
+def test_an_npy_header_is_only_the_three_literals(header: str) -> None:
+    with pytest.raises(RecordError, match="literal dict|exactly"):
+        decode(ARRAY, _npy(header, b"\0" * 24), "k")
