@@ -130,9 +130,24 @@ def test_non_uint8_images_are_refused_with_the_dtype(image):
     "samples, message",
     [
         ([], "empty batch"),
-        ([(np.zeros((2, 2, 3), np.uint8),)], "sample 0 is a tuple of length 1"),
+        (
+            [(np.zeros((2, 2, 3), np.uint8), 0), (np.zeros((2, 2, 3), np.uint8),)],
+            "sample 1 has 1 elements but sample 0 has 2",
+        ),
+        ([{"label": 0}], "dict samples with an 'image' key; sample 0 has keys 'label'"),
         ([np.zeros((2, 2, 3), np.uint8)], "sample 0 is a ndarray"),
-        ([(np.zeros((2, 2, 3), np.uint8), 1.5)], "integer class labels; sample 0 has label 1.5"),
+        (
+            [(np.zeros((2, 2, 3), np.uint8), 1), (np.zeros((2, 2, 3), np.uint8), 1.5)],
+            "sample 1 is a float but sample 0's is an integer",
+        ),
+        (
+            [(np.zeros((2, 2, 3), np.uint8), 1.5), (np.zeros((2, 2, 3), np.uint8), 1)],
+            "sample 1 is an integer but sample 0's is a float",
+        ),
+        (
+            [(np.zeros((2, 2, 3), np.uint8), np.zeros(2, np.uint64) + 2**63)],
+            "uint64 array holds 9223372036854775808, past int64",
+        ),
         ([([[1, 2]], 0)], "sample 0 is a builtins.list"),
         ([(np.zeros((1, 2, 2, 3), np.uint8), 0)], r"sample 0 has shape \(1, 2, 2, 3\)"),
     ],
