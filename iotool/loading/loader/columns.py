@@ -115,20 +115,16 @@ class Layout:
         return dict(zip(self.names, parts)) if self.as_dict else tuple(parts)
 
     def items(self, served: Any) -> tuple[Any, ...]:
-        """A dataset's sample as its elements in ``names`` order: a tuple in that order, a dict by
-        name, or ``(image, values by name)``."""
+        """A dataset's sample (what ``ds[i]`` returns: a tuple in ``names`` order, or a dict by
+        name) as its elements in ``names`` order."""
         names = self.names
-        if isinstance(served, Mapping):
+        if isinstance(served, Mapping) and all(n in served for n in names):
             return tuple(served[n] for n in names)
-        if not isinstance(served, (tuple, list)):
-            raise UsageError(f"the dataset gave a {type(served).__name__} for a sample, not a tuple or a dict.")
-        if len(served) == 2 and isinstance(served[1], Mapping) and not self.classic:
-            values = served[1]
-            if all(n in values for n in names if n != IMAGE):
-                return tuple(served[0] if n == IMAGE else values[n] for n in names)
-        if len(served) != len(names):
+        if not isinstance(served, (tuple, list)) or len(served) != len(names):
             raise UsageError(
-                f"the dataset gave a sample of {len(served)} elements for its {len(names)} fields ({', '.join(names)})."
+                f"the dataset gave a {type(served).__name__} sample"
+                + (f" of {len(served)} elements" if isinstance(served, (tuple, list)) else "")
+                + f" for its {len(names)} fields ({', '.join(names)})."
             )
         return tuple(served)
 
