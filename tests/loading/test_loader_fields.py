@@ -243,3 +243,13 @@ def test_list_fields_cross_to_the_parent_as_stored_bytes_checked_before_reading(
     os.pwrite(fd, np.array([1 << 40], np.int64).tobytes(), 0)  # a length past the kind's bound
     with pytest.raises(InternalError, match="malformed list fields"):
         unpack(layout, fd, size, 3)
+
+
+@pytest.mark.parametrize("fields", ["all", ("image", "score", "emb", "txt", "class")])
+def test_the_loader_gives_what_a_dataloader_with_fast_collate_gives(fields_lmdb, fields):
+    from torch.utils.data import DataLoader
+
+    ds = open_ds(fields_lmdb, fields)
+    theirs = list(DataLoader(ds, batch_size=4, collate_fn=iotool.fast_collate))
+    mine = [snapshot(b) for b in iotool.Loader(ds, batch_size=4, threads=2)]
+    assert equal(mine, theirs)
