@@ -253,3 +253,16 @@ def test_the_loader_gives_what_a_dataloader_with_fast_collate_gives(fields_lmdb,
     theirs = list(DataLoader(ds, batch_size=4, collate_fn=iotool.fast_collate))
     mine = [snapshot(b) for b in iotool.Loader(ds, batch_size=4, threads=2)]
     assert equal(mine, theirs)
+
+
+@pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=pytest.mark.skipif(not LINUX, reason="Linux"))])
+def test_a_sharded_dataset_with_fields_gives_its_records_collated_by_hand(tmp_path, isolate):
+    dst = tmp_path / "every.tar"
+    convert_fields(dst, "tar", schema_of(*EVERY_KIND), N)
+    ds = iotool.open_dataset(dst, transform=CenterCrop(16), fields=("image", "json", "emb", "ragged", "class"))
+    assert isinstance(ds, iotool.ShardedIterableDataset)
+    loader = iotool.Loader(ds, batch_size=4, shuffle=True, seed=5, threads=2, isolate=isolate)
+    got = [snapshot(b) for b in loader]
+    loader.close()
+    want = expected(ds.mapstyle, loader)
+    assert len(got) == len(want) and all(equal(as_dict(b, ds.fields), w) for b, w in zip(got, want))

@@ -97,6 +97,12 @@ class Loader:
     memory instead (:attr:`reallocations` counts it), so keeping batches costs allocations, not
     correctness. Pinned batches are never written while a copy from them may run.
 
+    **Fields.** A batch is a tuple in the dataset's ``fields`` order (a dict with those keys for
+    ``fields="all"``), as ``fast_collate`` of its samples: the images, int64 ``class`` and ``int``
+    fields, float64 ``float`` fields and fixed-shape arrays ``(N, *shape)`` written into the
+    reused memory like the images; lists for text, JSON, bytes, ragged arrays and boxes
+    (:mod:`~iotool.loading.loader.columns`). An ``(image, class)`` dataset gives ``(images, labels)``.
+
     **What runs in threads.** iotool's datasets (``open_dataset``: every format, ``transform``,
     fused decoding, ``ram_cache=True``, the sharded datasets). Another dataset class is refused
     (:class:`UsageError`: use ``DataLoader`` for it). A transform that is not iotool's runs

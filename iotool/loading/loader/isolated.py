@@ -11,6 +11,9 @@ loop's Python thread does not share the GIL with the loader's threads.
 - **Control**: a ``SOCK_SEQPACKET`` socket pair carrying small JSON messages (and the region's
   descriptor once): the parent asks for each batch in turn (``next``), the child answers with its
   slot, or with an error (type, message naming the record, the child's traceback as text).
+- **Fields**: fixed-shape fields lie in the shared ring beside the images; list fields (text,
+  JSON, bytes, ragged arrays, boxes) travel with each batch as their stored encoding in one
+  ``memfd`` of their own, decoded by the parent's bounded codecs (:mod:`.wire`; nothing pickled).
 - **Shutdown**: breaking out, ``del`` and garbage collection of the iterator end the pass (the
   child waits for the next; so does a KeyboardInterrupt raised in the loop's body, which drops
   the iterator as ``break`` does); closing or collecting the loader, Ctrl-C while the parent
