@@ -1,4 +1,5 @@
-"""``fast_collate``: stack uint8 images into one uint8 NCHW batch, without a float copy on the CPU.
+"""``fast_collate``: stack uint8 images into one uint8 NCHW batch, without a float copy on the CPU,
+and collate every other element of a sample by its type.
 
 The default collate of a torchvision-style pipeline turns every image into a float tensor in the
 worker (4x the bytes to pin, copy and send to the GPU). ``fast_collate`` keeps the batch uint8 and
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,15 +24,29 @@ MEMORY_FORMATS = (torch.contiguous_format, torch.channels_last)
 
 
 def fast_collate(
-    samples: Sequence[tuple[Any, Any]],
+    samples: Sequence[Any],
     memory_format: torch.memory_format = torch.contiguous_format,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Collate ``(image, label)`` samples into a uint8 image batch and an int64 label tensor.
+) -> Any:
+    """Collate samples into a uint8 image batch plus one entry per other element.
 
     Use it as ``DataLoader(ds, collate_fn=iotool.fast_collate, pin_memory=True)``. Each image is
     copied once, directly into a preallocated ``(N, C, H, W)`` uint8 tensor; no float conversion
     happens on the CPU. Inside a DataLoader worker the output is allocated in shared memory, as
     torch's default collate does, so handing it to the main process costs no further copy.
+
+    A sample is a tuple (or list) whose first element is the image, or a dict whose ``"image"`` key
+    is; ``(image, label)`` pairs give ``(images, labels)`` as always. Every sample has the same
+    length (or keys). The other elements are collated by their Python type:
+
+    - integers (Python, numpy, a one-element integer tensor) -> an ``int64`` tensor ``(N,)``;
+    - floats (Python, numpy) -> a ``float64`` tensor ``(N,)`` (as torch's default collate), values
+      unchanged; a float where sample 0 has an integer (or the reverse) is refused;
+    - numpy arrays of one shape and dtype -> one stacked tensor ``(N, *shape)`` (uint16 becomes
+      int32, uint32 and uint64 int64, see :func:`array_tensor`); of several shapes -> a list of
+      tensors; torch tensors likewise (stacked or listed);
+    - boxes (``{"boxes": (n, 4), "labels": (n,)}``) -> a list of dicts of a float32 ``(n, 4)`` and
+      an int64 ``(n,)`` tensor;
+    - anything else (``str``, ``bytes``, JSON values, None) -> a list, unchanged.
 
     Accepted images (all images of a batch must have the same ``(C, H, W)``):
 
@@ -39,56 +55,194 @@ def fast_collate(
     - torch ``uint8`` tensors ``CxHxW`` (torchvision convention), or ``HxW`` (one channel).
 
     Args:
-        samples: a list of ``(image, label)`` pairs; labels are integers (Python, numpy or a
-            one-element integer tensor).
+        samples: a list of tuples (or dicts) as above.
         memory_format: ``torch.contiguous_format`` (NCHW in memory) or ``torch.channels_last``
             (NHWC in memory, same NCHW shape).
 
     Returns:
-        ``(images, labels)``: a ``uint8`` tensor of shape ``(N, C, H, W)`` in ``memory_format`` and an
-        ``int64`` tensor of shape ``(N,)``.
+        A tuple (or dict with the samples' keys) of the collated elements: the images a ``uint8``
+        tensor of shape ``(N, C, H, W)`` in ``memory_format``.
 
     Raises:
-        UsageError: an empty batch, a sample that is not an ``(image, label)`` pair, an image that
-            is not uint8 or not 2-D/3-D, a non-integer label, images of different sizes (the
-            message names the first mismatching sample, its size and the batch's size), or an
-            unsupported ``memory_format``.
+        UsageError: an empty batch, a sample that is not a tuple or dict, samples of different
+            lengths or keys, an image that is not uint8 or not 2-D/3-D, images of different sizes
+            (the message names the first mismatching sample, its size and the batch's size), an
+            element whose type differs from sample 0's (named), or an unsupported ``memory_format``.
     """
     if memory_format not in MEMORY_FORMATS:
         raise UsageError(f"memory_format={memory_format}; choose torch.contiguous_format or torch.channels_last.")
     if len(samples) == 0:
         raise UsageError("fast_collate got an empty batch; there is nothing to stack.")
-    images, labels = _split(samples)
+    keys, image_key = _structure(samples)
+    columns = {key: [sample[key] for sample in samples] for key in keys}
+    out = {
+        key: _collate_images(column, memory_format) if key == image_key else collate_column(column, key)
+        for key, column in columns.items()
+    }
+    if isinstance(samples[0], Mapping):
+        return out
+    return tuple(out[key] for key in keys)
+
+
+def _structure(samples: Sequence[Any]) -> tuple[list[Any], Any]:
+    """(the keys or positions of every sample, the image's), checking every sample has them."""
+    first = samples[0]
+    if isinstance(first, Mapping):
+        if "image" not in first:
+            raise UsageError(f"fast_collate takes dict samples with an 'image' key; sample 0 has keys {_keys(first)}.")
+        keys: list[Any] = list(first)
+        image_key: Any = "image"
+    elif isinstance(first, (tuple, list)) and len(first) > 0:
+        keys, image_key = list(range(len(first))), 0
+    else:
+        raise UsageError(_not_a_sample(first, 0))
+    for i, sample in enumerate(samples):
+        if isinstance(first, Mapping):
+            if not isinstance(sample, Mapping) or list(sample) != keys:
+                found = _keys(sample) if isinstance(sample, Mapping) else f"a {type(sample).__name__}"
+                raise UsageError(
+                    f"fast_collate needs samples of one structure; sample {i} has {found} but sample 0 has keys "
+                    f"{_keys(first)}."
+                )
+        elif not isinstance(sample, (tuple, list)):
+            raise UsageError(_not_a_sample(sample, i))
+        elif len(sample) != len(keys):
+            raise UsageError(
+                f"fast_collate needs samples of one length; sample {i} has {len(sample)} elements but "
+                f"sample 0 has {len(keys)}."
+            )
+    return keys, image_key
+
+
+def _keys(sample: Mapping) -> str:
+    return ", ".join(repr(k)[:40] for k in list(sample)[:20])
+
+
+def _not_a_sample(sample: Any, index: int) -> str:
+    return (
+        f"fast_collate expects (image, ...) tuples or dicts with an 'image' key; sample {index} is a "
+        f"{type(sample).__name__}"
+        + (f" of length {len(sample)}" if isinstance(sample, (tuple, list)) else "")
+        + ". Write a custom collate_fn for other sample structures."
+    )
+
+
+def _collate_images(images: list[Any], memory_format: torch.memory_format) -> torch.Tensor:
     shape = _common_chw(images)
     out = _allocate((len(images), *shape), memory_format)
     for i, image in enumerate(images):
         copy_image(out[i], image)
-    return out, torch.tensor(labels, dtype=torch.int64)
+    return out
 
 
-def _split(samples: Sequence[Any]) -> tuple[list[Any], list[int]]:
-    """Separate images from labels, checking each sample is a pair with an integer label."""
-    images, labels = [], []
-    for i, sample in enumerate(samples):
-        if not isinstance(sample, (tuple, list)) or len(sample) != 2:
+def collate_column(values: Sequence[Any], key: Any = 1) -> Any:
+    """One element of every sample (not the image), collated by the type of sample 0's (see
+    :func:`fast_collate`); UsageError naming the first sample whose element does not match."""
+    kind = value_kind(values[0])
+    if kind in _STRICT:
+        for i, value in enumerate(values):
+            if value_kind(value) != kind:
+                raise UsageError(
+                    f"fast_collate: element {key!r} of sample {i} is {_describe(value)} but sample 0's is "
+                    f"{_describe(values[0])}; give every sample the same type there."
+                )
+    if kind == "int":
+        return torch.tensor([operator.index(v) for v in values], dtype=torch.int64)
+    if kind == "float":
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+    if kind == "array":
+        return _stack_or_list([array_tensor(v, f"fast_collate: sample {i}") for i, v in enumerate(values)], key)
+    if kind == "tensor":
+        return _stack_or_list(list(values), key)
+    if kind == "boxes":
+        return [boxes_tensors(v, f"fast_collate: sample {i}") for i, v in enumerate(values)]
+    return list(values)
+
+
+_STRICT = ("int", "float", "array", "tensor")
+
+
+def value_kind(value: Any) -> str:
+    """How an element collates: ``int``, ``float``, ``array``, ``tensor``, ``boxes`` or ``list``."""
+    if isinstance(value, (float, np.floating)):
+        return "float"
+    if isinstance(value, np.ndarray):
+        return "array"
+    if isinstance(value, (int, np.integer, np.bool_)):
+        return "int"
+    if isinstance(value, torch.Tensor):
+        integral = not (value.is_floating_point() or value.is_complex())
+        return "int" if integral and value.numel() == 1 and value.dim() <= 1 else "tensor"
+    if isinstance(value, Mapping) and set(value) == {"boxes", "labels"}:
+        return "boxes"
+    return "list"
+
+
+def _describe(value: Any) -> str:
+    kind = value_kind(value)
+    if kind in ("array", "tensor"):
+        return f"a {type(value).__name__} of {value.dtype}"
+    return {"int": "an integer", "float": "a float"}.get(kind, f"a {type(value).__name__}")
+
+
+def _stack_or_list(tensors: list[torch.Tensor], key: Any) -> torch.Tensor | list[torch.Tensor]:
+    """One stacked tensor when every tensor has sample 0's shape, else the list (ragged)."""
+    first = tensors[0]
+    for i, t in enumerate(tensors):
+        if t.dtype != first.dtype:
             raise UsageError(
-                f"fast_collate expects (image, label) pairs; sample {i} is a {type(sample).__name__}"
-                + (f" of length {len(sample)}" if isinstance(sample, (tuple, list)) else "")
-                + ". Write a custom collate_fn for other sample structures."
+                f"fast_collate: element {key!r} of sample {i} has dtype {t.dtype} but sample 0's has "
+                f"{first.dtype}; give every sample the same dtype there."
             )
-        images.append(sample[0])
-        labels.append(_as_label(sample[1], i))
-    return images, labels
+    if all(t.shape == first.shape for t in tensors):
+        return torch.stack(tensors)
+    return tensors
 
 
-def _as_label(label: Any, index: int) -> int:
-    """The label as a Python int; floats and other types are refused rather than truncated."""
+# numpy dtypes whose torch types lack most operations, and the wider type used instead
+_WIDER = {np.dtype(np.uint16): torch.int32, np.dtype(np.uint32): torch.int64, np.dtype(np.uint64): torch.int64}
+INT64_MAX = (1 << 63) - 1
+
+
+def torch_dtype(dtype: np.dtype | str) -> torch.dtype:
+    """The torch dtype an array of numpy ``dtype`` has in a batch: ``torch.from_numpy``'s, except
+    uint16 -> int32 and uint32/uint64 -> int64 (torch's unsigned types lack most operations; a
+    uint64 value past int64 is refused by :func:`array_tensor`)."""
+    native = np.dtype(dtype).newbyteorder("=")
+    if native in _WIDER:
+        return _WIDER[native]
     try:
-        return operator.index(label)
+        return torch.from_numpy(np.zeros(0, native)).dtype
     except TypeError:
+        raise UsageError(f"arrays of dtype {native} have no torch dtype; store them as another dtype.") from None
+
+
+def check_fits(value: np.ndarray, where: str) -> None:
+    """Refuse a uint64 array holding a value past int64 (its dtype in a batch)."""
+    if value.dtype.kind == "u" and value.dtype.itemsize == 8 and value.size and int(value.max()) > INT64_MAX:
         raise UsageError(
-            f"fast_collate needs integer class labels; sample {index} has label {label!r} ({type(label).__name__})."
-        ) from None
+            f"{where}: a uint64 array holds {int(value.max())}, past int64 (its dtype in a batch); "
+            f"store values below 2**63, or as float64."
+        )
+
+
+def array_tensor(value: np.ndarray, where: str) -> torch.Tensor:
+    """A numpy array as a tensor of :func:`torch_dtype` (its own memory, native byte order)."""
+    dtype = torch_dtype(value.dtype)
+    check_fits(value, where)
+    out = torch.empty(value.shape, dtype=dtype)
+    np.copyto(out.numpy(), value, casting="unsafe")
+    return out
+
+
+def boxes_tensors(value: Mapping[str, Any], where: str) -> dict[str, torch.Tensor]:
+    """A boxes value as ``{"boxes": float32 (n, 4), "labels": int64 (n,)}`` tensors of their own."""
+    try:
+        boxes = torch.tensor(np.asarray(value["boxes"], dtype=np.float32).reshape(-1, 4))
+        labels = torch.tensor(np.asarray(value["labels"], dtype=np.int64).reshape(-1))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: boxes are {{'boxes': (n, 4), 'labels': (n,)}} ({exc}).") from None
+    return {"boxes": boxes, "labels": labels}
 
 
 def image_chw(image: Any, index: int) -> tuple[int, int, int]:

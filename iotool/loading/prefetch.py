@@ -54,10 +54,12 @@ class CUDAPrefetcher:
     values are exposed as :attr:`mean255` and :attr:`std255` (float64 CPU tensors).
 
     **Which tensor is the image.** A bare tensor batch is the image; in a tuple or list it is
-    element ``image_key`` (default 0, as ``(images, labels)`` from :func:`iotool.fast_collate`);
-    in a dict it is ``batch[image_key]`` (default: the ``"image"`` or ``"images"`` key). Every
-    other tensor, at any nesting depth, is moved to the device unchanged (labels stay int64);
-    anything that is not a tensor (file names, ints) is passed through. A non-uint8 image tensor
+    element ``image_key`` (default: where ``"image"`` is in the loader's or its dataset's
+    ``fields``, else 0, as ``(images, labels)`` from :func:`iotool.fast_collate`); in a dict it is
+    ``batch[image_key]`` (default: the ``"image"`` or ``"images"`` key). Every other tensor, at
+    any nesting depth (fixed fields, ragged arrays in a list, the tensors of boxes dicts), is moved
+    to the device unchanged (labels stay int64, float fields float64); anything that is not a
+    tensor (file names, ints, lists of strings, bytes or JSON values) is passed through as is. A non-uint8 image tensor
     (float pixels from another pipeline) is not scaled or normalised: its values are only cast to
     ``dtype``, with a warning (once). With ``channels_last=True`` 4-D images, uint8 or not, are
     returned in ``torch.channels_last`` memory format; otherwise the loader's layout is kept.
@@ -300,14 +302,24 @@ class CUDAPrefetcher:
         )
 
     def _sequence_image_index(self, batch: Sequence) -> int:
-        """The index of the image tensor in a tuple or list batch."""
-        index = 0 if self.image_key is None else self.image_key
+        """The index of the image tensor in a tuple or list batch: ``image_key``, else the place of
+        ``"image"`` in the loader's (or its dataset's) ``fields``, else 0."""
+        index = self._fields_image_index(len(batch)) if self.image_key is None else self.image_key
         if not isinstance(index, int) or not -len(batch) <= index < len(batch):
             raise UsageError(
                 f"CUDAPrefetcher: image_key={self.image_key!r} is not an index of a "
                 f"{type(batch).__name__} batch of length {len(batch)}."
             )
         return index % len(batch)
+
+    def _fields_image_index(self, length: int) -> int:
+        """Where ``"image"`` is in the ``fields`` of the loader (an :class:`iotool.Loader`) or of
+        its dataset (a DataLoader over an iotool dataset), when they name as many elements."""
+        for source in (self.loader, getattr(self.loader, "dataset", None)):
+            fields = getattr(source, "fields", None)
+            if isinstance(fields, tuple) and len(fields) == length and "image" in fields:
+                return fields.index("image")
+        return 0
 
     # -- warnings -------------------------------------------------------------------------
     def _check_pinned(self, batch: Any) -> None:
@@ -398,14 +410,21 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
 
 
 def _to_device(obj: Any, device: torch.device) -> Any:
-    """Move every tensor of a (nested) batch to ``device`` unchanged; pass anything else through."""
+    """Move every tensor of a (nested) batch to ``device`` unchanged; pass anything else through
+    (a list or dict holding no tensor, such as a batch's strings, bytes or JSON values, is the
+    same object)."""
     if isinstance(obj, torch.Tensor):
         return obj.to(device, non_blocking=True)
+    if not _holds_tensor(obj):
+        return obj
     if isinstance(obj, Mapping):
         return {k: _to_device(v, device) for k, v in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return _rebuild(obj, [_to_device(v, device) for v in obj])
-    return obj
+    return _rebuild(obj, [_to_device(v, device) for v in obj])
+
+
+def _holds_tensor(obj: Any) -> bool:
+    """Whether a (nested) batch element holds a tensor."""
+    return next(_tensors(obj), None) is not None
 
 
 def _rebuild(original: Sequence, items: list[Any]) -> Any:

@@ -130,9 +130,24 @@ def test_non_uint8_images_are_refused_with_the_dtype(image):
     "samples, message",
     [
         ([], "empty batch"),
-        ([(np.zeros((2, 2, 3), np.uint8),)], "sample 0 is a tuple of length 1"),
+        (
+            [(np.zeros((2, 2, 3), np.uint8), 0), (np.zeros((2, 2, 3), np.uint8),)],
+            "sample 1 has 1 elements but sample 0 has 2",
+        ),
+        ([{"label": 0}], "dict samples with an 'image' key; sample 0 has keys 'label'"),
         ([np.zeros((2, 2, 3), np.uint8)], "sample 0 is a ndarray"),
-        ([(np.zeros((2, 2, 3), np.uint8), 1.5)], "integer class labels; sample 0 has label 1.5"),
+        (
+            [(np.zeros((2, 2, 3), np.uint8), 1), (np.zeros((2, 2, 3), np.uint8), 1.5)],
+            "sample 1 is a float but sample 0's is an integer",
+        ),
+        (
+            [(np.zeros((2, 2, 3), np.uint8), 1.5), (np.zeros((2, 2, 3), np.uint8), 1)],
+            "sample 1 is an integer but sample 0's is a float",
+        ),
+        (
+            [(np.zeros((2, 2, 3), np.uint8), np.zeros(2, np.uint64) + 2**63)],
+            "uint64 array holds 9223372036854775808, past int64",
+        ),
         ([([[1, 2]], 0)], "sample 0 is a builtins.list"),
         ([(np.zeros((1, 2, 2, 3), np.uint8), 0)], r"sample 0 has shape \(1, 2, 2, 3\)"),
     ],
@@ -174,3 +189,87 @@ def test_in_a_worker_the_batch_is_built_in_shared_memory(dataset):
 def center_crop(size: int) -> Compose:
     """Shorter side to ``size``, then the central ``size`` x ``size``, as an HWC uint8 array."""
     return Compose([Resize(size, output="hwc_array"), CenterCrop(size, output="hwc_array")])
+
+
+# -- samples with fields: every element collated by its type ----------------------------------
+
+
+def _image(i: int = 0) -> np.ndarray:
+    return np.full((2, 3, 3), i, np.uint8)
+
+
+def test_numbers_arrays_and_text_match_torchs_default_collate():
+    from torch.utils.data import default_collate
+
+    rows = [(i * 3 - 1, 0.1 * i + 1e-12, np.arange(6, dtype=np.float32).reshape(2, 3) * i, f"t{i}") for i in range(4)]
+    got = fast_collate([(_image(i), *row) for i, row in enumerate(rows)])
+    reference = default_collate(rows)
+    assert len(got) == 5 and torch.equal(got[0], stacked_chw([_image(i) for i in range(4)]))
+    for mine, theirs in zip(got[1:], reference):
+        if isinstance(theirs, torch.Tensor):
+            assert mine.dtype == theirs.dtype and torch.equal(mine, theirs)
+        else:
+            assert mine == list(theirs)
+    assert got[2].dtype == torch.float64 and got[2].tolist() == [0.1 * i + 1e-12 for i in range(4)]  # no truncation
+
+
+def test_dict_samples_give_a_dict_with_their_keys_in_order():
+    from torch.utils.data import default_collate
+
+    samples = [{"txt": f"c{i}", "image": _image(i), "score": i / 2, "cls": i} for i in range(3)]
+    got = fast_collate(samples)
+    assert list(got) == ["txt", "image", "score", "cls"]
+    assert torch.equal(got["image"], stacked_chw([_image(i) for i in range(3)]))
+    reference = default_collate([{k: v for k, v in s.items() if k != "image"} for s in samples])
+    assert got["txt"] == reference["txt"] and torch.equal(got["score"], reference["score"])
+    assert torch.equal(got["cls"], reference["cls"])
+
+
+def test_ragged_arrays_boxes_json_and_bytes_become_lists():
+    boxes = [{"boxes": np.ones((k, 4), np.float32) * k, "labels": np.arange(k)} for k in range(3)]
+    samples = [(_image(), np.arange(k + 1), boxes[k], {"id": k, "tags": ["a"] * k}, b"\x89PNG" * k) for k in range(3)]
+    _, ragged, got_boxes, meta, payloads = fast_collate(samples)
+    assert [t.tolist() for t in ragged] == [[0], [0, 1], [0, 1, 2]] and ragged[0].dtype == torch.int64
+    assert [b["boxes"].shape for b in got_boxes] == [(0, 4), (1, 4), (2, 4)]
+    assert got_boxes[2]["boxes"].dtype == torch.float32 and got_boxes[2]["labels"].dtype == torch.int64
+    assert meta == [s[3] for s in samples] and payloads == [s[4] for s in samples]
+
+
+@pytest.mark.parametrize(
+    "dtype, torch_dtype",
+    [
+        (np.uint8, torch.uint8),
+        (np.int16, torch.int16),
+        (np.uint16, torch.int32),
+        (np.uint32, torch.int64),
+        (np.uint64, torch.int64),
+        (np.float16, torch.float16),
+        (">f4", torch.float32),
+        (np.bool_, torch.bool),
+    ],
+)
+def test_array_dtypes_torch_lacks_are_widened_and_byte_order_made_native(dtype, torch_dtype):
+    arrays = [(np.arange(4) * (i + 1)).astype(dtype) for i in range(2)]
+    _, got = fast_collate([(_image(), a) for a in arrays])
+    assert got.dtype == torch_dtype and got.tolist() == [a.tolist() for a in arrays]
+
+
+def test_a_single_element_sample_and_pairs_with_float_labels():
+    (images,) = fast_collate([(_image(1),), (_image(2),)])
+    assert images.shape == (2, 3, 2, 3)
+    _, labels = fast_collate([(_image(), 1.5), (_image(), np.float32(2.25))])
+    assert labels.dtype == torch.float64 and labels.tolist() == [1.5, 2.25]
+
+
+@pytest.mark.parametrize(
+    "samples, message",
+    [
+        ([(_image(), np.zeros(2, np.float32)), (_image(), np.zeros(2, np.int64))], "sample 1 has dtype torch.int64"),
+        ([(_image(), np.zeros(2)), (_image(), 3)], "sample 1 is an integer but sample 0's is a ndarray"),
+        ([{"image": _image(), "a": 1}, {"image": _image(), "b": 1}], "sample 1 has 'image', 'b' but sample 0"),
+        ([{"image": _image()}, (_image(),)], "sample 1 has a tuple"),
+    ],
+)
+def test_samples_that_disagree_are_refused_naming_the_sample(samples, message):
+    with pytest.raises(UsageError, match=message):
+        fast_collate(samples)

@@ -31,12 +31,12 @@ class Pixels:
     def __init__(self, bad: frozenset[int] = frozenset(), odd: frozenset[int] = frozenset()):
         self.bad, self.odd = bad, odd
 
-    def sample(self, index: int) -> tuple[Any, int, int]:
+    def sample(self, index: int) -> tuple[tuple[Any, int], int]:
         if index in self.bad:
             raise iotool.RecordError(f"{self.name(index)}: unreadable")
         c, h, w = SHAPE
         shape = (h + 1, w, c) if index in self.odd else (h, w, c)
-        return np.full(shape, index % 256, dtype=np.uint8), index, index
+        return (np.full(shape, index % 256, dtype=np.uint8), index), index
 
     def name(self, record: int) -> str:
         return f"pixels: record {record} (k{record})"

@@ -98,7 +98,7 @@ def test_the_parent_sees_the_shared_ring_s_pixels_and_refuses_a_slot_out_of_boun
     assert names == ["ring"]
     parent = ParentRing(3, 2, 0)
     message = {"op": "batch", "slot": 0, "count": 2, "shape": list(SHAPE)}
-    images, labels = parent.receive(message, names, fds)
+    images, (labels,), _ = parent.receive(message, names, fds)
     assert bool((images == 42).all()) and labels.tolist() == [42, 42]
     assert slot_layout(2, SHAPE)[1] % os.sysconf("SC_PAGE_SIZE") == 0
     for bad in (3, -1):

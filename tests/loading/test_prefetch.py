@@ -892,3 +892,57 @@ def test_cuda_warns_once_when_the_loader_does_not_pin(pin_memory, warnings_expec
 def center_crop(size: int) -> Compose:
     """Shorter side to ``size``, then the central ``size`` x ``size``, as an HWC uint8 array."""
     return Compose([Resize(size, output="hwc_array"), CenterCrop(size, output="hwc_array")])
+
+
+# -- batches with fields (iotool.Loader over a dataset with every field kind) -----------------
+
+
+@pytest.fixture(scope="module")
+def fields_lmdb(tmp_path_factory) -> Path:
+    from ..support.fields import EVERY_KIND, convert_fields, schema_of
+
+    dst = tmp_path_factory.mktemp("prefetch-fields") / "every.lmdb"
+    convert_fields(dst, "lmdb", schema_of(*EVERY_KIND), 7)
+    return dst
+
+
+def _fields_batches(path: Path, fields) -> tuple[list, iotool.Loader]:
+    ds = iotool.open_dataset(path, transform=CenterCrop(16), fields=fields)
+    loader = iotool.Loader(ds, batch_size=4, threads=2, keep=4)  # the batches stay valid while compared
+    return list(loader), loader
+
+
+def test_a_fields_batch_has_only_its_image_normalised_and_its_lists_passed_as_they_are(fields_lmdb):
+    batches, _ = _fields_batches(fields_lmdb, "all")
+    got = list(CUDAPrefetcher(batches, device="cpu", mean=MEAN, std=STD))
+    assert len(got) == len(batches) == 2
+    for raw, out in zip(batches, got):
+        assert list(out) == list(raw)
+        assert torch.equal(out["image"], reference(raw["image"], MEAN, STD))
+        for name in ("class", "count", "score", "emb"):
+            assert out[name].dtype == raw[name].dtype and torch.equal(out[name], raw[name])
+        for name in ("txt", "json", "seg.png"):  # no tensor inside: the very same list
+            assert out[name] is raw[name]
+        assert all(torch.equal(a, b) for a, b in zip(out["ragged"], raw["ragged"]))
+        for a, b in zip(out["boxes"], raw["boxes"]):
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_every_tensor_of_a_fields_batch_moves_to_the_device_at_any_depth(fields_lmdb):
+    """The device is torch's ``meta`` (no GPU here): a tensor left behind would stay on the CPU."""
+    batches, _ = _fields_batches(fields_lmdb, "all")
+    out = next(iter(CUDAPrefetcher(batches, device="meta")))
+    raw = batches[0]
+    tensors = [out[n] for n in ("image", "class", "count", "score", "emb")]
+    tensors += list(out["ragged"]) + [t for b in out["boxes"] for t in b.values()]
+    assert len(tensors) == 5 + 4 + 8 and all(t.device.type == "meta" for t in tensors)
+    assert out["image"].dtype == torch.float32 and out["score"].dtype == torch.float64
+    assert out["txt"] is raw["txt"] and out["seg.png"] is raw["seg.png"]
+
+
+def test_the_image_is_found_by_the_loaders_fields_in_a_tuple_batch(fields_lmdb):
+    batches, loader = _fields_batches(fields_lmdb, ("txt", "score", "image", "boxes"))
+    txt, score, images, boxes = next(iter(CUDAPrefetcher(loader, device="cpu")))
+    raw = batches[0]
+    assert torch.equal(images, reference(raw[2])) and score.dtype == torch.float64 and txt == raw[0]
+    assert torch.equal(score, raw[1]) and len(boxes) == 4

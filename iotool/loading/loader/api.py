@@ -4,8 +4,10 @@ iotool's decoders and kernels release the GIL, so threads can build batches with
 processes, no shared-memory segment per batch and no pipe: each sample is decoded, transformed and
 written into its row of a batch of a :class:`~iotool.loading.loader.batchring.BatchRing` (the last
 C-kernel resize writes into the row itself). What comes out is what
-``DataLoader(..., collate_fn=iotool.fast_collate)`` yields: a uint8 ``(N, C, H, W)`` tensor and
-int64 labels.
+``DataLoader(..., collate_fn=iotool.fast_collate)`` yields: a tuple in the dataset's ``fields``
+order (a dict when the dataset gives dicts) of a uint8 ``(N, C, H, W)`` tensor and the other
+fields (:mod:`.columns`: fixed-shape fields written into the ring like the images, the rest as
+lists); for an ``(image, class)`` dataset, the images and int64 labels.
 
 - **Order** (:mod:`iotool.loading.order`): one :class:`~iotool.loading.order.EpochOrder` (shuffle,
   seed, even, rank, world size, epoch), which the dataset turns into its records
@@ -42,6 +44,7 @@ from ..order import RecordOrder
 from ..split import rank_world
 from .batches import Batches
 from .batchring import BatchRing
+from .columns import Layout, layout_of
 from .isolated import Child, ChildPlan, IsolatedPass, check_isolation
 from .protocols import OrderedDataset, Pass, PassPlan, Ring
 from .reading import SampleReader
@@ -93,6 +96,12 @@ class Loader:
     hand and the previous one). A batch kept longer is not overwritten either: its slot gets new
     memory instead (:attr:`reallocations` counts it), so keeping batches costs allocations, not
     correctness. Pinned batches are never written while a copy from them may run.
+
+    **Fields.** A batch is a tuple in the dataset's ``fields`` order (a dict with those keys for
+    ``fields="all"``), as ``fast_collate`` of its samples: the images, int64 ``class`` and ``int``
+    fields, float64 ``float`` fields and fixed-shape arrays ``(N, *shape)`` written into the
+    reused memory like the images; lists for text, JSON, bytes, ragged arrays and boxes
+    (:mod:`~iotool.loading.loader.columns`). An ``(image, class)`` dataset gives ``(images, labels)``.
 
     **What runs in threads.** iotool's datasets (``open_dataset``: every format, ``transform``,
     fused decoding, ``ram_cache=True``, the sharded datasets). Another dataset class is refused
@@ -172,7 +181,8 @@ class Loader:
                 stacklevel=2,
             )
         self.ring: BatchRing | None = None  # the batches' memory, made on the first pass
-        self._reader = SampleReader(self.mapstyle, self.on_error)
+        self.layout: Layout = layout_of(self.mapstyle if hasattr(self.mapstyle, "fields") else dataset)
+        self._reader = SampleReader(self.mapstyle, self.on_error, self.layout)
         self._resume: tuple[int, int] | None = None  # (epoch, batches) from load_state_dict
         self._pass: Pass | None = None
         self.isolate = bool(isolate)
@@ -206,6 +216,17 @@ class Loader:
     def epoch(self) -> int:
         """The epoch that seeds shuffling and augmentation (see :meth:`set_epoch`)."""
         return self.epoch_order.epoch
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The names of a batch's elements, in order (the dataset's ``fields``; ``("image", "class")``
+        for a dataset without)."""
+        return self.layout.names
+
+    @property
+    def as_dict(self) -> bool:
+        """Batches are dicts keyed by :attr:`fields` (else tuples in their order)."""
+        return self.layout.as_dict
 
     @property
     def sharded(self) -> bool:
@@ -373,7 +394,7 @@ class Loader:
 
     def new_ring(self) -> BatchRing:
         """The memory of this loader's batches, made by its first pass."""
-        return BatchRing(self.prefetch + self.keep + 1, self.batch_size, self.keep, self.pin_memory)
+        return BatchRing(self.prefetch + self.keep + 1, self.batch_size, self.keep, self.pin_memory, self.layout)
 
     def close(self) -> None:
         """End the pass in progress and, when isolated, the child process (the next pass starts a new one)."""
@@ -411,6 +432,7 @@ class Loader:
             slots=self.prefetch + self.keep + 1,
             batch_size=self.batch_size,
             keep=self.keep,
+            layout=self.layout,
             start=self._thread_pass,
             skipped=lambda: self._reader.skipped,
             warm=self._warm,
@@ -429,14 +451,16 @@ class Loader:
             except Exception:
                 pass
 
-    def sample(self, index: int) -> tuple[Any, int, int]:
-        """Record ``index`` decoded and transformed: (image, label, the record actually served).
+    def sample(self, index: int) -> tuple[Any, ...]:
+        """Record ``index`` decoded and transformed: its elements in :attr:`fields` order, then the
+        record actually served (``(image, label, record)`` for an ``(image, class)`` dataset).
 
         With ``on_error="skip"`` a bad record is skipped and the next readable one served;
         otherwise its :class:`RecordError` (naming it) is raised. Any other exception of a
         transform is raised as a :class:`RecordError` naming the record.
         """
-        return self._reader.sample(index)
+        items, record = self._reader.sample(index)
+        return (*items, record)
 
     def __repr__(self) -> str:
         return (

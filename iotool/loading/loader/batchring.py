@@ -1,4 +1,5 @@
-"""The :class:`iotool.Loader`'s batch memory: a ring of pre-allocated uint8 batches reused in turn.
+"""The :class:`iotool.Loader`'s batch memory: a ring of pre-allocated batches reused in turn (the uint8
+images and every fixed-shape column of :mod:`.columns`; list columns are lists in the slot).
 
 Batch ``b`` of a pass is written into slot ``b % size``. The loader hands out views of a slot's
 tensors; when the caller is handed batch ``b``, batches up to ``b - keep - 1`` are *released* and their
@@ -21,9 +22,12 @@ allocator's cache: no new pinned memory per batch.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import torch
 
+from ...fields.schema import Schema
+from .columns import Layout
 from .slot import Slot
 
 __all__ = ["BatchRing", "Slot"]
@@ -37,12 +41,17 @@ class BatchRing:
         batch_size: samples per slot.
         keep: batches that stay valid after the one in hand.
         pinned: take slot memory from torch's pinned allocator, afresh at each reuse.
+        layout: the batch's columns (default: images and int64 labels); each fixed column gets
+            its memory in every slot, allocated with the images.
     """
 
-    def __init__(self, size: int, batch_size: int, keep: int, pinned: bool = False):
+    def __init__(
+        self, size: int, batch_size: int, keep: int, pinned: bool = False, layout: Layout | None = None
+    ) -> None:
         self.size, self.batch_size, self.keep, self.pinned = size, batch_size, keep, pinned
+        self.layout = layout if layout is not None else Layout.of(("image", "class"), Schema.classification())
         self.renew = pinned  # take a reused slot's memory afresh from the allocator (see the module docstring)
-        self.slots = [Slot() for _ in range(size)]
+        self.slots = [Slot(len(self.layout.lists), batch_size) for _ in range(size)]
         self.shape: tuple[int, int, int] | None = None  # (C, H, W) of every image, from the first sample
         self.released = -1  # the last batch the caller let go of
         self.delivered = -1  # the last batch handed to the caller
@@ -84,21 +93,19 @@ class BatchRing:
         slot.attach(*self.new_memory(self.slots.index(slot), shape))
         self.allocations += 1
 
-    def new_memory(self, index: int, shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(images, labels) memory for slot ``index`` (a subclass may place it elsewhere)."""
+    def new_memory(self, index: int, shape: tuple[int, int, int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(images, fixed columns) memory for slot ``index`` (a subclass may place it elsewhere)."""
         n = self.batch_size
-        return (
-            torch.empty((n, *shape), dtype=torch.uint8, pin_memory=self.pinned),
-            torch.empty((n,), dtype=torch.int64, pin_memory=self.pinned),
-        )
+        columns = [torch.empty((n, *c.shape), dtype=c.dtype, pin_memory=self.pinned) for c in self.layout.fixed]
+        return torch.empty((n, *shape), dtype=torch.uint8, pin_memory=self.pinned), columns
 
-    def batch(self, slot: Slot, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the caller gets: new views of the slot's first ``count`` samples."""
-        return slot.views(count)
+    def batch(self, slot: Slot, count: int) -> Any:
+        """What the caller gets: new views of the slot's first ``count`` samples, as the layout's batch."""
+        return self.layout.assemble(*slot.views(count))
 
     def bytes(self) -> int:
         """Bytes of batch memory the ring holds now (slots not allocated yet count nothing)."""
-        return sum(t.nelement() * t.element_size() for s in self.slots for t in (s.images, s.labels) if t is not None)
+        return sum(t.nelement() * t.element_size() for s in self.slots for t in (s.images, *s.columns) if t is not None)
 
     def close(self) -> None:
         """Let go of every slot's memory (batches the caller holds stay valid: they hold it)."""

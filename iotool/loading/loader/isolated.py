@@ -11,6 +11,9 @@ loop's Python thread does not share the GIL with the loader's threads.
 - **Control**: a ``SOCK_SEQPACKET`` socket pair carrying small JSON messages (and the region's
   descriptor once): the parent asks for each batch in turn (``next``), the child answers with its
   slot, or with an error (type, message naming the record, the child's traceback as text).
+- **Fields**: fixed-shape fields lie in the shared ring beside the images; list fields (text,
+  JSON, bytes, ragged arrays, boxes) travel with each batch as their stored encoding in one
+  ``memfd`` of their own, decoded by the parent's bounded codecs (:mod:`.wire`; nothing pickled).
 - **Shutdown**: breaking out, ``del`` and garbage collection of the iterator end the pass (the
   child waits for the next; so does a KeyboardInterrupt raised in the loop's body, which drops
   the iterator as ``break`` does); closing or collecting the loader, Ctrl-C while the parent
@@ -37,9 +40,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
 from ...errors import FormatError, InternalError, IotoolError, RecordError, UsageError
+from .columns import Layout
 from .protocols import Batch, PassPlan
 from .sharedring import ParentRing, SharedRing
 from .threadpass import ThreadPass
+from .wire import pack, unpack
 
 MAX_MESSAGE = 1 << 16  # bytes of one control message; a traceback is cut to fit
 EXIT_WAIT_S = 2.0  # how long a closing child may take to exit before SIGKILL
@@ -76,7 +81,7 @@ class ChildPlan:
     """What the child is given at the fork (explicit inputs, no Loader).
 
     Attributes:
-        slots, batch_size, keep: the shared ring's shape (as the in-process ring's).
+        slots, batch_size, keep, layout: the shared ring's shape and columns (as the in-process ring's).
         start: ``start(ring, epoch, first)``: a thread pass over ``epoch`` from batch ``first``,
             writing into ``ring``.
         skipped: the bad records skipped so far (reported with each batch).
@@ -86,12 +91,13 @@ class ChildPlan:
     slots: int
     batch_size: int
     keep: int
+    layout: Layout
     start: Callable[[SharedRing, int, int], ThreadPass]
     skipped: Callable[[], int]
     warm: Callable[[], None]
 
     def ring(self) -> SharedRing:
-        return SharedRing(self.slots, self.batch_size, self.keep)
+        return SharedRing(self.slots, self.batch_size, self.keep, self.layout)
 
 
 def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -205,19 +211,23 @@ class _Server:
             return
         for index in message.get("renew", []):
             self.ring.renew_slot(index)
+        lists: tuple[int, int] | None = None
         try:
-            images, _ = run.deliver(self.next_batch)
+            run.deliver(self.next_batch)
+            index, count = self.ring.delivered % self.ring.size, run.count(self.next_batch)
+            if self.ring.layout.lists:
+                lists = pack(self.ring.layout, self.ring.slots[index].lists, count)
         except BaseException as exc:
             run.stop(wait=True)
             self.active = False
             send(self.sock, _error_message(exc, self.pass_id, skipped()))
             return
         self.next_batch += 1
-        index, count = self.ring.delivered % self.ring.size, len(images)
-        del images
         shape = self.ring.shape or (0, 0, 0)
         names, fds = self.ring.pop_fds(index)
         reply = {"op": "batch", "id": self.pass_id, "slot": index, "count": count, "shape": list(shape)}
+        if lists is not None:
+            names, fds, reply["lists"] = [*names, "lists"], [*fds, lists[0]], lists[1]
         send(self.sock, {**reply, "fds": names, "skipped": skipped()}, fds)
         for fd in fds:
             os.close(fd)
@@ -276,7 +286,7 @@ class Child:
             _child_main(plan, child_end, main)
         child_end.close()
         self.pid, self.sock = pid, parent_end
-        self.ring = ParentRing(plan.slots, plan.batch_size, plan.keep)
+        self.ring = ParentRing(plan.slots, plan.batch_size, plan.keep, plan.layout)
         self.passes = 0
         self.status: str | None = None  # how the child ended, once it has
         self._finalizer = weakref.finalize(self, _end, os.getpid(), pid, parent_end)
@@ -359,11 +369,32 @@ class IsolatedPass:
             if message.get("op") == "error":
                 self.stopped = True
                 raise _rebuilt(message, child.pid)
-            images, labels = child.ring.receive(message, message.get("fds", []), fds)
-            self.delivered = batch + 1
-            if self.pinned:  # pinned copies: the allocator guards copies in flight
-                images, labels = images.pin_memory(), labels.pin_memory()
-            return images, labels
+            return self._batch(message, fds, batch)
+
+    def _batch(self, message: dict[str, Any], fds: list[int], batch: int) -> Batch:
+        """The batch a ``batch`` message announces: its memory in the ring, its lists from their file."""
+        ring, names = self.child.ring, message.get("fds", [])
+        lists: list[list[Any]] = []
+        if isinstance(names, list) and names and names[-1] == "lists" and len(fds) == len(names):
+            names, fd, fds = names[:-1], fds[-1], fds[:-1]
+            count = message.get("count")
+            try:
+                if not isinstance(count, int) or not 0 < count <= ring.batch_size:
+                    raise InternalError(f"the iotool.Loader's child sent a malformed batch message {message!r:.200}.")
+                lists = unpack(ring.layout, fd, message.get("lists"), count)
+            except BaseException:
+                for other in fds:
+                    os.close(other)
+                raise
+        elif ring.layout.lists:
+            for fd in fds:
+                os.close(fd)
+            raise InternalError("the iotool.Loader's child sent a batch without its list fields; report this as a bug.")
+        images, columns, _ = ring.receive(message, names, fds)
+        self.delivered = batch + 1
+        if self.pinned:  # pinned copies: the allocator guards copies in flight
+            images, columns = images.pin_memory(), [c.pin_memory() for c in columns]
+        return ring.layout.assemble(images, columns, lists)
 
     def stop(self, wait: bool) -> None:
         """End this pass in the child (the child stays for the next)."""

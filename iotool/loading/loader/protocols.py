@@ -16,14 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-import torch
-
 from ..mapstyle import ImageDataset
 from ..order import EpochOrder, RecordOrder
+from .columns import Layout
 from .slot import Slot
 
-Batch = tuple[torch.Tensor, torch.Tensor]
-"""What a pass delivers: uint8 images (N, C, H, W) and int64 labels (N,)."""
+Batch = Any
+"""What a pass delivers: a tuple in the dataset's ``fields`` order (or a dict) of uint8 images
+(N, C, H, W) and the other columns (:mod:`.columns`); for an ``(image, class)`` dataset,
+``(images, labels)`` with int64 labels (N,)."""
 
 
 @runtime_checkable
@@ -33,6 +34,7 @@ class Ring(Protocol):
     size: int
     batch_size: int
     keep: int
+    layout: Layout  # the batch's columns
     shape: tuple[int, int, int] | None  # (C, H, W) of every image, set by the first sample
     delivered: int  # the last batch handed to the caller
     reallocations: int  # slots given new memory because a kept batch still held theirs
@@ -66,8 +68,9 @@ class Ring(Protocol):
 class SampleSource(Protocol):
     """What a pass computes each record's sample with."""
 
-    def sample(self, index: int) -> tuple[Any, int, int]:
-        """Record ``index`` decoded and transformed: (image, label, the record actually served)."""
+    def sample(self, index: int) -> tuple[tuple[Any, ...], int]:
+        """Record ``index`` decoded and transformed: (its elements in the batch layout's order,
+        the record actually served)."""
         ...
 
     def name(self, record: int) -> str:

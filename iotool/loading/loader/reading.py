@@ -8,8 +8,9 @@ import logging
 import threading
 from typing import Any
 
-from ...errors import IotoolError, RecordError
+from ...errors import IotoolError, RecordError, UsageError
 from ..mapstyle import ImageDataset
+from .columns import Layout, layout_of
 
 log = logging.getLogger("iotool.loading.loader")
 
@@ -38,27 +39,35 @@ class SampleReader:
         dataset: the map-style dataset that decodes and transforms each record.
         on_error: ``"skip"``: a bad record is skipped (logged, at most the dataset's ``max_skips``
             for this reader) and the next readable one served; ``"raise"``: its error is raised.
+        layout: the batch's columns, whose order the elements of each sample are given in
+            (default: the dataset's).
     """
 
-    def __init__(self, dataset: ImageDataset, on_error: str):
+    def __init__(self, dataset: ImageDataset, on_error: str, layout: Layout | None = None):
         self.dataset, self.on_error = dataset, on_error
+        self.layout = layout if layout is not None else layout_of(dataset)
         self.skipped = 0  # bad records skipped (on_error="skip")
         self._lock = threading.Lock()
 
     def name(self, record: int) -> str:
         return record_name(self.dataset, record)
 
-    def sample(self, index: int) -> tuple[Any, int, int]:
-        """Record ``index`` decoded and transformed: (image, label, the record actually served).
+    def sample(self, index: int) -> tuple[tuple[Any, ...], int]:
+        """Record ``index`` decoded and transformed: (its elements in the layout's order, the
+        record actually served).
 
         Raises:
             RecordError: a bad record under ``on_error="raise"``, or any other exception of a
                 transform, naming the record.
+            UsageError: a sample that does not have the layout's fields, naming the record.
         """
-        (image, label), record = self.dataset.first_readable(index, self._attempt)
-        return image, label, record
+        served, record = self.dataset.first_readable(index, self._attempt)
+        try:
+            return self.layout.items(served), record
+        except UsageError as exc:
+            raise UsageError(f"{record_name(self.dataset, record)}: {exc}") from None
 
-    def _attempt(self, record: int) -> tuple[Any, int] | None:
+    def _attempt(self, record: int) -> Any:
         ds = self.dataset
         try:
             return ds.sample(record)

@@ -15,6 +15,7 @@ stays valid for as long as the caller holds it.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import threading
@@ -24,36 +25,58 @@ from typing import Any
 import torch
 
 from ...errors import InternalError
+from ...fields.schema import Schema
 from .batchring import BatchRing
+from .columns import Layout
 from .slot import Slot
 
 Buffer = mmap.mmap
 
 ALIGN = 64
 MAX_SLOT_BYTES = 1 << 36  # 64 GiB: past this a shape from the child is refused, not mapped
+_CLASSIC = Layout.of(("image", "class"), Schema.classification())
 
 
 def _round(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-def slot_layout(batch_size: int, shape: tuple[int, int, int]) -> tuple[int, int]:
+def column_offsets(batch_size: int, layout: Layout | None = None) -> tuple[list[int], int]:
+    """(offset of each fixed column in a slot, where the images start): the columns first, each
+    at a multiple of :data:`ALIGN` (the labels of an ``(image, class)`` dataset at 0, as before)."""
+    offsets, at = [], 0
+    for col in (_CLASSIC if layout is None else layout).fixed:
+        offsets.append(at)
+        at += _round(batch_size * col.row_bytes(), ALIGN)
+    return offsets, at
+
+
+def slot_layout(batch_size: int, shape: tuple[int, int, int], layout: Layout | None = None) -> tuple[int, int]:
     """(offset of the images in a slot, bytes per slot, a multiple of the page size)."""
-    labels = _round(8 * batch_size, ALIGN)
-    images = batch_size * shape[0] * shape[1] * shape[2]
-    return labels, _round(labels + images, mmap.PAGESIZE)
+    images_at = column_offsets(batch_size, layout)[1]
+    return images_at, _round(images_at + batch_size * shape[0] * shape[1] * shape[2], mmap.PAGESIZE)
 
 
 def map_slot(
-    buffer: Buffer, offset: int, batch_size: int, shape: tuple[int, int, int]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(images (N, C, H, W) uint8, labels (N,) int64) views of ``buffer`` at ``offset``."""
-    images_at, _ = slot_layout(batch_size, shape)
-    labels = torch.frombuffer(buffer, dtype=torch.int64, count=batch_size, offset=offset)
+    buffer: Buffer, offset: int, batch_size: int, shape: tuple[int, int, int], layout: Layout | None = None
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(images (N, C, H, W) uint8, fixed columns (N, ...)) views of ``buffer`` at ``offset``."""
+    offsets, images_at = column_offsets(batch_size, layout)
+    views = []
+    for col, at in zip((_CLASSIC if layout is None else layout).fixed, offsets):
+        count = batch_size * math.prod(col.shape)
+        if col.dtype is None:
+            raise InternalError(f"the fixed column {col.name!r} has no dtype; report this as a bug.")
+        if count == 0:  # an array field of no elements: nothing to share
+            views.append(torch.empty((batch_size, *col.shape), dtype=col.dtype))
+        else:
+            views.append(
+                torch.frombuffer(buffer, dtype=col.dtype, count=count, offset=offset + at).view(batch_size, *col.shape)
+            )
     images = torch.frombuffer(
         buffer, dtype=torch.uint8, count=batch_size * shape[0] * shape[1] * shape[2], offset=offset + images_at
     ).view(batch_size, *shape)
-    return images, labels
+    return images, views
 
 
 def new_region(size: int, name: str) -> tuple[int, mmap.mmap]:
@@ -71,30 +94,30 @@ class SharedRing(BatchRing):
     """The child's ring: slot ``k`` at ``k * slot_bytes`` of one region made with the first slot;
     a renewed slot in a region of its own. The descriptors wait in :meth:`pop_fds` until sent."""
 
-    def __init__(self, size: int, batch_size: int, keep: int):
-        super().__init__(size, batch_size, keep, pinned=False)
+    def __init__(self, size: int, batch_size: int, keep: int, layout: Layout | None = None):
+        super().__init__(size, batch_size, keep, pinned=False, layout=layout)
         self.region: mmap.mmap | None = None
         self.slot_bytes = 0
         self._placed: set[int] = set()
         self._fds: dict[str, int] = {}  # "ring" or "slot K": descriptors not yet sent
         self._fd_lock = threading.Lock()
 
-    def new_memory(self, index: int, shape: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def new_memory(self, index: int, shape: tuple[int, int, int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         with self._fd_lock:
             if self.region is None:
-                self.slot_bytes = slot_layout(self.batch_size, shape)[1]
+                self.slot_bytes = slot_layout(self.batch_size, shape, self.layout)[1]
                 fd, self.region = new_region(self.size * self.slot_bytes, "iotool-loader-ring")
                 self._fds["ring"] = fd
             if index not in self._placed:
                 self._placed.add(index)
-                return map_slot(self.region, index * self.slot_bytes, self.batch_size, shape)
+                return map_slot(self.region, index * self.slot_bytes, self.batch_size, shape, self.layout)
             fd, region = new_region(self.slot_bytes, "iotool-loader-slot")
             old = self._fds.pop(f"slot {index}", None)
             if old is not None:
                 os.close(old)
             self._fds[f"slot {index}"] = fd
             self.reallocations += 1
-            return map_slot(region, 0, self.batch_size, shape)
+            return map_slot(region, 0, self.batch_size, shape, self.layout)
 
     def renew_slot(self, index: int) -> None:
         """Give slot ``index`` new memory at its next use (the parent still holds its batch)."""
@@ -110,8 +133,9 @@ class SharedRing(BatchRing):
 class ParentRing:
     """The parent's side: the mappings of the child's regions and the slots handed out, in order."""
 
-    def __init__(self, size: int, batch_size: int, keep: int):
+    def __init__(self, size: int, batch_size: int, keep: int, layout: Layout | None = None):
         self.size, self.batch_size, self.keep = size, batch_size, keep
+        self.layout = layout if layout is not None else _CLASSIC
         self.shape: tuple[int, int, int] | None = None
         self.region: mmap.mmap | None = None
         self.slots = [Slot() for _ in range(size)]
@@ -135,8 +159,11 @@ class ParentRing:
             return [index]
         return []
 
-    def receive(self, message: dict[str, Any], names: list[str], fds: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch a ``batch`` message announces, mapping the regions sent with it."""
+    def receive(
+        self, message: dict[str, Any], names: list[str], fds: list[int]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[list[Any]]]:
+        """The memory of the batch a ``batch`` message announces (images, fixed columns, no lists),
+        mapping the regions sent with it."""
         index, count = message.get("slot"), message.get("count")
         if not (
             isinstance(index, int)
@@ -158,7 +185,7 @@ class ParentRing:
                 raise InternalError(
                     "the iotool.Loader's child announced a batch before its memory; report this as a bug."
                 )
-            slot.attach(*map_slot(self.region, index * self._slot_bytes(), self.batch_size, self.shape))
+            slot.attach(*map_slot(self.region, index * self._slot_bytes(), self.batch_size, self.shape, self.layout))
         self.handed.append(index)
         return slot.views(count)
 
@@ -172,7 +199,7 @@ class ParentRing:
     def _slot_bytes(self) -> int:
         if self.shape is None:
             raise InternalError("the iotool.Loader's child sent a slot before its shape; report this as a bug.")
-        return slot_layout(self.batch_size, self.shape)[1]
+        return slot_layout(self.batch_size, self.shape, self.layout)[1]
 
     def _map(self, name: str, fd: int, index: int, message: dict[str, Any]) -> None:
         if name == "ring":
@@ -190,7 +217,8 @@ class ParentRing:
             self.handed.clear()
         elif name == f"slot {index}" and self.shape is not None:
             self._check_size(fd, self._slot_bytes())
-            self.slots[index].attach(*map_slot(mmap.mmap(fd, self._slot_bytes()), 0, self.batch_size, self.shape))
+            region = mmap.mmap(fd, self._slot_bytes())
+            self.slots[index].attach(*map_slot(region, 0, self.batch_size, self.shape, self.layout))
         else:
             raise InternalError(f"the iotool.Loader's child sent an unexpected region {name!r}; report this as a bug.")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -20,34 +20,47 @@ def holders(tensor: torch.Tensor) -> int:
 
 
 class Slot:
-    """One batch's memory: images (N, C, H, W) and labels (N,), allocated on first use."""
+    """One batch's memory: images (N, C, H, W) and one tensor per fixed column (N, ...) (for an
+    ``(image, class)`` dataset: the labels (N,)), allocated on first use; and ``lists`` Python
+    lists of ``batch_size`` entries for the list columns (see :mod:`.columns`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lists: int = 0, batch_size: int = 0) -> None:
         self.batch = -1  # the batch of the pass it holds (or is being filled with)
         self.images: torch.Tensor | None = None
-        self.labels: torch.Tensor | None = None
+        self.columns: list[torch.Tensor] = []  # the fixed columns, in the layout's order
         self.rows: np.ndarray | None = None  # numpy view of images, for the kernels and the copies
-        self.label_rows: np.ndarray | None = None
-        self._own = (0, 0)  # holders of images and labels right after allocation: the ring's own
+        self.column_rows: list[np.ndarray] = []  # numpy views of the fixed columns
+        self.lists: list[list[Any]] = [[None] * batch_size for _ in range(lists)]
+        self._own: tuple[int, ...] = ()  # holders of each tensor right after allocation: the ring's own
+
+    @property
+    def labels(self) -> torch.Tensor | None:
+        """The first fixed column: the labels of an ``(image, class)`` dataset."""
+        return self.columns[0] if self.columns else None
+
+    @property
+    def label_rows(self) -> np.ndarray | None:
+        return self.column_rows[0] if self.column_rows else None
 
     def held_outside(self) -> bool:
         """True when something besides the ring still holds this slot's memory (a kept batch)."""
-        if self.images is None or self.labels is None:
+        if self.images is None:
             return False
-        return holders(self.images) > self._own[0] or holders(self.labels) > self._own[1]
+        return any(holders(t) > own for t, own in zip((self.images, *self.columns), self._own))
 
-    def attach(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+    def attach(self, images: torch.Tensor, columns: list[torch.Tensor]) -> None:
         """Give the slot this memory (its holders now count as the ring's own)."""
-        self.rows, self.label_rows = images.numpy(), labels.numpy()
-        self.images, self.labels = images, labels
-        self._own = (holders(images), holders(labels))
+        self.rows, self.column_rows = images.numpy(), [c.numpy() for c in columns]
+        self.images, self.columns = images, list(columns)
+        self._own = tuple(holders(t) for t in (images, *columns))
 
     def drop(self) -> None:
         """Let go of the slot's memory (a batch the caller holds keeps it)."""
-        self.images = self.labels = self.rows = self.label_rows = None
+        self.images = self.rows = None
+        self.columns, self.column_rows = [], []
 
-    def views(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """New views of the slot's first ``count`` samples: (images, labels)."""
-        if self.images is None or self.labels is None:
+    def views(self, count: int) -> tuple[torch.Tensor, list[torch.Tensor], list[list[Any]]]:
+        """New views of the slot's first ``count`` samples: (images, fixed columns, copies of the lists)."""
+        if self.images is None:
             raise InternalError("an iotool.Loader slot without memory was handed out; report this as a bug.")
-        return self.images[:count], self.labels[:count]
+        return self.images[:count], [c[:count] for c in self.columns], [values[:count] for values in self.lists]

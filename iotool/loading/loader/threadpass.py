@@ -16,7 +16,6 @@ never the Loader.
 
 from __future__ import annotations
 
-import operator
 import threading
 from typing import Any
 
@@ -26,6 +25,7 @@ from ...errors import InternalError, UsageError
 from ...transforms.samplescope import enter_sample, leave_sample
 from ..collate import copy_image, image_chw
 from ..order import RecordOrder
+from .columns import list_value, write_fixed
 from .protocols import Batch, PassPlan, Ring, SampleSource
 from .slot import Slot
 
@@ -43,6 +43,7 @@ class ThreadPass:
         self.base = ring.delivered + 1 - plan.first  # ring sequence number of the epoch's batch 0
         self.next_pos = plan.first * plan.batch_size
         self.chunk = max(1, min(16, plan.batch_size // (2 * plan.threads)))
+        self.image_at = ring.layout.names.index("image")
         self.done: dict[int, int] = {}
         self.error: BaseException | None = None
         self.stopped = False
@@ -100,25 +101,34 @@ class ThreadPass:
             return batch, lo, indices, self.ring.claim(self.base + batch)
 
     def _fill(self, slot: Slot, row: int, index: int) -> None:
-        """Compute record ``index``'s sample into row ``row`` of ``slot``."""
-        plan = self.plan
+        """Compute record ``index``'s sample into row ``row`` of ``slot``: the image and the fixed
+        columns into its memory, the rest into its lists."""
+        plan, layout = self.plan, self.ring.layout
         target = slot.rows[row] if slot.rows is not None else None
         enter_sample(f"iotool:{plan.seed}:{plan.epoch}:{plan.rank}:{index}", target)
         try:
-            image, label, record = self.source.sample(index)
+            items, record = self.source.sample(index)
         finally:
             leave_sample()
+        image = items[self.image_at]
         shape = self._shape(image, record)
         self.ring.memory(slot, shape)
-        rows, images, labels = slot.rows, slot.images, slot.label_rows
-        if rows is None or images is None or labels is None:
+        rows, images = slot.rows, slot.images
+        if rows is None or images is None or len(slot.column_rows) != len(layout.fixed):
             raise InternalError("an iotool.Loader slot has no memory after memory(); report this as a bug.")
         if not (isinstance(image, torch.Tensor) and image.data_ptr() == rows[row].ctypes.data):
             copy_image(images[row], image)  # else the kernel wrote the row itself
+        fixed = lists = 0
         try:
-            labels[row] = operator.index(label)
-        except TypeError:
-            raise UsageError(f"{self.source.name(record)}: label {label!r} is not an integer.") from None
+            for col, value in zip(layout.columns, items):
+                if col.fixed:
+                    write_fixed(col, slot.column_rows[fixed], row, value, "")
+                    fixed += 1
+                elif col.spec is not None:
+                    slot.lists[lists][row] = list_value(col, value, "")
+                    lists += 1
+        except UsageError as exc:  # named here, not per value: the name costs a key lookup
+            raise UsageError(f"{self.source.name(record)}{exc}") from None
 
     def _shape(self, image: Any, record: int) -> tuple[int, int, int]:
         """The image's (C, H, W), which must be every image's."""
@@ -164,7 +174,7 @@ class ThreadPass:
         self.ring.delivered = seq
         self.done.pop(batch, None)
         self.delivered = batch + 1
-        return self.ring.slots[seq % self.ring.size].views(self.count(batch))
+        return self.ring.layout.assemble(*self.ring.slots[seq % self.ring.size].views(self.count(batch)))
 
     def stop(self, wait: bool) -> None:
         """Stop the threads (each finishes the sample it is on); with ``wait``, join them."""

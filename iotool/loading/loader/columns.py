@@ -1,0 +1,182 @@
+"""What a :class:`iotool.Loader` batch holds: one column per name of the dataset's ``fields``.
+
+A batch is a tuple in the dataset's ``fields`` order (a dict with those keys when the dataset
+gives dicts), as :func:`iotool.fast_collate` of ``[ds[i], ...]`` would make it:
+
+- ``image``: the uint8 ``(N, C, H, W)`` tensor;
+- **fixed** columns, written in place into the ring's reused memory like the images: ``class`` and
+  ``int`` -> int64 ``(N,)``; ``float`` -> float64 ``(N,)``; an ``array`` whose schema gives one
+  shape -> ``(N, *shape)`` of :func:`~iotool.loading.collate.torch_dtype` of its dtype;
+- **list** columns, one Python list per batch: ragged arrays -> tensors, ``boxes`` -> dicts of a
+  float32 ``(n, 4)`` and an int64 ``(n,)`` tensor, ``text`` -> ``str``, ``json`` -> its value,
+  ``bytes`` -> ``bytes``.
+
+A dataset without ``fields`` (or with the default ``("image", "class")``) gives ``(images,
+labels)`` exactly as before fields existed.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ...errors import UsageError
+from ...fields.schema import CLASS, IMAGE, FieldSpec, Schema
+from ..collate import array_tensor, boxes_tensors, check_fits, torch_dtype
+
+CLASSIC = (IMAGE, CLASS)
+_SCALARS = {"class": torch.int64, "int": torch.int64, "float": torch.float64}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One name of a batch: the image (``spec`` None), a fixed column (``dtype`` set) or a list."""
+
+    name: str
+    spec: FieldSpec | None
+    dtype: torch.dtype | None = None
+    shape: tuple[int, ...] = ()
+
+    @property
+    def fixed(self) -> bool:
+        return self.dtype is not None
+
+    @property
+    def kind(self) -> str:
+        return IMAGE if self.spec is None else self.spec.kind
+
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy dtype of a fixed column's memory."""
+        return torch.empty(0, dtype=self.dtype).numpy().dtype
+
+    def row_bytes(self) -> int:
+        """Bytes of one sample of a fixed column."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.numpy_dtype().itemsize
+
+
+def column(spec: FieldSpec) -> Column:
+    """The column of field ``spec``: fixed where the schema gives every value one shape."""
+    if spec.kind in _SCALARS:
+        return Column(spec.name, spec, _SCALARS[spec.kind])
+    if spec.kind == "array" and spec.shape is not None and spec.dtype is not None:
+        return Column(spec.name, spec, torch_dtype(spec.dtype), tuple(spec.shape))
+    return Column(spec.name, spec)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The columns of a batch, in the dataset's ``fields`` order, and whether it is a dict."""
+
+    columns: tuple[Column, ...]
+    as_dict: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def fixed(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.fixed)
+
+    @property
+    def lists(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.spec is not None and not c.fixed)
+
+    @property
+    def classic(self) -> bool:
+        """``(image, class)`` tuples: the batches of before fields existed."""
+        return self.names == CLASSIC and not self.as_dict
+
+    @classmethod
+    def of(cls, names: Sequence[str], schema: Schema, as_dict: bool = False) -> Layout:
+        """The layout of samples with ``names`` (``"image"`` among them) of ``schema``'s fields."""
+        if IMAGE not in names:
+            raise UsageError(f"iotool.Loader batches need the image; the dataset's fields are {', '.join(names)}.")
+        columns = []
+        for name in names:
+            if name == IMAGE:
+                columns.append(Column(IMAGE, None))
+            elif name in schema:
+                columns.append(column(schema[name]))
+            elif name == CLASS:
+                columns.append(column(FieldSpec(CLASS, CLASS)))
+            else:
+                raise UsageError(f"the dataset's field {name!r:.80} is not in its schema ({schema.describe()}).")
+        return cls(tuple(columns), bool(as_dict))
+
+    def assemble(self, images: torch.Tensor, fixed: Sequence[torch.Tensor], lists: Sequence[list[Any]]) -> Any:
+        """The batch: a tuple in ``names`` order (a dict when ``as_dict``) of these parts."""
+        fixed_parts, list_parts = iter(fixed), iter(lists)
+        parts = [images if c.spec is None else next(fixed_parts) if c.fixed else next(list_parts) for c in self.columns]
+        return dict(zip(self.names, parts)) if self.as_dict else tuple(parts)
+
+    def items(self, served: Any) -> tuple[Any, ...]:
+        """A dataset's sample (what ``ds[i]`` returns: a tuple in ``names`` order, or a dict by
+        name) as its elements in ``names`` order."""
+        names = self.names
+        if isinstance(served, Mapping) and all(n in served for n in names):
+            return tuple(served[n] for n in names)
+        if not isinstance(served, (tuple, list)) or len(served) != len(names):
+            raise UsageError(
+                f"the dataset gave a {type(served).__name__} sample"
+                + (f" of {len(served)} elements" if isinstance(served, (tuple, list)) else "")
+                + f" for its {len(names)} fields ({', '.join(names)})."
+            )
+        return tuple(served)
+
+
+def layout_of(dataset: Any) -> Layout:
+    """The layout of an iotool dataset's samples: its ``fields``, ``schema`` and ``as_dict``; one
+    without them gives ``(image, class)``."""
+    names = getattr(dataset, "fields", None) or CLASSIC
+    schema = getattr(dataset, "schema", None)
+    if not isinstance(schema, Schema):
+        schema = Schema.classification()
+    return Layout.of(tuple(names), schema, bool(getattr(dataset, "as_dict", False)))
+
+
+def write_fixed(col: Column, rows: np.ndarray, row: int, value: Any, where: str) -> None:
+    """Write one sample's ``value`` of fixed column ``col`` into row ``row`` of its memory."""
+    try:
+        if col.kind in ("class", "int"):
+            rows[row] = operator.index(value)
+        elif col.kind == "float":
+            if not isinstance(value, (int, float, np.integer, np.floating)):
+                raise TypeError
+            rows[row] = float(value)
+        else:
+            _write_array(col, rows, row, value, where)
+    except (TypeError, OverflowError):
+        what = "label" if col.kind == CLASS else f"field {col.name!r}"
+        expected = {"class": "an integer", "int": "an int64", "float": "a number"}.get(col.kind, "an array")
+        raise UsageError(f"{where}: {what} {value!r:.80} is not {expected}.") from None
+
+
+def _write_array(col: Column, rows: np.ndarray, row: int, value: Any, where: str) -> None:
+    if not isinstance(value, np.ndarray):
+        raise TypeError
+    if value.shape != col.shape or value.dtype.kind not in "biuf":
+        raise UsageError(
+            f"{where}: field {col.name!r} is an array {value.dtype} {list(value.shape)}; the schema gives every "
+            f"record {list(col.shape)}."
+        )
+    check_fits(value, f"{where}: field {col.name!r}")
+    np.copyto(rows[row, ...], value, casting="unsafe")
+
+
+def list_value(col: Column, value: Any, where: str) -> Any:
+    """One sample's value of list column ``col`` as the batch holds it: tensors for arrays and
+    boxes, anything else as the dataset gave it."""
+    if col.kind == "array":
+        if not isinstance(value, np.ndarray):
+            raise UsageError(f"{where}: field {col.name!r} is a {type(value).__name__}, not an array.")
+        return array_tensor(value, f"{where}: field {col.name!r}")
+    if col.kind == "boxes":
+        if not isinstance(value, Mapping):
+            raise UsageError(f"{where}: field {col.name!r} is a {type(value).__name__}, not boxes.")
+        return boxes_tensors(value, f"{where}: field {col.name!r}")
+    return value
