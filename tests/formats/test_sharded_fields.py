@@ -1,5 +1,6 @@
-"""A sharded conversion with fields resumed after its last finished shard writes what an
-uninterrupted one writes: the field members and features, and their index columns."""
+"""What tar and TFRecord share with fields: a conversion resumed after its last finished shard
+writes what an uninterrupted one writes (field members, features, columns), and a dataset at a
+URL reads its fields as a local one, streamed, cached or by ranged request."""
 
 from __future__ import annotations
 
@@ -70,3 +71,28 @@ def test_a_resumed_conversion_with_fields_writes_the_same_files(fmt, tmp_path):
     assert sorted(os.listdir(tmp_path / "resumed")) == names
     for name in names:
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord"])
+def test_fields_of_a_dataset_at_a_url_read_as_local_ones(fmt, tmp_path):
+    """Streamed (one pass per shard), through the shard cache, and by ranged request."""
+    pytest.importorskip("aiohttp", reason="http:// needs the http extra: pip install 'iotool[http]'")
+    import iotool
+
+    from ..storage.test_remote import LoopbackHTTP
+    from ..support.fields import convert_fields
+
+    convert_fields(tmp_path / "www" / "ds", fmt, SCHEMA, n=7, shard_size=3)
+    local = iotool.open_reader(tmp_path / "www" / "ds")
+    names = ["boxes", "txt", "score", "seg.png"]
+    expected = list(local.read_records(range(7), names))
+    server = LoopbackHTTP(tmp_path / "www")
+    try:
+        url = f"{server.url}/ds"
+        assert list(iotool.open_reader(url).read_records(range(7), names)) == expected
+        cached = iotool.open_reader(url, cache_dir=tmp_path / "cache")
+        assert list(cached.read_records(range(7), names)) == expected
+        remote = iotool.open_reader(url)
+        assert [remote.read_fields(i, names) for i in (6, 0, 3)] == [expected[i][3] for i in (6, 0, 3)]
+    finally:
+        server.stop()
