@@ -324,3 +324,24 @@ def test_a_captions_only_dataset_has_no_labels_output(tmp_path):
 def test_unknown_fields_are_refused_naming_those_there_are(with_fields):
     with pytest.raises(UsageError, match=r"'nope' is not a stored field.*txt, json"):
         idali.build_pipeline(with_fields, 2, device_id=None, fields=["nope"])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+def test_gpu_pipeline_gives_fields_on_the_cpu(with_fields):
+    from ..support.fields import value
+
+    it = idali.dali_loader(
+        with_fields,
+        4,
+        size=16,
+        train=False,
+        shuffle=False,
+        device_id=0,
+        num_shards=1,
+        shard_id=0,
+        fields=["txt", "score"],
+    )
+    images, labels, txt, score = next(iter(it))
+    assert images.device.type == "cuda" and labels.device.type == "cuda"
+    assert txt == [value("txt", i) for i in range(4)] and score.tolist() == [value("score", i) for i in range(4)]
