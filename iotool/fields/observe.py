@@ -40,6 +40,23 @@ class SchemaObserver:
         for name in self._arrays:
             self._seen[name] = _RAGGED
 
+    def seen(self) -> dict[str, tuple[str, tuple[int, ...]] | None]:
+        """What this observer saw, as plain data for another process's :meth:`merge` (a Ray
+        task's): each array field's (dtype, shape), None where its records differ."""
+        return {name: None if found is _RAGGED else found for name, found in self._seen.items()}  # type: ignore[misc]
+
+    def merge(self, seen: Mapping[str, tuple[str, tuple[int, ...]] | None]) -> None:
+        """Take in what another observer saw (its :meth:`seen`), as if it had seen those records."""
+        for name, found in seen.items():
+            if name not in self._arrays:
+                continue
+            value = _RAGGED if found is None else (str(found[0]), tuple(found[1]))
+            current = self._seen.get(name)
+            if current is None:
+                self._seen[name] = value
+            elif current is not _RAGGED and current != value:
+                self._seen[name] = _RAGGED
+
     def schema(self) -> Schema:
         """The schema with every consistent array field's dtype and shape."""
         specs = []

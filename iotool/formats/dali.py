@@ -11,9 +11,13 @@ ask only this; they name no format.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..errors import UsageError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .reader import ShardedReader
 
 # Payload extensions DALI decodes, as one output of fn.readers.webdataset (';' groups them).
@@ -40,3 +44,23 @@ class DaliReading(ABC):
         the encoded images and of the labels (a label as its ASCII digits, or an int64 class
         index). ``fn`` is ``nvidia.dali.fn``; ``options`` go to the reader (sharding, shuffling,
         padding, name)."""
+
+    def read_samples(
+        self, fn: Any, reader: ShardedReader, fields: Sequence[str], **options: Any
+    ) -> tuple[Any, Any | None, list[Any]]:
+        """:meth:`read` with the stored fields ``fields``: (images, labels or None when the
+        dataset has no class, the field nodes: :meth:`field_outputs` of each field in order).
+        By default a format's DALI reader reads no fields."""
+        if fields:
+            raise UsageError(f"{reader.path}: DALI reads no fields of {reader.format_name} datasets.")
+        images, labels = self.read(fn, reader, **options)
+        return images, labels, []
+
+    def field_outputs(self, reader: ShardedReader, name: str) -> int:
+        """How many nodes :meth:`read_samples` gives for field ``name`` (one by default)."""
+        return 1
+
+    def stored_field(self, reader: ShardedReader, name: str, arrays: list[np.ndarray]) -> bytes:
+        """The stored bytes of field ``name`` of one sample, from its nodes' arrays (by default
+        one uint8 array holding them: a tar member, a bytes feature)."""
+        return arrays[0].tobytes()

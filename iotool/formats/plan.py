@@ -9,6 +9,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
+from ..errors import UsageError
+from ..fields import Schema
 from ..records import DatasetMeta, Record
 from .options import FormatOptions
 
@@ -61,6 +63,16 @@ class ShardPlan(ABC):
 
     def for_options(self, options: FormatOptions) -> ShardPlan:
         """The plan of one job (sent to its tasks), when units need its options; default: this one."""
+        return self
+
+    def with_schema(self, schema: Schema) -> ShardPlan:
+        """The plan of a job whose records carry ``schema``'s fields (sent to its tasks, whose
+        units store them); by default only image + class, anything else refused."""
+        if not schema.is_classification:
+            raise UsageError(
+                "--engine ray writes this format's image and class only; convert with --engine local to keep "
+                f"the fields {', '.join(f.name for f in schema.stored) or '(no class)'}."
+            )
         return self
 
     @abstractmethod

@@ -16,6 +16,13 @@ decoding with nvJPEG) or, without a GPU, on the CPU::
         for images, labels in loader:   # float32 NCHW, normalised; int64 labels; on the GPU
             ...
 
+Stored fields come as more outputs, after the labels (``fields=("txt", "score")``: batches
+``(images, labels, txt, score)``; a dataset without a class has no labels output): text as a
+list of str, JSON as a list of values, bytes as a list of bytes, int and float fields as int64
+and float64 tensors, arrays as one tensor when every record's shape is the same (else a list),
+boxes as a list of ``{"boxes": (N, 4) float32, "labels": (N,) int64}``; each value is read from
+the tar member / TFRecord feature DALI gives, held to its field's bound and decoded on the CPU.
+
 The output is :class:`iotool.CUDAPrefetcher`'s: ``(images, labels)`` with float32 NCHW images
 normalised as ``(x - mean255) / std255`` (``mean``/``std`` in 0-1 or 0-255 units, the same rule)
 and int64 labels, on the pipeline's GPU, or on the CPU for a CPU pipeline (``device_id=None``).
@@ -31,7 +38,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from ..errors import UsageError
+from ..errors import RecordError, UsageError
 from ..formats.dali import IMAGE_EXTS  # noqa: F401  (part of this module's API: the extensions DALI decodes)
 
 if TYPE_CHECKING:
@@ -126,6 +133,7 @@ def build_pipeline(
     num_threads: int = 4,
     seed: int | None = None,
     prefetch_queue_depth: int = 2,
+    fields: Sequence[str] = (),
 ) -> Any:
     """A DALI pipeline over the iotool dataset at ``path`` (a format DALI reads), outputs ``(images, labels)``.
 
@@ -144,11 +152,15 @@ def build_pipeline(
     CPU-only pipeline (CPU decoding, no CUDA needed); ``"auto"``: the current CUDA device if there
     is one, else None. Labels stay on the CPU: a tar ``.cls`` member as its ASCII bytes (the
     iterator parses them), a tfrecord label as an int64.
+
+    ``fields``: stored fields of the dataset read as more outputs (the tar members, the TFRecord
+    features), after the labels; :class:`DALIIterator` decodes them (see the module's docstring).
     """
     dali = _import_dali()
     from nvidia.dali import fn, types
 
     inputs = dali_inputs(path)
+    fields = _field_names(inputs["reader"], fields)
     rank, world = ddp_rank()
     shard_id, num_shards = (rank if shard_id is None else shard_id), (world if num_shards is None else num_shards)
     if not 0 <= shard_id < num_shards:
@@ -168,9 +180,10 @@ def build_pipeline(
         prefetch_queue_depth=prefetch_queue_depth,
     )
     def pipeline():  # type: ignore[no-untyped-def]
-        jpegs, labels = _reader(
+        jpegs, labels, extra = inputs["dali"].read_samples(
             fn,
-            inputs,
+            inputs["reader"],
+            fields,
             shard_id=shard_id,
             num_shards=num_shards,
             random_shuffle=shuffle,
@@ -203,14 +216,71 @@ def build_pipeline(
             std=std255,
             mirror=mirror,
         )
-        return images, labels
+        return (images, *([labels] if labels is not None else []), *extra)
 
-    return pipeline()
+    pipe = pipeline()
+    pipe.iotool_outputs = FieldOutputs(inputs["reader"], inputs["dali"], tuple(fields))
+    return pipe
 
 
-def _reader(fn: Any, inputs: dict[str, Any], **options: Any) -> tuple[Any, Any]:
-    """DALI's reader of the dataset's format: (encoded images, labels)."""
-    return inputs["dali"].read(fn, inputs["reader"], **options)
+def _field_names(reader: Any, fields: Sequence[str]) -> list[str]:
+    """``fields`` checked: stored fields of the dataset, each once (UsageError naming those it has)."""
+    if isinstance(fields, str):
+        fields = (fields,)
+    stored = [f.name for f in reader.schema.stored]
+    for name in fields:
+        if name not in stored:
+            raise UsageError(
+                f"{reader.path}: fields: {name!r:.80} is not a stored field of this dataset "
+                f"(its fields: {', '.join(stored) or 'none'}; the image and class are always read)."
+            )
+    if len(set(fields)) != len(fields):
+        raise UsageError(f"fields={tuple(fields)!r:.200}: give each field once.")
+    return list(fields)
+
+
+class FieldOutputs:
+    """What a pipeline's outputs after the images are: the labels (when the dataset has a class)
+    and the nodes of each field, and how each sample's value is made from them on the CPU."""
+
+    def __init__(self, reader: Any, dali: Any, fields: tuple[str, ...]):
+        self.reader, self.dali, self.fields = reader, dali, fields
+        self.has_class = reader.schema.has_class
+        self.widths = [dali.field_outputs(reader, name) for name in fields]
+
+    def batches(self, outputs: Sequence[Any], n: int) -> list[Any]:
+        """Each field's batch of its first ``n`` samples, from the outputs after images and labels."""
+        out, start = [], 1 + self.has_class
+        for name, width in zip(self.fields, self.widths):
+            nodes = outputs[start : start + width]
+            start += width
+            out.append(self._batch(name, [self._value(name, nodes, i) for i in range(n)]))
+        return out
+
+    def _value(self, name: str, nodes: Sequence[Any], i: int) -> Any:
+        import numpy as np
+
+        from ..fields import decode
+
+        spec = self.reader.schema[name]
+        stored = self.dali.stored_field(self.reader, name, [np.asarray(node.at(i)) for node in nodes])
+        bound = self.reader.field_bound(name)
+        if len(stored) > bound:
+            raise RecordError(f"{self.reader.path}: field {name!r}: {len(stored)} bytes, more than the {bound} read.")
+        return decode(spec, stored, f"{self.reader.path}: a sample read by DALI")
+
+    def _batch(self, name: str, values: list[Any]) -> Any:
+        import torch
+
+        spec = self.reader.schema[name]
+        if spec.kind in ("int", "float"):
+            return torch.tensor(values, dtype=torch.int64 if spec.kind == "int" else torch.float64)
+        if spec.kind == "array":
+            tensors = [torch.from_numpy(v) for v in values]
+            return torch.stack(tensors) if spec.fixed_shape and tensors else tensors
+        if spec.kind == "boxes":
+            return [{k: torch.from_numpy(v) for k, v in value.items()} for value in values]
+        return values  # str, JSON values, bytes
 
 
 def shard_size(count: int, shard_id: int, num_shards: int) -> int:
@@ -220,7 +290,8 @@ def shard_size(count: int, shard_id: int, num_shards: int) -> int:
 
 class DALIIterator:
     """Iterate over a pipeline from :func:`build_pipeline` like :class:`iotool.CUDAPrefetcher`:
-    ``(images, labels)`` torch tensors, float32 NCHW and int64, on the pipeline's GPU (or the CPU).
+    ``(images, labels)`` torch tensors, float32 NCHW and int64, on the pipeline's GPU (or the CPU),
+    then the batch of each field the pipeline reads (on the CPU; no labels without a class).
 
     Each ``iter()`` is one epoch of this reader's part of the dataset, its last batch partial
     (DALI's padding dropped), so over all ``num_shards`` readers every record comes exactly once
@@ -231,6 +302,7 @@ class DALIIterator:
 
     def __init__(self, pipeline: Any):
         self.pipe = pipeline
+        self.outputs: FieldOutputs | None = getattr(pipeline, "iotool_outputs", None)
         self.pipe.build()
         meta = self.pipe.reader_meta(READER)
         self.count = int(meta["epoch_size"])
@@ -251,18 +323,24 @@ class DALIIterator:
     def __len__(self) -> int:
         return math.ceil(self.samples() / self.batch_size)
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
         import torch
 
         device = self.device
         left = self.samples()
         self.epoch += 1
+        has_class = self.outputs.has_class if self.outputs is not None else True
         while left > 0:  # the reader pads its part to whole batches; the padding is dropped
-            images, raw = self.pipe.run()
+            outputs = self.pipe.run()
             n = min(left, self.batch_size)
             left -= n
-            labels = torch.tensor([_label(raw.at(i)) for i in range(n)], dtype=torch.int64)
-            yield _to_torch(images, n, device), labels.to(device, non_blocking=True)
+            batch: list[Any] = [_to_torch(outputs[0], n, device)]
+            if has_class:
+                labels = torch.tensor([_label(outputs[1].at(i)) for i in range(n)], dtype=torch.int64)
+                batch.append(labels.to(device, non_blocking=True))
+            if self.outputs is not None and self.outputs.fields:
+                batch += self.outputs.batches(outputs, n)
+            yield tuple(batch)
 
     @property
     def device(self) -> torch.device:
@@ -299,5 +377,5 @@ def _to_torch(images: Any, n: int, device: torch.device) -> torch.Tensor:
 
 
 def dali_loader(path: str | os.PathLike, batch_size: int, **options: Any) -> DALIIterator:
-    """:func:`build_pipeline` with ``options``, wrapped in a :class:`DALIIterator`."""
+    """:func:`build_pipeline` with ``options`` (``fields=`` among them), wrapped in a :class:`DALIIterator`."""
     return DALIIterator(build_pipeline(path, batch_size, **options))

@@ -445,7 +445,7 @@ def test_recorded_shapes_that_overflow_or_exceed_the_bomb_limit_are_refused(fmt,
 
 
 @pytest.mark.parametrize("fmt", INDEXED)
-@pytest.mark.parametrize("kind", ["intfoo", "int0", "float"])
+@pytest.mark.parametrize("kind", ["intfoo", "int0", "float32"])
 def test_a_column_kind_that_does_not_exist_is_refused_naming_the_column(fmt, kind, copy):
     path = copy(fmt)
     resign(path, lambda index: index["columns"]["labels"].update(kind=kind))

@@ -274,3 +274,74 @@ def test_gpu_pipeline_mixed_decoding(fmt, train, corner_tree, tmp_path):
     assert labels.device.type == "cuda" and labels.tolist() == list(ds.labels)
     for images, _ in batches:
         assert images.device.type == "cuda" and images.shape[1:] == (3, 32, 32) and torch.isfinite(images).all()
+
+
+@pytest.fixture(scope="module", params=DALI_FORMATS)
+def with_fields(request, tmp_path_factory) -> Path:
+    """A dataset of the format with a field of every kind (7 samples, shards of 3)."""
+    from ..support.fields import EVERY_KIND, convert_fields, schema_of
+
+    dst = tmp_path_factory.mktemp(f"dalifields-{request.param}") / "ds"
+    convert_fields(dst, request.param, schema_of(*EVERY_KIND), n=7, shard_size=3)
+    return dst
+
+
+def test_fields_come_as_more_outputs_decoded_on_the_cpu(with_fields):
+    from ..support.fields import EVERY_KIND, same, value
+
+    it = idali.dali_loader(
+        with_fields, 4, size=16, train=False, shuffle=False, device_id=None, num_threads=1, fields=EVERY_KIND
+    )
+    batches = list(it)
+    assert [len(b[1]) for b in batches] == [4, 3]
+    for b, (images, labels, *fields) in enumerate(batches):
+        assert images.shape[1:] == (3, 16, 16) and len(fields) == len(EVERY_KIND)
+        got = dict(zip(EVERY_KIND, fields))
+        first = 4 * b
+        assert labels.tolist() == [(first + k) % 2 for k in range(len(labels))]
+        assert got["count"].dtype == torch.int64 and got["score"].dtype == torch.float64
+        assert got["emb"].shape == (len(labels), 4)  # a shape every record shares: stacked
+        for k in range(len(labels)):
+            i = first + k
+            assert got["txt"][k] == value("txt", i) and got["json"][k] == value("json", i)
+            assert got["count"][k].item() == value("count", i) and got["score"][k].item() == value("score", i)
+            assert same(got["emb"][k].numpy(), value("emb", i)) and same(got["ragged"][k].numpy(), value("ragged", i))
+            assert got["seg.png"][k] == value("seg.png", i)
+            boxes = {name: t.numpy() for name, t in got["boxes"][k].items()}
+            assert same(boxes, value("boxes", i))
+
+
+def test_a_captions_only_dataset_has_no_labels_output(tmp_path):
+    from ..support.fields import convert_fields, schema_of, value
+
+    for fmt in DALI_FORMATS:
+        convert_fields(tmp_path / fmt, fmt, schema_of("txt", with_class=False), n=3, shard_size=2)
+        it = idali.dali_loader(tmp_path / fmt, 3, size=16, train=False, shuffle=False, device_id=None, fields=["txt"])
+        ((images, txt),) = list(it)
+        assert len(images) == 3 and txt == [value("txt", i) for i in range(3)]
+
+
+def test_unknown_fields_are_refused_naming_those_there_are(with_fields):
+    with pytest.raises(UsageError, match=r"'nope' is not a stored field.*txt, json"):
+        idali.build_pipeline(with_fields, 2, device_id=None, fields=["nope"])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+def test_gpu_pipeline_gives_fields_on_the_cpu(with_fields):
+    from ..support.fields import value
+
+    it = idali.dali_loader(
+        with_fields,
+        4,
+        size=16,
+        train=False,
+        shuffle=False,
+        device_id=0,
+        num_shards=1,
+        shard_id=0,
+        fields=["txt", "score"],
+    )
+    images, labels, txt, score = next(iter(it))
+    assert images.device.type == "cuda" and labels.device.type == "cuda"
+    assert txt == [value("txt", i) for i in range(4)] and score.tolist() == [value("score", i) for i in range(4)]

@@ -8,10 +8,12 @@ how it names the records.
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from ...errors import UsageError
+from ...fields import Schema
 from ...records import DatasetMeta
 from ..options import FormatOptions
 from ..plan import ShardPlan, ShardUnit
@@ -59,13 +61,28 @@ class ShardedPlan(ShardPlan):
     """One Ray task per shard of ``shard_size`` source samples (fixed by source position).
 
     A format declares ``OPTIONS`` (its options class), ``COLUMNS``/``KINDS`` and
-    ``META_OPTIONS`` as its writer does, and implements ``plan_names`` and ``open_unit``.
+    ``META_OPTIONS`` as its writer does, and implements ``plan_names`` and ``open_unit``; one
+    that stores fields also ``columns_for(schema)`` (its writer's), and its units store
+    :attr:`schema`'s fields.
     """
 
     OPTIONS: type[ShardedOptions] = ShardedOptions
     COLUMNS: tuple[str, ...] = ()
     KINDS: dict[str, str] = {}
     META_OPTIONS: tuple[str, ...] = ("shard_size", "shard_bytes")
+    schema: Schema = Schema.classification()
+
+    def columns_for(self, schema: Schema) -> tuple[tuple[str, ...], dict[str, str]]:
+        """(COLUMNS, KINDS) of a dataset of ``schema``; by default image + class only."""
+        ShardPlan.with_schema(self, schema)  # refuses fields
+        return self.COLUMNS, self.KINDS
+
+    def with_schema(self, schema: Schema) -> ShardPlan:
+        """A copy of this plan whose units store ``schema``'s fields, with their index columns."""
+        plan = copy.copy(self)
+        plan.schema = schema
+        plan.COLUMNS, plan.KINDS = self.columns_for(schema)
+        return plan
 
     def task_size(self, options: FormatOptions) -> int:
         assert isinstance(options, self.OPTIONS)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import tarfile
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ...errors import FormatError
 from ...names import ALLOWED, name_problem
@@ -159,13 +159,25 @@ class TarDali(DaliReading):
 
     def read(self, fn: Any, reader: ShardedReader, **options: Any) -> tuple[Any, Any]:
         """The payload member (any image extension DALI decodes) and the ``.cls`` label member."""
-        return fn.readers.webdataset(
+        images, labels, _ = self.read_samples(fn, reader, (), **options)
+        return images, labels
+
+    def read_samples(
+        self, fn: Any, reader: ShardedReader, fields: Sequence[str], **options: Any
+    ) -> tuple[Any, Any | None, list[Any]]:
+        """The payload, the ``.cls`` member when the dataset has a class, and the member
+        ``<key>.<name>`` of each field (its stored bytes, as uint8)."""
+        has_class = reader.schema.has_class
+        exts = [IMAGE_EXTS, *(["cls"] if has_class else []), *fields]
+        out = fn.readers.webdataset(
             paths=reader.shard_urls(),
             index_paths=self.index_paths(reader),
-            ext=[IMAGE_EXTS, "cls"],
+            ext=exts,
             missing_component_behavior="error",
             **options,
         )
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        return out[0], (out[1] if has_class else None), out[1 + has_class :]
 
 
 def _tar(reader: ShardedReader) -> TarReader:

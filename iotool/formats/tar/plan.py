@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ...fields import Schema
 from ...records import Record
 from ..plan import ShardUnit
 from ..shapes import record_shape
@@ -11,7 +12,7 @@ from ..sharded.index import unique_stem
 from ..sharded.plan import ShardedPlan, ShardedUnit
 from .dali import dali_index_name
 from .shardfile import ShardFile, shard_name
-from .writer import COLUMNS, KINDS, TarOptions
+from .writer import COLUMNS, KINDS, TarOptions, check_image_ext, columns_for, field_row
 
 if TYPE_CHECKING:
     from ...storage import OutputDir
@@ -24,16 +25,25 @@ class _TarUnit(ShardedUnit):
     and a retried task renames a complete shard over the same name.
     """
 
-    def __init__(self, task: int, out: OutputDir):
+    def __init__(self, task: int, out: OutputDir, schema: Schema, field_columns: tuple[str, ...]):
         super().__init__(
             shard_name(task),
             out,
             ShardFile,
-            ("keys", "member_keys", "labels", "checksums", "offsets", "sizes", "shapes"),
+            ("keys", "member_keys", "labels", "checksums", "offsets", "sizes", "shapes", *field_columns),
         )
+        self.schema = schema
 
     def add(self, name: str, record: Record) -> None:
-        offset = self.shard.add_sample(name, record.ext, record.data, record.label, record.key)
+        schema = self.schema
+        offset = self.shard.add_sample(
+            name, record.ext, record.data, record.label, record.key, with_class=schema.has_class
+        )
+        if schema.stored:  # the local writer's members and columns
+            check_image_ext(schema, record)
+            row: dict[str, Any] = field_row(schema, record, self.shard.add_fields(name, record.fields, record.key))
+            for column, value in row.items():
+                self.cols[column].append(value)
         self.cols["offsets"].append(offset)
         for column, value in (
             ("keys", record.key),
@@ -66,5 +76,8 @@ class TarShardPlan(ShardedPlan):
         used: set[str] = set()
         return [unique_stem(key, used, escape_dots=True) for key in keys]
 
+    def columns_for(self, schema: Schema) -> tuple[tuple[str, ...], dict[str, str]]:
+        return columns_for(schema)
+
     def open_unit(self, task: int, out: OutputDir) -> ShardUnit:
-        return _TarUnit(task, out)
+        return _TarUnit(task, out, self.schema, self.COLUMNS[len(COLUMNS) :])

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...fields import Schema
 from ...records import DatasetMeta, Record
 from ..options import FormatOptions
 from ..plan import ShardPlan, ShardUnit
 from ..shapes import record_shape
+from ..sharded.fieldcols import value_row
 from ..sharded.plan import ShardedPlan, ShardedUnit
-from .writer import COLUMNS, KINDS, ShardFile, TfrecordOptions, TfrecordWriter, record_bytes, shard_name, write_idx
+from .writer import (
+    COLUMNS,
+    KINDS,
+    ShardFile,
+    TfrecordOptions,
+    TfrecordWriter,
+    columns_for,
+    record_bytes,
+    shard_name,
+    write_idx,
+)
 
 if TYPE_CHECKING:
     from ...storage import OutputDir
@@ -22,18 +34,21 @@ class _TfrecordUnit(ShardedUnit):
 
     BYTES_COLUMN = "payload_bytes"
 
-    def __init__(self, task: int, out: OutputDir, label_offset: int):
+    def __init__(self, task: int, out: OutputDir, label_offset: int, schema: Schema, value_columns: tuple[str, ...]):
         super().__init__(
             shard_name(task),
             out,
             ShardFile,
-            ("keys", "labels", "checksums", "offsets", "sizes", "payload_bytes", "shapes"),
+            ("keys", "labels", "checksums", "offsets", "sizes", "payload_bytes", "shapes", *value_columns),
         )
         self.label_offset = label_offset
+        self.schema = schema
 
     def add(self, name: str, record: Record) -> None:
         shape = record_shape(record)
-        offset, size = self.shard.add(record_bytes(record, self.label_offset, shape))
+        offset, size = self.shard.add(record_bytes(record, self.label_offset, shape, self.schema))
+        for column, value in value_row(self.schema, record.fields, record.key).items():
+            self.cols[column].append(value)
         for column, value in (
             ("keys", record.key),
             ("labels", record.label),
@@ -68,8 +83,11 @@ class TfrecordShardPlan(ShardedPlan):
     def plan_names(self, keys: list[str]) -> list[str]:
         return list(keys)
 
+    def columns_for(self, schema: Schema) -> tuple[tuple[str, ...], dict[str, str]]:
+        return columns_for(schema)
+
     def open_unit(self, task: int, out: OutputDir) -> ShardUnit:
-        return _TfrecordUnit(task, out, self.label_offset)
+        return _TfrecordUnit(task, out, self.label_offset, self.schema, self.COLUMNS[len(COLUMNS) :])
 
     def write_index(
         self,

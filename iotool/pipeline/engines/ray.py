@@ -24,6 +24,7 @@ import os
 from typing import Any, Callable, Iterator
 
 from ...errors import ConversionError, IotoolError, UsageError
+from ...fields import SchemaObserver
 from ...formats import FormatOptions, FormatSpec, ShardPlan, ShardUnit, all_formats
 from ...records import Record, SkippedFile
 from ...storage import MissingExtraError, OutputDir
@@ -59,7 +60,7 @@ class RayEngine(Engine):
 
     def run(self, job: Job, dest: Destination) -> EngineResult:
         assert job.spec.sharded is not None  # check() refused the others
-        plan = job.spec.sharded.for_options(job.format_options)
+        plan = job.spec.sharded.for_options(job.format_options).with_schema(job.payload.schema)
         out = dest.output_dir()
         result, columns, units = run_tasks(job, plan, out)
         stale = out.remove_temporaries()  # left by attempts that died
@@ -159,6 +160,7 @@ def _collect(
             _, key, path, reason = part["failed"]
             raise ConversionError(f"{path}: {reason.rstrip('.')}.", path, reason).with_remedy(SKIP_BAD_FILES)
         plan.merge(columns, units, part)
+        job.observer.merge(part["observed"])  # array fields' dtype and shape, as a local run finds them
         result.count += part["count"]
         result.bytes_in += part["bytes_in"]
         result.units_bytes += part["bytes_out"]
@@ -279,10 +281,12 @@ def _task(
         part["failed"] = [end, "", "", "stopped: another task failed"]
         return part
     unit = plan.open_unit(k, out)
+    observer = SchemaObserver(options.schema)
     try:
         for j, record in _prepared(chunk, load, state, options, on_error, part):
             if part["count"] == len(chunk) // 2:
                 _inject(fault, unit)
+            observer.observe(record.fields, record.key)
             unit.add(names[j], record)
             part["count"] += 1
         part["bytes_out"] = unit.publish()
@@ -293,5 +297,5 @@ def _task(
     except BaseException:
         unit.discard()
         raise
-    part["columns"], part["unit"] = unit.columns(), unit.unit()
+    part["columns"], part["unit"], part["observed"] = unit.columns(), unit.unit(), observer.seen()
     return part
