@@ -244,6 +244,10 @@ class BmpShardPlan(ShardPlan):
     def open_unit(self, task: int, out: OutputDir) -> ShardUnit:
         return _BmpUnit(out)
 
+    def with_schema(self, schema: Schema) -> ShardPlan:
+        """This plan: its units keep every record's stored fields as columns whatever the schema."""
+        return self
+
     def merge(self, columns: dict[str, list], units: list[dict[str, Any]], part: dict[str, Any]) -> None:
         for name in part["columns"]:  # COLUMNS and the stored fields' columns
             columns.setdefault(name, []).extend(part["columns"][name])

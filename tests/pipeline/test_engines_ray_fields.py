@@ -28,7 +28,8 @@ def _convert_ray(dst: Path, to: str, schema, n: int, **format_options):
     from iotool.pipeline.run import _run
 
     spec = get_format(to)
-    payload = replace(PayloadOptions.for_format(spec, True, None, None, None, 90), schema=schema)
+    resize = 24 if spec.needs_resize else None
+    payload = replace(PayloadOptions.for_format(spec, True, resize, None, None, 90), schema=schema)
     options = spec.parse_options(format_options)
     job = Job(FieldsSource(schema, n), spec, "fields-test", payload, options, dict(format_options), "fail")
     return _run(job, get_engine("ray"), LocalDestination(str(dst), spec, False, False))
@@ -57,3 +58,20 @@ def test_a_ray_conversion_stores_the_fields_as_a_local_one(fmt, tmp_path):
     for i, _, _, fields in reader.read_records(range(7), list(EVERY_KIND)):
         assert fields is not None
         assert all(same(decode(reader.schema[n], fields[n], "t"), value(n, i)) for n in EVERY_KIND)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_ray_conversion_to_the_bmp_cache_keeps_every_field(tmp_path):
+    schema = schema_of(*EVERY_KIND)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", object_store_memory=200 << 20)
+    try:
+        _convert_ray(tmp_path / "ray", "bmp", schema, 7)
+    finally:
+        ray.shutdown()
+    reader = iotool.open_reader(tmp_path / "ray")
+    assert reader.schema["emb"].shape == (4,) and reader.schema["ragged"].shape is None
+    for i in range(7):
+        fields = reader.read_fields(i, list(EVERY_KIND))
+        assert all(same(decode(reader.schema[n], fields[n], "t"), value(n, i)) for n in EVERY_KIND)
+    assert iotool.verify(tmp_path / "ray").ok
