@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 import iotool
+from iotool.fields import Schema
 from iotool.formats import get_format
 from iotool.formats.sharded.columns import ColumnWriter
 from iotool.formats.sharded.index import write_index
@@ -63,7 +64,7 @@ def meta_for(count: int, shard_size: int | None, fmt: str = "tar") -> DatasetMet
         options.update(shard_size=shard_size, shard_bytes=None)
     return DatasetMeta(
         format=fmt,
-        format_version=get_format(fmt).reader.format_versions[-1],
+        format_version=get_format(fmt).reader.write_version(Schema.classification()),
         classes=classes,
         class_to_idx={c: i for i, c in enumerate(classes)},
         count=count,
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         files = list(args.dst.iterdir()) if args.dst.is_dir() else [args.dst]
         print(
             f"{args.dst}: {args.records:,} records, {args.format} format version "
-            f"{get_format(args.format).reader.format_versions[-1]}, "
+            f"{get_format(args.format).reader.write_version(Schema.classification())}, "
             f"{sum(p.stat().st_size for p in files) / 2**20:.1f} MiB, built in {time.perf_counter() - start:.1f} s"
         )
         return 0

@@ -1,9 +1,10 @@
 """iotool: fast, safe input pipelines for PyTorch image training.
 
 Public API: :func:`open_dataset`, :func:`open_reader`, :func:`convert`, :func:`verify`,
-:func:`fast_collate`, :class:`CUDAPrefetcher`, :class:`Loader`, :data:`__version__`, the error types, and the
+:func:`fast_collate`, :class:`CUDAPrefetcher`, :class:`Loader`, :data:`__version__`, the error types,
+:class:`Schema` and :class:`FieldSpec` (what a sample holds besides its image: ``ds.schema``), and the
 submodules ``iotool.transforms`` (crop/resize on uint8 arrays), ``iotool.decode`` (decoder
-backends) and ``iotool.formats`` (the format registry).
+backends), ``iotool.formats`` (the format registry) and ``iotool.fields`` (field kinds and their codecs).
 
 Importing iotool is light: torch, lmdb, h5py, fsspec, Ray and every format module load on
 first use of what needs them.
@@ -46,8 +47,10 @@ _LAZY = {
     "fast_collate": ("loading.collate", "fast_collate"),
     "CUDAPrefetcher": ("loading.prefetch", "CUDAPrefetcher"),
     "Loader": ("loading.loader.api", "Loader"),
+    "Schema": ("fields", "Schema"),
+    "FieldSpec": ("fields", "FieldSpec"),
 }
-_SUBMODULES = ("transforms", "decode", "formats")
+_SUBMODULES = ("transforms", "decode", "formats", "fields")
 
 
 def __getattr__(name: str) -> Any:
@@ -73,6 +76,7 @@ __all__ = [
     "DestinationError",
     "DestinationExistsError",
     "DestinationLockedError",
+    "FieldSpec",
     "FormatError",
     "FormatVersionError",
     "ImageDataset",
@@ -82,6 +86,7 @@ __all__ = [
     "Loader",
     "Progress",
     "RecordError",
+    "Schema",
     "ShardedIterableDataset",
     "SourceError",
     "UnknownFormatError",

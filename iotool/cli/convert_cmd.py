@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -322,6 +323,7 @@ def report_dict(report: ConversionReport) -> dict:
         "images_per_s": round(report.images_per_s, 1),
         "resumed_from": report.resumed_from,
         "left_out": None if report.left_out is None else dict(report.left_out),
+        "fields": report.schema.to_list(),
     }
 
 
@@ -339,6 +341,7 @@ def summary_table(report: ConversionReport) -> Table:
     rows = [
         ("images", f"{report.count:,}"),
         ("classes", str(report.classes)),
+        *([("fields", escape(report.schema.describe()))] if not report.schema.is_classification else []),
         ("bytes in", human_bytes(report.bytes_in)),
         ("bytes out", human_bytes(report.bytes_out)),
         ("skipped", str(len(report.skipped))),

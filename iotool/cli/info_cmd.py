@@ -22,7 +22,10 @@ def info(
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Show a dataset's format, version, count, classes, size, options and skipped files.
+    """Show a dataset's format, version, count, fields, classes, size, options and skipped files.
+
+    The fields are what a sample holds: the image, the class and the stored fields with their
+    kinds (open_dataset(PATH, fields=...) chooses among them); --json lists them under "fields".
 
     Example:
 
@@ -42,6 +45,7 @@ def info(
             "count": meta.count,
             "classes": meta.classes,
             "class_to_idx": meta.class_to_idx,
+            "fields": reader.schema.to_list(),
             "bytes": _dataset_bytes(reader),
             "options": meta.options,
             "skipped": meta.skipped,
@@ -58,6 +62,7 @@ def info(
         [
             ("format", f"{meta.format} (version {meta.format_version})"),
             ("images", f"{meta.count:,}"),
+            ("fields", reader.schema.describe()),
             ("classes", f"{len(meta.classes)}: {', '.join(meta.classes[:20])}{more}"),
             ("size on disk", human_bytes(data["bytes"])),
             ("options", ", ".join(f"{k}={v}" for k, v in meta.options.items())),

@@ -1,5 +1,5 @@
 """The bounds every field value is held to: a size known before the read, at the source, the
-writer and the reader (DESIGN §2a). One table, one owner."""
+writer and the reader (docs/reliability.md, data from someone else). One table, one owner."""
 
 from __future__ import annotations
 

@@ -34,6 +34,12 @@ class SchemaObserver:
             elif self._seen[name] != found:
                 self._seen[name] = _RAGGED
 
+    def unseen(self) -> None:
+        """Some records are written without passing here (a resumed run's earlier ones, Ray's
+        tasks): claim no common shape, so every array field batches as a list."""
+        for name in self._arrays:
+            self._seen[name] = _RAGGED
+
     def schema(self) -> Schema:
         """The schema with every consistent array field's dtype and shape."""
         specs = []

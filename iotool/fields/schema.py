@@ -96,6 +96,8 @@ class FieldSpec:
             problem = f"{CLASS!r} names the class field only (kind class)"
         if problem is None and self.kind not in KINDS:
             problem = f"kind {self.kind!r} is not one of {', '.join(KINDS)}"
+        if problem is None and self.ext is not None and not _NAME.fullmatch(self.ext):
+            problem = f"ext {self.ext!r:.40} is not a file extension (letters, digits, '_', '-', inner dots)"
         if problem is None and self.kind == "boxes" and self.box_format not in BOX_FORMATS:
             problem = f"boxes need a box_format, one of {', '.join(BOX_FORMATS)} (got {self.box_format!r})"
         if problem:

@@ -6,22 +6,29 @@ read and a numpy view: :func:`decode_bmp` needs no PIL.
 Layout of DST_DIR::
 
     <class>/<name>.bmp ...   one file per sample, mirroring the source tree
-    index.json               {"meta": {...}, "files": [...], "keys": [...], "labels": [...],
-                              "sizes": [[w, h], ...], "checksums": [...]}   (by index)
+    index.json               {"meta": {...}, "columns": {...}} naming the column files (version 1:
+                             the lists "files", "keys", "labels", "sizes", "checksums" by index)
+    index.<column>....npy    the columns: files, keys, labels, sizes ([w, h]), checksums
+    index.field.<name>.offsets.npy, index.field.<name>.utf8.npy
+                             version 3, a column per stored field beside the pixels: its values'
+                             stored bytes back to back, and N + 1 offsets (a "str" column whose
+                             bytes are kept exactly, read as bytes with their size bounded)
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from ..decode.bmp import bmp_size, decode_bmp
-from ..errors import ConversionError, FormatError
+from ..errors import ConversionError, FormatError, RecordError
+from ..fields import Schema
 from ..names import ALLOWED, name_problem, resolve_inside
 from ..records import DatasetMeta, Record
 from ..storage.files import read_regular
+from .field_values import stored_field_bound
 from .options import FormatOptions
 from .plan import ShardPlan, ShardUnit
 from .sharded.columns import ColumnWriter, write_columns
@@ -33,6 +40,7 @@ if TYPE_CHECKING:
     from ..storage import OutputDir
 
 FORMAT_VERSION = 2  # index columns in memory-mapped files; version 1 kept them as JSON lists
+FIELDS_VERSION = 3  # version 2 plus a column per stored field (written only when a dataset has fields)
 TASK_SIZE = 256  # BMP files per Ray task
 
 
@@ -44,7 +52,7 @@ class BmpWriter(FormatWriter):
         super().__init__(path, options, hooks)
         os.makedirs(path, exist_ok=True)
         self.used: set[str] = set()
-        self.columns = ColumnWriter(path, KINDS)
+        self.columns = ColumnWriter(path, column_kinds(self.schema))
 
     def add(self, record: Record) -> None:
         if record.data[:2] != b"BM":
@@ -55,7 +63,12 @@ class BmpWriter(FormatWriter):
         with open(full, "wb") as f:
             f.write(record.data)
         self.columns.append(
-            files=rel, keys=record.key, labels=record.label, sizes=bmp_size(record.data), checksums=record.checksum
+            files=rel,
+            keys=record.key,
+            labels=record.label,
+            sizes=bmp_size(record.data),
+            checksums=record.checksum,
+            **field_values(record),
         )
 
     def finish(self, meta: DatasetMeta) -> None:
@@ -85,6 +98,22 @@ COLUMNS: tuple[str, ...] = ("files", "keys", "labels", "sizes", "checksums")
 KINDS = {"files": "str", "keys": "str", "labels": "int", "sizes": "int2", "checksums": "sha256"}
 
 
+def field_column(name: str) -> str:
+    """The index column of stored field ``name`` (version 3); no column of :data:`KINDS` has a dot."""
+    return f"field.{name}"
+
+
+def column_kinds(schema: Schema) -> dict[str, str]:
+    """The columns of a dataset of ``schema``: :data:`KINDS` and a "str" column per stored field."""
+    return {**KINDS, **{field_column(f.name): "str" for f in schema.stored}}
+
+
+def field_values(record: Record) -> dict[str, str]:
+    """A record's field bytes as the values of their "str" columns: decoded with
+    ``surrogateescape``, which the column writer reverses, so the stored bytes are kept exactly."""
+    return {field_column(name): value.decode("utf-8", "surrogateescape") for name, value in record.fields.items()}
+
+
 def bmp_index(meta: DatasetMeta, columns: dict[str, Any]) -> dict[str, Any]:
     """The content of index.json (before its integrity digest): metadata and the table of
     column files (see :mod:`iotool.formats.sharded.columns`)."""
@@ -95,11 +124,17 @@ class BmpReader(IndexedReader):
     """Map-style reader of a BMP cache directory."""
 
     format_name = "bmp"
-    format_versions = (1, FORMAT_VERSION)
+    format_versions = (1, FORMAT_VERSION, FIELDS_VERSION)
+    fields_version = FIELDS_VERSION
     column_kinds = KINDS
 
     def _load_meta(self) -> DatasetMeta:
         meta, raw = read_index(self.path, "bmp")
+        if meta.schema.stored and meta.format_version < FIELDS_VERSION:
+            raise FormatError(
+                f"{self.path}: metadata lists fields, but format version {meta.format_version} stores none."
+            )
+        self.column_kinds = column_kinds(meta.schema)
         self._load_columns(raw, meta.count)
         if self._lists is not None:  # version 1: check every name now, as it is in memory anyway
             for rel in self._lists["files"]:
@@ -116,6 +151,33 @@ class BmpReader(IndexedReader):
             return read_regular(path, self.path, self.max_record_bytes), self.labels[index]
         except OSError as exc:
             raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
+
+    def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of record ``index``'s fields ``names`` from their columns, each
+        size refused beyond :meth:`field_bound` before it is read."""
+        if not names:
+            return {}
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        out = {}
+        for name in names:
+            bound = stored_field_bound(self, name)
+            where = f"{self.path}: record {index}, field {name!r}"
+            try:
+                column = self.column(field_column(name))
+                start, stop = int(column.offsets[index]), int(column.offsets[index + 1])
+            except (FormatError, IndexError, ValueError, AttributeError) as exc:
+                raise RecordError(f"{where}: the field's column is unreadable ({exc}).") from None
+            if not 0 <= start <= stop <= len(column.blob):
+                raise RecordError(
+                    f"{where}: invalid offsets [{start}, {stop}) in a column of {len(column.blob)} bytes."
+                )
+            if stop - start > bound:
+                raise RecordError(
+                    f"{where}: {stop - start} stored bytes, more than the {bound} a value of it may have."
+                )
+            out[name] = column.blob[start:stop].tobytes()
+        return out
 
     def integrity_problems(self) -> list[str]:
         return self.column_problems()
@@ -153,6 +215,8 @@ class _BmpUnit(ShardUnit):
             f.write(record.data)
         for column, value in zip(COLUMNS, (name, record.key, record.label, bmp_size(record.data), record.checksum)):
             self.cols[column].append(value)
+        for column, value in field_values(record).items():
+            self.cols.setdefault(column, []).append(value)
 
     def publish(self) -> int:
         os.sync()  # every file of this task reaches the disk before it is renamed into place
@@ -181,7 +245,7 @@ class BmpShardPlan(ShardPlan):
         return _BmpUnit(out)
 
     def merge(self, columns: dict[str, list], units: list[dict[str, Any]], part: dict[str, Any]) -> None:
-        for name in COLUMNS:
+        for name in part["columns"]:  # COLUMNS and the stored fields' columns
             columns.setdefault(name, []).extend(part["columns"][name])
 
     def write_index(
@@ -192,8 +256,10 @@ class BmpShardPlan(ShardPlan):
         units: list[dict[str, Any]],
         options: FormatOptions,
     ) -> None:
-        rows = (dict(zip(COLUMNS, values)) for values in zip(*(columns[name] for name in COLUMNS)))
-        write_index(folder, bmp_index(meta, write_columns(folder, KINDS, rows)))
+        kinds = column_kinds(meta.schema)
+        names = [name for name in kinds if name in columns or name in COLUMNS]
+        rows = (dict(zip(names, values)) for values in zip(*(columns.get(name, ()) for name in names)))
+        write_index(folder, bmp_index(meta, write_columns(folder, kinds, rows)))
 
 
 SPEC = FormatSpec(

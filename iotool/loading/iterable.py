@@ -6,7 +6,7 @@ import operator
 import random
 from dataclasses import replace
 from itertools import islice
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -40,8 +40,10 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
     decoding the samples it skips.
 
     Each record is decoded and transformed by :attr:`mapstyle`, an :class:`ImageDataset` over the
-    same reader (so ``decoder``, ``transform``, ``on_error``, the checksums and the RAM cache
-    behave as there; ``decoder`` defaults to ``"fused"``, see :data:`DEFAULT_DECODER`).
+    same reader (so ``decoder``, ``transform``, ``on_error``, the checksums, the RAM cache and
+    ``fields`` behave as there; ``decoder`` defaults to ``"fused"``, see :data:`DEFAULT_DECODER`).
+    The stored fields chosen are read in the same sequential pass as the images
+    (``reader.read_records``).
     """
 
     reader: ShardedReader
@@ -66,6 +68,7 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
         cache: str | None = None,
         cache_resize: int | None = None,
         cache_fallback: bool | None = None,
+        fields: str | Sequence[str] | None = None,
     ):
         if buffer_size < 1:
             raise UsageError(f"buffer_size={buffer_size}: must be at least 1.")
@@ -83,6 +86,7 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
             ram_cache=ram,
             ram_cache_resize=resize,
             ram_cache_fallback=fallback,
+            fields=fields,
         )
         self.reader = reader
         self.buffer_size = buffer_size
@@ -96,6 +100,16 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
         self._loaded: dict[str, Any] | None = None  # from load_state_dict, for the next pass
         self._pending: dict[str, Any] | None = None  # the state the next pass starts from
         self._pass: tuple[dict[str, Any], WorkerStream] | None = None  # the running (or last) pass
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The names a sample holds, in order (see ``fields=`` of :class:`ImageDataset`)."""
+        return self.mapstyle.fields
+
+    @property
+    def as_dict(self) -> bool:
+        """Whether a sample is a dict (``fields="all"``) rather than a tuple."""
+        return self.mapstyle.as_dict
 
     @property
     def cache(self) -> RamCache | None:
@@ -246,12 +260,12 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
         check_resumable(state, self._place(self._env()))
         self._loaded = dict(state)
 
-    def __iter__(self) -> Iterator[tuple[Any, int]]:
+    def __iter__(self) -> Iterator[Any]:
         loaded, self._loaded = self._loaded, None  # a loaded state resumes this pass only
         self._pass, self._pending = None, loaded
         return self._samples(loaded)
 
-    def _samples(self, loaded: dict[str, Any] | None) -> Iterator[tuple[Any, int]]:
+    def _samples(self, loaded: dict[str, Any] | None) -> Iterator[Any]:
         env, epoch = self._env(), self.epoch  # read when the pass starts (set_epoch may come late)
         place = {**self._place(env), "epoch": epoch}
         stream = self._stream(env, epoch)
@@ -259,20 +273,26 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
             check_resumable(loaded, place)
             stream.restore(loaded)
         self._pass, self._pending = (place, stream), None
+        names = self.mapstyle.fields_to_read  # stored fields read with each record (none by default)
         if self.shuffle:  # random reads, one index at a time: the stream's position is exact
-            records = ((i, None, None) for i in stream)
+            records: Iterator[tuple[int, Any, Any, Any]] = ((i, None, None, None) for i in stream)
+        elif names:  # one sequential pass over each shard file, the fields with the images
+            records = self.reader.read_records(stream.remaining(), names)
         else:  # one sequential pass over each shard file; count what comes out
-            records = self.reader.read_many(stream.remaining())
-        for i, data, label in records:
+            records = ((i, data, label, None) for i, data, label in self.reader.read_many(stream.remaining()))
+        for i, data, label, stored in records:
             if not self.shuffle:
                 stream.consumed += 1
-            sample = self.mapstyle.sample(i, data, label)
+            sample = self.mapstyle.sample(i, data, label, stored=stored)
             if sample is not None:
                 yield sample
 
     def __repr__(self) -> str:
         cache = f", cache={self.cache!r}" if self.cache is not None else ""
+        ms = self.mapstyle
+        default = ms.fields == ms.schema.default_fields() and not ms.as_dict
+        fields = "" if default else f", fields={'all' if ms.as_dict else ms.fields!r}"
         return (
             f"{type(self).__name__}({self.reader.path!r}, shards={len(self.reader.shard_ranges())}, "
-            f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even}{cache})"
+            f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even}{fields}{cache})"
         )

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import warnings
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from torch.utils.data import Dataset
 
 from ..decode import AUTO, BACKENDS, decode, resolve_backend
 from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError
+from ..fields import CLASS, IMAGE, Schema, record_checksum
+from ..fields import decode as decode_field
 from ..formats import FormatReader
 from ..transforms.fused import fuse, leaves_input_alone
 from .order import EpochOrder, RecordOrder
@@ -115,12 +116,28 @@ class ReaderInfo:
     def meta(self):
         return self.reader.meta
 
+    @property
+    def schema(self) -> Schema:
+        """The dataset's fields besides the image (``reader.schema``; image + class for a dataset without fields)."""
+        return self.reader.schema
+
 
 class ImageDataset(ReaderInfo, Dataset):
-    """Map-style dataset over a format reader: ``ds[i] -> (image, label)``.
+    """Map-style dataset over a format reader: ``ds[i] -> (image, label)``, or the fields chosen.
 
     Images are RGB uint8 HWC numpy arrays (or the stored bytes with ``decoder=None``);
-    ``transform`` is applied last. Safe to hand to ``DataLoader(num_workers>0)`` under fork
+    ``transform`` is applied to the image last.
+
+    ``fields`` chooses what a sample is (:meth:`iotool.fields.Schema.select`): None (the default)
+    is ``(image, class)`` on a dataset with a class, exactly as before fields existed, else the
+    image and every field in order; a sequence of names gives a tuple in that order (``("image",
+    "txt")``; ``"image"`` may be left out, then no image is decoded); ``"all"`` gives a dict with
+    ``"image"`` and every field. Values: ``class`` is the int label; the other fields are decoded
+    from their stored bytes (:func:`iotool.fields.decode`: ``str``, a JSON value, ``int``,
+    ``float``, a numpy array, ``bytes``, or boxes ``{"boxes": (N, 4) float32, "labels": (N,)
+    int64}``), also with ``decoder=None`` (which concerns the image only). A field whose bytes do
+    not decode makes the record bad, as an image that does not (``on_error``, ``max_skips``).
+    Stored fields are read only when chosen (and all of them with ``check_checksums``). Safe to hand to ``DataLoader(num_workers>0)`` under fork
     and spawn: the reader holds a path and opens its handle in each process.
 
     With the default decoder, ``"fused"`` (:data:`DEFAULT_DECODER`), and a transform that
@@ -128,7 +145,7 @@ class ImageDataset(ReaderInfo, Dataset):
     ``CenterCrop``, or a ``Compose`` starting with one), JPEG records are decoded only as far as
     that transform needs; otherwise ``"fused"`` decodes as ``"auto"``. With ``ram_cache=True`` the
     decoded pixels are kept in one shared block (:mod:`iotool.loading.ramcache`) and the transform is
-    applied to them in every epoch.
+    applied to them in every epoch; the fields are not cached (read and decoded each time).
     """
 
     def __init__(
@@ -146,6 +163,7 @@ class ImageDataset(ReaderInfo, Dataset):
         cache: str | None = None,
         cache_resize: int | None = None,
         cache_fallback: bool | None = None,
+        fields: str | Sequence[str] | None = None,
     ):
         check_decoder(decoder)  # fail now, not in a worker, on a bad name
         if on_error not in ON_ERROR:
@@ -158,6 +176,8 @@ class ImageDataset(ReaderInfo, Dataset):
         if not ram and resize is not None:
             raise UsageError(f"ram_cache_resize={resize!r} only applies with ram_cache=True.")
         self.reader = reader
+        # what a sample is: the names chosen, in order, and whether a dict (UsageError on an unknown name)
+        self.fields, self.as_dict = reader.schema.select(fields)
         self.decoder = decoder
         self._backend = AUTO if decoder == FUSED else decoder  # what decodes when nothing is fused
         self.transform = transform
@@ -169,11 +189,27 @@ class ImageDataset(ReaderInfo, Dataset):
         # without a cache (also after ram_cache_fallback), as plain open_dataset(path, transform=T)
         self.fusing = decoder == FUSED and self.cache is None
         self._fused_for: tuple[Any, Any] = (None, None)
+        # (image, class) as a tuple: ds[i] is (image, label) as before fields existed
+        self._plain = self.fields == (IMAGE, CLASS) and not self.as_dict
+        self._every_stored = tuple(f.name for f in reader.schema.stored)
+
+    @property
+    def stored_fields(self) -> tuple[str, ...]:
+        """The stored fields (all but image and class) among :attr:`fields`, in that order."""
+        return tuple(n for n in self.fields if n not in (IMAGE, CLASS))
+
+    @property
+    def fields_to_read(self) -> tuple[str, ...]:
+        """The stored fields each record's read needs: those chosen, or with ``check_checksums``
+        every stored field (the record's checksum covers them all), in schema order then."""
+        if self.check_checksums and self._every_stored:
+            return self._every_stored
+        return self.stored_fields
 
     def __len__(self) -> int:
         return len(self.reader)
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
+    def __getitem__(self, index: int) -> Any:
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
@@ -223,43 +259,148 @@ class ImageDataset(ReaderInfo, Dataset):
         self, index: int, data: bytes | None = None, label: int | None = None, min_size: tuple[int, int] | None = None
     ) -> tuple[Any, int] | None:
         """Read (unless given) and decode record ``index``; None when it is bad and skipped."""
+        loaded = self._load(index, data, label, min_size, None, ())
+        return None if loaded is None else (loaded[0], loaded[1])
+
+    def _load(
+        self,
+        index: int,
+        data: bytes | None,
+        label: int | None,
+        min_size: tuple[int, int] | None,
+        stored: dict[str, bytes] | None,
+        names: Sequence[str],
+    ) -> tuple[Any, int, dict[str, bytes]] | None:
+        """:meth:`load` with the stored bytes of fields ``names`` (given in ``stored`` or read)."""
         try:
-            data, label = self._read(index, data, label)
-            return self._decode(index, data, min_size), label
+            data, label, got = self._read(index, data, label, stored, names)
+            return self._decode(index, data, min_size), label, got
         except RECORD_ERRORS as exc:
             return self._bad_record(index, exc)
 
-    def _read(self, index: int, data: bytes | None, label: int | None) -> tuple[bytes, int]:
-        """The stored bytes and label of record ``index`` (read unless given), checksum checked if asked."""
+    def _read(
+        self,
+        index: int,
+        data: bytes | None,
+        label: int | None,
+        stored: dict[str, bytes] | None = None,
+        names: Sequence[str] = (),
+    ) -> tuple[bytes, int, dict[str, bytes]]:
+        """The stored bytes and label of record ``index`` (read unless given) and of its fields
+        ``names`` (taken from ``stored`` or read; every stored field with ``check_checksums``),
+        the record's checksum checked if asked."""
         if data is None or label is None:
             data, label = self.reader.read(index)
-        if self.check_checksums and hashlib.sha256(data).hexdigest() != self.reader.checksums[index]:
+        if not self.check_checksums:
+            return data, label, self._stored(index, names, stored) if names else {}
+        every = self.fields_to_read  # every stored field (schema order) when the schema has any
+        got = self._stored(index, every, stored) if every else {}
+        if record_checksum(data, got) != self.reader.checksums[index]:
             raise RecordError("checksum mismatch: the stored bytes were modified or corrupted")
-        return data, label
+        return data, label, got
 
-    def sample(self, index: int, data: bytes | None = None, label: int | None = None) -> tuple[Any, int] | None:
-        """Load, decode and transform record ``index``; None when it is bad and skipped.
+    def _stored(self, index: int, names: Sequence[str], stored: dict[str, bytes] | None) -> dict[str, bytes]:
+        """The stored bytes of fields ``names`` of record ``index``, in that order: from ``stored``
+        (what a sequential read gave) when it has them all, else read."""
+        if not names:
+            return {}
+        if stored is None or any(n not in stored for n in names):
+            stored = self.reader.read_fields(index, names)
+        missing = [n for n in names if n not in stored]
+        if missing:
+            raise RecordError(f"the reader gave no stored value of {', '.join(missing)}")
+        return {n: stored[n] for n in names}
+
+    def _values(self, names: Sequence[str], label: int | None, stored: dict[str, bytes]) -> dict[str, Any]:
+        """The values of fields ``names`` (not the image): the label for ``class``, the others decoded."""
+        schema = self.schema
+        return {n: int(label or 0) if n == CLASS else decode_field(schema[n], stored[n], "decoding") for n in names}
+
+    def sample(
+        self, index: int, data: bytes | None = None, label: int | None = None, *, stored: dict[str, bytes] | None = None
+    ) -> Any:
+        """Load, decode and transform record ``index`` into what ``ds[index]`` returns: ``(image,
+        label)`` with the default fields of a class-labelled dataset, else the tuple or dict of
+        :attr:`fields`; None when it is bad and skipped. ``data``, ``label`` and ``stored`` (field
+        name -> stored bytes) are what a sequential read already gave.
 
         A :class:`~iotool.DecodeError` raised by the transform (a decoding transform such as
         ``DecodeRandomResizedCrop`` fed the stored bytes) counts as a bad record too.
         """
+        if self._plain:  # (image, label), nothing else decoded
+            plain = self._sample(index, data, label, stored)
+            return None if plain is None else plain[:2]
+        got = self.sample_fields(index, data, label, stored=stored)
+        if got is None:
+            return None
+        image, values = got
+        if self.as_dict:
+            return {IMAGE: image, **values}
+        return tuple(image if n == IMAGE else values[n] for n in self.fields)
+
+    def sample_fields(
+        self,
+        index: int,
+        data: bytes | None = None,
+        label: int | None = None,
+        fields: str | Sequence[str] | None = None,
+        *,
+        stored: dict[str, bytes] | None = None,
+    ) -> tuple[Any, dict[str, Any]] | None:
+        """Record ``index`` as ``(image, {name: value})``: the image decoded and transformed as in
+        ``ds[index]`` (None when ``"image"`` is not among the fields), and the value of every other
+        field chosen, by name in their order (``class``: the int label). ``fields``: as the
+        dataset's ``fields=`` (None: :attr:`fields`). None when the record is bad and skipped.
+        ``data``, ``label``, ``stored``: as in :meth:`sample` (read when not given)."""
+        names = self.fields if fields is None else self.schema.select(fields)[0]
+        others = [n for n in names if n != IMAGE]
+        wanted = [n for n in others if n != CLASS]
+        if IMAGE not in names:
+            try:  # no image to decode: its bytes are read only to check the checksum
+                if self.check_checksums:
+                    _, label, got = self._read(index, data, label, stored, wanted)
+                else:
+                    if label is None and CLASS in others:
+                        label = self.reader.labels[index]
+                    got = self._stored(index, wanted, stored)
+                return None, self._values(others, label, got)
+            except RECORD_ERRORS as exc:
+                return self._bad_record(index, exc)
+        loaded = self._sample(index, data, label, stored, wanted, others)
+        return None if loaded is None else (loaded[0], loaded[2])
+
+    def _sample(
+        self,
+        index: int,
+        data: bytes | None,
+        label: int | None,
+        stored: dict[str, bytes] | None = None,
+        wanted: Sequence[str] = (),
+        others: Sequence[str] = (),
+    ) -> tuple[Any, int, dict[str, Any]] | None:
+        """(image, label, values of fields ``others``) of record ``index``; None when bad and skipped."""
         transform, fused = self._transform, self.fused
         if self.cache is not None:
-            loaded = self._cached(self.cache, index, data, label)
+            loaded = self._cached(self.cache, index, data, label, stored, wanted)
         elif fused is not None:
             transform = fused
             try:
-                loaded = self._read(index, data, label)
+                loaded = self._read(index, data, label, stored, wanted)
             except RECORD_ERRORS as exc:
                 return self._bad_record(index, exc)
         else:
-            loaded = self.load(index, data, label)
+            loaded = self._load(index, data, label, None, stored, wanted)
         if loaded is None:
             return None
         try:
-            return transform(loaded[0]), loaded[1]
+            values = self._values(others, loaded[1], loaded[2]) if others else {}
+        except RECORD_ERRORS as exc:  # a stored field that does not decode
+            return self._bad_record(index, exc)
+        try:
+            image = transform(loaded[0])
         except DecodeError as exc:
             return self._bad_record(index, exc)
+        return image, loaded[1], values
 
     @property
     def fused(self) -> Callable[[bytes], Any] | None:
@@ -270,17 +411,35 @@ class ImageDataset(ReaderInfo, Dataset):
             self._fused_for = (self.transform, fuse(self.transform, self.reader.native_decode))
         return self._fused_for[1]
 
-    def _cached(self, cache: RamCache, index: int, data: bytes | None, label: int | None) -> tuple[Any, int] | None:
-        """Record ``index``'s pixels from the RAM ``cache``, decoding (and caching) them when not there yet."""
+    def _cached(
+        self,
+        cache: RamCache,
+        index: int,
+        data: bytes | None,
+        label: int | None,
+        stored: dict[str, bytes] | None = None,
+        names: Sequence[str] = (),
+    ) -> tuple[Any, int, dict[str, bytes]] | None:
+        """Record ``index``'s pixels from the RAM ``cache``, decoding (and caching) them when not
+        there yet, with the stored bytes of fields ``names`` (never cached: read each time)."""
         image = cache.get(index)
         if image is not None:
+            got: dict[str, bytes] = {}
+            if names:
+                try:  # with check_checksums the record's stored image is read again to check them
+                    if self.check_checksums:
+                        _, label, got = self._read(index, data, label, stored, names)
+                    else:
+                        got = self._stored(index, names, stored)
+                except RECORD_ERRORS as exc:
+                    return self._bad_record(index, exc)
             # iotool's crops and resizes only read their input; anything else gets its own copy
             owned = image if leaves_input_alone(self.transform) else image.copy()
-            return owned, label if label is not None else self.reader.labels[index]
-        loaded = self.load(index, data, label, cache.decode_size(index))
+            return owned, label if label is not None else self.reader.labels[index], got
+        loaded = self._load(index, data, label, cache.decode_size(index), stored, names)
         if loaded is None:
             return None  # bad records are never cached
-        return cache.put(index, loaded[0]), loaded[1]
+        return cache.put(index, loaded[0]), loaded[1], loaded[2]
 
     def _bad_record(self, index: int, exc: BaseException) -> None:
         """Raise a RecordError naming the dataset and key, or count a skip (bounded)."""
@@ -314,7 +473,9 @@ class ImageDataset(ReaderInfo, Dataset):
 
     def __repr__(self) -> str:
         cache = f", cache={self.cache!r}" if self.cache is not None else ""
+        default = self.fields == self.schema.default_fields() and not self.as_dict
+        fields = "" if default else f", fields={'all' if self.as_dict else self.fields!r}"
         return (
             f"{type(self).__name__}({self.reader.path!r}, format={self.reader.format_name}, "
-            f"n={len(self)}, classes={len(self.classes)}, decoder={self.decoder!r}{cache})"
+            f"n={len(self)}, classes={len(self.classes)}, decoder={self.decoder!r}{fields}{cache})"
         )

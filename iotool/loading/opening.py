@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..errors import UsageError
 from ..formats import FormatReader, ShardedReader, detect_format
@@ -65,6 +65,7 @@ def open_dataset(
     cache: str | None = None,
     cache_resize: int | None = None,
     cache_fallback: bool | None = None,
+    fields: str | Sequence[str] | None = None,
     **iterable_options: Any,
 ) -> ImageDataset | ShardedIterableDataset:
     """Open an iotool dataset as a torch Dataset, detecting its format.
@@ -88,7 +89,8 @@ def open_dataset(
             warning and serve the next record instead (iterable: leave it out), at most
             ``max_skips`` times per process, then raise.
         max_skips: the bound on skipped records per process under ``on_error="skip"``.
-        check_checksums: verify each record's SHA-256 as it is read (one hash of its stored bytes),
+        check_checksums: verify each record's SHA-256 as it is read (one hash of its stored bytes,
+            and of its stored fields where it has some),
             so silently corrupted bytes raise (or skip) instead of decoding to wrong pixels.
         storage_options: fsspec filesystem options for a URL, e.g. ``{"endpoint_url": ...,
             "key": ..., "secret": ...}`` for S3 (``FSSPEC_S3_*`` / ``AWS_*`` variables work too).
@@ -109,13 +111,24 @@ def open_dataset(
             :class:`~iotool.loading.ramcache.CacheMemoryError`.
         cache, cache_resize, cache_fallback: deprecated spellings (``cache="ram"`` is ``ram_cache=True``,
             the others ``ram_cache_resize`` and ``ram_cache_fallback``); they warn with a DeprecationWarning.
+        fields: what a sample is (the dataset's fields: ``iotool info PATH`` lists them). None (the
+            default): ``(image, label)`` on a dataset with a class, as before fields existed, else
+            a tuple of the image and every field; a sequence of names: a tuple of those, in that
+            order (``("image", "txt")``; without ``"image"`` no image is decoded); ``"all"``: a
+            dict with ``"image"`` and every field. ``class`` is the int label; the other fields
+            are decoded values (``str``, JSON values, ``int``, ``float``, numpy arrays, ``bytes``,
+            boxes ``{"boxes": (N, 4) float32, "labels": (N,) int64}``), also with
+            ``decoder=None``. A field that does not decode is a bad record (``on_error``).
+            Stored fields are read only when chosen (all of them with ``check_checksums``, whose
+            checksum covers the whole record); the RAM cache keeps pixels, not fields.
         **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
             (``shuffle``, ``seed``, ``buffer_size``, ``even``).
 
     Returns:
         lmdb, hdf5, bmp: an :class:`ImageDataset` (``len``, ``ds[i] -> (image, label)``).
         sharded formats (tar): a :class:`ShardedIterableDataset` (``for image, label in ds``, ``len``, ``set_epoch``).
-        Both have ``classes``, ``class_to_idx`` and ``keys``.
+        Both have ``classes``, ``class_to_idx``, ``keys``, ``schema`` (the stored fields),
+        ``fields`` (the names a sample holds, in order) and ``as_dict``.
     """
     ram, resize, fallback = ram_cache_options(
         ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
@@ -130,6 +143,7 @@ def open_dataset(
         "ram_cache": ram,
         "ram_cache_resize": resize,
         "ram_cache_fallback": fallback,
+        "fields": fields,
     }
     if isinstance(reader, ShardedReader):  # spec.iterable
         return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)

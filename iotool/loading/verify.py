@@ -1,14 +1,15 @@
-"""Prove a stored dataset intact: metadata, counts, every record's checksum, optionally a decode."""
+"""Prove a stored dataset intact: metadata, counts, every record's checksum (over its image and
+stored fields, :func:`iotool.fields.record_checksum`), every field value, optionally a decode."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from ..decode import AUTO, decode
 from ..errors import IotoolError
+from ..fields import FieldSpec, check, record_checksum
 from ..formats import FormatReader, detect_format
 from ..storage import StorageConfig, normalize
 
@@ -79,13 +80,14 @@ def verify(
     report.problems += [Problem(None, None, reason) for reason in reader.integrity_problems()]
     report.problems += [Problem(None, None, reason) for reason in reader.size_problems()]
     key_at = _in_order(keys)
-    for i, data in _records(reader, report.count):
+    stored = reader.schema.stored
+    for i, data, values in _records(reader, report.count, stored):
         try:
             key, expected = key_at(i), checksums[i]
         except Exception as exc:  # a damaged index entry: this record cannot be checked
             report.problems.append(Problem(i, None, f"index entry unreadable: {_describe(exc)}"))
         else:
-            problem = _check_record(reader, i, key, expected, decode_images, data)
+            problem = _check_record(reader, i, key, expected, decode_images, data, stored, values)
             if problem:
                 report.problems.append(Problem(i, key, problem))
         report.checked += 1
@@ -114,33 +116,62 @@ def _in_order(column: Sequence[str]) -> Callable[[int], str]:
     return at
 
 
-def _records(reader: FormatReader, count: int) -> Iterator[tuple[int, bytes | None]]:
-    """(index, payload or None) for every record, read in order by the format's ``read_many``
-    (shards streamed once each, remote ones too); a record that fails there, and every record
-    after a failure, comes with None and is read again by index, which names the error."""
+def _records(
+    reader: FormatReader, count: int, stored: tuple[FieldSpec, ...]
+) -> Iterator[tuple[int, bytes | None, dict[str, bytes] | None]]:
+    """(index, payload or None, stored field bytes or None) for every record, read in order by
+    the format's ``read_many`` (``read_records`` with the stored fields: shards streamed once each,
+    remote ones too); a record that fails there, and every record after a failure, comes with
+    None and is read again by index, which names the error."""
     done = 0
+    names = [f.name for f in stored]
     try:
-        for i, data, _ in reader.read_many(range(count)):
-            yield i, data
-            done = i + 1
+        if names:
+            for i, data, _, values in reader.read_records(range(count), names):
+                yield i, data, values
+                done = i + 1
+        else:
+            for i, data, _ in reader.read_many(range(count)):
+                yield i, data, None
+                done = i + 1
     except Exception:
         pass
     for i in range(done, count):
-        yield i, None
+        yield i, None, None
 
 
 def _check_record(
-    reader: FormatReader, index: int, key: str, expected: str, decode_images: bool, data: bytes | None = None
+    reader: FormatReader,
+    index: int,
+    key: str,
+    expected: str,
+    decode_images: bool,
+    data: bytes | None = None,
+    stored: tuple[FieldSpec, ...] = (),
+    values: dict[str, bytes] | None = None,
 ) -> str | None:
-    """Return why record ``index`` is bad, or None when it is intact."""
+    """Return why record ``index`` is bad, or None when it is intact: its checksum over the image
+    and every stored field, then each field's bytes against its kind (bounds, dtype, shape,
+    box classes), named."""
     try:
-        if data is None:
+        if data is None or (stored and values is None):
             data, _ = reader.read(index)
+            values = reader.read_fields(index, [f.name for f in stored]) if stored else None
     except Exception as exc:  # unreadable record: report and go on
         return f"cannot read: {_describe(exc)}"
-    actual = hashlib.sha256(data).hexdigest()
+    if stored and (values is None or [*values] != [f.name for f in stored]):
+        return f"cannot read: the reader gave fields {sorted(values or ())!r:.200}, not the dataset's."
+    actual = record_checksum(data, values)
     if actual != expected:
         return f"checksum mismatch (stored {expected[:12]}..., computed {actual[:12]}...)"
+    for spec in stored:
+        assert values is not None
+        try:
+            check(spec, values[spec.name], f"record {index}")
+        except Exception as exc:  # check names the record and the field; anything else is named here
+            return (
+                str(exc) if isinstance(exc, IotoolError) else f"record {index}: field {spec.name!r}: {_describe(exc)}"
+            )
     if decode_images:
         try:
             native = reader.native_decode

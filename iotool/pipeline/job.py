@@ -47,6 +47,7 @@ class ConversionReport:
     skipped: list[SkippedFile] = field(default_factory=list)
     resumed_from: int = 0  # source files already done by the interrupted run that was resumed
     left_out: dict[str, int] | None = None  # source files not read, by extension (None: the source scans no files)
+    schema: Schema = field(default_factory=Schema.classification)  # the fields written besides the image
 
     @property
     def images_per_s(self) -> float:

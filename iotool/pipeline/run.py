@@ -207,6 +207,7 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
         result.skipped,
         resumed_from=result.resumed_from,
         left_out=_left_out(job.source),
+        schema=job.schema,
     )
 
 

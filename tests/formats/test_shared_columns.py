@@ -21,6 +21,7 @@ from PIL import Image
 
 import iotool
 from iotool.errors import IotoolError
+from iotool.fields import Schema
 from iotool.formats import get_format
 from iotool.formats.lmdb import close_env
 from iotool.records import DatasetMeta, Record, checksum
@@ -48,7 +49,7 @@ def written(fmt: str, path: Path, count: int) -> Path:
     writer.finish(
         DatasetMeta(
             format=fmt,
-            format_version=spec.reader.format_versions[-1],
+            format_version=spec.reader.write_version(Schema.classification()),
             classes=classes,
             class_to_idx={c: i for i, c in enumerate(classes)},
             count=count,

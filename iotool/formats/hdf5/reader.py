@@ -5,18 +5,27 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from typing import Any, ContextManager, Iterator
+from typing import Any, ContextManager, Iterator, Sequence
 
 import h5py
 import numpy as np
 
-from ...errors import FormatError
+from ...errors import FormatError, IotoolError, RecordError
 from ...records import DatasetMeta
+from ..field_values import stored_field_bound
 from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import AsciiColumn, IntColumn, LazyColumn
 from ..sharded.index import sha256_hex
-from .layout import FORMAT_VERSION, INTEGRITY_ATTR, META_ATTR, VLEN_VERSION, column_digests
+from .layout import (
+    FIELDS_VERSION,
+    FORMAT_VERSION,
+    INTEGRITY_ATTR,
+    META_ATTR,
+    VLEN_VERSION,
+    column_digests,
+    field_columns,
+)
 from .mapped import mapped_column
 from .storage import check_columns
 
@@ -88,7 +97,8 @@ class Hdf5Reader(FormatReader):
     """Map-style reader; the h5py file and the payload file open lazily, once per process (never across a fork)."""
 
     format_name = "hdf5"
-    format_versions = (VLEN_VERSION, 2, 3, FORMAT_VERSION)
+    format_versions = (VLEN_VERSION, 2, 3, FORMAT_VERSION, FIELDS_VERSION)
+    fields_version = FIELDS_VERSION
 
     def _file(self) -> h5py.File:
         pid = os.getpid()
@@ -99,6 +109,7 @@ class Hdf5Reader(FormatReader):
                 raise FormatError(f"{self.path}: cannot open as HDF5 ({exc}).") from None
             self._h_pid = pid
             self._h_images = self._h_payload = None  # per-process readers of the datasets
+            self._h_fields: dict[str, _Payload] = {}
         return self._h_file
 
     def _dataset(self, name: str, length: int | None = None) -> h5py.Dataset:
@@ -121,7 +132,8 @@ class Hdf5Reader(FormatReader):
     def _load_meta(self) -> DatasetMeta:
         with h5_errors(self.path):
             meta = self._read_meta()
-            check_columns(self.path, self._file(), meta.format_version)  # nothing stored outside the file
+            # nothing stored outside the file
+            check_columns(self.path, self._file(), meta.format_version, _field_datasets(meta))
         return meta
 
     def _read_meta(self) -> DatasetMeta:
@@ -143,6 +155,10 @@ class Hdf5Reader(FormatReader):
         meta = DatasetMeta.from_json(raw, self.path)
         if meta.format != "hdf5":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'hdf5'.")
+        if meta.schema.stored and meta.format_version < FIELDS_VERSION:
+            raise FormatError(
+                f"{self.path}: metadata lists fields, but format version {meta.format_version} stores none."
+            )
         column, length = ("images", meta.count) if meta.format_version == VLEN_VERSION else ("offsets", meta.count + 1)
         found = self._file().get(column)
         if not isinstance(found, h5py.Dataset) or found.shape != (length,):
@@ -170,9 +186,49 @@ class Hdf5Reader(FormatReader):
         )
         return self._h_payload
 
+    def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of record ``index``'s fields ``names`` from ``/field.<name>``, each
+        size (from ``/offsets.<name>``) refused beyond :meth:`field_bound` before it is read."""
+        if not names:
+            return {}
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        out = {}
+        for name in names:
+            bound = stored_field_bound(self, name)
+            try:
+                with h5_errors(self.path, index):
+                    column = self._field_column(name)
+                    size = int(column.offsets[index + 1]) - int(column.offsets[index])
+                    if size > bound:
+                        raise RecordError(f"{size} stored bytes, more than the {bound} a value of it may have.")
+                    out[name] = column.read(index)
+            except IotoolError as exc:
+                reason = str(exc).removeprefix(f"{self.path}: ")
+                raise RecordError(f"{self.path}: record {index}, field {name!r}: {reason}") from None
+        return out
+
+    def _field_column(self, name: str) -> _Payload:
+        self._file()  # (re)opens after a fork, resetting the per-process state
+        column = self._h_fields.get(name)
+        if column is None:
+            values, offsets = field_columns(name)
+            column = self._h_fields[name] = _Payload(
+                self.path, self._dataset(values, -1), self._column(offsets, "<i8", self.meta.count + 1), values
+            )
+        return column
+
+    def _field_offsets(self) -> dict[str, np.ndarray]:
+        """Every stored field's offsets column by dataset name (for the integrity digests), each
+        checked against its values (opening it)."""
+        out = {}
+        for spec in self.schema.stored:
+            out[field_columns(spec.name)[1]] = self._field_column(spec.name).offsets
+        return out
+
     def integrity_problems(self) -> list[str]:
         try:
-            check_columns(self.path, self._file(), self.meta.format_version)
+            check_columns(self.path, self._file(), self.meta.format_version, _field_datasets(self.meta))
         except FormatError as exc:
             return [str(exc)]
         try:
@@ -185,6 +241,7 @@ class Hdf5Reader(FormatReader):
                 self._dataset("checksums")[:],
                 offsets,
                 self._shapes(),
+                self._field_offsets(),
             )
             if offsets is not None:
                 self._open_payload()  # checks the offsets against /images
@@ -265,10 +322,16 @@ class _Keys(LazyColumn):
         raise TypeError("the keys of an HDF5 reader are not pickled; pickle the reader")
 
 
-class _Payload:
-    """Reads record payloads of a version-2 file: offsets checked once, bytes by pread (or h5py)."""
+def _field_datasets(meta: DatasetMeta) -> tuple[str, ...]:
+    """The datasets holding ``meta``'s stored fields (version 5)."""
+    return tuple(name for spec in meta.schema.stored for name in field_columns(spec.name))
 
-    def __init__(self, path: str, images: h5py.Dataset, offsets: np.ndarray):
+
+class _Payload:
+    """Reads record payloads of a version-2 file (or a stored field's values, version 5, from
+    ``column``): offsets checked once, bytes by pread (or h5py)."""
+
+    def __init__(self, path: str, images: h5py.Dataset, offsets: np.ndarray, column: str = "images"):
         self.path = path
         self.offsets = offsets  # mapped where stored contiguous: not copied into each process
         if (
@@ -277,8 +340,9 @@ class _Payload:
             or _decreasing(self.offsets)
             or self.offsets[-1] != images.shape[0]
         ):
+            offsets_name = "offsets" if column == "images" else "offsets." + column.removeprefix("field.")
             raise FormatError(
-                f"{path}: '/offsets' does not describe '/images' ({images.shape[0]} bytes); "
+                f"{path}: '/{offsets_name}' does not describe '/{column}' ({images.shape[0]} bytes); "
                 f"the file was modified or corrupted after conversion."
             )
         self.images = images

@@ -52,9 +52,10 @@ def storage_problem(file: h5py.File, name: str) -> str | None:
     return None
 
 
-def check_columns(path: str, file: h5py.File, format_version: int) -> None:
-    """FormatError naming the first column of ``file`` that is not stored inside it."""
-    for name in column_names(format_version):
+def check_columns(path: str, file: h5py.File, format_version: int, extra: tuple[str, ...] = ()) -> None:
+    """FormatError naming the first column of ``file`` (and of ``extra``: the stored fields'
+    datasets) that is not stored inside it."""
+    for name in column_names(format_version) + extra:
         problem = storage_problem(file, name)
         if problem is not None:
             raise FormatError(

@@ -21,7 +21,18 @@ from ..options import FormatOptions
 from ..shapes import record_shape
 from ..sharded.index import sha256_hex
 from ..writer import FormatWriter, WriterHooks
-from .layout import BATCH, CHUNK_BYTES, INTEGRITY_ATTR, META_ATTR, SPACE_MARGIN, STR, column_digests, dataset
+from .fields import FieldColumns
+from .layout import (
+    BATCH,
+    CHUNK_BYTES,
+    INTEGRITY_ATTR,
+    META_ATTR,
+    SPACE_MARGIN,
+    STR,
+    column_digests,
+    dataset,
+    field_columns,
+)
 
 STAGED = {"labels": ("<i8", 0), "checksums": ("S64", 0), "shapes": ("<i4", 2)}  # (type, values per record)
 STAGE_BLOCK = 1 << 16  # records copied per write
@@ -44,6 +55,7 @@ class Hdf5Writer(FormatWriter):
             "images", (0,), "u1", maxshape=(None,), chunks=(CHUNK_BYTES,), track_times=False
         )
         self.keys: h5py.Dataset = self.file.create_dataset("keys", (0,), STR, **column)
+        self.fields = FieldColumns(self.file, self.schema) if self.schema.stored else None  # version 5
         folder = os.path.dirname(os.path.abspath(path))
         self.staged = {name: tempfile.TemporaryFile(dir=folder) for name in STAGED}  # unnamed: gone with us
         self.offsets = [0]
@@ -55,7 +67,8 @@ class Hdf5Writer(FormatWriter):
         self.pending.append((record.label, record.key, record.checksum, record_shape(record)))
         self.offsets.append(self.offsets[-1] + len(record.data))
         self.unwritten.append(record.data)
-        if self.offsets[-1] - self.images.shape[0] >= CHUNK_BYTES:
+        waiting = self.fields.add(record.fields) if self.fields is not None else 0
+        if self.offsets[-1] - self.images.shape[0] >= CHUNK_BYTES or waiting >= CHUNK_BYTES:
             self._write_payloads()
         if len(self.pending) >= BATCH:
             self._flush()
@@ -72,7 +85,12 @@ class Hdf5Writer(FormatWriter):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
 
     def _write_payloads(self) -> None:
-        """Append the unwritten payloads to ``/images`` with one write (memory stays about one chunk)."""
+        """Append the unwritten payloads to ``/images`` with one write (memory stays about one
+        chunk), and the unwritten field values to their columns."""
+        if self.fields is not None:
+            self._ensure_space(self.fields.pending_bytes())
+            if self.fields.write():
+                self.file.flush()
         if not self.unwritten:
             return
         self._ensure_space(sum(map(len, self.unwritten)))
@@ -110,12 +128,18 @@ class Hdf5Writer(FormatWriter):
         columns = {name: self._write_staged(name) for name in STAGED}
         offsets = np.asarray(self.offsets, dtype="<i8")
         self.file.create_dataset("offsets", data=offsets, track_times=False)
+        field_offsets = self.fields.finish() if self.fields is not None else None
         meta_json = meta.to_json()
         integrity = json.dumps(
             {
                 "meta": sha256_hex(meta_json.encode("utf-8")),
                 **column_digests(
-                    columns["labels"][:], self.keys[:], columns["checksums"][:], offsets, columns["shapes"][:]
+                    columns["labels"][:],
+                    self.keys[:],
+                    columns["checksums"][:],
+                    offsets,
+                    columns["shapes"][:],
+                    field_offsets,
                 ),
             }
         )
@@ -125,7 +149,7 @@ class Hdf5Writer(FormatWriter):
         self.file.close()
         with open(self.path, "rb+") as f:
             os.fsync(f.fileno())
-        self._check_written(meta_json, integrity, offsets)
+        self._check_written(meta_json, integrity, offsets, field_offsets or {})
 
     def _write_staged(self, name: str) -> h5py.Dataset:
         """Copy staged column ``name`` into a contiguous dataset of the file, a block at a time."""
@@ -141,15 +165,23 @@ class Hdf5Writer(FormatWriter):
         f.close()
         return ds
 
-    def _check_written(self, meta_json: str, integrity: str, offsets: np.ndarray) -> None:
+    def _check_written(
+        self, meta_json: str, integrity: str, offsets: np.ndarray, field_offsets: dict[str, np.ndarray]
+    ) -> None:
         """Read the closed file back: HDF5 reports some failed writes (those made while h5py
         releases an object) only as printed warnings, and would leave a torn file that looks
         complete. A file that does not read back as written is an I/O error."""
         try:
             with h5py.File(self.path, "r") as f:
                 stored = dataset(f, "offsets")[:]
+                fields_ok = all(
+                    np.array_equal(dataset(f, column)[:], values)
+                    and dataset(f, field_columns(column.removeprefix("offsets."))[0]).shape == (int(values[-1]),)
+                    for column, values in field_offsets.items()
+                )
                 ok = (
-                    f.attrs.get(META_ATTR) == meta_json
+                    fields_ok
+                    and f.attrs.get(META_ATTR) == meta_json
                     and f.attrs.get(INTEGRITY_ATTR) == integrity
                     and dataset(f, "images").shape == (int(offsets[-1]),)
                     and np.array_equal(stored, offsets)
@@ -162,6 +194,7 @@ class Hdf5Writer(FormatWriter):
                             dataset(f, "checksums")[:],
                             stored,
                             dataset(f, "shapes")[:],
+                            field_offsets or None,
                         ),
                     }
                 )
@@ -184,6 +217,8 @@ class Hdf5Writer(FormatWriter):
             pass
         # Dropped for good: the writer is not used after abort.
         self.images = self.keys = None  # pyright: ignore[reportAttributeAccessIssue]
+        if self.fields is not None:
+            self.fields.close()
         for f in self.staged.values():
             f.close()
         try:

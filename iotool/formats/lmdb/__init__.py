@@ -11,6 +11,8 @@ Layout (main database, no named sub-databases):
     b"__iotool_checksums__"                SHA-256 digests, 32 raw bytes per record, by index
     b"__iotool_shapes__"                   decoded (height, width), 2 little-endian int32 per record,
                                            by index (version 3; [0, 0]: header unreadable)
+    b"%010d.<name>"                        version 4 (a dataset with fields): the stored bytes of
+                                           field <name> of the record (layout.field_key)
 
 Keys, labels, checksums and shapes are compact arrays mapped read-only from data.mdb where LMDB
 keeps them (env.map_value), shared by every process instead of copied into each, never lists of

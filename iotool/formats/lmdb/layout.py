@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 FORMAT_VERSION = 3  # 3: shapes; 2: keys as offsets + UTF-8 bytes; 1: keys as a JSON list (all read)
+FIELDS_VERSION = 4  # 4: version 3 plus a value per stored field (written only when a dataset has fields)
 META_KEY = b"__iotool_meta__"
 KEYS_KEY = b"__iotool_keys__"
 LABELS_KEY = b"__iotool_labels__"
@@ -27,3 +28,17 @@ def pack_strings(strings: list[str]) -> bytes:
 def record_key(index: int) -> bytes:
     """The LMDB key of record ``index``."""
     return b"%010d" % index
+
+
+def field_key(index: int, name: str) -> bytes:
+    """The LMDB key of field ``name``'s stored bytes in record ``index`` (version 4):
+    ``%010d.<name>``. Field names are ASCII with no leading dot, so this never equals a record
+    key (ten digits alone) or a reserved key (``__iotool_...``), nor another record's field."""
+    return b"%010d." % index + name.encode("ascii")
+
+
+def is_record_or_field_key(key: bytes, count: int) -> bool:
+    """Whether ``key`` is a record's key or one of its field keys for a record at or after ``count``
+    (what a resumed writer drops)."""
+    head = key[:10]
+    return len(key) >= 10 and head.isdigit() and (len(key) == 10 or key[10:11] == b".") and int(head) >= count

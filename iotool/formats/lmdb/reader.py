@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import lmdb
 import numpy as np
 
-from ...errors import FormatError
+from ...errors import FormatError, IotoolError, RecordError
 from ...records import DatasetMeta
+from ..field_values import stored_field_bound
 from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
@@ -18,6 +19,7 @@ from ..sharded.index import sha256_hex
 from .env import map_value, open_env, read_value
 from .layout import (
     CHECKSUMS_KEY,
+    FIELDS_VERSION,
     FORMAT_VERSION,
     INTEGRITY_KEY,
     KEYS_KEY,
@@ -25,6 +27,7 @@ from .layout import (
     META_KEY,
     RESERVED,
     SHAPES_KEY,
+    field_key,
     record_key,
 )
 
@@ -46,7 +49,8 @@ class LmdbReader(FormatReader):
     """Map-style reader of an iotool LMDB environment."""
 
     format_name = "lmdb"
-    format_versions = (1, 2, FORMAT_VERSION)
+    format_versions = (1, 2, FORMAT_VERSION, FIELDS_VERSION)
+    fields_version = FIELDS_VERSION
 
     def _get(self, key: bytes, record: int | None = None) -> bytes | None:
         with lmdb_errors(self.path):
@@ -94,9 +98,16 @@ class LmdbReader(FormatReader):
         meta = DatasetMeta.from_json(raw, self.path)
         entries = open_env(self.path).stat()["entries"]
         reserved = len(RESERVED) + (meta.format_version >= 3)  # SHAPES_KEY
-        if meta.count + reserved != entries:
+        per_record = 1 + len(meta.schema.stored)  # the payload and a value per stored field
+        if meta.count * per_record + reserved != entries:
             raise FormatError(
-                f"{self.path}: metadata says {meta.count} records but the environment holds {entries - reserved}."
+                f"{self.path}: metadata says {meta.count} records"
+                f"{f' of {per_record} values' if per_record > 1 else ''} but the environment holds "
+                f"{entries - reserved} values."
+            )
+        if meta.schema.stored and meta.format_version < FIELDS_VERSION:
+            raise FormatError(
+                f"{self.path}: metadata lists fields, but format version {meta.format_version} stores none."
             )
         if meta.format != "lmdb":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'lmdb'.")
@@ -110,6 +121,27 @@ class LmdbReader(FormatReader):
             if data is None:
                 raise FormatError(f"{self.path}: record {index} is missing.")
             return data, self.labels[index]
+
+    def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of record ``index``'s fields ``names``: the value under
+        ``%010d.<name>``, refused beyond :meth:`field_bound` before it is copied."""
+        if not names:
+            return {}
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        out = {}
+        for name in names:
+            bound = stored_field_bound(self, name)
+            try:
+                with lmdb_errors(self.path, index):
+                    value = read_value(self.path, field_key(index, name), max_bytes=bound)
+            except IotoolError as exc:
+                reason = str(exc).removeprefix(f"{self.path}: ")
+                raise RecordError(f"{self.path}: record {index}, field {name!r}: {reason}") from None
+            if value is None:
+                raise RecordError(f"{self.path}: record {index}, field {name!r}: the value is missing.")
+            out[name] = value
+        return out
 
     def integrity_problems(self) -> list[str]:
         try:

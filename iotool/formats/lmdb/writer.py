@@ -27,6 +27,8 @@ from .layout import (
     PART_KEY,
     PROGRESS_KEY,
     SHAPES_KEY,
+    field_key,
+    is_record_or_field_key,
     pack_strings,
     record_key,
 )
@@ -75,6 +77,9 @@ class LmdbWriter(FormatWriter):
     def add(self, record: Record) -> None:
         self.pending.append((record_key(record.index), record.data))
         self.pending_bytes += len(record.data)
+        for name, value in record.fields.items():  # the schema's order (version 4)
+            self.pending.append((field_key(record.index, name), value))
+            self.pending_bytes += len(value)
         self.keys.append(record.key)
         self.labels.append(record.label)
         self.digests += bytes.fromhex(record.checksum)
@@ -139,7 +144,7 @@ class LmdbWriter(FormatWriter):
                 self.labels.extend(part["labels"])
                 self.digests += bytes.fromhex(part["checksums"])
                 self.shapes.extend(part.get("shapes", [0, 0] * len(part["keys"])))  # older iotool: unknown
-            stale = [key for key, _ in txn.cursor() if key.isdigit() and int(key) >= state["count"]]
+            stale = [key for key, _ in txn.cursor() if is_record_or_field_key(key, state["count"])]
         if len(self.keys) != state["count"]:
             raise FormatError(f"{self.path}: the partial output's index does not match its checkpoint.")
         self._write([], tuple(stale))

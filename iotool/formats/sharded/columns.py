@@ -78,7 +78,8 @@ class ColumnWriter:
     """Writes a dataset's index columns record by record into ``folder``.
 
     ``kinds`` maps column names to "int" (int64 scalar), "intN" (N int64 per record, e.g.
-    "int3" for locations), "str" (UTF-8 strings) or "sha256" (hex digests stored as 32 bytes).
+    "int3" for locations), "float" (float64 scalar: a float field's values), "str" (UTF-8
+    strings) or "sha256" (hex digests stored as 32 bytes).
     """
 
     def __init__(self, folder: str, kinds: dict[str, str]):
@@ -93,6 +94,8 @@ class ColumnWriter:
                 self.string_end[name] = 0
             elif kind == "sha256":
                 self.files[name] = [_ArrayFile(paths[0], "|u1", 32)]
+            elif kind == "float":
+                self.files[name] = [_ArrayFile(paths[0], "<f8")]
             else:
                 self.files[name] = [_ArrayFile(paths[0], "<i8", _width(kind))]
 
@@ -132,7 +135,8 @@ class ColumnWriter:
                 data = bytes(values) if raw else b"".join(bytes.fromhex(v) for v in values)
                 self.files[name][0].extend_raw(data, n)
             else:
-                self.files[name][0].extend_raw(np.asarray(values, dtype="<i8").tobytes(), n)
+                dtype = "<f8" if kind == "float" else "<i8"
+                self.files[name][0].extend_raw(np.asarray(values, dtype=dtype).tobytes(), n)
 
     def finish(self) -> dict[str, dict[str, Any]]:
         """Close every file; return the column table the index stores (files, kind, digests)."""
@@ -188,12 +192,12 @@ def write_columns(folder: str, kinds: dict[str, str], rows: Iterable[dict[str, A
 
 # --- reading ---------------------------------------------------------------------------------------
 
-KINDS = ("int", "intN (N int64 per record, e.g. int2)", "str", "sha256")  # for messages
+KINDS = ("int", "intN (N int64 per record, e.g. int2)", "float", "str", "sha256")  # for messages
 
 
 def kind_problem(kind: object) -> str | None:
     """Why ``kind`` is not a column kind that exists (None: it is one)."""
-    if kind in ("int", "str", "sha256"):
+    if kind in ("int", "float", "str", "sha256"):
         return None
     if (
         isinstance(kind, str)
@@ -232,8 +236,8 @@ class Columns:
         self._arrays: dict[str, Any] = {}
 
     def get(self, name: str) -> Any:
-        """Column ``name``: an int64 array (N or N x k), a :class:`StringColumn` or a
-        :class:`ChecksumColumn`, checked for length."""
+        """Column ``name``: an int64 array (N or N x k), a float64 array, a :class:`StringColumn`
+        or a :class:`ChecksumColumn`, checked for length."""
         if name not in self._arrays:
             self._arrays[name] = self._open(name)
         return self._arrays[name]
@@ -250,6 +254,9 @@ class Columns:
         if kind == "sha256":
             _expect(paths[0], array, (self.count, 32), "|u1")
             return ChecksumColumn(array)
+        if kind == "float":
+            _expect(paths[0], array, (self.count,), "<f8")
+            return array
         width = _width(kind)
         _expect(paths[0], array, (self.count, width) if width else (self.count,), "<i8")
         return array

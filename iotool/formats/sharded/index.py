@@ -180,14 +180,16 @@ class IndexedReader(FormatReader):
     column_since: dict[str, int] = {}  # columns added by a later format version: name -> that version
     _digest = ""
 
-    def _load_columns(self, raw: dict, count: int) -> None:
+    def _load_columns(self, raw: dict, count: int, extra: dict[str, str] | None = None) -> None:
         """Take the column table (or the version-1 lists) from a verified index: the columns
-        of :attr:`column_kinds` that the dataset's format version has."""
+        of :attr:`column_kinds` that the dataset's format version has, and ``extra`` (those its
+        schema adds, :mod:`iotool.formats.sharded.fieldcols`)."""
         from .columns import check_table
 
         self._count = count
         version = raw["meta"]["format_version"]
         kinds = {n: k for n, k in self.column_kinds.items() if version >= self.column_since.get(n, 0)}
+        kinds.update(extra or {})
         self._present = list(kinds)
         if "columns" in raw:
             self._table: dict[str, dict[str, Any]] | None = check_table(raw["columns"], kinds, self.path)

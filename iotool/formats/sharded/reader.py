@@ -13,17 +13,20 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ... import storage
-from ...errors import FormatError, IotoolError
+from ...errors import FormatError, IotoolError, UsageError
 from ...names import ALLOWED, name_problem
 from ...records import DatasetMeta
 from ...storage.files import read_range_inside, regular_file
 from ..reader import ShardedReader
+from .fieldcols import SCALAR_KINDS, check_fields_meta, check_names, field_kinds, value_column
 from .index import INDEX_NAME, IndexedReader, read_index
+
+Read = Callable[[int, int], bytes]  # (offset, size) -> that many bytes of the shard being read
 
 
 def shard_name_problem(name: str) -> str | None:
@@ -44,13 +47,27 @@ class OffsetShardReader(IndexedReader, ShardedReader):
     # the most bytes a shard holds after the end of its last record's location (tar: the last
     # record's label member, pax headers for a long name, the end blocks and padding to a record)
     shard_tail_bytes = 64 << 10
+    field_locations = False  # each field is a member of its own with a location column (tar)
 
     def _load_meta(self) -> DatasetMeta:
         meta, raw = read_index(self.path, self.format_name, storage=self.storage)
         self._digest = str(raw.get("integrity", ""))  # names this version of the shards in a cache
         self._h_shards = self._parse_shards(raw, meta.count)
-        self._load_columns(raw, meta.count)
+        check_fields_meta(self, meta, self.field_locations)
+        self._load_columns(raw, meta.count, field_kinds(meta.schema, self.field_locations))
         return meta
+
+    def field_values(self, name: str) -> Any:
+        """The values of int or float field ``name`` of every record, by index (an int64 or
+        float64 array, memory-mapped), from the index: no shard is read."""
+        spec = self.schema[name] if name in self.schema else None
+        if spec is None or spec.kind not in SCALAR_KINDS:
+            scalars = [f.name for f in self.schema.stored if f.kind in SCALAR_KINDS]
+            raise UsageError(
+                f"{self.path}: {name!r:.80} is not an int or float field of this dataset "
+                f"(those it has: {', '.join(scalars) or 'none'})."
+            )
+        return self.column(value_column(name))
 
     def _parse_shards(self, raw: dict, count: int) -> list[dict]:
         shards = raw.get("shards")
@@ -178,14 +195,44 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         if not 0 <= index < self.meta.count:
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
         shard, offset, size = self._location(index)
+        return self._payload(shard, offset, self._read_span(shard, offset, size)), self.labels[index]
+
+    def _read_span(self, shard: int, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of ``shard`` (refused beyond :attr:`max_record_bytes`)."""
         if self.remote:
-            return self._payload(shard, offset, self._read_remote(shard, offset, size)), self.labels[index]
+            return self._read_remote(shard, offset, size)
         if size <= self.max_record_bytes:  # one C call; None: the checked steps below say what is wrong
             raw = read_range_inside(self.shard_path(shard), self.path, offset, size)
             if raw is not None:
-                return self._payload(shard, offset, raw), self.labels[index]
+                return raw
         with self.open_local(self.shard_path(shard), buffering=0) as f:
-            return self._payload(shard, offset, self._read_at(f, shard, offset, size)), self.labels[index]
+            return self._read_at(f, shard, offset, size)
+
+    def _record(
+        self, shard: int, offset: int, raw: bytes, index: int, names: Sequence[str], read: Read
+    ) -> tuple[bytes, dict[str, bytes]]:
+        """The payload and the stored bytes of fields ``names`` of record ``index``, whose
+        location holds ``raw``; ``read`` reads more of the shard (tar's field members)."""
+        if names:
+            raise FormatError(f"{self.path}: the {self.format_name} reader reads no fields ({', '.join(names)}).")
+        return self._payload(shard, offset, raw), {}
+
+    def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of record ``index``'s fields ``names``, in that order, each refused
+        beyond :meth:`field_bound` before it is read."""
+        names = check_names(self, names)
+        if not names:
+            return {}
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        shard, offset, size = self._location(index)
+        return self._fields_at(shard, offset, size, index, names)
+
+    def _fields_at(self, shard: int, offset: int, size: int, index: int, names: list[str]) -> dict[str, bytes]:
+        """:meth:`read_fields` of record ``index`` at (``shard``, ``offset``, ``size``): by
+        default read from its location's bytes."""
+        raw = self._read_span(shard, offset, size)
+        return self._record(shard, offset, raw, index, names, lambda o, n: self._read_span(shard, o, n))[1]
 
     def open_local(self, path: str, buffering: int = -1) -> IO[bytes]:
         """A local file of this dataset (a shard, a companion file, or for a URL its cached or
@@ -216,8 +263,23 @@ class OffsetShardReader(IndexedReader, ShardedReader):
 
     def read_many(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
         """Yield (index, payload, label) for indices, reading each shard file sequentially."""
+        for i, data, label, _ in self._pass(indices, ()):
+            yield i, data, label
+
+    def read_records(
+        self, indices: Iterable[int], names: Sequence[str]
+    ) -> Iterator[tuple[int, bytes | None, int | None, dict[str, bytes] | None]]:
+        """:meth:`read_many` with the stored bytes of fields ``names`` of each record, read in
+        the same sequential pass (see :meth:`FormatReader.read_records`)."""
+        yield from self._pass(indices, check_names(self, names))
+
+    def _pass(
+        self, indices: Iterable[int], names: Sequence[str]
+    ) -> Iterator[tuple[int, bytes | None, int | None, dict[str, bytes] | None]]:
+        """(index, payload, label, fields) for indices, each shard read once, in order; a record
+        that fails comes as (index, None, None, None)."""
         if self.remote:
-            yield from self._read_many_remote(indices)
+            yield from self._read_many_remote(indices, names)
             return
         current, f = None, None
         try:
@@ -233,14 +295,15 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                     except FormatError:
                         pass  # each record of this shard is read again by read(i), which names the error
                 if f is None:
-                    yield i, None, None
+                    yield i, None, None, None
                     continue
                 try:
-                    data = self._payload(shard, offset, self._read_at(f, shard, offset, size))
-                except (OSError, FormatError):
-                    yield i, None, None  # the caller re-reads with read(i) to get (or skip) the error
+                    raw = self._read_at(f, shard, offset, size)
+                    data, fields = self._record(shard, offset, raw, i, names, self._reading(f, shard))
+                except (OSError, IotoolError):
+                    yield i, None, None, None  # the caller re-reads with read(i) to get (or skip) the error
                     continue
-                yield i, data, labels[i]
+                yield i, data, labels[i], fields
         finally:
             if f is not None:
                 f.close()
@@ -259,7 +322,11 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         records = self.shard_ranges()[shard]
         if not records:
             return 0
-        _, offset, size = self._location(records[-1])
+        return self._record_end(records[-1])
+
+    def _record_end(self, index: int) -> int:
+        """Where the bytes of record ``index`` end in its shard (its location's end by default)."""
+        _, offset, size = self._location(index)
         return offset + size
 
     def _max_size(self, shard: int) -> int:
@@ -292,7 +359,13 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                 pass
         return storage.read_range(self.shard_path(shard), offset, size, self.storage)
 
-    def _read_many_remote(self, indices: Iterable[int]) -> Iterator[tuple[int, bytes | None, int | None]]:
+    def _reading(self, f: Any, shard: int) -> Read:
+        """``read(offset, size)`` of the open local (or cached) file ``f`` of ``shard``."""
+        return lambda offset, size: self._read_at(f, shard, offset, size)
+
+    def _read_many_remote(
+        self, indices: Iterable[int], names: Sequence[str] = ()
+    ) -> Iterator[tuple[int, bytes | None, int | None, dict[str, bytes] | None]]:
         """Stream each remote shard once, in order (or read it from the cache).
 
         When a shard fails after the retries, it and its remaining records yield None; the
@@ -314,20 +387,21 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                     except (OSError, IotoolError) as exc:
                         self._h_stream_errors[shard] = exc
                 if shard in self._h_stream_errors or handle is None:  # no handle: the open failed
-                    yield i, None, None
+                    yield i, None, None, None
                     continue
+                read = self._reading(handle, shard) if cached else handle.read_at
                 try:
-                    raw = self._read_at(handle, shard, offset, size) if cached else handle.read_at(offset, size)
+                    raw = read(offset, size)
                 except (OSError, IotoolError) as exc:
                     self._h_stream_errors[shard] = exc
-                    yield i, None, None
+                    yield i, None, None, None
                     continue
                 try:
-                    data = self._payload(shard, offset, raw)
-                except FormatError:
-                    yield i, None, None  # a damaged record, not a failed stream: read(i) reports it
+                    data, fields = self._record(shard, offset, raw, i, names, read)
+                except (OSError, IotoolError):
+                    yield i, None, None, None  # a damaged record, not a failed stream: read(i) reports it
                     continue
-                yield i, data, self.labels[i]
+                yield i, data, self.labels[i], fields
         finally:
             self._h_stream_errors = {}
             if handle is not None:

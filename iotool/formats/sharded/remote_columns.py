@@ -30,7 +30,7 @@ def column_file_bound(name: str, kind: str, count: int, string_bytes: int = 0) -
         data = 8 * (count + 1) if name.endswith(".offsets.npy") else string_bytes
     elif kind == "sha256":
         data = 32 * count
-    else:  # "int" or "intN"; an unknown kind is refused when the column is opened
+    else:  # "int", "intN" or "float"; an unknown kind is refused when the column is opened
         digits = kind[3:]
         data = 8 * (int(digits) if digits.isdigit() else 1) * count
     return _HEADER_SLACK + data

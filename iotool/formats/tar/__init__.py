@@ -7,6 +7,14 @@ Layout of DST_DIR::
                   "keys" (source paths), "member_keys" (WebDataset keys), "labels", "checksums",
                   "locations": [[shard, data offset, size], ...]}
 
+A dataset with fields besides the class (version 4) has, after each sample's payload and
+``.cls`` (only when the schema has a class), a member ``<key>.<name>`` per stored field holding
+its stored bytes exactly (UTF-8 text, JSON, decimal int/float, ``.npy``, the payload, boxes JSON),
+so ``webdataset`` yields a dict keyed by the field names; the index adds a ``field.<name>``
+column ([data offset, size] of that member) per field and a ``value.<name>`` column per int and
+float field (:mod:`iotool.formats.sharded.fieldcols`). A class-only dataset is written at
+version 3, byte for byte as before.
+
 The ``webdataset`` package reads the shards as they are. iotool's reader uses the index's byte
 offsets instead of parsing tar headers, so records are also reachable by index.
 """
@@ -17,7 +25,7 @@ from ..sharded.index import sniff_index, sniff_index_remote
 from ..spec import FormatSpec
 from .dali import TarDali
 from .plan import TarShardPlan
-from .reader import FORMAT_VERSION, TarReader
+from .reader import FIELDS_VERSION, FORMAT_VERSION, TarReader
 from .shardfile import WRITEBACK_BYTES, ShardFile, member_header, shard_name
 from .writer import COLUMNS, DEFAULT_SHARD_SIZE, TarOptions, TarWriter, tar_index
 
@@ -40,6 +48,7 @@ SPEC = FormatSpec(
 __all__ = [
     "COLUMNS",
     "DEFAULT_SHARD_SIZE",
+    "FIELDS_VERSION",
     "FORMAT_VERSION",
     "SPEC",
     "WRITEBACK_BYTES",

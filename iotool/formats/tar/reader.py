@@ -4,21 +4,28 @@
 from __future__ import annotations
 
 import tarfile
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-from ...errors import FormatError
+import numpy as np
+
+from ...errors import FormatError, RecordError
 from ...names import ALLOWED, first_bad_name, name_problem
 from ...records import DatasetMeta
-from ..sharded.reader import OffsetShardReader
+from ..sharded.fieldcols import SCALAR_KINDS, location_column, stored_bytes, value_column
+from ..sharded.reader import OffsetShardReader, Read
 
 FORMAT_VERSION = 3  # 3: the shapes column (decoded sizes); 2: columns in memory-mapped files; 1: JSON lists
+FIELDS_VERSION = 4  # 4: a member per stored field, and its columns (a dataset with fields besides the class)
+_BLOCK = tarfile.BLOCKSIZE
 
 
 class TarReader(OffsetShardReader):
     """Random and sequential access to tar shards through the index's byte offsets."""
 
     format_name = "tar"
-    format_versions = (1, 2, FORMAT_VERSION)
+    format_versions = (1, 2, FORMAT_VERSION, FIELDS_VERSION)
+    fields_version = FIELDS_VERSION
+    field_locations = True
     column_kinds = {
         "keys": "str",
         "member_keys": "str",
@@ -63,9 +70,54 @@ class TarReader(OffsetShardReader):
         return keys
 
     def _check_index(self) -> None:
-        """Every location (vectorised) and every member key (unsafe names)."""
+        """Every location (vectorised), every member key (unsafe names) and field location."""
         super()._check_index()
         self.member_keys  # noqa: B018  (checks every member key once)
+        for spec in self.schema.stored:
+            spans = np.asarray(self.column(location_column(spec.name)))
+            if len(spans) and (spans[:, 0].min() < _BLOCK or spans[:, 1].min() < 0):
+                raise FormatError(f"{self.path}: the locations of field {spec.name!r} name an offset that cannot be.")
+
+    # -- fields: a member each, after the sample's payload and label ------------------------
+    def _record(
+        self, shard: int, offset: int, raw: bytes, index: int, names: Sequence[str], read: Read
+    ) -> tuple[bytes, dict[str, bytes]]:
+        return raw, (self._members(shard, index, names, read) if names else {})
+
+    def _fields_at(self, shard: int, offset: int, size: int, index: int, names: list[str]) -> dict[str, bytes]:
+        return self._members(shard, index, names, lambda o, n: self._read_span(shard, o, n))
+
+    def _members(self, shard: int, index: int, names: Sequence[str], read: Read) -> dict[str, bytes]:
+        """The stored bytes of fields ``names`` of record ``index``: each member's size checked
+        against :meth:`field_bound` before anything is read, then its tar header read with its
+        data and checked to be the member ``<member_key>.<name>`` of that size (a RecordError
+        names the field otherwise: a member missing or another in its place)."""
+        where = f"{self.shard_path(shard)}: record {index}"
+        spans = []
+        for name in names:
+            offset, size = (int(v) for v in self.column(location_column(name))[index])
+            bound = self.field_bound(name)
+            if not 0 <= size <= bound or offset < _BLOCK:
+                raise RecordError(
+                    f"{where}, field {name!r}: the index places it at byte {offset} with {size} bytes "
+                    f"(a {self.schema[name].kind} value has at most {bound}); refused unread."
+                )
+            spans.append((offset, size, name))
+        member_key = self.member_keys[index]
+        found = {}
+        for offset, size, name in sorted(spans):
+            block = read(offset - _BLOCK, size + _BLOCK)
+            check_member(block[:_BLOCK], f"{member_key}.{name}", size, f"{where}, field {name!r}")
+            found[name] = block[_BLOCK:]
+        return {name: found[name] for name in names}
+
+    def _record_end(self, index: int) -> int:
+        """The end of the record's last member: its payload's or a field's."""
+        end = super()._record_end(index)
+        for spec in self.schema.stored:
+            offset, size = (int(v) for v in self.column(location_column(spec.name))[index])
+            end = max(end, offset + size)
+        return end
 
     def _unreadable(self, exc: Exception) -> str | None:
         if isinstance(exc, (tarfile.TarError, OSError, ValueError, KeyError)):
@@ -74,26 +126,67 @@ class TarReader(OffsetShardReader):
 
     def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
         where = self.shard_path(shard)
+        stored = self.schema.stored
+        per = 1 + self.schema.has_class + len(stored)  # members of a sample
         with self.open_local(local) as f, tarfile.open(fileobj=f, mode="r:") as tf:
             members = tf.getmembers()
-            expected = 2 * len(indices)
+            expected = per * len(indices)
             if len(members) != expected:
                 return [f"{where}: {len(members)} members, the index expects {expected}."]
             problems = []
             for j, i in enumerate(indices):
-                payload, cls = members[2 * j], members[2 * j + 1]
+                sample = members[per * j : per * (j + 1)]
                 mk, (_, offset, size) = self.member_keys[i], self._location(i)
-                bad = [m for m in (payload, cls) if not m.isreg() or name_problem(m.name)]
+                bad = [m for m in sample if not m.isreg() or name_problem(m.name)]
                 if bad:
                     problems += [f"{where}: member {m.name!r} is a link, special file or unsafe path." for m in bad]
                     continue
+                payload = sample[0]
                 ok_name = payload.name.startswith(mk + ".") and "/" not in payload.name[len(mk) + 1 :]
                 if not ok_name or payload.offset_data != offset or payload.size != size:
                     problems.append(f"{where}: member {payload.name!r} does not match the index entry of {mk!r}.")
-                label = tf.extractfile(cls)  # a regular member (checked above): never None
-                if cls.name != f"{mk}.cls" or label is None or label.read().strip() != str(self.labels[i]).encode():
-                    problems.append(f"{where}: label member {cls.name!r} does not match the index for {mk!r}.")
+                if self.schema.has_class:
+                    cls = sample[1]
+                    label = tf.extractfile(cls)  # a regular member (checked above): never None
+                    if cls.name != f"{mk}.cls" or label is None or label.read().strip() != str(self.labels[i]).encode():
+                        problems.append(f"{where}: label member {cls.name!r} does not match the index for {mk!r}.")
+                problems += self._field_problems(tf, sample[per - len(stored) :], i, mk, where)
             return problems
+
+    def _field_problems(self, tf: tarfile.TarFile, members: list, i: int, mk: str, where: str) -> list[str]:
+        """A sample's field members against the index: names, places, sizes, scalar values."""
+        problems = []
+        for spec, member in zip(self.schema.stored, members):
+            offset, size = (int(v) for v in self.column(location_column(spec.name))[i])
+            if member.name != f"{mk}.{spec.name}" or member.offset_data != offset or member.size != size:
+                problems.append(
+                    f"{where}: member {member.name!r} is not where the index puts field {spec.name!r} of {mk!r}."
+                )
+                continue
+            if spec.kind in SCALAR_KINDS and size <= self.field_bound(spec.name):
+                data = tf.extractfile(member)
+                value = self.column(value_column(spec.name))[i]
+                if data is None or data.read() != stored_bytes(spec.kind, value):
+                    problems.append(
+                        f"{where}: member {member.name!r} does not hold the index's value of {spec.name!r}."
+                    )
+        return problems
+
+
+def check_member(header: bytes, expected: str, size: int, where: str) -> None:
+    """Refuse a tar header block that is not that of the regular member ``expected`` of ``size``
+    bytes (its name as the header holds it: ASCII, cut at 100 bytes, the whole name in a PAX
+    record before it)."""
+    try:
+        info: tarfile.TarInfo | None = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
+    except tarfile.HeaderError:
+        info = None
+    want = expected.encode("ascii", "replace")[: tarfile.LENGTH_NAME].decode("ascii")
+    if info is None or not info.isreg() or info.name != want or info.size != size:
+        found = f"the member {info.name!r:.120} of {info.size} bytes" if info is not None else "no tar header"
+        raise RecordError(
+            f"{where}: no member {expected!r:.120} of {size} bytes where the index places it (found {found})."
+        )
 
 
 def unsafe_key(path: str, key: str) -> FormatError:

@@ -1,5 +1,5 @@
 """Tar shard files written member by member, byte-identical to ``tarfile``'s PAX output, each
-sample as its payload and label members, with the shard's DALI index built on the way."""
+sample as its payload, label and field members, with the shard's DALI index built on the way."""
 
 from __future__ import annotations
 
@@ -103,18 +103,32 @@ class ShardFile:
             self._start_writeback()
         return start
 
-    def add_sample(self, member_key: str, ext: str, data: bytes, label: int, key: str | None = None) -> int:
-        """Append one sample, the members ``<member_key>.<ext>`` (the payload) and
+    def add_sample(
+        self, member_key: str, ext: str, data: bytes, label: int, key: str | None = None, with_class: bool = True
+    ) -> int:
+        """Append one sample, the members ``<member_key>.<ext>`` (the payload) and, ``with_class``,
         ``<member_key>.cls`` (the label's ASCII digits), and its line of the DALI index; return the
         offset of the payload's data. The one way both engines write a sample (``key``: the
-        record's, for a refusal)."""
+        record's, for a refusal); its fields follow with :meth:`add_fields`."""
         name = f"{member_key}.{ext}"
         offset = self.add(name, data, key)
         self.dali.add(name, offset, len(data), checked=True)
-        label_bytes = str(label).encode("ascii")
-        label_name = f"{member_key}.cls"
-        self.dali.add(label_name, self.add(label_name, label_bytes, key), len(label_bytes), checked=True)
+        if with_class:
+            label_bytes = str(label).encode("ascii")
+            label_name = f"{member_key}.cls"
+            self.dali.add(label_name, self.add(label_name, label_bytes, key), len(label_bytes), checked=True)
         return offset
+
+    def add_fields(self, member_key: str, fields: dict[str, bytes], key: str | None = None) -> list[list[int]]:
+        """Append a member ``<member_key>.<name>`` holding each field's stored bytes, in order,
+        after the sample's payload and label; return their ``[data offset, size]``."""
+        spans = []
+        for name, value in fields.items():
+            member = f"{member_key}.{name}"
+            offset = self.add(member, value, key)
+            self.dali.add(member, offset, len(value), checked=True)
+            spans.append([offset, len(value)])
+        return spans
 
     def close(self, sync: bool = True) -> None:
         """End the archive as tarfile does (two zero blocks, then up to a whole record), fsync, close."""

@@ -16,6 +16,13 @@ Each Example holds (TensorFlow's ImageNet conversion names, build_imagenet_data.
 (b"JPEG", b"PNG" ...), ``image/class/label`` (int64: class index + ``label_offset``),
 ``image/filename`` (the key), ``image/height`` and ``image/width`` (when the header tells them).
 
+A dataset with fields besides the class (version 3) stores each as features of its Example
+(:mod:`.fields`: text, JSON, ``.npy`` arrays and payloads as bytes_list ``<name>``, ints as
+int64_list, floats as float_list plus the exact ``<name>/decimal`` text, boxes as
+``<name>/boxes`` and ``<name>/labels``), an index column ``value.<name>`` per int and float
+field, and no ``image/class/label`` when it has no class. A class-only dataset is written at
+version 2, byte for byte as before.
+
 ``label_offset``: iotool's labels are torchvision's 0-based class indices; TF-slim's ImageNet
 records use 1-based labels (0 is "background"), so ``-o label_offset=1`` writes those. The index
 keeps the 0-based class index, so iotool's reader returns the same labels either way; other
@@ -59,7 +66,7 @@ from .example import (
 )
 from .framing import RawRecord, RecordError, scan, unframe
 from .plan import TfrecordShardPlan
-from .reader import FORMAT_VERSION, TfrecordReader
+from .reader import FIELDS_VERSION, FORMAT_VERSION, TfrecordReader
 from .writer import DEFAULT_SHARD_SIZE, TfrecordOptions, TfrecordWriter, index_name, shard_name
 
 SPEC = FormatSpec(
@@ -80,6 +87,7 @@ SPEC = FormatSpec(
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
+    "FIELDS_VERSION",
     "FILENAME",
     "FORMAT_VERSION",
     "IMAGE",

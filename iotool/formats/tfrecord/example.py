@@ -127,7 +127,9 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _decode_list(kind: str, buf: memoryview, start: int, end: int) -> list:
+def _decode_list(kind: str, buf: memoryview, start: int, end: int, limit: int | None = None) -> list:
+    """The values of a list message; ``limit``: refuse more values than this (checked before a
+    packed run is unpacked), so a hostile record cannot make a huge list."""
     values: list = []
     for number, wire, value in _fields(buf, start, end):
         if number != 1:
@@ -141,24 +143,32 @@ def _decode_list(kind: str, buf: memoryview, start: int, end: int) -> list:
             while pos < stop:
                 item, pos = _read_varint(buf, pos, stop)
                 values.append(_signed(item))
+                _check_count(values, 0, limit)
         elif kind == "float" and wire == 5:
             values.append(struct.unpack("<f", value)[0])
         elif kind == "float" and wire == 2:
             if (value[1] - value[0]) % 4:
                 raise ExampleError("packed floats not a multiple of 4 bytes")
+            _check_count(values, (value[1] - value[0]) // 4, limit)
             values.extend(struct.unpack(f"<{(value[1] - value[0]) // 4}f", buf[value[0] : value[1]]))
         else:
             raise ExampleError(f"a {kind} list value with wire type {wire}")
+        _check_count(values, 0, limit)
     return values
 
 
-def _decode_feature(buf: memoryview, start: int, end: int) -> Feature:
+def _check_count(values: list, more: int, limit: int | None) -> None:
+    if limit is not None and len(values) + more > limit:
+        raise ExampleError(f"a list of more than the {limit} values read")
+
+
+def _decode_feature(buf: memoryview, start: int, end: int, limit: int | None = None) -> Feature:
     found: Feature = ("bytes", [])  # an empty Feature: no kind set
     for number, wire, value in _fields(buf, start, end):
         if number in _KINDS:
             if wire != 2:
                 raise ExampleError(f"Feature field {number} with wire type {wire}")
-            found = (_KINDS[number], _decode_list(_KINDS[number], buf, *value))
+            found = (_KINDS[number], _decode_list(_KINDS[number], buf, value[0], value[1], limit))
     return found
 
 
@@ -202,6 +212,21 @@ def find_feature(data: bytes | memoryview, name: str) -> Feature | None:
         return None
     span = spans[-1]  # the last entry of the name wins, as in decode_example
     return _decode_feature(buf, *span) if span is not None else ("bytes", [])
+
+
+def find_features(data: bytes | memoryview, limits: dict[str, int]) -> dict[str, Feature]:
+    """The features named in ``limits`` (name -> the most values read) of a serialised
+    ``Example``, as :func:`find_feature` gives each, in one walk of its entries; absent ones are
+    left out. A list longer than its limit is refused before it is decoded (:class:`ExampleError`)."""
+    buf = memoryview(data)
+    spans: dict[str, tuple[int, int] | None] = {}
+    for key, span in _entries(buf):
+        if key in limits:
+            spans[key] = span  # the last entry of a name wins
+    return {
+        name: _decode_feature(buf, *span, limits[name]) if span is not None else ("bytes", [])
+        for name, span in spans.items()
+    }
 
 
 # --- the features of an image record ------------------------------------------------------------

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from ... import storage
-from ...errors import FormatError
-from ..sharded.reader import OffsetShardReader
+from ...errors import FormatError, IotoolError
+from ..sharded.fieldcols import SCALAR_KINDS, stored_bytes, value_column
+from ..sharded.reader import OffsetShardReader, Read
 from . import example
+from .fields import feature_limits, float_problem, stored_field
 from .framing import MAX_RECORD_BYTES, RecordError, framed_size, scan, unframe
 from .writer import KINDS, index_name
 
 FORMAT_VERSION = 2  # 2: the shapes column (decoded sizes)
+FIELDS_VERSION = 3  # 3: stored fields as features, value.<name> columns (a dataset with fields besides the class)
 
 
 class TfrecordReader(OffsetShardReader):
@@ -17,7 +22,8 @@ class TfrecordReader(OffsetShardReader):
     checks both CRCs and returns its ``image/encoded`` bytes (labels come from the index)."""
 
     format_name = "tfrecord"
-    format_versions = (1, FORMAT_VERSION)
+    format_versions = (1, FORMAT_VERSION, FIELDS_VERSION)
+    fields_version = FIELDS_VERSION
     column_kinds = KINDS
     column_since = {"shapes": 2}
     max_record_bytes = framed_size(MAX_RECORD_BYTES)  # the framing's cap, checked before a read
@@ -38,6 +44,26 @@ class TfrecordReader(OffsetShardReader):
         if image is None:
             raise FormatError(f"{where}: record at byte {offset} has no {example.IMAGE} bytes feature.")
         return bytes(image)
+
+    def _record(
+        self, shard: int, offset: int, raw: bytes, index: int, names: Sequence[str], read: Read
+    ) -> tuple[bytes, dict[str, bytes]]:
+        """The image and fields ``names`` of one record: unframed once, only their features
+        decoded, each list within its bound (:mod:`.fields`)."""
+        if not names:
+            return self._payload(shard, offset, raw), {}
+        where = f"{self.shard_path(shard)}: record {index} (at byte {offset})"
+        data = unframe(raw, self.shard_path(shard), offset)
+        limits = {example.IMAGE: 1, **feature_limits(self.schema, list(names))}
+        try:
+            features = example.find_features(data, limits)
+        except example.ExampleError as exc:
+            raise FormatError(f"{where}: not a tf.train.Example ({exc}).") from None
+        image = example.first_bytes(features, example.IMAGE)
+        if image is None:
+            raise FormatError(f"{where}: no {example.IMAGE} bytes feature.")
+        fields = {name: stored_field(self.schema[name], features, self.field_bound(name), where) for name in names}
+        return bytes(image), fields
 
     def index_paths(self) -> list[str]:
         """The tfrecord2idx file of every shard, in shard order (for DALI and the tfrecord package)."""
@@ -69,11 +95,30 @@ class TfrecordReader(OffsetShardReader):
             except example.ExampleError as exc:
                 problems.append(f"{where}: record at byte {offset} is not a tf.train.Example ({exc}).")
                 continue
-            if example.first_int(features, example.LABEL) != int(self.labels[i]) + self.label_offset:
+            has_class = self.schema.has_class
+            if has_class and example.first_int(features, example.LABEL) != int(self.labels[i]) + self.label_offset:
                 problems.append(f"{where}: record at byte {offset}: its {example.LABEL} does not match the index.")
+            problems += self._field_problems(features, i, f"{where}: record at byte {offset}")
             name = example.first_bytes(features, example.FILENAME)
             if name is not None and bytes(name) != str(self.keys[i]).encode("utf-8", "surrogateescape"):
                 problems.append(f"{where}: record at byte {offset}: its {example.FILENAME} does not match the index.")
+        return problems
+
+    def _field_problems(self, features: dict[str, example.Feature], i: int, where: str) -> list[str]:
+        """A record's field features: each readable, a float's float32 copy and the value columns
+        agreeing with the stored bytes."""
+        problems = []
+        for spec in self.schema.stored:
+            try:
+                stored = stored_field(spec, features, self.field_bound(spec.name), where)
+            except IotoolError as exc:
+                problems.append(str(exc))
+                continue
+            problem = float_problem(spec, features, stored) if spec.kind == "float" else None
+            if problem:
+                problems.append(f"{where}: {problem}.")
+            if spec.kind in SCALAR_KINDS and stored != stored_bytes(spec.kind, self.column(value_column(spec.name))[i]):
+                problems.append(f"{where}: field {spec.name!r} does not hold the index's value.")
         return problems
 
     def _companion_problems(self, shard: int, indices: range) -> list[str]:
@@ -91,4 +136,4 @@ class TfrecordReader(OffsetShardReader):
         return [] if found == expected else [f"{path}: does not match the records of its shard."]
 
 
-__all__ = ["FORMAT_VERSION", "RecordError", "TfrecordReader"]
+__all__ = ["FIELDS_VERSION", "FORMAT_VERSION", "RecordError", "TfrecordReader"]

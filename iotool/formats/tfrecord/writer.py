@@ -7,10 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import UsageError
+from ...fields import Schema
 from ...records import Record
 from ..shapes import UNKNOWN, record_shape
+from ..sharded.fieldcols import field_kinds, schema_problem, value_row
 from ..sharded.writer import DEFAULT_SHARD_SIZE, ShardedOptions, ShardedWriter
+from ..writer import WriterHooks
 from . import example
+from .fields import field_features
 from .framing import frame, index_lines
 
 __all__ = [
@@ -20,6 +24,7 @@ __all__ = [
     "ShardFile",
     "TfrecordOptions",
     "TfrecordWriter",
+    "columns_for",
     "index_name",
     "record_bytes",
     "shard_name",
@@ -60,15 +65,31 @@ class TfrecordOptions(ShardedOptions):
             )
 
 
-def record_bytes(record: Record, label_offset: int, shape: list[int]) -> bytes:
+def columns_for(schema: Schema) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(COLUMNS, KINDS) of a TFRecord dataset of ``schema``: the format's, then a ``value.<name>``
+    column per int and float field; UsageError for a schema it does not store."""
+    problem = schema_problem(schema, tar=False)
+    if problem:
+        raise UsageError(f"The tfrecord format cannot store this schema: {problem}.")
+    extra = field_kinds(schema, locations=False)
+    return COLUMNS + tuple(extra), {**KINDS, **extra}
+
+
+def record_bytes(
+    record: Record, label_offset: int, shape: list[int], schema: Schema = Schema.classification()
+) -> bytes:
     """The serialised Example of one record, framed; ``shape`` is its ``record_shape`` (the image
-    height and width features are left out when it is unknown)."""
+    height and width features are left out when it is unknown). Without a class in ``schema``
+    there is no ``image/class/label``; its stored fields are features (:mod:`.fields`)."""
     features: dict[str, example.Feature] = {
         example.IMAGE: ("bytes", [record.data]),
         example.FORMAT: ("bytes", [_IMAGE_FORMATS.get(record.ext.lower(), record.ext.upper()).encode("ascii")]),
-        example.LABEL: ("int64", [record.label + label_offset]),
         example.FILENAME: ("bytes", [record.key.encode("utf-8", "surrogateescape")]),
     }
+    if schema.has_class:
+        features[example.LABEL] = ("int64", [record.label + label_offset])
+    if schema.stored:
+        features.update(field_features(schema, record.fields))
     if shape != UNKNOWN:
         features[example.HEIGHT], features[example.WIDTH] = ("int64", [shape[0]]), ("int64", [shape[1]])
     return frame(example.encode_example(features))
@@ -113,24 +134,27 @@ class TfrecordWriter(ShardedWriter):
     """Writes ``tf.train.Example`` records into shards (see :class:`ShardedWriter`); each shard
     gets its tfrecord2idx file ``<shard>.idx``."""
 
-    COLUMNS = COLUMNS
-    KINDS = KINDS
     META_OPTIONS = ("shard_size", "shard_bytes", "label_offset")
     shard_name = staticmethod(shard_name)
     options: TfrecordOptions
+
+    def __init__(self, path: str, options: TfrecordOptions, hooks: WriterHooks = WriterHooks()):
+        super().__init__(path, options, hooks)
+        self.COLUMNS, self.KINDS = columns_for(self.schema)  # the format's columns and its fields'
 
     def _open_shard(self, path: str) -> ShardFile:
         return ShardFile(path)
 
     def _write_record(self, record: Record) -> dict[str, Any]:
         shape = record_shape(record)
-        offset, size = self.shard.add(record_bytes(record, self.options.label_offset, shape))
+        offset, size = self.shard.add(record_bytes(record, self.options.label_offset, shape, self.schema))
         return {
             "keys": record.key,
             "labels": record.label,
             "checksums": record.checksum,
             "locations": [len(self.shards) - 1, offset, size],
             "shapes": shape,
+            **value_row(self.schema, record.fields, record.key),
         }
 
     def _close_shard(self, name: str) -> list[str]:

@@ -38,6 +38,7 @@ class LocalEngine(Engine):
         try:
             if adopted:
                 restore(writer, checkpoint, adopted)
+                job.observer.unseen()  # the records before the checkpoint were not observed
             bytes_in = feed(job, tasks, writer, checkpoint)
             skipped = [SkippedFile(*entry[1:]) for entry in checkpoint.skipped]
             writer.finish(job.meta(checkpoint.count, skipped))
