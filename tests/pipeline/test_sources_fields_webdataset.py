@@ -150,3 +150,26 @@ def test_field_members_are_bounded_before_they_are_read(tmp_path):
     source = open_source(shard, "webdataset", StorageConfig(), {"fields": "txt,cls"})
     bad = [t for t in source.tasks() if t.error]
     assert [t.key for t in bad] == ["s0001"] and "more than the 64 a int field may have" in bad[0].error
+
+
+@pytest.mark.skipif(not stores_fields("lmdb"), reason="the lmdb format helper stores fields on another branch")
+def test_a_conversion_to_lmdb_stores_the_schema_and_the_members_bytes(tmp_path):
+    from iotool.fields import record_checksum
+
+    shard = write(tmp_path / "a.tar", [caption_sample(i) for i in range(6)])  # captions, no class
+    report = iotool.convert(shard, tmp_path / "o", "lmdb", src_format="webdataset", workers=0)
+    reader = iotool.open_reader(tmp_path / "o")
+    assert report.count == 6 and not reader.meta.schema.has_class
+    assert [(f.name, f.kind) for f in reader.meta.schema.fields] == [
+        ("json", "json"),
+        ("npy", "array"),
+        ("seg.png", "bytes"),
+        ("txt", "text"),
+    ]
+    assert reader.meta.schema["npy"].dtype == "<f4" and reader.meta.schema["npy"].shape == (3,)
+    ref = reference(shard)
+    names = ("json", "npy", "seg.png", "txt")
+    for i, key in enumerate(reader.keys):
+        assert reader.read(i)[1] == -1
+        expected = record_checksum(ref[key]["jpg"], {n: ref[key][n] for n in names})  # webdataset's bytes
+        assert reader.checksums[i] == expected
