@@ -123,3 +123,22 @@ def test_a_metadata_line_is_parsed_within_bounds(tmp_path):
     (root / "metadata.jsonl").write_text(f'{{"file_name": "cat/0.jpg", "x": {deep}}}\n')
     with pytest.raises(SourceError, match="metadata.jsonl line 1: JSON nested more than"):
         open_source(str(root), "imagefolder", StorageConfig())
+
+
+def test_a_conversion_to_lmdb_keeps_the_metadata_columns(tmp_path):
+    from iotool.fields import decode
+
+    if get_format("lmdb").reader.fields_version is None:
+        pytest.skip("the lmdb format helper stores fields on another branch")
+    lines = classed_tree(tmp_path / "root")
+    report = iotool.convert(tmp_path / "root", tmp_path / "o", "lmdb", workers=0)
+    reader = iotool.open_reader(tmp_path / "o")
+    schema = reader.meta.schema
+    assert report.count == 6 and reader.classes == ["cat", "dog"]
+    by_name = {line["file_name"]: line for line in lines}
+    for i, key in enumerate(reader.keys):
+        stored = reader.read_fields(i, ["text", "n", "w", "v"])
+        got = {n: decode(schema[n], v, key) for n, v in stored.items()}
+        want = by_name[key]
+        assert got["text"] == want["text"] and got["n"] == want["n"] and got["w"] == want["w"]
+        assert got["v"].tolist() == want["v"]

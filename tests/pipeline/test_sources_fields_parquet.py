@@ -159,3 +159,31 @@ def test_a_column_of_an_unkept_type_is_refused_at_open_unless_left_out(tmp_path)
         open_source(str(tmp_path / "p.parquet"), "parquet", StorageConfig())
     source = open_source(str(tmp_path / "p.parquet"), "parquet", StorageConfig(), {"fields": "class"})
     assert source.schema.is_classification
+
+
+def test_a_conversion_to_lmdb_keeps_every_column(tmp_path):
+    from iotool.fields import decode
+
+    if get_format("lmdb").reader.fields_version is None:
+        pytest.skip("the lmdb format helper stores fields on another branch")
+    path = write_hf(tmp_path / "train.parquet")
+    report = iotool.convert(path, tmp_path / "o", "lmdb", src_format="parquet", workers=0)
+    reader = iotool.open_reader(tmp_path / "o")
+    schema = reader.meta.schema
+    assert report.count == N and reader.classes == ["ant", "bee", "cat"]
+    assert [(f.name, f.kind) for f in schema.fields][1:] == [
+        ("caption", "text"),
+        ("score", "float"),
+        ("emb", "array"),
+        ("meta", "json"),
+    ]
+    assert schema["emb"].dtype == "<f4" and schema["emb"].shape == (3,)
+    table = pq.read_table(path).to_pylist()
+    names = ["caption", "score", "emb", "meta"]
+    for i in range(N):
+        image, label = reader.read(i)
+        assert label == table[i]["kind"] and bytes(image) == table[i]["image"]["bytes"]
+        got = {n: decode(schema[n], v, "t") for n, v in reader.read_fields(i, names).items()}
+        assert got["caption"] == table[i]["caption"] and got["score"] == table[i]["score"]
+        assert got["emb"].tolist() == table[i]["emb"] and got["meta"] == table[i]["meta"]
+    assert iotool.verify(tmp_path / "o").ok

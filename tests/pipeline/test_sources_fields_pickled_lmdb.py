@@ -94,3 +94,20 @@ def test_unique_labels_are_refused_as_a_class(tmp_path):
         open_source(str(tmp_path / "a.lmdb"), "pickled-lmdb", StorageConfig())
     kept = open_source(str(tmp_path / "a.lmdb"), "pickled-lmdb", StorageConfig(), {"fields": "label"})
     assert [(f.name, f.kind) for f in kept.schema.fields] == [("label", "text")]
+
+
+def test_a_conversion_to_lmdb_keeps_the_entries(tmp_path):
+    import iotool
+    from iotool.fields import decode
+    from iotool.formats import get_format
+
+    if get_format("lmdb").reader.fields_version is None:
+        pytest.skip("the lmdb format helper stores fields on another branch")
+    values = [value(i) for i in range(4)]
+    write(tmp_path / "a.lmdb", values)
+    iotool.convert(tmp_path / "a.lmdb", tmp_path / "o", "lmdb", src_format="pickled-lmdb", workers=0)
+    reader = iotool.open_reader(tmp_path / "o")
+    schema = reader.meta.schema
+    stored = reader.read_fields(3, ["caption", "score", "meta", "mask"])
+    got = {n: decode(schema[n], v, "t") for n, v in stored.items()}
+    assert got == {k: values[3][k] for k in ("caption", "score", "meta", "mask")}
