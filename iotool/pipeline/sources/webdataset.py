@@ -309,7 +309,7 @@ class WebDatasetSource:
         if self.options.fields is None:
             pickled = next((e for e in s.exts if e != s.image_ext and pickle_problem(e)), None)
             if pickled is not None:
-                return f"member .{pickled}: {pickle_problem(pickled)}"
+                return f"the {pickled[:80]!r} member: {pickle_problem(pickled[:80])}"
         for f in self.schema.stored:
             if f.name not in s.members:
                 return (
