@@ -4,8 +4,8 @@ Python's unpickler runs whatever the stream asks for (``os.system`` through ``RE
 from someone else is never given to it. :func:`load_values` reads the opcode stream itself
 (protocols 2 to 5, the binary opcodes only) and builds nothing but ``None``, ``bool``, ``int``,
 ``bytes``, ``bytearray``, ``str``, ``tuple``, ``list`` and ``dict``. Every other opcode
-(``REDUCE``, ``BUILD``, ``INST``, ``OBJ``, ``NEWOBJ``, ``EXT1``, ``PERSID``, floats, sets ...) is
-refused by name with its byte offset.
+(``REDUCE``, ``BUILD``, ``INST``, ``OBJ``, ``NEWOBJ``, ``EXT1``, ``PERSID``, sets ...) is
+refused by name with its byte offset; floats (``BINFLOAT``) only unless ``Limits.floats``.
 
 One exception, and it constructs a value rather than calling anything: pickle writes ``bytes``
 at protocol 2, and ``bytearray`` at 2 to 4, as a "global" applied to arguments
@@ -40,6 +40,7 @@ class Limits:
     max_bytes: int = (1 << 30) + (1 << 20)  # a 1 GiB image and its label
     max_depth: int = 32
     max_items: int = 1 << 20  # values built, in all
+    floats: bool = False  # read BINFLOAT (a plain 8-byte double: a field's value) instead of refusing it
 
 
 # Globals that only construct bytes or bytearray (protocol 2-4 spellings); nothing is imported.
@@ -409,7 +410,15 @@ _BY_OPCODE = {
     b"c": lambda p: p.global_(p.line(), p.line()),
     b"\x93": lambda p: _stack_global(p),
     b"R": lambda p: p.reduce(),
+    b"G": lambda p: _float(p),
 }
+
+
+def _float(p: _Parser) -> None:
+    """BINFLOAT: an 8-byte big-endian double, read only when the limits allow floats."""
+    if not p.limits.floats:
+        raise p.fail("not allowed: floats are read only as field values (Limits.floats)")
+    p.push(struct.unpack(">d", p.take(8))[0])
 
 
 _HANDLERS = {op[0]: handler for op, handler in _BY_OPCODE.items()}  # by opcode byte value

@@ -394,7 +394,7 @@ def test_files_written_by_the_tfrecord_package_convert(foreign, to):
         to,
         workers=0,
         src_format="tfrecord-files",
-        source_options={"label_file": str(tmp / "labels.txt")},
+        source_options={"label_file": str(tmp / "labels.txt"), "fields": "class"},  # image/format left out
         **get_format(to).example_options,
     )
     assert report.count == 10
@@ -404,6 +404,7 @@ def test_files_written_by_the_tfrecord_package_convert(foreign, to):
     assert list(reader.labels) == [label - 1 for _, label, _ in images]
     assert [reader.read(i)[0] for i in range(10)] == [data for data, _, _ in images]
     assert reader.meta.options["source_options"]["label_offset"] == 1
+    assert reader.meta.fields is None  # image + class, as before fields existed
     assert iotool.verify(dst).ok
 
 
@@ -418,7 +419,7 @@ def test_foreign_without_label_file_or_filenames(tmp_path):
         workers=0,
         src_format="tfrecord-files",
         resize=16,
-        source_options={"label_offset": "0"},
+        source_options={"label_offset": "0", "fields": "class"},
     )
     reader = iotool.open_reader(dst)
     assert reader.classes == ["0", "1"] and list(reader.labels) == [0, 1, 0, 1]
@@ -428,7 +429,14 @@ def test_foreign_without_label_file_or_filenames(tmp_path):
 def test_a_zero_label_under_tf_slim_offset_says_which_option_to_use(tmp_path):
     _write_foreign(tmp_path / "f", [[(make_image(1), 0, "a.jpg")]])
     with pytest.raises(iotool.ConversionError, match="label_offset=0"):
-        iotool.convert(str(tmp_path / "f" / "*"), tmp_path / "o", "lmdb", workers=0, src_format="tfrecord-files")
+        iotool.convert(
+            str(tmp_path / "f" / "*"),
+            tmp_path / "o",
+            "lmdb",
+            workers=0,
+            src_format="tfrecord-files",
+            source_options={"fields": "class"},
+        )
 
 
 def test_a_bad_record_is_named_by_file_and_offset(foreign):
@@ -439,7 +447,8 @@ def test_a_bad_record_is_named_by_file_and_offset(foreign):
     data[second + 200] ^= 1  # inside record 2's data
     paths[0].write_bytes(bytes(data))
     args = (str(tmp / "foreign" / "*"),)
-    opts = {"src_format": "tfrecord-files", "workers": 0, "source_options": {"label_file": str(tmp / "labels.txt")}}
+    only_class = {"label_file": str(tmp / "labels.txt"), "fields": "class"}
+    opts = {"src_format": "tfrecord-files", "workers": 0, "source_options": only_class}
     with pytest.raises(iotool.ConversionError) as info:
         iotool.convert(*args, tmp / "fail", "lmdb", **opts)
     assert str(paths[0]) in str(info.value) and f"record 2 at byte {second}" in str(info.value)
@@ -478,6 +487,8 @@ def test_cli_converts_tfrecord_files_with_source_options(foreign):
             str(tmp / "cli"),
             "-s",
             f"label_file={tmp / 'labels.txt'}",
+            "-s",
+            "fields=class",
             "-o",
             "label_offset=1",
             "-q",
@@ -520,7 +531,13 @@ def test_one_huge_label_does_not_make_a_billion_classes(tmp_path):
     images = [(make_image(i), label, f"x{i}.JPEG") for i, label in enumerate([1, 1 << 40, 2])]
     _write_foreign(tmp_path / "f", [images])
     report = iotool.convert(
-        str(tmp_path / "f" / "*"), tmp_path / "o", "lmdb", workers=0, src_format="tfrecord-files", on_error="skip"
+        str(tmp_path / "f" / "*"),
+        tmp_path / "o",
+        "lmdb",
+        workers=0,
+        src_format="tfrecord-files",
+        on_error="skip",
+        source_options={"fields": "class"},
     )
     assert iotool.open_reader(tmp_path / "o").classes == ["1", "2"]
     assert [s.key for s in report.skipped] == ["x1.JPEG"] and "give the class names" in report.skipped[0].reason

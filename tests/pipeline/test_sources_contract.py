@@ -243,6 +243,31 @@ def test_every_kind_converts_to_every_format_with_keys_labels_and_bytes(kind, fm
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_every_built_in_kind_chooses_its_fields_and_class_alone_is_image_and_class(kind, good):
+    """Every source kind with fields takes ``fields=``: ``class`` keeps image + class (the same
+    labels), a name the source does not have is refused naming its fields, and a class-only
+    source's schema is image + class (nothing becomes a class silently)."""
+    from dataclasses import fields as option_fields
+
+    from iotool.fields import Schema
+    from iotool.pipeline.sources import get_source, open_source, source_schema
+    from iotool.storage import StorageConfig
+
+    built = good(kind)
+    spec = get_source(built.src_format)
+    if "fields" not in {f.name for f in option_fields(spec.options)}:
+        assert kind == "filelist", f"the {kind} source takes no fields= option"  # a plugin's kind
+        return
+    plain = open_source(built.src, spec, StorageConfig(), built.options)
+    only = open_source(built.src, spec, StorageConfig(), {**built.options, "fields": "class"})
+    assert source_schema(plain) == Schema.classification() == source_schema(only)
+    assert [t.key for t in only.tasks()] == [t.key for t in plain.tasks()]
+    assert only.classes == plain.classes == built.classes
+    with pytest.raises(iotool.UsageError, match="no field 'nope'.*class"):
+        open_source(built.src, spec, StorageConfig(), {**built.options, "fields": "nope"})
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_bad_record_fails_the_run_or_is_listed_under_skip(kind, tmp_path):
     built = BUILDERS[kind](tmp_path / "src", 2, False)
     fmt = FORMATS[0]

@@ -153,7 +153,7 @@ def test_source_options_are_typed_and_refused_by_name():
         kind.parse_options({"imagekey": "x"})
     with pytest.raises(UsageError, match="tfrecord-files source's option label_offset='one'"):
         kind.parse_options({"label_offset": "one"})
-    with pytest.raises(UsageError, match="The lmdb source takes no source options"):
+    with pytest.raises(UsageError, match="The lmdb source has no option x; its options: fields"):
         get_source("lmdb").parse_options({"x": "1"})
     with pytest.raises(UsageError, match="The imagefolder source has no option x; its options: extensions"):
         get_source("imagefolder").parse_options({"x": "1"})

@@ -154,7 +154,7 @@ def test_values_that_are_not_samples_are_named(tmp_path):
     errors = {t.key: t.error for t in opened(path).tasks()}
     assert errors["0"] is None and errors["1"] is None
     assert "a bytes, not (image bytes, label)" in errors["2"]
-    assert "opcode BINFLOAT" in errors["3"]
+    assert "the label is a float, not an int or a class name" in errors["3"]  # floats are read (field values)
     assert "a dict without 'image' and 'label' (its keys: 'img', 'target')" in errors["4"]
     assert "the image is a str, not bytes" in errors["5"]
     assert "no PROTO opcode" in errors["6"]

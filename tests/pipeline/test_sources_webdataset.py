@@ -87,12 +87,15 @@ def test_shards_of_shardwriter_convert_with_dotted_folders_and_cls_labels(tmp_pa
 
 
 def test_missing_labels_are_bad_records(tmp_path):
+    only_class = {"fields": "class"}  # the .txt member would be a field
     samples = [sample(0, cls=1), sample(1), sample(2, cls=0), {"__key__": "nolabel_noimage", "txt": "x"}]
     pattern = write_shards(tmp_path / "shards", samples, maxcount=10)
     with pytest.raises(ConversionError, match=r"sample 's0001': no .cls label member \(members: jpg\)") as err:
-        iotool.convert(pattern, tmp_path / "o", "lmdb", src_format="webdataset", workers=0)
+        iotool.convert(pattern, tmp_path / "o", "lmdb", src_format="webdataset", workers=0, source_options=only_class)
     assert "shard-000000.tar" in str(err.value)
-    report = iotool.convert(pattern, tmp_path / "o", "lmdb", src_format="webdataset", workers=0, on_error="skip")
+    report = iotool.convert(
+        pattern, tmp_path / "o", "lmdb", src_format="webdataset", workers=0, on_error="skip", source_options=only_class
+    )
     assert report.count == 2
     assert [s.key for s in report.skipped] == ["s0001", "nolabel_noimage"]
     assert "no image member (members: txt)" in report.skipped[1].reason
@@ -124,9 +127,9 @@ def test_labels_from_txt_class_names_and_json_fields(tmp_path):
     classes = str(tmp_path / "classes.txt")
     for n, options in enumerate(
         [
-            {"label_ext": "txt", "class_list": classes},
-            {"label_ext": "json", "label_field": "name", "class_list": classes},
-            {"label_ext": "json", "label_field": "y"},
+            {"label_ext": "txt", "class_list": classes, "fields": "class"},
+            {"label_ext": "json", "label_field": "name", "class_list": classes, "fields": "class"},
+            {"label_ext": "json", "label_field": "y", "fields": "class"},
         ]
     ):
         report = iotool.convert(
@@ -144,7 +147,12 @@ def test_labels_from_txt_class_names_and_json_fields(tmp_path):
     assert "'emu' is not in the class list" in report.skipped[0].reason or "no label" in report.skipped[0].reason
     with pytest.raises(ConversionError, match="is a class name; give the class list with -s class_list=FILE"):
         iotool.convert(
-            pattern, tmp_path / "o9", "lmdb", src_format="webdataset", workers=0, source_options={"label_ext": "txt"}
+            pattern,
+            tmp_path / "o9",
+            "lmdb",
+            src_format="webdataset",
+            workers=0,
+            source_options={"label_ext": "txt", "fields": "class"},
         )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 from ...errors import SourceError, UsageError
-from ...fields import Schema
+from ...fields import MAX_UNIQUE_CLASS_VALUES, FieldSpec, Schema
 from ...formats import FormatOptions
 from ...formats.plugins import missing_extra
 from ...storage import StorageConfig
@@ -167,3 +167,104 @@ def read_label_file(path: str, what: str = "label_file") -> list[str]:
     if not names or len(set(names)) != len(names):
         raise SourceError(f"{what} {path!r}: expected one distinct class name per line.")
     return names
+
+
+# --- fields ------------------------------------------------------------------------------------
+# Options every kind with fields takes; they are stored in the metadata only when given, so
+# that a conversion without them keeps its metadata and resume fingerprint as before.
+FIELD_OPTIONS = ("fields", "class_column")
+
+
+def stored_options(options: Any) -> dict[str, Any]:
+    """A kind's options as stored in the metadata: the field options left out when not given."""
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(options).items() if not (k in FIELD_OPTIONS and v is None)}
+
+
+def field_list(text: str | None) -> tuple[str, ...] | None:
+    """The names of a ``fields=`` option (comma-separated), or None (keep every field).
+
+    Raises:
+        UsageError: an empty list or a name given twice.
+    """
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names or len(set(names)) != len(names):
+        raise UsageError(f"fields={text!r:.200}: give field names once each, comma-separated (class for the class).")
+    return names
+
+
+def choose_fields(found: Sequence[FieldSpec], chosen: tuple[str, ...] | None, where: str) -> Schema:
+    """The schema of the fields ``found`` (source order) that ``chosen`` keeps (None: all).
+
+    Raises:
+        UsageError: a chosen name the source does not have, naming its fields.
+    """
+    names = [f.name for f in found]
+    if chosen is not None:
+        unknown = [n for n in chosen if n not in names]
+        if unknown:
+            raise UsageError(
+                f"{where}: fields={','.join(chosen)!r:.200}: no field {', '.join(map(repr, unknown))[:200]}; "
+                f"this source has: {', '.join(names)[:400] or 'none'}."
+            )
+        found = [f for f in found if f.name in chosen]
+    return Schema(tuple(found))
+
+
+def refuse_unique_class(values: Sequence[Any], what: str, hint: str) -> None:
+    """Refuse ``values`` (one per sample, None for none) as a class when they are all distinct and
+    more than :data:`~iotool.fields.MAX_UNIQUE_CLASS_VALUES`: a caption or an id, not a category.
+
+    Raises:
+        SourceError: naming ``what`` with the ``hint`` (how to keep it as a field instead).
+    """
+    present = [v for v in values if v is not None]
+    distinct = len(set(present))
+    if distinct > MAX_UNIQUE_CLASS_VALUES and distinct == len(present):
+        raise SourceError(
+            f"{what}: {distinct} distinct values in {len(present)} samples, one per sample: that is not a "
+            f"class (a caption or an id), and iotool makes no class of it; {hint}."
+        )
+
+
+def merge_kind(a: str | None, b: str) -> str:
+    """The kind a column has when one sample's value is of kind ``a`` and another's of ``b``:
+    the same, float for int and float, json for anything else that JSON holds (bytes never mix)."""
+    if a is None or a == b:
+        return b
+    if {a, b} == {"int", "float"}:
+        return "float"
+    return "bytes-mixed" if "bytes" in (a, b) else "json"
+
+
+def kind_of_value(value: Any) -> str | None:
+    """The kind a plain Python value is kept as (str -> text, int/bool -> int, float -> float, a
+    list or array of numbers -> array, other lists and dicts -> json, bytes -> bytes); None for None."""
+    import numpy as np
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, bool | int | np.integer | np.bool_):
+        return "int"
+    if isinstance(value, float | np.floating):
+        return "float"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "bytes"
+    if isinstance(value, np.ndarray):
+        return "array" if value.dtype.kind in "biuf" else "json"
+    if isinstance(value, list | tuple) and value and all(_numeric(v) for v in value):
+        return "array"
+    return "json"
+
+
+def _numeric(value: Any) -> bool:
+    import numpy as np
+
+    if isinstance(value, list | tuple):
+        return bool(value) and all(_numeric(v) for v in value)
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)

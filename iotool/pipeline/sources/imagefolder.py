@@ -8,6 +8,13 @@ imported; the rules are reimplemented and tested against hand-built trees.
 The extensions are torchvision's (:data:`IMG_EXTENSIONS`) unless the ``extensions`` option adds
 more (``--extensions .avif,.jxl``); the files of the class folders left out by their extension
 are counted by extension (``.jpe``, ``.jfif``, ...) in the scan and the conversion's summary.
+
+Hugging Face's metadata (a local root only): a ``metadata.jsonl`` or ``metadata.csv`` at the root
+with a ``file_name`` column adds its other columns as fields (:mod:`.hfmetadata`). The class stays
+the folder class; when the root has no class folders, its own images are the samples and there
+is no class. An image without a row is a bad record naming it; a row naming a file that is not
+one of the images is refused at open. Option ``fields`` (comma-separated; ``class`` for the
+class) keeps only those.
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ...errors import RecordError, SourceError, UsageError
+from ...fields import FieldSpec
 from ...storage import StorageConfig
-from .base import SourceKind, SourceOptions
+from .base import SourceKind, SourceOptions, choose_fields, field_list
 
 MAX_SOURCE_FILE_BYTES = 1 << 30  # no source image is this large: a bigger file is refused unread
 
@@ -240,30 +248,87 @@ class ImageFolderSource:
 
     def __init__(self, root: str, config: StorageConfig | None = None, options: ImageFolderOptions | None = None):
         from ... import storage
+        from .hfmetadata import find_metadata
 
         self.options = options or ImageFolderOptions()
-        self.scan = scan_imagefolder(root, config, image_extensions(self.options.extensions))
+        root = os.fspath(root)
+        local = not storage.is_url(root) and not root.lower().startswith("file://")
+        metadata = find_metadata(os.path.abspath(root)) if local and os.path.isdir(root) else None
+        extensions = image_extensions(self.options.extensions)
+        if metadata is not None and not _has_class_folders(os.path.abspath(root)):
+            self.scan = _scan_root(os.path.abspath(root), extensions)
+        else:
+            self.scan = scan_imagefolder(root, config, extensions)
         self.root = self.scan.root
         self.classes = self.scan.classes
         self.class_to_idx = self.scan.class_to_idx
         self.left_out = self.scan.left_out  # reported in the conversion's summary
         self.config = config if storage.is_url(self.root) else None
+        self._tasks: Sequence[SourceSample | FieldSample] = self.scan.samples
+        if metadata is not None:
+            self._with_metadata(metadata)
+        elif self.options.fields is not None:
+            self.schema = choose_fields([FieldSpec("class", "class")], field_list(self.options.fields), self.root)
+
+    def _with_metadata(self, path: str) -> None:
+        """The fields of the metadata file at ``path``, and each image's values from its row."""
+        from .hfmetadata import read_metadata
+
+        found, bad, rows = read_metadata(path)
+        chosen = field_list(self.options.fields)
+        for column, problem in bad.items():
+            if chosen is None or column in chosen:
+                raise SourceError(
+                    f"{path}: column {column!r:.80} cannot be a field ({problem}); choose the fields with -s fields=..."
+                )
+        specs = ([FieldSpec("class", "class")] if self.classes else []) + found
+        self.schema = choose_fields(specs, chosen, self.root)
+        keys = {s.key for s in self.scan.samples}
+        stray = next((name for name in rows if name not in keys), None)
+        if stray is not None:
+            exists = os.path.isfile(os.path.join(self.root, stray))
+            raise SourceError(
+                f"{path}: the row of {stray[:200]!r} names "
+                f"{'a file that is not one of the images read' if exists else 'a file that does not exist'}."
+            )
+        if not self.schema.has_class:
+            self.classes, self.class_to_idx = [], {}
+        names = [f.name for f in self.schema.stored]
+        tasks = []
+        for s in self.scan.samples:
+            label = s.label if self.schema.has_class else -1
+            row = rows.get(s.key)
+            missing = None if row is None else next((n for n in names if row.get(n) is None), None)
+            if row is None:
+                error = f"no row in {os.path.basename(path)} (every image needs one)"
+            elif missing is not None:
+                error = f"its row in {os.path.basename(path)} has no value for {missing!r}"
+            else:
+                error = None
+            values = tuple((n, row[n]) for n in names) if row is not None and error is None else ()
+            tasks.append(FieldSample(s.path, s.key, label, values, error))
+        self._tasks = tasks
 
     def options_dict(self) -> dict[str, Any]:
         """The source's own options as stored in the metadata: none unless extensions were added
         (so that a plain ImageFolder conversion's metadata and resume fingerprint stay as they were)."""
         added = image_extensions(self.options.extensions)[len(IMG_EXTENSIONS) :]
-        return {"extensions": ",".join(added)} if added else {}
+        out = {"extensions": ",".join(added)} if added else {}
+        return {**out, "fields": self.options.fields} if self.options.fields is not None else out
 
-    def tasks(self) -> Sequence[SourceSample]:
-        return self.scan.samples
+    def tasks(self) -> Sequence[SourceSample | FieldSample]:
+        return self._tasks
 
     def worker_state(self) -> StorageConfig | None:
         return self.config
 
     @staticmethod
-    def load(state: StorageConfig | None, task: SourceSample) -> tuple[str, str, int, bytes]:
-        """(key, path, label, bytes) of one source file."""
+    def load(state: StorageConfig | None, task: SourceSample | FieldSample) -> Any:
+        """(key, path, label, bytes[, values by field]) of one source file."""
+        if isinstance(task, FieldSample):
+            if task.error is not None:
+                raise RecordError(f"{task.path}: {task.error}")
+            return task.key, task.path, task.label, read_source_file(task.path), dict(task.values)
         if state is not None:
             from ... import storage
 
@@ -274,6 +339,26 @@ class ImageFolderSource:
                 storage.read_bytes(task.path, state, MAX_SOURCE_FILE_BYTES, "a source image may have"),
             )
         return task.key, task.path, task.label, read_source_file(task.path)
+
+
+def _has_class_folders(root: str) -> bool:
+    with os.scandir(root) as it:
+        return any(entry.is_dir() for entry in it)
+
+
+def _scan_root(root: str, extensions: tuple[str, ...]) -> SourceScan:
+    """The images directly under ``root`` (no class folders: Hugging Face metadata without labels)."""
+    samples, left_out = [], Counter()
+    for name in sorted(os.listdir(root)):
+        if name in ("metadata.jsonl", "metadata.csv") or not os.path.isfile(os.path.join(root, name)):
+            continue
+        if has_image_extension(name, extensions):
+            samples.append(SourceSample(os.path.join(root, name), name, -1))
+        else:
+            left_out[_suffix(name)] += 1
+    if not samples:
+        raise SourceError(f"Found no images at the root of {root!r} (a metadata file and no class folders).")
+    return SourceScan(root=root, classes=[], class_to_idx={}, samples=samples, left_out=dict(sorted(left_out.items())))
 
 
 def read_source_file(path: str) -> bytes:
@@ -304,9 +389,22 @@ class ImageFolderOptions(SourceOptions):
     (``.avif,.jxl``; the CLI's ``--extensions``)."""
 
     extensions: str = ""
+    fields: str | None = None  # with a metadata file: the fields kept, comma-separated (class for the class)
 
     def __post_init__(self) -> None:
         image_extensions(self.extensions)  # refuses a bad suffix by name
+        field_list(self.fields)
+
+
+class FieldSample(NamedTuple):
+    """An image of a folder with Hugging Face metadata: its values by field (from its row), or
+    why it has none."""
+
+    path: str
+    key: str
+    label: int
+    values: tuple[tuple[str, Any], ...]
+    error: str | None = None
 
 
 SOURCE = SourceKind(

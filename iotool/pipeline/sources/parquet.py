@@ -14,6 +14,16 @@ An image stored as a path only (``datasets`` writes local images so) is refused 
 (checked by :mod:`iotool.names`, links included). Keys are ``<file>#<row>`` (file relative to the
 matched files' common folder, row counted over the file).
 
+Fields: every other column is kept, its kind from its Arrow type (:mod:`.parquetcolumns`):
+string -> text, integer and bool -> int, float -> float, a list of numbers -> array, struct / map
+/ other lists -> json, binary (and ``{bytes, path}`` structs) -> bytes. The class is
+``class_column`` (``label_column`` is its old name); when not given, the ``label`` column (integers
+or strings) or else the first ``ClassLabel`` column; none otherwise. ``fields`` (comma-separated;
+``class`` for the class) keeps only those (``fields=class``: image + class; naming the class
+column itself keeps it as an int or text field). Class names made from values that are
+all distinct, more than :data:`~iotool.fields.MAX_UNIQUE_CLASS_VALUES`, are refused (keep the
+column as text). A null in a kept column is a bad record naming the row and the column.
+
 Bounds: the footer is checked from the file's last 8 bytes before pyarrow parses it, and a row
 group whose image and label columns take more than ``max_row_group_bytes`` (uncompressed, as its
 metadata declares) is refused, naming the file and row group, before any of it is read; a worker
@@ -24,15 +34,28 @@ given, so with N workers a row group may be read up to N times (once per worker)
 from __future__ import annotations
 
 import glob
-import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
 from ...errors import FormatError, RecordError, SourceError, UsageError
+from ...fields import FieldSpec, Schema, parse_json
+from ...fields import name_problem as field_name_problem
 from ...names import ALLOWED, name_problem, resolve_inside
-from .base import SourceKind, SourceOptions, common_folder, read_label_file, too_large, value_classes
+from .base import (
+    SourceKind,
+    SourceOptions,
+    choose_fields,
+    common_folder,
+    field_list,
+    read_label_file,
+    refuse_unique_class,
+    stored_options,
+    too_large,
+    value_classes,
+)
 from .imagefolder import read_source_file
+from .parquetcolumns import Column, column_kind, column_value
 
 MAGIC = b"PAR1"
 MAX_FOOTER_BYTES = 64 << 20  # a footer (the file's metadata) over this is refused unparsed
@@ -44,14 +67,24 @@ class ParquetOptions(SourceOptions):
     """Options of the parquet source (``--src-option KEY=VALUE``)."""
 
     image_column: str = "image"  # Hugging Face's Image struct {bytes, path}, or a binary column
-    label_column: str = "label"  # integers (ClassLabel) or strings
+    label_column: str = "label"  # the class column's old name (class_column); "label" is used when present
     label_file: str | None = None  # class names, one per line (line k = label k), when no HF metadata
     image_root: str | None = None  # the folder path-only images are read from (never outside it)
     max_row_group_bytes: int = 1 << 30  # a larger row group (image + label columns) is refused unread
+    class_column: str | None = None  # the class: integers (ClassLabel) or strings
+    fields: str | None = None  # the fields kept, comma-separated (class for the class); None: all
 
     def __post_init__(self) -> None:
-        if not self.image_column or not self.label_column:
-            raise UsageError("image_column and label_column must name columns, e.g. image, label.")
+        if not self.image_column or not self.label_column or self.class_column == "":
+            raise UsageError("image_column and class_column must name columns, e.g. image, label.")
+        if self.class_column and self.label_column not in ("label", self.class_column):
+            raise UsageError("class_column and label_column name the same thing; give one.")
+        field_list(self.fields)
+
+    @property
+    def asked_class(self) -> str | None:
+        """The class column the user named (None: the default rule)."""
+        return self.class_column or (self.label_column if self.label_column != "label" else None)
         if self.max_row_group_bytes <= 0:
             raise UsageError(f"max_row_group_bytes={self.max_row_group_bytes}: must be positive.")
         if self.image_root is not None and not os.path.isdir(self.image_root):
@@ -122,20 +155,20 @@ class ParquetSource:
 
     def options_dict(self) -> dict[str, Any]:
         """The options as stored in the metadata."""
-        return asdict(self.options)
+        return stored_options(self.options)
 
     def _columns(self, path: str, pf: Any) -> list[int]:
-        """Check the image and label columns of a file; return the leaf indices they read."""
+        """Check the image column and find the fields of a file (the same in every file); return
+        the leaf indices of the columns read."""
         import pyarrow as pa
 
         schema = pf.schema_arrow
         opts = self.options
-        for name in (opts.image_column, opts.label_column):
-            if schema.get_field_index(name) < 0:
-                raise SourceError(
-                    f"{path}: no column {name!r} (columns: {', '.join(schema.names)[:300]}); "
-                    f"choose with -s image_column=NAME / -s label_column=NAME."
-                )
+        if schema.get_field_index(opts.image_column) < 0:
+            raise SourceError(
+                f"{path}: no column {opts.image_column!r} (columns: {', '.join(schema.names)[:300]}); "
+                f"choose with -s image_column=NAME."
+            )
         image = schema.field(opts.image_column).type
         if not (
             pa.types.is_binary(image)
@@ -146,30 +179,96 @@ class ParquetSource:
                 f"{path}: column {opts.image_column!r} is {image}, not an image (Hugging Face's "
                 f"Image struct {{bytes, path}} or binary)."
             )
-        label = schema.field(opts.label_column).type
-        if not (pa.types.is_integer(label) or pa.types.is_string(label) or pa.types.is_large_string(label)):
-            raise SourceError(f"{path}: column {opts.label_column!r} is {label}, not integer or string labels.")
-        if self.names is None:
-            self.names = _hf_names(path, schema, opts.label_column)
+        features = _hf_features(path, schema)
+        found, columns = self._fields(path, schema, features)
+        plan = (choose_fields(found, field_list(opts.fields), path), columns)
+        if getattr(self, "_plan", None) is not None and self._plan != plan:
+            raise SourceError(f"{path}: its columns differ from {self.files[0]}'s; convert them apart.")
+        self._plan = plan
+        if self.names is None and self.class_column is not None:
+            self.names = _hf_names(path, features, self.class_column)
+        kept = {c.name for c in columns if c.name in plan[0]} | (
+            {self.class_column} if plan[0].has_class and self.class_column else set()
+        )
         paths = [pf.metadata.schema.column(j).path for j in range(pf.metadata.num_columns)]
         return [
             j
             for j, p in enumerate(paths)
-            if p == opts.label_column or p == opts.image_column or p.startswith(opts.image_column + ".")
+            if p.split(".", 1)[0] in kept or p == opts.image_column or p.startswith(opts.image_column + ".")
         ]
+
+    def _fields(self, path: str, schema: Any, features: dict) -> tuple[list[FieldSpec], list[Column]]:
+        """The class (if any) and a field per other column, in column order."""
+        import pyarrow as pa
+
+        opts = self.options
+        asked = opts.asked_class
+        if asked is not None and schema.get_field_index(asked) < 0:
+            raise SourceError(
+                f"{path}: no column {asked!r} (columns: {', '.join(schema.names)[:300]}); "
+                f"choose with -s class_column=NAME."
+            )
+        classlabels = [n for n in schema.names if (features.get(n) or {}).get("_type") == "ClassLabel"]
+        default = "label" if schema.get_field_index("label") >= 0 else (classlabels[0] if classlabels else None)
+        name = asked or default
+        self.class_column = name
+        found, columns = [], []
+        if name is not None:
+            label = schema.field(name).type
+            label = label.value_type if pa.types.is_dictionary(label) else label
+            if pa.types.is_integer(label) or pa.types.is_string(label) or pa.types.is_large_string(label):
+                found.append(FieldSpec("class", "class"))
+            elif asked is not None:
+                raise SourceError(f"{path}: column {name!r} is {label}, not integer or string labels.")
+            else:
+                self.class_column = None
+        chosen = field_list(opts.fields) or ()
+        for column in schema.names:
+            if column == opts.image_column or (column == self.class_column and column not in chosen):
+                continue
+            kind = column_kind(schema.field(column).type, features.get(column))
+            problem = field_name_problem(column) if isinstance(kind, Column) else kind
+            if problem:
+                if opts.fields is None or column in chosen:
+                    raise SourceError(
+                        f"{path}: column {column!r:.80} cannot be kept as a field ({problem}); "
+                        f"choose the fields with -s fields=NAME,... (class for the class)."
+                    )
+                continue
+            assert isinstance(kind, Column)
+            columns.append(kind._replace(name=column))
+            found.append(FieldSpec(column, kind.kind))
+        return found, columns
+
+    @property
+    def schema(self) -> Schema:
+        """The fields of the rows (the same in every file)."""
+        assert self._plan is not None  # found at open
+        return self._plan[0]
 
     def _scan(self) -> list[ParquetRow]:
         """Read every file's labels (row group by row group, each checked against the bound)."""
         common = common_folder(self.files)
         per_file: list[tuple[str, str, list[tuple[int, list]]]] = []
+        self._plan: tuple[Schema, list[Column]] | None = None
+        self.class_column: str | None = None
         for path in self.files:
             with _open(path) as pf:
                 leaves = self._columns(path, pf)
                 groups = [(g, self._labels(path, pf, g, leaves)) for g in range(pf.metadata.num_row_groups)]
             per_file.append((path, os.path.relpath(path, common).replace(os.sep, "/"), groups))
+        values = [v for _, _, groups in per_file for _, labels in groups for v in labels]
+        with_class = self.schema.has_class
         self._derived = self.names is None  # the classes are made from the label values
+        if with_class and self._derived:
+            others = [f.name for f in self.schema.stored]
+            refuse_unique_class(
+                values,
+                f"{self.root}: column {self.class_column!r}",
+                f"keep it as a field: -s fields={','.join([*others, str(self.class_column)])}",
+            )
         if self.names is None:
-            self.names = _names_from_values([v for _, _, groups in per_file for _, labels in groups for v in labels])
+            self.names = _names_from_values(values) if with_class else []
         self.classes = self.names
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         tasks = []
@@ -177,7 +276,7 @@ class ParquetSource:
             row = 0
             for g, labels in groups:
                 for r, value in enumerate(labels):
-                    label, error = self._label(value)
+                    label, error = self._label(value) if with_class else (-1, None)
                     tasks.append(
                         ParquetRow(
                             f"{rel}#{row}",
@@ -192,19 +291,21 @@ class ParquetSource:
         return tasks
 
     def _labels(self, path: str, pf: Any, group: int, leaves: list[int]) -> list:
-        """The label column of one row group, after checking the group against the bound."""
+        """The class column of one row group (Nones without a class), after checking the bound."""
         import pyarrow as pa
 
         check_group(path, pf, group, leaves, self.options.max_row_group_bytes)
+        if not self.schema.has_class:
+            return [None] * pf.metadata.row_group(group).num_rows
         try:
-            return pf.read_row_group(group, columns=[self.options.label_column]).column(0).to_pylist()
+            return pf.read_row_group(group, columns=[self.class_column]).column(0).to_pylist()
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(f"{path}: row group {group} cannot be read ({exc}).") from None
 
     def _label(self, value: Any) -> tuple[int, str | None]:
         """(class index, None), or (-1, why the value is no label)."""
         if value is None:
-            return -1, f"no label (null in {self.options.label_column!r})"
+            return -1, f"no label (null in {self.class_column!r})"
         if isinstance(value, str):
             index = self.class_to_idx.get(value, -1)
             return (index, None) if index >= 0 else (-1, f"label {value!r} is not one of the classes")
@@ -218,14 +319,20 @@ class ParquetSource:
         return self._tasks
 
     def worker_state(self) -> RowGroupReader:
-        return RowGroupReader(self.options)
+        kept = [c for c in self._plan[1] if c.name in self.schema] if self._plan else []
+        return RowGroupReader(self.options, kept)
 
     @staticmethod
-    def load(state: RowGroupReader, task: ParquetRow) -> tuple[str, str, int, bytes]:
-        """(key, path, label, image bytes) of one row (its row group read once per worker)."""
+    def load(
+        state: RowGroupReader, task: ParquetRow
+    ) -> tuple[str, str, int, bytes] | tuple[str, str, int, bytes, dict]:
+        """(key, path, label, image bytes[, values by field]) of one row (its row group read once per worker)."""
         if task.error is not None:
             raise FormatError(task.error)
-        return task.key, task.path, task.label, state.image(task)
+        image = state.image(task)
+        if not state.columns:
+            return task.key, task.path, task.label, image
+        return task.key, task.path, task.label, image, state.values(task)
 
 
 def check_group(path: str, pf: Any, group: int, leaves: list[int], bound: int) -> None:
@@ -240,16 +347,24 @@ def check_group(path: str, pf: Any, group: int, leaves: list[int], bound: int) -
         )
 
 
-def _hf_names(path: str, schema: Any, column: str) -> list[str] | None:
-    """The ClassLabel names Hugging Face stored for ``column`` in the schema metadata, if any."""
+def _hf_features(path: str, schema: Any) -> dict:
+    """The features Hugging Face stored in the schema metadata (column -> feature), or {}."""
     raw = (schema.metadata or {}).get(HF_KEY)
     if raw is None:
-        return None
+        return {}
     try:
-        info = json.loads(raw)
-        feature = info.get("info", {}).get("features", {}).get(column)
-    except (ValueError, AttributeError):
+        features = parse_json(raw, f"{path}: the {HF_KEY.decode()} schema metadata", MAX_FOOTER_BYTES)
+        features = features.get("info", {}).get("features", {})
+        if not isinstance(features, dict):
+            raise AttributeError
+    except (RecordError, AttributeError):
         raise SourceError(f"{path}: the {HF_KEY.decode()} schema metadata is not the JSON datasets writes.") from None
+    return features
+
+
+def _hf_names(path: str, features: dict, column: str) -> list[str] | None:
+    """The ClassLabel names Hugging Face stored for ``column`` in the schema metadata, if any."""
+    feature = features.get(column)
     names = feature.get("names") if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" else None
     if names is None:
         return None
@@ -267,20 +382,32 @@ def _names_from_values(values: list) -> list[str]:
 class RowGroupReader:
     """A worker's reader: the image column of one row group at a time (the last one asked for)."""
 
-    def __init__(self, options: ParquetOptions):
+    def __init__(self, options: ParquetOptions, columns: list[Column] | None = None):
         self.options = options
+        self.columns = columns or []  # the columns kept as fields
         self._at: tuple[str, int] | None = None
         self._images: Any = None
+        self._fields: list[list] = []
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_at": None, "_images": None}
+        return {"options": self.options, "columns": self.columns, "_at": None, "_images": None, "_fields": []}
+
+    def _group(self, task: ParquetRow) -> None:
+        if self._at != (task.path, task.group):
+            self._images, self._fields = None, []  # one row group held at a time
+            self._images, *self._fields = self._read_group(task.path, task.group)
+            self._at = (task.path, task.group)
+
+    def values(self, task: ParquetRow) -> dict[str, Any]:
+        """The field values of ``task``'s row; a null is a bad record naming the row and column."""
+        self._group(task)
+        row = task.key.rpartition("#")[2]
+        return {c.name: column_value(c, self._fields[k][task.row], row) for k, c in enumerate(self.columns)}
 
     def image(self, task: ParquetRow) -> bytes:
         """The image bytes of ``task``: stored bytes, or the file its path names under image_root."""
-        if self._at != (task.path, task.group):
-            self._images = None  # one row group held at a time
-            self._images = self._read_group(task.path, task.group)
-            self._at = (task.path, task.group)
+        self._group(task)
+        assert self._images is not None
         value = self._images[task.row]
         if isinstance(value, dict):
             data, name = value.get("bytes"), value.get("path")
@@ -292,10 +419,12 @@ class RowGroupReader:
             raise RecordError(f"row {task.key.rpartition('#')[2]}: no image (null bytes and path)")
         return self._from_root(task, name)
 
-    def _read_group(self, path: str, group: int) -> list:
+    def _read_group(self, path: str, group: int) -> list[list]:
+        """The image column and the field columns of one row group, after checking the bound."""
         import pyarrow as pa
 
         opts = self.options
+        names = [opts.image_column, *(c.name for c in self.columns)]
         try:
             pf = _open(path)
             leaves = [
@@ -303,10 +432,12 @@ class RowGroupReader:
                 for j in range(pf.metadata.num_columns)
                 if (p := pf.metadata.schema.column(j).path) == opts.image_column
                 or p.startswith(opts.image_column + ".")
+                or p.split(".", 1)[0] in names[1:]
             ]
             with pf:
                 check_group(path, pf, group, leaves, opts.max_row_group_bytes)
-                return pf.read_row_group(group, columns=[opts.image_column]).column(0).to_pylist()
+                table = pf.read_row_group(group, columns=names)
+                return [table.column(k).to_pylist() for k in range(len(names))]
         except SourceError as exc:  # the file changed since the scan
             raise FormatError(str(exc).removeprefix(f"{path}: ")) from None
         except (pa.ArrowException, OSError, IndexError) as exc:

@@ -18,21 +18,40 @@ number order when all of them are decimal numbers (``b'10'`` after ``b'9'``), el
 (byte) order. Labels: ints are class indices (class names from ``classes_file``, one per line,
 line k = label k; else the numbers themselves, "0", "1", ...); str labels are class names
 (sorted, as ImageFolder sorts its folders). A record key is the LMDB key, as UTF-8.
+
+Fields: the other entries of dict values are kept by their key: str -> text, int and bool -> int,
+float -> float, a list of numbers -> array, other lists and dicts -> json, bytes -> bytes (floats
+are read from the pickle as plain values too, nothing else is). When no dict has the label entry
+there is no class. Option ``fields`` (comma-separated; ``class`` for the class) keeps only those
+(naming ``label_field`` keeps the label as a field); an entry only some values have, or a None,
+is a bad record naming it. Labels all distinct (more than
+:data:`~iotool.fields.MAX_UNIQUE_CLASS_VALUES`, no ``classes_file``) are refused as a class.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
 import lmdb
 
 from ...errors import FormatError, IotoolError, RecordError, SourceError, UsageError
+from ...fields import FieldSpec, Schema, name_problem
 from ...formats.lmdb import list_keys, open_env, read_value
 from ..picklevalues import Limits, load_values
-from .base import SourceKind, SourceOptions, read_label_file
+from .base import (
+    SourceKind,
+    SourceOptions,
+    choose_fields,
+    field_list,
+    kind_of_value,
+    merge_kind,
+    read_label_file,
+    refuse_unique_class,
+    stored_options,
+)
 
 SOURCE_KIND = "pickled-lmdb"
 KEYS_RECORD, LEN_RECORD = b"__keys__", b"__len__"
@@ -49,8 +68,10 @@ class PickledLmdbOptions(SourceOptions):
     image_field: str = "image"  # the image's key in dict values
     label_field: str = "label"  # the label's key in dict values
     max_value_bytes: int = MAX_VALUE_BYTES
+    fields: str | None = None  # the fields kept, comma-separated (class for the class); None: all
 
     def __post_init__(self) -> None:
+        field_list(self.fields)
         if self.max_value_bytes <= 0:
             raise UsageError(f"max_value_bytes={self.max_value_bytes}: give a positive number of bytes.")
         if not self.image_field or not self.label_field:
@@ -67,16 +88,24 @@ class PickledRecord(NamedTuple):
     error: str | None = None
 
 
-def split_sample(value: Any, options: PickledLmdbOptions) -> tuple[bytes, Any]:
-    """(image bytes, label) of one unpickled value, or RecordError saying what it holds instead."""
+def split_sample(value: Any, options: PickledLmdbOptions) -> tuple[bytes, Any, dict[str, Any]]:
+    """(image bytes, label (None: a dict without one), the dict's other entries by name) of one
+    unpickled value, or RecordError saying what it holds instead."""
+    extras: dict[str, Any] = {}
     if isinstance(value, dict):
         image, label = _field(value, options.image_field), _field(value, options.label_field)
-        if image is None or label is None:
+        if image is None:
             keys = ", ".join(sorted(repr(k)[:40] for k in value)[:10])
             raise RecordError(
                 f"a dict without {options.image_field!r} and {options.label_field!r} "
                 f"(its keys: {keys}); set image_field= and label_field="
             )
+        for k, v in value.items():
+            name = k.decode("utf-8", "replace") if isinstance(k, bytes) else k if isinstance(k, str) else None
+            if name is None:
+                raise RecordError(f"a dict key {k!r:.40} that is not a str or bytes")
+            if name != options.image_field:
+                extras[name] = v
     elif isinstance(value, (tuple, list)) and len(value) >= 2:
         image, label = value[0], value[1]
     else:
@@ -86,9 +115,9 @@ def split_sample(value: Any, options: PickledLmdbOptions) -> tuple[bytes, Any]:
         )
     if not isinstance(image, (bytes, bytearray)):
         raise RecordError(f"the image is a {type(image).__name__}, not bytes")
-    if isinstance(label, bool) or not isinstance(label, (int, str)):
+    if label is not None and (isinstance(label, bool) or not isinstance(label, (int, str))):
         raise RecordError(f"the label is a {type(label).__name__}, not an int or a class name")
-    return bytes(image), label
+    return bytes(image), label, extras
 
 
 def value_of(root: str, key: bytes, options: PickledLmdbOptions) -> bytes | None:
@@ -105,7 +134,7 @@ def value_of(root: str, key: bytes, options: PickledLmdbOptions) -> bytes | None
 
 def parse(raw: bytes, options: PickledLmdbOptions) -> Any:
     """One stored value, read as plain values (never unpickled)."""
-    return load_values(raw, Limits(max_bytes=options.max_value_bytes))
+    return load_values(raw, Limits(max_bytes=options.max_value_bytes, floats=True))
 
 
 def _field(value: dict, name: str) -> Any:
@@ -129,8 +158,14 @@ class PickledLmdbSource:
                 f"{self.root}: not an LMDB environment iotool can open read-only ({type(exc).__name__}: {exc})."
             ) from None
         self.names = self._class_names()
+        self._kinds: dict[str, str | None] = {}
+        self._present: dict[str, frozenset[str]] = {}
         self._tasks, labels = self._scan(self._sample_keys())
-        self.classes, self.class_to_idx = self._classes(labels)
+        self.schema = self._schema(labels)
+        if self.schema.has_class:
+            self.classes, self.class_to_idx = self._classes(labels)
+        else:
+            self.classes, self.class_to_idx = [], {}
         self._tasks = [self._labelled(task, labels.get(task.key)) for task in self._tasks]
         if not self._tasks:
             raise SourceError(
@@ -140,7 +175,36 @@ class PickledLmdbSource:
 
     def options_dict(self) -> dict[str, Any]:
         """The options as stored in the metadata."""
-        return asdict(self.options)
+        return stored_options(self.options)
+
+    def _schema(self, labels: dict[str, Any]) -> Schema:
+        """The class (when a value has a label) and a field per other dict entry, in the order met."""
+        opts, chosen = self.options, field_list(self.options.fields)
+        has_label = any(v is not None for v in labels.values())
+        found = [FieldSpec("class", "class")] if has_label else []
+        for name, kind in self._kinds.items():
+            if name == opts.label_field and (chosen is None or name not in chosen):
+                continue
+            problem = name_problem(name) or ("'class' names the class" if name == "class" else None)
+            if kind == "bytes-mixed":
+                problem = "its values are bytes in some records and not in others"
+            if problem:
+                if chosen is None or name in chosen:
+                    raise SourceError(
+                        f"{self.root}: dict entry {name!r:.80} cannot be kept as a field ({problem}); "
+                        f"choose the fields with -s fields=NAME,... (class for the class)."
+                    )
+                continue
+            found.append(FieldSpec(name, kind or "json"))
+        schema = choose_fields(found, chosen, self.root)
+        if schema.has_class and self.names is None:
+            others = [f.name for f in schema.stored]
+            refuse_unique_class(
+                list(labels.values()),
+                f"{self.root}: the {opts.label_field!r} labels",
+                f"keep them as a field: -s fields={','.join([*others, opts.label_field])}",
+            )
+        return schema
 
     def _class_names(self) -> list[str] | None:
         name = self.options.classes_file
@@ -194,14 +258,20 @@ class PickledLmdbSource:
                 raw = value_of(self.root, lmdb_key, self.options)
                 if raw is None:
                     raise RecordError("listed in __keys__ but not in the environment")
-                labels[key] = split_sample(parse(raw, self.options), self.options)[1]
+                _, labels[key], extras = split_sample(parse(raw, self.options), self.options)
+                for name, value in extras.items():
+                    kind = kind_of_value(value)
+                    self._kinds.setdefault(name, None)
+                    if kind is not None:
+                        self._kinds[name] = merge_kind(self._kinds[name], kind)
+                self._present[key] = frozenset(n for n, v in extras.items() if v is not None)
                 tasks.append(PickledRecord(key, where, lmdb_key, -1))
             except (RecordError, FormatError) as exc:  # a bad value, or one the file cannot hold
                 tasks.append(PickledRecord(key, where, lmdb_key, -1, str(exc)))
         return tasks, labels
 
     def _classes(self, labels: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
-        values = set(labels.values())
+        values = set(labels.values()) - {None}
         if any(isinstance(v, str) for v in values):
             if not all(isinstance(v, str) for v in values):
                 raise SourceError(f"{self.root}: labels mix ints and class names; use one kind.")
@@ -214,6 +284,16 @@ class PickledLmdbSource:
         """The task with its class index, or with the reason its label is outside the classes."""
         if task.error is not None:
             return task
+        present = self._present.get(task.key, frozenset())
+        missing = next((f.name for f in self.schema.stored if f.name not in present), None)
+        if missing is not None:
+            return task._replace(
+                error=f"no value for {missing!r} (other records have one; leave it out with -s fields=...)"
+            )
+        if not self.schema.has_class:
+            return task
+        if label is None:
+            return task._replace(error=f"a dict without {self.options.label_field!r} (other records have one)")
         if isinstance(label, str):
             index = self.class_to_idx.get(label)
             if index is None:
@@ -229,19 +309,25 @@ class PickledLmdbSource:
     def tasks(self) -> Sequence[PickledRecord]:
         return self._tasks
 
-    def worker_state(self) -> tuple[str, PickledLmdbOptions]:
-        return self.root, self.options
+    def worker_state(self) -> tuple[str, PickledLmdbOptions, tuple[str, ...]]:
+        return self.root, self.options, tuple(f.name for f in self.schema.stored)
 
     @staticmethod
-    def load(state: tuple[str, PickledLmdbOptions], task: PickledRecord) -> tuple[str, str, int, bytes]:
-        """(key, path, label, image bytes) of one sample, read and parsed again."""
+    def load(state: tuple[str, PickledLmdbOptions, tuple[str, ...]], task: PickledRecord) -> Any:
+        """(key, path, label, image bytes[, values by field]) of one sample, read and parsed again."""
         if task.error is not None:
             raise RecordError(task.error)
-        root, options = state
+        root, options, names = state
         raw = value_of(root, task.lmdb_key, options)
         if raw is None:
             raise RecordError("no longer in the environment")
-        return task.key, task.path, task.label, split_sample(parse(raw, options), options)[0]
+        image, _, extras = split_sample(parse(raw, options), options)
+        if not names:
+            return task.key, task.path, task.label, image
+        missing = next((n for n in names if extras.get(n) is None), None)
+        if missing is not None:  # the environment changed since the scan
+            raise RecordError(f"no value for {missing!r}")
+        return task.key, task.path, task.label, image, {n: extras[n] for n in names}
 
 
 SOURCE = SourceKind(

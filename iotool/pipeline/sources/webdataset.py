@@ -13,6 +13,19 @@ extension (torchvision's, as for ImageFolder); the label is the ``label_ext`` me
 default; ``txt``, or ``json`` with ``label_field``), an integer or, with ``class_list`` (one class
 name per line; line k is class k), a class name. Classes: ``class_list``, else ``"0" .. max``.
 
+Fields: every other member of a sample is kept under its extension, as webdataset returns it
+(``txt`` -> text, ``json`` -> json, ``cls``/``id`` -> int, ``npy`` -> array, anything else
+(``seg.png``) -> bytes; :func:`iotool.fields.kind_for_extension`); the ``label_ext`` member is
+the class. A dataset whose samples have no ``.cls`` (captions) has no class. Option ``fields``
+(comma-separated names; ``class`` for the class) keeps only those: ``fields=class`` gives image +
+class, ``fields=txt,cls`` keeps the ``.cls`` member as an int field instead of a class. A member
+only some samples have is a bad record naming the sample and the member (unless left out with
+``fields``); a pickle member (``.pyd``, ``.pth`` ...) is a bad record, or refused at open when
+chosen. A label member with as many distinct values as samples (more than
+:data:`~iotool.fields.MAX_UNIQUE_CLASS_VALUES`) is refused as a class: keep it as a field.
+Field members are bounded by their kind's :data:`~iotool.fields.MAX_ENCODED_BYTES` at the scan
+and read by the workers.
+
 Where iotool differs: a link, device or FIFO member is refused by name (webdataset skips it);
 a key met twice (two samples, or a member repeated in a sample) is a bad record, not an
 exception that ends the epoch. Headers are parsed with bounded reads
@@ -28,11 +41,23 @@ import glob
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import IO, Any, NamedTuple, Sequence
 
 from ...errors import FormatError, SourceError, UsageError
-from .base import SourceKind, SourceOptions, common_folder, read_label_file, too_large, value_classes
+from ...fields import MAX_ENCODED_BYTES, FieldSpec, Schema, kind_for_extension, name_problem, pickle_problem
+from .base import (
+    SourceKind,
+    SourceOptions,
+    choose_fields,
+    common_folder,
+    field_list,
+    read_label_file,
+    refuse_unique_class,
+    stored_options,
+    too_large,
+    value_classes,
+)
 from .imagefolder import IMG_EXTENSIONS, MAX_SOURCE_FILE_BYTES
 from .tarmembers import Member, TarDamage, members
 
@@ -52,10 +77,12 @@ class WebDatasetOptions(SourceOptions):
     label_ext: str = "cls"  # the member holding the label: cls, txt, json ...
     label_field: str | None = None  # a field of a json label member
     class_list: str | None = None  # class names, one per line: labels may be names, looked up here
+    fields: str | None = None  # the fields kept, comma-separated (class for the class); None: all
 
     def __post_init__(self) -> None:
         if not self.label_ext or "/" in self.label_ext:
             raise UsageError(f"label_ext={self.label_ext!r}: give a member extension, e.g. cls, txt or json.")
+        field_list(self.fields)
 
 
 class WdsSample(NamedTuple):
@@ -68,6 +95,7 @@ class WdsSample(NamedTuple):
     size: int
     label: int
     error: str | None = None
+    fields: tuple[tuple[str, int, int], ...] = ()  # (field name, offset, size) of each field member
 
 
 def split_key(name: str) -> tuple[str, str] | None:
@@ -175,9 +203,18 @@ class _Sample:
     def __init__(self, key: str):
         self.key = key
         self.exts: list[str] = []
-        self.image: tuple[int, int] | None = None  # (offset, size) of the image member
+        self.members: dict[str, tuple[int, int]] = {}  # ext -> (offset, size)
         self.label_raw: bytes | None = None
         self.error: str | None = None
+
+    @property
+    def image_ext(self) -> str | None:
+        """The image member: the first whose extension is an image extension (``jpg``), else the
+        first whose last part is one (``left.png``)."""
+        for ext in self.exts:
+            if ext in IMAGE_EXTS:
+                return ext
+        return next((e for e in self.exts if e.rsplit(".", 1)[-1] in IMAGE_EXTS), None)
 
 
 class WebDatasetSource:
@@ -191,26 +228,98 @@ class WebDatasetSource:
         self._lookup = {name: i for i, name in enumerate(self.names or [])}
         common = common_folder(self.files)
         grouped = [(path, s) for path in self.files for s in self._scan(path, os.path.relpath(path, common))]
+        self.schema = self._schema([s for _, s in grouped])
+        with_class = self.schema.has_class
+        if with_class:
+            self._refuse_unique([s for _, s in grouped])
         self._tasks, seen, labels = [], set(), []
         for path, s in grouped:
-            label, error = (-1, s.error) if s.error else self._label(s)
+            label, error = (-1, s.error) if s.error else self._label(s) if with_class else self._image_only(s)
+            error = error or self._field_problem(s)
             if error is None and s.key in seen:
                 label, error = -1, "the key is used by an earlier sample"
             seen.add(s.key)
             labels.append(label)
+            image = s.members.get(s.image_ext or "", (0, 0))
+            members = tuple((f.name, *s.members[f.name]) for f in self.schema.stored) if error is None else ()
             self._tasks.append(
                 WdsSample(
-                    s.key, path, *(s.image or (0, 0)), label, None if error is None else f"sample {s.key!r}: {error}"
+                    s.key,
+                    path,
+                    *image,
+                    label if error is None else -1,
+                    None if error is None else f"sample {s.key!r}: {error}",
+                    members,
                 )
             )
-        self.classes = self.names if self.names is not None else value_classes(labels)
+        self.classes = (self.names if self.names is not None else value_classes(labels)) if with_class else []
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         if not self._tasks:
             raise SourceError(f"{src}: no samples in {len(self.files)} shard(s).")
 
     def options_dict(self) -> dict[str, Any]:
         """The options as stored in the metadata."""
-        return asdict(self.options)
+        return stored_options(self.options)
+
+    def _schema(self, samples: list[_Sample]) -> Schema:
+        """The class (the label member, when samples have one or it was asked for) and a field per
+        other member extension, in the order first met; ``fields`` chooses."""
+        label_ext, chosen = self.options.label_ext, field_list(self.options.fields)
+        found: list[FieldSpec] = []
+        if label_ext != "cls" or any(label_ext in s.members for s in samples):
+            found.append(FieldSpec("class", "class"))
+        seen: set[str] = set()
+        for s in samples:
+            image = s.image_ext
+            for ext in s.exts:
+                if ext == image or ext in seen:
+                    continue
+                seen.add(ext)
+                if chosen is None and (ext == label_ext or pickle_problem(ext)):
+                    continue  # the class; a pickle member makes its sample a bad record
+                problem = name_problem(ext) or (pickle_problem(ext) if chosen and ext in chosen else None)
+                if problem and (chosen is None or ext in chosen):
+                    raise SourceError(
+                        f"{self.root}: member extension {ext!r:.80} cannot be kept as a field ({problem}); "
+                        f"choose the fields with -s fields=NAME,... (class for the class)."
+                    )
+                if not problem:
+                    kind = kind_for_extension(ext)
+                    found.append(FieldSpec(ext, kind, ext=ext.rsplit(".", 1)[-1] if kind == "bytes" else None))
+        return choose_fields(found, chosen, self.root)
+
+    def _refuse_unique(self, samples: list[_Sample]) -> None:
+        """Refuse a label member that holds a different value in every sample (a caption, an id)."""
+        values = [self._label_value(s)[0] if s.label_raw is not None else None for s in samples]
+        others = [f.name for f in self.schema.stored]
+        refuse_unique_class(
+            [v if isinstance(v, str | int) else None for v in values],
+            f"{self.root}: the .{self.options.label_ext} label members",
+            f"keep them as a field: -s fields={','.join([*others, self.options.label_ext])}",
+        )
+
+    def _image_only(self, s: _Sample) -> tuple[int, str | None]:
+        """(-1, None) for a sample of a dataset without a class, or (-1, why it has no image)."""
+        if s.image_ext is None:
+            return -1, f"no image member (members: {', '.join(s.exts) or 'none'})"
+        return -1, None
+
+    def _field_problem(self, s: _Sample) -> str | None:
+        """Why a sample's field members cannot be kept (a missing, pickled or oversized one), or None."""
+        if self.options.fields is None:
+            pickled = next((e for e in s.exts if e != s.image_ext and pickle_problem(e)), None)
+            if pickled is not None:
+                return f"the {pickled[:80]!r} member: {pickle_problem(pickled[:80])}"
+        for f in self.schema.stored:
+            if f.name not in s.members:
+                return (
+                    f"no .{f.name} member (other samples have one; every sample needs each field, "
+                    f"or leave it out with -s fields=...)"
+                )
+            size, bound = s.members[f.name][1], MAX_ENCODED_BYTES[f.kind]
+            if size > bound:
+                return f"member .{f.name}: {size} bytes, more than the {bound} a {f.kind} field may have"
+        return None
 
     def _scan(self, path: str, rel: str) -> list[_Sample]:
         """The samples of one shard, grouped by key; damage ends the shard as a bad sample."""
@@ -226,7 +335,15 @@ class WebDatasetSource:
                     self._add(f, m, samples)
             except TarDamage as exc:
                 last = samples[-1] if samples else None
-                incomplete = last is not None and not last.error and (last.image is None or last.label_raw is None)
+                prev = samples[-2] if len(samples) > 1 else None
+                incomplete = (
+                    last is not None
+                    and not last.error
+                    and (
+                        last.image_ext is None
+                        or (set(prev.exts) - set(last.exts) if prev is not None else last.label_raw is None)
+                    )
+                )
                 cut = last if incomplete else None
                 if cut is None:
                     cut = _Sample(f"{rel.replace(os.sep, '/')}#{exc.offset}")
@@ -255,10 +372,8 @@ class WebDatasetSource:
             s.error = f"member {m.name!r} is a {m.kind}; only regular files are read"
         elif ext in s.exts:
             s.error = f"member {m.name!r} appears twice in the sample"
-        elif s.image is None and ext.rsplit(".", 1)[-1] in IMAGE_EXTS:
-            if m.size > MAX_SOURCE_FILE_BYTES:
-                s.error = f"member {m.name!r}: {m.size} bytes, more than any image iotool reads"
-            s.image = (m.offset, m.size)
+        elif ext.rsplit(".", 1)[-1] in IMAGE_EXTS and m.size > MAX_SOURCE_FILE_BYTES:
+            s.error = f"member {m.name!r}: {m.size} bytes, more than any image iotool reads"
         elif ext == self.options.label_ext:
             if m.size > MAX_LABEL_BYTES:
                 s.error = f"label member {m.name!r}: {m.size} bytes, more than the {MAX_LABEL_BYTES} read"
@@ -266,25 +381,34 @@ class WebDatasetSource:
                 f.seek(m.offset)
                 s.label_raw = f.read(m.size)
         s.exts.append(ext)
+        s.members[ext] = (m.offset, m.size)
 
-    def _label(self, s: _Sample) -> tuple[int, str | None]:
-        """(class index, None), or (-1, why the sample has no usable label)."""
+    def _label_value(self, s: _Sample) -> tuple[Any, str | None]:
+        """(the label member's value: an int or a name, None), or (None, why it holds none)."""
         opts = self.options
-        if s.image is None:
-            return -1, f"no image member (members: {', '.join(s.exts) or 'none'})"
-        if s.label_raw is None:
-            return -1, f"no .{opts.label_ext} label member (members: {', '.join(s.exts)})"
         try:
-            value: Any = s.label_raw.decode("utf-8").strip()
+            value: Any = (s.label_raw or b"").decode("utf-8").strip()
             if opts.label_field:
                 value = json.loads(value)[opts.label_field]
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError):
             return (
-                -1,
+                None,
                 f"the .{opts.label_ext} member holds no label{f' field {opts.label_field!r}' if opts.label_field else ''}",
             )
         if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
             value = int(value)
+        return value, None
+
+    def _label(self, s: _Sample) -> tuple[int, str | None]:
+        """(class index, None), or (-1, why the sample has no usable label)."""
+        opts = self.options
+        if s.image_ext is None:
+            return -1, f"no image member (members: {', '.join(s.exts) or 'none'})"
+        if s.label_raw is None:
+            return -1, f"no .{opts.label_ext} label member (members: {', '.join(s.exts)})"
+        value, problem = self._label_value(s)
+        if problem is not None:
+            return -1, problem
         if isinstance(value, str):
             if self.names is None:
                 return -1, f"label {value[:80]!r} is a class name; give the class list with -s class_list=FILE"
@@ -308,16 +432,25 @@ class WebDatasetSource:
         return None
 
     @staticmethod
-    def load(state: None, task: WdsSample) -> tuple[str, str, int, bytes]:
-        """(key, path, label, image bytes) of one sample, read with its size known beforehand."""
+    def load(state: None, task: WdsSample) -> tuple[str, str, int, bytes] | tuple[str, str, int, bytes, dict]:
+        """(key, path, label, image bytes[, field member bytes by name]) of one sample, each
+        member read with its size known (and bounded) beforehand."""
         if task.error is not None:
             raise FormatError(task.error)
         with open(task.path, "rb") as f:
             f.seek(task.offset)
             data = f.read(task.size)
-        if len(data) != task.size:  # the shard changed since the scan
-            raise FormatError(f"sample {task.key!r}: the shard ends inside its image (byte {task.offset})")
-        return task.key, task.path, task.label, data
+            if len(data) != task.size:  # the shard changed since the scan
+                raise FormatError(f"sample {task.key!r}: the shard ends inside its image (byte {task.offset})")
+            values = {}
+            for name, offset, size in task.fields:
+                f.seek(offset)
+                values[name] = f.read(size)
+                if len(values[name]) != size:
+                    raise FormatError(f"sample {task.key!r}: the shard ends inside its .{name} member (byte {offset})")
+        return (
+            (task.key, task.path, task.label, data, values) if task.fields else (task.key, task.path, task.label, data)
+        )
 
 
 SOURCE = SourceKind(

@@ -1,0 +1,51 @@
+"""An iotool dataset as a source carries its schema and stored field bytes over unchanged, and
+``fields=`` chooses (``fields=class``: today's image + class dataset)."""
+
+from __future__ import annotations
+
+import pytest
+
+import iotool
+from iotool.errors import UsageError
+from iotool.fields import Schema
+from iotool.formats import get_format
+from iotool.pipeline.sources import open_source
+from iotool.storage import StorageConfig
+
+from ..support.fields import EVERY_KIND, convert_fields, schema_of
+
+# formats whose format helper stores fields (they land on other branches)
+STORING = [name for name in ("lmdb", "hdf5", "tar", "tfrecord", "bmp") if get_format(name).reader.fields_version]
+
+
+def test_a_class_only_dataset_is_an_image_and_class_source(tmp_path):
+    convert_fields(tmp_path / "d", "lmdb", Schema.classification())
+    source = open_source(str(tmp_path / "d"), "lmdb", StorageConfig())
+    assert source.schema == Schema.classification() and source.options_dict() == {}
+    assert all(len(source.load(source.worker_state(), t)) == 4 for t in source.tasks())
+    with pytest.raises(UsageError, match="no field 'txt'; this source has: class"):
+        open_source(str(tmp_path / "d"), "lmdb", StorageConfig(), {"fields": "txt"})
+
+
+@pytest.mark.skipif(not STORING, reason="no format stores fields on this branch yet")
+@pytest.mark.parametrize("fmt", STORING)
+def test_fields_carry_over_unchanged_and_fields_chooses(fmt, tmp_path):
+    schema = schema_of(*EVERY_KIND)
+    convert_fields(tmp_path / "d", fmt, schema)
+    reader = iotool.open_reader(tmp_path / "d")
+    source = open_source(str(tmp_path / "d"), fmt, StorageConfig())
+    assert source.schema == reader.schema
+    state = source.worker_state()
+    names = [f.name for f in reader.schema.stored]
+    for i, task in enumerate(source.tasks()):
+        key, _, label, data, values = source.load(state, task)
+        assert values == {n: bytes(v) for n, v in reader.read_fields(i, names).items()}
+    report = iotool.convert(tmp_path / "d", tmp_path / "again", "lmdb", src_format=fmt, workers=0)
+    again = iotool.open_reader(tmp_path / "again")
+    assert report.count == 6 and again.meta.schema == reader.meta.schema
+    if fmt == "lmdb":
+        assert list(again.checksums) == list(reader.checksums)
+    some = open_source(str(tmp_path / "d"), fmt, StorageConfig(), {"fields": "txt,emb"})
+    assert some.schema.names == ("txt", "emb") and some.classes == []
+    assert {t.index for t in some.tasks()} == set(range(6))
+    assert some.load(some.worker_state(), some.tasks()[0])[2] == -1
