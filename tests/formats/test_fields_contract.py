@@ -145,7 +145,9 @@ def test_a_flipped_byte_in_a_stored_field_fails_verify_naming_the_record(convert
     assert not report.ok
     bad = [p for p in report.problems if p.index is not None]
     assert [p.index for p in bad] == [TAMPERED], report.problems
-    assert "checksum" in bad[0].reason or "field" in bad[0].reason
+    assert any(word in bad[0].reason for word in ("checksum", "field", "CRC")), bad[
+        0
+    ].reason  # tfrecord: its framing CRC
 
 
 @pytest.mark.parametrize("fmt", FIELD_FORMATS)
@@ -214,6 +216,7 @@ RESUMABLE = [fmt for fmt in FIELD_FORMATS if get_format(fmt).resumable]
 @pytest.mark.parametrize("fmt", RESUMABLE)
 def test_a_resumed_conversion_keeps_every_field(fmt, tmp_path):
     """Interrupted (Ctrl-C) after some commits, then resumed: the same fields as one run."""
+    from dataclasses import fields as dc_fields
     from dataclasses import replace as dc_replace
 
     from iotool.errors import Interrupted
@@ -239,7 +242,7 @@ def test_a_resumed_conversion_keeps_every_field(fmt, tmp_path):
     spec = get_format(fmt)
     dst = tmp_path / "d"
     payload = dc_replace(PayloadOptions.for_format(spec, True, None, None, None, 90), schema=schema)
-    options = {"commit_every": 2}
+    options = {"commit_every": 2} if "commit_every" in {f.name for f in dc_fields(spec.options)} else {"shard_size": 2}
 
     def run():
         job = Job(
