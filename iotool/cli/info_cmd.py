@@ -63,7 +63,12 @@ def info(
             ("format", f"{meta.format} (version {meta.format_version})"),
             ("images", f"{meta.count:,}"),
             ("fields", reader.schema.describe()),
-            ("classes", f"{len(meta.classes)}: {', '.join(meta.classes[:20])}{more}"),
+            (
+                "classes",
+                f"{len(meta.classes)}: {', '.join(meta.classes[:20])}{more}"
+                if reader.schema.has_class
+                else "none (no class field)",
+            ),
             ("size on disk", human_bytes(data["bytes"])),
             ("options", ", ".join(f"{k}={v}" for k, v in meta.options.items())),
             ("skipped", str(len(meta.skipped))),
