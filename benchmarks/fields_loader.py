@@ -8,7 +8,7 @@ members), then, interleaved per round in one process:
   iotool wrote before fields existed) and keeping every member (class, txt, json);
 - reads an epoch of each through ``iotool.Loader`` (the same transform, threads and batch size):
   ``(image, class)`` from the first, ``(image, class, txt, json)`` from the second, with
-  torchvision's ``ImageFolder`` + ``DataLoader`` on the source tree as the baseline;
+  torchvision's ``ImageFolder`` + PIL through a ``DataLoader`` on the source tree as the baseline;
 - times, on one thread, what the fields add per record (reading and decoding them).
 
 It prints the median over rounds and the ratios (fields / class only: the target is 0.95 or more
@@ -83,20 +83,14 @@ def loader_rate(path: Path, fields: tuple[str, ...] | None, args) -> float:
 
 
 def torchvision_rate(root: Path, args) -> float:
-    """Images/s of torchvision's ImageFolder + DataLoader, the same crop, ``threads`` workers."""
-    import torch
-    from torchvision import datasets, transforms
+    """Images/s of the baseline: torchvision's ImageFolder + PIL + RandomResizedCrop through a
+    DataLoader with ``threads`` workers (iotool's reimplementation when torchvision is missing)."""
+    from iotool.bench.contestants import baseline_contestant
+    from iotool.loading.collate import fast_collate
 
-    tf = transforms.Compose([transforms.RandomResizedCrop(args.crop), transforms.PILToTensor()])
-    dl = torch.utils.data.DataLoader(
-        datasets.ImageFolder(str(root), tf),
-        batch_size=args.batch_size,
-        shuffle=True,
-        num_workers=args.threads,
-        persistent_workers=False,
-    )
+    row = baseline_contestant(str(root), "rrc", args.crop, "auto", fast_collate)
     start, count = time.perf_counter(), 0
-    for images, _ in dl:
+    for images, _ in row.loader(args.batch_size, args.threads):
         count += len(images)
     return count / (time.perf_counter() - start)
 
@@ -142,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
         for r in range(rounds):  # interleaved: the machine's noise falls on both alike
             times["convert class"].append(convert_seconds(src, work / f"c{r}", args.format, "class", args.workers))
             times["convert fields"].append(convert_seconds(src, work / f"f{r}", args.format, None, args.workers))
-        for r in range(rounds):
+        for _ in range(rounds):
             rates["Loader class"].append(loader_rate(work / "c0", None, args))
             rates["Loader fields"].append(loader_rate(work / "f0", FIELDS, args))
             rates["torchvision"].append(torchvision_rate(Path(args.root), args))

@@ -302,7 +302,7 @@ def make_contestants(
     from ..loading.opening import open_dataset
 
     collate = _collate_for(pipeline)
-    out: list[Contestant] = [_baseline(src, pipeline, size, decoder, collate)]
+    out: list[Contestant] = [baseline_contestant(src, pipeline, size, decoder, collate)]
     shards = next(iter(formats_where(lambda spec: spec.webdataset, built)), None)  # webdataset and DALI read them
     if webdataset:
         if shards is None:
@@ -333,7 +333,7 @@ def make_contestants(
     return out
 
 
-def _baseline(
+def baseline_contestant(
     src: str, pipeline: str, size: int, decoder: str, collate: Callable[[list[Any]], Any]
 ) -> DatasetContestant:
     """torchvision's own ImageFolder pipeline when torchvision is installed (PILToTensor +

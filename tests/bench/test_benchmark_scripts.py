@@ -480,3 +480,32 @@ def test_loader_memory_sums_the_pss_of_each_feed(tmp_path):
     assert rows["DataLoader(workers, persistent, forkserver)"]["processes"] >= 4
     assert all(r["samples"] == 24 for name, r in rows.items() if name != "opened only")
     assert all(r["pss_mib"] > 50 and 0 < r["anon_mib"] <= r["pss_mib"] for r in rows.values())
+
+
+@smoke("fields_loader.py")
+def test_fields_loader_compares_captions_with_class_labels_in_one_run(tmp_path):
+    out = tmp_path / "fields.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "fields_loader.py"),
+            "--smoke",
+            "--threads",
+            "2",
+            "--batch-size",
+            "8",
+            "--crop",
+            "32",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["images"] == 24 and figures["schema"] == "image, class, json (json), txt (text)"
+    assert figures["Loader fields / class"] > 0 and figures["convert speed fields / class"] > 0
+    assert figures["read fields ms"] > 0 and figures["decode fields ms"] > 0
+    assert "Loader fields / class" in proc.stdout
