@@ -28,7 +28,6 @@ from ..fields import Schema
 from ..names import ALLOWED, name_problem, resolve_inside
 from ..records import DatasetMeta, Record
 from ..storage.files import read_regular
-from .field_values import stored_field_bound
 from .options import FormatOptions
 from .plan import ShardPlan, ShardUnit
 from .sharded.columns import ColumnWriter, write_columns
@@ -130,10 +129,6 @@ class BmpReader(IndexedReader):
 
     def _load_meta(self) -> DatasetMeta:
         meta, raw = read_index(self.path, "bmp")
-        if meta.schema.stored and meta.format_version < FIELDS_VERSION:
-            raise FormatError(
-                f"{self.path}: metadata lists fields, but format version {meta.format_version} stores none."
-            )
         self.column_kinds = column_kinds(meta.schema)
         self._load_columns(raw, meta.count)
         if self._lists is not None:  # version 1: check every name now, as it is in memory anyway
@@ -161,7 +156,7 @@ class BmpReader(IndexedReader):
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
         out = {}
         for name in names:
-            bound = stored_field_bound(self, name)
+            bound = self.field_bound(name)
             where = f"{self.path}: record {index}, field {name!r}"
             try:
                 column = self.column(field_column(name))

@@ -138,8 +138,25 @@ class FormatReader(ABC):
                 continue
             yield i, data, label, fields
 
+    def stored_names(self, names: typing.Sequence[str]) -> list[str]:
+        """``names`` as a list, each a stored field of the dataset (``class`` is the label).
+
+        Raises:
+            UsageError: a name that is not, naming the stored fields there are.
+        """
+        stored = [f.name for f in self.schema.stored]
+        for name in names:
+            if name not in stored:
+                raise UsageError(
+                    f"{self.path}: {name!r:.80} is not a stored field of this dataset "
+                    f"(its fields: {', '.join(stored) or 'none'})."
+                )
+        return list(names)
+
     def field_bound(self, name: str) -> int:
-        """The most bytes a stored value of field ``name`` may have (refused beyond, unread)."""
+        """The most bytes a stored value of field ``name`` may have (refused beyond, unread);
+        UsageError when ``name`` is not a stored field (:meth:`stored_names`)."""
+        self.stored_names([name])
         return MAX_ENCODED_BYTES[self.schema[name].kind]
 
     def labels_file(self) -> str:
@@ -167,12 +184,15 @@ class FormatReader(ABC):
         return [self.path]
 
     def _check_version(self) -> None:
-        if self.meta.format_version not in self.format_versions:
+        version = self.meta.format_version
+        if version not in self.format_versions:
             raise FormatVersionError(
-                f"{self.path}: {self.format_name} format version {self.meta.format_version} is not "
+                f"{self.path}: {self.format_name} format version {version} is not "
                 f"supported by this iotool (reads versions {', '.join(map(str, self.format_versions))}). "
                 f"Upgrade iotool or re-convert the dataset."
             )
+        if not self.schema.is_classification and (self.fields_version is None or version < self.fields_version):
+            raise FormatError(f"{self.path}: metadata lists fields, but format version {version} stores none.")
 
     def __len__(self) -> int:
         return self.meta.count

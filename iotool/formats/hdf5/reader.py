@@ -12,7 +12,6 @@ import numpy as np
 
 from ...errors import FormatError, IotoolError, RecordError
 from ...records import DatasetMeta
-from ..field_values import stored_field_bound
 from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import AsciiColumn, IntColumn, LazyColumn
@@ -155,10 +154,6 @@ class Hdf5Reader(FormatReader):
         meta = DatasetMeta.from_json(raw, self.path)
         if meta.format != "hdf5":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'hdf5'.")
-        if meta.schema.stored and meta.format_version < FIELDS_VERSION:
-            raise FormatError(
-                f"{self.path}: metadata lists fields, but format version {meta.format_version} stores none."
-            )
         column, length = ("images", meta.count) if meta.format_version == VLEN_VERSION else ("offsets", meta.count + 1)
         found = self._file().get(column)
         if not isinstance(found, h5py.Dataset) or found.shape != (length,):
@@ -195,7 +190,7 @@ class Hdf5Reader(FormatReader):
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
         out = {}
         for name in names:
-            bound = stored_field_bound(self, name)
+            bound = self.field_bound(name)
             try:
                 with h5_errors(self.path, index):
                     column = self._field_column(name)

@@ -11,7 +11,6 @@ import numpy as np
 
 from ...errors import FormatError, IotoolError, RecordError
 from ...records import DatasetMeta
-from ..field_values import stored_field_bound
 from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
@@ -105,10 +104,6 @@ class LmdbReader(FormatReader):
                 f"{f' of {per_record} values' if per_record > 1 else ''} but the environment holds "
                 f"{entries - reserved} values."
             )
-        if meta.schema.stored and meta.format_version < FIELDS_VERSION:
-            raise FormatError(
-                f"{self.path}: metadata lists fields, but format version {meta.format_version} stores none."
-            )
         if meta.format != "lmdb":
             raise FormatError(f"{self.path}: metadata says format {meta.format!r}, expected 'lmdb'.")
         return meta
@@ -131,7 +126,7 @@ class LmdbReader(FormatReader):
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
         out = {}
         for name in names:
-            bound = stored_field_bound(self, name)
+            bound = self.field_bound(name)
             try:
                 with lmdb_errors(self.path, index):
                     value = read_value(self.path, field_key(index, name), max_bytes=bound)

@@ -15,9 +15,9 @@ every column file. A class-only dataset has none of these columns.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ...errors import FormatError, UsageError
+from ...errors import FormatError
 from ...fields import Schema, decode, pickle_problem
 
 if TYPE_CHECKING:
@@ -78,25 +78,9 @@ def schema_problem(schema: Schema, tar: bool) -> str | None:
     return None
 
 
-def check_names(reader: FormatReader, names: Sequence[str]) -> list[str]:
-    """``names`` as a list, each a stored field of ``reader``'s dataset (UsageError naming those
-    there are, ``class`` being the label)."""
-    stored = [f.name for f in reader.schema.stored]
-    for name in names:
-        if name not in stored:
-            raise UsageError(
-                f"{reader.path}: {name!r:.80} is not a stored field of this dataset "
-                f"(its fields: {', '.join(stored) or 'none'})."
-            )
-    return list(names)
-
-
 def check_fields_meta(reader: FormatReader, meta: DatasetMeta, tar: bool) -> None:
-    """Refuse metadata that lists fields at a version before the format's ``fields_version``,
-    or a schema the format would not have written (:func:`schema_problem`)."""
-    version = meta.format_version
-    if meta.fields is not None and reader.fields_version is not None and version < reader.fields_version:
-        raise FormatError(f"{reader.path}: metadata lists fields, but format version {version} stores none.")
+    """Refuse a schema the format would not have written (:func:`schema_problem`); a schema at a
+    version before the format's ``fields_version`` is refused by the reader's version check."""
     problem = schema_problem(meta.schema, tar)
     if problem:
         raise FormatError(f"{reader.path}: {problem}; no iotool writes it.")

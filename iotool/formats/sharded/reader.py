@@ -23,7 +23,7 @@ from ...names import ALLOWED, name_problem
 from ...records import DatasetMeta
 from ...storage.files import read_range_inside, regular_file
 from ..reader import ShardedReader
-from .fieldcols import SCALAR_KINDS, check_fields_meta, check_names, field_kinds, value_column
+from .fieldcols import SCALAR_KINDS, check_fields_meta, field_kinds, value_column
 from .index import INDEX_NAME, IndexedReader, read_index
 
 Read = Callable[[int, int], bytes]  # (offset, size) -> that many bytes of the shard being read
@@ -220,7 +220,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
     def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of record ``index``'s fields ``names``, in that order, each refused
         beyond :meth:`field_bound` before it is read."""
-        names = check_names(self, names)
+        names = self.stored_names(names)
         if not names:
             return {}
         if not 0 <= index < self.meta.count:
@@ -271,7 +271,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
     ) -> Iterator[tuple[int, bytes | None, int | None, dict[str, bytes] | None]]:
         """:meth:`read_many` with the stored bytes of fields ``names`` of each record, read in
         the same sequential pass (see :meth:`FormatReader.read_records`)."""
-        yield from self._pass(indices, check_names(self, names))
+        yield from self._pass(indices, self.stored_names(names))
 
     def _pass(
         self, indices: Iterable[int], names: Sequence[str]
