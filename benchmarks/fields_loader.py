@@ -133,12 +133,16 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         src, images = write_caption_shards(Path(args.root), work / "shards")
-        for r in range(rounds):  # interleaved: the machine's noise falls on both alike
-            times["convert class"].append(convert_seconds(src, work / f"c{r}", args.format, "class", args.workers))
-            times["convert fields"].append(convert_seconds(src, work / f"f{r}", args.format, None, args.workers))
-        for _ in range(rounds):
-            rates["Loader class"].append(loader_rate(work / "c0", None, args))
-            rates["Loader fields"].append(loader_rate(work / "f0", FIELDS, args))
+        for r in range(rounds):  # interleaved, ABBA: the machine's noise falls on both alike
+            for which in ("class", "fields") if r % 2 == 0 else ("fields", "class"):
+                dst, kept = (work / f"c{r}", "class") if which == "class" else (work / f"f{r}", None)
+                times[f"convert {which}"].append(convert_seconds(src, dst, args.format, kept, args.workers))
+        for r in range(rounds):  # ABBA: a drift in the machine's speed falls on both alike
+            order = ("class", "fields") if r % 2 == 0 else ("fields", "class")
+            for which in order:
+                path, fields = (work / "c0", None) if which == "class" else (work / "f0", FIELDS)
+                rates[f"Loader {which}"].append(loader_rate(path, fields, args))
+        for _ in range(rounds):  # after: its worker processes' start and exit stay out of the Loader's rounds
             rates["torchvision"].append(torchvision_rate(Path(args.root), args))
         costs = field_costs(work / "f0", rounds)
         info = iotool.open_reader(work / "f0").schema.describe()
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
         "Loader fields / class": round(loader_ratio, 3),
         "convert speed fields / class": round(convert_ratio, 3),
         "Loader class / torchvision": round(
-            statistics.median(c / t for c, t in zip(rates["Loader class"], rates["torchvision"])), 3
+            statistics.median(rates["Loader class"]) / statistics.median(rates["torchvision"]), 3
         ),
         **{k: round(v, 4) for k, v in costs.items()},
     }

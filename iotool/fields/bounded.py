@@ -41,7 +41,7 @@ def parse_json(data: bytes | str, where: str, max_bytes: int = MAX_JSON_BYTES) -
         raise RecordError(f"{where}: JSON of {len(raw)} bytes, more than the {max_bytes} read.")
     if _structure_bound(raw) > MAX_JSON_ITEMS:
         raise RecordError(f"{where}: JSON with more than {MAX_JSON_ITEMS} values.")
-    if _max_depth(raw) > MAX_JSON_DEPTH:
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _max_depth(raw) > MAX_JSON_DEPTH:
         raise RecordError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} deep.")
     try:
         return json.loads(raw.decode("utf-8"))

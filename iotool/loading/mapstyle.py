@@ -290,6 +290,8 @@ class ImageDataset(ReaderInfo, Dataset):
         ``names`` (taken from ``stored`` or read; every stored field with ``check_checksums``),
         the record's checksum checked if asked."""
         if data is None or label is None:
+            if names and stored is None and not self.check_checksums:
+                return self.reader.read_record(index, names)  # image and fields in one pass
             data, label = self.reader.read(index)
         if not self.check_checksums:
             return data, label, self._stored(index, names, stored) if names else {}
@@ -304,7 +306,9 @@ class ImageDataset(ReaderInfo, Dataset):
         (what a sequential read gave) when it has them all, else read."""
         if not names:
             return {}
-        if stored is None or any(n not in stored for n in names):
+        if stored is None:
+            return self.reader.read_fields(index, names)  # the reader gives exactly these, in order
+        if any(n not in stored for n in names):
             stored = self.reader.read_fields(index, names)
         missing = [n for n in names if n not in stored]
         if missing:

@@ -96,6 +96,8 @@ def test_read_fields_gives_back_every_value(converted, fmt, label):
         assert reader.read_fields(i, []) == {}
         if label == "no_class":
             assert reader.read(i)[1] == -1
+        names = [f.name for f in reversed(stored)]
+        assert reader.read_record(i, names) == (*reader.read(i), reader.read_fields(i, names))  # one pass, same
 
 
 @pytest.mark.parametrize("label", list(SCHEMAS))

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 import iotool
 from iotool.errors import RecordError, UsageError
+from iotool.formats import FormatReader
 from iotool.loading.iterable import ShardedIterableDataset
 from iotool.loading.mapstyle import ImageDataset
 from iotool.loading.split import ShardEnv
@@ -74,6 +75,9 @@ def sharded_reader(shards: tuple[str, Path], tampered: dict[tuple[int, str], byt
             got = super().read_fields(index, names)
             return {n: swapped.get((index, n), got[n]) for n in got}
 
+        def read_record(self, index: int, names: Sequence[str]):
+            return FormatReader.read_record(self, index, names)  # through read_fields, counted
+
         def read_records(self, indices, names):
             self.calls.append(("read_records", tuple(names)))
             for i, data, label, got in super().read_records(indices, names):
@@ -105,6 +109,9 @@ def counting(path: Path, tampered: dict[tuple[int, str], bytes] | None = None):
             type(self).fields_read += 1
             got = dict(super().read_fields(index, names))
             return {n: (tampered or {}).get((index, n), got[n]) for n in got}
+
+        def read_record(self, index: int, names: Sequence[str]):
+            return FormatReader.read_record(self, index, names)  # through read_fields, counted
 
     return Counting(path)
 

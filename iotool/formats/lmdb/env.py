@@ -109,6 +109,34 @@ def read_value(path: str, key: bytes, record: int | None = None, max_bytes: int 
         return None if value is None else bytes(value)
 
 
+class ValueTooLarge(FormatError):
+    """A value of :func:`read_values` over its bound, at ``position`` in what was asked."""
+
+    def __init__(self, position: int, reason: str):
+        super().__init__(reason)
+        self.position = position
+
+
+def read_values(path: str, wanted: list[tuple[bytes, int, int]]) -> list[bytes | None]:
+    """:func:`read_value` of several ``(key, record, max_bytes)`` in one read transaction (a
+    record's field values): each key's pages walked once per process, each size bounded
+    before the copy. Raises :class:`ValueTooLarge` (its ``position`` in ``wanted``) for the
+    first value over its bound."""
+    _pid, _file, env, bounds = _open(path)
+    for key, record, _ in wanted:
+        if not bounds.passed(record):
+            bounds.check(key)
+            bounds.mark_passed(record)
+    out: list[bytes | None] = []
+    with env.begin(buffers=True) as txn:
+        for key, _, max_bytes in wanted:
+            value = txn.get(key)
+            if value is not None and len(value) > max_bytes:
+                raise ValueTooLarge(len(out), f"the value holds {len(value)} bytes, more than {max_bytes}")
+            out.append(None if value is None else bytes(value))
+    return out
+
+
 def list_keys(path: str, limit: int) -> list[bytes]:
     """Every key of the environment's main database in LMDB's order, found without touching a value."""
     return _open(path)[3].keys(limit)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Any, Sequence
 
 import lmdb
 import numpy as np
@@ -15,7 +14,7 @@ from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
 from ..sharded.index import sha256_hex
-from .env import map_value, open_env, read_value
+from .env import ValueTooLarge, map_value, open_env, read_value, read_values
 from .layout import (
     CHECKSUMS_KEY,
     FIELDS_VERSION,
@@ -34,14 +33,19 @@ from .layout import (
 LMDB_ERRORS = (lmdb.Error, OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError)
 
 
-@contextmanager
-def lmdb_errors(path: str, index: int | None = None) -> Iterator[None]:
-    """Turn a stray exception into a FormatError (RecordError for ``index``) naming the dataset."""
-    with library_errors(path, LMDB_ERRORS, "cannot read the LMDB environment", index):
-        try:
-            yield
-        except FileNotFoundError:
-            raise FormatError(f"{path}: data.mdb is missing.") from None
+class lmdb_errors(library_errors):  # noqa: N801  (used as a function, as library_errors)
+    """Turn a stray exception into a FormatError (RecordError for ``index``) naming the dataset;
+    a missing data.mdb says so."""
+
+    __slots__ = ()
+
+    def __init__(self, path: str, index: int | None = None):
+        super().__init__(path, LMDB_ERRORS, "cannot read the LMDB environment", index)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, FileNotFoundError):
+            raise FormatError(f"{self.path}: data.mdb is missing.") from None
+        super().__exit__(kind, exc, tb)
 
 
 class LmdbReader(FormatReader):
@@ -119,24 +123,55 @@ class LmdbReader(FormatReader):
 
     def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of record ``index``'s fields ``names``: the value under
-        ``%010d.<name>``, refused beyond :meth:`field_bound` before it is copied."""
-        if not names:
-            return {}
-        if not 0 <= index < self.meta.count:
-            raise IndexError(f"index {index} out of range for {self.meta.count} records")
-        out = {}
-        for name in names:
-            bound = self.field_bound(name)
-            try:
-                with lmdb_errors(self.path, index):
-                    value = read_value(self.path, field_key(index, name), max_bytes=bound)
-            except IotoolError as exc:
-                reason = str(exc).removeprefix(f"{self.path}: ")
-                raise RecordError(f"{self.path}: record {index}, field {name!r}: {reason}") from None
-            if value is None:
-                raise RecordError(f"{self.path}: record {index}, field {name!r}: the value is missing.")
-            out[name] = value
-        return out
+        ``%010d.<name>``, refused beyond :meth:`field_bound` before it is copied; read in one
+        transaction, each value's pages walked once per process (as a record's image)."""
+        return self._values(index, names, False)[1] if names else {}
+
+    def read_record(self, index: int, names: Sequence[str]) -> tuple[bytes, int, dict[str, bytes]]:
+        """The payload, label and fields ``names`` of record ``index`` in one transaction."""
+        data, fields = self._values(index, names, True)
+        assert data is not None  # asked for
+        return data, self.labels[index], fields
+
+    def _values(self, index: int, names: Sequence[str], image: bool) -> tuple[bytes | None, dict[str, bytes]]:
+        """(the payload if ``image``, the fields ``names``) of record ``index``, read together."""
+        count = self.meta.count
+        if not 0 <= index < count:
+            raise IndexError(f"index {index} out of range for {count} records")
+        plan = self._field_plan
+        try:
+            # a bit per value marks it walked: the records' first, then field j's after them
+            wanted = [(field_key(index, n), count * plan[n][0] + index, plan[n][1]) for n in names]
+        except KeyError:
+            self.stored_names(names)  # names the field that is not stored
+            raise
+        if image:
+            wanted.append((record_key(index), index, self.max_record_bytes))
+        try:
+            with lmdb_errors(self.path, index):
+                values = read_values(self.path, wanted)
+        except ValueTooLarge as exc:
+            what = f"field {names[exc.position]!r}" if exc.position < len(names) else "the image"
+            raise RecordError(f"{self.path}: record {index}, {what}: {exc}.") from None
+        except IotoolError as exc:
+            reason = str(exc).removeprefix(f"{self.path}: ")
+            raise RecordError(f"{self.path}: record {index}, fields {', '.join(names)}: {reason}") from None
+        missing = [n for n, v in zip(names, values) if v is None]
+        if missing:
+            raise RecordError(f"{self.path}: record {index}, field {missing[0]!r}: the value is missing.")
+        data = values[-1] if image else None
+        if image and data is None:
+            raise FormatError(f"{self.path}: record {index} is missing.")
+        return data, dict(zip(names, values))  # type: ignore[arg-type]  (None refused above)
+
+    @property
+    def _field_plan(self) -> dict[str, tuple[int, int]]:
+        """Each stored field's (1 + its place in the schema, bound on its stored bytes)."""
+        plan = getattr(self, "_h_field_plan", None)
+        if plan is None:
+            plan = {f.name: (1 + i, self.field_bound(f.name)) for i, f in enumerate(self.schema.stored)}
+            self._h_field_plan = plan
+        return plan
 
     def integrity_problems(self) -> list[str]:
         try:
