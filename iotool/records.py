@@ -127,17 +127,22 @@ def brief(value: Any) -> str:
 
 
 def check_meta(raw: Any, source: str) -> None:
-    """Refuse metadata whose fields, down to their leaves, are not what a writer stores: ``classes``
-    a list of strings and ``class_to_idx`` exactly ``{name: position}``; ``skipped`` a list of
-    ``{"key", "path", "reason"}`` string maps; ``created_by`` a string; ``options`` a JSON object
-    within :data:`~iotool.fields.limits.MAX_JSON_DEPTH` and ``MAX_JSON_ITEMS`` (the JSON bounds);
-    ``checksum_algorithm`` ``"sha256"``. The error names ``source`` and the field."""
-
-    def refuse(name: str, what: str) -> FormatError:
-        return FormatError(f"{source}: metadata field {name!r} {what}.")
-
+    """Refuse metadata whose fields, down to their leaves, are not what a writer stores
+    (:func:`meta_problems`): one :class:`FormatError` naming ``source`` and every field wrong."""
     if not isinstance(raw, dict):
         raise FormatError(f"{source}: metadata must be a JSON object, got {type(raw).__name__}.")
+    problems = meta_problems(raw)
+    if problems:
+        said = "; ".join(f"metadata field {name!r} {what}" for name, what in problems)
+        raise FormatError(f"{source}: {said}.")
+
+
+def meta_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, what is wrong) for every field of a metadata object that is not what a writer
+    stores: ``classes`` a list of strings and ``class_to_idx`` exactly ``{name: position}``;
+    ``skipped`` a list of ``{"key", "path", "reason"}`` string maps; ``created_by`` a string;
+    ``options`` a JSON object within :data:`~iotool.fields.limits.MAX_JSON_DEPTH` and
+    ``MAX_JSON_ITEMS`` (the JSON bounds); ``checksum_algorithm`` ``"sha256"``."""
     expected = {
         "format": str,
         "format_version": int,
@@ -147,34 +152,43 @@ def check_meta(raw: Any, source: str) -> None:
         "options": dict,
         "skipped": list,
     }
+    problems: list[tuple[str, str]] = []
     for name, typ in expected.items():
         value = raw.get(name)
         if not isinstance(value, typ) or isinstance(value, bool):
-            raise refuse(name, f"must be {typ.__name__}, got {brief(value)}")
-    if raw["count"] < 0:
-        raise refuse("count", f"must not be negative, got {brief(raw['count'])}")
-    classes, class_to_idx = raw["classes"], raw["class_to_idx"]
-    bad = next((i for i, c in enumerate(classes) if not isinstance(c, str)), None)
-    if bad is not None:
-        raise refuse("classes", f"must hold class names (strings), got {brief(classes[bad])} at {bad}")
-    if len(class_to_idx) != len(classes) or any(
-        type(class_to_idx.get(name)) is not int or class_to_idx[name] != i for i, name in enumerate(classes)
-    ):
-        raise refuse("class_to_idx", "must map each name in 'classes' to its position there, and nothing else")
-    for i, entry in enumerate(raw["skipped"]):
+            problems.append((name, f"must be {typ.__name__}, got {brief(value)}"))
+    count, classes, class_to_idx, skipped = (raw.get(k) for k in ("count", "classes", "class_to_idx", "skipped"))
+    if isinstance(count, int) and not isinstance(count, bool) and count < 0:
+        problems.append(("count", f"must not be negative, got {brief(count)}"))
+    if isinstance(classes, list):
+        bad = next((i for i, c in enumerate(classes) if not isinstance(c, str)), None)
+        if bad is not None:
+            problems.append(("classes", f"must hold class names (strings), got {brief(classes[bad])} at {bad}"))
+        elif isinstance(class_to_idx, dict) and (
+            len(class_to_idx) != len(classes)
+            or any(type(class_to_idx.get(c)) is not int or class_to_idx[c] != i for i, c in enumerate(classes))
+        ):
+            problems.append(("class_to_idx", "must map each name in 'classes' to its position there, and nothing else"))
+    entries: list[Any] = skipped if isinstance(skipped, list) else []
+    for i, entry in enumerate(entries):
         if (
             not isinstance(entry, dict)
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in entry.items())
             or not all(k in entry for k in SKIPPED_KEYS)
         ):
-            raise refuse("skipped", f"must hold {{key, path, reason}} string maps, got {brief(entry)} at {i}")
+            problems.append(("skipped", f"must hold {{key, path, reason}} string maps, got {brief(entry)} at {i}"))
+            break
     if not isinstance(raw.get("created_by", ""), str):
-        raise refuse("created_by", f"must be str, got {brief(raw['created_by'])}")
+        problems.append(("created_by", f"must be str, got {brief(raw['created_by'])}"))
     if raw.get("checksum_algorithm", CHECKSUM_ALGORITHM) != CHECKSUM_ALGORITHM:
-        raise refuse("checksum_algorithm", f"must be {CHECKSUM_ALGORITHM!r}, got {brief(raw['checksum_algorithm'])}")
-    problem = _json_problem(raw["options"])
+        problems.append(
+            ("checksum_algorithm", f"must be {CHECKSUM_ALGORITHM!r}, got {brief(raw['checksum_algorithm'])}")
+        )
+    options = raw.get("options")
+    problem = _json_problem(options) if isinstance(options, dict) else None
     if problem:
-        raise refuse("options", problem)
+        problems.append(("options", problem))
+    return problems
 
 
 def _json_problem(value: Any) -> str | None:

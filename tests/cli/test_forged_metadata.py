@@ -151,3 +151,22 @@ def test_an_error_quotes_a_bounded_prefix_of_the_value():
     assert len(str(info.value)) < 200 and "a list of 1,000" in str(info.value)
     assert brief("y" * 100) == repr("y" * 80) + "..." and brief(10**40) == "a value of type int"
     assert brief(True) == "True" and brief(None) == "None" and brief(12) == "12"
+
+
+def test_every_wrong_field_is_named_in_one_error():
+    """``verify`` reports every inconsistency of the metadata, not only the first one found."""
+    raw = meta_dict(
+        class_to_idx={"a": 1, "b": 0}, created_by=3, skipped=[1], checksum_algorithm="md5", options={"x": b"y"}
+    )
+    with pytest.raises(FormatError) as info:
+        DatasetMeta.from_dict(raw, "m")
+    for field in ("class_to_idx", "created_by", "skipped", "checksum_algorithm", "options"):
+        assert f"metadata field '{field}'" in str(info.value)
+
+
+def test_wrong_outer_types_are_named_without_checking_inside_them():
+    raw = meta_dict(classes="ab", class_to_idx=[], skipped={}, options=[], count=True)
+    with pytest.raises(FormatError) as info:
+        DatasetMeta.from_dict(raw, "m")
+    for field in ("classes", "class_to_idx", "skipped", "options", "count"):
+        assert f"metadata field '{field}' must be" in str(info.value)
