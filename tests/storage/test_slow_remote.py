@@ -21,6 +21,15 @@ BODY = bytes(range(256)) * 4  # 1 KiB: a trickle of one byte a second never ends
 
 
 @pytest.fixture(scope="module")
+def slow_www(tmp_path_factory):
+    """A bucket folder holding a file to trickle (for the object-store endpoints)."""
+    www = tmp_path_factory.mktemp("bucketed")
+    (www / "bucket").mkdir()
+    (www / "bucket" / "trickled.bin").write_bytes(BODY)
+    return www
+
+
+@pytest.fixture(scope="module")
 def slow(tmp_path_factory):
     """A server with a stalled file (a byte every 30 s), a trickled one (a byte a second), a plain one
     and a tar dataset whose index.json trickles."""
@@ -75,6 +84,23 @@ def test_a_trickled_body_stops_at_the_request_timeout(slow, tmp_path, how):
         "download": lambda: download(url, str(tmp_path / "x"), config),
     }
     error, took = timed(reads[how])
+    assert took < 2 + 1 + 1.5, took
+    assert "request_timeout=2" in str(error) and "trickled.bin" in str(error)
+
+
+@pytest.mark.parametrize("proto", ["s3", "gs"])
+def test_an_object_store_that_trickles_stops_at_the_request_timeout(slow_www, proto, monkeypatch):
+    """iotool's bounded S3 and GCS GETs read their body on fsspec's event loop: they stop there at
+    the operation's deadline too (a loopback server speaking just enough of each API)."""
+    pytest.importorskip({"s3": "s3fs", "gs": "gcsfs"}[proto])
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    options = {"key": "k", "secret": "s"} if proto == "s3" else {"token": "anon"}
+    with http_server(slow_www, trickle={"trickled.bin": 1.0}, gcs=proto == "gs") as url:
+        config = storage.StorageConfig(
+            options={**options, "endpoint_url": url}, read_timeout=5, request_timeout=2, retries=3, backoff=0.1
+        )
+        error, took = timed(lambda: storage.read_range(f"{proto}://bucket/trickled.bin", 0, 100, config))
     assert took < 2 + 1 + 1.5, took
     assert "request_timeout=2" in str(error) and "trickled.bin" in str(error)
 

@@ -137,7 +137,7 @@ def http_server(
     - ``endless``: file names whose body never ends (no Content-Length);
     - ``padded``: ``{file name: n}``: the file followed by ``n`` zero bytes (the length says so);
     - ``trickle``: ``{file name: s}``: the file's length is sent, then its body one byte every
-      ``s`` seconds (a slow or stalled server);
+      ``s`` seconds, the first after ``s`` seconds (a slow or stalled server);
     - ``log_requests``: a file each request is appended to as ``METHOD PATH`` (to show that a server
       was never asked);
     - ``gcs``: speak just enough of Google Cloud Storage's JSON API for gcsfs (``endpoint_url`` =
@@ -218,9 +218,9 @@ def _serve(settings: dict[str, Any]) -> None:
                     data = f.read()
                 self._head(200, len(data))
                 for i in range(len(data) if body else 0):
+                    time.sleep(float(settings["trickle"][name]))
                     self.wfile.write(data[i : i + 1])
                     self.wfile.flush()
-                    time.sleep(float(settings["trickle"][name]))
                 return
             extra = int(settings["padded"].get(name, 0))
             self._head(200, None if name in names["no_length"] else os.path.getsize(local) + extra)
