@@ -4,8 +4,14 @@ A name read from a dataset (an ImageFolder key, a key of an iotool dataset used 
 TFRecord's ``image/filename``, a tar member, a DALI index line, a file named by an index) may
 become a file or a tar member under a destination, or a file opened under a dataset. It is
 safe when it is relative, POSIX (``/`` only), and every component is a plain name: no empty,
-``.`` or ``..`` component, no NUL, control character or backslash. This is what git refuses in
-the paths it reads from an object, and what tar strips unless told otherwise.
+``.`` or ``..`` component, no NUL, control character (C0, DEL, C1), BiDi control or backslash.
+This is what git refuses in the paths it reads from an object, and what tar strips unless told
+otherwise.
+
+:func:`printable` is the one rule for showing a dataset's text (a name, a key, a metadata value, a
+reason quoting one) on a terminal: every character :func:`is_unprintable` names is written as an
+escape (``\\x1b``, ``\\u202e``), so nothing a dataset holds can move the cursor, set a title or
+reorder what is shown.
 
 :func:`name_problem` checks one name, :func:`first_bad_name` a whole string column at once;
 :func:`resolve_inside` is the containment check a writer or reader makes after joining a name to
@@ -21,6 +27,7 @@ runs all of them on one table of cases.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from typing import TYPE_CHECKING
 
@@ -29,8 +36,40 @@ if TYPE_CHECKING:
 
 ALLOWED = (
     "a relative POSIX path of plain names: no leading '/', no empty, '.' or '..' "
-    "component, no backslash, NUL or control character"
+    "component, no backslash, NUL, control character (C0, DEL, C1) or BiDi control"
 )
+
+# BiDi controls: LRM, RLM, ALM, the embeddings and overrides (LRE..RLO) and isolates (LRI..PDI)
+BIDI_CONTROLS = "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+# C0 controls, DEL, C1 controls and BiDi controls: never shown raw, never part of a name
+_UNPRINTABLE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{BIDI_CONTROLS}]")
+# what JSON encoders leave raw in a string (they escape C0 themselves; outside strings JSON text
+# holds only spaces and line breaks, which stay)
+_RAW_IN_JSON = re.compile(f"[\\x7f-\\x9f{BIDI_CONTROLS}]")
+
+
+def is_unprintable(char: str) -> bool:
+    """True for a character that :func:`printable` escapes and :func:`name_problem` refuses:
+    a C0 control, DEL, a C1 control or a BiDi control."""
+    return _UNPRINTABLE.fullmatch(char) is not None
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text: object) -> str:
+    """``text`` (``str()`` of it) with every control character (C0, DEL, C1) and BiDi control
+    written as an escape: ``"a\\x1b[2Jb"`` is shown as ``a\\x1b[2Jb``, U+202E as ``\\u202e``.
+    Everything the command line shows that came from a dataset or a source goes through here."""
+    return _UNPRINTABLE.sub(_escape, text if isinstance(text, str) else str(text))
+
+
+def json_escaped(text: str) -> str:
+    """JSON text with the characters :func:`printable` escapes written as ``\\uXXXX`` (JSON's own
+    encoders leave DEL, C1 and BiDi controls raw); valid JSON for the same values."""
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def name_problem(name: object) -> str | None:
@@ -41,7 +80,7 @@ def name_problem(name: object) -> str | None:
         return "empty"
     if name.startswith("/"):
         return "absolute"
-    bad = next((c for c in name if c < " " or c in "\x7f\\"), None)
+    bad = next((c for c in name if c == "\\" or is_unprintable(c)), None)
     if bad is not None:
         return "holds a backslash" if bad == "\\" else f"holds the control character {bad!r}"
     parts = name.split("/")
@@ -79,6 +118,7 @@ def first_bad_name(offsets: np.ndarray, blob: np.ndarray) -> int:
 
     odd = np.flatnonzero((data < 0x20) | (data == 0x7F) | (data == ord("\\")))
     bad[owner(odd)] = True
+    bad[owner(_encoded_controls(data))] = True
     # a component of only dots, one or two long, or an empty one ("a//b"): found where it begins
     begins_component = np.ones(len(data), dtype=bool)
     begins_component[1:] = slash[:-1]
@@ -106,6 +146,23 @@ def first_bad_name(offsets: np.ndarray, blob: np.ndarray) -> int:
         bad[who[found]] = True
     hits = np.flatnonzero(bad)
     return int(hits[0]) if len(hits) else -1
+
+
+def _encoded_controls(data: np.ndarray) -> np.ndarray:
+    """Where a C1 or BiDi control's UTF-8 encoding begins in ``data`` (the ones :func:`name_problem`
+    refuses beyond C0 and DEL): C2 80..9F, D8 9C (U+061C), E2 80 8E/8F, E2 80 AA..AE, E2 81 A6..A9."""
+    import numpy as np
+
+    n = len(data)
+    nxt = np.zeros(n, dtype=np.int64)
+    third = np.zeros(n, dtype=np.int64)
+    nxt[:-1] = data[1:]
+    third[:-2] = data[2:]
+    c1 = (data == 0xC2) & (nxt >= 0x80) & (nxt <= 0x9F)
+    alm = (data == 0xD8) & (nxt == 0x9C)
+    marks = (data == 0xE2) & (nxt == 0x80) & ((third == 0x8E) | (third == 0x8F) | ((third >= 0xAA) & (third <= 0xAE)))
+    isolates = (data == 0xE2) & (nxt == 0x81) & (third >= 0xA6) & (third <= 0xA9)
+    return np.flatnonzero(c1 | alm | marks | isolates)
 
 
 def is_under(real: str, real_root: str) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 
 from .errors import FormatError
 from .fields import Schema
+from .fields.limits import MAX_JSON_DEPTH, MAX_JSON_ITEMS
 
 CHECKSUM_ALGORITHM = "sha256"
 
@@ -101,25 +102,112 @@ class DatasetMeta:
 
     @classmethod
     def from_dict(cls, raw: Any, source: str) -> DatasetMeta:
-        """Build from a parsed JSON object, refusing wrong types with a clear message."""
-        if not isinstance(raw, dict):
-            raise FormatError(f"{source}: metadata must be a JSON object, got {type(raw).__name__}.")
-        expected = {
-            "format": str,
-            "format_version": int,
-            "classes": list,
-            "class_to_idx": dict,
-            "count": int,
-            "options": dict,
-            "skipped": list,
-        }
-        for name, typ in expected.items():
-            value = raw.get(name)
-            if not isinstance(value, typ) or isinstance(value, bool):
-                raise FormatError(f"{source}: metadata field {name!r} must be {typ.__name__}, got {value!r:.80}.")
-        if raw["count"] < 0 or not all(isinstance(c, str) for c in raw["classes"]):
-            raise FormatError(f"{source}: metadata has a negative count or non-string class names.")
+        """Build from a parsed JSON object, refusing wrong types to the leaves with a
+        :class:`FormatError` naming the field (:func:`check_meta`)."""
+        check_meta(raw, source)
         known = set(cls.__dataclass_fields__)
         meta = cls(**{k: v for k, v in raw.items() if k in known})
         meta.__dict__["_schema"] = Schema.from_list(raw.get("fields"), source)  # checked now, named
         return meta
+
+
+SKIPPED_KEYS = ("key", "path", "reason")  # every skipped entry holds these, as strings
+
+
+def brief(value: Any) -> str:
+    """A bounded description of a metadata value for an error message, built without making the
+    whole value's repr: a string's first 80 characters, a number, or a container's type and size."""
+    if isinstance(value, str):
+        return repr(value[:80]) + ("..." if len(value) > 80 else "")
+    if value is None or isinstance(value, (bool, float)) or (isinstance(value, int) and abs(value) < 10**30):
+        return repr(value)
+    if isinstance(value, (list, dict)):
+        return f"a {type(value).__name__} of {len(value):,}"
+    return f"a value of type {type(value).__name__}"
+
+
+def check_meta(raw: Any, source: str) -> None:
+    """Refuse metadata whose fields, down to their leaves, are not what a writer stores
+    (:func:`meta_problems`): one :class:`FormatError` naming ``source`` and every field wrong."""
+    if not isinstance(raw, dict):
+        raise FormatError(f"{source}: metadata must be a JSON object, got {type(raw).__name__}.")
+    problems = meta_problems(raw)
+    if problems:
+        said = "; ".join(f"metadata field {name!r} {what}" for name, what in problems)
+        raise FormatError(f"{source}: {said}.")
+
+
+def meta_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, what is wrong) for every field of a metadata object that is not what a writer
+    stores: ``classes`` a list of strings and ``class_to_idx`` exactly ``{name: position}``;
+    ``skipped`` a list of ``{"key", "path", "reason"}`` string maps; ``created_by`` a string;
+    ``options`` a JSON object within :data:`~iotool.fields.limits.MAX_JSON_DEPTH` and
+    ``MAX_JSON_ITEMS`` (the JSON bounds); ``checksum_algorithm`` ``"sha256"``."""
+    expected = {
+        "format": str,
+        "format_version": int,
+        "classes": list,
+        "class_to_idx": dict,
+        "count": int,
+        "options": dict,
+        "skipped": list,
+    }
+    problems: list[tuple[str, str]] = []
+    for name, typ in expected.items():
+        value = raw.get(name)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            problems.append((name, f"must be {typ.__name__}, got {brief(value)}"))
+    count, classes, class_to_idx, skipped = (raw.get(k) for k in ("count", "classes", "class_to_idx", "skipped"))
+    if isinstance(count, int) and not isinstance(count, bool) and count < 0:
+        problems.append(("count", f"must not be negative, got {brief(count)}"))
+    if isinstance(classes, list):
+        bad = next((i for i, c in enumerate(classes) if not isinstance(c, str)), None)
+        if bad is not None:
+            problems.append(("classes", f"must hold class names (strings), got {brief(classes[bad])} at {bad}"))
+        elif isinstance(class_to_idx, dict) and (
+            len(class_to_idx) != len(classes)
+            or any(type(class_to_idx.get(c)) is not int or class_to_idx[c] != i for i, c in enumerate(classes))
+        ):
+            problems.append(("class_to_idx", "must map each name in 'classes' to its position there, and nothing else"))
+    entries: list[Any] = skipped if isinstance(skipped, list) else []
+    for i, entry in enumerate(entries):
+        if (
+            not isinstance(entry, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in entry.items())
+            or not all(k in entry for k in SKIPPED_KEYS)
+        ):
+            problems.append(("skipped", f"must hold {{key, path, reason}} string maps, got {brief(entry)} at {i}"))
+            break
+    if not isinstance(raw.get("created_by", ""), str):
+        problems.append(("created_by", f"must be str, got {brief(raw['created_by'])}"))
+    if raw.get("checksum_algorithm", CHECKSUM_ALGORITHM) != CHECKSUM_ALGORITHM:
+        problems.append(
+            ("checksum_algorithm", f"must be {CHECKSUM_ALGORITHM!r}, got {brief(raw['checksum_algorithm'])}")
+        )
+    options = raw.get("options")
+    problem = _json_problem(options) if isinstance(options, dict) else None
+    if problem:
+        problems.append(("options", problem))
+    return problems
+
+
+def _json_problem(value: Any) -> str | None:
+    """Why ``value`` is not a plain JSON value within the JSON bounds (None: it is one)."""
+    items = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        items += 1
+        if items > MAX_JSON_ITEMS:
+            return f"holds over {MAX_JSON_ITEMS:,} values"
+        if depth > MAX_JSON_DEPTH:
+            return f"nests deeper than {MAX_JSON_DEPTH}"
+        if isinstance(node, dict):
+            if not all(isinstance(k, str) for k in node):
+                return "has a key that is not a string"
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+        elif not (node is None or isinstance(node, (str, int, float, bool))):
+            return f"holds a value of type {type(node).__name__}"
+    return None

@@ -8,6 +8,7 @@ import typer
 
 from .._version import __version__
 from . import bench_cmd, convert_cmd, formats_cmd, index_cmd, info_cmd, tune_cmd, verify_cmd
+from .common import show_library_log
 from .helptext import Command, Group
 
 app = typer.Typer(
@@ -37,6 +38,7 @@ def _root(
     ] = None,
 ) -> None:
     """iotool command line."""
+    show_library_log()
 
 
 app.command(

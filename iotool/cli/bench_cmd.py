@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import UsageError
-from .common import choice, console, err_console, handle_errors, human_bytes, progress_line, say, write_json
+from .common import choice, console, err_console, handle_errors, human_bytes, progress_line, say, shown, write_json
 from .helptext import Command, Group
 
 app = typer.Typer(
@@ -149,7 +149,7 @@ def decode_table(result: Any, wide: bool = False) -> Table:
     for col, justify in WIDE_DECODE_COLUMNS if wide else DECODE_COLUMNS:
         table.add_column(col, justify=justify, overflow="fold")
     for r in result.results:
-        table.add_row(*_decode_cells(r, wide))
+        table.add_row(*(shown(c) for c in _decode_cells(r, wide)))
     return table
 
 
@@ -388,7 +388,7 @@ def loader_table(result: Any, wide: bool = False) -> Table:
                 f"{r.convert_seconds:.1f}" if r.convert_seconds is not None else "-",
                 ", ".join(f"{k}={v}" for k, v in r.options.items()),
             ]
-        table.add_row(*cells)
+        table.add_row(*(shown(c) for c in cells))
     return table
 
 

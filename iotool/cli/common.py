@@ -1,9 +1,17 @@
-"""Shared CLI helpers: consoles, error-to-exit-code mapping, byte formatting."""
+"""Shared CLI helpers: consoles, error-to-exit-code mapping, byte formatting.
+
+Everything the commands show goes through here, and every piece of text that may have come
+from a dataset or a source (class names, keys, paths, metadata, reasons in errors) is shown
+through :func:`iotool.names.printable`: control characters (C0, DEL, C1) and BiDi controls
+are written as escapes (``\\x1b``, ``\\u202e``) in tables, errors, progress and summaries,
+and as ``\\uXXXX`` in ``--json``, so a hostile dataset cannot drive the terminal.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -16,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from ..errors import DestinationExistsError, DestinationLockedError, Interrupted, IotoolError, UsageError
+from ..names import json_escaped, printable
 from ..storage.units import human_bytes  # noqa: F401  (the commands' tables import it from here)
 from .helptext import wrap_paragraphs
 
@@ -26,22 +35,47 @@ EXIT_DATA_ERROR = 1
 EXIT_USAGE_ERROR = 2
 
 
+def shown(text: object) -> str:
+    """``text`` as a rich markup string that shows it literally: controls and BiDi controls
+    escaped (:func:`iotool.names.printable`), markup brackets escaped (for table cells)."""
+    return escape(printable(text))
+
+
+class _PrintableLog(logging.Handler):
+    """The library's warnings (a record skipped, and why) on stderr as Python's last-resort
+    handler writes them, but shown through :func:`iotool.names.printable` (they quote keys)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(printable(self.format(record)) + "\n")
+        except Exception:  # logging's own rule: a failed emit never raises
+            self.handleError(record)
+
+
+def show_library_log() -> None:
+    """Send the ``iotool`` logger's warnings to stderr through :func:`iotool.names.printable`
+    (once per process; the command line calls this before any command)."""
+    log = logging.getLogger("iotool")
+    if not any(isinstance(h, _PrintableLog) for h in log.handlers):
+        log.addHandler(_PrintableLog(logging.WARNING))
+
+
 @contextlib.contextmanager
 def handle_errors() -> Iterator[None]:
     """Turn iotool errors into a red message and exit code 1 (data) or 2 (usage)."""
     try:
         yield
     except (UsageError, DestinationExistsError, DestinationLockedError) as exc:
-        err_console.print(f"[bold red]Error:[/] {escape(exc.cli_message())}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]Error:[/] {shown(exc.cli_message())}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE_ERROR) from None
     except IotoolError as exc:
-        err_console.print(f"[bold red]Error:[/] {escape(exc.cli_message())}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]Error:[/] {shown(exc.cli_message())}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_DATA_ERROR) from None
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         kept = exc.kept if isinstance(exc, Interrupted) else None
         what = (
-            f"the partial output is kept for --resume in {escape(kept)}"
+            f"the partial output is kept for --resume in {shown(kept)}"
             if kept
             else "nothing was left at the destination"
         )
@@ -88,11 +122,12 @@ def say(text: str, *, label: str = "", style: str = "", out: Console | None = No
     """Print a paragraph wrapped at the terminal's width without breaking a word (a path or URL
     longer than a line stays whole on a line of its own); ``label`` starts it in ``style``
     (``say(path, label="skipped", style="yellow")``). Titles and notes go through here rather
-    than into a table's title or caption, which rich wraps at the table's width."""
+    than into a table's title or caption, which rich wraps at the table's width. ``text`` is
+    shown through :func:`iotool.names.printable` (a line break in it too is escaped)."""
     out = out or console
     head = f"{label} " if label else ""
     pad = " " * indent
-    for i, line in enumerate(wrap_paragraphs(head + text, max(out.width - indent, 20), examples=False)):
+    for i, line in enumerate(wrap_paragraphs(head + printable(text), max(out.width - indent, 20), examples=False)):
         styled = Text(pad + line)
         if i == 0 and label and style:
             styled.stylize(style, indent, indent + len(label))
@@ -100,20 +135,23 @@ def say(text: str, *, label: str = "", style: str = "", out: Console | None = No
 
 
 def say_fields(rows: Sequence[tuple[str, str]], out: Console | None = None) -> None:
-    """Print ``name  value`` lines, each value wrapped under itself without breaking a word."""
+    """Print ``name  value`` lines, each value wrapped under itself without breaking a word (and
+    shown through :func:`iotool.names.printable`)."""
     out = out or console
     names = max((len(name) for name, _ in rows), default=0)
     width = max(out.width - names - 4, 20)
     for name, value in rows:
-        lines = wrap_paragraphs(value, width, examples=False) or [""]
+        lines = wrap_paragraphs(printable(value), width, examples=False) or [""]
         out.print(Text(f"  {name:<{names}}  {lines[0]}"), soft_wrap=True, highlight=False)
         for line in lines[1:]:
             out.print(Text(" " * (names + 4) + line), soft_wrap=True, highlight=False)
 
 
 def write_json(obj: Any, dest: str | None) -> None:
-    """Print ``obj`` as JSON to stdout (dest None or '-') or write it to a file."""
-    text = json.dumps(obj, indent=2, ensure_ascii=False, default=str)
+    """Print ``obj`` as JSON to stdout (dest None or '-') or write it to a file; control and BiDi
+    characters in its strings are written as ``\\uXXXX`` (:func:`iotool.names.json_escaped`), so a
+    terminal that shows the JSON is not driven by them."""
+    text = json_escaped(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
     if dest in (None, "-"):
         sys.stdout.write(text + "\n")
     else:
@@ -180,7 +218,7 @@ class progress_line:  # noqa: N801  (used as a function)
         return self.update
 
     def update(self, what: str, done: int, total: int) -> None:
-        self.bar.advance(description=escape(what), completed=done, total=total)
+        self.bar.advance(description=shown(what), completed=done, total=total)
 
     def __exit__(self, *exc) -> None:
         self.bar.stop()

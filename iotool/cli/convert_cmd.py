@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -24,6 +23,7 @@ from .common import (
     human_bytes,
     raise_if_stopped,
     say,
+    shown,
     stop_on_signals,
     write_json,
 )
@@ -341,7 +341,7 @@ def summary_table(report: ConversionReport) -> Table:
     rows = [
         ("images", f"{report.count:,}"),
         ("classes", str(report.classes)),
-        *([("fields", escape(report.schema.describe()))] if not report.schema.is_classification else []),
+        *([("fields", shown(report.schema.describe()))] if not report.schema.is_classification else []),
         ("bytes in", human_bytes(report.bytes_in)),
         ("bytes out", human_bytes(report.bytes_out)),
         ("skipped", str(len(report.skipped))),

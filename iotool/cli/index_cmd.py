@@ -6,11 +6,10 @@ import os
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from ..errors import UsageError
 from ..formats.dali_index import write_dali_indexes
-from .common import console, handle_errors, write_json
+from .common import console, handle_errors, shown, write_json
 
 
 def index(
@@ -39,8 +38,8 @@ def index(
         write_json({"path": path, "dali_indexes": written}, None)
         return
     console.print(
-        f"[green]OK[/] {escape(path)}: wrote {len(written)} DALI index file(s) "
-        f"({escape(', '.join(os.path.basename(w) for w in written[:3]))}"
+        f"[green]OK[/] {shown(path)}: wrote {len(written)} DALI index file(s) "
+        f"({shown(', '.join(os.path.basename(w) for w in written[:3]))}"
         f"{', ...' if len(written) > 3 else ''}).",
         highlight=False,
     )

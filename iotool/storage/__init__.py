@@ -7,7 +7,9 @@ first use; a missing filesystem package raises :class:`MissingExtraError` naming
 install (``pip install 'iotool[s3]'``).
 
 Remote reads are retried a bounded number of times (:class:`StorageConfig` ``retries``) with
-exponential backoff; after the last attempt :class:`RetriesExhaustedError` names the URL.
+exponential backoff; after the last attempt :class:`RetriesExhaustedError` names the URL. A read
+waits at most ``read_timeout`` seconds for its next byte, and one operation, its attempts and
+backoffs together, ends within ``request_timeout`` seconds (:class:`RemoteTimeoutError`).
 :class:`ShardCache` keeps whole remote files on local disk, bounded in size (least recently used
 evicted first, by mtime, before bytes are written), and is safe when several processes fill it
 at once: each download goes to a temporary name and is renamed into place when complete.
@@ -33,6 +35,7 @@ from .config import (
     STREAM_CHUNK,
     TMP_TAG,
     MissingExtraError,
+    RemoteTimeoutError,
     RetriesExhaustedError,
     StorageConfig,
     StorageError,
@@ -75,6 +78,7 @@ __all__ = [
     "OutputDir",
     "RedirectRefusedError",
     "RemoteStream",
+    "RemoteTimeoutError",
     "RetriesExhaustedError",
     "ShardCache",
     "ShortReadError",

@@ -13,6 +13,10 @@ DEFAULT_CACHE_BYTES = 20 << 30
 STREAM_CHUNK = 4 << 20  # bytes per read when downloading a whole file
 READ_CHUNK = 1 << 20  # bytes per read when streaming records
 TMP_TAG = ".tmp-"
+DEFAULT_READ_TIMEOUT = 60.0  # seconds a remote read may wait for its next byte
+DEFAULT_REQUEST_TIMEOUT = 600.0  # seconds one remote operation may take, all its attempts together
+# iotool's own keys in ``storage_options`` (taken out before the rest reach fsspec)
+TIMEOUT_OPTIONS = ("read_timeout", "request_timeout")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
@@ -22,6 +26,11 @@ class StorageError(IotoolError):
 
 class RetriesExhaustedError(StorageError):
     """A remote operation kept failing with transient errors after every allowed attempt."""
+
+
+class RemoteTimeoutError(RetriesExhaustedError):
+    """A remote operation stalled (no byte for ``read_timeout`` seconds on every attempt) or ran
+    past ``request_timeout`` seconds, its attempts and the waits between them together."""
 
 
 class MissingExtraError(UsageError):
@@ -43,6 +52,16 @@ class StorageConfig:
             recently used files go first); a file that does not fit is read without caching,
             with one warning.
         block_size: bytes per ranged request when streaming from an object store.
+        read_timeout: seconds a remote read (HTTP, S3) may wait for its next byte before the
+            attempt fails (and is retried); default 60.
+        request_timeout: seconds one remote operation (a read, a ranged read, a download, a size
+            query) may take, every attempt and every wait between them together; retries never
+            take it past this (a download of a whole shard counts as one operation); default 600.
+            A read that is still receiving bytes stops at the first chunk past it, so the bound
+            holds to within one ``read_timeout``.
+
+    ``read_timeout`` and ``request_timeout`` may also be given as keys of ``options`` (the
+    ``storage_options`` every API takes); they are iotool's, taken out before fsspec sees them.
     """
 
     options: dict[str, Any] = field(default_factory=dict)
@@ -51,8 +70,20 @@ class StorageConfig:
     cache_dir: str | None = None
     cache_max_bytes: int = DEFAULT_CACHE_BYTES
     block_size: int = 16 << 20
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 
     def __post_init__(self) -> None:
+        if any(k in self.options for k in TIMEOUT_OPTIONS):
+            self.options = dict(self.options)
+            for key in TIMEOUT_OPTIONS:
+                if key in self.options:
+                    setattr(self, key, self.options.pop(key))
+        for key in TIMEOUT_OPTIONS:
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise UsageError(f"{key}={value!r}: must be a positive number of seconds.")
+            setattr(self, key, float(value))
         if self.retries < 0 or self.backoff < 0:
             raise UsageError(f"retries={self.retries}, backoff={self.backoff}: must be 0 or more.")
         if self.cache_max_bytes <= 0:

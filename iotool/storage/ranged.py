@@ -9,10 +9,11 @@ refused. Other filesystems go through fsspec's own ranged read.
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, cast
 
 from .config import STREAM_CHUNK, StorageError
-from .retries import ShortReadError
+from .retries import ShortReadError, check_deadline, current_deadline
 
 
 class RangeIgnoredError(StorageError):
@@ -52,7 +53,9 @@ def fetch_range(fs: Any, path: str, offset: int, length: int, url: str) -> bytes
         return fs.cat_file(path, start=offset, end=offset + length)
     from fsspec.asyn import sync
 
-    data = sync(fs.loop, get, fs, path, f"bytes={offset}-{offset + length - 1}", length)
+    deadline = current_deadline()  # the body is read on fsspec's loop: it stops there at the deadline
+    data = cast(bytes, sync(fs.loop, get, fs, path, f"bytes={offset}-{offset + length - 1}", length, deadline))
+    check_deadline(url)
     if len(data) > length:
         raise RangeIgnoredError(
             f"{url}: asked for {length} bytes at offset {offset} and the server sent more; it ignores "
@@ -61,10 +64,11 @@ def fetch_range(fs: Any, path: str, offset: int, length: int, url: str) -> bytes
     return data
 
 
-async def _take(read: Any, length: int) -> bytes:
-    """Read a body with ``read(n)`` until it ends or holds ``length + 1`` bytes."""
+async def _take(read: Any, length: int, deadline: float | None = None) -> bytes:
+    """Read a body with ``read(n)`` until it ends, holds ``length + 1`` bytes, or the operation's
+    ``deadline`` (``time.monotonic()``) passes (the caller then raises)."""
     parts, got = [], 0
-    while got <= length:
+    while got <= length and (deadline is None or time.monotonic() <= deadline):
         chunk = await read(min(STREAM_CHUNK, length + 1 - got))
         if not chunk:
             break
@@ -73,13 +77,13 @@ async def _take(read: Any, length: int) -> bytes:
     return b"".join(parts)
 
 
-async def _s3_get(fs: Any, path: str, byte_range: str, length: int) -> bytes:
+async def _s3_get(fs: Any, path: str, byte_range: str, length: int, deadline: float | None = None) -> bytes:
     bucket, key, version = fs.split_path(path)
     extra = {"VersionId": version} if version else {}
     resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=byte_range, **extra)
     body = resp["Body"]
     try:
-        return await _take(body.read, length)
+        return await _take(body.read, length, deadline)
     finally:
         body.close()
 
@@ -87,7 +91,7 @@ async def _s3_get(fs: Any, path: str, byte_range: str, length: int) -> bytes:
 ERROR_BODY_BYTES = 64 << 10  # what is read of an error response (its JSON message)
 
 
-async def _gcs_get(fs: Any, path: str, byte_range: str, length: int) -> bytes:
+async def _gcs_get(fs: Any, path: str, byte_range: str, length: int, deadline: float | None = None) -> bytes:
     from gcsfs.retry import validate_response
 
     await fs._set_session()
@@ -96,7 +100,7 @@ async def _gcs_get(fs: Any, path: str, byte_range: str, length: int) -> bytes:
     ) as r:
         if r.status >= 400:
             validate_response(r.status, await r.content.read(ERROR_BODY_BYTES), path)
-        return await _take(r.content.read, length)
+        return await _take(r.content.read, length, deadline)
 
 
 class RangedFile:

@@ -5,12 +5,12 @@ fsspec is imported on first use (in :func:`filesystem`), never when this module 
 
 from __future__ import annotations
 
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, cast
 
 from ..errors import UsageError
 from .config import READ_CHUNK, STREAM_CHUNK, MissingExtraError, StorageConfig, StorageError, protocol
 from .ranged import RangedFile, bounded_gets, fetch_range
-from .retries import ShortReadError, storage_cause, with_retries
+from .retries import ShortReadError, check_deadline, storage_cause, with_retries
 
 REDIRECTS = (301, 302, 303, 307, 308)
 
@@ -55,8 +55,11 @@ async def same_origin_redirects(request: Any, handler: Any) -> Any:
     return response
 
 
-def _http_options(options: dict[str, Any]) -> dict[str, Any]:
-    """fsspec HTTP options with :func:`same_origin_redirects` added to the aiohttp session.
+def _http_options(options: dict[str, Any], read_timeout: float = 60.0) -> dict[str, Any]:
+    """fsspec HTTP options with :func:`same_origin_redirects` added to the aiohttp session, and
+    its timeouts: ``read_timeout`` seconds to connect and for each next piece of a response (no
+    total per connection: a stream may last; :func:`~iotool.storage.retries.with_retries` bounds
+    each operation), unless the options give the session a ``timeout`` of their own.
 
     Raises:
         MissingExtraError: aiohttp is older than 3.12 (no client middlewares).
@@ -72,7 +75,17 @@ def _http_options(options: dict[str, Any]) -> dict[str, Any]:
     middlewares = tuple(client.get("middlewares") or ())
     if same_origin_redirects not in middlewares:
         client["middlewares"] = (same_origin_redirects, *middlewares)
+    client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=read_timeout, sock_read=read_timeout))
     return {**options, "client_kwargs": client}
+
+
+def _s3_options(options: dict[str, Any], read_timeout: float) -> dict[str, Any]:
+    """s3fs options whose botocore config waits ``read_timeout`` seconds for the next byte and
+    for a connection (unless ``config_kwargs`` sets them)."""
+    config = dict(options.get("config_kwargs") or {})
+    config.setdefault("read_timeout", read_timeout)
+    config.setdefault("connect_timeout", read_timeout)
+    return {**options, "config_kwargs": config}
 
 
 def filesystem(url: str, config: StorageConfig | None = None) -> tuple[Any, str]:
@@ -90,9 +103,12 @@ def filesystem(url: str, config: StorageConfig | None = None) -> tuple[Any, str]
     except ImportError:
         raise MissingExtraError(f"{url}: reading {proto}:// URLs needs fsspec; {hint}.") from None
     options = dict(config.options) if config else {}
+    read_timeout = config.read_timeout if config else StorageConfig().read_timeout
     try:
         if proto in ("http", "https"):
-            options = _http_options(options)  # imports aiohttp
+            options = _http_options(options, read_timeout)  # imports aiohttp
+        elif proto in ("s3", "s3a"):
+            options = _s3_options(options, read_timeout)
         return fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
         needed = package or getattr(exc, "name", None) or "the filesystem package"
@@ -160,6 +176,7 @@ def read_bounded(f: IO[bytes], url: str, max_bytes: int | None, what: str = "") 
         if not chunk:
             return bytes(buf)
         buf += chunk
+        check_deadline(url)
         if max_bytes is not None and len(buf) > max_bytes:
             raise too_large(url, max_bytes, what)
 
@@ -214,7 +231,7 @@ def open_stream(url: str, config: StorageConfig) -> IO[bytes]:
     if _streams(fs):
         return fs.open(path, "rb", block_size=0)
     if bounded_gets(fs):  # every GET bounded by the bytes it asks for (storage/ranged.py)
-        return RangedFile(fs, path, url, config.block_size)
+        return cast(IO[bytes], RangedFile(fs, path, url, config.block_size))
     return fs.open(path, "rb", block_size=config.block_size, cache_type="readahead")
 
 
@@ -227,6 +244,7 @@ def read_exact(f: IO[bytes], length: int) -> bytes:
             raise ShortReadError(f"the stream ended after {got} of {length} bytes")
         parts.append(chunk)
         got += len(chunk)
+        check_deadline()
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -271,6 +289,7 @@ class RemoteStream:
                     f"the stream ended {len(self._buf)} bytes into a {length}-byte record at offset {offset}"
                 )
             self._buf += chunk
+            check_deadline(self.url)
         return bytes(self._buf[:length])
 
     def close(self) -> None:
@@ -322,6 +341,7 @@ def download(
                     before_write(written + len(chunk))
                 out.write(chunk)
                 written += len(chunk)
+                check_deadline(url)
             out.flush()
         if written < min_size:
             raise ShortReadError(f"downloaded {written} bytes, the index needs at least {min_size}")

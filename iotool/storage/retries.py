@@ -1,14 +1,21 @@
-"""Bounded retries with exponential backoff for remote operations, and which errors are transient."""
+"""Bounded retries with exponential backoff for remote operations, and which errors are transient.
+
+Each operation has a deadline, ``request_timeout`` seconds after it starts: no retry begins (and
+no backoff sleeps) past it, and the read loops of :mod:`iotool.storage.remote` and
+:mod:`iotool.storage.ranged` check it after every chunk (:func:`check_deadline`), so a server that
+trickles bytes cannot hold a read longer than that, however many attempts are allowed.
+"""
 
 from __future__ import annotations
 
 import errno
 import logging
+import threading
 import time
 from typing import Callable, TypeVar
 
 from ..errors import IotoolError
-from .config import RetriesExhaustedError, StorageConfig, StorageError
+from .config import RemoteTimeoutError, RetriesExhaustedError, StorageConfig, StorageError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,6 +56,38 @@ def storage_cause(exc: BaseException) -> StorageError | None:
     return None
 
 
+class _Deadline(threading.local):
+    """The deadline of the operation this thread is in (monotonic seconds; None: none)."""
+
+    at: float | None = None
+    url: str = ""
+    limit: float = 0.0
+
+
+_deadline = _Deadline()
+
+
+def current_deadline() -> float | None:
+    """When the remote operation this thread runs must end (``time.monotonic()``), or None."""
+    return _deadline.at
+
+
+def check_deadline(url: str = "", deadline: float | None = None) -> None:
+    """Raise :class:`RemoteTimeoutError` when the current operation's deadline (or ``deadline``,
+    for code that runs on another thread, as fsspec's event loop) has passed."""
+    at = _deadline.at if deadline is None else deadline
+    if at is not None and time.monotonic() > at:
+        raise timed_out(url or _deadline.url, _deadline.limit)
+
+
+def timed_out(url: str, limit: float) -> RemoteTimeoutError:
+    """The error for an operation on ``url`` past its ``request_timeout`` (``limit`` seconds)."""
+    return RemoteTimeoutError(
+        f"{url}: the request did not finish within request_timeout={limit:g} s (every attempt and the waits "
+        f"between them together); the server is too slow or stalls. request_timeout= (storage_options) sets it."
+    )
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc) or repr(exc)
     return text if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {text}"
@@ -64,27 +103,59 @@ def with_retries(
         StorageError: a permanent failure (not found, permission denied, 4xx).
     """
     attempts = config.retries + 1
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except IotoolError:
-            raise
-        except Exception as exc:  # fsspec backends raise many types; classified just below
-            cause = storage_cause(exc)
-            if cause is not None:
-                raise cause from None
-            if not is_transient(exc):
-                raise StorageError(f"{url}: {what} failed ({_describe(exc)}).") from exc
-            if attempt == attempts:
-                raise RetriesExhaustedError(
-                    f"{url}: {what} failed after {attempts} attempts (last error: {_describe(exc)}). "
-                    f"Check the URL, the network and the server; retries= sets the number of attempts."
-                ) from exc
-            delay = min(config.backoff * 2 ** (attempt - 1), 10.0)
-            log.warning(
-                "%s of %s failed (%s); retry %d/%d in %.1f s", what, url, _describe(exc), attempt, config.retries, delay
-            )
-            if on_retry is not None:
-                on_retry()
-            time.sleep(delay)
+    outer = (_deadline.at, _deadline.url, _deadline.limit)
+    at = time.monotonic() + config.request_timeout
+    if outer[0] is None or at < outer[0]:  # a nested operation keeps the earlier deadline
+        _deadline.at, _deadline.url, _deadline.limit = at, url, config.request_timeout
+    try:
+        for attempt in range(1, attempts + 1):
+            try:
+                return fn()
+            except IotoolError:
+                raise
+            except Exception as exc:  # fsspec backends raise many types; classified just below
+                cause = storage_cause(exc)
+                if cause is not None:
+                    raise cause from None
+                if not is_transient(exc):
+                    raise StorageError(f"{url}: {what} failed ({_describe(exc)}).") from exc
+                delay = min(config.backoff * 2 ** (attempt - 1), 10.0)
+                over = time.monotonic() + delay > _deadline.at  # type: ignore[operator]  (set above)
+                if over and attempt < attempts:
+                    raise timed_out(url, _deadline.limit) from exc
+                if attempt == attempts:
+                    if _is_timeout(exc):
+                        raise RemoteTimeoutError(
+                            f"{url}: {what} failed after {attempts} attempts: no byte arrived for "
+                            f"read_timeout={config.read_timeout:g} s each time. The server stalls; "
+                            f"read_timeout= (storage_options) sets the wait."
+                        ) from exc
+                    raise RetriesExhaustedError(
+                        f"{url}: {what} failed after {attempts} attempts (last error: {_describe(exc)}). "
+                        f"Check the URL, the network and the server; retries= sets the number of attempts."
+                    ) from exc
+                log.warning(
+                    "%s of %s failed (%s); retry %d/%d in %.1f s",
+                    what,
+                    url,
+                    _describe(exc),
+                    attempt,
+                    config.retries,
+                    delay,
+                )
+                if on_retry is not None:
+                    on_retry()
+                time.sleep(delay)
+    finally:
+        _deadline.at, _deadline.url, _deadline.limit = outer
     raise AssertionError("unreachable")
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is a read that waited past its timeout."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TimeoutError) or "timeout" in type(seen).__name__.lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

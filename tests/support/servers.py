@@ -124,6 +124,7 @@ def http_server(
     no_length: Iterable[str] = (),
     endless: Iterable[str] = (),
     padded: dict[str, int] | None = None,
+    trickle: dict[str, float] | None = None,
     log_requests: str | os.PathLike | None = None,
     gcs: bool = False,
 ) -> Iterator[str]:
@@ -135,6 +136,8 @@ def http_server(
     - ``no_length``: file names served without a Content-Length (the body ends with the connection);
     - ``endless``: file names whose body never ends (no Content-Length);
     - ``padded``: ``{file name: n}``: the file followed by ``n`` zero bytes (the length says so);
+    - ``trickle``: ``{file name: s}``: the file's length is sent, then its body one byte every
+      ``s`` seconds, the first after ``s`` seconds (a slow or stalled server);
     - ``log_requests``: a file each request is appended to as ``METHOD PATH`` (to show that a server
       was never asked);
     - ``gcs``: speak just enough of Google Cloud Storage's JSON API for gcsfs (``endpoint_url`` =
@@ -153,6 +156,7 @@ def http_server(
         "no_length": sorted(no_length),
         "endless": sorted(endless),
         "padded": dict(padded or {}),
+        "trickle": dict(trickle or {}),
         "log": os.fspath(log_requests) if log_requests is not None else None,
         "gcs": gcs,
     }
@@ -208,6 +212,15 @@ def _serve(settings: dict[str, Any]) -> None:
             local = self.translate_path(path)
             if not os.path.isfile(local):
                 super().do_GET() if body else super().do_HEAD()
+                return
+            if name in settings["trickle"] and os.path.isfile(self.translate_path(path)):
+                with open(self.translate_path(path), "rb") as f:
+                    data = f.read()
+                self._head(200, len(data))
+                for i in range(len(data) if body else 0):
+                    time.sleep(float(settings["trickle"][name]))
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
                 return
             extra = int(settings["padded"].get(name, 0))
             self._head(200, None if name in names["no_length"] else os.path.getsize(local) + extra)
