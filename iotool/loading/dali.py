@@ -224,19 +224,12 @@ def build_pipeline(
 
 
 def _field_names(reader: Any, fields: Sequence[str]) -> list[str]:
-    """``fields`` checked: stored fields of the dataset, each once (UsageError naming those it has)."""
-    if isinstance(fields, str):
-        fields = (fields,)
-    stored = [f.name for f in reader.schema.stored]
-    for name in fields:
-        if name not in stored:
-            raise UsageError(
-                f"{reader.path}: fields: {name!r:.80} is not a stored field of this dataset "
-                f"(its fields: {', '.join(stored) or 'none'}; the image and class are always read)."
-            )
-    if len(set(fields)) != len(fields):
-        raise UsageError(f"fields={tuple(fields)!r:.200}: give each field once.")
-    return list(fields)
+    """``fields`` checked: stored fields of the dataset (the image and class are always read),
+    each once (UsageError naming those it has: :meth:`~iotool.formats.FormatReader.stored_names`)."""
+    names = reader.stored_names((fields,) if isinstance(fields, str) else fields)
+    if len(set(names)) != len(names):
+        raise UsageError(f"fields={tuple(names)!r:.200}: give each field once.")
+    return names
 
 
 class FieldOutputs:
