@@ -108,14 +108,14 @@ SHAPE = (3, 4, 5)
 
 def test_the_parent_ring_takes_its_last_slot_and_a_full_batch_and_refuses_past_them():
     child, parent = SharedRing(3, 2, 0), ParentRing(3, 2, 0)
-    images, labels = child.new_memory(2, SHAPE)
+    images, (labels,) = child.new_memory(2, SHAPE)  # an image + class ring: its one fixed column
     images.fill_(7)
     labels.fill_(7)
     names, fds = child.pop_fds(2)
     message = {"op": "batch", "slot": 2, "count": 2, "shape": list(SHAPE)}
-    got, got_labels = parent.receive(message, names, fds)
+    got, (got_labels,), _ = parent.receive(message, names, fds)
     assert bool((got == 7).all()) and got_labels.tolist() == [7, 7]
-    assert parent.receive({**message, "count": 1}, [], [])[1].tolist() == [7]
+    assert parent.receive({**message, "count": 1}, [], [])[1][0].tolist() == [7]
     for bad in ({"slot": 3}, {"slot": -1}, {"count": 0}, {"count": 3}, {"count": -1}, {"slot": "2"}):
         with pytest.raises(InternalError, match="malformed batch message"):
             parent.receive({**message, **bad}, [], [])
