@@ -29,7 +29,7 @@ and read by the workers.
 Where iotool differs: a link, device or FIFO member is refused by name (webdataset skips it);
 a key met twice (two samples, or a member repeated in a sample) is a bad record, not an
 exception that ends the epoch. Headers are parsed with bounded reads
-(:mod:`.tarmembers`); a label member over :data:`MAX_LABEL_BYTES` and an image over
+(:mod:`iotool.formats.tar.members`); a label member over :data:`MAX_LABEL_BYTES` and an image over
 :data:`~.imagefolder.MAX_SOURCE_FILE_BYTES` are refused before they are read. A damaged or
 truncated shard is a bad record naming the shard, the byte and the sample it cut off; the
 samples before it convert as usual (``--on-error skip``).
@@ -46,6 +46,7 @@ from typing import IO, Any, NamedTuple, Sequence
 
 from ...errors import FormatError, SourceError, UsageError
 from ...fields import MAX_ENCODED_BYTES, FieldSpec, Schema, kind_for_extension, name_problem, pickle_problem
+from ...formats.tar.members import Member, TarDamage, members
 from .base import (
     SourceKind,
     SourceOptions,
@@ -59,7 +60,6 @@ from .base import (
     value_classes,
 )
 from .imagefolder import IMG_EXTENSIONS, MAX_SOURCE_FILE_BYTES
-from .tarmembers import Member, TarDamage, members
 
 MAX_LABEL_BYTES = 1 << 20
 MAX_SHARDS = 1_000_000  # a brace pattern expanding to more is refused before it is expanded
