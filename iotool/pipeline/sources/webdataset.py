@@ -38,14 +38,21 @@ samples before it convert as usual (``--on-error skip``).
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple, Sequence
 
-from ...errors import FormatError, SourceError, UsageError
-from ...fields import MAX_ENCODED_BYTES, FieldSpec, Schema, kind_for_extension, name_problem, pickle_problem
+from ...errors import FormatError, RecordError, SourceError, UsageError
+from ...fields import (
+    MAX_ENCODED_BYTES,
+    FieldSpec,
+    Schema,
+    kind_for_extension,
+    name_problem,
+    parse_json,
+    pickle_problem,
+)
 from ...formats.tar.members import Member, TarDamage, members
 from .base import (
     SourceKind,
@@ -389,8 +396,8 @@ class WebDatasetSource:
         try:
             value: Any = (s.label_raw or b"").decode("utf-8").strip()
             if opts.label_field:
-                value = json.loads(value)[opts.label_field]
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError):
+                value = parse_json(value, "label", MAX_LABEL_BYTES)[opts.label_field]
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError, RecordError):
             return (
                 None,
                 f"the .{opts.label_ext} member holds no label{f' field {opts.label_field!r}' if opts.label_field else ''}",
