@@ -116,7 +116,8 @@ def test_an_extended_header_over_the_bound_is_refused_before_it_is_read(kind):
 
 
 @pytest.mark.parametrize(
-    "record", [b"5 size", b"x size=1\n", b"99 size=1\n", b"3 a\n", b"11 size=12\x00", b"9 nothing\n"]
+    "record",
+    [b"5 size", b"x size=1\n", b"99 size=1\n", b"3 a\n", b"11 size=12\x00", b"9 nothing\n", b"\x0010 size=5\n"],
 )
 def test_a_pax_record_without_its_length_newline_or_equals_is_damage(record):
     info = tarfile.TarInfo("././@PaxHeader")
