@@ -293,3 +293,28 @@ def test_field_json_keeps_its_item_bound_and_error_class():
     assert parse_json(b"[1,2]", "f", max_items=3) == [1, 2]
     with pytest.raises(FormatError, match="nested more than 1 deep"):
         parse_json(b"[[1]]", "f", max_depth=1, error=FormatError)
+
+
+def test_a_json_label_member_nested_deep_is_a_bad_sample_not_a_recursion_error(tmp_path):
+    from ..conftest import make_image
+
+    shard = tmp_path / "shard-0.tar"
+    deep = b'{"y":' * 100_000 + b"1" + b"}" * 100_000
+    entries = [
+        ("s0.jpg", make_image(0, (24, 16)), {}),
+        ("s0.json", b'{"y": 1}', {}),
+        ("s1.jpg", make_image(1, (24, 16)), {}),
+        ("s1.json", deep, {}),
+    ]
+    shard.write_bytes(tar_bytes(entries))
+    report = iotool.convert(
+        str(shard),
+        tmp_path / "o",
+        "lmdb",
+        src_format="webdataset",
+        workers=0,
+        on_error="skip",
+        source_options={"label_ext": "json", "label_field": "y", "fields": "class"},
+    )
+    assert report.count == 1 and [s.key for s in report.skipped] == ["s1"]
+    assert "holds no label field 'y'" in report.skipped[0].reason
