@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import FormatError
-from .fields import Schema
+from .fields import Schema, parse_metadata_json
 from .fields.limits import MAX_JSON_DEPTH, MAX_JSON_ITEMS
 
 CHECKSUM_ALGORITHM = "sha256"
@@ -95,7 +95,7 @@ class DatasetMeta:
     def from_json(cls, text: str | bytes, source: str) -> DatasetMeta:
         """Parse and type-check metadata JSON read from ``source`` (named in errors)."""
         try:
-            raw = json.loads(text)
+            raw = parse_metadata_json(text, source)
         except (ValueError, UnicodeDecodeError) as exc:
             raise FormatError(f"{source}: metadata is not valid JSON ({exc}).") from None
         return cls.from_dict(raw, source)

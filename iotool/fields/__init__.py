@@ -4,7 +4,7 @@ extra payloads, boxes), the schema that names them, their stored bytes and their
 Ground floor: formats, both wings and the CLI use it; it imports only :mod:`iotool.errors`.
 """
 
-from .bounded import dump_npy, load_npy, npy_header, parse_json
+from .bounded import dump_npy, load_npy, npy_header, parse_json, parse_metadata_json
 from .codec import check, decode, encode, encode_fields, record_checksum
 from .limits import MAX_ENCODED_BYTES, MAX_UNIQUE_CLASS_VALUES
 from .observe import SchemaObserver
@@ -40,6 +40,7 @@ __all__ = [
     "name_problem",
     "npy_header",
     "parse_json",
+    "parse_metadata_json",
     "pickle_problem",
     "record_checksum",
 ]

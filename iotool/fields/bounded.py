@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RecordError
+from ..errors import FormatError, IotoolError, RecordError
 from .limits import (
     MAX_ARRAY_BYTES,
     MAX_ARRAY_ELEMENTS,
@@ -18,6 +18,9 @@ from .limits import (
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
     MAX_JSON_ITEMS,
+    MAX_METADATA_BYTES,
+    MAX_METADATA_DEPTH,
+    MAX_METADATA_MEMORY,
     MAX_NPY_HEADER_BYTES,
 )
 
@@ -32,47 +35,89 @@ def _structure_bound(data: bytes) -> int:
     return data.count(b",") + data.count(b"[") + data.count(b"{") + 1
 
 
-def parse_json(data: bytes | str, where: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """The JSON value in ``data``; a RecordError naming ``where`` when it is larger than
-    ``max_bytes``, could expand past :data:`MAX_JSON_ITEMS` values (checked before parsing),
-    nests deeper than :data:`MAX_JSON_DEPTH`, or is not UTF-8 JSON."""
+def json_memory_bound(data: bytes) -> int:
+    """A cheap upper estimate of the bytes of Python objects ``json.loads`` builds from ``data``
+    (counted with ``bytes.count``, before parsing): the decoded text (4 bytes a character when
+    the text is not ASCII), every string's and number's characters, 72 bytes for each container
+    opened and 40 for each value (object header and the pointer that holds it)."""
+    containers = data.count(b"[") + data.count(b"{")
+    text = len(data) if data.isascii() else 4 * len(data)
+    return text + len(data) + 72 * containers + 40 * _structure_bound(data)
+
+
+def parse_json(
+    data: bytes | str,
+    where: str,
+    max_bytes: int = MAX_JSON_BYTES,
+    *,
+    max_items: int | None = MAX_JSON_ITEMS,
+    max_depth: int = MAX_JSON_DEPTH,
+    max_memory: int | None = None,
+    error: type[IotoolError] = RecordError,
+) -> Any:
+    """The JSON value in ``data``; an ``error`` (RecordError by default) naming ``where`` when it
+    is larger than ``max_bytes``, could expand past ``max_items`` values or, by
+    :func:`json_memory_bound`, past ``max_memory`` bytes of Python objects (both checked
+    before parsing, on counts that never underestimate), nests deeper than ``max_depth`` (a
+    linear scan before parsing, so the parser never recurses further), or is not UTF-8 JSON."""
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
-        raise RecordError(f"{where}: JSON of {len(raw)} bytes, more than the {max_bytes} read.")
-    if _structure_bound(raw) > MAX_JSON_ITEMS:
-        raise RecordError(f"{where}: JSON with more than {MAX_JSON_ITEMS} values.")
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _max_depth(raw) > MAX_JSON_DEPTH:
-        raise RecordError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} deep.")
+        raise error(f"{where}: JSON of {len(raw)} bytes, more than the {max_bytes} read.")
+    if max_items is not None and _structure_bound(raw) > max_items:
+        raise error(f"{where}: JSON with more than {max_items} values.")
+    if max_memory is not None and json_memory_bound(raw) > max_memory:
+        raise error(
+            f"{where}: JSON of {len(raw)} bytes that could build {json_memory_bound(raw)} bytes of "
+            f"Python objects, more than the {max_memory} allowed."
+        )
+    if raw.count(b"[") + raw.count(b"{") > max_depth and _max_depth(raw) > max_depth:
+        raise error(f"{where}: JSON nested more than {max_depth} deep.")
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise RecordError(f"{where}: not valid UTF-8 JSON ({type(exc).__name__}: {str(exc)[:120]}).") from None
+        raise error(f"{where}: not valid UTF-8 JSON ({type(exc).__name__}: {str(exc)[:120]}).") from None
+
+
+def parse_metadata_json(data: bytes | str, where: str, max_bytes: int = MAX_METADATA_BYTES) -> Any:
+    """A dataset's own JSON (index.json, metadata records and attributes, checkpoint parts):
+    :func:`parse_json` with :data:`MAX_METADATA_DEPTH`, no count of values but
+    :data:`MAX_METADATA_MEMORY` bytes of Python objects, and a FormatError naming ``where``."""
+    return parse_json(
+        data,
+        where,
+        max_bytes,
+        max_items=None,
+        max_depth=MAX_METADATA_DEPTH,
+        max_memory=MAX_METADATA_MEMORY,
+        error=FormatError,
+    )
+
+
+_CHUNK = 1 << 24  # bytes of brackets and quotes scanned at once (a few times this in numpy arrays)
 
 
 def _max_depth(raw: bytes) -> int:
-    """The deepest nesting of ``[`` and ``{`` outside strings, found without recursion."""
-    depth = deepest = 0
-    in_string = escaped = False
-    # only the bytes that matter are visited: brackets, quotes and backslashes
-    for c in raw.translate(None, _KEEP_OUT):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == 0x5C:
-                escaped = True
-            elif c == 0x22:
-                in_string = False
-        elif c == 0x22:
-            in_string = True
-        elif c in (0x5B, 0x7B):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in (0x5D, 0x7D):
-            depth -= 1
+    """The deepest nesting of ``[`` and ``{`` outside strings, found in linear time without
+    recursion: escaped backslashes, then escaped quotes, are dropped (JSON pairs escapes from the
+    left), only brackets and quotes are kept, and the depth outside strings is a running sum."""
+    kept = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _KEEP_OUT)
+    deepest = depth = 0
+    in_string = 0
+    for start in range(0, len(kept), _CHUNK):
+        c = np.frombuffer(kept, np.uint8, min(_CHUNK, len(kept) - start), start)
+        quote = c == 0x22
+        inside = np.bitwise_xor.accumulate(quote.view(np.uint8)) ^ in_string  # 1 within a string
+        step = np.zeros(len(c), np.int32)
+        step[(c == 0x5B) | (c == 0x7B)] = 1
+        step[(c == 0x5D) | (c == 0x7D)] = -1
+        step[(inside == 1) | quote] = 0
+        running = np.cumsum(step, dtype=np.int64) + depth
+        deepest = max(deepest, int(running.max()))
+        depth, in_string = int(running[-1]), int(inside[-1])
     return deepest
 
 
-_KEEP_OUT = bytes(b for b in range(256) if b not in b'[]{}"\\')
+_KEEP_OUT = bytes(b for b in range(256) if b not in b'[]{}"')
 
 
 def dumps_json(value: Any, where: str) -> bytes:

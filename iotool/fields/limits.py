@@ -9,6 +9,12 @@ MAX_TEXT_BYTES = 1 << 20  # a caption, a transcript
 MAX_JSON_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32  # nesting of arrays and objects
 MAX_JSON_ITEMS = 1 << 16  # values in one JSON document (every array element, object member, leaf)
+# A dataset's own JSON (index.json, LMDB/HDF5 metadata, checkpoint parts) may list a value per
+# record (index.json version 1): no count of values, but a bound on the Python objects it could
+# build (iotool.fields.bounded.json_memory_bound: about 600 bytes a version-1 record), and depth.
+MAX_METADATA_BYTES = 1 << 31  # as index.json's own bound
+MAX_METADATA_DEPTH = 16
+MAX_METADATA_MEMORY = 1 << 31
 MAX_SCALAR_BYTES = 64  # the decimal text of an int or a float
 MAX_ARRAY_ELEMENTS = 1 << 24
 MAX_ARRAY_BYTES = 1 << 26

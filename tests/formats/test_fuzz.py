@@ -161,3 +161,107 @@ def test_the_script_writes_a_summary_per_format_and_replays_a_case(tmp_path, cap
     fuzzing.main(["--replay", "tar", "2"])
     shown = capsys.readouterr().out
     assert json.loads(shown[: shown.index("\n}") + 2])["case"]["number"] == 2
+
+
+# --- generated tar extended headers and nested JSON: the bounded parsers ------------------------
+
+
+def _random_tar(rng) -> bytes:
+    """A tar stream of random headers: regular members, pax records (sizes negative, huge, not
+    numbers), GNU long names, wrong lengths, truncation."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    for _ in range(rng.randrange(1, 6)):
+        kind = rng.choice([tarfile.REGTYPE, tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.SYMTYPE])
+        if kind == tarfile.XHDTYPE:
+            size = rng.choice(["-2560", "-1", "0", "7", "1e3", "99999999999", "", "+4", str(rng.randrange(5000))])
+            record = f"size={size}\n".encode()
+            length = len(record) + len(str(len(record) + 3)) + 1
+            data = f"{length + rng.choice([0, 0, 0, -3, 5])} ".encode() + record
+        else:
+            data = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 700)))
+        info = tarfile.TarInfo(f"k{rng.randrange(9)}.jpg")
+        info.type, info.size = kind, rng.choice([len(data), len(data), -len(data) - 1, 1 << 21, len(data) + 700])
+        try:
+            out.write(info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"))
+        except (ValueError, tarfile.HeaderError):
+            continue
+        out.write(data + b"\0" * (-len(data) % 512))
+    raw = out.getvalue()
+    return raw[: rng.randrange(len(raw) + 1)] if rng.random() < 0.3 else raw + b"\0" * 1024
+
+
+def test_generated_extended_headers_end_or_refuse_moving_forward_with_bounded_reads():
+    import io
+    import random
+
+    from iotool.formats.tar.members import MAX_EXTENDED_BYTES, TarDamage, members
+
+    class Counted(io.BytesIO):
+        def __init__(self, raw: bytes):
+            super().__init__(raw)
+            self.reads: list[int] = []
+
+        def read(self, n=-1):
+            self.reads.append(n)
+            return super().read(n)
+
+    rng = random.Random(SEED)
+    outcomes = {"damage": 0, "whole": 0}
+    for case in range(CASES * 10):
+        raw = _random_tar(rng)
+        f, positions, steps = Counted(raw), [], len(raw) // 512 + 2
+        try:
+            for m in members(f, len(raw)):
+                positions.append(m.offset)
+                assert len(positions) <= steps and 0 <= m.size and m.offset + m.size <= len(raw), (case, m)
+            outcomes["whole"] += 1
+        except TarDamage:
+            outcomes["damage"] += 1
+        assert positions == sorted(set(positions)), case
+        assert len(f.reads) <= steps and max(f.reads) <= MAX_EXTENDED_BYTES, (case, f.reads)
+    assert min(outcomes.values()) > CASES, outcomes  # both ends are exercised
+
+
+def _random_json(rng, depth: int) -> str:
+    choice = rng.randrange(6 if depth < 40 else 3)
+    if choice == 0:
+        return json.dumps(rng.choice(["a[", '"]{', "\\", "é\u202e", ""]))
+    if choice in (1, 2):
+        return str(rng.randrange(-5, 5))
+    inner = [_random_json(rng, depth + 1) for _ in range(rng.randrange(3))]
+    if choice in (3, 4):
+        return "[" + ",".join(inner) + "]"
+    return "{" + ",".join(f'"k{i}":{v}' for i, v in enumerate(inner)) + "}"
+
+
+def test_generated_nested_json_is_parsed_as_json_does_or_refused_by_name():
+    import random
+
+    from iotool.errors import RecordError
+    from iotool.fields.bounded import parse_json
+
+    rng = random.Random(SEED)
+    refused = 0
+    for case in range(CASES * 10):
+        text = _random_json(rng, 0)
+        if rng.random() < 0.2:
+            text = "[" * rng.randrange(1, 3000) + text  # deep and broken
+        if rng.random() < 0.2:
+            cut = rng.randrange(len(text) + 1)
+            text = text[:cut] + rng.choice(['"', "\\", "]", "[", "}"]) + text[cut:]
+        depth = rng.choice([1, 4, 8, 32])
+        try:
+            expected = json.loads(text)
+        except (ValueError, RecursionError):
+            expected = KeyError  # not JSON: parse_json must refuse it by name
+        try:
+            got = parse_json(text, f"case {case}", max_depth=depth)
+        except RecordError as exc:
+            assert str(exc).startswith(f"case {case}: "), exc
+            refused += 1
+            continue
+        assert got == expected, (case, text[:200])
+    assert CASES < refused < CASES * 9, refused  # some parsed, some refused

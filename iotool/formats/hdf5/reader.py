@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import json
 import os
 from typing import Any, ContextManager, Iterator, Sequence
 
@@ -11,6 +10,7 @@ import h5py
 import numpy as np
 
 from ...errors import FormatError, IotoolError, RecordError
+from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta
 from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
@@ -138,7 +138,9 @@ class Hdf5Reader(FormatReader):
     def _read_meta(self) -> DatasetMeta:
         try:
             raw = self._file().attrs.get(META_ATTR)
-            digests = json.loads(self._file().attrs.get(INTEGRITY_ATTR, "null"))
+            digests = parse_metadata_json(
+                self._file().attrs.get(INTEGRITY_ATTR, "null"), f"{self.path}: {INTEGRITY_ATTR}"
+            )
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             raise FormatError(f"{self.path}: cannot read the metadata attributes ({exc}).") from None
         if not isinstance(raw, str) or not isinstance(digests, dict):

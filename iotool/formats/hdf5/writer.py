@@ -16,6 +16,7 @@ import tempfile
 import h5py
 import numpy as np
 
+from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta, Record
 from ..options import FormatOptions
 from ..shapes import record_shape
@@ -185,7 +186,7 @@ class Hdf5Writer(FormatWriter):
                     and f.attrs.get(INTEGRITY_ATTR) == integrity
                     and dataset(f, "images").shape == (int(offsets[-1]),)
                     and np.array_equal(stored, offsets)
-                    and json.loads(integrity)
+                    and parse_metadata_json(integrity, f"{self.path}: {INTEGRITY_ATTR}")
                     == {
                         "meta": sha256_hex(meta_json.encode("utf-8")),
                         **column_digests(

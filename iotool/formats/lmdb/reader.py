@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 import lmdb
 import numpy as np
 
 from ...errors import FormatError, IotoolError, RecordError
+from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta
 from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
@@ -76,7 +76,7 @@ class LmdbReader(FormatReader):
 
     def _digests(self) -> dict:
         try:
-            digests = json.loads(self._get_required(INTEGRITY_KEY))
+            digests = parse_metadata_json(self._get_required(INTEGRITY_KEY), f"{self.path}: integrity record")
         except (ValueError, RecursionError):
             digests = None
         if not isinstance(digests, dict):
@@ -194,10 +194,7 @@ class LmdbReader(FormatReader):
         if self.meta.format_version >= 2:
             return self._unpack_keys(self._column(KEYS_KEY))
         raw = self._get_required(KEYS_KEY)
-        try:
-            keys = json.loads(raw)
-        except ValueError:
-            raise FormatError(f"{self.path}: the keys record is not valid JSON.") from None
+        keys = parse_metadata_json(raw, f"{self.path}: the keys record")
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise FormatError(f"{self.path}: the keys record must be a JSON list of strings.")
         self._expect_count("keys", len(keys))

@@ -13,6 +13,7 @@ import lmdb
 import numpy as np
 
 from ...errors import FormatError, UsageError
+from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta, Record
 from ..options import FormatOptions
 from ..shapes import record_shape
@@ -131,7 +132,7 @@ class LmdbWriter(FormatWriter):
                 raw = txn.get(PROGRESS_KEY)
         finally:
             env.close()
-        return json.loads(raw) if raw else None
+        return parse_metadata_json(raw, f"{path}: resume checkpoint") if raw else None
 
     def resume(self, state: dict[str, Any]) -> None:
         with self.env.begin() as txn:
@@ -139,7 +140,7 @@ class LmdbWriter(FormatWriter):
                 raw = txn.get(PART_KEY % n)
                 if raw is None:
                     raise FormatError(f"{self.path}: the resume state names part {n}, which the file lacks.")
-                part = json.loads(raw)
+                part = parse_metadata_json(raw, f"{self.path}: resume part {n}")
                 self.keys += part["keys"]
                 self.labels.extend(part["labels"])
                 self.digests += bytes.fromhex(part["checksums"])

@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ...errors import FormatError
+from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta
 from ..reader import FormatReader
 
@@ -77,11 +78,10 @@ def read_index(
 
     index_path = join(path, INDEX_NAME)
     try:
-        raw = json.loads(_index_raw(path, max_bytes, storage))
+        data = _index_raw(path, max_bytes, storage)
     except OSError as exc:
         raise FormatError(f"{path}: cannot read index.json ({exc.strerror or exc}).") from None
-    except ValueError as exc:
-        raise FormatError(f"{index_path}: not valid JSON ({exc}).") from None
+    raw = parse_metadata_json(data, index_path, max_bytes)  # bounded before its digest is checked
     if not isinstance(raw, dict) or not isinstance(raw.get("meta"), dict):
         raise FormatError(f"{index_path}: expected a JSON object with a 'meta' object.")
     stored = raw.pop("integrity", None)
@@ -99,10 +99,7 @@ def read_index(
 
 def _declared_format(raw: bytes, where: str) -> str:
     """The ``meta.format`` field of index.json bytes; FormatError when it has none."""
-    try:
-        index = json.loads(raw)
-    except ValueError as exc:
-        raise FormatError(f"{where}: not valid JSON ({exc}).") from None
+    index = parse_metadata_json(raw, where, MAX_INDEX_BYTES)
     meta = index.get("meta") if isinstance(index, dict) else None
     declared = meta.get("format") if isinstance(meta, dict) else None
     if not isinstance(declared, str):

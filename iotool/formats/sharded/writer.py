@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import FormatError, UsageError
+from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta, Record
 from ..options import FormatOptions
 from ..shapes import SHAPES, UNKNOWN
@@ -56,7 +57,7 @@ def side_parts(path: str) -> list[dict[str, Any]]:
     parts = []
     while os.path.isfile(os.path.join(path, side_name(len(parts)))):
         with open(os.path.join(path, side_name(len(parts))), encoding="utf-8") as f:
-            parts.append(json.load(f))
+            parts.append(parse_metadata_json(f.read(), os.path.join(path, side_name(len(parts)))))
     return parts
 
 

@@ -22,12 +22,12 @@ shards' own tar headers, checked against index.json's locations.
 from __future__ import annotations
 
 import os
-import tarfile
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ...errors import FormatError
 from ...names import ALLOWED, name_problem
 from ..dali import IMAGE_EXTS, DaliReading
+from .members import TarDamage, members
 from .reader import TarReader
 
 if TYPE_CHECKING:
@@ -115,13 +115,18 @@ def scan_shard(path: str, root: str | None = None) -> WdsIndex:
     from ...storage.files import regular_file
 
     index = WdsIndex()
-    with regular_file(path, root) as f, tarfile.open(fileobj=f, mode="r:") as tar:
-        for member in tar:
-            if member.isreg():
-                try:
-                    index.add(member.name, member.offset_data, member.size)
-                except FormatError as exc:
-                    raise FormatError(f"{path}: {exc} No DALI index was written for it; run iotool verify.") from None
+    with regular_file(path, root) as f:
+        try:
+            for member in members(f):
+                if member.isreg():
+                    try:
+                        index.add(member.name, member.offset, member.size)
+                    except FormatError as exc:
+                        raise FormatError(
+                            f"{path}: {exc} No DALI index was written for it; run iotool verify."
+                        ) from None
+        except TarDamage as exc:
+            raise FormatError(f"{path}: damaged tar ({exc}); no DALI index was written for it.") from None
     return index
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import tarfile
-from typing import Any, Iterable, Sequence
+from typing import IO, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -13,10 +13,12 @@ from ...names import ALLOWED, first_bad_name, name_problem
 from ...records import DatasetMeta
 from ..sharded.fieldcols import SCALAR_KINDS, location_column, stored_bytes, value_column
 from ..sharded.reader import OffsetShardReader, Read
+from .members import Member, TarDamage, members
 
 FORMAT_VERSION = 3  # 3: the shapes column (decoded sizes); 2: columns in memory-mapped files; 1: JSON lists
 FIELDS_VERSION = 4  # 4: a member per stored field, and its columns (a dataset with fields besides the class)
 _BLOCK = tarfile.BLOCKSIZE
+MAX_LABEL_BYTES = 64  # a label member holds a class index: its decimal text
 
 
 class TarReader(OffsetShardReader):
@@ -120,57 +122,75 @@ class TarReader(OffsetShardReader):
         return end
 
     def _unreadable(self, exc: Exception) -> str | None:
+        if isinstance(exc, TarDamage):
+            return f"damaged tar ({exc})."
         if isinstance(exc, (tarfile.TarError, OSError, ValueError, KeyError)):
             return f"unreadable tar ({type(exc).__name__}: {exc})."
         return None
 
     def _shard_problems(self, shard: int, indices: range, local: str) -> list[str]:
+        """The shard's members (walked by :mod:`.members`: bounded header reads) against the index."""
         where = self.shard_path(shard)
         stored = self.schema.stored
         per = 1 + self.schema.has_class + len(stored)  # members of a sample
-        with self.open_local(local) as f, tarfile.open(fileobj=f, mode="r:") as tf:
-            members = tf.getmembers()
-            expected = per * len(indices)
-            if len(members) != expected:
-                return [f"{where}: {len(members)} members, the index expects {expected}."]
+        expected = per * len(indices)
+        with self.open_local(local) as f:
+            found = []
+            for member in members(f):
+                found.append(member)
+                if len(found) > expected:  # no list longer than the index allows
+                    return [f"{where}: more than the {expected} members the index expects."]
+            if len(found) != expected:
+                return [f"{where}: {len(found)} members, the index expects {expected}."]
             problems = []
             for j, i in enumerate(indices):
-                sample = members[per * j : per * (j + 1)]
+                sample = found[per * j : per * (j + 1)]
                 mk, (_, offset, size) = self.member_keys[i], self._location(i)
                 bad = [m for m in sample if not m.isreg() or name_problem(m.name)]
                 if bad:
-                    problems += [f"{where}: member {m.name!r} is a link, special file or unsafe path." for m in bad]
+                    problems += [
+                        f"{where}: member {m.name!r:.120} is a link, special file or unsafe path." for m in bad
+                    ]
                     continue
                 payload = sample[0]
                 ok_name = payload.name.startswith(mk + ".") and "/" not in payload.name[len(mk) + 1 :]
-                if not ok_name or payload.offset_data != offset or payload.size != size:
-                    problems.append(f"{where}: member {payload.name!r} does not match the index entry of {mk!r}.")
+                if not ok_name or payload.offset != offset or payload.size != size:
+                    problems.append(f"{where}: member {payload.name!r:.120} does not match the index entry of {mk!r}.")
                 if self.schema.has_class:
                     cls = sample[1]
-                    label = tf.extractfile(cls)  # a regular member (checked above): never None
-                    if cls.name != f"{mk}.cls" or label is None or label.read().strip() != str(self.labels[i]).encode():
-                        problems.append(f"{where}: label member {cls.name!r} does not match the index for {mk!r}.")
-                problems += self._field_problems(tf, sample[per - len(stored) :], i, mk, where)
+                    if (
+                        cls.name != f"{mk}.cls"
+                        or _data(f, cls, MAX_LABEL_BYTES).strip() != str(self.labels[i]).encode()
+                    ):
+                        problems.append(f"{where}: label member {cls.name!r:.120} does not match the index for {mk!r}.")
+                problems += self._field_problems(f, sample[per - len(stored) :], i, mk, where)
             return problems
 
-    def _field_problems(self, tf: tarfile.TarFile, members: list, i: int, mk: str, where: str) -> list[str]:
+    def _field_problems(self, f: IO[bytes], members: list[Member], i: int, mk: str, where: str) -> list[str]:
         """A sample's field members against the index: names, places, sizes, scalar values."""
         problems = []
         for spec, member in zip(self.schema.stored, members):
             offset, size = (int(v) for v in self.column(location_column(spec.name))[i])
-            if member.name != f"{mk}.{spec.name}" or member.offset_data != offset or member.size != size:
+            if member.name != f"{mk}.{spec.name}" or member.offset != offset or member.size != size:
                 problems.append(
-                    f"{where}: member {member.name!r} is not where the index puts field {spec.name!r} of {mk!r}."
+                    f"{where}: member {member.name!r:.120} is not where the index puts field {spec.name!r} of {mk!r}."
                 )
                 continue
             if spec.kind in SCALAR_KINDS and size <= self.field_bound(spec.name):
-                data = tf.extractfile(member)
                 value = self.column(value_column(spec.name))[i]
-                if data is None or data.read() != stored_bytes(spec.kind, value):
+                if _data(f, member, size) != stored_bytes(spec.kind, value):
                     problems.append(
-                        f"{where}: member {member.name!r} does not hold the index's value of {spec.name!r}."
+                        f"{where}: member {member.name!r:.120} does not hold the index's value of {spec.name!r}."
                     )
         return problems
+
+
+def _data(f: IO[bytes], member: Member, bound: int) -> bytes:
+    """A member's bytes, or b"" when it has more than ``bound`` (never read then)."""
+    if member.size > bound:
+        return b""
+    f.seek(member.offset)
+    return f.read(member.size)
 
 
 def check_member(header: bytes, expected: str, size: int, where: str) -> None:

@@ -29,7 +29,7 @@ and read by the workers.
 Where iotool differs: a link, device or FIFO member is refused by name (webdataset skips it);
 a key met twice (two samples, or a member repeated in a sample) is a bad record, not an
 exception that ends the epoch. Headers are parsed with bounded reads
-(:mod:`.tarmembers`); a label member over :data:`MAX_LABEL_BYTES` and an image over
+(:mod:`iotool.formats.tar.members`); a label member over :data:`MAX_LABEL_BYTES` and an image over
 :data:`~.imagefolder.MAX_SOURCE_FILE_BYTES` are refused before they are read. A damaged or
 truncated shard is a bad record naming the shard, the byte and the sample it cut off; the
 samples before it convert as usual (``--on-error skip``).
@@ -38,14 +38,22 @@ samples before it convert as usual (``--on-error skip``).
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple, Sequence
 
-from ...errors import FormatError, SourceError, UsageError
-from ...fields import MAX_ENCODED_BYTES, FieldSpec, Schema, kind_for_extension, name_problem, pickle_problem
+from ...errors import FormatError, RecordError, SourceError, UsageError
+from ...fields import (
+    MAX_ENCODED_BYTES,
+    FieldSpec,
+    Schema,
+    kind_for_extension,
+    name_problem,
+    parse_json,
+    pickle_problem,
+)
+from ...formats.tar.members import Member, TarDamage, members
 from .base import (
     SourceKind,
     SourceOptions,
@@ -59,7 +67,6 @@ from .base import (
     value_classes,
 )
 from .imagefolder import IMG_EXTENSIONS, MAX_SOURCE_FILE_BYTES
-from .tarmembers import Member, TarDamage, members
 
 MAX_LABEL_BYTES = 1 << 20
 MAX_SHARDS = 1_000_000  # a brace pattern expanding to more is refused before it is expanded
@@ -389,8 +396,8 @@ class WebDatasetSource:
         try:
             value: Any = (s.label_raw or b"").decode("utf-8").strip()
             if opts.label_field:
-                value = json.loads(value)[opts.label_field]
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError):
+                value = parse_json(value, "label", MAX_LABEL_BYTES)[opts.label_field]
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError, RecordError):
             return (
                 None,
                 f"the .{opts.label_ext} member holds no label{f' field {opts.label_field!r}' if opts.label_field else ''}",
