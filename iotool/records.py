@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import FormatError
 from .fields import Schema, parse_metadata_json
-from .fields.limits import MAX_JSON_DEPTH, MAX_JSON_ITEMS
+from .fields.limits import MAX_JSON_ITEMS, MAX_OPTIONS_DEPTH
 
 CHECKSUM_ALGORITHM = "sha256"
 
@@ -141,7 +141,7 @@ def meta_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """(field, what is wrong) for every field of a metadata object that is not what a writer
     stores: ``classes`` a list of strings and ``class_to_idx`` exactly ``{name: position}``;
     ``skipped`` a list of ``{"key", "path", "reason"}`` string maps; ``created_by`` a string;
-    ``options`` a JSON object within :data:`~iotool.fields.limits.MAX_JSON_DEPTH` and
+    ``options`` a JSON object within :data:`~iotool.fields.limits.MAX_OPTIONS_DEPTH` and
     ``MAX_JSON_ITEMS`` (the JSON bounds); ``checksum_algorithm`` ``"sha256"``."""
     expected = {
         "format": str,
@@ -200,8 +200,8 @@ def _json_problem(value: Any) -> str | None:
         items += 1
         if items > MAX_JSON_ITEMS:
             return f"holds over {MAX_JSON_ITEMS:,} values"
-        if depth > MAX_JSON_DEPTH:
-            return f"nests deeper than {MAX_JSON_DEPTH}"
+        if depth > MAX_OPTIONS_DEPTH:
+            return f"nests deeper than {MAX_OPTIONS_DEPTH}"
         if isinstance(node, dict):
             if not all(isinstance(k, str) for k in node):
                 return "has a key that is not a string"

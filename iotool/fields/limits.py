@@ -14,6 +14,8 @@ MAX_JSON_ITEMS = 1 << 16  # values in one JSON document (every array element, ob
 # build (iotool.fields.bounded.json_memory_bound: about 600 bytes a version-1 record), and depth.
 MAX_METADATA_BYTES = 1 << 31  # as index.json's own bound
 MAX_METADATA_DEPTH = 16
+# a dataset's options sit three levels into index.json (the index, its meta, the options object)
+MAX_OPTIONS_DEPTH = MAX_METADATA_DEPTH - 4
 MAX_METADATA_MEMORY = 1 << 31
 MAX_SCALAR_BYTES = 64  # the decimal text of an int or a float
 MAX_ARRAY_ELEMENTS = 1 << 24

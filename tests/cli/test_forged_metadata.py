@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import iotool
 from iotool.cli import app
 from iotool.errors import FormatError
-from iotool.fields.limits import MAX_JSON_DEPTH, MAX_JSON_ITEMS
+from iotool.fields.limits import MAX_JSON_ITEMS, MAX_OPTIONS_DEPTH
 from iotool.records import DatasetMeta, brief
 
 from ..conftest import options_for, rewrite_meta, write_tree
@@ -38,7 +38,7 @@ FORGED = [
     ("created_by", {"created_by": 5}),
     ("created_by", {"created_by": ["iotool"]}),
     ("created_by", {"created_by": None}),
-    ("options", {"options": {"a": nested(MAX_JSON_DEPTH + 1)}}),
+    ("options", {"options": {"a": nested(MAX_OPTIONS_DEPTH + 1)}}),
     ("options", {"options": {"a": list(range(MAX_JSON_ITEMS + 1))}}),
     ("class_to_idx", {"class_to_idx": {"a": 1, "b": 0}}),
     ("class_to_idx", {"class_to_idx": {"a": 0, "b": 1, "c": 2}}),
@@ -96,7 +96,7 @@ def test_metadata_at_the_bounds_and_as_written_opens(built, tmp_path, fmt):
     rewrite_meta(
         fmt,
         dst,
-        options={"deep": nested(MAX_JSON_DEPTH - 1), "many": list(range(MAX_JSON_ITEMS - 100)), "none": None},
+        options={"deep": nested(MAX_OPTIONS_DEPTH - 1), "many": list(range(MAX_JSON_ITEMS - 100)), "none": None},
         skipped=[{"key": "k", "path": "p", "reason": "r", "extra": "x"}],
         created_by="someone",
         checksum_algorithm="sha256",
@@ -120,10 +120,10 @@ def meta_dict(**changes) -> dict:
 
 
 def test_options_depth_is_bounded_at_exactly_the_limit():
-    """The options object itself is depth 0; a value nested MAX_JSON_DEPTH deep inside it passes."""
-    DatasetMeta.from_dict(meta_dict(options={"a": nested(MAX_JSON_DEPTH - 1)}), "m")
+    """The options object itself is depth 0; a value nested MAX_OPTIONS_DEPTH deep inside it passes."""
+    DatasetMeta.from_dict(meta_dict(options={"a": nested(MAX_OPTIONS_DEPTH - 1)}), "m")
     with pytest.raises(FormatError, match="nests deeper"):
-        DatasetMeta.from_dict(meta_dict(options={"a": nested(MAX_JSON_DEPTH)}), "m")
+        DatasetMeta.from_dict(meta_dict(options={"a": nested(MAX_OPTIONS_DEPTH)}), "m")
 
 
 def test_options_count_is_bounded_at_exactly_the_limit():
