@@ -248,3 +248,33 @@ def test_merging_what_another_observer_saw_never_unmakes_a_ragged_array() -> Non
     assert fresh.schema()["emb"] == FieldSpec("emb", "array", dtype="<f4", shape=(2,))
     fresh.merge({"emb": None})
     assert fresh.schema()["emb"].shape is None
+
+
+def test_a_stored_int_past_int64_is_refused_on_the_way_out() -> None:
+    low, high = -(1 << 63), (1 << 63) - 1
+    assert decode(INT, str(low).encode(), "k") == low and decode(INT, str(high).encode(), "k") == high
+    for past in (high + 1, low - 1):
+        with pytest.raises(RecordError, match="not an int64"):
+            decode(INT, str(past).encode(), "k")
+
+
+@pytest.mark.parametrize("flag", [True, np.bool_(False)])
+def test_a_bool_is_not_a_float_value(flag) -> None:
+    with pytest.raises(RecordError, match="expected a number, got"):
+        encode(FLOAT, flag, "k")
+    assert encode(FLOAT, np.float32(0.5), "k") == b"0.5"
+
+
+@pytest.mark.parametrize("wrap", [bytearray, memoryview])
+def test_a_bytearray_or_memoryview_value_is_stored_as_its_bytes(wrap) -> None:
+    assert encode(TEXT, wrap(b"a caption"), "k") == b"a caption"
+    assert encode(FieldSpec("seg.png", "bytes", ext="png"), wrap(b"\x89PNG"), "k") == b"\x89PNG"
+
+
+@pytest.mark.parametrize("ext", ["../png", "a/b", ".png", "png "])
+def test_a_bytes_fields_ext_is_a_file_extension(ext: str) -> None:
+    from iotool.errors import UsageError
+
+    assert FieldSpec("seg", "bytes", ext="png.gz").ext == "png.gz"
+    with pytest.raises(UsageError, match="is not a file extension"):
+        FieldSpec("seg", "bytes", ext=ext)

@@ -55,3 +55,10 @@ def test_an_array_column_takes_its_schemas_shape_only(shape) -> None:
     assert rows.tolist() == [[1.5, 2.5]]
     with pytest.raises(UsageError, match="the schema gives every record \\[2\\]"):
         write_fixed(col, rows, 0, np.ones(shape, "<f4"), "batch")
+
+
+def test_an_array_with_a_shape_but_no_dtype_is_a_list_column() -> None:
+    # a schema may give a shape without a dtype (metadata is not iotool's own): no dtype is guessed
+    col = column(FieldSpec("emb", "array", shape=(2,)))
+    assert not col.fixed and col.dtype is None
+    assert Layout.of(("image", "emb"), Schema((FieldSpec("emb", "array", shape=(2,)),))).lists == (col,)
