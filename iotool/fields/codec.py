@@ -5,7 +5,8 @@ The stored bytes are what webdataset keeps in a member of the same name: UTF-8 t
 decimal ASCII for int and float (as a ``.cls`` member), ``.npy`` for arrays, the payload itself
 for ``bytes``; boxes are JSON ``{"boxes": [[x, y, x, y], ...], "labels": [...]}``. A source may
 hand a value as Python (``str``, ``dict``, ``int``, ``float``, ``ndarray``) or as the member's
-bytes; bytes are validated and stored unchanged.
+bytes; text, JSON, ``.npy`` and bytes members are validated and stored unchanged, int and float
+members are stored in one canonical form (``b" 007"`` -> ``b"7"``, ``b"1e3"`` -> ``b"1000.0"``).
 """
 
 from __future__ import annotations

@@ -147,7 +147,10 @@ def collate_column(values: Sequence[Any], key: Any = 1) -> Any:
                     f"{_describe(values[0])}; give every sample the same type there."
                 )
     if kind == "int":
-        return torch.tensor([operator.index(v) for v in values], dtype=torch.int64)
+        # numpy 2 refuses operator.index on np.bool_: a bool is 0 or 1, as int() says
+        return torch.tensor(
+            [int(v) if isinstance(v, np.bool_) else operator.index(v) for v in values], dtype=torch.int64
+        )
     if kind == "float":
         return torch.tensor([float(v) for v in values], dtype=torch.float64)
     if kind == "array":

@@ -1,5 +1,5 @@
 """fast_collate's element kinds at their edges: numpy bools and one-element integer tensors are
-integers (numpy bools: a known bug, xfail), tensors of two dtypes and elements of two kinds are refused by sample, a uint64 up to
+integers, tensors of two dtypes and elements of two kinds are refused by sample, a uint64 up to
 int64's top is kept (a mutation audit's survivors, pinned)."""
 
 from __future__ import annotations
@@ -15,11 +15,6 @@ from iotool.errors import UsageError
 IMG = np.zeros((2, 2, 3), np.uint8)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="bug: value_kind calls np.bool_ an int, but collate_column's operator.index refuses it (numpy 2)",
-)
 def test_numpy_bools_collate_as_int64_like_the_labels_they_are() -> None:
     _, got = fast_collate([(IMG, np.bool_(True)), (IMG, np.bool_(False)), (IMG, 1)])
     assert got.dtype == torch.int64
