@@ -217,3 +217,68 @@ def test_fuzz_sees_only_the_parsers_own_error(tmp_path):
     value, refused = map(int, proc.stdout.split())
     assert value + refused == 20000 and refused > 5000
     assert not list(tmp_path.iterdir())  # nothing was created by any case
+
+
+def shared_levels(levels: int, fanout: int, top: bytes = b"") -> bytes:
+    """A pickle of a dict keyed by a tuple whose every level refers to the level below ``fanout``
+    times through the memo (a few bytes per level, ``fanout ** levels`` values expanded)."""
+    out = bytearray(b"\x80\x04}C\x01x\x85\x94")  # {}, (b'x',) memoized as 0
+    for k in range(1, levels + 1):
+        out += b"0(" + (b"h" + bytes([k - 1])) * fanout + b"t\x94"
+    return bytes(out) + b"C\x01vs" + top + b"."
+
+
+def test_memo_references_count_for_what_they_stand_for():
+    data = shared_levels(6, 1000)  # 12 KB, 10**18 values expanded: hashing the key would never end
+    assert len(data) < 13_000
+    with pytest.raises(PickleRefused, match=r"opcode TUPLE at byte \d+: a value that expands to more than 1048576"):
+        load_values(data)
+    got = load_values(shared_levels(2, 500))  # 500,501 values expanded: within the bound
+    (key,) = got
+    assert len(key) == 500 and key[0] is key[1] and len(key[0]) == 500
+    with pytest.raises(PickleRefused, match="expands to more than 1000 values"):
+        load_values(shared_levels(2, 40), Limits(max_items=1000))
+    assert load_values(shared_levels(2, 22), Limits(max_items=1000))  # 1 + 22 * (1 + 22 * 2) = 991 values
+
+
+def test_str_and_bytes_count_each_time_they_are_used():
+    blob = b"z" * 1000
+    assert load_values(pickle.dumps([blob] * 10, protocol=4), Limits(max_expanded_bytes=10_000)) == [blob] * 10
+    with pytest.raises(PickleRefused, match="expands to more than 10000 bytes of str and bytes"):
+        load_values(pickle.dumps([blob] * 11, protocol=4), Limits(max_expanded_bytes=10_000))
+    with pytest.raises(PickleRefused, match="expands to more than 10000 bytes"):
+        load_values(pickle.dumps({"k": ["é" * 1000] * 11}, protocol=4), Limits(max_expanded_bytes=10_000))
+
+
+def test_hashing_tuple_keys_is_held_to_the_bound_across_values():
+    # One shared tuple of 320,401 values, used as the key of four dicts, each dropped (POP): no
+    # value exceeds the bound, but hashing the key four times walks 1.28 M values.
+    data = bytearray(shared_levels(2, 400)[:-1])  # the first dict is left on the stack
+    for _ in range(3):
+        data += b"0}h\x02C\x01vs"  # POP; {}; key = memo 2; SETITEM
+    with pytest.raises(PickleRefused, match="tuple dict keys that expand to more than 1048576 values in all"):
+        load_values(bytes(data) + b".")
+    assert load_values(bytes(data[: -len(b"0}h\x02C\x01vs")]) + b".")  # three hashes: within it
+
+
+def test_preview_is_a_bounded_prefix_of_repr():
+    from iotool.pipeline.preview import preview
+
+    for value in [(1,), (), [1, [2, b"\x00"]], {"a": b"x" * 5, 3: None}, "\x1b[2J\u202e\x9b", -7, 1.5, "x" * 200]:
+        text = repr(value)
+        assert preview(value, 100) == (text if len(text) <= 100 else text[:97] + "...")
+        assert preview(value, 12) == (text if len(text) <= 12 else text[:9] + "...")
+    assert "\x1b" not in preview("\x1b[2J") and "\u202e" not in preview("\u202e")
+    loop: list = []
+    loop.append(loop)
+    assert preview(loop) == repr(loop) == "[[...]]"
+    assert preview(2**1000) == "<int of 1001 bits>" and preview(2**255, 100) == repr(2**255)
+    key = load_values(shared_levels(2, 500))
+    assert preview(key, 40) == repr(key)[:37] + "..."
+    import time
+
+    deep = (b"x",)
+    for _ in range(40):
+        deep = (deep,) * 1000  # 1000 ** 40 values: repr would never end
+    start = time.monotonic()
+    assert preview(deep, 40).startswith("((((") and time.monotonic() - start < 0.5
