@@ -25,8 +25,9 @@ all distinct, more than :data:`~iotool.fields.MAX_UNIQUE_CLASS_VALUES`, are refu
 column as text). A null in a kept column is a bad record naming the row and the column.
 
 Bounds: the footer is checked from the file's last 8 bytes before pyarrow parses it, and a row
-group whose image and label columns take more than ``max_row_group_bytes`` (uncompressed, as its
-metadata declares) is refused, naming the file and row group, before any of it is read; a worker
+group whose columns read take more than ``max_row_group_bytes``, uncompressed as its metadata
+declares or decoded (a dictionary's values counted for every row, :mod:`.parquetbounds`), is
+refused, naming the file and row group, before its values are made; a worker
 holds one row group's image column at a time. Workers read the row groups of the records they are
 given, so with N workers a row group may be read up to N times (once per worker).
 """
@@ -55,6 +56,7 @@ from .base import (
     value_classes,
 )
 from .imagefolder import read_source_file
+from .parquetbounds import check_group
 from .parquetcolumns import Column, column_kind, column_value
 
 MAGIC = b"PAR1"
@@ -80,15 +82,15 @@ class ParquetOptions(SourceOptions):
         if self.class_column and self.label_column not in ("label", self.class_column):
             raise UsageError("class_column and label_column name the same thing; give one.")
         field_list(self.fields)
+        if self.max_row_group_bytes <= 0:
+            raise UsageError(f"max_row_group_bytes={self.max_row_group_bytes}: must be positive.")
+        if self.image_root is not None and not os.path.isdir(self.image_root):
+            raise UsageError(f"image_root={self.image_root!r} is not a folder.")
 
     @property
     def asked_class(self) -> str | None:
         """The class column the user named (None: the default rule)."""
         return self.class_column or (self.label_column if self.label_column != "label" else None)
-        if self.max_row_group_bytes <= 0:
-            raise UsageError(f"max_row_group_bytes={self.max_row_group_bytes}: must be positive.")
-        if self.image_root is not None and not os.path.isdir(self.image_root):
-            raise UsageError(f"image_root={self.image_root!r} is not a folder.")
 
 
 class ParquetRow(NamedTuple):
@@ -333,18 +335,6 @@ class ParquetSource:
         if not state.columns:
             return task.key, task.path, task.label, image
         return task.key, task.path, task.label, image, state.values(task)
-
-
-def check_group(path: str, pf: Any, group: int, leaves: list[int], bound: int) -> None:
-    """Refuse a row group whose image and label columns declare more than ``bound`` bytes."""
-    meta = pf.metadata.row_group(group)
-    size = sum(meta.column(j).total_uncompressed_size for j in leaves)
-    if size > bound:
-        raise SourceError(
-            f"{path}: row group {group} holds {size} bytes of image and label data, more than "
-            f"max_row_group_bytes={bound}; rewrite the file with smaller row groups "
-            f"(pyarrow: row_group_size) or raise the bound (-s max_row_group_bytes=N)."
-        )
 
 
 def _hf_features(path: str, schema: Any) -> dict:
