@@ -82,8 +82,9 @@ def _decoded(path: str, pf: Any, group: int, j: int, values: int) -> int:
             table = reader.read_row_group(group, columns=[column])
         total = 0
         for array in _dictionary_arrays(table.column(0)):
-            lengths = pc.binary_length(array.dictionary).cast(pa.int64())
-            total += (pc.sum(pc.take(lengths, array.indices)).as_py() or 0) + len(array) * OFFSET_BYTES
+            lengths = pc.call_function("binary_length", [array.dictionary]).cast(pa.int64())
+            taken = pc.call_function("take", [lengths, array.indices])
+            total += (pc.call_function("sum", [taken]).as_py() or 0) + len(array) * OFFSET_BYTES
     except (pa.ArrowException, OSError) as exc:
         raise SourceError(f"{path}: row group {group} cannot be read ({exc}).") from None
     return max(total, values * OFFSET_BYTES)
