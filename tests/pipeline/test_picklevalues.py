@@ -171,9 +171,17 @@ FUZZ = textwrap.dedent("""
     import os, pickle, random, sys
     from iotool.pipeline.picklevalues import Limits, PickleRefused, load_values
     rng = random.Random(20261201)
+    def levels(depth, fanout):  # shared references: each level refers to the one below, as a dict key
+        out = bytearray(b"\\x80\\x04}C\\x01x\\x85\\x94")
+        for k in range(1, depth + 1):
+            out += b"0(" + (b"h" + bytes([k - 1])) * fanout + b"t\\x94"
+        return bytes(out) + b"C\\x01vs."
+    x = (b"a", [1, 2])
+    shared = (x, x, [x, {"k": x}], {(1, b"k"): x})
     seeds = [pickle.dumps(v, protocol=p) for p in (2, 3, 4, 5) for v in (
         (b"\\xff\\xd8" * 20, 3), [b"ab", 1], {"image": b"x" * 40, "label": 2}, [b"0", b"1"], 1000,
-        ("s", None, True, (1, (2, [3, {4: 5}]))), bytearray(b"q"))]
+        ("s", None, True, (1, (2, [3, {4: 5}]))), bytearray(b"q"), shared)]
+    seeds += [levels(k, f) for k, f in ((2, 30), (3, 20), (4, 9))]
     limits = Limits(max_bytes=1 << 16, max_depth=16, max_items=4096)
     results = {"value": 0, "refused": 0}
     for case in range(int(sys.argv[1])):
@@ -184,9 +192,11 @@ FUZZ = textwrap.dedent("""
         else:
             data = bytearray(rng.choice(seeds))
             for _ in range(rng.randrange(1, 6)):
-                kind = rng.randrange(3)
+                kind = rng.randrange(4)
                 at = rng.randrange(len(data) + 1)
-                if kind == 0:
+                if kind == 3:  # memo references (BINGET) to early entries: one, two or a run
+                    data[at:at] = (b"h" + bytes([rng.randrange(4)])) * rng.choice((1, 2, 50))
+                elif kind == 0:
                     data[at:at + 1] = bytes([rng.getrandbits(8)])
                 elif kind == 1:
                     del data[at:at + rng.randrange(1, 8)]
@@ -194,7 +204,8 @@ FUZZ = textwrap.dedent("""
                     data[at:at] = bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 8)))
             data = bytes(data)
         try:
-            load_values(data, limits)
+            value = load_values(data, limits)
+            assert len(repr(value)) < 1 << 20  # what a value expands to is bounded: so is its repr
             results["value"] += 1
         except PickleRefused:
             results["refused"] += 1
@@ -229,8 +240,9 @@ def shared_levels(levels: int, fanout: int, top: bytes = b"") -> bytes:
 
 
 def test_memo_references_count_for_what_they_stand_for():
-    data = shared_levels(6, 1000)  # 12 KB, 10**18 values expanded: hashing the key would never end
-    assert len(data) < 13_000
+    # 3.5 M values from 720 bytes (the 12 KB case of 10**18, whose key no one can hash, is in
+    # test_hostile_amplification.py, in a child with a time limit).
+    data = shared_levels(3, 120)
     with pytest.raises(PickleRefused, match=r"opcode TUPLE at byte \d+: a value that expands to more than 1048576"):
         load_values(data)
     got = load_values(shared_levels(2, 500))  # 500,501 values expanded: within the bound
@@ -282,3 +294,12 @@ def test_preview_is_a_bounded_prefix_of_repr():
         deep = (deep,) * 1000  # 1000 ** 40 values: repr would never end
     start = time.monotonic()
     assert preview(deep, 40).startswith("((((") and time.monotonic() - start < 0.5
+
+
+def test_the_expansion_bounds_hold_at_their_exact_boundary():
+    data = shared_levels(2, 22)  # the key: 1 + 22 * 45 = 991 values; the dict: 993
+    assert load_values(data, Limits(max_items=993))
+    with pytest.raises(PickleRefused, match="expands to more than 992 values"):
+        load_values(data, Limits(max_items=992))
+    blob = b"z" * 1000
+    assert load_values(pickle.dumps([blob] * 10, protocol=4), Limits(max_expanded_bytes=10_000))

@@ -88,3 +88,41 @@ def test_max_row_group_bytes_must_be_positive(tmp_path):
         ParquetOptions(max_row_group_bytes=0)
     with pytest.raises(UsageError, match="is not a folder"):
         ParquetOptions(image_root=str(tmp_path / "nowhere"))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fuzz_dictionary_pages_are_refused_exactly_when_they_decode_past_the_bound(tmp_path, seed):
+    """Small random tables with dictionary-encoded label and image columns (a few values, each
+    used by many rows, some null), against a random bound: the decoded size counted
+    independently (every value's length, as pyarrow's own read makes it) decides. Within half the
+    bound it converts, past the bound it is refused before any value is made."""
+    import random
+
+    rng = random.Random(seed)
+    rows = rng.randrange(1, 60)
+    words = ["w" * rng.randrange(1, 40_000) for _ in range(rng.randrange(1, 4))]
+    labels = [words[0]] + [rng.choice(words) if rng.random() > 0.1 else None for _ in range(rows - 1)]
+    images = [make_image(rng.randrange(3))] * rows
+    table = pa.table({"image": pa.array(images, pa.binary()), "label": pa.array(labels, pa.string())})
+    path = tmp_path / "f.parquet"
+    pq.write_table(table, path, compression=rng.choice(["zstd", "none", "snappy"]), dictionary_pagesize_limit=1 << 20)
+    decoded = sum(len(v) for v in labels if v is not None) + sum(len(v) for v in images)
+    bound = rng.choice([decoded // 3, decoded * 3 + 50_000, decoded + rows * 8 + 4096])
+    try:
+        iotool.convert(
+            str(path),
+            tmp_path / "o",
+            "lmdb",
+            src_format="parquet",
+            workers=0,
+            on_error="skip",
+            source_options={"max_row_group_bytes": max(bound, 1)},
+        )
+        outcome = "converted"
+    except SourceError as exc:
+        outcome = "refused"
+        assert str(path) in str(exc) and "max_row_group_bytes=" in str(exc)
+    if decoded * 2 + rows * 16 + 4096 <= bound:
+        assert outcome == "converted", (decoded, bound)
+    if decoded > bound:
+        assert outcome == "refused", (decoded, bound)
