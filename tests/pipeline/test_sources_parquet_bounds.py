@@ -126,3 +126,20 @@ def test_fuzz_dictionary_pages_are_refused_exactly_when_they_decode_past_the_bou
         assert outcome == "converted", (decoded, bound)
     if decoded > bound:
         assert outcome == "refused", (decoded, bound)
+
+
+def test_a_long_label_is_shown_as_a_bounded_prefix(tmp_path):
+    (tmp_path / "classes.txt").write_text("a\n")
+    write(tmp_path / "l.parquet", ["a", "z" * 1_000_000 + "\x1b[2J"])
+    report = iotool.convert(
+        str(tmp_path / "l.parquet"),
+        tmp_path / "o",
+        "lmdb",
+        src_format="parquet",
+        workers=0,
+        on_error="skip",
+        source_options={"label_file": str(tmp_path / "classes.txt")},
+    )
+    (skipped,) = report.skipped
+    assert "label 'zzzz" in skipped.reason and "\x1b" not in skipped.reason
+    assert "is not one of the classes" in skipped.reason and len(skipped.reason) < 200

@@ -43,6 +43,7 @@ from ...errors import FormatError, RecordError, SourceError, UsageError
 from ...fields import FieldSpec, Schema, parse_json
 from ...fields import name_problem as field_name_problem
 from ...names import ALLOWED, name_problem, resolve_inside
+from ..preview import preview
 from .base import (
     SourceKind,
     SourceOptions,
@@ -233,7 +234,7 @@ class ParquetSource:
             if problem:
                 if opts.fields is None or column in chosen:
                     raise SourceError(
-                        f"{path}: column {column!r:.80} cannot be kept as a field ({problem}); "
+                        f"{path}: column {preview(column, 80)} cannot be kept as a field ({problem}); "
                         f"choose the fields with -s fields=NAME,... (class for the class)."
                     )
                 continue
@@ -310,7 +311,7 @@ class ParquetSource:
             return -1, f"no label (null in {self.class_column!r})"
         if isinstance(value, str):
             index = self.class_to_idx.get(value, -1)
-            return (index, None) if index >= 0 else (-1, f"label {value!r} is not one of the classes")
+            return (index, None) if index >= 0 else (-1, f"label {preview(value, 80)} is not one of the classes")
         if not 0 <= value < len(self.classes):
             return -1, (
                 too_large(value) if self._derived else None
@@ -438,7 +439,7 @@ class RowGroupReader:
         root = self.options.image_root
         if root is None:
             raise RecordError(
-                f"row {row}: the image is stored as a path only ({name!r}), not as bytes; give "
+                f"row {row}: the image is stored as a path only ({preview(name, 200)}), not as bytes; give "
                 f"the folder it lies in with -s image_root=DIR (paths may not leave it)."
             )
         rel = os.path.relpath(name, root) if os.path.isabs(name) else name
@@ -446,7 +447,7 @@ class RowGroupReader:
         full = resolve_inside(root, rel) if problem is None else None
         if full is None:
             raise RecordError(
-                f"row {row}: image path {name!r} is not under image_root {root!r}"
+                f"row {row}: image path {preview(name, 200)} is not under image_root {root!r}"
                 f"{f' ({problem})' if problem else ''}; a path must be {ALLOWED} under it."
             )
         return read_source_file(full)

@@ -41,6 +41,7 @@ from ...fields import FieldSpec, Schema, name_problem
 from ...fields.limits import MAX_ARRAY_BYTES, MAX_FIELDS, MAX_JSON_ITEMS
 from ...formats import tfrecord as tfr  # its public reading API only: scan, unframe, decode_example, ...
 from ...formats.tfrecord.example import read_features
+from ..preview import preview
 from .base import (
     SourceKind,
     SourceOptions,
@@ -197,7 +198,7 @@ class TfrecordFilesSource:
             if problem:
                 if chosen is None or name in chosen:
                     raise SourceError(
-                        f"{self.root}: feature {feature!r:.80} cannot be kept as a field ({problem}); "
+                        f"{self.root}: feature {preview(feature, 80)} cannot be kept as a field ({problem}); "
                         f"choose the fields with -s fields=NAME,... (class for the class)."
                     )
                 continue
