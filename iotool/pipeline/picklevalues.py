@@ -15,6 +15,11 @@ recognised as words, the arguments checked, and the bytes made here; any other g
 Bounded: the stream's length, the nesting depth, the number of items, and every length field is
 checked against the bytes left before anything is sliced. A list or dict is filled before it is
 put inside another container (as pickle writes them), so the depth seen is the real depth.
+A memo reference (``BINGET``) is counted for what it stands for: every container's size counts
+its items with all they hold (a value used ten times counts ten times), and is refused past
+``max_items`` values or ``max_expanded_bytes`` of str and bytes; hashing a tuple as a dict key
+walks all it holds, and those walks together are held to ``max_items`` too. So a 12 KB pickle
+that expands to 10**18 values, which no one could hash, print or encode, is refused as it is read.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RecordError
+from .preview import preview
 
 PROTOCOLS = (2, 3, 4, 5)
 MAX_INT_BYTES = 64  # LONG1/LONG4: an int of up to 512 bits; labels are far smaller
@@ -39,7 +45,8 @@ class Limits:
 
     max_bytes: int = (1 << 30) + (1 << 20)  # a 1 GiB image and its label
     max_depth: int = 32
-    max_items: int = 1 << 20  # values built, in all
+    max_items: int = 1 << 20  # values built, in all; also what one value expands to (memo references counted)
+    max_expanded_bytes: int | None = None  # str and bytes one value expands to; None: max_bytes
     floats: bool = False  # read BINFLOAT (a plain 8-byte double: a field's value) instead of refusing it
 
 
@@ -96,6 +103,9 @@ class _Parser:
         self.memo: dict[int, Any] = {}
         self.items = 0
         self.depth: dict[int, int] = {}  # id(container) -> its nesting depth
+        self.size: dict[int, tuple[int, int]] = {}  # id(container) -> (values, str/bytes bytes) it expands to
+        self.max_expanded = limits.max_bytes if limits.max_expanded_bytes is None else limits.max_expanded_bytes
+        self.hashed = 0  # values walked hashing tuple keys
         self.sealed: set[int] = set()  # ids of lists/dicts already placed inside another container
         self.keep: list[Any] = []  # keeps every container alive, so that its id() stays its own
 
@@ -157,9 +167,31 @@ class _Parser:
         if depth > self.limits.max_depth:
             raise self.fail(f"values nested more than {self.limits.max_depth} deep")
         self.depth[id(container)] = depth
+        self.grow(container, children)
         for child in children:
             if isinstance(child, (list, dict)) and child is not container:
                 self.sealed.add(id(child))
+
+    def expanded(self, value: Any) -> tuple[int, int]:
+        """(values, str/bytes bytes) ``value`` stands for, each shared part counted where it is used."""
+        if isinstance(value, (tuple, list, dict)):
+            return self.size.get(id(value), (1, 0))
+        return (1, len(value)) if isinstance(value, (str, bytes, bytearray)) else (1, 0)
+
+    def grow(self, container: Any, children: list[Any]) -> None:
+        """Add what ``children`` expand to to ``container``'s size; refuse it past the bounds."""
+        values, size = self.size.get(id(container), (1, 0))
+        for child in children:
+            more, extra = (1, 0) if child is container else self.expanded(child)
+            values, size = values + more, size + extra
+        if values > self.max_items:
+            raise self.fail(
+                f"a value that expands to more than {self.max_items} values (a value the memo "
+                f"refers to counts each time it is used)"
+            )
+        if size > self.max_expanded:
+            raise self.fail(f"a value that expands to more than {self.max_expanded} bytes of str and bytes")
+        self.size[id(container)] = (values, size)
 
     def new_container(self, value: Any) -> Any:
         self.count()
@@ -219,6 +251,10 @@ class _Parser:
         target = self.top(dict)
         self.contain(target, items)
         for k in range(0, len(items), 2):
+            if isinstance(items[k], tuple):  # hashing walks all the tuple holds
+                self.hashed += self.expanded(items[k])[0]
+                if self.hashed > self.max_items:
+                    raise self.fail(f"tuple dict keys that expand to more than {self.max_items} values in all")
             try:
                 target[items[k]] = items[k + 1]
             except TypeError:
@@ -228,7 +264,7 @@ class _Parser:
         kind = _CONSTRUCTORS.get((module, name))
         if kind is None:
             raise self.fail(
-                f"refers to {module}.{name}; only plain values (tuples, lists, dicts, bytes, "
+                f"refers to {preview(module, 100)[1:-1]}.{preview(name, 100)[1:-1]}; only plain values (tuples, lists, dicts, bytes, "
                 f"str, ints, bools, None) are read, nothing is imported or called"
             )
         self.count()

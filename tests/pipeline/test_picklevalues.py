@@ -171,9 +171,17 @@ FUZZ = textwrap.dedent("""
     import os, pickle, random, sys
     from iotool.pipeline.picklevalues import Limits, PickleRefused, load_values
     rng = random.Random(20261201)
+    def levels(depth, fanout):  # shared references: each level refers to the one below, as a dict key
+        out = bytearray(b"\\x80\\x04}C\\x01x\\x85\\x94")
+        for k in range(1, depth + 1):
+            out += b"0(" + (b"h" + bytes([k - 1])) * fanout + b"t\\x94"
+        return bytes(out) + b"C\\x01vs."
+    x = (b"a", [1, 2])
+    shared = (x, x, [x, {"k": x}], {(1, b"k"): x})
     seeds = [pickle.dumps(v, protocol=p) for p in (2, 3, 4, 5) for v in (
         (b"\\xff\\xd8" * 20, 3), [b"ab", 1], {"image": b"x" * 40, "label": 2}, [b"0", b"1"], 1000,
-        ("s", None, True, (1, (2, [3, {4: 5}]))), bytearray(b"q"))]
+        ("s", None, True, (1, (2, [3, {4: 5}]))), bytearray(b"q"), shared)]
+    seeds += [levels(k, f) for k, f in ((2, 30), (3, 20), (4, 9))]
     limits = Limits(max_bytes=1 << 16, max_depth=16, max_items=4096)
     results = {"value": 0, "refused": 0}
     for case in range(int(sys.argv[1])):
@@ -184,9 +192,11 @@ FUZZ = textwrap.dedent("""
         else:
             data = bytearray(rng.choice(seeds))
             for _ in range(rng.randrange(1, 6)):
-                kind = rng.randrange(3)
+                kind = rng.randrange(4)
                 at = rng.randrange(len(data) + 1)
-                if kind == 0:
+                if kind == 3:  # memo references (BINGET) to early entries: one, two or a run
+                    data[at:at] = (b"h" + bytes([rng.randrange(4)])) * rng.choice((1, 2, 50))
+                elif kind == 0:
                     data[at:at + 1] = bytes([rng.getrandbits(8)])
                 elif kind == 1:
                     del data[at:at + rng.randrange(1, 8)]
@@ -194,7 +204,8 @@ FUZZ = textwrap.dedent("""
                     data[at:at] = bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 8)))
             data = bytes(data)
         try:
-            load_values(data, limits)
+            value = load_values(data, limits)
+            assert len(repr(value)) < 1 << 20  # what a value expands to is bounded: so is its repr
             results["value"] += 1
         except PickleRefused:
             results["refused"] += 1
@@ -217,3 +228,78 @@ def test_fuzz_sees_only_the_parsers_own_error(tmp_path):
     value, refused = map(int, proc.stdout.split())
     assert value + refused == 20000 and refused > 5000
     assert not list(tmp_path.iterdir())  # nothing was created by any case
+
+
+def shared_levels(levels: int, fanout: int, top: bytes = b"") -> bytes:
+    """A pickle of a dict keyed by a tuple whose every level refers to the level below ``fanout``
+    times through the memo (a few bytes per level, ``fanout ** levels`` values expanded)."""
+    out = bytearray(b"\x80\x04}C\x01x\x85\x94")  # {}, (b'x',) memoized as 0
+    for k in range(1, levels + 1):
+        out += b"0(" + (b"h" + bytes([k - 1])) * fanout + b"t\x94"
+    return bytes(out) + b"C\x01vs" + top + b"."
+
+
+def test_memo_references_count_for_what_they_stand_for():
+    # 3.5 M values from 720 bytes (the 12 KB case of 10**18, whose key no one can hash, is in
+    # test_hostile_amplification.py, in a child with a time limit).
+    data = shared_levels(3, 120)
+    with pytest.raises(PickleRefused, match=r"opcode TUPLE at byte \d+: a value that expands to more than 1048576"):
+        load_values(data)
+    got = load_values(shared_levels(2, 500))  # 500,501 values expanded: within the bound
+    (key,) = got
+    assert len(key) == 500 and key[0] is key[1] and len(key[0]) == 500
+    with pytest.raises(PickleRefused, match="expands to more than 1000 values"):
+        load_values(shared_levels(2, 40), Limits(max_items=1000))
+    assert load_values(shared_levels(2, 22), Limits(max_items=1000))  # 1 + 22 * (1 + 22 * 2) = 991 values
+
+
+def test_str_and_bytes_count_each_time_they_are_used():
+    blob = b"z" * 1000
+    assert load_values(pickle.dumps([blob] * 10, protocol=4), Limits(max_expanded_bytes=10_000)) == [blob] * 10
+    with pytest.raises(PickleRefused, match="expands to more than 10000 bytes of str and bytes"):
+        load_values(pickle.dumps([blob] * 11, protocol=4), Limits(max_expanded_bytes=10_000))
+    with pytest.raises(PickleRefused, match="expands to more than 10000 bytes"):
+        load_values(pickle.dumps({"k": ["é" * 1000] * 11}, protocol=4), Limits(max_expanded_bytes=10_000))
+
+
+def test_hashing_tuple_keys_is_held_to_the_bound_across_values():
+    # One shared tuple of 320,401 values, used as the key of four dicts, each dropped (POP): no
+    # value exceeds the bound, but hashing the key four times walks 1.28 M values.
+    data = bytearray(shared_levels(2, 400)[:-1])  # the first dict is left on the stack
+    for _ in range(3):
+        data += b"0}h\x02C\x01vs"  # POP; {}; key = memo 2; SETITEM
+    with pytest.raises(PickleRefused, match="tuple dict keys that expand to more than 1048576 values in all"):
+        load_values(bytes(data) + b".")
+    assert load_values(bytes(data[: -len(b"0}h\x02C\x01vs")]) + b".")  # three hashes: within it
+
+
+def test_preview_is_a_bounded_prefix_of_repr():
+    from iotool.pipeline.preview import preview
+
+    for value in [(1,), (), [1, [2, b"\x00"]], {"a": b"x" * 5, 3: None}, "\x1b[2J\u202e\x9b", -7, 1.5, "x" * 200]:
+        text = repr(value)
+        assert preview(value, 100) == (text if len(text) <= 100 else text[:97] + "...")
+        assert preview(value, 12) == (text if len(text) <= 12 else text[:9] + "...")
+    assert "\x1b" not in preview("\x1b[2J") and "\u202e" not in preview("\u202e")
+    loop: list = []
+    loop.append(loop)
+    assert preview(loop) == repr(loop) == "[[...]]"
+    assert preview(2**1000) == "<int of 1001 bits>" and preview(2**255, 100) == repr(2**255)
+    key = load_values(shared_levels(2, 500))
+    assert preview(key, 40) == repr(key)[:37] + "..."
+    import time
+
+    deep = (b"x",)
+    for _ in range(40):
+        deep = (deep,) * 1000  # 1000 ** 40 values: repr would never end
+    start = time.monotonic()
+    assert preview(deep, 40).startswith("((((") and time.monotonic() - start < 0.5
+
+
+def test_the_expansion_bounds_hold_at_their_exact_boundary():
+    data = shared_levels(2, 22)  # the key: 1 + 22 * 45 = 991 values; the dict: 993
+    assert load_values(data, Limits(max_items=993))
+    with pytest.raises(PickleRefused, match="expands to more than 992 values"):
+        load_values(data, Limits(max_items=992))
+    blob = b"z" * 1000
+    assert load_values(pickle.dumps([blob] * 10, protocol=4), Limits(max_expanded_bytes=10_000))

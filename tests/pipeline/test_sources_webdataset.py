@@ -236,3 +236,32 @@ def test_avif_and_jxl_members_are_the_images(tmp_path):
     report = iotool.convert(pattern, tmp_path / "out.lmdb", "lmdb", src_format="webdataset", workers=0)
     reader = open_reader(tmp_path / "out.lmdb")
     assert report.count == 2 and [bytes(reader.read(i)[0]) for i in range(2)] == list(images.values())
+
+
+def test_a_label_member_is_read_up_to_its_bound_and_refused_past_it(tmp_path):
+    from iotool.pipeline.sources.webdataset import MAX_LABEL_BYTES
+
+    shard = tmp_path / "labels.tar"
+    with tarfile.open(shard, "w") as tar:
+        add(tar, "at.jpg", make_image(1, (16, 16)))
+        add(tar, "at.cls", b"0" + b" " * (MAX_LABEL_BYTES - 1))  # exactly the bound: read
+        add(tar, "past.jpg", make_image(2, (16, 16)))
+        add(tar, "past.cls", b"0" + b" " * MAX_LABEL_BYTES)  # one byte more: refused unread
+    report = iotool.convert(str(shard), tmp_path / "o", "lmdb", src_format="webdataset", workers=0, on_error="skip")
+    assert report.count == 1 and [s.key for s in report.skipped] == ["past"]
+    assert f"label member 'past.cls': {MAX_LABEL_BYTES + 1} bytes, more than the {MAX_LABEL_BYTES} read" in (
+        report.skipped[0].reason
+    )
+
+
+def test_a_member_repeated_within_one_sample_is_a_bad_record(tmp_path):
+    shard = tmp_path / "twice.tar"
+    with tarfile.open(shard, "w") as tar:
+        add(tar, "a.jpg", make_image(1, (16, 16)))
+        add(tar, "a.cls", b"0")
+        add(tar, "a.cls", b"1")  # the same member again, in the same sample
+        add(tar, "b.jpg", make_image(2, (16, 16)))
+        add(tar, "b.cls", b"1")
+    report = iotool.convert(str(shard), tmp_path / "o", "lmdb", src_format="webdataset", workers=0, on_error="skip")
+    assert report.count == 1 and [s.key for s in report.skipped] == ["a"]
+    assert "member 'a.cls' appears twice in the sample" in report.skipped[0].reason

@@ -20,7 +20,7 @@ what this writes, which the tests check.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from ...errors import FormatError
 
@@ -28,6 +28,7 @@ Value = bytes | int | float
 Feature = tuple[str, list]  # ("bytes" | "float" | "int64", values)
 _KINDS = {1: "bytes", 2: "float", 3: "int64"}
 _FIELD = {kind: number for number, kind in _KINDS.items()}
+Limit = int | Mapping[str, int]  # the most values of a list read: one for all kinds, or by kind
 
 
 class ExampleError(FormatError):
@@ -162,13 +163,15 @@ def _check_count(values: list, more: int, limit: int | None) -> None:
         raise ExampleError(f"a list of more than the {limit} values read")
 
 
-def _decode_feature(buf: memoryview, start: int, end: int, limit: int | None = None) -> Feature:
+def _decode_feature(buf: memoryview, start: int, end: int, limit: Limit | None = None) -> Feature:
     found: Feature = ("bytes", [])  # an empty Feature: no kind set
     for number, wire, value in _fields(buf, start, end):
         if number in _KINDS:
             if wire != 2:
                 raise ExampleError(f"Feature field {number} with wire type {wire}")
-            found = (_KINDS[number], _decode_list(_KINDS[number], buf, value[0], value[1], limit))
+            kind = _KINDS[number]
+            most = limit.get(kind) if isinstance(limit, Mapping) else limit
+            found = (kind, _decode_list(kind, buf, value[0], value[1], most))
     return found
 
 
@@ -214,19 +217,36 @@ def find_feature(data: bytes | memoryview, name: str) -> Feature | None:
     return _decode_feature(buf, *span) if span is not None else ("bytes", [])
 
 
-def find_features(data: bytes | memoryview, limits: dict[str, int]) -> dict[str, Feature]:
+def find_features(data: bytes | memoryview, limits: Mapping[str, Limit]) -> dict[str, Feature]:
     """The features named in ``limits`` (name -> the most values read) of a serialised
     ``Example``, as :func:`find_feature` gives each, in one walk of its entries; absent ones are
     left out. A list longer than its limit is refused before it is decoded (:class:`ExampleError`)."""
+    return read_features(data, limits.get)
+
+
+def read_features(
+    data: bytes | memoryview, limit_of: Callable[[str], Limit | None], max_features: int | None = None
+) -> dict[str, Feature]:
+    """The features of a serialised ``Example`` that ``limit_of(name)`` gives a limit (the most
+    values read, for all kinds or by kind), in one walk of its entries; the others are walked
+    (structure and names checked) but never decoded. A list past its limit is refused as it is
+    counted, before its values are made; more than ``max_features`` features read is refused
+    (:class:`ExampleError`)."""
     buf = memoryview(data)
-    spans: dict[str, tuple[int, int] | None] = {}
+    spans: dict[str, tuple[tuple[int, int] | None, Limit]] = {}
     for key, span in _entries(buf):
-        if key in limits:
-            spans[key] = span  # the last entry of a name wins
-    return {
-        name: _decode_feature(buf, *span, limits[name]) if span is not None else ("bytes", [])
-        for name, span in spans.items()
-    }
+        limit = limit_of(key)
+        if limit is not None:
+            spans[key] = (span, limit)  # the last entry of a name wins
+            if max_features is not None and len(spans) > max_features:
+                raise ExampleError(f"more than {max_features} features read")
+    found: dict[str, Feature] = {}
+    for name, (span, limit) in spans.items():
+        try:
+            found[name] = _decode_feature(buf, *span, limit) if span is not None else ("bytes", [])
+        except ExampleError as exc:
+            raise ExampleError(f"feature {name[:80]!r}: {exc}") from None
+    return found
 
 
 # --- the features of an image record ------------------------------------------------------------

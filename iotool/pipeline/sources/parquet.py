@@ -25,8 +25,9 @@ all distinct, more than :data:`~iotool.fields.MAX_UNIQUE_CLASS_VALUES`, are refu
 column as text). A null in a kept column is a bad record naming the row and the column.
 
 Bounds: the footer is checked from the file's last 8 bytes before pyarrow parses it, and a row
-group whose image and label columns take more than ``max_row_group_bytes`` (uncompressed, as its
-metadata declares) is refused, naming the file and row group, before any of it is read; a worker
+group whose columns read take more than ``max_row_group_bytes``, uncompressed as its metadata
+declares or decoded (a dictionary's values counted for every row, :mod:`.parquetbounds`), is
+refused, naming the file and row group, before its values are made; a worker
 holds one row group's image column at a time. Workers read the row groups of the records they are
 given, so with N workers a row group may be read up to N times (once per worker).
 """
@@ -42,6 +43,7 @@ from ...errors import FormatError, RecordError, SourceError, UsageError
 from ...fields import FieldSpec, Schema, parse_json
 from ...fields import name_problem as field_name_problem
 from ...names import ALLOWED, name_problem, resolve_inside
+from ..preview import preview
 from .base import (
     SourceKind,
     SourceOptions,
@@ -55,6 +57,7 @@ from .base import (
     value_classes,
 )
 from .imagefolder import read_source_file
+from .parquetbounds import check_group
 from .parquetcolumns import Column, column_kind, column_value
 
 MAGIC = b"PAR1"
@@ -80,15 +83,15 @@ class ParquetOptions(SourceOptions):
         if self.class_column and self.label_column not in ("label", self.class_column):
             raise UsageError("class_column and label_column name the same thing; give one.")
         field_list(self.fields)
+        if self.max_row_group_bytes <= 0:
+            raise UsageError(f"max_row_group_bytes={self.max_row_group_bytes}: must be positive.")
+        if self.image_root is not None and not os.path.isdir(self.image_root):
+            raise UsageError(f"image_root={self.image_root!r} is not a folder.")
 
     @property
     def asked_class(self) -> str | None:
         """The class column the user named (None: the default rule)."""
         return self.class_column or (self.label_column if self.label_column != "label" else None)
-        if self.max_row_group_bytes <= 0:
-            raise UsageError(f"max_row_group_bytes={self.max_row_group_bytes}: must be positive.")
-        if self.image_root is not None and not os.path.isdir(self.image_root):
-            raise UsageError(f"image_root={self.image_root!r} is not a folder.")
 
 
 class ParquetRow(NamedTuple):
@@ -231,7 +234,7 @@ class ParquetSource:
             if problem:
                 if opts.fields is None or column in chosen:
                     raise SourceError(
-                        f"{path}: column {column!r:.80} cannot be kept as a field ({problem}); "
+                        f"{path}: column {preview(column, 80)} cannot be kept as a field ({problem}); "
                         f"choose the fields with -s fields=NAME,... (class for the class)."
                     )
                 continue
@@ -308,7 +311,7 @@ class ParquetSource:
             return -1, f"no label (null in {self.class_column!r})"
         if isinstance(value, str):
             index = self.class_to_idx.get(value, -1)
-            return (index, None) if index >= 0 else (-1, f"label {value!r} is not one of the classes")
+            return (index, None) if index >= 0 else (-1, f"label {preview(value, 80)} is not one of the classes")
         if not 0 <= value < len(self.classes):
             return -1, (
                 too_large(value) if self._derived else None
@@ -333,18 +336,6 @@ class ParquetSource:
         if not state.columns:
             return task.key, task.path, task.label, image
         return task.key, task.path, task.label, image, state.values(task)
-
-
-def check_group(path: str, pf: Any, group: int, leaves: list[int], bound: int) -> None:
-    """Refuse a row group whose image and label columns declare more than ``bound`` bytes."""
-    meta = pf.metadata.row_group(group)
-    size = sum(meta.column(j).total_uncompressed_size for j in leaves)
-    if size > bound:
-        raise SourceError(
-            f"{path}: row group {group} holds {size} bytes of image and label data, more than "
-            f"max_row_group_bytes={bound}; rewrite the file with smaller row groups "
-            f"(pyarrow: row_group_size) or raise the bound (-s max_row_group_bytes=N)."
-        )
 
 
 def _hf_features(path: str, schema: Any) -> dict:
@@ -448,7 +439,7 @@ class RowGroupReader:
         root = self.options.image_root
         if root is None:
             raise RecordError(
-                f"row {row}: the image is stored as a path only ({name!r}), not as bytes; give "
+                f"row {row}: the image is stored as a path only ({preview(name, 200)}), not as bytes; give "
                 f"the folder it lies in with -s image_root=DIR (paths may not leave it)."
             )
         rel = os.path.relpath(name, root) if os.path.isabs(name) else name
@@ -456,7 +447,7 @@ class RowGroupReader:
         full = resolve_inside(root, rel) if problem is None else None
         if full is None:
             raise RecordError(
-                f"row {row}: image path {name!r} is not under image_root {root!r}"
+                f"row {row}: image path {preview(name, 200)} is not under image_root {root!r}"
                 f"{f' ({problem})' if problem else ''}; a path must be {ALLOWED} under it."
             )
         return read_source_file(full)

@@ -30,6 +30,7 @@ is a bad record naming it. Labels all distinct (more than
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from ...errors import FormatError, IotoolError, RecordError, SourceError, UsageE
 from ...fields import FieldSpec, Schema, name_problem
 from ...formats.lmdb import list_keys, open_env, read_value
 from ..picklevalues import Limits, load_values
+from ..preview import preview
 from .base import (
     SourceKind,
     SourceOptions,
@@ -95,7 +97,7 @@ def split_sample(value: Any, options: PickledLmdbOptions) -> tuple[bytes, Any, d
     if isinstance(value, dict):
         image, label = _field(value, options.image_field), _field(value, options.label_field)
         if image is None:
-            keys = ", ".join(sorted(repr(k)[:40] for k in value)[:10])
+            keys = ", ".join(sorted(preview(k) for k in itertools.islice(value, 1000))[:10])
             raise RecordError(
                 f"a dict without {options.image_field!r} and {options.label_field!r} "
                 f"(its keys: {keys}); set image_field= and label_field="
@@ -103,7 +105,7 @@ def split_sample(value: Any, options: PickledLmdbOptions) -> tuple[bytes, Any, d
         for k, v in value.items():
             name = k.decode("utf-8", "replace") if isinstance(k, bytes) else k if isinstance(k, str) else None
             if name is None:
-                raise RecordError(f"a dict key {k!r:.40} that is not a str or bytes")
+                raise RecordError(f"a dict key {preview(k)} that is not a str or bytes")
             if name != options.image_field:
                 extras[name] = v
     elif isinstance(value, (tuple, list)) and len(value) >= 2:
@@ -191,7 +193,7 @@ class PickledLmdbSource:
             if problem:
                 if chosen is None or name in chosen:
                     raise SourceError(
-                        f"{self.root}: dict entry {name!r:.80} cannot be kept as a field ({problem}); "
+                        f"{self.root}: dict entry {preview(name, 80)} cannot be kept as a field ({problem}); "
                         f"choose the fields with -s fields=NAME,... (class for the class)."
                     )
                 continue
@@ -240,7 +242,7 @@ class PickledLmdbSource:
         count = self._record(LEN_RECORD, "a pickled int")
         if count is not None and count != len(keys):
             raise SourceError(
-                f"{self.root}: its {LEN_RECORD.decode()} record says {count!r} samples, but there are {len(keys)} keys."
+                f"{self.root}: its {LEN_RECORD.decode()} record says {preview(count)} samples, but there are {len(keys)} keys."
             )
         return keys
 

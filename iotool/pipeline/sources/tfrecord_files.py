@@ -20,6 +20,9 @@ class) keeps only those; a feature only some records have is a bad record naming
 left out). Labels all distinct (more than :data:`~iotool.fields.MAX_UNIQUE_CLASS_VALUES`, no
 ``label_file``) are refused as a class.
 
+Bounds: a feature's list is counted against :data:`LIST_LIMITS` before its values are made, and
+a feature not kept (``fields=``) is walked but never decoded.
+
 Keys: the filename feature when present and unique, else ``<file>#<record index>`` (file relative
 to the matched files' common folder). Anything bad (framing, CRC, a record that is no Example,
 a missing feature, a label outside the classes) is named by file, record index and byte offset,
@@ -35,7 +38,10 @@ from typing import Any, NamedTuple, Sequence
 
 from ...errors import FormatError, RecordError, SourceError, UsageError
 from ...fields import FieldSpec, Schema, name_problem
+from ...fields.limits import MAX_ARRAY_BYTES, MAX_FIELDS, MAX_JSON_ITEMS
 from ...formats import tfrecord as tfr  # its public reading API only: scan, unframe, decode_example, ...
+from ...formats.tfrecord.example import read_features
+from ..preview import preview
 from .base import (
     SourceKind,
     SourceOptions,
@@ -50,6 +56,9 @@ from .base import (
 )
 
 SOURCE_KIND = "tfrecord-files"
+# The most values of one feature's list decoded: more could not be kept as any field (a JSON
+# list of strings, an int64 / float32 array), and each is counted before a value is made.
+LIST_LIMITS = {"bytes": MAX_JSON_ITEMS, "int64": MAX_ARRAY_BYTES // 8, "float": MAX_ARRAY_BYTES // 4}
 
 
 @dataclass(frozen=True)
@@ -189,7 +198,7 @@ class TfrecordFilesSource:
             if problem:
                 if chosen is None or name in chosen:
                     raise SourceError(
-                        f"{self.root}: feature {feature!r:.80} cannot be kept as a field ({problem}); "
+                        f"{self.root}: feature {preview(feature, 80)} cannot be kept as a field ({problem}); "
                         f"choose the fields with -s fields=NAME,... (class for the class)."
                     )
                 continue
@@ -275,8 +284,15 @@ class TfrecordFilesSource:
         converted, ...); a label problem comes with -1 (it counts only when there is a class),
         any other with -2."""
         opts = self.options
+        chosen = field_list(opts.fields)
+        named = {opts.image_key, opts.label_key, opts.filename_key}
+
+        def limit_of(feature: str) -> dict[str, int] | None:
+            wanted = chosen is None or feature in named or field_name(feature) in chosen
+            return LIST_LIMITS if wanted else None  # a feature not kept is walked, never decoded
+
         try:
-            features = tfr.decode_example(data)
+            features = read_features(data, limit_of, MAX_FIELDS + len(named) if chosen is None else None)
         except tfr.ExampleError as exc:
             return fallback, -2, f"not a tf.train.Example ({exc})", frozenset()
         key = fallback
@@ -339,7 +355,8 @@ class TfrecordFilesSource:
         try:
             data = tfr.unframe(raw, task.path, task.offset)
             if task.fields:
-                features = tfr.decode_example(data)
+                wanted = {image_key, *(feature for _, feature, _ in task.fields)}
+                features = read_features(data, lambda name: LIST_LIMITS if name in wanted else None)
                 image = tfr.first_bytes(features, image_key)
             else:
                 image = tfr.find_bytes(data, image_key)
