@@ -10,6 +10,7 @@ from typing import Any
 from .errors import FormatError
 from .fields import Schema, parse_metadata_json
 from .fields.limits import MAX_JSON_ITEMS, MAX_OPTIONS_DEPTH
+from .preview import preview
 
 CHECKSUM_ALGORITHM = "sha256"
 
@@ -116,9 +117,10 @@ SKIPPED_KEYS = ("key", "path", "reason")  # every skipped entry holds these, as 
 
 def brief(value: Any) -> str:
     """A bounded description of a metadata value for an error message, built without making the
-    whole value's repr: a string's first 80 characters, a number, or a container's type and size."""
+    whole value's repr: a string's :func:`~iotool.preview.preview`, a number, or a container's
+    type and size."""
     if isinstance(value, str):
-        return repr(value[:80]) + ("..." if len(value) > 80 else "")
+        return preview(value, 80)
     if value is None or isinstance(value, (bool, float)) or (isinstance(value, int) and abs(value) < 10**30):
         return repr(value)
     if isinstance(value, (list, dict)):

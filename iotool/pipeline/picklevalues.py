@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RecordError
-from .preview import preview
+from ..preview import preview
 
 PROTOCOLS = (2, 3, 4, 5)
 MAX_INT_BYTES = 64  # LONG1/LONG4: an int of up to 512 bits; labels are far smaller

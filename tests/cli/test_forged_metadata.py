@@ -149,7 +149,13 @@ def test_an_error_quotes_a_bounded_prefix_of_the_value():
     with pytest.raises(FormatError) as info:
         DatasetMeta.from_dict(meta_dict(created_by=[huge] * 1000), "m")
     assert len(str(info.value)) < 200 and "a list of 1,000" in str(info.value)
-    assert brief("y" * 100) == repr("y" * 80) + "..." and brief(10**40) == "a value of type int"
+    shown = brief("y" * 100)
+    assert (
+        len(shown) <= 80
+        and shown.startswith("'yyy")
+        and shown.endswith("...")
+        and brief(10**40) == "a value of type int"
+    )
     assert brief(True) == "True" and brief(None) == "None" and brief(12) == "12"
 
 

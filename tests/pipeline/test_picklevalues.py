@@ -274,7 +274,7 @@ def test_hashing_tuple_keys_is_held_to_the_bound_across_values():
 
 
 def test_preview_is_a_bounded_prefix_of_repr():
-    from iotool.pipeline.preview import preview
+    from iotool.preview import preview
 
     for value in [(1,), (), [1, [2, b"\x00"]], {"a": b"x" * 5, 3: None}, "\x1b[2J\u202e\x9b", -7, 1.5, "x" * 200]:
         text = repr(value)

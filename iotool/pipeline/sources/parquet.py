@@ -43,7 +43,7 @@ from ...errors import FormatError, RecordError, SourceError, UsageError
 from ...fields import FieldSpec, Schema, parse_json
 from ...fields import name_problem as field_name_problem
 from ...names import ALLOWED, name_problem, resolve_inside
-from ..preview import preview
+from ...preview import preview
 from .base import (
     SourceKind,
     SourceOptions,

@@ -41,8 +41,8 @@ import lmdb
 from ...errors import FormatError, IotoolError, RecordError, SourceError, UsageError
 from ...fields import FieldSpec, Schema, name_problem
 from ...formats.lmdb import list_keys, open_env, read_value
+from ...preview import preview
 from ..picklevalues import Limits, load_values
-from ..preview import preview
 from .base import (
     SourceKind,
     SourceOptions,

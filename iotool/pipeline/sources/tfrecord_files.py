@@ -41,7 +41,7 @@ from ...fields import FieldSpec, Schema, name_problem
 from ...fields.limits import MAX_ARRAY_BYTES, MAX_FIELDS, MAX_JSON_ITEMS
 from ...formats import tfrecord as tfr  # its public reading API only: scan, unframe, decode_example, ...
 from ...formats.tfrecord.example import read_features
-from ..preview import preview
+from ...preview import preview
 from .base import (
     SourceKind,
     SourceOptions,
