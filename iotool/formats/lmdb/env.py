@@ -95,6 +95,7 @@ def read_value(path: str, key: bytes, record: int | None = None, max_bytes: int 
     walked to again (the file under a handle does not change: a replaced one is reopened).
     ``max_bytes``: a value larger than this is refused before it is copied."""
     _pid, _file, env, bounds = _open(path)
+    bounds.check_size(record)
     if record is None or not bounds.passed(record):
         bounds.check(key)
         if record is not None:
@@ -123,6 +124,7 @@ def read_values(path: str, wanted: list[tuple[bytes, int, int]]) -> list[bytes |
     before the copy. Raises :class:`ValueTooLarge` (its ``position`` in ``wanted``) for the
     first value over its bound."""
     _pid, _file, env, bounds = _open(path)
+    bounds.check_size()
     for key, record, _ in wanted:
         if not bounds.passed(record):
             bounds.check(key)
@@ -149,6 +151,7 @@ def map_value(path: str, key: bytes) -> np.ndarray | None:
     process that maps it shares the page cache's one copy; a smaller one is copied out. The map is
     this array's own, independent of py-lmdb's handles and transactions."""
     _pid, _file, _env, bounds = _open(path)
+    bounds.check_size()
     where = bounds.check(key)
     if where is None:
         return None

@@ -1,0 +1,92 @@
+"""Files changed under a reader: a mapped file truncated in place gives a named error, never SIGBUS.
+
+Each case runs in a real child process (a death by SIGBUS shows as returncode -7): the child opens
+the dataset and reads, the file is truncated in place (``os.truncate``, as ``cp`` over it would),
+and the child reads again.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import iotool
+from iotool.errors import FormatError
+
+from ..conftest import write_tree
+from .test_hostile_containers import forked
+
+CHILD = r"""
+import os, sys
+import iotool
+from iotool.errors import IotoolError
+
+path, victim, size, index, what = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+ds = iotool.open_dataset(path, decoder=None)
+def touch():
+    if what == "record":
+        ds[index]
+    elif what == "keys":
+        ds.keys[index]
+    else:
+        ds.targets[index]
+touch()
+os.truncate(victim, size)
+try:
+    touch()
+except IotoolError as exc:
+    print("error", type(exc).__name__, exc)
+else:
+    print("read")
+"""
+
+
+def run_child(path: Path, victim: Path, size: int, index: int, what: str = "record") -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    args = [sys.executable, "-c", CHILD, str(path), str(victim), str(size), str(index), what]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("mapsrc") / "src"
+    write_tree(root, {"a": 4, "b": 4}, seed=39)
+    return root
+
+
+@pytest.mark.parametrize("cut", [0, 8192, "half"])
+def test_lmdb_truncated_in_place_after_a_read_is_named(source, tmp_path, cut):
+    dst = tmp_path / "d.lmdb"
+    iotool.convert(source, dst, "lmdb", workers=0)
+    data = dst / "data.mdb"
+    size = data.stat().st_size // 2 if cut == "half" else cut
+    done = run_child(dst, data, size, 5)
+    assert done.returncode == 0, f"child died with {done.returncode}: {done.stderr[-2000:]}"  # before: -7 (SIGBUS)
+    said = done.stdout
+    assert said.startswith("error"), said
+    assert str(dst) in said and "record 5" in said and "data.mdb" in said and "truncated" in said
+
+
+def test_lmdb_file_grown_back_to_size_reads_again(source, tmp_path):
+    """The check is the file's size now, not a memory of it: a file whole again reads."""
+    dst = tmp_path / "d.lmdb"
+    iotool.convert(source, dst, "lmdb", workers=0)
+
+    def child() -> tuple[str, str]:
+        reader = iotool.open_reader(dst)
+        expected = reader.read(3)
+        data = dst / "data.mdb"
+        whole = data.read_bytes()
+        os.truncate(data, 4096)
+        with pytest.raises(FormatError, match=r"record 3: data\.mdb is now 4096 bytes") as caught:
+            reader.read(3)
+        with open(data, "r+b") as f:  # the same inode, written back in place
+            f.write(whole)
+        return ("same" if reader.read(3) == expected else "differs"), str(caught.value)
+
+    kind, said = forked(child, timeout=60)
+    assert kind == "same", f"{kind}: {said}"  # before: "signal 7"
