@@ -32,7 +32,9 @@ class MapGuard:
 
     def __call__(self) -> None:
         try:
-            size = self.view.size()  # fstat of the map's own descriptor
+            if self.view.size() >= self.needed:  # fstat of the map's own descriptor
+                return
+            size = self.view.size()
         except (OSError, ValueError):  # closed
             size = -1
         if size < self.needed:

@@ -287,8 +287,8 @@ class LazyColumn(Sequence):
         raise NotImplementedError
 
     def __getitem__(self, index: Any) -> Any:
-        if self.guards:
-            check(self.guards)
+        for guard in self.guards:
+            guard()
         if isinstance(index, slice):
             return [self._item(i) for i in range(*index.indices(len(self)))]
         n = len(self)
