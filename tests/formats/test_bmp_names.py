@@ -125,3 +125,19 @@ def test_ray_skips_a_colliding_name_as_the_local_engine(cluster, case, tmp_path)
         iotool.convert(src, tmp_path / "fail", "bmp", resize=16, on_error="fail", engine="ray")
     assert str(src / bad) in str(caught.value) and all(word in str(caught.value) for word in words)
     assert not os.path.exists(tmp_path / "fail")
+
+
+def test_the_writer_never_writes_over_a_file_already_there(tmp_path):
+    """Files are created exclusively: a file already at a record's path (a file system that folds
+    case would make one of ``A.jpg`` and ``a.jpg``) is a bad record, and is left as it was."""
+    from iotool.formats import get_format
+    from iotool.formats.bmp import BmpWriter
+    from iotool.records import Record
+
+    writer = BmpWriter(str(tmp_path / "out"), get_format("bmp").options())
+    (tmp_path / "out" / "x").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "out" / "x" / "a.bmp").write_bytes(b"theirs")
+    with pytest.raises(UnstorableRecord, match=r"x/a\.jpg: its file 'x/a\.bmp' cannot be created"):
+        writer.add(Record(0, "x/a.jpg", 0, b"BM" + bytes(60), "bmp", "0" * 64))
+    assert (tmp_path / "out" / "x" / "a.bmp").read_bytes() == b"theirs"
+    writer.abort()
