@@ -59,6 +59,17 @@ class ConversionError(IotoolError):
         self.reason = reason
 
 
+class UnstorableRecord(ConversionError):
+    """A writer cannot store record ``key``: its name collides on disk with another key's (two
+    keys on one path, a file where another key needs a folder) or is over the file system's
+    limits. A bad record like a file that does not decode: skipped under ``on_error="skip"``.
+    Raised by a writer's ``add`` before anything of the record is written."""
+
+    def __init__(self, key: str, reason: str):
+        super().__init__(f"{key}: {reason}", None, reason)
+        self.key = key
+
+
 class DestinationExistsError(IotoolError):
     """The destination exists and overwriting was not asked for."""
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ..decode.bmp import bmp_size, decode_bmp
-from ..errors import ConversionError, FormatError, RecordError
+from ..errors import ConversionError, FormatError, RecordError, UnstorableRecord
 from ..fields import Schema
 from ..names import ALLOWED, name_problem, resolve_inside
 from ..records import DatasetMeta, Record
@@ -50,16 +50,21 @@ class BmpWriter(FormatWriter):
     def __init__(self, path: str, options: FormatOptions, hooks: WriterHooks = WriterHooks()):
         super().__init__(path, options, hooks)
         os.makedirs(path, exist_ok=True)
-        self.used: set[str] = set()
+        self.names = BmpNames()
         self.columns = ColumnWriter(path, column_kinds(self.schema))
 
     def add(self, record: Record) -> None:
         if record.data[:2] != b"BM":
             raise FormatError(f"{record.key}: the bmp format stores BMP payloads only.")
-        rel = unique_stem(record.key, self.used, escape_dots=False) + ".bmp"
+        rel = self.names.take(record.key)
         full = output_file(self.path, rel, record.key)
         os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "wb") as f:
+        try:
+            f = open(full, "xb")  # never over another record's file (a file system that folds case)
+        except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
+            self.names.drop(rel)
+            raise UnstorableRecord(record.key, f"its file {rel!r} cannot be created ({exc.strerror})") from None
+        with f:
             f.write(record.data)
         self.columns.append(
             files=rel,
@@ -76,6 +81,69 @@ class BmpWriter(FormatWriter):
 
     def abort(self) -> None:
         self.columns.abort()
+
+
+NAME_MAX = 255  # bytes in one name on Linux file systems (ext4, xfs, btrfs, tmpfs)
+# A stored file's own name leaves room for the temporary name a Ray task writes it under first
+# ('.', '.tmp-', a pid of up to 7 digits, '-', 8 hex digits: iotool.storage.output.temporary_name),
+# so that every engine stores the same names.
+FILE_NAME_MAX = NAME_MAX - 22
+
+
+class RefusedName(str):
+    """:meth:`BmpShardPlan.plan_names`' answer for a key :class:`BmpNames` refused: the reason."""
+
+
+class BmpNames:
+    """The file of each record in the mirrored tree, and the one rule for keys whose file cannot
+    be one: two keys on one path, a file where another key needs a folder (``x/a.jpg`` stored as
+    ``x/a.bmp`` beside ``x/a.bmp/c.jpg``), a name over :data:`NAME_MAX` bytes. Used by the local
+    writer record by record and by the Ray plan for every key before its tasks start; a refused
+    key is a bad record (:class:`~iotool.errors.UnstorableRecord`) naming both keys or the limit."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()  # the stems given (unique_stem's memory)
+        self.files: dict[str, str] = {}  # file -> its key
+        self.folders: dict[str, str] = {}  # folder -> the first key stored under it
+
+    def take(self, key: str) -> str:
+        """The file of ``key``, remembered; raise UnstorableRecord if it cannot be stored."""
+        stem = unique_stem(key, self.used, escape_dots=False)
+        rel = stem + ".bmp"
+        reason = self._problem(rel)
+        if reason is not None:
+            self.used.discard(stem)
+            raise UnstorableRecord(key, reason)
+        self.files[rel] = key
+        end = rel.rfind("/")
+        while end > 0 and self.folders.setdefault(rel[:end], key) == key:
+            end = rel.rfind("/", 0, end)
+        return rel
+
+    def drop(self, rel: str) -> None:
+        """Forget file ``rel`` (it could not be written after all)."""
+        self.files.pop(rel, None)
+
+    def _problem(self, rel: str) -> str | None:
+        parts = rel.split("/")
+        for i, part in enumerate(parts):
+            folder = i < len(parts) - 1
+            size, limit = len(part.encode("utf-8", "surrogateescape")), NAME_MAX if folder else FILE_NAME_MAX
+            if size > limit:
+                room = "" if folder else ", less room for its temporary name"
+                return (
+                    f"its {'folder' if folder else 'file'} name {part[:32]!r}... is {size} bytes, over the "
+                    f"{limit} it may have (NAME_MAX: {NAME_MAX}{room})"
+                )
+        if rel in self.files:
+            return f"its file {rel!r} is already the file of key {self.files[rel]!r}"
+        if rel in self.folders:
+            return f"its file {rel!r} is already a folder, where key {self.folders[rel]!r} is stored"
+        for i in range(1, len(parts)):
+            folder = "/".join(parts[:i])
+            if folder in self.files:
+                return f"its file {rel!r} needs {folder!r} to be a folder, where key {self.files[folder]!r} is stored as a file"
+        return None
 
 
 def output_file(root: str, rel: str, key: str, local: bool = True) -> str:
@@ -203,6 +271,8 @@ class _BmpUnit(ShardUnit):
         self.cols: dict[str, list] = {name: [] for name in COLUMNS}
 
     def add(self, name: str, record: Record) -> None:
+        if isinstance(name, RefusedName):
+            raise UnstorableRecord(record.key, str(name))
         output_file(self.out.location, name, record.key, local=not self.out.remote)
         local = self.out.scratch_path(name)
         self.written.append((local, name))
@@ -233,8 +303,15 @@ class BmpShardPlan(ShardPlan):
         return TASK_SIZE
 
     def plan_names(self, keys: list[str]) -> list[str]:
-        used: set[str] = set()
-        return [unique_stem(key, used, escape_dots=False) + ".bmp" for key in keys]
+        """Each key's file (:class:`BmpNames`); a :class:`RefusedName` for a key that cannot be
+        stored, which its task then skips or fails on as a bad record."""
+        names, out = BmpNames(), []
+        for key in keys:
+            try:
+                out.append(names.take(key))
+            except UnstorableRecord as exc:
+                out.append(RefusedName(exc.reason))
+        return out
 
     def open_unit(self, task: int, out: OutputDir) -> ShardUnit:
         return _BmpUnit(out)

@@ -19,11 +19,13 @@ import h5py
 import numpy as np
 
 from ...errors import FormatError
+from ..mapguard import MappedArray, guarded
 
 
-def mapped_column(path: str, ds: h5py.Dataset, dtype: str) -> np.ndarray | None:
+def mapped_column(path: str, ds: h5py.Dataset, dtype: str) -> np.ndarray | MappedArray | None:
     """``ds`` as a read-only array of ``dtype`` mapped from the file at ``path``; None when it is not
     stored as one contiguous, unfiltered run of exactly that type (then read it through h5py).
+    The array carries the guard of the file's size (:mod:`iotool.formats.mapguard`).
 
     Raises:
         FormatError: naming the file and the column, when the run is declared outside the file.
@@ -49,7 +51,12 @@ def mapped_column(path: str, ds: h5py.Dataset, dtype: str) -> np.ndarray | None:
             )
         start = offset - offset % mmap.ALLOCATIONGRANULARITY
         view = mmap.mmap(f.fileno(), offset + nbytes - start, access=mmap.ACCESS_READ, offset=start)
-    array = np.frombuffer(view, dtype=dtype, count=count, offset=offset - start).reshape(ds.shape)
+    array = guarded(
+        np.frombuffer(view, dtype=dtype, count=count, offset=offset - start).reshape(ds.shape),
+        view,
+        offset + nbytes,
+        path,
+    )
     first, last = (0,) * ds.ndim, tuple(n - 1 for n in ds.shape)
     if ds[first] != array[first] or ds[last] != array[last]:
         return None  # addressed some other way (a user block, say): h5py reads it

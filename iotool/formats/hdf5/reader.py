@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import FormatError, IotoolError, RecordError
 from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta
+from ..mapguard import check, guards_of
 from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import AsciiColumn, IntColumn, LazyColumn
@@ -331,6 +332,7 @@ class _Payload:
     def __init__(self, path: str, images: h5py.Dataset, offsets: np.ndarray, column: str = "images"):
         self.path = path
         self.offsets = offsets  # mapped where stored contiguous: not copied into each process
+        self.guards = guards_of(offsets)  # its file's size, checked before each read (mapguard.py)
         if (
             len(self.offsets) == 0
             or self.offsets[0] != 0
@@ -366,6 +368,8 @@ class _Payload:
             )
 
     def read(self, index: int) -> bytes:
+        if self.guards:
+            check(self.guards)
         start, stop = int(self.offsets[index]), int(self.offsets[index + 1])
         if self.extents is not None and stop - start > self.file_size:  # each byte is stored once
             raise FormatError(

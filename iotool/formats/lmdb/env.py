@@ -9,6 +9,7 @@ import lmdb
 import numpy as np
 
 from ...errors import FormatError
+from ..mapguard import MappedArray, guarded
 from .pages import ValueBounds, data_file
 
 MAP_BYTES = 1 << 14  # a value this large is mapped (shared by every process), a smaller one copied
@@ -95,6 +96,7 @@ def read_value(path: str, key: bytes, record: int | None = None, max_bytes: int 
     walked to again (the file under a handle does not change: a replaced one is reopened).
     ``max_bytes``: a value larger than this is refused before it is copied."""
     _pid, _file, env, bounds = _open(path)
+    bounds.check_size(record)
     if record is None or not bounds.passed(record):
         bounds.check(key)
         if record is not None:
@@ -123,6 +125,7 @@ def read_values(path: str, wanted: list[tuple[bytes, int, int]]) -> list[bytes |
     before the copy. Raises :class:`ValueTooLarge` (its ``position`` in ``wanted``) for the
     first value over its bound."""
     _pid, _file, env, bounds = _open(path)
+    bounds.check_size()
     for key, record, _ in wanted:
         if not bounds.passed(record):
             bounds.check(key)
@@ -142,13 +145,15 @@ def list_keys(path: str, limit: int) -> list[bytes]:
     return _open(path)[3].keys(limit)
 
 
-def map_value(path: str, key: bytes) -> np.ndarray | None:
+def map_value(path: str, key: bytes) -> np.ndarray | MappedArray | None:
     """The value stored under ``key`` as a read-only uint8 array (None: no such key): a value of
     :data:`MAP_BYTES` or more is mapped from data.mdb where LMDB keeps it (its overflow pages, found
     and checked to lie inside the file by :class:`~iotool.formats.lmdb.pages.ValueBounds`), so every
     process that maps it shares the page cache's one copy; a smaller one is copied out. The map is
-    this array's own, independent of py-lmdb's handles and transactions."""
+    this array's own, independent of py-lmdb's handles and transactions, and carries the guard of
+    data.mdb's size (:mod:`iotool.formats.mapguard`), checked by the column objects at each use."""
     _pid, _file, _env, bounds = _open(path)
+    bounds.check_size()
     where = bounds.check(key)
     if where is None:
         return None
@@ -158,7 +163,8 @@ def map_value(path: str, key: bytes) -> np.ndarray | None:
         return None if value is None else np.frombuffer(value, dtype=np.uint8)
     start = offset - offset % mmap.ALLOCATIONGRANULARITY
     view = mmap.mmap(bounds.fd, offset + size - start, access=mmap.ACCESS_READ, offset=start)
-    return np.frombuffer(view, dtype=np.uint8, count=size, offset=offset - start)
+    array = np.frombuffer(view, dtype=np.uint8, count=size, offset=offset - start)
+    return guarded(array, view, offset + size, data_file(path))
 
 
 def _check_file_size(path: str, env: lmdb.Environment) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ...errors import FormatError
+from ..mapguard import MapGuard, check, guard_of, guards_of
 from .npyfile import map_npy
 
 PREFIX = "index."
@@ -238,9 +239,14 @@ class Columns:
     def get(self, name: str) -> Any:
         """Column ``name``: an int64 array (N or N x k), a float64 array, a :class:`StringColumn`
         or a :class:`ChecksumColumn`, checked for length."""
-        if name not in self._arrays:
-            self._arrays[name] = self._open(name)
-        return self._arrays[name]
+        array = self._arrays.get(name)
+        if array is None:
+            array = self._arrays[name] = self._open(name)
+        else:
+            guard = guard_of(array)  # a raw mapped array: its file checked at each use
+            if guard is not None:
+                guard()
+        return array
 
     def _open(self, name: str) -> Any:
         kind = self.table[name]["kind"]
@@ -272,12 +278,17 @@ def _expect(path: str, array: np.ndarray, shape: tuple[int, ...], dtype: str) ->
 class LazyColumn(Sequence):
     """A read-only sequence whose items are made on access (subclasses give ``__len__`` and
     ``_item``); equal to any sequence with the same items, so ``reader.keys == [...]`` reads
-    naturally."""
+    naturally. ``guards``: the files mapped under the items, checked at each access
+    (:mod:`iotool.formats.mapguard`)."""
+
+    guards: tuple[MapGuard, ...] = ()
 
     def _item(self, i: int) -> Any:
         raise NotImplementedError
 
     def __getitem__(self, index: Any) -> Any:
+        for guard in self.guards:
+            guard()
         if isinstance(index, slice):
             return [self._item(i) for i in range(*index.indices(len(self)))]
         n = len(self)
@@ -309,6 +320,7 @@ class StringColumn(LazyColumn):
 
     def __init__(self, offsets: np.ndarray, blob: np.ndarray, where: str = "string column"):
         self.offsets, self.blob, self.where = offsets, blob, where
+        self.guards = guards_of(offsets, blob)
 
     def __len__(self) -> int:
         return max(len(self.offsets) - 1, 0)
@@ -325,6 +337,7 @@ class ChecksumColumn(LazyColumn):
 
     def __init__(self, raw: np.ndarray):
         self.raw = raw
+        self.guards = guards_of(raw)
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -338,6 +351,7 @@ class AsciiColumn(LazyColumn):
 
     def __init__(self, array: np.ndarray):
         self.array = array
+        self.guards = guards_of(array)
 
     def __len__(self) -> int:
         return len(self.array)
@@ -351,6 +365,7 @@ class IntColumn(LazyColumn):
 
     def __init__(self, array: np.ndarray):
         self.array = array
+        self.guards = guards_of(array)
 
     def __len__(self) -> int:
         return len(self.array)
@@ -360,10 +375,12 @@ class IntColumn(LazyColumn):
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
+            check(self.guards)
             return self.array[index].tolist()
         return super().__getitem__(index)
 
     def __iter__(self) -> Iterator[int]:
+        check(self.guards)
         return iter(np.asarray(self.array).tolist()) if len(self.array) < 65536 else (int(v) for v in self.array)
 
 

@@ -9,6 +9,7 @@ checked descriptor mapped.
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
@@ -16,14 +17,16 @@ from numpy.lib import format as npy
 
 from ...errors import FormatError
 from ...storage.files import regular_file
+from ..mapguard import MappedArray, guarded
 
 MAX_HEADER_BYTES = 64 * 1024  # iotool writes 128; numpy's parser would read whatever length is declared
 
 
-def map_npy(path: str, root: str | None = None) -> np.ndarray:
+def map_npy(path: str, root: str | None = None) -> np.ndarray | MappedArray:
     """Map an .npy file read-only, opened as a regular file of the dataset under ``root``
     (:func:`iotool.storage.files.open_regular`); never unpickles (object arrays are refused), and
-    the header's shape must fit in the file before anything is mapped."""
+    the header's shape must fit in the file before anything is mapped. The array carries the
+    guard of its map (:mod:`iotool.formats.mapguard`), checked by the column objects at each use."""
     with regular_file(path, root) as f:
         _check_header_length(f, path)
         try:
@@ -47,10 +50,12 @@ def map_npy(path: str, root: str | None = None) -> np.ndarray:
             )
         if nbytes == 0:
             return np.empty(shape, dtype=dtype)
-        mapped = np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
-        # a plain ndarray over the same map (which its base keeps open): np.memmap's Python-level
+        # a plain ndarray over an mmap of its own, not np.memmap: np.memmap's Python-level
         # __getitem__ and __array_finalize__ cost microseconds per item read, with the GIL held
-        return mapped.view(np.ndarray)
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        view = mmap.mmap(f.fileno(), offset + nbytes - start, access=mmap.ACCESS_READ, offset=start)
+        array = np.ndarray(shape, dtype=dtype, buffer=view, offset=offset - start, order="F" if fortran else "C")
+        return guarded(array, view, offset + nbytes, path)
 
 
 def _check_header_length(f, path: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from ...errors import ConversionError, UsageError
+from ...errors import ConversionError, UnstorableRecord, UsageError
 from ...formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks, all_formats
 from ...records import SkippedFile
 from ..destination import Destination
@@ -57,6 +57,12 @@ def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint
         source.load, source.worker_state(), tasks, job.payload, job.workers, checkpoint.source_done
     ):
         bytes_in += size
+        if not isinstance(item, SkippedFile):
+            item.index, item.position = checkpoint.count, position  # dense indices despite skips
+            try:
+                writer.add(item)
+            except UnstorableRecord as exc:  # its name collides on disk: a bad record, nothing written
+                item = SkippedFile(item.key, tasks[position].path, exc.reason or str(exc))
         if isinstance(item, SkippedFile):
             if job.on_error == "fail":
                 raise ConversionError(f"{item.path}: {item.reason.rstrip('.')}.", item.path, item.reason).with_remedy(
@@ -65,9 +71,7 @@ def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint
             log.warning("skipping %s: %s", item.path, item.reason)
             checkpoint.skipped.append([position, item.key, item.path, item.reason])
         else:
-            item.index, item.position = checkpoint.count, position  # dense indices despite skips
             job.observer.observe(item.fields, item.key)
-            writer.add(item)
             checkpoint.count += 1
             checkpoint.source_done = position + 1
         job.report_progress(position + 1, len(tasks), len(checkpoint.skipped), bytes_in)

@@ -23,7 +23,7 @@ import logging
 import os
 from typing import Any, Callable, Iterator
 
-from ...errors import ConversionError, IotoolError, UsageError
+from ...errors import ConversionError, IotoolError, UnstorableRecord, UsageError
 from ...fields import SchemaObserver
 from ...formats import FormatOptions, FormatSpec, ShardPlan, ShardUnit, all_formats
 from ...records import Record, SkippedFile
@@ -286,8 +286,15 @@ def _task(
         for j, record in _prepared(chunk, load, state, options, on_error, part):
             if part["count"] == len(chunk) // 2:
                 _inject(fault, unit)
+            try:
+                unit.add(names[j], record)
+            except UnstorableRecord as exc:  # its name collides on disk: a bad record, nothing written
+                entry = [chunk[j][0], record.key, chunk[j][1].path, exc.reason or str(exc)]
+                if on_error == "fail":
+                    raise _BadFile(entry) from None
+                part["skipped"].append(entry)
+                continue
             observer.observe(record.fields, record.key)
-            unit.add(names[j], record)
             part["count"] += 1
         part["bytes_out"] = unit.publish()
     except _BadFile as bad:
