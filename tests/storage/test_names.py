@@ -131,3 +131,23 @@ def test_offsets_outside_the_blob_make_that_name_bad_not_an_index_error():
         broken = offsets.copy()
         broken[i] = value
         assert first_bad_name(broken, blob) == first, (i, value)
+
+
+HOSTILE_TEXT = st.text(
+    st.sampled_from(list('ab/.é\n\t\x00\x1b[2J\x7f\x85\x9b\u200e\u200f\u061c\u202a\u202e\u2066\u2069\U0001f600\\"')),
+    max_size=24,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(HOSTILE_TEXT)
+def test_generated_control_text_is_never_shown_raw_and_json_keeps_its_value(text):
+    import json
+
+    from iotool.names import is_unprintable, json_escaped, printable
+
+    shown = printable(text)
+    assert not any(is_unprintable(c) for c in shown), repr(shown)
+    as_json = json_escaped(json.dumps({"name": text}, ensure_ascii=False))
+    assert not any(is_unprintable(c) for c in as_json) and json.loads(as_json) == {"name": text}
+    assert (name_problem(text) is None) <= (not any(is_unprintable(c) for c in text))  # never let one in
