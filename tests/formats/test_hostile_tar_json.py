@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import resource
 import subprocess
 import sys
 import tarfile
@@ -38,29 +37,35 @@ GIB3 = 3 << 30
 
 def run_capped(*args: str, cwd: Path) -> tuple[int, str, int, float]:
     """``python -m iotool ARGS`` under :data:`CAP` and :data:`LIMIT_S`: (exit status, output,
-    peak RSS in MiB, seconds); a child past the time limit is killed (status -9)."""
+    peak RSS in MiB, seconds); a child past the time limit is killed (status -9).
 
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
-
+    The child reports its own peak (``VmHWM`` of its address space, at exit): the kernel's
+    ``ru_maxrss`` of a child started from this large test process counts this process's size."""
+    report = cwd / f".rss-{os.getpid()}-{time.monotonic_ns()}"
+    launcher = (
+        "import atexit, resource, runpy, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({CAP}, {CAP}))\n"
+        "def peak():\n"
+        "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
+        f"    open({str(report)!r}, 'w').write(hwm[0].split()[1] if hwm else '0')\n"
+        "atexit.register(peak)\n"
+        "sys.argv = ['iotool', *sys.argv[1:]]\n"
+        "runpy.run_module('iotool', run_name='__main__', alter_sys=True)\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(Path(iotool.__file__).parents[1]))
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "iotool", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        preexec_fn=cap,
+        [sys.executable, "-c", launcher, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     timer = threading.Timer(LIMIT_S, proc.kill)
     timer.start()
     assert proc.stdout is not None
     out = proc.stdout.read().decode("utf-8", "replace")
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc.wait()
     timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, out, usage.ru_maxrss // 1024, time.monotonic() - start
+    kib = int(report.read_text() or 0) if report.exists() else 0
+    report.unlink(missing_ok=True)
+    return proc.returncode, out, kib // 1024, time.monotonic() - start
 
 
 def tar_bytes(entries: list[tuple[str, bytes, dict[str, str]]]) -> bytes:
