@@ -52,7 +52,7 @@ class StorageConfig:
             recently used files go first); a file that does not fit is read without caching,
             with one warning.
         block_size: bytes per ranged request when streaming from an object store.
-        read_timeout: seconds a remote read (HTTP, S3) may wait for its next byte before the
+        read_timeout: seconds a remote read (HTTP, S3, GCS) may wait for its next byte before the
             attempt fails (and is retried); default 60.
         request_timeout: seconds one remote operation (a read, a ranged read, a download, a size
             query) may take, every attempt and every wait between them together; retries never

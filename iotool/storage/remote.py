@@ -88,6 +88,18 @@ def _s3_options(options: dict[str, Any], read_timeout: float) -> dict[str, Any]:
     return {**options, "config_kwargs": config}
 
 
+def _gcs_options(options: dict[str, Any], read_timeout: float) -> dict[str, Any]:
+    """gcsfs options whose aiohttp requests wait ``read_timeout`` seconds to connect and for each
+    next piece of a response (no total), unless ``requests_timeout`` is given: gcsfs passes its
+    ``requests_timeout`` to every request, where ``None`` would lift the session's bounds."""
+    if options.get("requests_timeout") is not None:
+        return options
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=read_timeout, sock_read=read_timeout)
+    return {**options, "requests_timeout": timeout}
+
+
 def filesystem(url: str, config: StorageConfig | None = None) -> tuple[Any, str]:
     """The fsspec filesystem for ``url`` and the path within it.
 
@@ -109,6 +121,8 @@ def filesystem(url: str, config: StorageConfig | None = None) -> tuple[Any, str]
             options = _http_options(options, read_timeout)  # imports aiohttp
         elif proto in ("s3", "s3a"):
             options = _s3_options(options, read_timeout)
+        elif proto in ("gs", "gcs"):
+            options = _gcs_options(options, read_timeout)
         return fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
         needed = package or getattr(exc, "name", None) or "the filesystem package"

@@ -130,3 +130,20 @@ def test_a_bound_that_is_not_a_positive_number_is_refused(key, value):
 def test_the_options_keys_set_the_bounds_and_leave_the_options():
     config = storage.StorageConfig(options={"read_timeout": 7, "request_timeout": 30, "anon": True})
     assert (config.read_timeout, config.request_timeout, config.options) == (7.0, 30.0, {"anon": True})
+
+
+@pytest.mark.parametrize("proto", ["s3", "gs"])
+def test_an_object_store_that_stalls_fails_at_the_read_timeout(slow_www, proto, monkeypatch):
+    """No byte for ``read_timeout`` seconds ends an S3 or GCS read long before the operation's
+    deadline (gcsfs passes its own per-request timeout, which iotool sets to the same bound)."""
+    pytest.importorskip({"s3": "s3fs", "gs": "gcsfs"}[proto])
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    options = {"key": "k", "secret": "s"} if proto == "s3" else {"token": "anon"}
+    with http_server(slow_www, trickle={"trickled.bin": 30.0}, gcs=proto == "gs") as url:
+        config = storage.StorageConfig(
+            options={**options, "endpoint_url": url}, read_timeout=1, request_timeout=25, retries=1, backoff=0.1
+        )
+        error, took = timed(lambda: storage.read_range(f"{proto}://bucket/trickled.bin", 0, 100, config))
+    assert took < 10, took  # two attempts of about read_timeout each, far below request_timeout=25
+    assert "trickled.bin" in str(error)
