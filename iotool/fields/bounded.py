@@ -63,7 +63,8 @@ def parse_json(
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
         raise error(f"{where}: JSON of {len(raw)} bytes, more than the {max_bytes} read.")
-    if max_items is not None and _structure_bound(raw) > max_items:
+    # every value but the first takes a byte of its own: fewer bytes than the bound, no count needed
+    if max_items is not None and len(raw) >= max_items and _structure_bound(raw) > max_items:
         raise error(f"{where}: JSON with more than {max_items} values.")
     if max_memory is not None and json_memory_bound(raw) > max_memory:
         raise error(

@@ -192,6 +192,9 @@ class ImageDataset(ReaderInfo, Dataset):
         # (image, class) as a tuple: ds[i] is (image, label) as before fields existed
         self._plain = self.fields == (IMAGE, CLASS) and not self.as_dict
         self._every_stored = tuple(f.name for f in reader.schema.stored)
+        # the chosen names besides the image, and the stored ones among them: asked per sample
+        self._others = tuple(n for n in self.fields if n != IMAGE)
+        self._wanted = tuple(n for n in self._others if n != CLASS)
 
     @property
     def stored_fields(self) -> tuple[str, ...]:
@@ -356,9 +359,12 @@ class ImageDataset(ReaderInfo, Dataset):
         field chosen, by name in their order (``class``: the int label). ``fields``: as the
         dataset's ``fields=`` (None: :attr:`fields`). None when the record is bad and skipped.
         ``data``, ``label``, ``stored``: as in :meth:`sample` (read when not given)."""
-        names = self.fields if fields is None else self.schema.select(fields)[0]
-        others = [n for n in names if n != IMAGE]
-        wanted = [n for n in others if n != CLASS]
+        if fields is None:
+            names, others, wanted = self.fields, self._others, self._wanted
+        else:
+            names = self.schema.select(fields)[0]
+            others = tuple(n for n in names if n != IMAGE)
+            wanted = tuple(n for n in others if n != CLASS)
         if IMAGE not in names:
             try:  # no image to decode: its bytes are read only to check the checksum
                 if self.check_checksums:
