@@ -18,7 +18,7 @@ Layout of DST_DIR::
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -215,32 +215,18 @@ class BmpReader(IndexedReader):
         except OSError as exc:
             raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
 
-    def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
-        """The stored bytes of record ``index``'s fields ``names`` from their columns, each
-        size refused beyond :meth:`field_bound` before it is read."""
-        if not names:
-            return {}
-        if not 0 <= index < self.meta.count:
-            raise IndexError(f"index {index} out of range for {self.meta.count} records")
-        out = {}
-        for name in names:
-            bound = self.field_bound(name)
-            where = f"{self.path}: record {index}, field {name!r}"
-            try:
-                column = self.column(field_column(name))
-                start, stop = int(column.offsets[index]), int(column.offsets[index + 1])
-            except (FormatError, IndexError, ValueError, AttributeError) as exc:
-                raise RecordError(f"{where}: the field's column is unreadable ({exc}).") from None
-            if not 0 <= start <= stop <= len(column.blob):
-                raise RecordError(
-                    f"{where}: invalid offsets [{start}, {stop}) in a column of {len(column.blob)} bytes."
-                )
-            if stop - start > bound:
-                raise RecordError(
-                    f"{where}: {stop - start} stored bytes, more than the {bound} a value of it may have."
-                )
-            out[name] = column.blob[start:stop].tobytes()
-        return out
+    def _read_field(self, index: int, name: str, bound: int) -> bytes:
+        """From the field's column (``field.<name>``), its offsets checked first."""
+        try:
+            column = self.column(field_column(name))
+            start, stop = int(column.offsets[index]), int(column.offsets[index + 1])
+        except (FormatError, IndexError, ValueError, AttributeError) as exc:
+            raise RecordError(f"the field's column is unreadable ({exc}).") from None
+        if not 0 <= start <= stop <= len(column.blob):
+            raise RecordError(f"invalid offsets [{start}, {stop}) in a column of {len(column.blob)} bytes.")
+        if stop - start > bound:
+            raise RecordError(f"{stop - start} stored bytes, more than the {bound} a value of it may have.")
+        return column.blob[start:stop].tobytes()
 
     def integrity_problems(self) -> list[str]:
         return self.column_problems()

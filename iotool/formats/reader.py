@@ -120,10 +120,28 @@ class FormatReader(ABC):
     def read_fields(self, index: int, names: typing.Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of record ``index``'s fields ``names`` (stored fields, not ``class``),
         each refused beyond its kind's bound (:data:`iotool.fields.MAX_ENCODED_BYTES`) before it
-        is read. Formats that store fields override this."""
-        if names:
+        is read: :meth:`_read_field` per name, its errors a RecordError naming the record and
+        field. Formats that read a record's fields together (LMDB, tar) override this."""
+        if not names:
+            return {}
+        if self.fields_version is None:
             raise FormatError(f"{self.path}: the {self.format_name} reader reads no fields ({', '.join(names)}).")
-        return {}
+        if not 0 <= index < self.meta.count:
+            raise IndexError(f"index {index} out of range for {self.meta.count} records")
+        out = {}
+        for name in names:
+            bound = self.field_bound(name)
+            try:
+                out[name] = self._read_field(index, name, bound)
+            except IotoolError as exc:
+                reason = str(exc).removeprefix(f"{self.path}: ")
+                raise RecordError(f"{self.path}: record {index}, field {name!r}: {reason}") from None
+        return out
+
+    def _read_field(self, index: int, name: str, bound: int) -> bytes:
+        """The stored bytes of stored field ``name`` of record ``index``, refused (an IotoolError
+        saying why) when larger than ``bound`` before they are read."""
+        raise NotImplementedError(f"{type(self).__name__} stores fields but reads none")
 
     def read_record(self, index: int, names: typing.Sequence[str]) -> tuple[bytes, int, dict[str, bytes]]:
         """(payload, label, stored bytes of fields ``names``) of record ``index``: :meth:`read`

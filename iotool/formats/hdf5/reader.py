@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import Any, ContextManager, Iterator, Sequence
+from typing import Any, ContextManager, Iterator
 
 import h5py
 import numpy as np
 
-from ...errors import FormatError, IotoolError, RecordError
+from ...errors import FormatError, RecordError
 from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta
 from ..mapguard import check, guards_of
@@ -184,27 +184,14 @@ class Hdf5Reader(FormatReader):
         )
         return self._h_payload
 
-    def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
-        """The stored bytes of record ``index``'s fields ``names`` from ``/field.<name>``, each
-        size (from ``/offsets.<name>``) refused beyond :meth:`field_bound` before it is read."""
-        if not names:
-            return {}
-        if not 0 <= index < self.meta.count:
-            raise IndexError(f"index {index} out of range for {self.meta.count} records")
-        out = {}
-        for name in names:
-            bound = self.field_bound(name)
-            try:
-                with h5_errors(self.path, index):
-                    column = self._field_column(name)
-                    size = int(column.offsets[index + 1]) - int(column.offsets[index])
-                    if size > bound:
-                        raise RecordError(f"{size} stored bytes, more than the {bound} a value of it may have.")
-                    out[name] = column.read(index)
-            except IotoolError as exc:
-                reason = str(exc).removeprefix(f"{self.path}: ")
-                raise RecordError(f"{self.path}: record {index}, field {name!r}: {reason}") from None
-        return out
+    def _read_field(self, index: int, name: str, bound: int) -> bytes:
+        """From ``/field.<name>``, its size (from ``/offsets.<name>``) checked first."""
+        with h5_errors(self.path, index):
+            column = self._field_column(name)
+            size = int(column.offsets[index + 1]) - int(column.offsets[index])
+            if size > bound:
+                raise RecordError(f"{size} stored bytes, more than the {bound} a value of it may have.")
+            return column.read(index)
 
     def _field_column(self, name: str) -> _Payload:
         self._file()  # (re)opens after a fork, resetting the per-process state
