@@ -84,7 +84,10 @@ def memory(loader: Any) -> dict[str, Any]:
 
 def baseline_dataset(src: str, size: int) -> tuple[str, Any]:
     """(description, dataset): torchvision's ImageFolder when importable, else its reimplementation."""
+    from iotool.bench.tvimport import import_torchvision
+
     try:
+        import_torchvision()
         from torchvision.datasets import ImageFolder
         from torchvision.transforms import v2
     except ImportError:

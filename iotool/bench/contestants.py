@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import IotoolError
 from ..formats import formats_where
 from .read import make_loader
+from .tvimport import import_torchvision
 
 BASELINE = "torchvision-style (PIL)"  # the reimplementation, when torchvision is not installed
 TORCHVISION = "torchvision ImageFolder (PIL)"
@@ -339,6 +340,7 @@ def baseline_contestant(
     """torchvision's own ImageFolder pipeline when torchvision is installed (PILToTensor +
     RandomResizedCrop(antialias=True)), else the reimplementation."""
     try:
+        import_torchvision()
         from torchvision import datasets
         from torchvision.transforms import v2
     except ImportError:

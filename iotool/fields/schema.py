@@ -78,6 +78,9 @@ class FieldSpec:
             conversion; None where records differ (then batches hold lists).
         box_format: ``boxes``: one of :data:`BOX_FORMATS`.
         classes: ``boxes``: the names of the per-box class indices (may be empty).
+        per_box: the name of the ``boxes`` field whose boxes this field's values list one by one
+            (an ``array`` along its first axis, a ``json`` list): when a crop drops a box, the
+            same entry of this field goes too (COCO's ``iscrowd``, ``area``, ``segmentation``).
     """
 
     name: str
@@ -87,6 +90,7 @@ class FieldSpec:
     shape: tuple[int, ...] | None = None
     box_format: str | None = None
     classes: tuple[str, ...] = ()
+    per_box: str | None = None
 
     def __post_init__(self) -> None:
         problem = name_problem(self.name) if self.kind != CLASS else None
@@ -100,6 +104,8 @@ class FieldSpec:
             problem = f"ext {self.ext!r:.40} is not a file extension (letters, digits, '_', '-', inner dots)"
         if problem is None and self.kind == "boxes" and self.box_format not in BOX_FORMATS:
             problem = f"boxes need a box_format, one of {', '.join(BOX_FORMATS)} (got {self.box_format!r})"
+        if problem is None and self.per_box is not None:
+            problem = _per_box_problem(self)
         if problem:
             raise UsageError(f"field {self.name!r:.80}: {problem}.")
 
@@ -111,7 +117,7 @@ class FieldSpec:
     def to_dict(self) -> dict[str, Any]:
         """The JSON form stored in the metadata (unset attributes left out)."""
         out: dict[str, Any] = {"name": self.name, "kind": self.kind}
-        for key in ("ext", "dtype", "box_format"):
+        for key in ("ext", "dtype", "box_format", "per_box"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.shape is not None:
@@ -127,12 +133,12 @@ class FieldSpec:
             raise FormatError(
                 f"{where}: a schema field must be an object with a string name and kind, got {raw!r:.80}."
             )
-        known = {"name", "kind", "ext", "dtype", "shape", "box_format", "classes"}
+        known = {"name", "kind", "ext", "dtype", "shape", "box_format", "classes", "per_box"}
         if set(raw) - known:
             raise FormatError(
                 f"{where}: schema field {raw['name']!r:.80} has unknown attributes {sorted(set(raw) - known)!r:.80}."
             )
-        for key in ("ext", "dtype", "box_format"):
+        for key in ("ext", "dtype", "box_format", "per_box"):
             if raw.get(key) is not None and (not isinstance(raw[key], str) or len(raw[key]) > MAX_NAME_CHARS):
                 raise FormatError(f"{where}: schema field {raw['name']!r:.80}: {key} must be a short string.")
         shape = raw.get("shape")
@@ -160,9 +166,19 @@ class FieldSpec:
                 tuple(shape) if shape is not None else None,
                 raw.get("box_format"),
                 tuple(classes),
+                raw.get("per_box"),
             )
         except UsageError as exc:
             raise FormatError(f"{where}: {exc}") from None
+
+
+def _per_box_problem(spec: FieldSpec) -> str | None:
+    """Why ``spec`` cannot list one value per box of ``spec.per_box``, or None."""
+    if spec.kind not in ("array", "json"):
+        return f"per_box applies to array and json fields, not {spec.kind}"
+    if spec.kind == "array" and spec.shape is not None:
+        return "a per_box array has one row per box, so no fixed shape"
+    return name_problem(spec.per_box or "")
 
 
 def _check_dtype(descr: str, name: str, where: str) -> None:
@@ -190,6 +206,13 @@ class Schema:
             raise UsageError(f"field names must be distinct: {', '.join(names)}.")
         if len(names) > MAX_FIELDS:
             raise UsageError(f"{len(names)} fields; a sample has at most {MAX_FIELDS}.")
+        boxes = {f.name for f in self.fields if f.kind == "boxes"}
+        for f in self.fields:
+            if f.per_box is not None and f.per_box not in boxes:
+                raise UsageError(
+                    f"field {f.name!r}: per_box={f.per_box!r:.80} is not a boxes field of this schema "
+                    f"(boxes fields: {', '.join(sorted(boxes)) or 'none'})."
+                )
 
     @classmethod
     def classification(cls) -> Schema:
@@ -272,6 +295,10 @@ class Schema:
         except UsageError as exc:
             raise FormatError(f"{where}: {exc}") from None
 
+    def per_box(self, boxes: str) -> tuple[str, ...]:
+        """The fields that list one value per box of the ``boxes`` field, in schema order."""
+        return tuple(f.name for f in self.fields if f.per_box == boxes)
+
     def describe(self) -> str:
         """One line for ``info``: ``image, class, txt (text), json (json)``."""
         parts = [IMAGE]
@@ -281,5 +308,7 @@ class Schema:
                 detail += f" {f.dtype or '?'} {list(f.shape) if f.shape is not None else 'ragged'}"
             elif f.kind == "boxes":
                 detail += f" {f.box_format}"
+            if f.per_box is not None:
+                detail += f", per box of {f.per_box}"
             parts.append(f.name if f.kind == CLASS else f"{f.name} ({detail})")
         return ", ".join(parts)

@@ -291,9 +291,21 @@ def test_per_round_ratio_pairs_the_rounds():
     assert per_round_ratio(fast, Stats(0.0, 0.0, 0.0, [])) is None
 
 
+def baseline_name() -> str:
+    """torchvision's own pipeline when it imports (also beside a CPU torch), else the reimplementation."""
+    from iotool.bench.contestants import BASELINE, TORCHVISION
+    from iotool.bench.tvimport import import_torchvision
+
+    try:
+        import_torchvision()
+    except ImportError:
+        return BASELINE
+    return TORCHVISION
+
+
 def test_bench_loader_library_same_batches(tiny):
     result = bench_loader(tiny, formats=["lmdb"], rounds=1, batch_size=3, size=16, webdataset=False, ceiling_rounds=0)
-    assert [r.name for r in result.results] == ["torchvision-style (PIL)", "iotool lmdb"]
+    assert [r.name for r in result.results] == [baseline_name(), "iotool lmdb"]
     assert result.ceiling is None  # ceiling_rounds=0 skips the step timing
 
 
@@ -301,7 +313,7 @@ def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
     result = bench_loader(tiny, formats=["tar", "bmp"], rounds=2, epochs=2, batch_size=4, size=16, pipeline="center")
     dali = ["DALI (CPU)"] if DaliCPU.available() else []  # iotool.loading.dali's CPU pipeline, when installed
     assert [r.name for r in result.results] == [
-        "torchvision-style (PIL)",
+        baseline_name(),
         "webdataset (PIL)",
         *dali,
         "iotool tar",
@@ -309,7 +321,7 @@ def test_bench_loader_center_pipeline_and_epochs(tiny, tmp_path):
     ]
     assert all(len(r.images_per_s.to_dict()) > 0 and r.images_per_s.median > 0 for r in result.results)
     assert result.results[2 + len(dali)].options == {}  # tar with its default options: one shard here
-    assert result.baseline == "torchvision-style (PIL)" and result.to_dict()["baseline"] == result.baseline
+    assert result.baseline == baseline_name() and result.to_dict()["baseline"] == result.baseline
     assert result.results[1].bytes > 0 and result.results[1].convert_seconds is not None
     assert result.ceiling is None  # the step costs are those of the rrc pipeline
 

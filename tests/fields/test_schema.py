@@ -43,9 +43,13 @@ def test_the_stored_schema_round_trips_and_none_is_image_and_class() -> None:
             FieldSpec("emb", "array", dtype="<f4", shape=(4,)),
             FieldSpec("boxes", "boxes", box_format="CXCYWH", classes=("a",)),
             FieldSpec("depth.png", "bytes", ext="png"),
+            FieldSpec("iscrowd", "array", dtype="|u1", per_box="boxes"),
+            FieldSpec("segmentation", "json", per_box="boxes"),
         )
     )
     assert Schema.from_list(schema.to_list(), "m") == schema
+    assert schema.per_box("boxes") == ("iscrowd", "segmentation")
+    assert schema.to_list()[4]["per_box"] == "boxes"
     assert Schema.from_list(None, "m") == Schema.classification()
 
 
@@ -63,6 +67,23 @@ def test_the_stored_schema_round_trips_and_none_is_image_and_class() -> None:
         ([{"name": "../x", "kind": "text"}], "field name"),
         ([{"name": "x", "kind": "text"}] * 2, "distinct"),
         ([{"name": f"f{i}", "kind": "int"} for i in range(MAX_FIELDS + 1)], "at most"),
+        ([{"name": "x", "kind": "array", "per_box": "boxes"}], "not a boxes field"),
+        ([{"name": "b", "kind": "text"}, {"name": "x", "kind": "json", "per_box": "b"}], "not a boxes field"),
+        (
+            [{"name": "b", "kind": "boxes", "box_format": "XYXY"}, {"name": "x", "kind": "text", "per_box": "b"}],
+            "array and json",
+        ),
+        (
+            [
+                {"name": "b", "kind": "boxes", "box_format": "XYXY"},
+                {"name": "x", "kind": "array", "shape": [2], "per_box": "b"},
+            ],
+            "fixed shape",
+        ),
+        (
+            [{"name": "b", "kind": "boxes", "box_format": "XYXY"}, {"name": "x", "kind": "json", "per_box": "../b"}],
+            "field name",
+        ),
     ],
 )
 def test_hostile_metadata_schemas_are_refused_by_name(raw, reason) -> None:
