@@ -11,7 +11,10 @@ decodes to 3 GB (and a file of 4 KB, the page compressed). So a row group is bou
    value, never the repeated values) and its decoded size summed from the dictionary's lengths
    taken at each index, when the values times the chunk's size could pass the bound.
 
-Both name the file and row group, and the second the column, before the values are made.
+Both name the file and row group, and the second the column, before the values are made. The
+sizes and value counts are the larger of the footer's and the page headers' own
+(:mod:`.parquetpages` walks those, bounded, before pyarrow reads a page, because pyarrow allocates
+what a page header declares).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import SourceError
+from .parquetpages import ChunkPages, walk_group
 
 WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
 OFFSET_BYTES = 4  # Arrow's offset per byte-array value (and per list)
@@ -27,19 +31,17 @@ OFFSET_BYTES = 4  # Arrow's offset per byte-array value (and per list)
 def check_group(path: str, pf: Any, group: int, leaves: list[int], bound: int) -> None:
     """Refuse a row group whose columns ``leaves`` declare, or decode to, more than ``bound`` bytes."""
     meta = pf.metadata.row_group(group)
-    size = sum(meta.column(j).total_uncompressed_size for j in leaves)
-    if size > bound:
-        raise SourceError(
-            f"{path}: row group {group} holds {size} bytes of image and label data, more than "
-            f"max_row_group_bytes={bound}; rewrite the file with smaller row groups "
-            f"(pyarrow: row_group_size) or raise the bound (-s max_row_group_bytes=N)."
-        )
-    sizes = {j: _estimate(pf, meta, j) for j in leaves}
+    _check_declared(path, group, sum(meta.column(j).total_uncompressed_size for j in leaves), bound)  # nothing read
+    pages = walk_group(path, meta, leaves, f"{path}: row group {group}")
+    _check_declared(
+        path, group, sum(max(meta.column(j).total_uncompressed_size, pages[j].uncompressed) for j in leaves), bound
+    )
+    sizes = {j: _estimate(pf, meta, j, pages[j]) for j in leaves}
     for j in sorted(sizes, key=sizes.__getitem__, reverse=True):
         if sum(sizes.values()) <= bound:
             return
         if _dictionary(meta.column(j)):
-            sizes[j] = _decoded(path, pf, group, j, meta.column(j).num_values)
+            sizes[j] = _decoded(path, pf, group, j, max(meta.column(j).num_values, pages[j].values))
     total = sum(sizes.values())
     if total > bound:
         j = max(sizes, key=sizes.__getitem__)
@@ -51,22 +53,33 @@ def check_group(path: str, pf: Any, group: int, leaves: list[int], bound: int) -
         )
 
 
+def _check_declared(path: str, group: int, size: int, bound: int) -> None:
+    """Refuse a row group whose pages (as the footer, then their headers, declare them) pass ``bound``."""
+    if size > bound:
+        raise SourceError(
+            f"{path}: row group {group} holds {size} bytes of image and label data, more than "
+            f"max_row_group_bytes={bound}; rewrite the file with smaller row groups "
+            f"(pyarrow: row_group_size) or raise the bound (-s max_row_group_bytes=N)."
+        )
+
+
 def _dictionary(chunk: Any) -> bool:
     return chunk.physical_type == "BYTE_ARRAY" and chunk.has_dictionary_page
 
 
-def _estimate(pf: Any, meta: Any, j: int) -> int:
-    """The most column chunk ``j`` can decode to, from the footer alone."""
+def _estimate(pf: Any, meta: Any, j: int, pages: ChunkPages) -> int:
+    """The most column chunk ``j`` can decode to, from the footer and its page headers."""
     chunk = meta.column(j)
-    values = max(chunk.num_values, meta.num_rows)
+    values = max(chunk.num_values, meta.num_rows, pages.values)
+    declared = max(chunk.total_uncompressed_size, pages.uncompressed)
     width = WIDTHS.get(chunk.physical_type)
     if chunk.physical_type == "FIXED_LEN_BYTE_ARRAY":
         width = max(pf.metadata.schema.column(j).length or 0, 1)
     if width is not None:
         return values * (width + OFFSET_BYTES)
     if _dictionary(chunk):  # any value may be as long as the whole chunk
-        return values * (chunk.total_uncompressed_size + OFFSET_BYTES)
-    return chunk.total_uncompressed_size + values * OFFSET_BYTES
+        return values * (declared + OFFSET_BYTES)
+    return declared + values * OFFSET_BYTES
 
 
 def _decoded(path: str, pf: Any, group: int, j: int, values: int) -> int:
