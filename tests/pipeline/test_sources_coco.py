@@ -186,9 +186,22 @@ def _edit(name: str, doc: dict) -> tuple[str, str]:
     if name in ("climbs", "absolute"):
         image["file_name"] = "../x.jpg" if name == "climbs" else "/etc/hostname"
         return image["file_name"], "unsafe path"
-    if name == "too-many":
-        doc["annotations"] += [{**ann, "id": 10**6 + k} for k in range(MAX_BOXES)]
+    if name == "too-many":  # MAX_BOXES + 1 annotations (the boundary itself converts: below)
+        count = sum(a["image_id"] == image["id"] for a in doc["annotations"])
+        doc["annotations"] += [{**ann, "id": 10**6 + k} for k in range(MAX_BOXES + 1 - count)]
         return key, f"more than the {MAX_BOXES} annotations"
+    if name == "area-negative":
+        ann["area"] = -1.0
+        return key, f"{aid}: area -1.0 is not a finite number >= 0"
+    if name == "rle-chars":
+        ann["segmentation"] = {"size": [image["height"], image["width"]], "counts": "PP\x1b"}
+        return key, f"{aid}: segmentation RLE counts are not a compressed RLE string"
+    if name == "rle-keys":
+        ann["segmentation"] = {"size": [image["height"], image["width"]], "counts": "PP", "x": 1}
+        return key, f"{aid}: segmentation is neither polygons nor an RLE"
+    if name == "bool-id":  # the second image has no annotations to leave behind
+        doc["images"][1]["id"] = True
+        return "instances.json#images[1]", "images[1]: no integer id"
     raise KeyError(name)
 
 
@@ -211,6 +224,10 @@ BAD = [
     "climbs",
     "absolute",
     "too-many",
+    "area-negative",
+    "rle-chars",
+    "rle-keys",
+    "bool-id",
 ]
 
 
@@ -336,3 +353,26 @@ def test_what_the_file_holds_is_never_printed_raw(tmp_path):
     out = run.stdout + run.stderr
     assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
     assert "\\x1b[2J" in out and "names no category" in out
+
+
+def test_the_bounds_themselves_convert(tmp_path):
+    """An image with exactly MAX_BOXES annotations, a polygon of exactly MAX_POLYGON_COORDINATES
+    numbers and an RLE of exactly MAX_RLE_COUNTS runs are kept; missing iscrowd and area are 0 and w * h."""
+    images, annotations = make_coco(tmp_path / "src", 3, seed=8)
+    doc = json.loads(annotations.read_text())
+    image = doc["images"][0]
+    h, w = image["height"], image["width"] = 300, 400  # room for MAX_RLE_COUNTS runs
+    ann = {"image_id": image["id"], "category_id": 3, "bbox": [1.5, 2.0, 4.0, 2.5]}
+    runs = [1] * (MAX_RLE_COUNTS - 1) + [h * w - (MAX_RLE_COUNTS - 1)]
+    doc["annotations"] = [a for a in doc["annotations"] if a["image_id"] != image["id"]] + [
+        {**ann, "id": 1, "segmentation": [[1.0] * MAX_POLYGON_COORDINATES]},
+        {**ann, "id": 2, "segmentation": {"size": [h, w], "counts": runs}, "iscrowd": 1},
+        *({**ann, "id": 10 + k} for k in range(MAX_BOXES - 2)),
+    ]
+    annotations.write_text(json.dumps(doc))
+    source = open_source(str(images), "coco", StorageConfig(), {"annotations": str(annotations)})
+    task = next(t for t in source.tasks() if t.image_id == image["id"])
+    values = source.load(source.worker_state(), task)[4]
+    assert values["boxes"]["boxes"].shape == (MAX_BOXES, 4) and values["iscrowd"][:3].tolist() == [0, 1, 0]
+    assert values["boxes"]["boxes"][0].tolist() == [1.5, 2.0, 5.5, 4.5] and values["area"][0] == np.float32(10.0)
+    assert values["boxes"]["labels"][0] == 1  # category 3 of 1, 3, 90

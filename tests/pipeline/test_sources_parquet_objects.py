@@ -203,3 +203,54 @@ def test_a_list_of_structs_reads_as_the_struct_of_lists(tmp_path):
         assert values["iscrowd"].dtype == np.uint8 and values["iscrowd"].tolist() == [
             int(k == 1) for k in range(len(boxes))
         ]
+
+
+def test_a_flipped_xyxy_box_is_bad_and_a_taken_name_is_prefixed(tmp_path):
+    import pyarrow as pa
+
+    path = write_cppe5(tmp_path / "t.parquet")
+    table = pq.read_table(path)
+    table = table.append_column("area", pa.array([1.0] * table.num_rows))  # a column named like a child
+    objects = table.column("objects").to_pylist()
+    objects[2]["bbox"] = [[5.0, 2.0, 4.0, 6.0]]  # x2 < x1
+    table = table.set_column(
+        table.schema.get_field_index("objects"), "objects", pa.array(objects, table.schema.field("objects").type)
+    )
+    pq.write_table(table, tmp_path / "f.parquet")
+    source = open_source(str(tmp_path / "f.parquet"), "parquet", StorageConfig(), {"bbox_format": "xyxy"})
+    assert source.schema["objects.area"].per_box == "boxes" and source.schema["area"].per_box is None
+    with pytest.raises(iotool.IotoolError, match="row 2: column 'objects': box 0: the bbox has a negative width"):
+        source.load(source.worker_state(), source.tasks()[2])
+
+
+def test_a_value_that_does_not_fit_its_dtype_or_too_many_boxes_is_a_bad_record(tmp_path):
+    import pyarrow as pa
+
+    from iotool.fields.limits import MAX_BOXES
+
+    path = write_cppe5(tmp_path / "t.parquet", extra={"iscrowd": datasets.Value("int64")})
+    table = pq.read_table(path)
+    objects = table.column("objects").to_pylist()
+    objects[0]["iscrowd"] = [300, 0]
+    n = MAX_BOXES + 1
+    objects[2] = {
+        "id": [1] * n,
+        "area": [1.0] * n,
+        "bbox": [[1.0, 1.0, 2.0, 2.0]] * n,
+        "category": [0] * n,
+        "iscrowd": [0] * n,
+    }
+    objects[3] = {k: v[:MAX_BOXES] for k, v in objects[2].items()}  # the bound itself converts
+    table = table.set_column(
+        table.schema.get_field_index("objects"), "objects", pa.array(objects, table.schema.field("objects").type)
+    )
+    pq.write_table(table, tmp_path / "b.parquet")
+    report = iotool.convert(
+        str(tmp_path / "b.parquet"), tmp_path / "o", "lmdb", src_format="parquet", workers=0, on_error="skip"
+    )
+    reasons = {s.key: s.reason for s in report.skipped}
+    assert list(reasons) == ["b.parquet#0", "b.parquet#2"]
+    assert "'iscrowd': not one uint8 per box" in reasons["b.parquet#0"]
+    assert f"{n} boxes, more than the {MAX_BOXES}" in reasons["b.parquet#2"]
+    ds = iotool.open_dataset(tmp_path / "o", fields=("boxes",))
+    assert [len(ds[i][0]["boxes"]) for i in range(len(ds))] == [0, MAX_BOXES]
