@@ -376,3 +376,22 @@ def test_the_bounds_themselves_convert(tmp_path):
     assert values["boxes"]["boxes"].shape == (MAX_BOXES, 4) and values["iscrowd"][:3].tolist() == [0, 1, 0]
     assert values["boxes"]["boxes"][0].tolist() == [1.5, 2.0, 5.5, 4.5] and values["area"][0] == np.float32(10.0)
     assert values["boxes"]["labels"][0] == 1  # category 3 of 1, 3, 90
+
+
+def test_the_order_is_torchvisions_coco_detection(converted):
+    """torchvision's ``CocoDetection`` reads the images in sorted id order: so does the source."""
+    from iotool.bench.tvimport import import_torchvision
+
+    try:
+        import_torchvision()
+    except ImportError as exc:
+        pytest.skip(f"torchvision is not importable ({exc})")
+    from torchvision.datasets import CocoDetection
+
+    images, annotations, dst = converted
+    tv = CocoDetection(str(images), str(annotations))
+    ds = iotool.open_dataset(dst, fields=("image", "image_id"))
+    assert [ds[i][1] for i in range(len(ds))] == list(tv.ids)
+    for i in (0, len(tv) - 1):
+        image, anns = tv[i]
+        assert np.array_equal(ds[i][0], np.asarray(image.convert("RGB")))
