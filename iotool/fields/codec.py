@@ -26,6 +26,8 @@ from .schema import CLASS, FieldSpec, Schema
 _INT = re.compile(rb"\s*[-+]?\d{1,19}\s*")
 _FLOAT = re.compile(rb"\s*[-+]?(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|inf|infinity|nan)\s*", re.IGNORECASE)
 INT64 = (-(1 << 63), (1 << 63) - 1)
+# the JSON values of MAX_BOXES boxes: the object, its lists, a list and 4 numbers a box, a label a box
+MAX_BOXES_ITEMS = 6 * MAX_BOXES + 8
 
 
 def _where(spec: FieldSpec, where: str) -> str:
@@ -147,7 +149,7 @@ def _bytes(value: Any, at: str) -> bytes:
 
 def _boxes(value: Any, at: str) -> bytes:
     if isinstance(value, bytes):
-        boxes, labels = _boxes_from_json(parse_json(value, at, MAX_BOXES_BYTES), at)
+        boxes, labels = _boxes_from_json(parse_json(value, at, MAX_BOXES_BYTES, max_items=MAX_BOXES_ITEMS), at)
     elif isinstance(value, Mapping):
         boxes, labels = _boxes_arrays(value.get("boxes"), value.get("labels"), at)
     elif isinstance(value, tuple) and len(value) == 2:
@@ -218,7 +220,7 @@ def _decode_float(spec: FieldSpec, data: bytes | memoryview, at: str) -> float:
 
 
 def _decode_boxes(spec: FieldSpec, data: bytes | memoryview, at: str) -> dict[str, np.ndarray]:
-    boxes, labels = _boxes_from_json(parse_json(bytes(data), at, MAX_BOXES_BYTES), at)
+    boxes, labels = _boxes_from_json(parse_json(bytes(data), at, MAX_BOXES_BYTES, max_items=MAX_BOXES_ITEMS), at)
     return {"boxes": boxes, "labels": labels}
 
 

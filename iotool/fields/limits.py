@@ -26,6 +26,15 @@ MAX_BYTES = 1 << 26  # an opaque payload: a mask, a depth map
 MAX_BOXES = 1 << 14  # boxes in one image
 MAX_BOXES_BYTES = 1 << 21  # the encoded (JSON) boxes of one image
 MAX_BOX_CLASSES = 1 << 16  # the class names a boxes field may declare
+MAX_CLASS_NAME_CHARS = 1 << 10  # one box class name (a COCO category's name)
+MAX_POLYGON_COORDINATES = 1 << 15  # the numbers of one annotation's polygons (COCO segmentation)
+MAX_RLE_COUNTS = 1 << 16  # the runs of one RLE mask, or the characters of a compressed one
+# A COCO annotation file is parsed whole, bounded by its size, its nesting and the Python objects
+# it could build (json_memory_bound: about 7 bytes a byte of COCO's JSON, 4.2 measured); for
+# instances_train2017.json (448 MB) that bound is 2.9 GiB (about 1.75 GiB built)
+MAX_ANNOTATION_FILE_BYTES = 2 << 30
+MAX_ANNOTATION_MEMORY = 6 << 30
+MAX_ANNOTATION_DEPTH = 8  # file -> annotations -> one -> segmentation -> polygon is 5
 
 # The stored size of one value of each kind is refused beyond this before it is read.
 MAX_ENCODED_BYTES = {

@@ -18,7 +18,10 @@ class SchemaObserver:
 
     def __init__(self, schema: Schema):
         self.base = schema
-        self._arrays = {f.name: None for f in schema.stored if f.kind == "array" and f.shape is None}
+        # a per-box array's length is its record's box count: never one shape, even when it repeats
+        self._arrays = {
+            f.name: None for f in schema.stored if f.kind == "array" and f.shape is None and f.per_box is None
+        }
         self._seen: dict[str, object] = {}
 
     def observe(self, fields: Mapping[str, bytes], where: str = "record") -> None:

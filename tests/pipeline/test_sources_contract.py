@@ -35,6 +35,7 @@ class Built(NamedTuple):
     classes: list[str]
     src_format: str
     unsafe: str | None = None  # the key iotool.names refuses, when one was asked for
+    fields: bool = False  # the records hold fields besides image + class (no class: labels -1)
 
 
 def records(bad: int | None) -> list[tuple[str, bytes]]:
@@ -167,6 +168,28 @@ def build_filelist(folder: Path, bad, unsafe) -> Built:
     return Built(str(folder / "list.tsv"), {}, keys, CLASSES, "filelist", f"{UNSAFE}.jpg" if unsafe else None)
 
 
+def build_coco(folder: Path, bad, unsafe) -> Built:
+    """A COCO annotation file over the records' images: one box each, no class (the category is
+    the box's); ids not in file order, so the keys come in id order."""
+    images_dir = folder / "images"
+    images_dir.mkdir(parents=True)
+    entries = []
+    for i, (cls, data) in enumerate(records(bad)):
+        (images_dir / f"{cls}_{i}.jpg").write_bytes(data)
+        entries.append({"id": 10 * (i + 1), "file_name": f"{cls}_{i}.jpg", "width": 24, "height": 16})
+    if unsafe:
+        entries.append({"id": 35, "file_name": f"{UNSAFE}.jpg", "width": 24, "height": 16})
+    anns = [
+        {"id": k, "image_id": e["id"], "category_id": 7, "bbox": [1, 2, 3, 4], "area": 12, "iscrowd": 0}
+        for k, e in enumerate(entries)
+    ]
+    doc = {"images": entries[::-1], "annotations": anns, "categories": [{"id": 7, "name": "thing"}]}
+    (folder / "instances.json").write_text(json.dumps(doc))
+    keys = [e["file_name"] for e in sorted(entries, key=lambda e: e["id"])]
+    unsafe_key = f"{UNSAFE}.jpg" if unsafe else None
+    return Built(str(images_dir), {"annotations": str(folder / "instances.json")}, keys, [], "coco", unsafe_key, True)
+
+
 def build_dataset(fmt: str) -> Callable:
     """An existing iotool dataset of ``fmt`` (junk stored unvalidated for the bad record);
     its keys were checked when it was written and are checked again by its reader."""
@@ -188,6 +211,7 @@ BUILDERS: dict[str, Callable] = {
     "webdataset": build_webdataset,
     "filelist": build_filelist,
     "pickled-lmdb": build_pickled_lmdb,
+    "coco": build_coco,
     **{fmt: build_dataset(fmt) for fmt in FORMATS},
 }
 KINDS = source_choices()
@@ -198,7 +222,7 @@ def check_output(dst: Path, built: Built, fmt: str, skipped: set[str] = frozense
     expected = [k for k in built.keys if k not in skipped]
     assert list(reader.keys) == expected
     assert reader.classes == built.classes
-    labels = [CLASSES.index(cls) for cls, _ in RECORDS]
+    labels = [CLASSES.index(cls) if built.classes else -1 for cls, _ in RECORDS]
     good = [k for k in built.keys if k != built.unsafe]
     by_key = dict(zip(good, labels))
     assert [reader.read(i)[1] for i in range(len(reader))] == [by_key[k] for k in expected]
@@ -228,6 +252,10 @@ def test_every_registered_source_kind_has_a_builder_here():
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_converts_to_every_format_with_keys_labels_and_bytes(kind, fmt, good, tmp_path):
     built = good(kind)
+    if built.fields and get_format(fmt).reader.fields_version is None:
+        with pytest.raises(iotool.UsageError, match="stores an image and a class only"):
+            iotool.convert(built.src, tmp_path / "out", fmt, src_format=kind, source_options=built.options)
+        return
     report = iotool.convert(
         built.src,
         tmp_path / "out",
@@ -259,6 +287,11 @@ def test_every_built_in_kind_chooses_its_fields_and_class_alone_is_image_and_cla
         assert kind == "filelist", f"the {kind} source takes no fields= option"  # a plugin's kind
         return
     plain = open_source(built.src, spec, StorageConfig(), built.options)
+    if not built.classes:  # a source without a class: class is not one of its fields
+        assert not source_schema(plain).has_class and plain.classes == []
+        with pytest.raises(iotool.UsageError, match="no field 'class'"):
+            open_source(built.src, spec, StorageConfig(), {**built.options, "fields": "class"})
+        return
     only = open_source(built.src, spec, StorageConfig(), {**built.options, "fields": "class"})
     assert source_schema(plain) == Schema.classification() == source_schema(only)
     assert [t.key for t in only.tasks()] == [t.key for t in plain.tasks()]

@@ -1,7 +1,8 @@
 """Where conversion reads from: one module per source kind, and their registry.
 
 Kinds: ``imagefolder`` (:mod:`.imagefolder`), ``tfrecord-files`` (:mod:`.tfrecord_files`),
-``parquet`` (:mod:`.parquet`), ``webdataset`` (:mod:`.webdataset`), every iotool format
+``parquet`` (:mod:`.parquet`), ``webdataset`` (:mod:`.webdataset`), ``pickled-lmdb``
+(:mod:`.pickled_lmdb`), ``coco`` (:mod:`.coco`), every iotool format
 (an existing dataset, :mod:`.dataset`) and the kinds of plugins (the ``iotool.sources`` entry
 point). What a kind declares is in :mod:`.base`; the pipeline asks :func:`get_source`.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 from ...errors import SourceError, UsageError
@@ -197,7 +197,8 @@ def field_list(text: str | None) -> tuple[str, ...] | None:
 
 
 def choose_fields(found: Sequence[FieldSpec], chosen: tuple[str, ...] | None, where: str) -> Schema:
-    """The schema of the fields ``found`` (source order) that ``chosen`` keeps (None: all).
+    """The schema of the fields ``found`` (source order) that ``chosen`` keeps (None: all); a
+    per-box field whose boxes are not kept loses its ``per_box``.
 
     Raises:
         UsageError: a chosen name the source does not have, naming its fields.
@@ -211,7 +212,8 @@ def choose_fields(found: Sequence[FieldSpec], chosen: tuple[str, ...] | None, wh
                 f"this source has: {', '.join(names)[:400] or 'none'}."
             )
         found = [f for f in found if f.name in chosen]
-    return Schema(tuple(found))
+    kept = {f.name for f in found}  # a per-box field kept without its boxes is a plain field
+    return Schema(tuple(replace(f, per_box=None) if f.per_box and f.per_box not in kept else f for f in found))
 
 
 def refuse_unique_class(values: Sequence[Any], what: str, hint: str) -> None:

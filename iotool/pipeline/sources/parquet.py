@@ -22,7 +22,10 @@ or strings) or else the first ``ClassLabel`` column; none otherwise. ``fields`` 
 ``class`` for the class) keeps only those (``fields=class``: image + class; naming the class
 column itself keeps it as an int or text field). Class names made from values that are
 all distinct, more than :data:`~iotool.fields.MAX_UNIQUE_CLASS_VALUES`, are refused (keep the
-column as text). A null in a kept column is a bad record naming the row and the column.
+column as text). A null in a kept column is a bad record naming the row and the column. A
+Hugging Face detection column (``objects``: per-box ``bbox``, ``category`` ... lists; options
+``objects_column``, ``bbox_format``) becomes the coco source's ``boxes`` and per-box fields
+(:mod:`.parquetobjects`).
 
 Bounds: the footer is checked from the file's last 8 bytes before pyarrow parses it, and a row
 group whose columns read take more than ``max_row_group_bytes``, uncompressed as its metadata
@@ -56,9 +59,11 @@ from .base import (
     too_large,
     value_classes,
 )
+from .detection import BBOX_FORMATS
 from .imagefolder import read_source_file
 from .parquetbounds import check_group
 from .parquetcolumns import Column, column_kind, column_value
+from .parquetobjects import keep_chosen, objects_fields, objects_values
 
 MAGIC = b"PAR1"
 MAX_FOOTER_BYTES = 64 << 20  # a footer (the file's metadata) over this is refused unparsed
@@ -76,8 +81,12 @@ class ParquetOptions(SourceOptions):
     max_row_group_bytes: int = 1 << 30  # a larger row group (image + label columns) is refused unread
     class_column: str | None = None  # the class: integers (ClassLabel) or strings
     fields: str | None = None  # the fields kept, comma-separated (class for the class); None: all
+    objects_column: str | None = "objects"  # a detection column of per-box lists -> boxes + per-box fields
+    bbox_format: str = "xywh"  # its bbox: COCO's [x, y, w, h] (HF cppe-5), or xyxy
 
     def __post_init__(self) -> None:
+        if self.bbox_format not in BBOX_FORMATS:
+            raise UsageError(f"bbox_format={self.bbox_format!r:.40}: choose one of {', '.join(BBOX_FORMATS)}.")
         if not self.image_column or not self.label_column or self.class_column == "":
             raise UsageError("image_column and class_column must name columns, e.g. image, label.")
         if self.class_column and self.label_column not in ("label", self.class_column):
@@ -184,13 +193,15 @@ class ParquetSource:
             )
         features = _hf_features(path, schema)
         found, columns = self._fields(path, schema, features)
-        plan = (choose_fields(found, field_list(opts.fields), path), columns)
+        chosen = choose_fields(found, field_list(opts.fields), path)
+        columns = [c._replace(objects=keep_chosen(c.objects, chosen)) if c.objects else c for c in columns]
+        plan = (chosen, [c for c in columns if c.kind != "objects" or c.objects])
         if getattr(self, "_plan", None) is not None and self._plan != plan:
             raise SourceError(f"{path}: its columns differ from {self.files[0]}'s; convert them apart.")
         self._plan = plan
         if self.names is None and self.class_column is not None:
             self.names = _hf_names(path, features, self.class_column)
-        kept = {c.name for c in columns if c.name in plan[0]} | (
+        kept = {c.name for c in plan[1] if c.name in plan[0] or c.objects} | (
             {self.class_column} if plan[0].has_class and self.class_column else set()
         )
         paths = [pf.metadata.schema.column(j).path for j in range(pf.metadata.num_columns)]
@@ -228,6 +239,16 @@ class ParquetSource:
         chosen = field_list(opts.fields) or ()
         for column in schema.names:
             if column == opts.image_column or (column == self.class_column and column not in chosen):
+                continue
+            t, feature = schema.field(column).type, features.get(column)
+            detection = (
+                objects_fields(column, t, feature, opts.bbox_format, set(schema.names), path)
+                if column == opts.objects_column
+                else None
+            )
+            if detection is not None:
+                columns.append(Column(column, "objects", objects=detection[0]))
+                found += detection[1]
                 continue
             kind = column_kind(schema.field(column).type, features.get(column))
             problem = field_name_problem(column) if isinstance(kind, Column) else kind
@@ -322,7 +343,7 @@ class ParquetSource:
         return self._tasks
 
     def worker_state(self) -> RowGroupReader:
-        kept = [c for c in self._plan[1] if c.name in self.schema] if self._plan else []
+        kept = [c for c in self._plan[1] if c.name in self.schema or c.objects] if self._plan else []
         return RowGroupReader(self.options, kept)
 
     @staticmethod
@@ -393,7 +414,14 @@ class RowGroupReader:
         """The field values of ``task``'s row; a null is a bad record naming the row and column."""
         self._group(task)
         row = task.key.rpartition("#")[2]
-        return {c.name: column_value(c, self._fields[k][task.row], row) for k, c in enumerate(self.columns)}
+        out: dict[str, Any] = {}
+        for k, c in enumerate(self.columns):
+            value = self._fields[k][task.row]
+            if c.objects:
+                out.update(objects_values(c.objects, c.name, value, row))
+            else:
+                out[c.name] = column_value(c, value, row)
+        return out
 
     def image(self, task: ParquetRow) -> bytes:
         """The image bytes of ``task``: stored bytes, or the file its path names under image_root."""

@@ -20,6 +20,7 @@ class Column(NamedTuple):
     kind: str
     dtype: str | None = None
     payload: bool = False  # a {bytes, path} struct: the field is its bytes
+    objects: Any = None  # a detection column (:class:`.parquetobjects.ObjectsPlan`): several fields
 
 
 def _innermost(t: Any) -> Any:

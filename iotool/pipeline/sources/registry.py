@@ -25,6 +25,7 @@ BUILTIN: dict[str, str] = {
     "parquet": "iotool.pipeline.sources.parquet:SOURCE",
     "webdataset": "iotool.pipeline.sources.webdataset:SOURCE",
     "pickled-lmdb": "iotool.pipeline.sources.pickled_lmdb:SOURCE",
+    "coco": "iotool.pipeline.sources.coco:SOURCE",
 }
 DEFAULT_SOURCE = "imagefolder"  # what convert() reads when not told
 

@@ -1,0 +1,41 @@
+"""Boxes of detection sources (a COCO annotation file, a Hugging Face ``objects`` column): each
+box checked and turned into XYXY float32 pixels, the box format every detection field is stored in.
+
+A box is four finite numbers (not bools); COCO's ``[x, y, w, h]`` needs ``w, h >= 0`` (NaN and
+infinities refused), ``[x1, y1, x2, y2]`` needs ``x2 >= x1, y2 >= y1``. Zero-sized boxes are kept
+(COCO has some; a training pipeline drops them if it wants).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+BBOX_FORMATS = ("xywh", "xyxy")  # the input formats: COCO's (and HF cppe-5's), and corner pairs
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool | np.bool_)
+
+
+def box_problem(box: Any, fmt: str) -> str | None:
+    """Why ``box`` (in input format ``fmt``) cannot be kept, or None."""
+    if not isinstance(box, list | tuple | np.ndarray) or len(box) != 4 or not all(_number(v) for v in box):
+        return "its bbox is not 4 numbers"
+    a, b, c, d = (float(v) for v in box)
+    if not all(math.isfinite(v) for v in (a, b, c, d)):
+        return "its bbox holds a NaN or an infinity"
+    width, height = (c, d) if fmt == "xywh" else (c - a, d - b)
+    if width < 0 or height < 0:
+        return f"its bbox has a negative {'width' if width < 0 else 'height'}"
+    return None
+
+
+def to_xyxy(boxes: Sequence[Any], fmt: str) -> np.ndarray:
+    """(N, 4) float32 XYXY boxes from checked boxes in ``fmt`` (summed in float64, then rounded once)."""
+    out = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    if fmt == "xywh":
+        out = np.concatenate([out[:, :2], out[:, :2] + out[:, 2:]], axis=1)
+    return out.astype(np.float32)
