@@ -115,6 +115,11 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
         return self.mapstyle.as_dict
 
     @property
+    def mask_fields(self) -> tuple[str, ...]:
+        """The fields decoded as mask tensors: :attr:`mapstyle`'s."""
+        return self.mapstyle.mask_fields
+
+    @property
     def cache(self) -> RamCache | None:
         """The RAM cache of decoded images, or None: :attr:`mapstyle`'s, as ``ImageDataset.cache``."""
         return self.mapstyle.cache

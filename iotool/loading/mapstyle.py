@@ -205,6 +205,11 @@ class ImageDataset(ReaderInfo, Dataset):
         self._mover = TargetMover.plan(reader.schema, self.fields, self.target_options, transform)
 
     @property
+    def mask_fields(self) -> tuple[str, ...]:
+        """The fields decoded as mask tensors (``masks=``)."""
+        return self.target_options.masks
+
+    @property
     def stored_fields(self) -> tuple[str, ...]:
         """The stored fields (all but image and class) among :attr:`fields`, in that order."""
         return tuple(n for n in self.fields if n not in (IMAGE, CLASS))
