@@ -220,3 +220,22 @@ def test_composed_transforms_equal_torchvision():
                 [RandomResizedCrop(rng.randint(8, 64), seed=case), RandomHorizontalFlip(seed=case), Resize(32)]
             )
         check_case(tv, rng, (height, width), transform, ops_of(tv))
+
+
+def test_a_center_crop_3_pixels_larger_moves_boxes_where_the_image_went():
+    """Padding by 3: the image (and v2's Mask) lands 1 pixel in, v2's BoundingBoxes 2 pixels (its
+    anchor rounds -1.5 to -2); iotool's boxes follow the image."""
+    transforms, _, tv_tensors = v2()
+    image = np.zeros((5, 9, 3), np.uint8)
+    with recording() as record:
+        out = CenterCrop((8, 9))(image)
+    assert record.ops == [("crop", -1, 0, 8, 9)]
+    mask = torch.ones((5, 9), dtype=torch.uint8)
+    tv_mask = transforms.CenterCrop((8, 9))(tv_tensors.Mask(mask)).as_subclass(torch.Tensor)
+    assert torch.equal(move_mask(mask, record), tv_mask) and tv_mask[1:6].all() and not tv_mask[0].any()
+    assert out[:, 1:6].shape == (3, 5, 9)
+    boxes = np.array([[0, 0, 9, 5]], np.float32)
+    moved, _ = move_boxes(boxes, "XYXY", record)
+    assert moved.tolist() == [[0, 1, 9, 6]]  # the mask's rows 1..5
+    tv_boxes = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=(5, 9))
+    assert transforms.CenterCrop((8, 9))(tv_boxes).tolist() == [[0, 2, 9, 7]]  # torchvision's slip
