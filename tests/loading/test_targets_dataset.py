@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 import iotool
-from iotool.errors import UsageError
+from iotool.errors import RecordError, UsageError
 from iotool.transforms import CenterCrop, Compose, ProcessRandom, RandomHorizontalFlip, RandomResizedCrop, Resize
 from iotool.transforms.decoding import DecodeRandomResizedCrop
 from iotool.transforms.pixel_transforms import pixel_only
@@ -190,3 +190,17 @@ def test_the_bmp_cache_fused_rows_record_the_same_boxes(tmp_path):
             a, b = fused[i], full[i]
             assert a[0].shape == b[0].shape and torch.equal(torch.as_tensor(a[0]), torch.as_tensor(b[0]))
             assert np.array_equal(a[1]["boxes"], b[1]["boxes"]) and np.array_equal(a[2], b[2])
+
+
+def test_a_mask_not_of_its_images_size_makes_the_record_bad(tmp_path):
+    """The bmp cache shrinks the images at conversion, not the masks: each record is bad, named."""
+    dst = tmp_path / "det.bmp"
+    convert_detection(dst, "bmp", 2)
+    ds = iotool.open_dataset(dst, transform=CenterCrop(20), fields=("image", "seg.png"), masks=("seg.png",))
+    with pytest.raises(RecordError, match=r"record 0 .*mask 'seg.png' is 150x200.*its image's size"):
+        ds[0]
+    skipping = iotool.open_dataset(
+        dst, transform=CenterCrop(20), fields=("image", "seg.png"), masks=("seg.png",), on_error="skip"
+    )
+    with pytest.raises(RecordError, match="no readable record left"):
+        skipping[0]

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from iotool.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
-from iotool.transforms.geometry import move_boxes, move_mask, recording
+from iotool.transforms.geometry import GeometryRecord, move_boxes, move_mask, recording, sanitize_keep
 
 from ..support.tvoracle import v2
 
@@ -239,3 +239,67 @@ def test_a_center_crop_3_pixels_larger_moves_boxes_where_the_image_went():
     assert moved.tolist() == [[0, 1, 9, 6]]  # the mask's rows 1..5
     tv_boxes = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=(5, 9))
     assert transforms.CenterCrop((8, 9))(tv_boxes).tolist() == [[0, 2, 9, 7]]  # torchvision's slip
+
+
+def test_the_keep_rule_is_sanitize_bounding_boxes_on_any_boxes():
+    """sanitize_keep on unclamped boxes (outside the canvas, exactly 1 pixel, area exactly 1)
+    equals v2.functional.sanitize_bounding_boxes with its defaults."""
+    _, functional, _ = v2()
+    rng = random.Random(6)
+    fixed = [
+        [0, 0, 1, 1],
+        [2, 2, 3, 2.5],
+        [0, 0, 0.5, 2],
+        [-1, 0, 4, 4],
+        [0, 0, 10, 8],
+        [0, 0, 10.5, 8],
+        [3, 3, 3.9, 9],
+    ]
+    for _ in range(50):
+        height, width = rng.randint(4, 60), rng.randint(4, 60)
+        xyxy = np.concatenate([random_boxes(rng, height, width, "XYXY"), np.array(fixed, np.float32)])
+        _, expected = functional.sanitize_bounding_boxes(torch.from_numpy(xyxy), "XYXY", (height, width))
+        assert np.array_equal(sanitize_keep(xyxy.astype(np.float64), (height, width)), expected.numpy())
+
+
+def test_any_crop_box_even_outside_the_image_moves_boxes_and_masks_as_v2_crop():
+    """Records of crop boxes reaching outside the image anywhere (v2.functional.crop pads there).
+    The box overlaps the image: v2's crop of a Mask miscounts the padding of a box wholly outside
+    it (iotool gives zeros of the box's size), which no iotool transform draws."""
+    _, functional, tv_tensors = v2()
+    rng = random.Random(7)
+    for _ in range(80):
+        height, width = rng.randint(3, 50), rng.randint(3, 50)
+        top, left = rng.randint(-20, height + 5), rng.randint(-20, width + 5)
+        h, w = rng.randint(max(1, 1 - top), 60), rng.randint(max(1, 1 - left), 60)
+        top, left = min(top, height - 1), min(left, width - 1)
+        record = GeometryRecord()
+        record.add((height, width), ("crop", top, left, h, w), (h, w))
+        boxes = random_boxes(rng, height, width, "XYXY")
+        mask = torch.from_numpy(
+            np.random.default_rng(rng.randrange(99)).integers(1, 9, (height, width), dtype=np.uint8)
+        )
+        tv_boxes = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=(height, width))
+        expected, expected_keep = tv_final(v2(), functional.crop(tv_boxes, top, left, h, w), (h, w))
+        moved, keep = move_boxes(boxes, "XYXY", record)
+        np.testing.assert_allclose(moved, expected, atol=1e-4, rtol=0)
+        assert np.array_equal(keep, expected_keep)
+        tv_mask = functional.crop(tv_tensors.Mask(mask), top, left, h, w).as_subclass(torch.Tensor)
+        assert torch.equal(move_mask(mask, record), tv_mask)
+
+
+def test_tensor_inputs_record_the_same_as_arrays():
+    """A CxHxW tensor (the torch resize path) records what an HxWxC array records."""
+    image = np.zeros((50, 70, 3), np.uint8)
+    tensor = torch.zeros((3, 50, 70), dtype=torch.uint8)
+    for make in (
+        lambda: RandomResizedCrop(20, seed=3, backend="torch"),
+        lambda: Resize(30, backend="torch"),
+        lambda: CenterCrop(60),
+        lambda: RandomHorizontalFlip(1.0),
+    ):
+        with recording() as from_array:
+            make()(image)
+        with recording() as from_tensor:
+            make()(tensor)
+        assert from_array.ops == from_tensor.ops and from_array.ops
