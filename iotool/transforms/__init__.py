@@ -30,6 +30,10 @@ decoder is built (:mod:`iotool.decode.region`; pixel-identical, less decode time
 at the smallest DCT scale (1/2, 1/4, 1/8) whose reduced crop still covers the output size,
 which pays on large JPEGs, where crops allow such a reduction.
 
+Boxes and masks: inside a dataset they follow these transforms (``open_dataset(...,
+fields=(..., "boxes"), masks=(...))``, :mod:`.geometry`); alone, the geometric transforms take
+torchvision v2's ``(image, target)`` pairs (:mod:`.paired`).
+
 Randomness: each random transform owns a :class:`random.Random` seeded lazily in each process, so
 DataLoader workers draw different crops (see :class:`ProcessRandom`).
 

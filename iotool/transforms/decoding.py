@@ -232,7 +232,7 @@ class DecodeCenterCrop:
         data = _as_bytes(data)
         header = _jpeg_header(data)
         crop_h, crop_w = self.crop.size
-        if not _regional(header) or header.height < crop_h or header.width < crop_w:
+        if header is None or not _regional(header) or header.height < crop_h or header.width < crop_w:
             return self.crop(decode(data, AUTO, name="CenterCrop"))  # padding, or no region decoder
         top, left = center_crop_box(header.height, header.width, crop_h, crop_w)
         note_crop((header.height, header.width), top, left, crop_h, crop_w)

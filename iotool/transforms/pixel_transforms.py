@@ -14,6 +14,7 @@ from .geometry import note_canvas, note_crop, note_crop_resize, note_flip, note_
 from .kernels import resize_chw
 from .layouts import Box, as_chw, emit, height_width
 from .native import crop_resize_hwc, native_hwc
+from .paired import call_paired
 from .sizing import shorter_side_to
 
 if TYPE_CHECKING:
@@ -74,7 +75,9 @@ class RandomResizedCrop:
         """Draw ``(i, j, h, w)`` for an image of ``height`` x ``width`` from this transform's stream."""
         return random_resized_crop_params(height, width, self.scale, self.ratio, self.rng())
 
-    def __call__(self, image: Image) -> Image:
+    def __call__(self, image: Image, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
         if native_hwc(image, self.antialias, self.backend):  # a decoded array: no torch views needed
             box = self.get_params(image.shape[0], image.shape[1])
             note_crop_resize(image.shape[:2], box, self.size)
@@ -147,7 +150,9 @@ class Resize:
             return self.size
         return shorter_side_to(height, width, self.shorter, self.max_size)
 
-    def __call__(self, image: Image) -> Image:
+    def __call__(self, image: Image, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
         if native_hwc(image, self.antialias, self.backend):  # a decoded array: no torch views needed
             height, width = image.shape[:2]
             out_size = self.output_size(height, width)
@@ -194,7 +199,9 @@ class CenterCrop:
         self.size = size_pair(size, "size")
         self.output = check_output(output)
 
-    def __call__(self, image: Image) -> Image:
+    def __call__(self, image: Image, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
         unpadded = as_chw(image)
         chw = _pad_to(unpadded, *self.size)
         crop_h, crop_w = self.size
@@ -239,7 +246,9 @@ class RandomHorizontalFlip:
         self.p = float(p)
         self.rng = ProcessRandom(seed)
 
-    def __call__(self, image: Image) -> Image:
+    def __call__(self, image: Image, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
         chw = as_chw(image)  # validates the input
         size = (chw.shape[1], chw.shape[2])
         if self.rng().random() >= self.p:
@@ -281,7 +290,9 @@ class Compose:
     def __init__(self, transforms: Sequence[Callable[[Any], Any]]):
         self.transforms = list(transforms)
 
-    def __call__(self, image: Any) -> Any:
+    def __call__(self, image: Any, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
         for transform in self.transforms:
             image = transform(image)
         return image
