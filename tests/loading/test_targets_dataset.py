@@ -204,3 +204,12 @@ def test_a_mask_not_of_its_images_size_makes_the_record_bad(tmp_path):
     )
     with pytest.raises(RecordError, match="no readable record left"):
         skipping[0]
+
+
+def test_decode_random_resized_crop_on_the_stored_bytes_moves_targets_as_the_pixel_crop(det_lmdb):
+    """decoder=None with DecodeRandomResizedCrop (the public decoding transform) records its crop too."""
+    on_bytes = open_det(det_lmdb, DecodeRandomResizedCrop(24, seed=9), decoder=None)
+    on_pixels = open_det(det_lmdb, RandomResizedCrop(24, seed=9), decoder="auto")
+    for i in range(N):
+        a, b = on_bytes[i], on_pixels[i]
+        assert np.array_equal(a[1]["boxes"], b[1]["boxes"]) and torch.equal(a[4], b[4])
