@@ -17,6 +17,7 @@ from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo, ram_cache_optio
 from .order import EpochOrder, RecordOrder
 from .ramcache import RamCache
 from .split import STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env, distributed_rank
+from .targets import TargetOptions
 
 __all__ = ["ShardedIterableDataset"]
 
@@ -69,6 +70,7 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
         cache_resize: int | None = None,
         cache_fallback: bool | None = None,
         fields: str | Sequence[str] | None = None,
+        targets: TargetOptions | None = None,
     ):
         if buffer_size < 1:
             raise UsageError(f"buffer_size={buffer_size}: must be at least 1.")
@@ -87,6 +89,7 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
             ram_cache_resize=resize,
             ram_cache_fallback=fallback,
             fields=fields,
+            targets=targets,
         )
         self.reader = reader
         self.buffer_size = buffer_size
@@ -110,6 +113,11 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
     def as_dict(self) -> bool:
         """Whether a sample is a dict (``fields="all"``) rather than a tuple."""
         return self.mapstyle.as_dict
+
+    @property
+    def mask_fields(self) -> tuple[str, ...]:
+        """The fields decoded as mask tensors: :attr:`mapstyle`'s."""
+        return self.mapstyle.mask_fields
 
     @property
     def cache(self) -> RamCache | None:

@@ -16,6 +16,7 @@ from ..formats import FormatReader
 from ..transforms.fused import fuse, leaves_input_alone
 from .order import EpochOrder, RecordOrder
 from .ramcache import RamCache, open_ram_cache
+from .targets import TargetMover, TargetOptions
 
 T = TypeVar("T")
 
@@ -146,6 +147,10 @@ class ImageDataset(ReaderInfo, Dataset):
     that transform needs; otherwise ``"fused"`` decodes as ``"auto"``. With ``ram_cache=True`` the
     decoded pixels are kept in one shared block (:mod:`iotool.loading.ramcache`) and the transform is
     applied to them in every epoch; the fields are not cached (read and decoded each time).
+
+    ``targets`` (:class:`~iotool.loading.targets.TargetOptions`): boxes fields, the fields listing
+    one entry per box, and mask fields follow iotool's crops, resizes and flips
+    (:mod:`iotool.loading.targets`).
     """
 
     def __init__(
@@ -164,6 +169,7 @@ class ImageDataset(ReaderInfo, Dataset):
         cache_resize: int | None = None,
         cache_fallback: bool | None = None,
         fields: str | Sequence[str] | None = None,
+        targets: TargetOptions | None = None,
     ):
         check_decoder(decoder)  # fail now, not in a worker, on a bad name
         if on_error not in ON_ERROR:
@@ -195,6 +201,13 @@ class ImageDataset(ReaderInfo, Dataset):
         # the chosen names besides the image, and the stored ones among them: asked per sample
         self._others = tuple(n for n in self.fields if n != IMAGE)
         self._wanted = tuple(n for n in self._others if n != CLASS)
+        self.target_options = targets or TargetOptions()
+        self._mover = TargetMover.plan(reader.schema, self.fields, self.target_options, transform)
+
+    @property
+    def mask_fields(self) -> tuple[str, ...]:
+        """The fields decoded as mask tensors (``masks=``)."""
+        return self.target_options.masks
 
     @property
     def stored_fields(self) -> tuple[str, ...]:
@@ -373,7 +386,10 @@ class ImageDataset(ReaderInfo, Dataset):
                     if label is None and CLASS in others:
                         label = self.reader.labels[index]
                     got = self._stored(index, wanted, stored)
-                return None, self._values(others, label, got)
+                values = self._values(others, label, got)
+                if self._mover is not None:
+                    self._mover.decode_masks(values)
+                return None, values
             except RECORD_ERRORS as exc:
                 return self._bad_record(index, exc)
         loaded = self._sample(index, data, label, stored, wanted, others)
@@ -407,10 +423,21 @@ class ImageDataset(ReaderInfo, Dataset):
         except RECORD_ERRORS as exc:  # a stored field that does not decode
             return self._bad_record(index, exc)
         try:
-            image = transform(loaded[0])
-        except DecodeError as exc:
+            if self._mover is None:
+                image = transform(loaded[0])
+            else:  # boxes and masks follow the image
+                image, values = self._mover.run(transform, loaded[0], values, self._shrunk(index, loaded[0]))
+        except (DecodeError, RecordError) as exc:
             return self._bad_record(index, exc)
         return image, loaded[1], values
+
+    def _shrunk(self, index: int, image: Any) -> tuple[int, int] | None:
+        """The stored image's (height, width) when ``image`` is the RAM cache's shrunk copy of it."""
+        cache = self.cache
+        if cache is None or cache.resize is None or cache.decoded is None:
+            return None
+        stored = (int(cache.decoded[index][0]), int(cache.decoded[index][1]))
+        return stored if stored != image.shape[:2] else None
 
     @property
     def fused(self) -> Callable[[bytes], Any] | None:

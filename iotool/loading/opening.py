@@ -10,6 +10,7 @@ from ..formats import FormatReader, ShardedReader, detect_format
 from ..storage import StorageConfig
 from .iterable import ShardedIterableDataset
 from .mapstyle import DEFAULT_DECODER, ImageDataset, ram_cache_options
+from .targets import TargetOptions
 
 __all__ = ["open_dataset", "open_reader"]
 
@@ -66,6 +67,9 @@ def open_dataset(
     cache_resize: int | None = None,
     cache_fallback: bool | None = None,
     fields: str | Sequence[str] | None = None,
+    masks: str | Sequence[str] = (),
+    keep_empty_boxes: bool = False,
+    move_targets: bool = True,
     **iterable_options: Any,
 ) -> ImageDataset | ShardedIterableDataset:
     """Open an iotool dataset as a torch Dataset, detecting its format.
@@ -121,6 +125,14 @@ def open_dataset(
             ``decoder=None``. A field that does not decode is a bad record (``on_error``).
             Stored fields are read only when chosen (all of them with ``check_checksums``, whose
             checksum covers the whole record); the RAM cache keeps pixels, not fields.
+        masks: the ``bytes`` fields holding a mask image (a PNG segmentation map): decoded to a
+            uint8 tensor, (H, W) (palette indices, grey values) or (C, H, W), and moved with the image.
+        keep_empty_boxes: keep the boxes a crop leaves smaller than 1 pixel (default: drop them
+            with their labels and per-box entries, as torchvision's ``SanitizeBoundingBoxes``).
+        move_targets: boxes, per-box fields and masks follow iotool's crops, resizes and flips
+            (also fused with decoding); a transform with other parts is refused unless they are
+            wrapped in ``iotool.transforms.pixel_only``. False: the targets as stored. See
+            ``docs/fields.md``, "Boxes and masks follow the transforms".
         **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
             (``shuffle``, ``seed``, ``buffer_size``, ``even``).
 
@@ -144,6 +156,7 @@ def open_dataset(
         "ram_cache_resize": resize,
         "ram_cache_fallback": fallback,
         "fields": fields,
+        "targets": TargetOptions.of(masks, keep_empty_boxes, move_targets),
     }
     if isinstance(reader, ShardedReader):  # spec.iterable
         return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)

@@ -30,6 +30,10 @@ decoder is built (:mod:`iotool.decode.region`; pixel-identical, less decode time
 at the smallest DCT scale (1/2, 1/4, 1/8) whose reduced crop still covers the output size,
 which pays on large JPEGs, where crops allow such a reduction.
 
+Boxes and masks: inside a dataset they follow these transforms (``open_dataset(...,
+fields=(..., "boxes"), masks=(...))``, :mod:`.geometry`); alone, the geometric transforms take
+torchvision v2's ``(image, target)`` pairs (:mod:`.paired`).
+
 Randomness: each random transform owns a :class:`random.Random` seeded lazily in each process, so
 DataLoader workers draw different crops (see :class:`ProcessRandom`).
 
@@ -38,7 +42,8 @@ argument checks), ``sizing`` (the "shorter side to N" rule, the reducing gap), `
 (resize), ``native`` (the C kernel's wrapper), ``boxes`` (random streams, crop boxes),
 ``pixel_transforms`` (the transforms of decoded pixels), ``decoding`` (the transforms of encoded
 bytes: :class:`DecodeRandomResizedCrop`, and the decoding forms of Resize and CenterCrop),
-``fused`` (which transform fuses into which decoding step: one table).
+``fused`` (which transform fuses into which decoding step: one table), ``geometry`` (what the
+geometric transforms did to one sample, and the same moves applied to its boxes and masks).
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from .decoding import DCT_SCALES, DecodeRandomResizedCrop
 from .kernels import resize, torch_uint8_resize_available
 from .layouts import OUTPUTS, Box
 from .native import native_available, native_status
-from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
+from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize, pixel_only
 
 if TYPE_CHECKING:
     from .layouts import Image
@@ -73,6 +78,7 @@ __all__ = [
     "center_crop_box",
     "native_available",
     "native_status",
+    "pixel_only",
     "random_resized_crop_params",
     "resize",
     "torch_uint8_resize_available",

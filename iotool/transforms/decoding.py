@@ -17,6 +17,7 @@ from ..decode.backends import DCT_SCALES, JpegHeader, parse_jpeg_header, scaled
 from ..decode.bmp import bmp_rows, decode_bmp
 from ..errors import DecodeError, UsageError
 from .boxes import center_crop_box
+from .geometry import note_crop, note_crop_resize, note_resize
 from .kernels import resize_chw
 from .layouts import as_chw, emit
 from .native import bgr_crop_planes, crop_resize_hwc, native_hwc, planes_native
@@ -119,6 +120,7 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
             return super().__call__(decode(data, self.decoder, name=self.label))
         height, width = header.height, header.width
         i, j, h, w = self.get_params(height, width)
+        note_crop_resize((height, width), (i, j, h, w), self.size)  # the box on the full image, whatever s
         s = self.decode_scale(h, w)
         if self.uses_region and _region.supports(header):
             rows, cols = scaled(height, s), scaled(width, s)
@@ -147,7 +149,9 @@ class DecodeRandomResizedCrop(RandomResizedCrop):
         bgr, top_down = bmp_rows(data)
         if not (top_down and planes_native(self.antialias, self.backend, self.output)):
             return RandomResizedCrop.__call__(self, decode_bmp(data))
-        return bgr_crop_planes(bgr, self.get_params(bgr.shape[0], bgr.shape[1]), self.size)
+        box = self.get_params(bgr.shape[0], bgr.shape[1])
+        note_crop_resize(bgr.shape[:2], box, self.size)
+        return bgr_crop_planes(bgr, box, self.size)
 
 
 def _as_bytes(data: Any) -> bytes:
@@ -194,6 +198,7 @@ class DecodeResize:
         if header is None:
             return self.resize(decode(data, AUTO, name="Resize"))
         out_size = self.resize.output_size(header.height, header.width)
+        note_resize((header.height, header.width), out_size)  # on the full image, whatever DCT scale
         # decode() picks the largest DCT reduction whose image still covers REDUCING_GAP x out_size
         # (none: full size), so the antialiased resize still has a margin to filter, as PIL's
         # reducing_gap=2 keeps
@@ -209,7 +214,9 @@ class DecodeResize:
         if not (top_down and planes_native(resize.antialias, resize.backend, resize.output)):
             return resize(decode_bmp(data))
         height, width = bgr.shape[:2]
-        return bgr_crop_planes(bgr, (0, 0, height, width), resize.output_size(height, width))
+        out_size = resize.output_size(height, width)
+        note_resize((height, width), out_size)
+        return bgr_crop_planes(bgr, (0, 0, height, width), out_size)
 
     def __repr__(self) -> str:
         return f"DecodeResize({self.resize!r})"
@@ -225,9 +232,10 @@ class DecodeCenterCrop:
         data = _as_bytes(data)
         header = _jpeg_header(data)
         crop_h, crop_w = self.crop.size
-        if not _regional(header) or header.height < crop_h or header.width < crop_w:
+        if header is None or not _regional(header) or header.height < crop_h or header.width < crop_w:
             return self.crop(decode(data, AUTO, name="CenterCrop"))  # padding, or no region decoder
         top, left = center_crop_box(header.height, header.width, crop_h, crop_w)
+        note_crop((header.height, header.width), top, left, crop_h, crop_w)
         pixels = _seekable.decode_jpeg_box(data, header, (top, left, crop_h, crop_w), 1, name="CenterCrop")
         return emit(as_chw(pixels), self.crop.output, fresh=True)  # the region is new memory
 
@@ -241,6 +249,7 @@ class DecodeCenterCrop:
         if not (top_down and height >= crop_h and width >= crop_w and planes_native(True, "native", self.crop.output)):
             return self.crop(decode_bmp(data))
         top, left = center_crop_box(height, width, crop_h, crop_w)
+        note_crop((height, width), top, left, crop_h, crop_w)
         return bgr_crop_planes(bgr, (top, left, crop_h, crop_w), (crop_h, crop_w))
 
     def __repr__(self) -> str:

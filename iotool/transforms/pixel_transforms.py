@@ -10,9 +10,11 @@ import numpy as np
 from ..errors import UsageError
 from .arguments import check_backend, check_output, size_pair, value_range
 from .boxes import ProcessRandom, center_crop_box, random_resized_crop_params
+from .geometry import note_canvas, note_crop, note_crop_resize, note_flip, note_resize
 from .kernels import resize_chw
 from .layouts import Box, as_chw, emit, height_width
 from .native import crop_resize_hwc, native_hwc
+from .paired import call_paired
 from .sizing import shorter_side_to
 
 if TYPE_CHECKING:
@@ -73,12 +75,17 @@ class RandomResizedCrop:
         """Draw ``(i, j, h, w)`` for an image of ``height`` x ``width`` from this transform's stream."""
         return random_resized_crop_params(height, width, self.scale, self.ratio, self.rng())
 
-    def __call__(self, image: Image) -> Image:
+    def __call__(self, image: Image, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
         if native_hwc(image, self.antialias, self.backend):  # a decoded array: no torch views needed
             box = self.get_params(image.shape[0], image.shape[1])
+            note_crop_resize(image.shape[:2], box, self.size)
             return crop_resize_hwc(image, box, self.size, self.output)
         chw = as_chw(image)
-        i, j, h, w = self.get_params(*height_width(chw))
+        size = height_width(chw)
+        i, j, h, w = self.get_params(*size)
+        note_crop_resize(size, (i, j, h, w), self.size)
         return self._resize(chw[:, i : i + h, j : j + w])
 
     def _resize(self, crop: torch.Tensor) -> Image:
@@ -143,12 +150,19 @@ class Resize:
             return self.size
         return shorter_side_to(height, width, self.shorter, self.max_size)
 
-    def __call__(self, image: Image) -> Image:
+    def __call__(self, image: Image, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
         if native_hwc(image, self.antialias, self.backend):  # a decoded array: no torch views needed
             height, width = image.shape[:2]
-            return crop_resize_hwc(image, (0, 0, height, width), self.output_size(height, width), self.output)
+            out_size = self.output_size(height, width)
+            note_resize((height, width), out_size)
+            return crop_resize_hwc(image, (0, 0, height, width), out_size, self.output)
         chw = as_chw(image)
-        out = resize_chw(chw, self.output_size(*height_width(chw)), self.antialias, self.backend, self.output)
+        size = height_width(chw)
+        out_size = self.output_size(*size)
+        note_resize(size, out_size)
+        out = resize_chw(chw, out_size, self.antialias, self.backend, self.output)
         return emit(out, self.output, fresh=out is not chw)
 
     def __repr__(self) -> str:
@@ -185,10 +199,18 @@ class CenterCrop:
         self.size = size_pair(size, "size")
         self.output = check_output(output)
 
-    def __call__(self, image: Image) -> Image:
-        chw = _pad_to(as_chw(image), *self.size)
+    def __call__(self, image: Image, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
+        unpadded = as_chw(image)
+        chw = _pad_to(unpadded, *self.size)
         crop_h, crop_w = self.size
         top, left = center_crop_box(chw.shape[1], chw.shape[2], crop_h, crop_w)
+        height, width = unpadded.shape[1], unpadded.shape[2]
+        # on the unpadded canvas the box starts before it by the padding: a crop reaching outside
+        note_crop(
+            (height, width), top - max(crop_h - height, 0) // 2, left - max(crop_w - width, 0) // 2, crop_h, crop_w
+        )
         return emit(chw[:, top : top + crop_h, left : left + crop_w], self.output, fresh=False)
 
     def __repr__(self) -> str:
@@ -224,10 +246,15 @@ class RandomHorizontalFlip:
         self.p = float(p)
         self.rng = ProcessRandom(seed)
 
-    def __call__(self, image: Image) -> Image:
+    def __call__(self, image: Image, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
         chw = as_chw(image)  # validates the input
+        size = (chw.shape[1], chw.shape[2])
         if self.rng().random() >= self.p:
+            note_canvas(size)
             return image
+        note_flip(size)
         if isinstance(image, np.ndarray):
             return np.ascontiguousarray(image[:, ::-1])
         return chw.flip(-1)
@@ -236,13 +263,36 @@ class RandomHorizontalFlip:
         return f"RandomHorizontalFlip(p={self.p}, seed={self.rng.seed})"
 
 
+class PixelOnly:
+    """A callable marked as changing pixel values only (no crop, resize or flip): boxes and masks
+    need not follow it (see :func:`pixel_only`)."""
+
+    def __init__(self, fn: Callable[[Any], Any]):
+        self.fn = fn
+
+    def __call__(self, image: Any) -> Any:
+        return self.fn(image)
+
+    def __repr__(self) -> str:
+        return f"pixel_only({self.fn!r})"
+
+
+def pixel_only(fn: Callable[[Any], Any]) -> PixelOnly:
+    """Mark ``fn`` as changing pixel values only (a normalisation, a colour jitter), so a dataset
+    whose boxes or masks follow its transform accepts it: ``Compose([RandomResizedCrop(224),
+    pixel_only(jitter)])``. iotool trusts the mark: a ``fn`` that crops or flips leaves the targets behind."""
+    return PixelOnly(fn)
+
+
 class Compose:
     """Apply transforms in order: ``Compose([Resize(256), CenterCrop(224)])``."""
 
     def __init__(self, transforms: Sequence[Callable[[Any], Any]]):
         self.transforms = list(transforms)
 
-    def __call__(self, image: Any) -> Any:
+    def __call__(self, image: Any, target: Any = None) -> Any:
+        if target is not None or type(image) is tuple:  # torchvision v2's (image, target) style
+            return call_paired(self, image, target)
         for transform in self.transforms:
             image = transform(image)
         return image
@@ -250,3 +300,7 @@ class Compose:
     def __repr__(self) -> str:
         inner = ", ".join(repr(t) for t in self.transforms)
         return f"Compose([{inner}])"
+
+
+GEOMETRIC = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip)
+"""iotool's transforms that record their geometry (:mod:`.geometry`), subclasses included."""

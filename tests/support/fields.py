@@ -110,8 +110,11 @@ class FieldsSource:
         return task.key, task.path, label, make_image(task.index, (48, 32)), values(schema, task.index)
 
 
-def convert_fields(dst: Path, to: str, schema: Schema, n: int = 6, **format_options: Any):
-    """Convert :class:`FieldsSource` to format ``to`` at ``dst`` through the real local engine."""
+def convert_fields(
+    dst: Path, to: str, schema: Schema, n: int = 6, source: Any = None, seekable: bool = False, **format_options: Any
+):
+    """Convert :class:`FieldsSource` (or ``source``, one like it) to format ``to`` at ``dst``
+    through the real local engine (``seekable``: JPEGs stored seekable)."""
     from dataclasses import replace
 
     from iotool.formats import get_format
@@ -124,7 +127,16 @@ def convert_fields(dst: Path, to: str, schema: Schema, n: int = 6, **format_opti
     spec = get_format(to)
     options = spec.parse_options(format_options)
     payload = PayloadOptions.for_format(spec, True, 24 if spec.needs_resize else None, None, None, 90)
-    payload = replace(payload, schema=schema)
+    payload = replace(payload, schema=schema, seekable=seekable)
     spec.reader.write_version(schema)
-    job = Job(FieldsSource(schema, n), spec, "fields-test", payload, options, dict(format_options), "fail", workers=0)
+    job = Job(
+        source or FieldsSource(schema, n),
+        spec,
+        "fields-test",
+        payload,
+        options,
+        dict(format_options),
+        "fail",
+        workers=0,
+    )
     return _run(job, get_engine("local"), LocalDestination(str(dst), spec, False, False))

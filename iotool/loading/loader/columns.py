@@ -9,7 +9,8 @@ gives dicts), as :func:`iotool.fast_collate` of ``[ds[i], ...]`` would make it:
   shape -> ``(N, *shape)`` of :func:`~iotool.loading.collate.torch_dtype` of its dtype;
 - **list** columns, one Python list per batch: ragged arrays -> tensors, ``boxes`` -> dicts of a
   float32 ``(n, 4)`` and an int64 ``(n,)`` tensor, ``text`` -> ``str``, ``json`` -> its value,
-  ``bytes`` -> ``bytes``.
+  ``bytes`` -> ``bytes``; a mask field (``open_dataset(..., masks=...)``) -> its uint8 tensors
+  (a ragged array column: masks differ in size before a crop).
 
 A dataset without ``fields`` (or with the default ``("image", "class")``) gives ``(images,
 labels)`` exactly as before fields existed.
@@ -92,14 +93,17 @@ class Layout:
         return self.names == CLASSIC and not self.as_dict
 
     @classmethod
-    def of(cls, names: Sequence[str], schema: Schema, as_dict: bool = False) -> Layout:
-        """The layout of samples with ``names`` (``"image"`` among them) of ``schema``'s fields."""
+    def of(cls, names: Sequence[str], schema: Schema, as_dict: bool = False, masks: Sequence[str] = ()) -> Layout:
+        """The layout of samples with ``names`` (``"image"`` among them) of ``schema``'s fields;
+        ``masks``: the bytes fields the dataset decodes into mask tensors (ragged array columns)."""
         if IMAGE not in names:
             raise UsageError(f"iotool.Loader batches need the image; the dataset's fields are {', '.join(names)}.")
         columns = []
         for name in names:
             if name == IMAGE:
                 columns.append(Column(IMAGE, None))
+            elif name in masks:
+                columns.append(Column(name, FieldSpec(name, "array")))
             elif name in schema:
                 columns.append(column(schema[name]))
             elif name == CLASS:
@@ -136,7 +140,8 @@ def layout_of(dataset: Any) -> Layout:
     schema = getattr(dataset, "schema", None)
     if not isinstance(schema, Schema):
         schema = Schema.classification()
-    return Layout.of(tuple(names), schema, bool(getattr(dataset, "as_dict", False)))
+    masks = tuple(getattr(dataset, "mask_fields", ()))
+    return Layout.of(tuple(names), schema, bool(getattr(dataset, "as_dict", False)), masks)
 
 
 def write_fixed(col: Column, rows: np.ndarray, row: int, value: Any, where: str) -> None:
@@ -172,6 +177,8 @@ def list_value(col: Column, value: Any, where: str) -> Any:
     """One sample's value of list column ``col`` as the batch holds it: tensors for arrays and
     boxes, anything else as the dataset gave it."""
     if col.kind == "array":
+        if isinstance(value, torch.Tensor) and value.dtype == torch.uint8:  # a mask, decoded by the dataset
+            return value
         if not isinstance(value, np.ndarray):
             raise UsageError(f"{where}: field {col.name!r} is a {type(value).__name__}, not an array.")
         return array_tensor(value, f"{where}: field {col.name!r}")

@@ -1,0 +1,177 @@
+"""Boxes and masks follow the image: a sample's ``boxes`` fields, the fields listing one entry per
+box, and its mask fields are moved by the crops, resizes and flips its transform did.
+
+The dataset runs each sample's transform inside :func:`iotool.transforms.geometry.recording`;
+iotool's geometric transforms (also in their fused decoding forms) record what they did on the
+stored image's canvas, and :class:`TargetMover` replays that on the targets with torchvision v2's
+conventions (:func:`~iotool.transforms.geometry.move_boxes`,
+:func:`~iotool.transforms.geometry.move_mask`). Boxes left smaller than 1 pixel (torchvision's
+``SanitizeBoundingBoxes`` defaults) are dropped with their labels and per-box entries, unless
+``keep_empty_boxes``.
+
+A transform whose geometry iotool cannot see (a user's callable, torchvision's transforms) with
+boxes or masks chosen is refused when the dataset opens (:func:`check_transform`): wrap callables
+that only change pixel values in :func:`iotool.transforms.pixel_only`, or open with
+``move_targets=False`` to get the targets as stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..decode.masks import decode_mask
+from ..errors import RecordError, UsageError
+from ..fields import Schema
+from ..transforms.geometry import GeometryRecord, move_boxes, move_mask, recording
+from ..transforms.pixel_transforms import GEOMETRIC, Compose, PixelOnly
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """How a dataset treats its targets (``open_dataset``'s options of the same names)."""
+
+    masks: tuple[str, ...] = ()
+    keep_empty_boxes: bool = False
+    move_targets: bool = True
+
+    @classmethod
+    def of(cls, masks: str | Sequence[str] = (), keep_empty_boxes: bool = False, move_targets: bool = True):
+        """The options, checked for type (the names are checked against a schema by :class:`TargetMover`)."""
+        names = (masks,) if isinstance(masks, str) else tuple(masks or ())
+        if not all(isinstance(n, str) for n in names):
+            raise UsageError(f"masks={masks!r:.80}: give the names of bytes fields holding mask images.")
+        return cls(names, bool(keep_empty_boxes), bool(move_targets))
+
+
+def unknown_parts(transform: Any) -> list[Any]:
+    """The parts of ``transform`` whose geometry iotool cannot see: anything but its geometric
+    transforms, :func:`~iotool.transforms.pixel_only` callables and Compose of those."""
+    if transform is None or isinstance(transform, (*GEOMETRIC, PixelOnly)):
+        return []
+    if isinstance(transform, Compose):
+        return [p for t in transform.transforms for p in unknown_parts(t)]
+    return [transform]
+
+
+def check_transform(transform: Any, targets: Sequence[str]) -> None:
+    """Refuse a transform iotool cannot follow when ``targets`` (boxes or mask fields) are chosen.
+
+    Raises:
+        UsageError: naming the transform and the ways out.
+    """
+    unknown = unknown_parts(transform)
+    if targets and unknown:
+        raise UsageError(
+            f"the fields {', '.join(targets)} follow iotool's crops, resizes and flips, but the transform "
+            f"holds {type(unknown[0]).__name__}, whose geometry iotool cannot see; use iotool.transforms' "
+            f"RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip (and Compose), wrap a callable "
+            f"that only changes pixel values in iotool.transforms.pixel_only(...), or open with "
+            f"move_targets=False to get the boxes and masks as stored."
+        )
+
+
+class TargetMover:
+    """Moves the chosen boxes, per-box and mask fields of a sample as its transform moved the image."""
+
+    def __init__(self, schema: Schema, names: Sequence[str], options: TargetOptions, transform: Any):
+        specs = {f.name: f for f in schema.stored}
+        for name in options.masks:
+            if name not in specs or specs[name].kind != "bytes":
+                choices = [f.name for f in schema.stored if f.kind == "bytes"]
+                raise UsageError(
+                    f"masks: {name!r:.80} is not a bytes field of this dataset; choose among: "
+                    f"{', '.join(choices) or '(none: the dataset has no bytes field)'}."
+                )
+            if name not in names:
+                raise UsageError(f"masks: {name!r:.80} is not among the fields chosen ({', '.join(names)}).")
+        self.masks = options.masks
+        self.keep_empty = options.keep_empty_boxes
+        self.move = options.move_targets
+        self.boxes = {n: specs[n].box_format or "XYXY" for n in names if n in specs and specs[n].kind == "boxes"}
+        self.per_box = {
+            b: tuple(f.name for f in schema.stored if f.per_box == b and f.name in names) for b in self.boxes
+        }
+        if self.move:
+            check_transform(transform, (*self.boxes, *self.masks))
+
+    @classmethod
+    def plan(cls, schema: Schema, names: Sequence[str], options: TargetOptions, transform: Any) -> TargetMover | None:
+        """The mover for samples of fields ``names``, or None when none of them is a target."""
+        stored = {f.name: f.kind for f in schema.stored}
+        has_boxes = any(stored.get(n) == "boxes" for n in names)
+        if not has_boxes and not options.masks:
+            return None
+        return cls(schema, names, options, transform)
+
+    def run(
+        self, transform: Callable[[Any], Any], image: Any, values: dict[str, Any], shrunk: tuple[int, int] | None
+    ) -> tuple[Any, dict[str, Any]]:
+        """``transform(image)`` and ``values`` with the targets moved as it moved the image.
+        ``shrunk``: the stored image's (height, width) when ``image`` is a shrunk copy of it (the
+        RAM cache's ``ram_cache_resize``), so the targets are first shrunk the same way.
+
+        Raises:
+            RecordError: a mask that is not an image of the image's size, or per-box entries
+                that do not match the boxes.
+        """
+        self.decode_masks(values)
+        if not self.move:
+            return transform(image), values
+        with recording() as record:
+            if shrunk is not None:
+                record.add(shrunk, ("resize", *_size_of(image)), _size_of(image))
+            out = transform(image)
+        if record.source is not None:
+            self.apply(record, values)
+        return out, values
+
+    def decode_masks(self, values: dict[str, Any]) -> None:
+        """Decode the mask fields among ``values`` into uint8 tensors, in place."""
+        for name in self.masks:
+            if isinstance(values.get(name), (bytes, bytearray, memoryview)):
+                values[name] = decode_mask(bytes(values[name]))
+
+    def apply(self, record: GeometryRecord, values: dict[str, Any]) -> None:
+        """Move the targets among ``values`` by ``record``, in place."""
+        for name in self.masks:
+            if name in values:
+                mask = values[name]
+                if tuple(mask.shape[-2:]) != record.source:
+                    raise RecordError(
+                        f"mask {name!r} is {mask.shape[-2]}x{mask.shape[-1]}, the image "
+                        f"{record.source[0]}x{record.source[1]}: a mask must have its image's size"  # type: ignore[index]
+                    )
+                values[name] = move_mask(mask, record)
+        for name, box_format in self.boxes.items():
+            if name in values:
+                self._move_boxes(name, box_format, record, values)
+
+    def _move_boxes(self, name: str, box_format: str, record: GeometryRecord, values: dict[str, Any]) -> None:
+        value = values[name]
+        moved, keep = move_boxes(value["boxes"], box_format, record)
+        if self.keep_empty or keep.all():
+            values[name] = {"boxes": moved, "labels": value["labels"]}
+            return
+        values[name] = {"boxes": moved[keep], "labels": np.asarray(value["labels"])[keep]}
+        for other in self.per_box[name]:
+            if other in values:
+                values[other] = _keep_entries(values[other], keep, other, name)
+
+
+def _size_of(image: Any) -> tuple[int, int]:
+    """(height, width) of an HxWxC array."""
+    return int(image.shape[0]), int(image.shape[1])
+
+
+def _keep_entries(value: Any, keep: np.ndarray, name: str, boxes: str) -> Any:
+    """The entries of a per-box value (array rows, JSON list items) whose box is kept."""
+    if isinstance(value, np.ndarray) and value.ndim >= 1 and len(value) == len(keep):
+        return value[keep]
+    if isinstance(value, list) and len(value) == len(keep):
+        return [v for v, k in zip(value, keep) if k]
+    listed = isinstance(value, list) or (isinstance(value, np.ndarray) and value.ndim >= 1)
+    count = len(value) if listed else "no list of"
+    raise RecordError(f"field {name!r} lists {count} entries for the {len(keep)} boxes of {boxes!r}")
