@@ -63,7 +63,7 @@ class _PrintableLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            say(self.format(record), out=err_console)
+            say(self.format(record), out=err_console, whole_when_piped=True)
         except Exception:  # logging's own rule: a failed emit never raises
             self.handleError(record)
 
@@ -91,7 +91,13 @@ def handle_errors() -> Iterator[None]:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         kept = exc.kept if isinstance(exc, Interrupted) else None
         what = f"the partial output is kept for --resume in {kept}" if kept else "nothing was left at the destination"
-        say(f"({signal.Signals(signum).name}); {what}.", label="Interrupted", style="bold red", out=err_console)
+        say(
+            f"({signal.Signals(signum).name}); {what}.",
+            label="Interrupted",
+            style="bold red",
+            out=err_console,
+            whole_when_piped=True,
+        )
         raise typer.Exit(128 + signum) from None
 
 
@@ -138,20 +144,28 @@ def message_width(out: Console) -> int | None:
 
 def say_error(message: str) -> None:
     """``Error: message`` on stderr, wrapped as every message is (:func:`say`)."""
-    say(message, label="Error:", style="bold red", out=err_console)
+    say(message, label="Error:", style="bold red", out=err_console, whole_when_piped=True)
 
 
-def say(text: str, *, label: str = "", style: str = "", out: Console | None = None, indent: int = 0) -> None:
+def say(
+    text: str,
+    *,
+    label: str = "",
+    style: str = "",
+    out: Console | None = None,
+    indent: int = 0,
+    whole_when_piped: bool = False,
+) -> None:
     """Print a paragraph wrapped at the terminal's width without breaking a word (a path or URL
     longer than a line stays whole on a line of its own); ``label`` starts it in ``style``
-    (``say(path, label="skipped", style="yellow")``); piped, it stays whole on one line
-    (:func:`message_width`). Titles and notes go through here rather
+    (``say(path, label="skipped", style="yellow")``); with ``whole_when_piped`` (errors and
+    warnings) it stays whole on one line when piped (:func:`message_width`). Titles and notes go through here rather
     than into a table's title or caption, which rich wraps at the table's width. ``text`` is
     shown through :func:`iotool.names.printable` (a line break in it too is escaped)."""
     out = out or console
     head = f"{label} " if label else ""
     pad = " " * indent
-    width = message_width(out)
+    width = message_width(out) if whole_when_piped else out.width
     whole = head + printable(text)
     lines = [whole] if width is None else wrap_paragraphs(whole, max(width - indent, 20), examples=False)
     for i, line in enumerate(lines):

@@ -203,6 +203,7 @@ def test_the_search_on_a_stubbed_timing_table_is_reproducible(monkeypatch, cuda)
             "prefetch_factor": 2,
             "persistent_workers": True,
             **({"pin_memory": True} if cuda else {}),
+            "shuffle": True,  # the trials of this map-style dataset ran shuffled
         }
         assert result.bound.kind == "cpu" and not result.budget_exhausted
 
