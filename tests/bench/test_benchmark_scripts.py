@@ -520,4 +520,5 @@ def test_cli_startup_times_every_command_beside_python(tmp_path):
     assert {"iotool formats", "iotool info (lmdb)", "iotool info (tar)"} <= set(rows)
     assert all(row["median_s"] > 0 for row in rows.values())
     assert rows["iotool --help"]["imports"] == "-"  # neither torch nor numpy
+    assert rows["iotool info (lmdb)"]["imports"] == "numpy"  # the column reports what a run loaded
     assert all("torch" not in row["imports"] for row in rows.values())
