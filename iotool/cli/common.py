@@ -135,11 +135,9 @@ def stop_on_signals() -> Iterator[None]:
 
 
 def message_width(out: Console) -> int | None:
-    """The width messages wrap at on ``out``: the terminal's (or the COLUMNS a user set), as the
-    tables use; None when piped, where each message stays whole on one line for grep and logs."""
-    if out.is_terminal or os.environ.get("COLUMNS", "").isdigit():
-        return out.width
-    return None
+    """The width errors and warnings wrap at on ``out``: the terminal's, as the tables use; None
+    when piped (even with COLUMNS set), where each stays whole on one line for grep and logs."""
+    return out.width if out.is_terminal else None
 
 
 def say_error(message: str) -> None:

@@ -65,7 +65,9 @@ def in_terminal(case: list[str], cwd, columns: int = 80) -> str:
 
 
 def piped(case: list[str], cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(_argv(case), capture_output=True, text=True, env=_env(), cwd=cwd, timeout=120)
+    """``case`` with its output piped; COLUMNS set as a parent process (pytest's own) may leave it."""
+    env = {**_env(), "COLUMNS": "80"}
+    return subprocess.run(_argv(case), capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
 
 
 @pytest.fixture
