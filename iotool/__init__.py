@@ -29,6 +29,7 @@ from .errors import (
     IotoolError,
     RecordError,
     SourceError,
+    UnknownArgumentError,
     UnknownFormatError,
     UsageError,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "Schema",
     "ShardedIterableDataset",
     "SourceError",
+    "UnknownArgumentError",
     "UnknownFormatError",
     "UsageError",
     "VerifyReport",

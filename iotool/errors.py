@@ -6,7 +6,10 @@ Every error iotool raises on bad input derives from :class:`IotoolError`, so cal
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import functools
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Remedy(NamedTuple):
@@ -119,6 +122,11 @@ class UsageError(IotoolError):
     """An option or argument value is invalid; the message names the value and the choices."""
 
 
+class UnknownArgumentError(UsageError, TypeError):
+    """A keyword argument a function does not take (a ``TypeError`` as Python's own, and a
+    :class:`UsageError`); the message names it, the closest names and the choices."""
+
+
 class InternalError(IotoolError):
     """iotool broke one of its own rules (not the caller's input): the message says what, and asks
     for a bug report."""
@@ -127,3 +135,55 @@ class InternalError(IotoolError):
 # What reading or decoding one stored record may raise when the record (not iotool) is at fault:
 # a dataset's on_error policy applies to these.
 RECORD_ERRORS = (IotoolError, OSError, ValueError)
+
+
+def did_you_mean(name: str, *choices: Iterable[str]) -> str:
+    """`` Did you mean 'lmdb'?`` for the names of ``choices`` closest to ``name`` (difflib), to end
+    a message that names the bad value and the choices; ``""`` when none is close. With several
+    groups of choices, the first group holding a close name answers (a function's own arguments
+    before the options it passes on)."""
+    import difflib
+
+    for group in choices:
+        close = difflib.get_close_matches(name, list(dict.fromkeys(group)), n=2, cutoff=0.6)
+        if close:
+            return f" Did you mean {' or '.join(repr(c) for c in close)}?"
+    return ""
+
+
+def unknown_argument(
+    owner: str, name: str, known: Sequence[str], more: Sequence[str] = (), hints: Mapping[str, str] | None = None
+) -> UnknownArgumentError:
+    """The error refusing keyword argument ``name`` of ``owner``: the answer of ``hints`` for a
+    name with one (another library's spelling), else the closest of ``known`` (then of ``more``,
+    e.g. a format's options) and the choices."""
+    if hints and name in hints:
+        return UnknownArgumentError(f"{owner}() has no argument {name!r}: {hints[name]}")
+    choices = ", ".join([*known, *more])
+    return UnknownArgumentError(
+        f"{owner}() has no argument {name!r}; its arguments: {choices}.{did_you_mean(name, known, more)}"
+    )
+
+
+def checked_keywords(hints: Mapping[str, str] | None = None) -> Callable[[F], F]:
+    """Decorate a function (or ``__init__``) so an unknown keyword argument raises
+    :func:`unknown_argument` (a ``TypeError`` that names the closest argument) instead of
+    Python's bare ``TypeError``; ``hints`` answers other libraries' names (DataLoader's)."""
+
+    def decorate(func: F) -> F:
+        import inspect
+
+        params = inspect.signature(func).parameters.values()
+        known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+        owner = "iotool." + func.__qualname__.removesuffix(".__init__")
+
+        @functools.wraps(func)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            for name in kwargs:
+                if name not in known:
+                    raise unknown_argument(owner, name, known, hints=hints)
+            return func(*args, **kwargs)
+
+        return checked  # pyright: ignore[reportReturnType]
+
+    return decorate

@@ -14,6 +14,8 @@ import importlib
 import logging
 from typing import Callable, Generic, TypeVar
 
+from .errors import did_you_mean
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -39,7 +41,8 @@ class Registry(Generic[T]):
 
     Args:
         noun: what an entry is, in messages ("format", "source").
-        kind: the class every entry must be an instance of.
+        kind: the class every entry must be an instance of, or its ``"module:attr"`` (imported
+            with the first entry, so listing names imports nothing).
         group: the entry-point group other packages declare entries in.
         builtin: name -> ``"module:attr"`` of the built-in entries, in their order.
         attr: the attribute taken when a target names only a module (``"SPEC"``).
@@ -50,19 +53,27 @@ class Registry(Generic[T]):
     def __init__(
         self,
         noun: str,
-        kind: type[T],
+        kind: type[T] | str,
         group: str,
         builtin: dict[str, str],
         attr: str,
         error: type[Exception],
         unknown: str | None = None,
     ) -> None:
-        self.noun, self.kind, self.group, self.builtin = noun, kind, group, builtin
+        self.noun, self._kind, self.group, self.builtin = noun, kind, group, builtin
         self.attr, self.error = attr, error
         self.unknown = unknown or f"Unknown {noun}"
         self._plugins: dict[str, str] | None = None
         self._loaded: dict[str, T] = {}
         self._registered: dict[str, T] = {}
+
+    @property
+    def kind(self) -> type[T]:
+        """The class every entry must be an instance of."""
+        if isinstance(self._kind, str):
+            module_name, _, attr = self._kind.partition(":")
+            self._kind = getattr(importlib.import_module(module_name), attr)
+        return self._kind  # pyright: ignore[reportReturnType]
 
     def entry_points(self) -> dict[str, str]:
         """name -> "module:attr" of the entries other installed packages declare (read once)."""
@@ -104,7 +115,7 @@ class Registry(Generic[T]):
 
     def unknown_name(self, name: str, choices: list[str]) -> Exception:
         """The error refusing ``name``, with the ``choices``."""
-        return self.error(f"{self.unknown} {name!r}; choose one of: {', '.join(choices)}.")
+        return self.error(f"{self.unknown} {name!r}; choose one of: {', '.join(choices)}.{did_you_mean(name, choices)}")
 
     def register(self, entry: T, name: str) -> T:
         """Add ``entry`` as ``name`` at run time (an installed package uses the entry-point group)."""

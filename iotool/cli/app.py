@@ -2,14 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import io
+import sys
+from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from .._version import __version__
 from . import bench_cmd, convert_cmd, formats_cmd, index_cmd, info_cmd, tune_cmd, verify_cmd
-from .common import show_library_log
+from .common import err_console, say_error, show_library_log
 from .helptext import Command, Group
+
+
+class RootGroup(Group):
+    """The ``iotool`` group: click's own usage errors ("Invalid value for ...") are shown as
+    iotool's are, wrapped at the terminal's width without breaking a word (:func:`say`)."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as exc:  # click's exceptions (Typer vendors click)
+            show_click_error(exc)
+            sys.exit(getattr(exc, "exit_code", 1))
+        except typer.Abort:
+            say_error("Aborted!")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def show_click_error(exc: typer.TyperException) -> None:
+    """What click would print for ``exc`` (the usage, the hint, then the error), with the error
+    line wrapped as iotool's messages are."""
+    shown = io.StringIO()
+    exc.show(file=shown)  # pyright: ignore[reportAttributeAccessIssue]  (every click exception has it)
+    for line in shown.getvalue().splitlines():
+        if line.startswith("Error: "):
+            say_error(line.removeprefix("Error: "))
+        else:
+            err_console.print(Text(line), soft_wrap=True, highlight=False)  # click's usage, wrapped by click
+
 
 app = typer.Typer(
     name="iotool",
@@ -17,7 +51,7 @@ app = typer.Typer(
     "inspect them, and benchmark the IO path.\n\nExample:\n\n    iotool convert imagefolder lmdb "
     "sample_data/imagefolder /tmp/sample.lmdb\n\nSee 'iotool COMMAND --help' for a command's options.",
     no_args_is_help=True,
-    cls=Group,
+    cls=RootGroup,
     rich_markup_mode=None,
     add_completion=False,
     pretty_exceptions_enable=False,

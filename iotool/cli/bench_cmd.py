@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from ..errors import UsageError
@@ -147,7 +147,7 @@ def decode_table(result: Any, wide: bool = False) -> Table:
     """The decode results as a rich table: short columns that fit 80 characters, or ``wide``."""
     table = Table()
     for col, justify in WIDE_DECODE_COLUMNS if wide else DECODE_COLUMNS:
-        table.add_column(col, justify=justify, overflow="fold")
+        table.add_column(col, justify=cast(JustifyMethod, justify), overflow="fold")
     for r in result.results:
         table.add_row(*(shown(c) for c in _decode_cells(r, wide)))
     return table
@@ -177,7 +177,6 @@ def decode(
         str | None,
         typer.Option(
             "--backends",
-            "-b",
             metavar="NAMES",
             help="Comma-separated backends: pil,opencv,simplejpeg,jpeg4py (default: all).",
         ),
@@ -377,7 +376,7 @@ def loader_table(result: Any, wide: bool = False) -> Table:
     """The side-by-side loader results: four columns that fit 80 characters, or ``wide``."""
     table = Table()
     for col, justify in WIDE_LOADER_COLUMNS if wide else LOADER_COLUMNS:
-        table.add_column(col, justify=justify, no_wrap=col == "pipeline")
+        table.add_column(col, justify=cast(JustifyMethod, justify), no_wrap=col == "pipeline")
     ceiling = (result.ceiling or {}).get("ceiling", {})
     for r in result.results:
         cells = [r.name, _fmt_stats(r.images_per_s), _ratio(r.vs_baseline), _ratio(ceiling.get(r.format))]

@@ -23,10 +23,25 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from ..errors import DestinationExistsError, DestinationLockedError, Interrupted, IotoolError, UsageError
+from ..errors import (
+    DestinationExistsError,
+    DestinationLockedError,
+    Interrupted,
+    IotoolError,
+    UsageError,
+    did_you_mean,
+)
 from ..names import json_escaped, printable
-from ..storage.units import human_bytes  # noqa: F401  (the commands' tables import it from here)
 from .helptext import wrap_paragraphs
+
+
+def human_bytes(n: float) -> str:
+    """A byte count in binary units (:func:`iotool.storage.units.human_bytes`; the storage package
+    loads with the first command that shows one, not with the help)."""
+    from ..storage.units import human_bytes as units_human_bytes
+
+    return units_human_bytes(n)
+
 
 console = Console()
 err_console = Console(stderr=True)
@@ -43,11 +58,12 @@ def shown(text: object) -> str:
 
 class _PrintableLog(logging.Handler):
     """The library's warnings (a record skipped, and why) on stderr as Python's last-resort
-    handler writes them, but shown through :func:`iotool.names.printable` (they quote keys)."""
+    handler writes them, but shown through :func:`iotool.names.printable` (they quote keys) and
+    wrapped as every message is (:func:`say`)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(printable(self.format(record)) + "\n")
+            say(self.format(record), out=err_console, whole_when_piped=True)
         except Exception:  # logging's own rule: a failed emit never raises
             self.handleError(record)
 
@@ -66,21 +82,21 @@ def handle_errors() -> Iterator[None]:
     try:
         yield
     except (UsageError, DestinationExistsError, DestinationLockedError) as exc:
-        err_console.print(f"[bold red]Error:[/] {shown(exc.cli_message())}", highlight=False, soft_wrap=True)
+        say_error(exc.cli_message())
         raise typer.Exit(EXIT_USAGE_ERROR) from None
     except IotoolError as exc:
-        err_console.print(f"[bold red]Error:[/] {shown(exc.cli_message())}", highlight=False, soft_wrap=True)
+        say_error(exc.cli_message())
         raise typer.Exit(EXIT_DATA_ERROR) from None
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         kept = exc.kept if isinstance(exc, Interrupted) else None
-        what = (
-            f"the partial output is kept for --resume in {shown(kept)}"
-            if kept
-            else "nothing was left at the destination"
-        )
-        err_console.print(
-            f"[bold red]Interrupted[/] ({signal.Signals(signum).name}); {what}.", highlight=False, soft_wrap=True
+        what = f"the partial output is kept for --resume in {kept}" if kept else "nothing was left at the destination"
+        say(
+            f"({signal.Signals(signum).name}); {what}.",
+            label="Interrupted",
+            style="bold red",
+            out=err_console,
+            whole_when_piped=True,
         )
         raise typer.Exit(128 + signum) from None
 
@@ -118,16 +134,39 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def say(text: str, *, label: str = "", style: str = "", out: Console | None = None, indent: int = 0) -> None:
+def message_width(out: Console) -> int | None:
+    """The width errors and warnings wrap at on ``out``: the terminal's, as the tables use; None
+    when piped (even with COLUMNS set), where each stays whole on one line for grep and logs."""
+    return out.width if out.is_terminal else None
+
+
+def say_error(message: str) -> None:
+    """``Error: message`` on stderr, wrapped as every message is (:func:`say`)."""
+    say(message, label="Error:", style="bold red", out=err_console, whole_when_piped=True)
+
+
+def say(
+    text: str,
+    *,
+    label: str = "",
+    style: str = "",
+    out: Console | None = None,
+    indent: int = 0,
+    whole_when_piped: bool = False,
+) -> None:
     """Print a paragraph wrapped at the terminal's width without breaking a word (a path or URL
     longer than a line stays whole on a line of its own); ``label`` starts it in ``style``
-    (``say(path, label="skipped", style="yellow")``). Titles and notes go through here rather
+    (``say(path, label="skipped", style="yellow")``); with ``whole_when_piped`` (errors and
+    warnings) it stays whole on one line when piped (:func:`message_width`). Titles and notes go through here rather
     than into a table's title or caption, which rich wraps at the table's width. ``text`` is
     shown through :func:`iotool.names.printable` (a line break in it too is escaped)."""
     out = out or console
     head = f"{label} " if label else ""
     pad = " " * indent
-    for i, line in enumerate(wrap_paragraphs(head + printable(text), max(out.width - indent, 20), examples=False)):
+    width = message_width(out) if whole_when_piped else out.width
+    whole = head + printable(text)
+    lines = [whole] if width is None else wrap_paragraphs(whole, max(width - indent, 20), examples=False)
+    for i, line in enumerate(lines):
         styled = Text(pad + line)
         if i == 0 and label and style:
             styled.stylize(style, indent, indent + len(label))
@@ -167,7 +206,7 @@ def choice(names: Sequence[str]) -> Callable[[str], str]:
 
     def parse(value: str) -> str:
         if value not in choices:
-            raise typer.BadParameter(f"{value!r} is not one of: {', '.join(choices)}.")
+            raise typer.BadParameter(f"{value!r} is not one of: {', '.join(choices)}.{did_you_mean(value, choices)}")
         return value
 
     return parse

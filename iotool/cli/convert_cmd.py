@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..decode.encode import ENCODINGS
+from ..decode.encodings import ENCODINGS
 from ..errors import UsageError
 from ..formats import format_names
-from ..pipeline.job import ConversionReport
-from ..pipeline.run import convert as run_convert
 from ..pipeline.sources import source_choices, source_names
 from .common import (
     LazyBar,
@@ -27,6 +25,9 @@ from .common import (
     stop_on_signals,
     write_json,
 )
+
+if TYPE_CHECKING:
+    from ..pipeline.job import ConversionReport
 
 SOURCE_CHOICES = source_choices()
 ON_ERROR = ["fail", "skip"]
@@ -204,9 +205,13 @@ def convert(
 
         iotool convert imagefolder tar s3://bucket/train s3://bucket/shards --engine ray --ray-address auto
     """
+    from ..pipeline.run import convert as run_convert  # the write wing loads with the command, not the help
+
     show = not quiet and json_out != "-"
     with handle_errors():
-        format_options = {k: v for k, v in (("shard_size", shard_size), ("shard_bytes", shard_bytes)) if v}
+        format_options: dict[str, Any] = {
+            k: v for k, v in (("shard_size", shard_size), ("shard_bytes", shard_bytes)) if v
+        }
         format_options.update(parse_options(option or []))
         source_options = parse_options(src_option or [], "--src-option")
         if extensions:  # a source option of the kinds that scan files; the others refuse it by name

@@ -93,7 +93,9 @@ class PlainHelp(typer.Context.formatter_class):  # click's (Typer may vendor its
         hanging = indent + " " * (terms + col_spacing)
         width = max(self.width - len(hanging), 20)
         for term, text in rows:
-            lines = wrap_paragraphs(text, width) if text else []
+            lines = (
+                wrap_paragraphs(text, width, examples=False) if text else []
+            )  # a help that starts "iotool ..." is prose
             if len(term) > terms or not lines:
                 self.write(f"{indent}{term}\n")
             else:

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from ..errors import UsageError
-from ..formats.dali_index import write_dali_indexes
 from .common import console, handle_errors, shown, write_json
 
 
@@ -30,6 +29,8 @@ def index(
 
         iotool index /tmp/shards
     """
+    from ..formats.dali_index import write_dali_indexes
+
     with handle_errors():
         if not dali:
             raise UsageError("Nothing to write: --no-dali leaves no index kind to write.")

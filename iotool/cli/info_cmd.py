@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .. import storage
-from ..formats import FormatReader, detect_format
-from ..storage.files import disk_usage
+from ..formats import detect_format
 from .common import handle_errors, human_bytes, say, say_fields, write_json
+
+if TYPE_CHECKING:
+    from ..formats import FormatReader
 
 
 def info(
@@ -36,8 +37,10 @@ def info(
     A URL's endpoint and keys come from the AWS_* or FSSPEC_S3_* variables.
     """
     with handle_errors():
-        reader = detect_format(path).reader(path)
+        spec = detect_format(path)
+        reader = spec.reader(path)
         meta = reader.meta
+        encoding = spec.encoding or meta.options.get("encode") or "keep"
         data = {
             "path": reader.path,
             "format": meta.format,
@@ -51,7 +54,7 @@ def info(
             "skipped": meta.skipped,
             "checksum_algorithm": meta.checksum_algorithm,
             "created_by": meta.created_by,
-            "jpeg_crops": crop_path(meta.options),
+            "jpeg_crops": crop_path(meta.options) if encoding in ("keep", "jpeg") else None,
         }
     if as_json:
         write_json(data, None)
@@ -70,14 +73,20 @@ def info(
                 else "none (no class field)",
             ),
             ("size on disk", human_bytes(data["bytes"])),
-            ("options", ", ".join(f"{k}={v}" for k, v in meta.options.items())),
+            ("options", ", ".join(f"{k}={v}" for k, v in shown_options(meta.options, encoding).items())),
             ("skipped", str(len(meta.skipped))),
             ("created by", meta.created_by),
-            ("JPEG crops", data["jpeg_crops"]),
+            *([("JPEG crops", data["jpeg_crops"])] if data["jpeg_crops"] else []),
         ]
     )
     for s in meta.skipped:
         say(f"{s.get('key')}: {s.get('reason')}", label="skipped", style="yellow", indent=2)
+
+
+def shown_options(options: dict, encoding: str) -> dict:
+    """The options that apply to the payloads stored: the JPEG quality only when they were
+    re-encoded as JPEG (a bmp cache or kept bytes were never encoded at that quality)."""
+    return {k: v for k, v in options.items() if k != "quality" or encoding == "jpeg"}
 
 
 def crop_path(options: dict) -> str:
@@ -93,6 +102,9 @@ def crop_path(options: dict) -> str:
 
 def _dataset_bytes(reader: FormatReader) -> int:
     """Bytes on disk; for a remote dataset the sizes of each of its files."""
+    from .. import storage
+    from ..storage.files import disk_usage
+
     if not reader.remote:
         return disk_usage(reader.path)
     return sum(storage.size(url, reader.storage) for url in reader.files())

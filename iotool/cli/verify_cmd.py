@@ -22,6 +22,10 @@ def verify(
 ) -> None:
     """Check format version, metadata, count and every record's checksum; exit 1 if anything is wrong.
 
+    The checksums prove each record holds the bytes that were written; --decode also proves each
+    image decodes (a dataset converted with --no-validate may hold a broken file whose checksum
+    matches).
+
     Example:
 
         iotool verify /tmp/sample.lmdb --decode
@@ -50,6 +54,12 @@ def verify(
             label="OK",
             style="green",
         )
+        if not decode:  # a checksum proves the bytes are those written, not that they are an image
+            say(
+                "the checksums prove the bytes are those written, not that they decode; add --decode.",
+                label="images not decoded:",
+                style="yellow",
+            )
     else:
         say(f"in {report.path}:", label=f"{len(report.problems)} problem(s)", style="bold red", out=err_console)
         for p in report.problems:

@@ -10,21 +10,36 @@ without it such a record fails with an error naming the extra.
 
 from __future__ import annotations
 
-from .api import (
-    AUTO,
-    BACKENDS,
-    FORMAT_PREFERENCE,
-    JPEG_PREFERENCE,
-    PLUGIN_CODECS,
-    Backend,
-    BackendStatus,
-    available,
-    check_codec,
-    check_pixels,
-    decode,
-    image_format,
-    resolve_backend,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .api import (
+        AUTO,
+        BACKENDS,
+        FORMAT_PREFERENCE,
+        JPEG_PREFERENCE,
+        PLUGIN_CODECS,
+        Backend,
+        BackendStatus,
+        available,
+        check_codec,
+        check_pixels,
+        decode,
+        image_format,
+        resolve_backend,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """The decoding API (numpy, the backends) loads when first named; ``iotool.decode.encodings``
+    (the CLI's help) needs none of it."""
+    if name in __all__:
+        value = getattr(importlib.import_module(".api", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AUTO",

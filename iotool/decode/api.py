@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import DecodeError, UsageError
+from ..errors import DecodeError, UsageError, did_you_mean
 from . import backends as _b
 
 AUTO = "auto"
@@ -214,7 +214,10 @@ def resolve_backend(backend: str, fmt: str) -> str:
                 return name
         return "pil"
     if backend not in BACKENDS:
-        raise UsageError(f"Unknown decoder {backend!r}; choose one of: {AUTO}, {', '.join(BACKENDS)}.")
+        raise UsageError(
+            f"Unknown decoder {backend!r}; choose one of: {AUTO}, {', '.join(BACKENDS)}."
+            + did_you_mean(str(backend), [AUTO, *BACKENDS])
+        )
     status = _status(backend)
     if not status.available:
         raise UsageError(f"Decoder {backend!r} is not available here ({status.reason}). Install: {status.hint}.")

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from .encodings import ENCODINGS, EXTENSIONS
 
-ENCODINGS = ("keep", "jpeg", "png", "bmp")
-EXTENSIONS = {"jpeg": "jpg", "png": "png", "bmp": "bmp"}
+__all__ = ["ENCODINGS", "EXTENSIONS", "encode", "payload_extension"]
 
 
 def encode(image: np.ndarray, encoding: str, quality: int = 90) -> bytes:

@@ -9,19 +9,40 @@ owns its writer and its reader. The contract is one module per concept:
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UnknownFormatError
-from .options import FormatOptions
-from .plan import ShardPlan, ShardUnit
-from .reader import FormatReader, ShardedReader
 from .registry import FORMATS, all_formats, format_names, formats_where, get_format, register
 from .spec import FormatSpec
-from .writer import FormatWriter, WriterHooks
 
 if TYPE_CHECKING:
     from ..storage import StorageConfig
+    from .options import FormatOptions
+    from .plan import ShardPlan, ShardUnit
+    from .reader import FormatReader, ShardedReader
+    from .writer import FormatWriter, WriterHooks
+
+# The contract's heavier modules (plan and reader load the field codecs, and with them numpy) are
+# imported when first named, so the format names (the CLI's help) cost no numpy.
+_LAZY = {
+    "FormatOptions": "options",
+    "ShardPlan": "plan",
+    "ShardUnit": "plan",
+    "FormatReader": "reader",
+    "ShardedReader": "reader",
+    "FormatWriter": "writer",
+    "WriterHooks": "writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def detect_format(path: str | os.PathLike, storage: StorageConfig | None = None) -> FormatSpec:

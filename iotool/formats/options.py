@@ -6,7 +6,7 @@ import typing
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping, Self
 
-from ..errors import UsageError
+from ..errors import UsageError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class FormatOptions:
             choices = ", ".join(names) if names else "none"
             raise UsageError(
                 f"The {format_name} {cls.noun} has no option {', '.join(unknown)}; its options: {choices}."
+                + did_you_mean(unknown[0], names)
             )
         values = {name: _coerce(f"{format_name} {cls.noun}", name, value, hints[name]) for name, value in given.items()}
         return cls(**values)

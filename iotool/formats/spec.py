@@ -10,14 +10,16 @@ the spec.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .dali import DaliReading
 from .options import FormatOptions
-from .plan import ShardPlan
 from .plugins import missing_extra
-from .reader import FormatReader, ShardedReader
-from .writer import FormatWriter
+
+if TYPE_CHECKING:  # the classes a spec names; their modules load with the format that defines them
+    from .plan import ShardPlan
+    from .reader import FormatReader
+    from .writer import FormatWriter
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class FormatSpec:
     @property
     def iterable(self) -> bool:
         """Whether ``open_dataset`` returns an IterableDataset (sharded reading)."""
+        from .reader import ShardedReader
+
         return issubclass(self.reader, ShardedReader)
 
     def parse_options(self, given: Mapping[str, Any]) -> FormatOptions:

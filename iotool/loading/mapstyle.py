@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from torch.utils.data import Dataset
 
 from ..decode import AUTO, BACKENDS, decode, resolve_backend
-from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError
+from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError, did_you_mean
 from ..fields import CLASS, IMAGE, Schema, record_checksum
 from ..fields import decode as decode_field
 from ..formats import FormatReader
@@ -83,7 +83,7 @@ def check_decoder(decoder: str | None) -> None:
         raise UsageError(
             f"Unknown decoder {decoder!r}; choose one of: {', '.join(DECODERS)} "
             f"(default {DEFAULT_DECODER!r}: 'auto', fused with iotool's crops), "
-            f"or None for the stored bytes."
+            f"or None for the stored bytes.{did_you_mean(str(decoder), DECODERS)}"
         )
     if decoder != FUSED:
         resolve_backend(decoder, "jpeg")  # a backend that is not installed fails now, not in a worker

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
-from ..errors import UsageError
+from ..errors import UsageError, checked_keywords, unknown_argument
 from ..formats import FormatReader, ShardedReader, detect_format
 from ..storage import StorageConfig
 from .iterable import ShardedIterableDataset
@@ -31,6 +31,7 @@ def _storage_config(
     )
 
 
+@checked_keywords()
 def open_reader(
     path: str | os.PathLike,
     *,
@@ -142,6 +143,7 @@ def open_dataset(
         Both have ``classes``, ``class_to_idx``, ``keys``, ``schema`` (the stored fields),
         ``fields`` (the names a sample holds, in order) and ``as_dict``.
     """
+    check_iterable_options(iterable_options)
     ram, resize, fallback = ram_cache_options(
         ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
     )
@@ -163,3 +165,16 @@ def open_dataset(
     if iterable_options:
         raise UsageError(f"{', '.join(iterable_options)}: only for sharded formats, not {spec.name}.")
     return ImageDataset(reader, decoder=decoder, transform=transform, **common)
+
+
+def check_iterable_options(given: dict[str, Any]) -> None:
+    """Refuse a keyword argument that is neither open_dataset's nor a sharded dataset's option,
+    naming the closest (``transforms=``: did you mean ``transform``?) and the choices."""
+    import inspect
+
+    arguments = [name for name in inspect.signature(open_dataset).parameters if name != "iterable_options"]
+    params = inspect.signature(ShardedIterableDataset.__init__).parameters.values()
+    options = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in arguments]
+    for name in given:
+        if name not in options:
+            raise unknown_argument("iotool.open_dataset", name, arguments, options)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..decode.encode import ENCODINGS, EXTENSIONS, encode, payload_extension
-from ..errors import DecodeError, IotoolError, RecordError, UsageError
+from ..errors import DecodeError, IotoolError, RecordError, UsageError, did_you_mean
 from ..fields import Schema, encode_fields, record_checksum
 from ..formats import FormatSpec
 from ..names import ALLOWED, name_problem
@@ -216,7 +216,9 @@ def check_options(resize: int | None, size: tuple[int, int] | None, encoding: st
     if resize is not None and resize <= 0:
         raise UsageError(f"--resize {resize}: must be a positive number of pixels.")
     if encoding not in ENCODINGS:
-        raise UsageError(f"--encode {encoding!r}; choose one of: {', '.join(ENCODINGS)}.")
+        raise UsageError(
+            f"--encode {encoding!r}; choose one of: {', '.join(ENCODINGS)}.{did_you_mean(str(encoding), ENCODINGS)}"
+        )
     if not 1 <= quality <= 100:
         raise UsageError(f"--quality {quality}: must be between 1 and 100.")
     if encoding == "keep" and (resize is not None or size is not None):

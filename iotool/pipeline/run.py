@@ -13,8 +13,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .. import storage
-from ..errors import DestinationError, Interrupted, UsageError
-from ..formats import all_formats, get_format
+from ..errors import DestinationError, Interrupted, UsageError, did_you_mean, unknown_argument
+from ..formats import FormatSpec, all_formats, get_format
 from ..storage import StorageConfig
 from ..storage.units import human_bytes
 from .destination import Destination, LocalDestination, UrlDestination
@@ -117,6 +117,7 @@ def convert(
         src = storage.normalize(src)
     dst = storage.normalize(dst)
     runner = get_engine(engine)
+    check_argument_names(spec, format_options)
     format_opts = spec.parse_options(format_options)
     remote = storage.is_url(dst)
     runner.check(spec, format_opts, remote, resume)
@@ -235,3 +236,19 @@ def _destination_error(dest: Destination, exc: OSError, written: int, kept: str 
     return DestinationError(
         f"Cannot write {dest.location}: {reason} (after {human_bytes(written)} written); {left}.", exc.errno
     )
+
+
+def check_argument_names(spec: FormatSpec, format_options: dict[str, Any]) -> None:
+    """Refuse a format option that is no format's option but close to one of convert's own
+    arguments (``workres=4``: did you mean ``workers``?); the format refuses the others, naming its options."""
+    import inspect
+    from dataclasses import fields
+
+    options = [f.name for f in fields(spec.options)]
+    arguments = [name for name in inspect.signature(convert).parameters if name != "format_options"]
+    for name in format_options:
+        if name in options or not did_you_mean(name, arguments):
+            continue
+        if any(name in (f.name for f in fields(other.options)) for other in all_formats()):
+            continue  # another format's option (shard_size for lmdb): the format says it has not that one
+        raise unknown_argument("iotool.convert", name, arguments, options)

@@ -426,6 +426,8 @@ def _conclude(result: TuneResult, feed: Feed) -> None:
     result.kwargs = {"batch_size": result.batch_size, **kwargs}
     if not result.cuda:
         del result.kwargs["pin_memory"]  # not measured without CUDA: left to DataLoader's default
+    if feed.shuffle:  # map-style: the trials ran shuffled, as training does; the line to paste says so
+        result.kwargs["shuffle"] = True
     if feed.collate_fn is not None:
         result.kwargs["collate_fn"] = feed.collate_fn
     result.environment = environment()

@@ -169,9 +169,21 @@ def test_bench_decode_has_a_tjbench_row(tiny, tmp_path):
 
 
 def test_bench_decode_scale_and_file_mode(tiny, tmp_path):
-    full = run_json(["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench", *FAST], tmp_path)
+    full = run_json(["bench", "decode", str(tiny), "--backends", "pil,opencv", "--no-tjbench", *FAST], tmp_path)
     half = run_json(
-        ["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench", "--scale", "1/2", "--mode", "file", *FAST],
+        [
+            "bench",
+            "decode",
+            str(tiny),
+            "--backends",
+            "pil,opencv",
+            "--no-tjbench",
+            "--scale",
+            "1/2",
+            "--mode",
+            "file",
+            *FAST,
+        ],
         tmp_path,
     )
     assert half["scale"] == "1/2" and half["mode"] == "file"
@@ -180,7 +192,7 @@ def test_bench_decode_scale_and_file_mode(tiny, tmp_path):
 
 
 def test_bench_decode_table_output(tiny):
-    result = runner.invoke(app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", *FAST])
+    result = runner.invoke(app, ["bench", "decode", str(tiny), "--backends", "pil", "--no-tjbench", *FAST])
     assert result.exit_code == 0, result.output
     assert "iotool bench decode" in result.output and "pil" in result.output
 
@@ -208,7 +220,7 @@ def test_bench_decode_plot(tiny, tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "decode.png"
     result = runner.invoke(
-        app, ["bench", "decode", str(tiny), "-b", "pil,opencv", "--no-tjbench", "--plot", str(png), *FAST]
+        app, ["bench", "decode", str(tiny), "--backends", "pil,opencv", "--no-tjbench", "--plot", str(png), *FAST]
     )
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -522,13 +534,15 @@ def test_decode_table_wide_has_version_and_libjpeg_columns(wide_decode_result):
 
 def test_bench_decode_cli_wide_flag(tiny):
     result = runner.invoke(
-        app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", "--wide", *FAST], env={"COLUMNS": "200"}
+        app,
+        ["bench", "decode", str(tiny), "--backends", "pil", "--no-tjbench", "--wide", *FAST],
+        env={"COLUMNS": "200"},
     )
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if "backend" in line)
     assert "version" in header and "libjpeg" in header and "MB/s" in header
     short = runner.invoke(
-        app, ["bench", "decode", str(tiny), "-b", "pil", "--no-tjbench", *FAST], env={"COLUMNS": "200"}
+        app, ["bench", "decode", str(tiny), "--backends", "pil", "--no-tjbench", *FAST], env={"COLUMNS": "200"}
     )
     header = next(line for line in short.output.splitlines() if "backend" in line)
     assert "version" not in header and "versions: pil" in short.output

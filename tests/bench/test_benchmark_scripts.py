@@ -509,3 +509,16 @@ def test_fields_loader_compares_captions_with_class_labels_in_one_run(tmp_path):
     assert figures["Loader fields / class"] > 0 and figures["convert speed fields / class"] > 0
     assert figures["read fields ms"] > 0 and figures["decode fields ms"] > 0
     assert "Loader fields / class" in proc.stdout
+
+
+@smoke("cli_startup.py")
+def test_cli_startup_times_every_command_beside_python(tmp_path):
+    out = tmp_path / "startup.json"
+    run_script("cli_startup.py", "--smoke", "--json", out)
+    rows = {row["command"]: row for row in json.loads(out.read_text())["results"]}
+    assert {"python -c pass", "python -c 'import iotool'", "iotool --help", "iotool bench loader --help"} <= set(rows)
+    assert {"iotool formats", "iotool info (lmdb)", "iotool info (tar)"} <= set(rows)
+    assert all(row["median_s"] > 0 for row in rows.values())
+    assert rows["iotool --help"]["imports"] == "-"  # neither torch nor numpy
+    assert rows["iotool info (lmdb)"]["imports"] == "numpy"  # the column reports what a run loaded
+    assert all("torch" not in row["imports"] for row in rows.values())

@@ -203,6 +203,7 @@ def test_the_search_on_a_stubbed_timing_table_is_reproducible(monkeypatch, cuda)
             "prefetch_factor": 2,
             "persistent_workers": True,
             **({"pin_memory": True} if cuda else {}),
+            "shuffle": True,  # the trials of this map-style dataset ran shuffled
         }
         assert result.bound.kind == "cpu" and not result.budget_exhausted
 
@@ -637,3 +638,19 @@ def test_the_plot_has_whole_worker_ticks():
     ticks = [t for t in fig.axes[0].get_xticks() if 0 <= t <= 2]
     plt.close(fig)
     assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_cli_table_reads_at_80_columns_and_its_dataloader_line_runs(lmdb_path):
+    result = runner.invoke(app, ["tune", lmdb_path, *FAST_CLI], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in result.stdout
+    header = next(line for line in lines if line.split()[:1] == ["workers"])
+    assert header.split()[:4] == ["workers", "threads", "prefetch", "persist"]  # whole, not cut
+    snippet = result.stdout[result.stdout.index("DataLoader(dataset") :]
+    snippet = " ".join(snippet[: snippet.index(")") + 1].split())
+    assert "shuffle=True" in snippet  # the trials of a map-style dataset ran shuffled
+    dataset = iotool.open_dataset(lmdb_path, transform=iotool.transforms.RandomResizedCrop(224))
+    loader = eval(snippet, {"DataLoader": DataLoader, "dataset": dataset, "iotool": iotool})  # the line, pasted
+    images, labels = next(iter(loader))
+    assert images.shape == (4, 3, 224, 224) and loader.batch_size == 4

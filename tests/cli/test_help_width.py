@@ -42,6 +42,18 @@ def test_help_fits_and_breaks_no_word(path, width):
     assert broken == [], f"words split across lines or cut: {broken}"
 
 
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=lambda p: " ".join(p) or "iotool")
+def test_only_example_commands_continue_with_a_backslash(path):
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for i, line in enumerate(lines):
+        if line.endswith("\\"):  # a continued example: an `iotool` command or its continuation
+            command = next(x for x in reversed(lines[: i + 1]) if not x.startswith("      "))
+            assert command.strip().startswith("iotool "), f"stray backslash: {line!r}"
+            assert not line.lstrip().startswith("-") or line.startswith("      "), line
+
+
 def test_wrapping_never_splits_at_a_hyphen_or_inside_a_path():
     text = "see tfrecord-files and /a/rather/long/directory_name/with-hyphens/inside for it"
     for width in range(12, 40):

@@ -82,3 +82,54 @@ def test_convert_info_verify_import_no_torch(imagefolder, tmp_path):
     for args in (["info", str(dst)], ["verify", str(dst)]):
         marks = _run_marked(args, tmp_path)
         assert marks and not any(mark["torch"] for mark in marks), (args, marks)
+
+
+# Runs ``iotool ARGV`` in this interpreter and prints the top-level packages of torch and numpy it loaded.
+PROBE = """
+import sys
+sys.argv = ["iotool", *sys.argv[1:]]
+from iotool.cli import main
+try:
+    main()
+except SystemExit as stop:
+    assert stop.code in (0, None), stop.code
+print("LOADED=" + ",".join(sorted({m.partition(".")[0] for m in sys.modules} & {"torch", "numpy"})))
+"""
+
+HELP_SCREENS = [
+    [],
+    ["convert"],
+    ["info"],
+    ["verify"],
+    ["formats"],
+    ["index"],
+    ["tune"],
+    ["bench"],
+    ["bench", "decode"],
+    ["bench", "read"],
+    ["bench", "loader"],
+]
+
+
+def _loaded(args: list[str], cwd: Path) -> set[str]:
+    """The heavy packages (torch, numpy) ``iotool ARGS`` imported, in a fresh interpreter."""
+    env = {**os.environ, "COLUMNS": "100", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("LOADED=")][-1]
+    return set(filter(None, line.removeprefix("LOADED=").split(",")))
+
+
+@pytest.mark.parametrize("command", HELP_SCREENS, ids=lambda c: " ".join(c) or "iotool")
+def test_every_help_screen_imports_neither_torch_nor_numpy(command, tmp_path):
+    assert _loaded([*command, "--help"], tmp_path) == set()
+
+
+def test_formats_and_info_of_a_tar_dataset_import_no_torch(imagefolder, tmp_path):
+    from iotool import convert
+
+    convert(str(imagefolder), str(tmp_path / "o.tar"), "tar", workers=0)
+    assert "torch" not in _loaded(["formats"], tmp_path)
+    assert "torch" not in _loaded(["info", str(tmp_path / "o.tar")], tmp_path)

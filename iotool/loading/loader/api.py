@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...errors import UsageError
+from ...errors import UsageError, checked_keywords
 from ..iterable import ShardedIterableDataset
 from ..mapstyle import ImageDataset
 from ..order import RecordOrder
@@ -53,6 +53,22 @@ from .threadpass import ThreadPass
 ON_ERROR = (None, "raise", "skip")
 STATE_VERSION = 1
 MAX_THREADS = 8  # the default's cap: past it the GIL binds on every path measured
+# DataLoader's arguments, answered with the Loader's own spelling or why it has none.
+DATALOADER_ARGUMENTS = {
+    "num_workers": "the Loader builds batches in threads, not worker processes: pass threads=N "
+    "(isolate=True runs them in one child process).",
+    "collate_fn": "the Loader always collates as iotool.fast_collate does (uint8 images, int64 labels, "
+    "a tuple or dict in the dataset's fields order); for another collate use torch.utils.data.DataLoader.",
+    "persistent_workers": "nothing to keep alive: the Loader's threads (and its isolate=True child) "
+    "last across epochs as long as the Loader.",
+    "prefetch_factor": "pass prefetch=N: batches prepared ahead in all (DataLoader's is per worker).",
+    "sampler": "the Loader orders records itself: shuffle=, seed=, even= and rank=/world_size= (as "
+    "DistributedSampler); call loader.set_epoch(epoch) each epoch.",
+    "batch_sampler": "the Loader batches in its own order: batch_size=, drop_last= and shuffle=.",
+    "generator": "pass seed=N: it seeds the shuffle and each sample's augmentation.",
+    "worker_init_fn": "the Loader's threads need no per-worker set-up; the augmentation's random "
+    "numbers follow (seed, epoch, record).",
+}
 _STATE_FIELDS = ("records", "batch_size", "drop_last", "shuffle", "seed", "even", "rank", "world_size")
 
 
@@ -135,6 +151,7 @@ class Loader:
         UsageError: a dataset that is not iotool's, or a bad option (the message names it).
     """
 
+    @checked_keywords(hints=DATALOADER_ARGUMENTS)
     def __init__(
         self,
         dataset: ImageDataset | ShardedIterableDataset,

@@ -5,7 +5,7 @@ Every engine implements :class:`~iotool.pipeline.engines.base.Engine` over the s
 
 from __future__ import annotations
 
-from ...errors import UsageError
+from ...errors import UsageError, did_you_mean
 from .base import Engine, EngineResult
 
 ENGINES = ("local", "ray")
@@ -21,7 +21,7 @@ def get_engine(name: str) -> Engine:
         from .ray import RayEngine
 
         return RayEngine()
-    raise UsageError(f"engine={name!r}; choose one of: {', '.join(ENGINES)}.")
+    raise UsageError(f"engine={name!r}; choose one of: {', '.join(ENGINES)}.{did_you_mean(str(name), ENGINES)}")
 
 
 __all__ = ["ENGINES", "Engine", "EngineResult", "get_engine"]

@@ -9,20 +9,57 @@ point). What a kind declares is in :mod:`.base`; the pipeline asks :func:`get_so
 
 from __future__ import annotations
 
-from .base import Source, SourceKind, SourceOptions, SourceTask, read_label_file, source_schema
-from .dataset import DatasetSource, DatasetTask
-from .imagefolder import (
-    IMG_EXTENSIONS,
-    MAX_SOURCE_FILE_BYTES,
-    ImageFolderSource,
-    SourceSample,
-    SourceScan,
-    find_classes,
-    has_image_extension,
-    read_source_file,
-    scan_imagefolder,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .registry import DEFAULT_SOURCE, ENTRY_POINT_GROUP, get_source, open_source, source_choices, source_names
+
+if TYPE_CHECKING:
+    from .base import Source, SourceKind, SourceOptions, SourceTask, read_label_file, source_schema
+    from .dataset import DatasetSource, DatasetTask
+    from .imagefolder import (
+        IMG_EXTENSIONS,
+        MAX_SOURCE_FILE_BYTES,
+        ImageFolderSource,
+        SourceSample,
+        SourceScan,
+        find_classes,
+        has_image_extension,
+        read_source_file,
+        scan_imagefolder,
+    )
+
+# The kinds' modules (and the field codecs, numpy with them) load when first named: the kind
+# names alone (the CLI's help, `iotool formats`) import nothing else.
+_LAZY = {
+    **dict.fromkeys(
+        ["Source", "SourceKind", "SourceOptions", "SourceTask", "read_label_file", "source_schema"], "base"
+    ),
+    **dict.fromkeys(["DatasetSource", "DatasetTask"], "dataset"),
+    **dict.fromkeys(
+        [
+            "IMG_EXTENSIONS",
+            "MAX_SOURCE_FILE_BYTES",
+            "ImageFolderSource",
+            "SourceSample",
+            "SourceScan",
+            "find_classes",
+            "has_image_extension",
+            "read_source_file",
+            "scan_imagefolder",
+        ],
+        "imagefolder",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_SOURCE",

@@ -9,14 +9,15 @@ registry shares.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
 from ...formats import format_names
 from ...registry import Registry
-from ...storage import MissingExtraError, StorageConfig
-from .base import Source, SourceKind
-from .dataset import dataset_kind
+
+if TYPE_CHECKING:  # loaded with the first source, so listing the kinds (the CLI's help) costs nothing
+    from ...storage import StorageConfig
+    from .base import Source, SourceKind
 
 ENTRY_POINT_GROUP = "iotool.sources"
 BUILTIN: dict[str, str] = {
@@ -30,7 +31,13 @@ BUILTIN: dict[str, str] = {
 DEFAULT_SOURCE = "imagefolder"  # what convert() reads when not told
 
 REGISTRY: Registry[SourceKind] = Registry(
-    "source", SourceKind, ENTRY_POINT_GROUP, BUILTIN, attr="SOURCE", error=UsageError, unknown="Unknown source format"
+    "source",
+    "iotool.pipeline.sources.base:SourceKind",
+    ENTRY_POINT_GROUP,
+    BUILTIN,
+    attr="SOURCE",
+    error=UsageError,
+    unknown="Unknown source format",
 )
 _datasets: dict[str, SourceKind] = {}  # the dataset kind of each format name asked for
 
@@ -55,6 +62,8 @@ def get_source(name: str) -> SourceKind:
     if name not in _datasets:
         if name not in format_names():
             raise REGISTRY.unknown_name(name, source_choices())
+        from .dataset import dataset_kind
+
         _datasets[name] = dataset_kind(name)
     return _datasets[name]
 
@@ -64,6 +73,8 @@ def open_source(
 ) -> Source:
     """Open ``src`` as a source of ``kind`` (or the kind of that name) with its ``options``
     (refused by name when unknown)."""
+    from ...storage import MissingExtraError
+
     kind = get_source(kind) if isinstance(kind, str) else kind
     parsed = kind.parse_options(options)
     missing = kind.missing_extra()

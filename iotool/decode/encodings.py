@@ -1,0 +1,6 @@
+"""The payload encodings a conversion can store (``--encode``), without the encoders' imports."""
+
+from __future__ import annotations
+
+ENCODINGS = ("keep", "jpeg", "png", "bmp")
+EXTENSIONS = {"jpeg": "jpg", "png": "png", "bmp": "bmp"}
