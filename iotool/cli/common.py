@@ -75,7 +75,8 @@ def handle_errors() -> Iterator[None]:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         kept = exc.kept if isinstance(exc, Interrupted) else None
         what = (
-            f"the partial output is kept for --resume in {shown(kept)}"
+            f"the partial output is kept for --resume in {shown(kept)}: run the same command again with "
+            "--resume to continue it (without --resume, the next run removes it and starts over)"
             if kept
             else "nothing was left at the destination"
         )

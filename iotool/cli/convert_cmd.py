@@ -85,8 +85,9 @@ def convert(
     resume: Annotated[
         bool,
         typer.Option(
-            help="Continue the partial output of a killed or interrupted run from its last commit (formats "
-            "that can resume: see `iotool formats`)."
+            help="Continue the partial output that an interrupted (Ctrl-C, SIGTERM) or killed run of this same "
+            "command left, from its last commit: every run into a format that can resume (see `iotool formats`) "
+            "leaves one, given --resume or not. Without --resume, a run removes it and starts over."
         ),
     ] = False,
     resize: Annotated[

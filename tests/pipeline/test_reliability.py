@@ -100,12 +100,15 @@ def test_sigkill_never_leaves_an_incomplete_destination(fmt, many, tmp_path):
 def test_resume_after_sigkill_gives_the_same_records(fmt, many, tmp_path):
     src, driver = many
     reference = tmp_path / "reference"
-    iotool.convert(src, reference, fmt, workers=0, **unit_options(fmt))
+    expected = iotool.convert(src, reference, fmt, workers=0, **unit_options(fmt))
     dst = tmp_path / "out"
-    assert run_and_kill(driver, src, dst, fmt, 13) == -signal.SIGKILL
+    assert run_and_kill(driver, src, dst, fmt, 13) == -signal.SIGKILL  # a run without --resume
     assert run_and_kill(driver, src, dst, fmt, 8, resume=True) == -signal.SIGKILL  # killed again
     report = iotool.convert(src, dst, fmt, workers=2, resume=True, **unit_options(fmt))
     assert report.resumed_from >= 100  # started from the last commit, not from zero
+    # the summary covers the whole dataset, the records of the killed runs included
+    assert (report.count, report.bytes_in) == (expected.count, expected.bytes_in) == (300, expected.bytes_in)
+    assert report.resumed_count == report.resumed_from and 0 < report.images_per_s
     a, b = iotool.open_reader(reference), iotool.open_reader(dst)
     assert (a.keys, a.labels, a.checksums) == (b.keys, b.labels, b.checksums)
     assert [a.read(i)[0] for i in range(300)] == [b.read(i)[0] for i in range(300)]
