@@ -240,7 +240,10 @@ def convert(
         write_json(report_dict(report), json_out)
     if show:
         if report.resumed_from:
-            say(f"resumed after {report.resumed_from:,} source files done by the interrupted run")
+            say(
+                f"resumed after {report.resumed_from:,} source files done by the interrupted run; the summary "
+                "counts the whole dataset, images/s this run's own"
+            )
         say(f"iotool convert -> {report.format}: {report.dst}")
         console.print(summary_table(report))
         say(
