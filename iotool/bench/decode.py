@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..decode import BACKENDS, available, decode, image_format, resolve_backend
+from ..decode import BACKENDS, BackendStatus, available, decode, image_format, resolve_backend
 from ..decode.backends import parse_jpeg_header
 from ..errors import DecodeError, IotoolError, UsageError
 from .common import (
@@ -155,10 +155,10 @@ def parse_scale(text: str | int) -> int:
     raise UsageError(f"Unknown scale {text!r}; choose one of: 1, 1/2, 1/4, 1/8.")
 
 
-def _why(reason: str) -> str:
-    """A backend's import failure in words: a missing package is "not installed" (an optional
-    thing, listed as a note), anything else is said as it came."""
-    return "not installed" if reason.startswith("ModuleNotFoundError") else reason
+def _why(status: BackendStatus) -> str:
+    """A backend's import failure in words: a missing package or system library is "not
+    installed" (an optional thing, listed as a note), anything else is said as it came."""
+    return "not installed" if status.missing else status.reason
 
 
 def _select_backends(names: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
@@ -170,9 +170,7 @@ def _select_backends(names: Sequence[str] | None) -> tuple[list[str], dict[str, 
     status = available()
     usable = [n for n in dict.fromkeys(names) if status[n].available]
     missing = {
-        n: f"{_why(status[n].reason)}; install: {status[n].hint}"
-        for n in dict.fromkeys(names)
-        if not status[n].available
+        n: f"{_why(status[n])}; install: {status[n].hint}" for n in dict.fromkeys(names) if not status[n].available
     }
     if not usable:
         raise UsageError(f"None of the decoders {', '.join(names)} is available here: {missing}.")

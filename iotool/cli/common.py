@@ -90,7 +90,12 @@ def handle_errors() -> Iterator[None]:
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         kept = exc.kept if isinstance(exc, Interrupted) else None
-        what = f"the partial output is kept for --resume in {kept}" if kept else "nothing was left at the destination"
+        what = (
+            f"the partial output is kept for --resume in {shown(kept)}: run the same command again with "
+            "--resume to continue it (without --resume, the next run removes it and starts over)"
+            if kept
+            else "nothing was left at the destination"
+        )
         say(
             f"({signal.Signals(signum).name}); {what}.",
             label="Interrupted",

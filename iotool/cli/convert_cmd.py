@@ -86,8 +86,9 @@ def convert(
     resume: Annotated[
         bool,
         typer.Option(
-            help="Continue the partial output of a killed or interrupted run from its last commit (formats "
-            "that can resume: see `iotool formats`)."
+            help="Continue the partial output that an interrupted (Ctrl-C, SIGTERM) or killed run of this same "
+            "command left, from its last commit: every run into a format that can resume (see `iotool formats`) "
+            "leaves one, given --resume or not. Without --resume, a run removes it and starts over."
         ),
     ] = False,
     resize: Annotated[
@@ -244,7 +245,10 @@ def convert(
         write_json(report_dict(report), json_out)
     if show:
         if report.resumed_from:
-            say(f"resumed after {report.resumed_from:,} source files done by the interrupted run")
+            say(
+                f"resumed after {report.resumed_from:,} source files done by the interrupted run; the summary "
+                "counts the whole dataset, images/s this run's own"
+            )
         say(f"iotool convert -> {report.format}: {report.dst}")
         console.print(summary_table(report))
         say(

@@ -89,6 +89,7 @@ class BackendStatus:
     reason: str
     hint: str
     jpeg_library: str = ""  # the libjpeg(-turbo) it carries, filled in by ``available()``
+    missing: bool = False  # not installed (its package, or the system library it loads): not a fault
 
 
 @functools.cache
@@ -98,7 +99,8 @@ def _status(name: str) -> BackendStatus:
     try:
         return BackendStatus(name, True, str(backend.probe()), "", backend.hint)
     except Exception as exc:  # any import or load failure makes the backend unavailable
-        return BackendStatus(name, False, "", f"{type(exc).__name__}: {exc}", backend.hint)
+        missing = isinstance(exc, (ModuleNotFoundError, _b.MissingLibrary))
+        return BackendStatus(name, False, "", f"{type(exc).__name__}: {exc}", backend.hint, missing=missing)
 
 
 def _with_jpeg_library(status: BackendStatus) -> BackendStatus:

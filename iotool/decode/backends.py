@@ -248,8 +248,12 @@ def decode_simplejpeg(data: bytes, scale: int = 1, header: JpegHeader | None = N
 # --- jpeg4py -----------------------------------------------------------------------------
 
 
+class MissingLibrary(OSError):
+    """A backend's Python package is installed but the system library it loads is not."""
+
+
 def probe_jpeg4py() -> str:
-    """jpeg4py's version; raises OSError without the system libturbojpeg."""
+    """jpeg4py's version; raises :class:`MissingLibrary` without the system libturbojpeg."""
     from importlib.metadata import PackageNotFoundError, version
 
     import jpeg4py
@@ -257,7 +261,7 @@ def probe_jpeg4py() -> str:
     try:
         jpeg4py.initialize()  # dlopen("libturbojpeg.so.0"): a missing system library shows here
     except OSError:
-        raise OSError("jpeg4py is installed but the system library libturbojpeg.so.0 was not found") from None
+        raise MissingLibrary("jpeg4py is installed but the system library libturbojpeg.so.0 is not") from None
     try:
         return version("jpeg4py")
     except PackageNotFoundError:

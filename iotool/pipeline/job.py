@@ -46,12 +46,15 @@ class ConversionReport:
     seconds: float
     skipped: list[SkippedFile] = field(default_factory=list)
     resumed_from: int = 0  # source files already done by the interrupted run that was resumed
+    resumed_count: int = 0  # images that run had committed (counted in ``count``, not in ``images_per_s``)
     left_out: dict[str, int] | None = None  # source files not read, by extension (None: the source scans no files)
     schema: Schema = field(default_factory=Schema.classification)  # the fields written besides the image
 
     @property
     def images_per_s(self) -> float:
-        return self.count / self.seconds if self.seconds > 0 else float("inf")
+        """Images this run wrote per second (a resumed run's rate leaves out the images resumed)."""
+        written = self.count - self.resumed_count
+        return written / self.seconds if self.seconds > 0 else float("inf")
 
 
 @dataclass

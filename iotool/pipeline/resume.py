@@ -20,23 +20,36 @@ class Checkpoint:
     """Where a conversion stands; resumable writers store it with every commit.
 
     ``source_done`` counts the source positions fully handled (stored or skipped) by the records
-    committed so far; ``skipped`` holds ``[source position, key, path, reason]`` entries.
+    committed so far; ``skipped`` holds ``[source position, key, path, reason]`` entries;
+    ``bytes_in`` the source bytes read for the positions before ``source_done``, so that a resumed
+    run's summary covers the whole dataset.
     """
 
     fingerprint: str
     source_done: int = 0
     count: int = 0
     skipped: list[list] = field(default_factory=list)
+    bytes_in: int = 0
+    # source position -> bytes read before it, for the positions read and not yet committed
+    _bytes_before: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def read_up_to(self, position: int, bytes_in: int) -> None:
+        """Note that ``bytes_in`` source bytes were read for the positions before ``position``."""
+        self._bytes_before[position] = bytes_in
 
     def state(self, count: int, source_done: int) -> dict[str, Any]:
         """The state to store when ``count`` records, covering ``source_done`` source positions,
         are committed (skips past that point are redone on resume)."""
-        return {
+        state = {
             "fingerprint": self.fingerprint,
             "source_done": source_done,
             "count": count,
             "skipped": [s for s in self.skipped if s[0] < source_done],
         }
+        if source_done in self._bytes_before:
+            state["bytes_in"] = self._bytes_before[source_done]
+        self._bytes_before = {p: n for p, n in self._bytes_before.items() if p >= source_done}
+        return state
 
 
 class ResumeMismatch(UsageError):
@@ -60,4 +73,6 @@ def restore(writer: FormatWriter, checkpoint: Checkpoint, state: dict[str, Any])
         )
     checkpoint.source_done, checkpoint.count = state["source_done"], state["count"]
     checkpoint.skipped = list(state["skipped"])
+    checkpoint.bytes_in = int(state.get("bytes_in", 0))  # 0 for a partial of an iotool before 0.x
+    checkpoint.read_up_to(checkpoint.source_done, checkpoint.bytes_in)
     writer.resume(state)

@@ -81,6 +81,8 @@ def convert(
             they are, so a crop decodes only the segments it needs. Off: JPEGs are kept byte for byte.
         resume: continue the partial output of a killed or interrupted conversion to the same
             ``dst`` from its last commit, instead of starting over (formats that declare resume).
+            Every run into such a format leaves one when it is interrupted or killed after its
+            first commit, given ``resume`` or not; a run without ``resume`` removes it and starts over.
         progress: called with a :class:`Progress` after every record (Ray: after every task).
         engine: ``local`` (a process pool on this machine) or ``ray`` (sharded formats only:
             shard-sized tasks on a Ray cluster, see :mod:`iotool.pipeline.engines.ray`).
@@ -172,9 +174,11 @@ def _check_url_destination(spec, dst: str, remote: bool, resume: bool) -> None:
 def _run(job: Job, runner, dest: Destination) -> ConversionReport:
     """Begin the destination, run the engine into it, then commit (or clean up after a failure).
 
-    An interrupt (Ctrl-C, or SIGTERM turned into :class:`Interrupted` by the CLI) or a failed
-    write to the destination (a full disk, an I/O error) keeps a resumable partial output when
-    ``resume`` was asked for; anything else removes it. A failed write is raised as a
+    An interrupt (Ctrl-C, or SIGTERM turned into :class:`Interrupted` by the CLI) keeps a
+    resumable partial output (one that holds a commit, of a format that can resume), so that
+    ``resume`` can continue it whether or not the interrupted run was given ``resume``; a failed
+    write to the destination (a full disk, an I/O error) keeps one only when ``resume`` was asked
+    for (a full disk is not left full by default); anything else removes it. A failed write is raised as a
     :class:`DestinationError` that names the destination, the reason and what was written.
     """
     try:
@@ -183,9 +187,9 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
         bytes_out = dest.commit(result.units, result.units_bytes)
     except BaseException as exc:
         disk = isinstance(exc, OSError)
+        interrupted = isinstance(exc, KeyboardInterrupt)  # kept for --resume whether or not it was given
         keep = (
-            (disk or isinstance(exc, (KeyboardInterrupt, ResumeMismatch)))
-            and job.resume
+            (interrupted or ((disk or isinstance(exc, ResumeMismatch)) and job.resume))
             and runner.keeps_partial
             and job.spec.resumable
         )
@@ -207,6 +211,7 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
         time.perf_counter() - job.start,
         result.skipped,
         resumed_from=result.resumed_from,
+        resumed_count=result.resumed_count,
         left_out=_left_out(job.source),
         schema=job.schema,
     )

@@ -155,3 +155,42 @@ def test_a_missing_decoder_package_is_a_note_not_a_failure(tmp_path):
     assert "not installed: opencv; install: pip install opencv-python-headless" in message
     assert "unavailable" not in message and "ModuleNotFoundError" not in message
     assert " pil " in result.stdout and " opencv " not in result.stdout
+
+
+# jpeg4py installed, the system libturbojpeg not (as on a machine without `apt-get install
+# libturbojpeg0`): cffi's dlopen of it fails in the child, as it does there.
+WITHOUT_LIBTURBOJPEG = """
+import sys
+try:
+    import cffi
+except ImportError:  # no jpeg4py either: it needs cffi
+    pass
+else:
+    _dlopen = cffi.FFI.dlopen
+    def dlopen(self, name, *args, **kwargs):
+        if "turbojpeg" in str(name):
+            raise OSError(f"cannot load library {name!r}: no such file")
+        return _dlopen(self, name, *args, **kwargs)
+    cffi.FFI.dlopen = dlopen
+sys.argv[0] = "iotool"
+from iotool.cli import main
+main()
+"""
+
+
+def test_a_missing_system_decoder_library_is_a_note_not_a_failure(tmp_path):
+    """bench decode where jpeg4py cannot load libturbojpeg.so.0: a 'not installed' note with the
+    apt-get and pip commands (not an 'unavailable' fault), the other backends timed, exit 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_LIBTURBOJPEG, "bench", "decode", "--min-time", "0", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert result.returncode == 0, result.stderr
+    message = " ".join(result.stderr.split())
+    assert "not installed: jpeg4py; install: apt-get install libturbojpeg0" in message, message
+    assert "unavailable" not in message and "OSError" not in message
+    assert " pil " in result.stdout and " jpeg4py " not in result.stdout

@@ -122,7 +122,7 @@ def test_missing_system_libturbojpeg_disables_only_jpeg4py(monkeypatch, fresh_st
 
     monkeypatch.setattr(jpeg4py, "initialize", no_library)
     st = available()["jpeg4py"]
-    assert not st.available
+    assert not st.available and st.missing  # not installed, as a missing package is: not a fault
     assert "libturbojpeg" in st.reason and "apt-get install libturbojpeg0" in st.hint
     with pytest.raises(UsageError, match="apt-get install libturbojpeg0"):
         decode(jpeg(), "jpeg4py")
@@ -134,9 +134,21 @@ def test_missing_python_package_never_breaks_the_others(monkeypatch, fresh_statu
     monkeypatch.setitem(sys.modules, "simplejpeg", None)  # import simplejpeg -> ImportError
     st = available()["simplejpeg"]
     assert not st.available and "simplejpeg" in st.reason and "pip install simplejpeg" in st.hint
+    assert st.missing
     chosen = resolve_backend(AUTO, "jpeg")
     assert chosen != "simplejpeg" and chosen in JPEG_PREFERENCE
     assert_contract(decode(jpeg(), AUTO), (64, 96))
+
+
+def test_a_library_that_fails_otherwise_is_a_fault_not_a_missing_install(monkeypatch, fresh_status):
+    jpeg4py = pytest.importorskip("jpeg4py")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("symbol tjDecompress2 not found")
+
+    monkeypatch.setattr(jpeg4py, "initialize", broken)
+    st = available()["jpeg4py"]
+    assert not st.available and not st.missing and "tjDecompress2" in st.reason
 
 
 def test_unknown_backend_names_the_choices():

@@ -29,8 +29,9 @@ from iotool.fields.limits import MAX_METADATA_DEPTH, MAX_METADATA_MEMORY
 from iotool.formats.tar.members import MAX_EXTENDED_BYTES, TarDamage, members
 
 from ..conftest import write_tree
+from ..support.address_space import CAP_AFTER_IMPORTS, child_env
 
-CAP = 3 << 29  # 1.5 GiB of address space for a child: far below a 3 GiB header
+CAP = 3 << 29  # 1.5 GiB of address space beyond a child's imports: far below a 3 GiB header
 LIMIT_S = 60
 GIB3 = 3 << 30
 
@@ -42,9 +43,10 @@ def run_capped(*args: str, cwd: Path) -> tuple[int, str, int, float]:
     The child reports its own peak (``VmHWM`` of its address space, at exit): the kernel's
     ``ru_maxrss`` of a child started from this large test process counts this process's size."""
     report = cwd / f".rss-{os.getpid()}-{time.monotonic_ns()}"
-    launcher = (
-        "import atexit, resource, runpy, sys\n"
-        f"resource.setrlimit(resource.RLIMIT_AS, ({CAP}, {CAP}))\n"
+    launcher = CAP_AFTER_IMPORTS + (
+        "import atexit, runpy, sys\n"
+        "preload('numpy', 'PIL.Image', 'iotool.cli')\n"
+        f"cap_address_space({CAP})\n"
         "def peak():\n"
         "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
         f"    open({str(report)!r}, 'w').write(hwm[0].split()[1] if hwm else '0')\n"
@@ -52,7 +54,7 @@ def run_capped(*args: str, cwd: Path) -> tuple[int, str, int, float]:
         "sys.argv = ['iotool', *sys.argv[1:]]\n"
         "runpy.run_module('iotool', run_name='__main__', alter_sys=True)\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(iotool.__file__).parents[1]))
+    env = child_env(PYTHONPATH=str(Path(iotool.__file__).parents[1]))
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-c", launcher, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT

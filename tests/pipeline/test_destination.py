@@ -233,7 +233,7 @@ def wait_until_writing(dst: Path, proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", formats_where(lambda spec: not spec.resumable))
 def test_a_signal_stops_the_conversion_and_removes_its_temporaries(fmt, sig, source, tmp_path):
     dst = tmp_path / "out"
     proc = cli(*convert_args(fmt, source, dst, "-w", "2"), slow=0.03)
@@ -255,6 +255,58 @@ def wait_for_a_commit(dst: Path, fmt: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("the conversion never committed")
+
+
+def summary(text: str) -> dict:
+    """The JSON summary ``--json -`` printed (an object from a line that is ``{`` on)."""
+    start = text.index("{\n") if text.startswith("{\n") else text.index("\n{\n") + 1
+    return json.JSONDecoder().raw_decode(text[start:])[0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("fmt", formats_where(lambda spec: spec.resumable))
+def test_a_signal_keeps_the_partial_of_a_run_without_resume_and_says_what_to_run(fmt, sig, source, tmp_path):
+    """A run started without --resume, stopped by a signal after its first commit: the partial
+    output is kept and the message says to run the same command with --resume; that run finishes
+    it, equal record for record to an uninterrupted run, and its summary counts the whole dataset."""
+    code, text = run_cli(*convert_args(fmt, source, tmp_path / "reference", "--json", "-"))
+    assert code == 0, text
+    expected = summary(text)
+    dst = tmp_path / "out"
+    proc = cli(*convert_args(fmt, source, dst), slow=0.05)
+    wait_until_writing(dst, proc)
+    wait_for_a_commit(dst, fmt)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, out + err
+    assert "the partial output is kept for --resume in" in flat(err), err
+    assert "run the same command again with --resume to continue it" in flat(err), err
+    assert [n for n in os.listdir(tmp_path) if TMP_MARKER in n]
+    report = tmp_path / "resumed.json"  # and the summary for a person, on the terminal
+    code, text = run_cli(*[a for a in convert_args(fmt, source, dst, "--resume", "--json", str(report)) if a != "-q"])
+    assert code == 0, text
+    assert "the summary counts the whole dataset" in flat(text), text
+    got = json.loads(report.read_text())
+    report.unlink()
+    assert 0 < got["resumed_from"] < IMAGES, got
+    for key in ("images", "bytes_in", "bytes_out", "skipped", "classes"):
+        assert got[key] == expected[key], (key, got, expected)
+    a, b = iotool.open_reader(tmp_path / "reference"), iotool.open_reader(dst)
+    assert (list(a.keys), list(a.labels), list(a.checksums)) == (list(b.keys), list(b.labels), list(b.checksums))
+    assert iotool.verify(dst).ok and sorted(os.listdir(tmp_path)) == ["out", "reference"]
+
+
+@pytest.mark.parametrize("fmt", formats_where(lambda spec: spec.resumable))
+def test_a_signal_before_the_first_commit_keeps_nothing(fmt, source, tmp_path):
+    """Stopped before anything was committed, a partial could only start over: nothing is kept."""
+    dst = tmp_path / "out"
+    units = [f"-o{k}=1000" for k, v in get_format(fmt).example_options.items() if type(v) is int]
+    proc = cli(*convert_args(fmt, source, dst, *units), slow=0.05)
+    wait_until_writing(dst, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "nothing was left at the destination" in flat(err), out + err
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("fmt", formats_where(lambda spec: spec.resumable))

@@ -1,7 +1,7 @@
 """Sources against values that expand: a few kilobytes that stand for gigabytes once decoded.
 
 Each case is a real file given to the real CLI in a child process capped at 2 GiB of address
-space and a time limit (a launcher reports the child's peak RSS): the value is refused by name,
+space beyond what its imports hold, and a time limit (a launcher reports the child's peak RSS): the value is refused by name,
 quickly, with a bounded message and no traceback, far below the cap. The cases are issue 39's:
 a pickled-LMDB value whose tuple levels refer to the level below a thousand times through the
 memo, a Parquet label column whose dictionary holds one 20 MB string used by 150 rows, and a
@@ -22,16 +22,15 @@ from iotool.formats.tfrecord.example import _field, encode_example
 from iotool.formats.tfrecord.framing import frame
 
 from ..conftest import make_image
+from ..support.address_space import CAP_AFTER_IMPORTS, child_env
 
-CAP = 2 << 30
+CAP = 2 << 30  # beyond what the child's imports hold
 LAUNCHER = textwrap.dedent("""
     import json, resource, subprocess, sys, time
-    cap, limit, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
-    def capped():
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    limit, cmd = float(sys.argv[1]), sys.argv[2:]
     start = time.monotonic()
     try:
-        p = subprocess.run(cmd, preexec_fn=capped, capture_output=True, text=True, timeout=limit)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
         rc, out = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired:
         rc, out = "timeout", ""
@@ -40,12 +39,24 @@ LAUNCHER = textwrap.dedent("""
 """)
 
 
+# The CLI, capped once it has imported what it loads (not torch: no command here imports it).
+CAPPED_CLI = CAP_AFTER_IMPORTS + textwrap.dedent("""
+    import runpy, sys
+    preload("numpy", "PIL.Image", "iotool.cli")
+    cap_address_space(int(sys.argv[1]))
+    sys.argv = ["iotool", *sys.argv[2:]]
+    runpy.run_module("iotool", run_name="__main__", alter_sys=True)
+""")
+
+
 def capped_cli(*args: str | Path, limit: float = 60) -> dict:
-    """``iotool ARGS`` in a child capped at 2 GiB: its exit status, peak RSS, seconds and output."""
+    """``iotool ARGS`` in a child capped at 2 GiB beyond its imports: its exit status, peak RSS,
+    seconds and output."""
     import subprocess
 
-    cmd = [sys.executable, "-c", LAUNCHER, str(CAP), str(limit), sys.executable, "-m", "iotool", *map(str, args)]
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "COLUMNS": "200"}
+    cli = [sys.executable, "-c", CAPPED_CLI, str(CAP), *map(str, args)]
+    cmd = [sys.executable, "-c", LAUNCHER, str(limit), *cli]
+    env = child_env(PYTHONPATH=os.getcwd(), COLUMNS="200")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit + 30, env=env, check=True)
     return json.loads(proc.stdout)
 

@@ -100,12 +100,16 @@ def test_sigkill_never_leaves_an_incomplete_destination(fmt, many, tmp_path):
 def test_resume_after_sigkill_gives_the_same_records(fmt, many, tmp_path):
     src, driver = many
     reference = tmp_path / "reference"
-    iotool.convert(src, reference, fmt, workers=0, **unit_options(fmt))
+    expected = iotool.convert(src, reference, fmt, workers=0, **unit_options(fmt))
     dst = tmp_path / "out"
-    assert run_and_kill(driver, src, dst, fmt, 13) == -signal.SIGKILL
+    assert run_and_kill(driver, src, dst, fmt, 13) == -signal.SIGKILL  # a run without --resume
     assert run_and_kill(driver, src, dst, fmt, 8, resume=True) == -signal.SIGKILL  # killed again
     report = iotool.convert(src, dst, fmt, workers=2, resume=True, **unit_options(fmt))
     assert report.resumed_from >= 100  # started from the last commit, not from zero
+    # the summary covers the whole dataset, the records of the killed runs included
+    assert (report.count, report.bytes_in) == (expected.count, expected.bytes_in) == (300, expected.bytes_in)
+    assert report.resumed_count == report.resumed_from  # no skips here: one record a source file
+    assert report.images_per_s == pytest.approx((300 - report.resumed_count) / report.seconds)  # this run's
     a, b = iotool.open_reader(reference), iotool.open_reader(dst)
     assert (a.keys, a.labels, a.checksums) == (b.keys, b.labels, b.checksums)
     assert [a.read(i)[0] for i in range(300)] == [b.read(i)[0] for i in range(300)]
@@ -252,3 +256,17 @@ def test_a_worker_that_dies_is_an_error_naming_its_files_not_a_hang(many, tmp_pa
     assert err.value.path.startswith(str(src)) and err.value.path.endswith(".jpg")
     assert not dst.exists() and temporaries(tmp_path) == []
     assert multiprocessing.active_children() == []  # the other worker was stopped too
+
+
+def test_a_checkpoint_stores_the_bytes_read_before_its_position():
+    """The source bytes stored with a commit are those of the positions it covers, asked again or
+    not; a position before the last commit is forgotten rather than guessed."""
+    from iotool.pipeline.resume import Checkpoint
+
+    checkpoint = Checkpoint("job")
+    for position, total in [(0, 0), (1, 10), (2, 25), (3, 27)]:
+        checkpoint.read_up_to(position, total)
+    assert checkpoint.state(1, 2)["bytes_in"] == 25
+    assert checkpoint.state(1, 2)["bytes_in"] == 25  # a second commit covering nothing new
+    assert checkpoint.state(2, 3)["bytes_in"] == 27
+    assert "bytes_in" not in checkpoint.state(0, 1)

@@ -24,6 +24,7 @@ import pytest
 
 import iotool
 from iotool.errors import FormatError, IotoolError
+from tests.support.address_space import CAP_AFTER_IMPORTS, child_env
 from tests.support.servers import http_server
 
 from ..conftest import formats_where, rewrite_columns, write_tree
@@ -149,6 +150,8 @@ try:  # import everything the open path uses (torch, fsspec, aiohttp) before mea
     iotool.open_dataset(sys.argv[1] + "/no-such-dataset", decoder=None)
 except iotool.errors.IotoolError:
     pass
+preload("numpy", "torch")
+cap_address_space(1 << 30)  # what the imports hold, plus 1 GiB: an unbounded read fails here
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
     iotool.open_dataset(sys.argv[1], decoder=None)
@@ -166,9 +169,12 @@ def test_an_endless_index_json_stops_at_its_cap_with_memory_bounded(www):
     byte with an error naming the URL; the reading process grows by about the cap, not more."""
     with http_server(www, endless=["index.json"]) as server:
         url = f"{server}/{REMOTE[0]}"
-        limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
         done = subprocess.run(
-            [sys.executable, "-c", limit + _ENDLESS, url], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", CAP_AFTER_IMPORTS + _ENDLESS, url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=child_env(),
         )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
@@ -290,6 +296,8 @@ try:  # import everything the read path uses (torch, s3fs, aiobotocore) before m
     remote.exists(f"{url}/{shard}", StorageConfig(options=options))  # a HEAD the server answers at once
 except iotool.errors.IotoolError:
     pass
+preload("numpy", "torch")  # open_dataset's, before the cap and the first measure
+cap_address_space(2 << 30)  # what the imports hold, plus 2 GiB: the 1 GiB body cannot fit twice
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 errors = []
 for read in (lambda: [bytes(d) for d, _ in iotool.open_dataset(url, decoder=None, storage_options=options)],
@@ -322,13 +330,12 @@ def test_an_object_store_that_ignores_ranges_is_read_no_further_than_asked(www, 
     pytest.importorskip(package, reason=f"{proto}:// needs the {extra} extra: pip install 'iotool[{extra}]'")
     fmt = REMOTE[0]
     shard = _first_shard(fmt, www)
-    env = {**os.environ, **environment}
+    env = child_env(**environment)
     with http_server(www.parent, padded={shard: 1 << 30}, gcs=proto == "gs") as server:
         options = {**options, "endpoint_url": server}
         url = f"{proto}://{www.name}/{fmt}"
-        limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
         done = subprocess.run(
-            [sys.executable, "-c", limit + _S3_RANGES, url, shard, json.dumps(options)],
+            [sys.executable, "-c", CAP_AFTER_IMPORTS + _S3_RANGES, url, shard, json.dumps(options)],
             capture_output=True,
             text=True,
             timeout=300,

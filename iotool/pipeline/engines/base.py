@@ -20,7 +20,8 @@ class EngineResult:
     skipped: list[SkippedFile] = field(default_factory=list)
     units: list[str] = field(default_factory=list)  # units the engine's tasks published themselves
     units_bytes: int = 0
-    resumed_from: int = 0
+    resumed_from: int = 0  # source positions done by the interrupted run that was resumed
+    resumed_count: int = 0  # records it had committed
 
 
 class Engine(ABC):

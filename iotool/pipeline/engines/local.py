@@ -46,17 +46,21 @@ class LocalEngine(Engine):
             dest.written()  # noted before the writer's clean-up, for the error message
             writer.abort()
             raise
-        return EngineResult(checkpoint.count, bytes_in, skipped, resumed_from=adopted["source_done"] if adopted else 0)
+        resumed = (adopted["source_done"], adopted["count"]) if adopted else (0, 0)
+        return EngineResult(checkpoint.count, bytes_in, skipped, resumed_from=resumed[0], resumed_count=resumed[1])
 
 
 def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint) -> int:
-    """Feed the writer in source order from the checkpoint on; return the bytes read."""
-    bytes_in = 0
+    """Feed the writer in source order from the checkpoint on; return the bytes read, those of
+    the positions before the checkpoint (read by the run it resumes) included."""
+    bytes_in = checkpoint.bytes_in
+    checkpoint.read_up_to(checkpoint.source_done, bytes_in)
     source = job.source
     for position, item, size in results(
         source.load, source.worker_state(), tasks, job.payload, job.workers, checkpoint.source_done
     ):
         bytes_in += size
+        checkpoint.read_up_to(position + 1, bytes_in)
         if not isinstance(item, SkippedFile):
             item.index, item.position = checkpoint.count, position  # dense indices despite skips
             try:
