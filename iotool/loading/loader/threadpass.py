@@ -16,7 +16,9 @@ never the Loader.
 
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -30,6 +32,17 @@ from .protocols import Batch, PassPlan, Ring, SampleSource
 from .slot import Slot
 
 STOP_WAIT_S = 10.0  # how long stopping waits for each thread (it finishes the sample it is on)
+
+_LIVE: weakref.WeakSet[ThreadPass] = weakref.WeakSet()  # passes whose threads may still run
+
+
+@atexit.register
+def _stop_live_passes() -> None:
+    """At exit, stop and join the threads of every pass still running (a loop left with ``break``):
+    a daemon thread inside torch while the interpreter tears down ends the process in C++'s
+    ``terminate``."""
+    for run in list(_LIVE):
+        run.stop(wait=True)
 
 
 class ThreadPass:
@@ -52,6 +65,7 @@ class ThreadPass:
             threading.Thread(target=self._work, name=f"iotool-loader-{k}", daemon=True)
             for k in range(min(plan.threads, max(1, self.end - self.next_pos)))
         ]
+        _LIVE.add(self)
         for worker in self.workers:
             worker.start()
 
