@@ -131,7 +131,15 @@ def pickled_lmdb(scratch: Path) -> None:
     (scratch / "classes.txt").write_text("cat\ndog\n")
 
 
+def coco_set(scratch: Path) -> None:
+    """``coco/images`` and ``coco/instances.json``: 16 JPEGs and their COCO annotations."""
+    from ..support.coco import make_coco
+
+    make_coco(scratch / "coco", 16, 0)
+
+
 MAKERS = {
+    "coco/instances.json": coco_set,
     "cap-{": caption_shards,
     "data/train-*.parquet": parquet_files,
     "imagenet/train-": tfrecord_files,
