@@ -441,6 +441,7 @@ def test_released_when_the_dataset_is_gone_after_an_exception(lmdb, tmp_path, st
         proc.wait()
 
 
+@pytest.mark.serial  # a 30 s wall-clock bound on DataLoader workers starting: timed out beside the docs' runs
 @pytest.mark.parametrize(
     "sig,start_method", [(signal.SIGINT, "fork"), (signal.SIGKILL, "fork"), (signal.SIGKILL, "spawn")]
 )
