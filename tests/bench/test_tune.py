@@ -359,7 +359,7 @@ def test_recommended_kwargs_build_a_working_dataloader(lmdb_path):
     assert images.shape == (4, 3, 224, 224) and images.dtype == torch.uint8 and labels.shape == (4,)
     assert result.snippet().startswith("DataLoader(dataset, batch_size=4, num_workers=")
     assert "collate_fn=iotool.fast_collate" in result.snippet()
-    assert result.bound is not None and result.bound.kind in ("cpu", "io", "unknown")
+    assert result.bound is not None and result.bound.kind in ("cpu", "io", "idle", "unknown")
     assert calls[-1][0] == "done" and len(calls) == len(result.trials) + 1
     data = json.loads(json.dumps(result.to_dict()))
     assert data["kwargs"]["collate_fn"] == "iotool.fast_collate"
@@ -498,7 +498,7 @@ def test_cli_json_to_stdout(lmdb_path):
     assert data["snippet"].startswith("DataLoader(dataset, batch_size=4")
     assert data["verdict"]["faster"] in ("Loader", "DataLoader", "same") and data["loader_kwargs"]["threads"] == 1
     assert {row["feeder"] for row in data["table"]} == {"DataLoader", "Loader"}
-    assert data["bound"]["kind"] in ("cpu", "io", "unknown") and data["environment"]["cpus_usable"] >= 1
+    assert data["bound"]["kind"] in ("cpu", "io", "idle", "unknown") and data["environment"]["cpus_usable"] >= 1
 
 
 def test_cli_table_and_recommendation(lmdb_path, transforms_module):
