@@ -27,6 +27,8 @@ JSON_EXTENSIONS = frozenset({"json", "jsn"})
 INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
 ARRAY_EXTENSIONS = frozenset({"npy"})
 PICKLE_EXTENSIONS = frozenset({"pyd", "pickle", "pkl", "pth", "pt", "mp", "msgpack", "npz", "ten", "tb"})
+# a bytes field with one of these extensions holds an image (a mask, a depth map) on its sample's grid
+IMAGE_EXTENSIONS = frozenset({"png", "jpg", "jpeg", "bmp", "tif", "tiff", "webp", "ppm", "pgm", "pbm", "gif"})
 
 
 def name_problem(name: str) -> str | None:
@@ -81,6 +83,9 @@ class FieldSpec:
         per_box: the name of the ``boxes`` field whose boxes this field's values list one by one
             (an ``array`` along its first axis, a ``json`` list): when a crop drops a box, the
             same entry of this field goes too (COCO's ``iscrowd``, ``area``, ``segmentation``).
+        pixels: the values are measured in the stored image's pixels in a way iotool does not
+            rescale (COCO's ``area`` and ``segmentation``): a conversion that resizes the image
+            refuses to keep the field (see :attr:`on_image_grid`).
     """
 
     name: str
@@ -91,6 +96,7 @@ class FieldSpec:
     box_format: str | None = None
     classes: tuple[str, ...] = ()
     per_box: str | None = None
+    pixels: bool = False
 
     def __post_init__(self) -> None:
         problem = name_problem(self.name) if self.kind != CLASS else None
@@ -106,8 +112,18 @@ class FieldSpec:
             problem = f"boxes need a box_format, one of {', '.join(BOX_FORMATS)} (got {self.box_format!r})"
         if problem is None and self.per_box is not None:
             problem = _per_box_problem(self)
+        if problem is None and not isinstance(self.pixels, bool):
+            problem = f"pixels must be true or false (got {self.pixels!r:.40})"
         if problem:
             raise UsageError(f"field {self.name!r:.80}: {problem}.")
+
+    @property
+    def on_image_grid(self) -> bool:
+        """Whether the values are tied to the stored image's pixel grid and iotool cannot rescale
+        them with it: a ``pixels`` field, or a ``bytes`` field holding an image (a mask). Boxes
+        are tied to it too, but a resize scales them."""
+        ext = (self.ext or "").rsplit(".", 1)[-1].lower()
+        return self.pixels or (self.kind == "bytes" and ext in IMAGE_EXTENSIONS)
 
     @property
     def fixed_shape(self) -> bool:
@@ -124,6 +140,8 @@ class FieldSpec:
             out["shape"] = list(self.shape)
         if self.classes:
             out["classes"] = list(self.classes)
+        if self.pixels:
+            out["pixels"] = True
         return out
 
     @classmethod
@@ -133,7 +151,7 @@ class FieldSpec:
             raise FormatError(
                 f"{where}: a schema field must be an object with a string name and kind, got {raw!r:.80}."
             )
-        known = {"name", "kind", "ext", "dtype", "shape", "box_format", "classes", "per_box"}
+        known = {"name", "kind", "ext", "dtype", "shape", "box_format", "classes", "per_box", "pixels"}
         if set(raw) - known:
             raise FormatError(
                 f"{where}: schema field {raw['name']!r:.80} has unknown attributes {sorted(set(raw) - known)!r:.80}."
@@ -167,6 +185,7 @@ class FieldSpec:
                 raw.get("box_format"),
                 tuple(classes),
                 raw.get("per_box"),
+                raw.get("pixels", False),
             )
         except UsageError as exc:
             raise FormatError(f"{where}: {exc}") from None

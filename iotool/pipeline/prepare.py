@@ -14,6 +14,8 @@ import numpy as np
 from ..decode.encode import ENCODINGS, EXTENSIONS, encode, payload_extension
 from ..errors import DecodeError, IotoolError, RecordError, UsageError, did_you_mean
 from ..fields import Schema, encode_fields, record_checksum
+from ..fields import decode as decode_field
+from ..fields import encode as encode_field
 from ..formats import FormatSpec
 from ..names import ALLOWED, name_problem
 from ..records import Record, SkippedFile
@@ -63,6 +65,25 @@ class PayloadOptions:
         if seekable:
             check_seekable(encoding)
         return cls(validate, resize, size, encoding, quality, seekable)
+
+    @property
+    def resizes(self) -> bool:
+        """Whether every image is resized (``--resize`` or ``--size``)."""
+        return self.resize is not None or self.size is not None
+
+    def check_fields(self, where: str) -> None:
+        """Refuse a resize when the schema keeps fields on the image's pixel grid that a resize
+        cannot carry (masks, COCO's ``segmentation`` and ``area``); boxes are scaled."""
+        stuck = [f.name for f in self.schema.stored if f.on_image_grid]
+        if not self.resizes or not stuck:
+            return
+        kept = [f.name for f in self.schema.fields if f.name not in stuck]
+        flag = f"--resize {self.resize}" if self.resize is not None else "--size"
+        raise UsageError(
+            f"{where}: {flag} resizes the images, but the fields {', '.join(stuck)} are measured in their "
+            f"pixels and iotool does not rescale them (it scales boxes only). Leave them out with "
+            f"-s fields={','.join(kept)}, or convert without {flag.split()[0]}."
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The options as stored in the dataset's metadata."""
@@ -133,6 +154,8 @@ def init_worker(load: Callable, state: Any, options: PayloadOptions) -> None:
 
 def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | SkippedFile, int]]:
     """Load and prepare a chunk of (index, task); return (index, Record or SkippedFile, bytes read)."""
+    from ..decode.headers import image_size
+
     load, state, options = _WORKER["load"], _WORKER["state"], _WORKER["options"]
     out = []
     for index, task in chunk:
@@ -141,8 +164,11 @@ def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Skip
             key, where, label, data, *values = load(state, task)
             size = len(data)
             check_key(key)
-            fields = encode_fields(options.schema, values[0] if values else {}, key)
             payload, ext, shape = prepare(key, data, options)
+            given = values[0] if values else {}
+            if options.resizes and shape is not None:
+                given = resized_boxes(options.schema, given, image_size(data, key), shape, key)
+            fields = encode_fields(options.schema, given, key)
             digest = record_checksum(payload, fields)
             out.append((index, Record(index, key, label, payload, ext, digest, shape=shape, fields=fields), size))
         except (OSError, DecodeError, IotoolError, ValueError) as exc:
@@ -150,6 +176,27 @@ def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Skip
             prefix = f"{key}: "
             reason = reason[len(prefix) :] if reason.startswith(prefix) else reason
             out.append((index, SkippedFile(key, where, reason), size))
+    return out
+
+
+def resized_boxes(
+    schema: Schema, values: dict[str, Any], before: tuple[int, int], after: tuple[int, int], key: str
+) -> dict[str, Any]:
+    """``values`` with each boxes field scaled from an image of ``before`` (height, width) to
+    one of ``after``, as torchvision v2's ``Resize`` scales ``BoundingBoxes`` (clamped to the
+    image, every box kept: a conversion drops nothing)."""
+    from ..transforms.geometry import GeometryRecord, move_boxes
+
+    boxes = [f for f in schema.stored if f.kind == "boxes" and f.name in values]
+    if not boxes or before == after:
+        return values
+    record = GeometryRecord()
+    record.add(before, ("resize", *after), after)
+    out = dict(values)
+    for spec in boxes:
+        value = decode_field(spec, encode_field(spec, values[spec.name], key), key)
+        moved, _ = move_boxes(value["boxes"], spec.box_format or "XYXY", record)
+        out[spec.name] = {"boxes": moved, "labels": value["labels"]}
     return out
 
 

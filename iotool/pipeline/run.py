@@ -137,6 +137,7 @@ def convert(
     dest.check()
     source = open_source(src, kind, config, source_options)
     payload = replace(payload, schema=source_schema(source))
+    payload.check_fields(str(src))
     spec.reader.write_version(payload.schema)  # a format that stores no fields refuses now, by name
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if source.options_dict():  # stored (and fingerprinted) only for sources that take options

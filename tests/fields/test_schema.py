@@ -44,12 +44,14 @@ def test_the_stored_schema_round_trips_and_none_is_image_and_class() -> None:
             FieldSpec("boxes", "boxes", box_format="CXCYWH", classes=("a",)),
             FieldSpec("depth.png", "bytes", ext="png"),
             FieldSpec("iscrowd", "array", dtype="|u1", per_box="boxes"),
-            FieldSpec("segmentation", "json", per_box="boxes"),
+            FieldSpec("segmentation", "json", per_box="boxes", pixels=True),
         )
     )
     assert Schema.from_list(schema.to_list(), "m") == schema
     assert schema.per_box("boxes") == ("iscrowd", "segmentation")
     assert schema.to_list()[4]["per_box"] == "boxes"
+    assert schema.to_list()[5]["pixels"] is True and "pixels" not in schema.to_list()[4]
+    assert [f.name for f in schema.fields if f.on_image_grid] == ["depth.png", "segmentation"]
     assert Schema.from_list(None, "m") == Schema.classification()
 
 
@@ -68,6 +70,7 @@ def test_the_stored_schema_round_trips_and_none_is_image_and_class() -> None:
         ([{"name": "x", "kind": "text"}] * 2, "distinct"),
         ([{"name": f"f{i}", "kind": "int"} for i in range(MAX_FIELDS + 1)], "at most"),
         ([{"name": "x", "kind": "array", "per_box": "boxes"}], "not a boxes field"),
+        ([{"name": "x", "kind": "json", "pixels": "yes"}], "pixels must be true or false"),
         ([{"name": "b", "kind": "text"}, {"name": "x", "kind": "json", "per_box": "b"}], "not a boxes field"),
         (
             [{"name": "b", "kind": "boxes", "box_format": "XYXY"}, {"name": "x", "kind": "text", "per_box": "b"}],

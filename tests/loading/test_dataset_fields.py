@@ -25,7 +25,7 @@ from iotool.loading.mapstyle import ImageDataset
 from iotool.loading.split import ShardEnv
 
 from ..conftest import formats_where, indices_by_place
-from ..support.fields import EVERY_KIND, convert_fields, same, schema_of, value
+from ..support.fields import EVERY_KIND, convert_fields, same, schema_of, stored_value, value
 
 N = 9
 SCHEMA = schema_of(*EVERY_KIND)
@@ -38,8 +38,9 @@ def source_index(key: str) -> int:
     return int(Path(key).stem[3:])
 
 
-def check_values(names: Sequence[str], got: Sequence[Any] | dict[str, Any], i: int) -> None:
-    """``got`` (a tuple in ``names`` order, or a dict) holds sample ``i``'s values."""
+def check_values(names: Sequence[str], got: Sequence[Any] | dict[str, Any], i: int, path: Path | None = None) -> None:
+    """``got`` (a tuple in ``names`` order, or a dict) holds sample ``i``'s values (as the dataset
+    at ``path`` stores them, when given: its boxes scaled with its images)."""
     items = got.items() if isinstance(got, dict) else zip(names, got, strict=True)
     for name, v in items:
         if name == "image":
@@ -47,7 +48,7 @@ def check_values(names: Sequence[str], got: Sequence[Any] | dict[str, Any], i: i
         elif name == "class":
             assert type(v) is int and v == i % 2
         else:
-            assert same(v, value(name, i)), (name, i, v)
+            assert same(v, value(name, i) if path is None else stored_value(name, i, path)), (name, i, v)
 
 
 # -- sharded formats that store fields ---------------------------------------------------------------
@@ -134,7 +135,7 @@ def test_tuple_fields_come_in_the_order_asked(map_path):
     reference = iotool.open_dataset(map_path)
     for i in range(N):
         sample = ds[i]
-        check_values(names, sample, source_index(ds.keys[i]))
+        check_values(names, sample, source_index(ds.keys[i]), map_path)
         np.testing.assert_array_equal(sample[1], reference[i][0])
 
 
@@ -145,7 +146,7 @@ def test_all_gives_a_dict_of_the_image_and_every_field(map_path):
     for i in range(N):
         sample = ds[i]
         assert list(sample) == list(ds.fields)
-        check_values(ds.fields, sample, source_index(ds.keys[i]))
+        check_values(ds.fields, sample, source_index(ds.keys[i]), map_path)
 
 
 def test_decoder_none_gives_the_image_bytes_and_decoded_fields(map_path):
@@ -180,7 +181,7 @@ def test_a_dataset_without_a_class_defaults_to_the_image_and_every_field(tmp_pat
     ds = iotool.open_dataset(dst)
     assert ds.fields == ("image", "txt", "boxes") and not ds.as_dict
     for i in range(4):
-        check_values(ds.fields, ds[i], source_index(ds.keys[i]))
+        check_values(ds.fields, ds[i], source_index(ds.keys[i]), dst)
 
 
 def test_sample_fields_gives_the_image_and_values_by_name(map_path):
@@ -263,7 +264,7 @@ def test_dataloader_workers_give_every_map_sample_once_with_its_fields(map_path,
     for batch in loader:
         for sample in batch:
             i = (sample["count"] + 3) // 1000
-            check_values(ds.fields, sample, i)
+            check_values(ds.fields, sample, i, map_path)
             seen[i] += 1
     assert seen == Counter(range(N))
 

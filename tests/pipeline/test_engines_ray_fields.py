@@ -8,6 +8,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import iotool
@@ -73,5 +74,9 @@ def test_a_ray_conversion_to_the_bmp_cache_keeps_every_field(tmp_path):
     assert reader.schema["emb"].shape == (4,) and reader.schema["ragged"].shape is None
     for i in range(7):
         fields = reader.read_fields(i, list(EVERY_KIND))
-        assert all(same(decode(reader.schema[n], fields[n], "t"), value(n, i)) for n in EVERY_KIND)
+        unmoved = [n for n in EVERY_KIND if n != "boxes"]
+        assert all(same(decode(reader.schema[n], fields[n], "t"), value(n, i)) for n in unmoved)
+        boxes = decode(reader.schema["boxes"], fields["boxes"], "t")  # 48x32 resized to 36x24: scaled 3/4
+        given = value("boxes", i)
+        assert same(boxes, {"boxes": given["boxes"] * np.float32(0.75), "labels": given["labels"]})
     assert iotool.verify(tmp_path / "ray").ok

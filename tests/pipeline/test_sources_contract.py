@@ -256,13 +256,20 @@ def test_every_kind_converts_to_every_format_with_keys_labels_and_bytes(kind, fm
         with pytest.raises(iotool.UsageError, match="stores an image and a class only"):
             iotool.convert(built.src, tmp_path / "out", fmt, src_format=kind, source_options=built.options)
         return
+    options = built.options or None
+    if kind == "coco" and get_format(fmt).needs_resize:  # its area and segmentation cannot be resized
+        with pytest.raises(iotool.UsageError, match="fields area, segmentation are measured in their pixels"):
+            iotool.convert(
+                built.src, tmp_path / "out", fmt, src_format=kind, source_options=options, **options_for(fmt)
+            )
+        options = {**built.options, "fields": "boxes,iscrowd,image_id"}
     report = iotool.convert(
         built.src,
         tmp_path / "out",
         fmt,
         src_format=built.src_format,
         workers=0,
-        source_options=built.options or None,
+        source_options=options,
         **options_for(fmt),
     )
     assert report.count == len(RECORDS) and report.skipped == []

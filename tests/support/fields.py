@@ -64,6 +64,24 @@ def value(name: str, i: int) -> Any:
     raise KeyError(name)
 
 
+def stored_value(name: str, i: int, path: Path) -> Any:
+    """:func:`value` as the dataset at ``path`` stores it: boxes scaled as :func:`convert_fields`'s
+    resize scaled its images (the formats that store resized images: 48x32 to 36x24)."""
+    from iotool.formats import get_format
+
+    got = value(name, i)
+    if name == "boxes" and get_format(iotool_format(path)).needs_resize:
+        got = {"boxes": got["boxes"] * np.float32(24 / 32), "labels": got["labels"]}
+    return got
+
+
+def iotool_format(path: Path) -> str:
+    """The format of the dataset at ``path``."""
+    import iotool
+
+    return iotool.open_reader(path).meta.format
+
+
 def values(schema: Schema, i: int) -> dict[str, Any]:
     return {f.name: value(f.name, i) for f in schema.stored}
 

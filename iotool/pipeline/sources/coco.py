@@ -13,6 +13,8 @@ the image's annotations (in file order, as pycocotools' ``getAnnIds`` lists them
 
 An image without annotations has no boxes ((0, 4)). There is no class. A missing ``iscrowd`` is
 0 and a missing ``area`` the box's w * h (as pycocotools' ``loadRes``). Option ``fields`` chooses.
+``area`` and ``segmentation`` are in the image's pixels and marked so (``pixels``): a conversion
+that resizes the images scales the boxes but refuses to keep those two.
 
 Bad records (``--on-error skip`` lists them, ``fail`` stops naming them): an image entry without
 an integer id or a string file_name, a file_name that is not a safe relative path under
@@ -184,8 +186,8 @@ class CocoSource:
             [
                 FieldSpec("boxes", "boxes", box_format="XYXY", classes=tuple(names)),
                 FieldSpec("iscrowd", "array", dtype="|u1", per_box="boxes"),
-                FieldSpec("area", "array", dtype="<f4", per_box="boxes"),
-                FieldSpec("segmentation", "json", per_box="boxes"),
+                FieldSpec("area", "array", dtype="<f4", per_box="boxes", pixels=True),
+                FieldSpec("segmentation", "json", per_box="boxes", pixels=True),
                 FieldSpec("image_id", "int"),
             ],
             field_list(options.fields),

@@ -12,7 +12,8 @@ is read too) with ``bbox`` (each 4 numbers), ``category`` (a ``ClassLabel`` sequ
   features when the file has them, else none;
 - every other list a per-box field (``per_box="boxes"``) under its own name (``COLUMN.NAME``
   when a column has that name): numbers an array (``area`` float32, ``iscrowd`` uint8, others
-  their Arrow type), anything else json.
+  their Arrow type), anything else json; ``area`` and ``segmentation`` are marked ``pixels``
+  (measured in the image's pixels: a conversion that resizes the image refuses to keep them).
 
 Each row's lists must hold one value per box; a box that is not 4 finite numbers with a
 non-negative width and height, a label outside the ClassLabel names, or a null is a bad record
@@ -35,6 +36,7 @@ from .detection import box_problem, to_xyxy
 BBOX = "bbox"
 CATEGORIES = ("category", "categories", "label", "labels")
 DTYPES = {"area": "<f4", "iscrowd": "|u1"}  # as the coco source stores them
+PIXEL_CHILDREN = frozenset({"area", "segmentation"})  # measured in the image's pixels, as coco's
 _LISTS = ("Sequence", "List", "LargeList")
 
 
@@ -124,7 +126,8 @@ def objects_fields(
         if problem:
             raise SourceError(f"{where}: {column}.{preview(child, 60)} cannot be a field ({problem}).")
         dtype = (DTYPES.get(child) or np.dtype(bool if _bool(vt) else vt.to_pandas_dtype()).str) if numeric else None
-        specs.append(FieldSpec(field, "array" if numeric else "json", dtype=dtype, per_box=boxes))
+        kind, pixels = "array" if numeric else "json", child in PIXEL_CHILDREN
+        specs.append(FieldSpec(field, kind, dtype=dtype, per_box=boxes, pixels=pixels))
         plan.append((field, "array" if numeric else "json", dtype, child))
     return ObjectsPlan(bbox_format, category, rows, tuple(plan), len(names)), specs
 
