@@ -522,3 +522,16 @@ def test_cli_startup_times_every_command_beside_python(tmp_path):
     assert rows["iotool --help"]["imports"] == "-"  # neither torch nor numpy
     assert rows["iotool info (lmdb)"]["imports"] == "numpy"  # the column reports what a run loaded
     assert all("torch" not in row["imports"] for row in rows.values())
+
+
+@smoke("detection.py")
+def test_detection_compares_the_loader_with_torchvision_v2_in_one_run(tmp_path):
+    pytest.importorskip("pycocotools", reason="torchvision's CocoDetection needs pycocotools (the test extra)")
+    out = tmp_path / "detection.json"
+    proc = run_script("detection.py", "--smoke", "--threads", "2", "--batch-size", "8", "--size", "48", "--json", out)
+    figures = json.loads(out.read_text())
+    assert figures["images"] == 23 and figures["boxes"] >= figures["images"]  # every JPEG, 1+ boxes each
+    assert figures["iotool.Loader img/s"] > 0 and figures["torchvision DataLoader img/s"] > 0
+    assert figures["ratio iotool / torchvision"] > 0 and figures["one-core ceiling (torchvision / iotool ms)"] > 0
+    assert figures["iotool image+boxes ms"] > 0 and figures["torchvision v2 transforms ms"] > 0
+    assert "ratio iotool / torchvision" in proc.stdout
