@@ -107,12 +107,12 @@ def test_the_child_is_kept_across_epochs_and_closed_with_the_loader(built):
     ds = iotool.open_dataset(built("lmdb"), transform=CenterCrop(16))
     loader = iotool.Loader(ds, batch_size=4, threads=2, isolate=True, drop_last=True)
     list(loader)
-    pid = loader._child.pid
+    pid = loader.child_pids[0]
     loader.set_epoch(1)
-    assert len(list(loader)) == len(loader) == 5 and loader._child.pid == pid
+    assert len(list(loader)) == len(loader) == 5 and loader.child_pids[0] == pid
     loader.close()
     assert _gone(pid)
-    assert len(list(loader)) == 5 and loader._child.pid != pid  # the next pass starts a new child
+    assert len(list(loader)) == 5 and loader.child_pids[0] != pid  # the next pass starts a new child
     loader.close()
 
 
@@ -180,7 +180,7 @@ def test_a_bad_record_is_raised_in_the_parent_naming_it_with_the_childs_tracebac
     with pytest.raises(iotool.RecordError, match=r"bad.lmdb.*record \d+ \(a/img_004.jpg\)") as caught:
         list(loader)
     message = str(caught.value)
-    assert f"child process {loader._child.pid}" in message and "Traceback (most recent call last)" in message
+    assert f"child process {loader.child_pids[0]}" in message and "Traceback (most recent call last)" in message
     skipping = iotool.Loader(ds, batch_size=3, threads=2, on_error="skip", isolate=True)
     batches = _clone(skipping)
     assert [len(y) for _, y in batches] == [3, 3, 3] and skipping.skipped == 1
@@ -222,10 +222,10 @@ def test_break_del_and_gc_leave_no_child_thread_mapping_or_shm(built):
     for batch in loader:  # noqa: B007  (the batch is held after the loop)
         break
     del batch  # the caller's batch holds its memory: let go of it
-    pid = loader._child.pid
+    pid = loader.child_pids[0]
     it = iter(loader)  # break, then a new pass: the same child serves it
     next(it)
-    assert loader._child.pid == pid and threading.active_count() == threads
+    assert loader.child_pids[0] == pid and threading.active_count() == threads
     cycle = [it, loader]
     cycle.append(cycle)  # only the garbage collector can free it
     del it, loader, cycle
@@ -240,7 +240,7 @@ def test_a_killed_child_is_an_error_naming_it_not_a_hang(built):
     loader = iotool.Loader(ds, batch_size=1, threads=2, isolate=True)
     it = iter(loader)
     next(it)
-    pid = loader._child.pid
+    pid = loader.child_pids[0]
     os.kill(pid, signal.SIGKILL)
     started = time.monotonic()
     with pytest.raises(iotool.IotoolError, match=rf"child process {pid} ended \(killed by signal 9 \(SIGKILL\)\)"):
@@ -275,7 +275,7 @@ def test_the_child_dies_with_its_parent(built, tmp_path):
         loader = iotool.Loader(ds, batch_size=1, threads=2, isolate=True)
         it = iter(loader)
         next(it)
-        print(loader._child.pid, flush=True)
+        print(loader.child_pids[0], flush=True)
         time.sleep(60)
     """)
     )
@@ -312,9 +312,9 @@ def test_ctrl_c_to_the_process_group_ends_the_child_promptly(built, tmp_path):
         try:
             for epoch in range(1000):
                 for batch in loader:
-                    print("batch", loader._child.pid, flush=True)
+                    print("batch", loader.child_pids[0], flush=True)
         except KeyboardInterrupt:
-            pid = loader._child.pid
+            pid = loader.child_pids[0]
             try:
                 os.kill(pid, 0)
                 print("child alive", pid, flush=True)
@@ -349,8 +349,8 @@ def test_an_interrupt_in_the_loop_body_ends_the_pass_and_the_child_serves_the_ne
     with pytest.raises(KeyboardInterrupt):
         for _ in loader:
             raise KeyboardInterrupt
-    pid = loader._child.pid
+    pid = loader.child_pids[0]
     assert not _gone(pid, timeout=0.2)
-    assert sum(len(labels) for _, labels in loader) == len(ds) and loader._child.pid == pid
+    assert sum(len(labels) for _, labels in loader) == len(ds) and loader.child_pids[0] == pid
     loader.close()
     assert _gone(pid)

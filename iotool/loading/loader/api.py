@@ -26,12 +26,15 @@ lists); for an ``(image, class)`` dataset, the images and int64 labels.
   naming the record; breaking out, ``del``, garbage collection and Ctrl-C stop every thread.
 - **Isolation** (``isolate=True``, :mod:`iotool.loading.loader.isolated`): the same pass in one forked
   child process writing into one shared-memory ring, so the threads do not share the caller's GIL.
+- **Processes** (``processes=k``, :mod:`iotool.loading.loader.processes`): k such children, each
+  with its threads, building every k-th batch: past one GIL when the samples run Python.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -45,7 +48,8 @@ from ..split import rank_world
 from .batches import Batches
 from .batchring import BatchRing
 from .columns import Layout, layout_of
-from .isolated import Child, ChildPlan, IsolatedPass, check_isolation
+from .isolated import ChildPlan, check_isolation
+from .processes import Children, ProcessesPass
 from .protocols import OrderedDataset, Pass, PassPlan, Ring
 from .reading import SampleReader
 from .threadpass import ThreadPass
@@ -56,7 +60,7 @@ MAX_THREADS = 8  # the default's cap: past it the GIL binds on every path measur
 # DataLoader's arguments, answered with the Loader's own spelling or why it has none.
 DATALOADER_ARGUMENTS = {
     "num_workers": "the Loader builds batches in threads, not worker processes: pass threads=N "
-    "(isolate=True runs them in one child process).",
+    "(and processes=K to run K child processes of N threads each, when the samples run Python).",
     "collate_fn": "the Loader always collates as iotool.fast_collate does (uint8 images, int64 labels, "
     "a tuple or dict in the dataset's fields order); for another collate use torch.utils.data.DataLoader.",
     "persistent_workers": "nothing to keep alive: the Loader's threads (and its isolate=True child) "
@@ -145,7 +149,13 @@ class Loader:
         rank, world_size: this process's place; None: from torch.distributed, else RANK/WORLD_SIZE.
         isolate: run the threads in one child process (forked on the first ``iter()``, kept across
             epochs) writing into one shared-memory ring, so they do not share the GIL with the
-            training loop (:mod:`iotool.loading.loader.isolated`; Linux only).
+            training loop (:mod:`iotool.loading.loader.isolated`; Linux only). The same as
+            ``processes=1``.
+        processes: build the batches in this many child processes of ``threads`` threads each,
+            child ``j`` every batch ``b`` with ``b % processes == j`` (:mod:`.processes`; Linux
+            only): for samples that run Python (a transform of your own), which threads of one
+            process run one at a time. 0 (the default): the threads run in this process. The
+            batches are the same for any ``processes`` and ``threads``.
 
     Raises:
         UsageError: a dataset that is not iotool's, or a bad option (the message names it).
@@ -169,6 +179,7 @@ class Loader:
         rank: int | None = None,
         world_size: int | None = None,
         isolate: bool = False,
+        processes: int = 0,
     ):
         if not isinstance(dataset, (ImageDataset, ShardedIterableDataset)):
             raise UsageError(
@@ -202,10 +213,11 @@ class Loader:
         self._reader = SampleReader(self.mapstyle, self.on_error, self.layout)
         self._resume: tuple[int, int] | None = None  # (epoch, batches) from load_state_dict
         self._pass: Pass | None = None
-        self.isolate = bool(isolate)
+        self.processes = max(_positive(processes, "processes", 0), 1 if isolate else 0)
+        self.isolate = self.processes > 0
         if self.isolate:
             check_isolation()
-        self._child: Child | None = None  # the isolated loader's child process, started by the first pass
+        self._children: Children | None = None  # the child processes, started by the first pass
         self._warn_foreign_transform()
 
     # -- the order's parts, read-only (one owner: epoch_order) ------------------------------------
@@ -259,7 +271,13 @@ class Loader:
     @property
     def skipped(self) -> int:
         """Bad records skipped by this loader (``on_error="skip"``)."""
-        return self._reader.skipped
+        return self._reader.skipped + (self._children.skipped if self._children is not None else 0)
+
+    @property
+    def child_pids(self) -> list[int]:
+        """The process ids of the children (``processes=k``, ``isolate=True``) started so far."""
+        found = self._children.children if self._children is not None else []
+        return [child.pid for child in found if child is not None]
 
     @property
     def batches_delivered(self) -> int:
@@ -405,8 +423,8 @@ class Loader:
     @property
     def reallocations(self) -> int:
         """Slots given new memory because a batch kept past the lifetime rule still held theirs."""
-        if self._child is not None:
-            return self._child.ring.reallocations
+        if self._children is not None:
+            return self._children.reallocations
         return self.ring.reallocations if self.ring is not None else 0
 
     def new_ring(self) -> BatchRing:
@@ -417,8 +435,8 @@ class Loader:
         """End the pass in progress and, when isolated, the child process (the next pass starts a new one)."""
         if self._pass is not None:
             self._pass.stop(wait=True)
-        if self._child is not None:
-            self._child.close()
+        if self._children is not None:
+            self._children.close()
 
     def __iter__(self) -> Batches:
         if self._pass is not None:
@@ -430,34 +448,38 @@ class Loader:
             first = self._resume[1]
             self._resume = None
         if self.isolate:
-            if self._child is None or not self._child.alive():
-                self._child = Child(self._child_plan())
-            self._pass = IsolatedPass(self._child, self._plan(self.epoch, first), self.pin_memory, self._child_skipped)
+            if self._children is None:
+                self._children = Children(self._child_plan, self.processes)
+            self._pass = ProcessesPass(self._children, self._plan(self.epoch, first), self.pin_memory)
         else:
             if self.ring is None:
                 self.ring = self.new_ring()
             self._pass = self._thread_pass(self.ring, self.epoch, first)
         return Batches(self._pass)
 
-    def _thread_pass(self, ring: Ring, epoch: int, first: int) -> ThreadPass:
-        """A thread pass over ``epoch`` from batch ``first``, writing into ``ring`` (here, or in the child)."""
+    def _thread_pass(self, ring: Ring, epoch: int, first: int, process: int = 0) -> ThreadPass:
+        """A thread pass over ``epoch`` from batch ``first``, writing into ``ring`` (here, or in
+        child ``process``: then only that child's batches)."""
         order = self._record_order(epoch, first * self.batch_size)
-        return ThreadPass(self._plan(epoch, first), ring, order, self._reader)
+        plan = replace(self._plan(epoch, first), processes=max(1, self.processes), process=process)
+        return ThreadPass(plan, ring, order, self._reader)
 
-    def _child_plan(self) -> ChildPlan:
+    def _child_plan(self, process: int) -> ChildPlan:
+        """What child ``process`` is given at its fork."""
+
+        def warm() -> None:  # in the child: its own count of skipped records, its own handles
+            self._reader.skipped = 0
+            self._warm()
+
         return ChildPlan(
             slots=self.prefetch + self.keep + 1,
             batch_size=self.batch_size,
             keep=self.keep,
             layout=self.layout,
-            start=self._thread_pass,
+            start=lambda ring, epoch, first: self._thread_pass(ring, epoch, first, process),
             skipped=lambda: self._reader.skipped,
-            warm=self._warm,
+            warm=warm,
         )
-
-    def _child_skipped(self, count: int) -> None:
-        """The child's count of skipped records, as it reports it with each answer."""
-        self._reader.skipped = count
 
     def _warm(self) -> None:
         """Reopen the handles inherited across the fork (an LMDB environment, an HDF5 file) in one

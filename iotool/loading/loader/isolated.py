@@ -199,7 +199,7 @@ class _Server:
             self.ring = self.plan.ring()  # a thread still finishing a sample may write its old slot
         self.pass_id = message["id"]
         self.run = self.plan.start(self.ring, message["epoch"], message["batches"])
-        self.next_batch, self.active = message["batches"], True
+        self.next_batch, self.active = self.run.first_owned, True
 
     def _next(self, message: dict[str, Any]) -> None:
         run, skipped = self.run, self.plan.skipped
@@ -208,6 +208,13 @@ class _Server:
                 f"the iotool.Loader's child has no pass {message.get('id')!r} running; iterate the loader again."
             )
             send(self.sock, _error_message(error, message.get("id", -1), skipped()))
+            return
+        if message.get("batch") != self.next_batch:
+            error = InternalError(
+                f"the iotool.Loader's child was asked for batch {message.get('batch')!r}, but builds "
+                f"{self.next_batch} next; report this as a bug."
+            )
+            send(self.sock, _error_message(error, self.pass_id, skipped()))
             return
         for index in message.get("renew", []):
             self.ring.renew_slot(index)
@@ -222,7 +229,7 @@ class _Server:
             self.active = False
             send(self.sock, _error_message(exc, self.pass_id, skipped()))
             return
-        self.next_batch += 1
+        self.next_batch += run.plan.processes
         shape = self.ring.shape or (0, 0, 0)
         names, fds = self.ring.pop_fds(index)
         reply = {"op": "batch", "id": self.pass_id, "slot": index, "count": count, "shape": list(shape)}

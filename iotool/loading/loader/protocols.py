@@ -114,6 +114,8 @@ class PassPlan:
         batch_size: samples per batch.
         threads: threads building batches.
         seed, rank: with the epoch and the record, each sample's random stream.
+        processes, process: the pass builds the batches ``b`` with ``b % processes == process``
+            (one of ``processes`` children of ``Loader(processes=k)``; 1 and 0: every batch).
     """
 
     epoch: int
@@ -124,10 +126,20 @@ class PassPlan:
     threads: int
     seed: int
     rank: int
+    processes: int = 1
+    process: int = 0
 
     def count(self, batch: int) -> int:
         """Samples in batch ``batch`` of the epoch."""
         return min(self.samples, (batch + 1) * self.batch_size) - batch * self.batch_size
+
+    def owns(self, batch: int) -> bool:
+        """Whether this pass builds batch ``batch``."""
+        return batch % self.processes == self.process
+
+    def first_owned(self) -> int:
+        """The first batch from :attr:`first` on that this pass builds."""
+        return self.first + (self.process - self.first) % self.processes
 
 
 @runtime_checkable

@@ -53,7 +53,9 @@ class ThreadPass:
         self.epoch, self.first, self.batches = plan.epoch, plan.first, plan.batches
         self.end = plan.samples
         self.delivered = plan.first  # batches of the epoch delivered (a resume's included)
-        self.base = ring.delivered + 1 - plan.first  # ring sequence number of the epoch's batch 0
+        self.first_owned = plan.first_owned()  # the first batch this pass builds
+        # ring sequence numbers count this pass's own batches: batch b is base + b // processes
+        self.base = ring.delivered + 1 - self.first_owned // plan.processes
         self.next_pos = plan.first * plan.batch_size
         self.chunk = max(1, min(16, plan.batch_size // (2 * plan.threads)))
         self.image_at = ring.layout.names.index("image")
@@ -100,19 +102,33 @@ class ThreadPass:
                 if self.stopped or self.next_pos >= self.end:
                     return None
                 batch = self.next_pos // bs
-                if self.ring.writable(self.base + batch):
+                if not self.plan.owns(batch):  # another process's batches: pass over their records
+                    skip_to = min(self.end, (batch + (self.plan.process - batch) % self.plan.processes) * bs)
+                    self._draw(self.next_pos, skip_to)
+                    self.next_pos = skip_to
+                    continue
+                if self.ring.writable(self._seq(batch)):
                     break
                 self.cond.wait(0.5)
             lo = self.next_pos
             hi = min(lo + self.chunk, (batch + 1) * bs, self.end)
-            indices = self.order.draw(hi - lo)
-            if len(indices) < hi - lo:  # the stream ended early: its length disagrees with the split
-                raise InternalError(
-                    f"the epoch's record order ended at position {lo + len(indices)}, "
-                    f"before the {self.end} the split gives; report this as a bug."
-                )
+            indices = self._draw(lo, hi)
             self.next_pos = hi
-            return batch, lo, indices, self.ring.claim(self.base + batch)
+            return batch, lo, indices, self.ring.claim(self._seq(batch))
+
+    def _draw(self, lo: int, hi: int) -> list[int]:
+        """The record indices at positions ``lo`` to ``hi`` of the epoch's order."""
+        indices = self.order.draw(hi - lo)
+        if len(indices) < hi - lo:  # the stream ended early: its length disagrees with the split
+            raise InternalError(
+                f"the epoch's record order ended at position {lo + len(indices)}, "
+                f"before the {self.end} the split gives; report this as a bug."
+            )
+        return indices
+
+    def _seq(self, batch: int) -> int:
+        """The ring sequence number of batch ``batch`` (one of this pass's)."""
+        return self.base + batch // self.plan.processes
 
     def _fill(self, slot: Slot, row: int, index: int) -> None:
         """Compute record ``index``'s sample into row ``row`` of ``slot``: the image and the fixed
@@ -169,8 +185,12 @@ class ThreadPass:
         return self.plan.count(batch)
 
     def deliver(self, batch: int) -> Batch:
-        """Batch ``batch`` of the epoch, once every thread's part of it is written."""
-        seq = self.base + batch
+        """Batch ``batch`` of the epoch (one this pass builds), once every thread's part of it is written."""
+        if not self.plan.owns(batch):
+            raise InternalError(
+                f"batch {batch} asked of the pass that builds {self.plan.process} mod {self.plan.processes}."
+            )
+        seq = self._seq(batch)
         with self.cond:
             self.ring.release_before(seq)
             self.cond.notify_all()
