@@ -1,6 +1,6 @@
 """Settle the GPU questions in one run: the CUDA tests, the training feed on CUDA, and DALI.
 
-Run it on a machine with a CUDA GPU (under 5 minutes on one GPU), from the repository root or
+Run it on a machine with a CUDA GPU (under 9 minutes on one GPU), from the repository root or
 anywhere (it finds the repository from its own path)::
 
     python benchmarks/gpu_check.py --json gpu_check.json
@@ -15,6 +15,9 @@ Each check runs in its own process, under its own time limit:
 3. ``dali``: the DALI pipeline with ``"mixed"`` decoding, when the DALI extra (``iotool.loading.dali``
    and ``nvidia.dali``) is installed; it calls ``iotool.loading.dali.gpu_check(decoding="mixed")``,
    which returns a JSON-ready dict of figures. Without the extra: "skipped: DALI extra not installed".
+4. ``loader_scaling``: ``benchmarks/loader_scaling.py`` on the node's CPU cores (2,000 generated
+   ImageNet-like JPEGs; lmdb and a Python step per sample; 1, 4 and 16 threads / workers, and 4
+   processes): how the Loader's threads and processes scale beside DataLoader's workers.
 
 It writes one JSON report (the GPU, driver, torch and CUDA versions, and each check's status and
 figures), rewritten after every check so that an interrupted run keeps the finished ones.
@@ -42,7 +45,10 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 NO_CUDA = "no CUDA device: nothing checked"
 OK_STATUSES = ("passed", "skipped")
-LIMIT_S = {"cuda_tests": 150, "train_feed": 100, "dali": 40}
+LIMIT_S = {"cuda_tests": 150, "train_feed": 100, "dali": 40, "loader_scaling": 240}
+SCALING_IMAGES = ["--images", "2000", "--classes", "10"]
+# the cores of a GPU node: threads and workers 1, 4 and 16; 4 processes of 1 and 4 threads
+SCALING_ARGS = ["--paths", "lmdb,python", "--counts", "1,4,16", "--processes", "4", "--rounds", "1"]
 TRAIN_FEED_ARGS = [
     "--device",
     "cuda",
@@ -219,10 +225,35 @@ def check_dali(tmp: Path) -> Result:
     return result
 
 
+def check_loader_scaling(tmp: Path) -> Result:
+    """benchmarks/loader_scaling.py on the machine's cores (a GPU node's 12-24), on a generated
+    ImageNet-like set: Loader threads and processes beside DataLoader workers; its figures."""
+    images, figures = tmp / "scaling-images", tmp / "loader_scaling.json"
+    make = [sys.executable, str(REPO / "benchmarks" / "make_imagenet_like.py"), str(images), *SCALING_IMAGES]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "loader_scaling.py"),
+        str(images),
+        *SCALING_ARGS,
+        "--json",
+        str(figures),
+    ]
+    script = (
+        f"import subprocess, sys; subprocess.run({make!r}, check=True); sys.exit(subprocess.run({cmd!r}).returncode)"
+    )
+    code, output, seconds = run_limited([sys.executable, "-c", script], LIMIT_S["loader_scaling"])
+    result = step_result(code, output, seconds, LIMIT_S["loader_scaling"])
+    result["args"] = SCALING_ARGS
+    if code == 0 and figures.exists():
+        result["figures"] = json.loads(figures.read_text())
+    return result
+
+
 CHECKS: dict[str, Callable[[Path], Result]] = {
     "cuda_tests": check_cuda_tests,
     "train_feed": check_train_feed,
     "dali": check_dali,
+    "loader_scaling": check_loader_scaling,
 }
 
 

@@ -189,6 +189,22 @@ def test_gpu_check_reads_pytest_outcomes_and_skips_dali_without_the_extra(tmp_pa
     assert code is None and seconds < 30
 
 
+@pytest.mark.slow  # generates images and runs ten feeds: about 20 s
+def test_gpu_check_runs_the_scaling_sweep_and_keeps_its_figures(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    assert "loader_scaling" in gpu_check.CHECKS and "1,4,16" in gpu_check.SCALING_ARGS
+    gpu_check.SCALING_IMAGES[:] = ["--images", "30", "--classes", "2"]  # this module's copy only
+    gpu_check.SCALING_ARGS[:] = ["--paths", "lmdb", "--counts", "1,2", "--processes", "2", "--rounds", "1"]
+    result = gpu_check.check_loader_scaling(tmp_path)
+    assert result["status"] == "passed", result
+    rows = result["figures"]["rows"]
+    assert {r["contestant"] for r in rows} >= {"Loader(processes=2, threads=1)", "DataLoader(num_workers=2)"}
+
+
 @smoke("region_decode.py")
 def test_region_decode_compares_each_library_with_the_full_decoders(tmp_path):
     from iotool.decode import region as R
@@ -535,3 +551,21 @@ def test_detection_compares_the_loader_with_torchvision_v2_in_one_run(tmp_path):
     assert figures["ratio iotool / torchvision"] > 0 and figures["one-core ceiling (torchvision / iotool ms)"] > 0
     assert figures["iotool image+boxes ms"] > 0 and figures["torchvision v2 transforms ms"] > 0
     assert "ratio iotool / torchvision" in proc.stdout
+
+
+@smoke("loader_scaling.py")
+def test_loader_scaling_sweeps_threads_processes_and_workers(tmp_path):
+    out = tmp_path / "scaling.json"
+    proc = run_script("loader_scaling.py", "--smoke", "--json", out)
+    rows = json.loads(out.read_text())["rows"]
+    cells = {(r["path"], r["count"], r["contestant"]) for r in rows}
+    assert ("python", 2, "Loader(processes=2, threads=1)") in cells and (
+        "lmdb",
+        1,
+        "DataLoader(num_workers=1)",
+    ) in cells
+    assert all(r["images_s"] > 0 and r["pss_mib"] > 0 and r["cpu_ms"] >= 0 for r in rows)
+    by = {(r["path"], r["count"], r["contestant"]): r for r in rows}
+    assert by[("lmdb", 2, "Loader(processes=2, threads=1)")]["processes"] == 3  # the parent and its two children
+    assert by[("lmdb", 2, "DataLoader(num_workers=2)")]["vs DataLoader"] == 1.0
+    assert "CPU ms/img" in proc.stdout
