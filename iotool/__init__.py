@@ -12,9 +12,6 @@ first use of what needs them.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from ._version import __version__
 from .errors import (
     ConversionError,
@@ -33,6 +30,7 @@ from .errors import (
     UnknownFormatError,
     UsageError,
 )
+from .lazy import lazy_attributes
 
 _LAZY = {
     "convert": ("pipeline.run", "convert"),
@@ -54,15 +52,8 @@ _LAZY = {
 _SUBMODULES = ("transforms", "decode", "formats", "fields")
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:  # importable as iotool.transforms without an explicit import
-        return importlib.import_module(f".{name}", __name__)
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f".{module}", __name__), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'iotool' has no attribute {name!r}")
+# the submodules are importable as iotool.transforms without an explicit import
+__getattr__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 
 def __dir__() -> list[str]:

@@ -10,8 +10,9 @@ without it such a record fails with an error naming the extra.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .api import (
@@ -30,17 +31,6 @@ if TYPE_CHECKING:
         resolve_backend,
     )
 
-
-def __getattr__(name: str) -> Any:
-    """The decoding API (numpy, the backends) loads when first named; ``iotool.decode.encodings``
-    (the CLI's help) needs none of it."""
-    if name in __all__:
-        value = getattr(importlib.import_module(".api", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "AUTO",
     "BACKENDS",
@@ -56,3 +46,7 @@ __all__ = [
     "image_format",
     "resolve_backend",
 ]
+
+# The decoding API (numpy, the backends) loads when first named; ``iotool.decode.encodings``
+# (the CLI's help) needs none of it.
+__getattr__ = lazy_attributes(__name__, dict.fromkeys(__all__, "api"))

@@ -9,11 +9,11 @@ owns its writer and its reader. The contract is one module per concept:
 
 from __future__ import annotations
 
-import importlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import UnknownFormatError
+from ..lazy import lazy_attributes
 from .registry import FORMATS, all_formats, format_names, formats_where, get_format, register
 from .spec import FormatSpec
 
@@ -37,12 +37,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 def detect_format(path: str | os.PathLike, storage: StorageConfig | None = None) -> FormatSpec:

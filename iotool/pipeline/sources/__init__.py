@@ -9,9 +9,9 @@ point). What a kind declares is in :mod:`.base`; the pipeline asks :func:`get_so
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ...lazy import lazy_attributes
 from .registry import DEFAULT_SOURCE, ENTRY_POINT_GROUP, get_source, open_source, source_choices, source_names
 
 if TYPE_CHECKING:
@@ -53,12 +53,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
