@@ -23,6 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from iotool.cli.app import command_paths  # noqa: E402  (the parent only: each timed run is a fresh interpreter)
+
 # Runs ``iotool ARGV`` (or the code after "-c") and writes which heavy modules it loaded to stderr.
 PROBE = """
 import sys
@@ -43,20 +48,6 @@ else:
             raise
     heavy()
 """
-
-HELP_COMMANDS = [
-    [],
-    ["convert"],
-    ["info"],
-    ["verify"],
-    ["formats"],
-    ["index"],
-    ["tune"],
-    ["bench"],
-    ["bench", "decode"],
-    ["bench", "read"],
-    ["bench", "loader"],
-]
 
 
 def make_datasets(root: Path) -> dict[str, str]:
@@ -99,7 +90,7 @@ def time_run(argv: list[str]) -> tuple[float, str]:
 def cases(datasets: dict[str, str]) -> list[tuple[str, list[str]]]:
     """(label, argv for PROBE) of every measured command."""
     rows = [("python -c pass", ["-c", "pass"]), ("python -c 'import iotool'", ["-c", "import iotool"])]
-    rows += [(" ".join(["iotool", *cmd, "--help"]), [*cmd, "--help"]) for cmd in HELP_COMMANDS]
+    rows += [(" ".join(["iotool", *cmd, "--help"]), [*cmd, "--help"]) for cmd in command_paths()]
     rows.append(("iotool formats", ["formats"]))
     rows += [(f"iotool info ({fmt})", ["info", path]) for fmt, path in datasets.items()]
     return rows

@@ -95,6 +95,18 @@ app.command(
 )(tune_cmd.tune)
 
 
+def command_paths() -> list[list[str]]:
+    """Every command and command group, as typed after ``iotool`` (``[]`` is ``iotool`` itself,
+    ``["bench", "read"]`` is ``iotool bench read``): what the help-screen checks walk."""
+    import typer.main
+
+    def walk(command: Any, path: list[str]) -> list[list[str]]:
+        subs = sorted(getattr(command, "commands", {}).items())
+        return [path, *(found for name, sub in subs for found in walk(sub, [*path, name]))]
+
+    return walk(typer.main.get_command(app), [])
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

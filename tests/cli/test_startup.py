@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from iotool.cli.app import command_paths
+
 from ..conftest import REPO
 
 # Runs the CLI with argv[1:]; every process (the main one, and each multiprocessing worker, which
@@ -96,19 +98,7 @@ except SystemExit as stop:
 print("LOADED=" + ",".join(sorted({m.partition(".")[0] for m in sys.modules} & {"torch", "numpy"})))
 """
 
-HELP_SCREENS = [
-    [],
-    ["convert"],
-    ["info"],
-    ["verify"],
-    ["formats"],
-    ["index"],
-    ["tune"],
-    ["bench"],
-    ["bench", "decode"],
-    ["bench", "read"],
-    ["bench", "loader"],
-]
+HELP_SCREENS = command_paths()  # every command and group, walked from the Typer app
 
 
 def _loaded(args: list[str], cwd: Path) -> set[str]:
