@@ -66,6 +66,7 @@ setup(
                 "iotool/_resize_weights.c",
                 "iotool/_resize_horizontal.c",
                 "iotool/_resize_vertical.c",
+                "iotool/_resize_flip.c",
             ],
             depends=["iotool/_resize.h"],
             extra_compile_args=["-O3"],

@@ -26,7 +26,8 @@
  * One module, one file per concept: this file holds the choice of kernels (the CPU's features
  * under set_level's cap), the resize as a whole (run: one block, then the passes) and the Python
  * functions; _resize_weights.c computes an axis's weights, _resize_horizontal.c is the horizontal
- * pass and _resize_vertical.c the vertical pass; _resize.h is what they share.
+ * pass and _resize_vertical.c the vertical pass, _resize_flip.c the transforms' horizontal flip
+ * (hflip); _resize.h is what they share.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -172,6 +173,48 @@ static PyObject *py_resize(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_hflip(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *src_obj, *dst_obj;
+    Py_ssize_t rows, width, pixel;
+    if (!PyArg_ParseTuple(args, "OOnnn", &src_obj, &dst_obj, &rows, &width, &pixel))
+        return NULL;
+    Py_buffer src, dst;
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_CONTIG_RO) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_CONTIG) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    const char *problem = NULL;
+    const uint8_t *s = (const uint8_t *)src.buf;
+    uint8_t *d = (uint8_t *)dst.buf;
+    if (rows < 0 || width < 0 || pixel < 1 || pixel > 16)
+        problem = "rows and width must be >= 0 and pixel 1 to 16 bytes";
+    else if (width > 0 && rows > PY_SSIZE_T_MAX / width / pixel)
+        problem = "rows x width x pixel overflows";
+    else if (src.len != rows * width * pixel || dst.len != src.len)
+        problem = "src and dst must each hold rows x width x pixel bytes";
+    else if (src.len > 0 && s != d && d < s + src.len && s < d + dst.len)
+        problem = "src and dst must be the same buffer or not overlap";
+    int failed = 0;
+    if (problem == NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        failed = rs_flip_rows(s, d, rows, width, pixel);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    if (failed)
+        return PyErr_NoMemory();
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_simd(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -206,6 +249,10 @@ static PyMethodDef methods[] = {
      "resize(src, dst, out_height, out_width, planar, swap=False): antialiased bilinear resize of an "
      "HxWxC uint8 buffer into dst (CxHxW planes when planar, else HxWxC), bit-exact with torch's uint8 "
      "kernel; swap (planar only) writes the planes in reversed channel order (BGR in, RGB out)."},
+    {"hflip", py_hflip, METH_VARARGS,
+     "hflip(src, dst, rows, width, pixel): dst row r = src row r mirrored, pixel by pixel (pixel "
+     "adjacent bytes; CxHxW planes: rows=C*H, pixel=1; HxWxC: rows=H, pixel=C); both C-contiguous, "
+     "the same buffer (in place) or apart; the GIL is released and no thread pool is used."},
     {"simd", py_simd, METH_NOARGS, "simd(): the instruction set in use: 'avx2', 'ssse3' or 'scalar'."},
     {NULL, NULL, 0, NULL},
 };

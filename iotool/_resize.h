@@ -79,4 +79,9 @@ INTERNAL size_t rs_hpass_scratch(const job_t *j, int out_w);
 INTERNAL void rs_vpass(const uint8_t *src, ptrdiff_t src_stride, int first, int len, const axis_t *ay,
                        uint8_t *dst, ptrdiff_t dst_stride);
 
+/* _resize_flip.c: dst row r = src row r mirrored, pixel by pixel (`pixel` adjacent bytes); the
+ * rows x width x pixel bytes of src and dst are contiguous and either the same buffer (in place)
+ * or apart. 0, or -1 when out of memory. */
+INTERNAL int rs_flip_rows(const uint8_t *src, uint8_t *dst, ptrdiff_t rows, ptrdiff_t width, ptrdiff_t pixel);
+
 #endif

@@ -309,10 +309,16 @@ def _allocate(shape: tuple[int, int, int, int], memory_format: torch.memory_form
 
 def copy_image(dst: torch.Tensor, image: np.ndarray | torch.Tensor) -> None:
     """Copy one image (as :func:`fast_collate` takes it) into its CxHxW slot of a batch, in a
-    single strided copy (numpy's, which also handles an image that overlaps the slot)."""
+    single strided copy (numpy's, which also handles an image that overlaps the slot).
+
+    CPU tensors are copied by numpy too: torch's ``copy_`` runs on its intra-op thread pool,
+    which stalls for milliseconds on a 224x224 image when a loader's threads keep the cores busy
+    (numpy copies on the calling thread)."""
     if isinstance(image, np.ndarray):
         view = dst.numpy()  # CxHxW view of the slot, sharing memory
         src = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
         np.copyto(view, src, casting="no")
+    elif image.is_cpu and dst.is_cpu and image.dtype == dst.dtype:
+        np.copyto(dst.numpy(), (image.unsqueeze(0) if image.dim() == 2 else image).numpy(), casting="no")
     else:
         dst.copy_(image.unsqueeze(0) if image.dim() == 2 else image)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .samplescope import take_slot
+from .samplescope import is_taken_slot, take_slot
 
 if TYPE_CHECKING:
     import torch
@@ -139,3 +139,43 @@ def crop_resize_hwc(
         return out if output == "hwc_array" else torch.from_numpy(out)
     out = _native_into(crop, size, output)
     return out if output == "hwc_array" else torch.from_numpy(out)
+
+
+def hflip_native(image: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor | None:
+    """``image`` (an HxWxC uint8 array, or a CxHxW uint8 CPU tensor laid out as planes or as
+    HxWxC pixels) mirrored left-right by the C kernel into new memory of the same kind and
+    layout (in place when ``image`` is the loader's batch row its sample's resize wrote:
+    :func:`~.samplescope.is_taken_slot`); None where the kernel does not apply (not built,
+    another dtype or device, strided).
+
+    The kernel runs on the caller's thread with the GIL released; torch's ``flip`` would run on
+    its intra-op thread pool, which stalls for milliseconds when a loader's threads keep the
+    cores busy.
+    """
+    if _ext is None:
+        return None
+    if isinstance(image, np.ndarray):
+        if image.dtype != np.uint8 or image.ndim != 3 or not image.flags.c_contiguous:
+            return None
+        out = np.empty_like(image)
+        _ext.hflip(image, out, image.shape[0], image.shape[1], image.shape[2])
+        return out
+    import torch
+
+    if image.dtype != torch.uint8 or image.ndim != 3 or not image.is_cpu:
+        return None
+    channels, height, width = image.shape
+    if image.is_contiguous():
+        if is_taken_slot(image.data_ptr(), tuple(image.shape)):  # the sample's own batch row: in place
+            planes = image.numpy()
+            _ext.hflip(planes, planes, channels * height, width, 1)
+            return image
+        out = torch.empty_like(image, memory_format=torch.contiguous_format)
+        _ext.hflip(image.numpy(), out.numpy(), channels * height, width, 1)
+        return out
+    hwc = image.permute(1, 2, 0)
+    if hwc.is_contiguous():  # pixels of C adjacent bytes (a decoded array's layout)
+        out = torch.empty_like(hwc, memory_format=torch.contiguous_format)
+        _ext.hflip(hwc.numpy(), out.numpy(), height, width, channels)
+        return out.permute(2, 0, 1)
+    return None

@@ -13,7 +13,7 @@ from .boxes import ProcessRandom, center_crop_box, random_resized_crop_params
 from .geometry import note_canvas, note_crop, note_crop_resize, note_flip, note_resize
 from .kernels import resize_chw
 from .layouts import Box, as_chw, emit, height_width
-from .native import crop_resize_hwc, native_hwc
+from .native import crop_resize_hwc, hflip_native, native_hwc
 from .paired import call_paired
 from .sizing import shorter_side_to
 
@@ -255,6 +255,9 @@ class RandomHorizontalFlip:
             note_canvas(size)
             return image
         note_flip(size)
+        flipped = hflip_native(image)  # no torch thread pool, the GIL released
+        if flipped is not None:
+            return flipped
         if isinstance(image, np.ndarray):
             return np.ascontiguousarray(image[:, ::-1])
         return chw.flip(-1)

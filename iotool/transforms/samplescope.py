@@ -25,12 +25,12 @@ def enter_sample(seed: str, slot: np.ndarray | None) -> None:
     costs about as much as a small crop, so a sample that draws nothing does not pay it), and
     ``slot`` (a C-contiguous CxHxW uint8 array, or None) the place the next fitting resize writes
     to, until :func:`leave_sample`."""
-    _local.seed, _local.rng, _local.slot = seed, None, slot
+    _local.seed, _local.rng, _local.slot, _local.taken = seed, None, slot, None
 
 
 def leave_sample() -> None:
     """Back to the transforms' own random streams and fresh outputs."""
-    _local.seed = _local.rng = _local.slot = None
+    _local.seed = _local.rng = _local.slot = _local.taken = None
 
 
 def sample_rng() -> random.Random | None:
@@ -50,5 +50,13 @@ def take_slot(shape: tuple[int, int, int]) -> np.ndarray | None:
     slot = getattr(_local, "slot", None)
     if slot is None or slot.shape != shape:
         return None
-    _local.slot = None
+    _local.slot, _local.taken = None, slot
     return slot
+
+
+def is_taken_slot(address: int, shape: tuple[int, ...]) -> bool:
+    """Whether memory at ``address`` of ``shape`` (C, H, W) is the current sample's batch slot,
+    given out by :func:`take_slot`: what the sample's own last step wrote, which nothing else
+    holds, so a later step of the same sample may rewrite it in place."""
+    taken = getattr(_local, "taken", None)
+    return taken is not None and taken.ctypes.data == address and taken.shape == tuple(shape)
