@@ -46,6 +46,8 @@ _UNPRINTABLE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{BIDI_CONTROLS}]")
 # what JSON encoders leave raw in a string (they escape C0 themselves; outside strings JSON text
 # holds only spaces and line breaks, which stay)
 _RAW_IN_JSON = re.compile(f"[\\x7f-\\x9f{BIDI_CONTROLS}]")
+# what a name may not hold anywhere: a backslash, or what is_unprintable refuses (one search)
+_NOT_IN_NAMES = re.compile(f"[\\\\\\x00-\\x1f\\x7f-\\x9f{BIDI_CONTROLS}]")
 
 
 def is_unprintable(char: str) -> bool:
@@ -80,8 +82,9 @@ def name_problem(name: object) -> str | None:
         return "empty"
     if name.startswith("/"):
         return "absolute"
-    bad = next((c for c in name if c == "\\" or is_unprintable(c)), None)
-    if bad is not None:
+    found = _NOT_IN_NAMES.search(name)  # every read of a record checks its name: one C call
+    if found is not None:
+        bad = found.group()
         return "holds a backslash" if bad == "\\" else f"holds the control character {bad!r}"
     parts = name.split("/")
     if "" in parts:

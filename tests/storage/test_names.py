@@ -151,3 +151,31 @@ def test_generated_control_text_is_never_shown_raw_and_json_keeps_its_value(text
     as_json = json_escaped(json.dumps({"name": text}, ensure_ascii=False))
     assert not any(is_unprintable(c) for c in as_json) and json.loads(as_json) == {"name": text}
     assert (name_problem(text) is None) <= (not any(is_unprintable(c) for c in text))  # never let one in
+
+
+def test_the_first_bad_character_is_found_as_a_character_by_character_scan_finds_it():
+    """name_problem searches a name in one regex call; the rule is per character: a backslash, a
+    C0 or C1 control, DEL or a BiDi control, the first one named."""
+    import random
+
+    bidi = "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    alphabet = ["a", "Z", "0", ".", "-", "_", " ", "é", "ü", "\u4e2d", "\\", "\x00", "\x1b", "\x1f", "\x7f"]
+    alphabet += ["\x80", "\x9f", "\xa0", *bidi, "\u200d", "\ufeff"]
+
+    def first_bad(name: str) -> str | None:
+        for c in name:
+            if c == "\\" or ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c in bidi:
+                return c
+        return None
+
+    rng = random.Random(11)
+    for _ in range(3000):
+        name = "x" + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        bad = first_bad(name)
+        problem = name_problem(name)
+        if bad is None:
+            assert problem is None or "holds" not in problem, (name, problem)
+        elif bad == "\\":
+            assert problem == "holds a backslash", (name, problem)
+        else:
+            assert problem == f"holds the control character {bad!r}", (name, problem)
