@@ -569,3 +569,70 @@ def test_loader_scaling_sweeps_threads_processes_and_workers(tmp_path):
     assert by[("lmdb", 2, "Loader(processes=2, threads=1)")]["processes"] == 3  # the parent and its two children
     assert by[("lmdb", 2, "DataLoader(num_workers=2)")]["vs DataLoader"] == 1.0
     assert "CPU ms/img" in proc.stdout
+
+
+def _peers_module():
+    spec = importlib.util.spec_from_file_location("peers", BENCHMARKS / "peers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@smoke("peers.py")
+def test_peers_measures_iotool_and_the_baseline_and_names_why_each_peer_is_skipped(tmp_path):
+    out = tmp_path / "peers.json"
+    proc = run_script("peers.py", "--smoke", "--json", out, timeout=600)
+    figures = json.loads(out.read_text())
+    rows, skipped = figures["rows"], figures["skipped"]
+    assert figures["images"] == 24 and figures["rounds"] == 1 and figures["batch_size"] == 8
+    iotool_rows = {"iotool-lmdb", "iotool-lmdb-seekable", "iotool-bmp", "iotool-lmdb-ram"}
+    assert {"baseline"} | iotool_rows <= set(rows) and not iotool_rows & set(skipped)
+    assert rows["baseline"]["vs baseline"] == 1.0
+    every = {p.name for make in _peers_module().PEERS.values() for p in make(64)}
+    assert every == iotool_rows | {"turboloader-tar", "turboloader-tbl", "litdata", "ffcv", "dali", "spdl"}
+    for name in every:  # each requested contestant measured, or skipped with its reason
+        assert (name in rows) != (name in skipped), name
+        if name in rows:
+            row = rows[name]
+            assert row["images/s"] > 0 and row["vs baseline"] > 0 and len(row["per round"]) == 1, name
+            assert set(row["does"]) == {"output", "flip", "normalise", "antialias", "decode", "stored"}, name
+            assert name in proc.stdout
+        else:
+            assert len(skipped[name]) > 20 and f"{name:22} skipped: " in proc.stdout, name
+    for name, why in skipped.items():
+        package = name.split("-")[0].replace("dali", "nvidia.dali")
+        if importlib.util.find_spec(package.split(".")[0]) is None:
+            assert why.startswith("not installed (") and "pip install" in why, (name, why)
+
+
+def test_peers_picks_contestants_by_name_and_refuses_an_unknown_one():
+    peers = _peers_module()
+    assert [p.name for p in peers.choose("iotool", 64)] == [
+        "iotool-lmdb",
+        "iotool-lmdb-seekable",
+        "iotool-bmp",
+        "iotool-lmdb-ram",
+    ]
+    assert [p.name for p in peers.choose("dali, iotool-bmp", 64)] == ["iotool-bmp", "dali"]
+    with pytest.raises(SystemExit, match="unknown contestant.*nope.*choose from: .*turboloader-tbl"):
+        peers.choose("dali,nope", 64)
+    assert peers.Iotool(224, "x", "bmp", {"resize": 256}, {}, "").does["stored"] == "bmp, resize=256"
+
+
+def test_peers_rate_counts_images_of_every_batch_shape_and_refuses_an_empty_epoch():
+    import time
+
+    import numpy as np
+
+    peers = _peers_module()
+
+    def slow(batches):  # 0.1 s a batch: the rate is the images counted over about 0.3 s
+        for batch in batches:
+            time.sleep(0.1)
+            yield batch
+
+    shapes = [(np.zeros((4, 3, 2, 2)), [0] * 4), np.zeros((5, 2, 2, 3)), [np.zeros((6, 3, 2, 2)), [1] * 6]]
+    assert 15 / 0.6 < peers.rate(slow(shapes)) <= 15 / 0.3
+    with pytest.raises(RuntimeError, match="no images"):
+        peers.rate([])
