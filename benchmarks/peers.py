@@ -265,8 +265,8 @@ class TurboTbl(TurboTar):
         "flip": "yes (train_aug)",
         "normalise": "no (ImageNet's with a transform)",
         "antialias": "no (bilinear crop resize)",
-        "decode": "none at load: decoded once by preprocess_to_tbl, memory-mapped",
-        "stored": "TBL RAW_U8, every image squashed to 256 x 256 (aspect not kept)",
+        "decode": "none per epoch: decoded once by preprocess_to_tbl, memory-mapped",
+        "stored": "TBL RAW_U8 pixels, every image resized to a 256 x 256 square (preprocess_to_tbl)",
     }
 
     def build(self, src: Path, work: Path) -> None:
@@ -351,7 +351,7 @@ class Ffcv(Peer):
         "output": UINT8_CHW + " (channels-last strides)",
         "flip": "yes (RandomHorizontalFlip)",
         "normalise": "no (NormalizeImage would)",
-        "antialias": "no (OpenCV INTER_AREA resize of the crop)",
+        "antialias": "area averaging (cv::resize INTER_AREA) of the crop",
         "decode": "libjpeg-turbo in numba-compiled threads, full image",
         "stored": "FFCV .beton, JPEGs re-encoded at quality 90",
     }
