@@ -620,19 +620,56 @@ def test_peers_picks_contestants_by_name_and_refuses_an_unknown_one():
     assert peers.Iotool(224, "x", "bmp", {"resize": 256}, {}, "").does["stored"] == "bmp, resize=256"
 
 
-def test_peers_rate_counts_images_of_every_batch_shape_and_refuses_an_empty_epoch():
-    import time
+def test_peers_rate_counts_images_of_every_batch_shape_and_refuses_an_empty_epoch(monkeypatch):
+    import itertools
+    import types
 
     import numpy as np
 
     peers = _peers_module()
-
-    def slow(batches):  # 0.1 s a batch: the rate is the images counted over about 0.3 s
-        for batch in batches:
-            time.sleep(0.1)
-            yield batch
-
+    clock = itertools.count()  # each perf_counter() call one second later: the rate is the image count
+    monkeypatch.setattr(peers, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))
     shapes = [(np.zeros((4, 3, 2, 2)), [0] * 4), np.zeros((5, 2, 2, 3)), [np.zeros((6, 3, 2, 2)), [1] * 6]]
-    assert 15 / 0.6 < peers.rate(slow(shapes)) <= 15 / 0.3
+    assert peers.rate(shapes) == 15.0
     with pytest.raises(RuntimeError, match="no images"):
         peers.rate([])
+
+
+def test_peers_runs_each_contestant_right_after_a_baseline_epoch_in_rotated_order(monkeypatch):
+    import time
+
+    peers = _peers_module()
+    calls = []
+
+    class Fixed(peers.Peer):
+        def __init__(self, name, rate, fail_on=None):
+            super().__init__(8)
+            self.name, self.value, self.fail_on, self.runs = name, rate, fail_on, 0
+
+        def epoch(self, threads, batch):
+            calls.append(self.name)
+            self.runs += 1
+            if self.runs == self.fail_on:
+                raise OSError("disk gone")
+            return self.value
+
+    skipped = {}
+    base = Fixed("baseline", 100.0)
+    a, b, c = Fixed("a", 250.0), Fixed("b", 50.0), Fixed("c", 10.0, fail_on=2)
+    rates_b, rates, ratios = peers.run_rounds(base, [a, b, c], 3, 2, 8, skipped)
+    assert calls[:6] == ["baseline", "a", "baseline", "b", "baseline", "c"]
+    assert calls[6:10] == ["baseline", "b", "baseline", "c"]  # round 2 starts one further on; c fails
+    assert calls[10:] == ["baseline", "a", "baseline", "a", "baseline", "b"]  # round 3: c is out
+    assert ratios == {"a": [2.5, 2.5, 2.5], "b": [0.5, 0.5, 0.5], "c": [0.1]}
+    assert rates["a"] == [250.0] * 3 and rates_b == [100.0] * 7
+    assert skipped == {"c": "does not work here: OSError: disk gone"}
+
+    monkeypatch.setattr(peers, "EPOCH_LIMIT_S", 1)
+
+    def hangs():
+        yield (time.sleep(30),)
+
+    start = time.perf_counter()
+    with pytest.raises(TimeoutError, match="ran past 1 s"):
+        peers.rate(hangs())
+    assert time.perf_counter() - start < 10
