@@ -582,7 +582,7 @@ def _peers_module():
 @smoke("peers.py")
 def test_peers_measures_iotool_and_the_baseline_and_names_why_each_peer_is_skipped(tmp_path):
     out = tmp_path / "peers.json"
-    proc = run_script("peers.py", "--smoke", "--json", out, timeout=600)
+    proc = run_script("peers.py", "--smoke", "--json", out)
     figures = json.loads(out.read_text())
     rows, skipped = figures["rows"], figures["skipped"]
     assert figures["images"] == 24 and figures["rounds"] == 1 and figures["batch_size"] == 8
