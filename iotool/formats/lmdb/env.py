@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import lmdb
 import numpy as np
@@ -22,6 +26,59 @@ _ENVS: dict[str, tuple[int, tuple[int, int], lmdb.Environment, ValueBounds]] = {
 # read does not resolve it again (three lstat calls per record, the GIL taken and given back for each).
 _REAL: dict[str, str] = {}
 _REAL_MAX = 1024
+
+
+class ForkGate:
+    """Holds a fork until no thread is inside py-lmdb.
+
+    py-lmdb counts the calls in flight on an environment (those that run with the GIL released)
+    and its ``close`` waits until none is left. A thread inside such a call when the process forks
+    never returns in the child, so the child's ``close`` of the handle it inherited (see
+    :func:`_open`) waited for ever: an isolated Loader forked while an earlier in-process Loader's
+    threads were still reading hung there. Every py-lmdb call of this module runs inside
+    :meth:`inside`; a fork (``os.register_at_fork``) stops new entries and waits for the calls in
+    flight to end, at most :attr:`WAIT_S` (a read stuck longer than that is a stuck disk).
+    """
+
+    WAIT_S = 30.0
+
+    def __init__(self) -> None:
+        self._entry = threading.Lock()  # held from just before a fork until just after it
+        self._count_lock = threading.Lock()
+        self._inside = 0
+
+    @contextmanager
+    def inside(self) -> Iterator[None]:
+        """Run the block as a call a fork waits for."""
+        with self._entry, self._count_lock:
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._count_lock:
+                self._inside -= 1
+
+    def before_fork(self) -> None:
+        self._entry.acquire()
+        deadline = time.monotonic() + self.WAIT_S
+        while self._inside and time.monotonic() < deadline:
+            time.sleep(0.0005)  # gives the GIL to the threads finishing their calls
+
+    def after_fork_in_parent(self) -> None:
+        self._entry.release()
+
+    def after_fork_in_child(self) -> None:
+        self._inside = 0  # the threads that were counted do not exist here
+        self._count_lock = threading.Lock()
+        self._entry = threading.Lock()
+
+
+_GATE = ForkGate()
+os.register_at_fork(
+    before=_GATE.before_fork,
+    after_in_parent=_GATE.after_fork_in_parent,
+    after_in_child=_GATE.after_fork_in_child,
+)
 
 
 def _canonical(path: str, resolve: bool = True) -> str:
@@ -59,6 +116,13 @@ def _open(path: str, check_file: bool = False) -> tuple[int, tuple[int, int], lm
     cached = _ENVS.get(path)
     if cached is not None and cached[0] == pid and not check_file:
         return cached
+    with _GATE.inside():
+        return _reopen(path, pid, cached)
+
+
+def _reopen(
+    path: str, pid: int, cached: tuple[int, tuple[int, int], lmdb.Environment, ValueBounds] | None
+) -> tuple[int, tuple[int, int], lmdb.Environment, ValueBounds]:
     file_id = _data_file_id(path)
     if cached is not None:
         if cached[0] == pid and cached[1] == file_id:
@@ -101,7 +165,7 @@ def read_value(path: str, key: bytes, record: int | None = None, max_bytes: int 
         bounds.check(key)
         if record is not None:
             bounds.mark_passed(record)
-    with env.begin(buffers=True) as txn:
+    with _GATE.inside(), env.begin(buffers=True) as txn:
         value = txn.get(key)
         if value is not None and max_bytes is not None and len(value) > max_bytes:
             raise FormatError(
@@ -131,7 +195,7 @@ def read_values(path: str, wanted: list[tuple[bytes, int, int]]) -> list[bytes |
             bounds.check(key)
             bounds.mark_passed(record)
     out: list[bytes | None] = []
-    with env.begin(buffers=True) as txn:
+    with _GATE.inside(), env.begin(buffers=True) as txn:
         for key, _, max_bytes in wanted:
             value = txn.get(key)
             if value is not None and len(value) > max_bytes:
