@@ -29,7 +29,7 @@ import lmdb
 from ...errors import FormatError
 from ...records import DatasetMeta
 from ..spec import FormatSpec
-from .env import close_env, list_keys, open_env, read_value
+from .env import close_env, count_entries, list_keys, open_env, read_value
 from .layout import (
     CHECKSUMS_KEY,
     FORMAT_VERSION,
@@ -91,6 +91,7 @@ __all__ = [
     "LmdbReader",
     "LmdbWriter",
     "close_env",
+    "count_entries",
     "list_keys",
     "open_env",
     "pack_strings",

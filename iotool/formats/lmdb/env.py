@@ -152,6 +152,13 @@ def _reopen(
     return _ENVS[path]
 
 
+def count_entries(path: str) -> int:
+    """How many entries the environment's main database holds (LMDB's own count)."""
+    env = _open(path)[2]
+    with _GATE.inside():
+        return env.stat()["entries"]
+
+
 def read_value(path: str, key: bytes, record: int | None = None, max_bytes: int | None = None) -> bytes | None:
     """The value stored under ``key`` (None: no such key), copied out of the map only once its
     node and pages were found inside data.mdb: py-lmdb touches a value's pages as it looks it

@@ -14,7 +14,7 @@ from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
 from ..sharded.index import sha256_hex
-from .env import ValueTooLarge, map_value, open_env, read_value, read_values
+from .env import ValueTooLarge, count_entries, map_value, open_env, read_value, read_values
 from .layout import (
     CHECKSUMS_KEY,
     FIELDS_VERSION,
@@ -99,7 +99,7 @@ class LmdbReader(FormatReader):
         raw = self._get_required(META_KEY)
         self._check_digest(META_KEY, raw, self._digests())
         meta = DatasetMeta.from_json(raw, self.path)
-        entries = open_env(self.path).stat()["entries"]
+        entries = count_entries(self.path)
         reserved = len(RESERVED) + (meta.format_version >= 3)  # SHAPES_KEY
         per_record = 1 + len(meta.schema.stored)  # the payload and a value per stored field
         if meta.count * per_record + reserved != entries:

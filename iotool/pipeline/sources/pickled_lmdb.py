@@ -40,7 +40,7 @@ import lmdb
 
 from ...errors import FormatError, IotoolError, RecordError, SourceError, UsageError
 from ...fields import FieldSpec, Schema, name_problem
-from ...formats.lmdb import list_keys, open_env, read_value
+from ...formats.lmdb import count_entries, list_keys, open_env, read_value
 from ...preview import preview
 from ..picklevalues import Limits, load_values
 from .base import (
@@ -218,7 +218,7 @@ class PickledLmdbSource:
         if raw is None:
             return None
         try:
-            entries = open_env(self.root).stat()["entries"]
+            entries = count_entries(self.root)
         except lmdb.Error as exc:
             raise SourceError(f"{self.root}: the environment cannot be read ({exc}).") from None
         try:
