@@ -134,13 +134,19 @@ def test_every_code_block_runs_as_printed(page: Path, tmp_path: Path):
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "COLUMNS": "100",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER],
-        input=json.dumps(todo),
-        capture_output=True,
-        text=True,
-        cwd=scratch,
-        env=env,
-        timeout=420,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", DRIVER],
+            input=json.dumps(todo),
+            capture_output=True,
+            text=True,
+            cwd=scratch,
+            env=env,
+            timeout=240,  # under the test's own limit (300 s), so that a hang names its block
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        started = [line for line in out.splitlines() if line.startswith("--- block at line")]
+        last = started[-1] if started else "before the first block"
+        pytest.fail(f"{page.name}: still running after 240 s; the last block started: {last} (or exiting after it)")
     assert done.returncode == 0, f"{page.name}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
