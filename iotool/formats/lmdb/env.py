@@ -6,8 +6,6 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import lmdb
 import numpy as np
@@ -36,7 +34,7 @@ class ForkGate:
     never returns in the child, so the child's ``close`` of the handle it inherited (see
     :func:`_open`) waited for ever: an isolated Loader forked while an earlier in-process Loader's
     threads were still reading hung there. Every py-lmdb call of this module runs inside
-    :meth:`inside`; a fork (``os.register_at_fork``) stops new entries and waits for the calls in
+    ``with`` the gate; a fork (``os.register_at_fork``) stops new entries and waits for the calls in
     flight to end, at most :attr:`WAIT_S` (a read stuck longer than that is a stuck disk).
     """
 
@@ -47,16 +45,15 @@ class ForkGate:
         self._count_lock = threading.Lock()
         self._inside = 0
 
-    @contextmanager
-    def inside(self) -> Iterator[None]:
-        """Run the block as a call a fork waits for."""
+    def __enter__(self) -> None:
+        """Enter a py-lmdb call that a fork waits for (a plain method pair, not a generator:
+        it runs around every read)."""
         with self._entry, self._count_lock:
             self._inside += 1
-        try:
-            yield
-        finally:
-            with self._count_lock:
-                self._inside -= 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._count_lock:
+            self._inside -= 1
 
     def before_fork(self) -> None:
         self._entry.acquire()
@@ -116,7 +113,7 @@ def _open(path: str, check_file: bool = False) -> tuple[int, tuple[int, int], lm
     cached = _ENVS.get(path)
     if cached is not None and cached[0] == pid and not check_file:
         return cached
-    with _GATE.inside():
+    with _GATE:
         return _reopen(path, pid, cached)
 
 
@@ -155,7 +152,7 @@ def _reopen(
 def count_entries(path: str) -> int:
     """How many entries the environment's main database holds (LMDB's own count)."""
     env = _open(path)[2]
-    with _GATE.inside():
+    with _GATE:
         return env.stat()["entries"]
 
 
@@ -172,7 +169,7 @@ def read_value(path: str, key: bytes, record: int | None = None, max_bytes: int 
         bounds.check(key)
         if record is not None:
             bounds.mark_passed(record)
-    with _GATE.inside(), env.begin(buffers=True) as txn:
+    with _GATE, env.begin(buffers=True) as txn:
         value = txn.get(key)
         if value is not None and max_bytes is not None and len(value) > max_bytes:
             raise FormatError(
@@ -202,7 +199,7 @@ def read_values(path: str, wanted: list[tuple[bytes, int, int]]) -> list[bytes |
             bounds.check(key)
             bounds.mark_passed(record)
     out: list[bytes | None] = []
-    with _GATE.inside(), env.begin(buffers=True) as txn:
+    with _GATE, env.begin(buffers=True) as txn:
         for key, _, max_bytes in wanted:
             value = txn.get(key)
             if value is not None and len(value) > max_bytes:
