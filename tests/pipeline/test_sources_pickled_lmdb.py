@@ -141,6 +141,16 @@ def test_a_malicious_keys_record_is_refused_by_name(tmp_path):
         opened(path)
 
 
+def test_a_keys_record_longer_than_the_environment_can_hold_is_refused(tmp_path):
+    """``__keys__`` is bounded by the environment's own entry count (a pickled key costs
+    about 8 items): 200 keys in an environment of 3 entries are refused before they are listed."""
+    path = tmp_path / "train.lmdb"
+    keys = [str(i).encode() for i in range(200)]
+    write_pickled_lmdb(path, samples(2), with_keys=False, extra={b"__keys__": pickle.dumps(keys)})
+    with pytest.raises(SourceError, match=r"__keys__ record is not a pickled list of keys .*more than 112 values"):
+        opened(path)
+
+
 def test_values_that_are_not_samples_are_named(tmp_path):
     path = tmp_path / "train.lmdb"
     extra = {
