@@ -67,6 +67,8 @@ setup(
                 "iotool/_resize_horizontal.c",
                 "iotool/_resize_vertical.c",
                 "iotool/_resize_flip.c",
+                "iotool/_resize_draw.c",
+                "iotool/_resize_run.c",
             ],
             depends=["iotool/_resize.h"],
             extra_compile_args=["-O3"],

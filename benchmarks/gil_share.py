@@ -78,6 +78,8 @@ RELEASING = (
     "iotool._jpegregion.decode_seekable",
     "iotool._jpegregion.gather",
     "iotool._resize.resize",
+    "iotool._resize.hflip",
+    "iotool._resize.run_samples",  # a run of samples: crops, resizes and flips (it parses its arguments first)
     "iotool._readfile.read_inside",
     # file-system calls (CPython releases the GIL around each system call)
     "posix.pread",

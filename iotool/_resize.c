@@ -63,7 +63,7 @@ INTERNAL int rs_have_ssse3(void)
 /* --- the whole resize ---------------------------------------------------------------------- */
 
 /* Runs without the GIL. Returns NULL or an error message. */
-static const char *run(const job_t *j)
+INTERNAL const char *rs_run(const job_t *j)
 {
     int ch = j->channels;
     int need_h = j->width != j->out_w, need_v = j->height != j->out_h;
@@ -159,7 +159,7 @@ static PyObject *py_resize(PyObject *self, PyObject *args)
         j.planar = planar;
         j.swap = swap;
         Py_BEGIN_ALLOW_THREADS
-        problem = run(&j);
+        problem = rs_run(&j);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&dst);
@@ -215,6 +215,180 @@ static PyObject *py_hflip(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Four words as the generator's key: (seed, epoch, rank, record), each taken mod 2**64. */
+static int key_words(PyObject *const *objs, int n, uint64_t *words)
+{
+    for (int k = 0; k < n; k++) {
+        words[k] = (uint64_t)PyLong_AsUnsignedLongLongMask(objs[k]);
+        if (words[k] == (uint64_t)-1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_sample_key(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *objs[4];
+    uint64_t words[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &objs[0], &objs[1], &objs[2], &objs[3]) || key_words(objs, 4, words) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(rs_sample_key(words, 4));
+}
+
+static PyObject *py_uniform(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long key, counter;
+    if (!PyArg_ParseTuple(args, "KK", &key, &counter))
+        return NULL;
+    uint64_t count = counter;
+    return PyFloat_FromDouble(rs_uniform01(key, &count));
+}
+
+static PyObject *py_crop_box(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long key, counter;
+    long height, width;
+    double scale[2], ratio[2];
+    if (!PyArg_ParseTuple(args, "KKlldddd", &key, &counter, &height, &width, &scale[0], &scale[1], &ratio[0],
+                          &ratio[1]))
+        return NULL;
+    if (height < 1 || width < 1 || !(ratio[0] > 0) || !(ratio[1] > 0)) {
+        PyErr_SetString(PyExc_ValueError, "height and width must be >= 1 and the ratios > 0");
+        return NULL;
+    }
+    uint64_t count = counter;
+    long box[4];
+    rs_crop_box(key, &count, height, width, scale, ratio, box);
+    return Py_BuildValue("(llllK)", box[0], box[1], box[2], box[3], (unsigned long long)count);
+}
+
+/* run_samples' arguments, checked: the op, the sources (their buffers held in `views`). */
+static const char *parse_op(PyObject *op_obj, rs_op_t *op)
+{
+    if (!PyArg_ParseTuple(op_obj, "iiiiddddd", &op->kind, &op->channels, &op->out_h, &op->out_w, &op->scale[0],
+                          &op->scale[1], &op->ratio[0], &op->ratio[1], &op->flip_p))
+        return "";
+    if (op->kind < RS_OP_CROP || op->kind > RS_OP_RESIZE)
+        return "op kind must be 0 (random resized crop), 1 (centre crop) or 2 (resize)";
+    if (op->channels < 1 || op->channels > 4 || op->out_h < 1 || op->out_w < 1 || op->out_h > (1 << 24) ||
+        op->out_w > (1 << 24))
+        return "op needs 1 to 4 channels and a positive output size";
+    if (!(op->ratio[0] > 0) || !(op->ratio[1] > 0))
+        return "op ratios must be > 0";
+    return NULL;
+}
+
+static const char *take_source(PyObject *obj, int bmp, Py_buffer *view, rs_source_t *src)
+{
+    memset(src, 0, sizeof(*src));
+    if (obj == Py_None)
+        return NULL;  /* left to the caller */
+    if (PyObject_GetBuffer(obj, view, bmp ? PyBUF_SIMPLE : PyBUF_STRIDES) < 0)
+        return "";
+    if (bmp) {
+        src->bmp = (const uint8_t *)view->buf;
+        src->bmp_len = (size_t)view->len;
+        return NULL;
+    }
+    if (view->ndim != 3 || view->itemsize != 1 || view->shape[0] < 1 || view->shape[1] < 1 ||
+        view->shape[0] > (1 << 24) || view->shape[1] > (1 << 24) || view->shape[2] < 1 || view->shape[2] > 4 ||
+        view->strides[2] != 1 || view->strides[1] != view->shape[2] ||
+        view->strides[0] < view->shape[1] * view->shape[2])
+        return "a pixel source must be an HxWxC uint8 buffer of adjacent channel bytes (1 to 4) and rows apart";
+    src->pixels = (const uint8_t *)view->buf;
+    src->row_stride = view->strides[0];
+    src->height = (int)view->shape[0];
+    src->width = (int)view->shape[1];
+    src->channels = (int)view->shape[2];
+    return NULL;
+}
+
+static PyObject *py_run_samples(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *op_obj, *sources_obj, *records_obj, *dst_obj, *words_obj[3];
+    int bmp;
+    Py_ssize_t first_row;
+    if (!PyArg_ParseTuple(args, "O!O!p(OOO)O!On", &PyTuple_Type, &op_obj, &PyList_Type, &sources_obj, &bmp,
+                          &words_obj[0], &words_obj[1], &words_obj[2], &PyList_Type, &records_obj, &dst_obj,
+                          &first_row))
+        return NULL;
+    rs_op_t op;
+    uint64_t words[4];
+    const char *problem = parse_op(op_obj, &op);
+    if (problem != NULL) {
+        if (*problem)
+            PyErr_SetString(PyExc_ValueError, problem);
+        return NULL;
+    }
+    if (key_words(words_obj, 3, words) < 0)
+        return NULL;
+    Py_ssize_t n = PyList_Size(sources_obj);
+    if (PyList_Size(records_obj) != n || n > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "sources and records must be lists of one length (at most 2**20)");
+        return NULL;
+    }
+    Py_buffer dst;
+    if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_CONTIG) < 0)
+        return NULL;
+    size_t row_bytes = (size_t)op.channels * op.out_h * op.out_w;
+    PyObject *status = PyBytes_FromStringAndSize(NULL, n);
+    Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
+    rs_source_t *sources = PyMem_Calloc((size_t)n + 1, sizeof(rs_source_t));
+    uint64_t *keys = PyMem_Calloc((size_t)n + 1, sizeof(uint64_t));
+    Py_ssize_t taken = 0;
+    int failed = 0;
+    if (status == NULL || views == NULL || sources == NULL || keys == NULL) {
+        failed = 1;
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+    } else if (first_row < 0 || (size_t)(first_row + n) * row_bytes > (size_t)dst.len) {
+        problem = "dst must hold first_row + len(sources) rows of channels x out_h x out_w bytes";
+    }
+    for (; !failed && problem == NULL && taken < n; taken++) {
+        problem = take_source(PyList_GetItem(sources_obj, taken), bmp, &views[taken], &sources[taken]);
+        if (problem != NULL) {
+            if (*problem && sources[taken].pixels == NULL && sources[taken].bmp == NULL && views[taken].obj != NULL)
+                PyBuffer_Release(&views[taken]);
+            break;
+        }
+        words[3] = (uint64_t)PyLong_AsUnsignedLongLongMask(PyList_GetItem(records_obj, taken));
+        if (PyErr_Occurred()) {
+            failed = 1;
+            taken++;
+            break;
+        }
+        keys[taken] = rs_sample_key(words, 4);
+    }
+    int result = 0;
+    if (!failed && problem == NULL) {
+        uint8_t *rows = (uint8_t *)dst.buf + (size_t)first_row * row_bytes;
+        uint8_t *flags = (uint8_t *)PyBytes_AsString(status);
+        Py_BEGIN_ALLOW_THREADS
+        result = rs_run_samples(&op, sources, keys, (int)n, rows, flags);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t k = 0; k < taken && views != NULL; k++)
+        if (views[k].obj != NULL)
+            PyBuffer_Release(&views[k]);
+    PyBuffer_Release(&dst);
+    PyMem_Free(views);
+    PyMem_Free(sources);
+    PyMem_Free(keys);
+    if (failed || problem != NULL || result < 0) {
+        Py_XDECREF(status);
+        if (result < 0)
+            return PyErr_NoMemory();
+        if (problem != NULL && *problem)
+            PyErr_SetString(PyExc_ValueError, problem);
+        return NULL;
+    }
+    return status;
+}
+
 static PyObject *py_simd(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -253,6 +427,18 @@ static PyMethodDef methods[] = {
      "hflip(src, dst, rows, width, pixel): dst row r = src row r mirrored, pixel by pixel (pixel "
      "adjacent bytes; CxHxW planes: rows=C*H, pixel=1; HxWxC: rows=H, pixel=C); both C-contiguous, "
      "the same buffer (in place) or apart; the GIL is released and no thread pool is used."},
+    {"sample_key", py_sample_key, METH_VARARGS,
+     "sample_key(seed, epoch, rank, record): the 64-bit key of a sample's random stream (each word mod 2**64)."},
+    {"uniform", py_uniform, METH_VARARGS,
+     "uniform(key, counter): the number in [0, 1) that stream `key` draws after `counter` draws."},
+    {"crop_box", py_crop_box, METH_VARARGS,
+     "crop_box(key, counter, height, width, scale0, scale1, ratio0, ratio1): torchvision's RandomResizedCrop "
+     "box drawn from stream `key` after `counter` draws: (top, left, height, width, counter after)."},
+    {"run_samples", py_run_samples, METH_VARARGS,
+     "run_samples(op, sources, bmp, (seed, epoch, rank), records, dst, first_row): each source (an HxWxC "
+     "uint8 buffer, or with bmp a BMP file's bytes; None: skipped) cropped, resized and flipped as op = "
+     "(kind, channels, out_h, out_w, scale0, scale1, ratio0, ratio1, flip_p) says into row first_row + k of "
+     "dst, drawing from record k's stream; the GIL is released. Returns bytes: 0 done, 1 left to the caller."},
     {"simd", py_simd, METH_NOARGS, "simd(): the instruction set in use: 'avx2', 'ssse3' or 'scalar'."},
     {NULL, NULL, 0, NULL},
 };

@@ -53,6 +53,9 @@ static inline int plane_of(const job_t *j, int c)
     return j->swap ? j->channels - 1 - c : c;
 }
 
+/* The whole resize of `j`, without the GIL: NULL, or what went wrong (_resize.c). */
+INTERNAL const char *rs_run(const job_t *j);
+
 /* The widest instruction set the kernels may use: 2 AVX2, 1 SSSE3/SSE2, 0 scalar (set_level, for
  * the tests that compare the paths; _resize.c). */
 extern INTERNAL int rs_level_cap;
@@ -83,5 +86,40 @@ INTERNAL void rs_vpass(const uint8_t *src, ptrdiff_t src_stride, int first, int 
  * rows x width x pixel bytes of src and dst are contiguous and either the same buffer (in place)
  * or apart. 0, or -1 when out of memory. */
 INTERNAL int rs_flip_rows(const uint8_t *src, uint8_t *dst, ptrdiff_t rows, ptrdiff_t width, ptrdiff_t pixel);
+
+/* _resize_draw.c: the augmentations' counter-based generator. A sample's stream is the key of its
+ * words (seed, epoch, rank, record); rs_uniform01 gives its next number in [0, 1), counting draws
+ * in *counter; rs_crop_box draws torchvision's RandomResizedCrop box (top, left, height, width)
+ * from it, RS_ATTEMPTS tries then the central fallback. */
+#define RS_ATTEMPTS 10
+INTERNAL uint64_t rs_sample_key(const uint64_t *words, int n);
+INTERNAL double rs_uniform01(uint64_t key, uint64_t *counter);
+INTERNAL void rs_crop_box(uint64_t key, uint64_t *counter, long height, long width, const double scale[2],
+                          const double ratio[2], long box[4]);
+
+/* _resize_run.c: a run of samples into batch rows. A sample's pixels: decoded HxWxC rows
+ * (`pixels`, rows `row_stride` bytes apart, `swap` for BGR), or a BMP file's bytes (`bmp`,
+ * `bmp_len`: the rows are found in it). */
+typedef struct {
+    const uint8_t *pixels;
+    ptrdiff_t row_stride;
+    int height, width, channels, swap;
+    const uint8_t *bmp;
+    size_t bmp_len;
+} rs_source_t;
+
+/* What each sample goes through: a random resized crop (scale, ratio), a centre crop or an
+ * exact-size resize to out_h x out_w planes of `channels`, then a flip with probability flip_p
+ * (< 0: no flip transform, so nothing drawn). */
+enum { RS_OP_CROP = 0, RS_OP_CENTER = 1, RS_OP_RESIZE = 2 };
+typedef struct {
+    int kind, channels, out_h, out_w;
+    double scale[2], ratio[2], flip_p;
+} rs_op_t;
+
+/* Sample k (stream keys[k]) into rows + k * channels * out_h * out_w; status[k] = 0 done, 1 left
+ * to the caller (a source this code does not take). 0, or -1 when out of memory. */
+INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, int n, uint8_t *rows,
+                            uint8_t *status);
 
 #endif

@@ -209,6 +209,11 @@ class ImageDataset(ReaderInfo, Dataset):
         """The fields decoded as mask tensors (``masks=``)."""
         return self.target_options.masks
 
+    def plain_samples(self) -> bool:
+        """True when a sample is the image and its label alone: no other field read or decoded,
+        no target following the image, no checksum checked."""
+        return self._plain and self._mover is None and not self.check_checksums
+
     @property
     def stored_fields(self) -> tuple[str, ...]:
         """The stored fields (all but image and class) among :attr:`fields`, in that order."""

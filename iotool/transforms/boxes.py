@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from .draws import Draws, SampleStream
 from .layouts import Box
 from .samplescope import sample_rng
 
@@ -45,7 +46,7 @@ class ProcessRandom:
         self._pid: int | None = None
         self._rng: random.Random | None = None
 
-    def __call__(self) -> random.Random:
+    def __call__(self) -> Draws:
         """This process's generator, created on first use (inside an :class:`iotool.Loader`'s
         sample, that sample's own stream: :mod:`iotool.transforms.samplescope`)."""
         scoped = sample_rng()
@@ -72,7 +73,7 @@ class ProcessRandom:
 
 
 def random_resized_crop_params(
-    height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float], rng: random.Random
+    height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float], rng: Draws
 ) -> Box:
     """torchvision's ``RandomResizedCrop.get_params``, drawing from ``rng``.
 
@@ -93,6 +94,10 @@ def random_resized_crop_params(
     Returns:
         ``(i, j, h, w)``: top, left, height and width of the crop.
     """
+    if type(rng) is SampleStream:  # a loader's sample: the same draws, in one C call when built
+        box = rng.crop_box(height, width, scale, ratio)
+        if box is not None:
+            return box
     area = height * width
     log_low, log_high = math.log(ratio[0]), math.log(ratio[1])
     for _ in range(ATTEMPTS):

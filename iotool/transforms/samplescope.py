@@ -3,7 +3,8 @@ the batch slot its last resize may write into.
 
 :class:`iotool.Loader` sets both around each sample (:func:`enter_sample`, :func:`leave_sample`),
 in the thread that computes it. While set, every iotool random transform draws from the sample's
-stream instead of its per-process one (:class:`~iotool.transforms.ProcessRandom`), so a sample's
+stream (:class:`~iotool.transforms.draws.SampleStream`, keyed by seed, epoch, rank and record)
+instead of its per-process one (:class:`~iotool.transforms.ProcessRandom`), so a sample's
 augmentation depends on the sample alone, not on which thread ran it or what ran before; and the
 first C-kernel resize whose planar output has the slot's exact shape writes straight into the
 slot (:func:`take_slot`), saving the copy into the batch. Outside a loader nothing is set and the
@@ -12,20 +13,20 @@ transforms behave as documented elsewhere.
 
 from __future__ import annotations
 
-import random
 import threading
 
 import numpy as np
 
+from .draws import SampleStream
+
 _local = threading.local()
 
 
-def enter_sample(seed: str, slot: np.ndarray | None) -> None:
-    """Make ``random.Random(seed)`` this thread's random stream (made on the first draw: seeding
-    costs about as much as a small crop, so a sample that draws nothing does not pay it), and
-    ``slot`` (a C-contiguous CxHxW uint8 array, or None) the place the next fitting resize writes
-    to, until :func:`leave_sample`."""
-    _local.seed, _local.rng, _local.slot, _local.taken = seed, None, slot, None
+def enter_sample(key: int, slot: np.ndarray | None) -> None:
+    """Make the stream of ``key`` (:func:`~iotool.transforms.draws.sample_key`) this thread's random
+    stream, and ``slot`` (a C-contiguous CxHxW uint8 array, or None) the place the next fitting
+    resize writes to, until :func:`leave_sample`."""
+    _local.seed, _local.rng, _local.slot, _local.taken = key, None, slot, None
 
 
 def leave_sample() -> None:
@@ -33,14 +34,14 @@ def leave_sample() -> None:
     _local.seed = _local.rng = _local.slot = _local.taken = None
 
 
-def sample_rng() -> random.Random | None:
+def sample_rng() -> SampleStream | None:
     """The current sample's random stream in this thread, or None outside a loader's sample."""
     rng = getattr(_local, "rng", None)
     if rng is None:
-        seed = getattr(_local, "seed", None)
-        if seed is None:
+        key = getattr(_local, "seed", None)
+        if key is None:
             return None
-        rng = _local.rng = random.Random(seed)
+        rng = _local.rng = SampleStream(key)
     return rng
 
 

@@ -163,7 +163,7 @@ def test_the_resize_kernel_writes_into_the_batch_slot():
         pytest.skip("iotool's C resize kernel is not built")
     image = np.random.default_rng(0).integers(0, 255, (60, 50, 3), dtype=np.uint8)
     slot = np.zeros((3, 24, 24), np.uint8)
-    enter_sample("1", slot)
+    enter_sample(1, slot)
     try:
         out = RandomResizedCrop(24)(image)
         second = RandomResizedCrop(24)(image)  # a second resize in the sample: new memory
@@ -171,7 +171,7 @@ def test_the_resize_kernel_writes_into_the_batch_slot():
         leave_sample()
     assert out.data_ptr() == slot.ctypes.data and np.array_equal(out.numpy(), slot) and slot.any()
     assert second.data_ptr() != slot.ctypes.data
-    enter_sample("1", None)
+    enter_sample(1, None)
     try:
         same = RandomResizedCrop(24)(image)  # the same sample's stream: the same crop
     finally:

@@ -41,6 +41,9 @@ class Pixels:
     def name(self, record: int) -> str:
         return f"pixels: record {record} (k{record})"
 
+    def runs(self) -> None:
+        return None  # every sample through sample()
+
 
 def _plan(n: int, batch_size: int, threads: int, first: int = 0) -> PassPlan:
     return PassPlan(

@@ -17,6 +17,7 @@ import torch
 import iotool
 from iotool import _resize as kernel  # type: ignore[attr-defined]
 from iotool.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop, native
+from iotool.transforms.draws import sample_key
 from iotool.transforms.samplescope import enter_sample, leave_sample
 
 from ..conftest import write_tree
@@ -97,7 +98,7 @@ def test_threads_flip_at_once_with_the_same_results():
 def _alone(ds, index: int) -> torch.Tensor:
     """``ds[index]``'s image under the Loader's stream for it (seed 4, epoch 0, rank 0), with no
     batch row to write into: every step returns new memory."""
-    enter_sample(f"iotool:4:0:0:{index}", None)
+    enter_sample(sample_key(4, 0, 0, index), None)
     try:
         return torch.as_tensor(ds[index][0])
     finally:

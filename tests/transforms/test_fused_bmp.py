@@ -79,13 +79,13 @@ def test_same_boxes_and_bytes_as_decoding_first(name):
 def test_the_planes_go_to_the_loaders_slot_and_a_second_resize_gets_new_memory():
     data = encode_bmp(next(_images()))
     slot = np.zeros((3, 24, 24), np.uint8)
-    enter_sample("7", slot)
+    enter_sample(7, slot)
     try:
         got = fuse(Compose([RandomResizedCrop(30), Resize(24)]), decode_bmp)(data)
     finally:
         leave_sample()
     assert got.shape == (3, 24, 24) and not np.shares_memory(got.numpy(), slot)  # the crop (30) is not the slot
-    enter_sample("7", slot)
+    enter_sample(7, slot)
     try:
         got = fuse(RandomResizedCrop(24), decode_bmp)(data)
     finally:

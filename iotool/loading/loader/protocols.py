@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..mapstyle import ImageDataset
 from ..order import EpochOrder, RecordOrder
 from .columns import Layout
+from .runs import SampleRuns
 from .slot import Slot
 
 Batch = Any
@@ -75,6 +76,10 @@ class SampleSource(Protocol):
 
     def name(self, record: int) -> str:
         """``PATH: record I (KEY)``, for error messages."""
+        ...
+
+    def runs(self) -> SampleRuns | None:
+        """Runs of samples computed in one call each (:class:`~.runs.SampleRuns`), or None."""
         ...
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import IotoolError, RecordError, UsageError
 from ..mapstyle import ImageDataset
 from .columns import Layout, layout_of
+from .runs import SampleRuns, sample_runs
 
 log = logging.getLogger("iotool.loading.loader")
 
@@ -51,6 +52,11 @@ class SampleReader:
 
     def name(self, record: int) -> str:
         return record_name(self.dataset, record)
+
+    def runs(self) -> SampleRuns | None:
+        """The dataset's samples a run at a time in one C call, where its transform (as it is now)
+        allows; None: every sample through :meth:`sample`."""
+        return sample_runs(self.dataset, self.layout)
 
     def sample(self, index: int) -> tuple[tuple[Any, ...], int]:
         """Record ``index`` decoded and transformed: (its elements in the layout's order, the

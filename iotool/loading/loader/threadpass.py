@@ -19,11 +19,12 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from ...errors import InternalError, UsageError
+from ...transforms.draws import sample_key
 from ...transforms.samplescope import enter_sample, leave_sample
 from ..collate import copy_image, image_chw
 from ..order import RecordOrder
@@ -59,6 +60,7 @@ class ThreadPass:
         self.next_pos = plan.first * plan.batch_size
         self.chunk = max(1, min(16, plan.batch_size // (2 * plan.threads)))
         self.image_at = ring.layout.names.index("image")
+        self.runs = source.runs()  # runs of samples in one C call each, where the transform allows
         self.done: dict[int, int] = {}
         self.error: BaseException | None = None
         self.stopped = False
@@ -79,10 +81,11 @@ class ThreadPass:
                 if job is None:
                     return
                 batch, lo, indices, slot = job
-                for k, index in enumerate(indices):
+                first = lo - batch * self.plan.batch_size
+                for k in self._run(slot, first, indices):
                     if self.stopped:
                         return
-                    self._fill(slot, lo + k - batch * self.plan.batch_size, index)
+                    self._fill(slot, first + k, indices[k])
                 with self.cond:
                     self.done[batch] = self.done.get(batch, 0) + len(indices)
                     self.cond.notify_all()
@@ -130,12 +133,33 @@ class ThreadPass:
         """The ring sequence number of batch ``batch`` (one of this pass's)."""
         return self.base + batch // self.plan.processes
 
+    def _run(self, slot: Slot, first: int, indices: list[int]) -> Sequence[int]:
+        """Compute what one C call can of records ``indices`` into rows ``first`` on of ``slot``
+        (:mod:`.runs`); returns the positions in ``indices`` left to :meth:`_fill`."""
+        runs = self.runs
+        if runs is None or not self._holds(runs.shape):
+            return range(len(indices))
+        self.ring.memory(slot, runs.shape)
+        rows, labels = slot.rows, slot.label_rows
+        if rows is None or labels is None:
+            raise InternalError("an iotool.Loader slot has no memory after memory(); report this as a bug.")
+        return runs.fill(rows, labels, first, indices, (self.plan.seed, self.epoch, self.plan.rank))
+
+    def _holds(self, shape: tuple[int, int, int]) -> bool:
+        """Whether the batches hold images of ``shape`` (the first to ask sets it)."""
+        ring = self.ring
+        if ring.shape is None:
+            with self.cond:
+                if ring.shape is None:
+                    ring.shape = shape
+        return ring.shape == shape
+
     def _fill(self, slot: Slot, row: int, index: int) -> None:
         """Compute record ``index``'s sample into row ``row`` of ``slot``: the image and the fixed
         columns into its memory, the rest into its lists."""
         plan, layout = self.plan, self.ring.layout
         target = slot.rows[row] if slot.rows is not None else None
-        enter_sample(f"iotool:{plan.seed}:{plan.epoch}:{plan.rank}:{index}", target)
+        enter_sample(sample_key(plan.seed, plan.epoch, plan.rank, index), target)
         try:
             items, record = self.source.sample(index)
         finally:

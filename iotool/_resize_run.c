@@ -1,0 +1,115 @@
+/*
+ * A run of samples in one call: each sample's pixels (decoded HxWxC rows, or a 24-bit BMP's
+ * stored rows) cropped, resized and flipped into its row of a batch, with the crop box and the
+ * flip drawn from the sample's counter-based stream (_resize_draw.c). What iotool's transforms
+ * compute for one sample at a time in Python (RandomResizedCrop, CenterCrop, an exact-size
+ * Resize, then RandomHorizontalFlip), with the same boxes, draws and bytes; the Python function,
+ * run_samples, is in _resize.c and releases the GIL around rs_run_samples.
+ *
+ * A sample this code does not take (a bottom-up or malformed BMP, a channel count other than the
+ * batch's, an image smaller than a centre crop) is left to the caller, marked in `status`: the
+ * caller's per-sample path computes it, or raises the error that names it.
+ *
+ * Kernel code only: no Python here.
+ */
+#include "_resize.h"
+
+/* A BMP's stored pixels: 14-byte file header, 40-byte (or longer) info header, rows of 3-byte BGR
+ * pixels padded to 4 bytes. 1 and the rows when it is an uncompressed, top-down 24-bit BMP whose
+ * rows lie inside the data (what iotool.decode.bmp.bmp_rows accepts, top-down only). */
+static int bmp_source(const uint8_t *data, size_t len, rs_source_t *src)
+{
+    if (len < 54 || data[0] != 'B' || data[1] != 'M')
+        return 0;
+    uint32_t offset, compression;
+    int32_t w, h;
+    uint16_t planes, bpp;
+    memcpy(&offset, data + 10, 4);
+    memcpy(&w, data + 18, 4);
+    memcpy(&h, data + 22, 4);
+    memcpy(&planes, data + 26, 2);
+    memcpy(&bpp, data + 28, 2);
+    memcpy(&compression, data + 30, 4);
+    if (bpp != 24 || compression != 0 || planes != 1 || w <= 0 || h >= 0 || w > (1 << 24) || h < -(1 << 24))
+        return 0;
+    uint64_t stride = ((uint64_t)w * 3 + 3) & ~(uint64_t)3, rows = (uint64_t)(-(int64_t)h);
+    if ((uint64_t)offset + stride * rows > len)
+        return 0;
+    src->pixels = data + offset;
+    src->row_stride = (ptrdiff_t)stride;
+    src->height = (int)rows;
+    src->width = w;
+    src->channels = 3;
+    src->swap = 1;
+    return 1;
+}
+
+/* The box (top, left, height, width) of `src` the op resizes, drawing from the sample's stream;
+ * 0 when the per-sample path must compute it (a centre crop larger than the image pads). */
+static int op_box(const rs_op_t *op, const rs_source_t *src, uint64_t key, uint64_t *counter, long box[4])
+{
+    long height = src->height, width = src->width;
+    switch (op->kind) {
+    case RS_OP_CROP:
+        rs_crop_box(key, counter, height, width, op->scale, op->ratio, box);
+        return 1;
+    case RS_OP_CENTER:
+        if (height < op->out_h || width < op->out_w)
+            return 0;
+        /* torchvision's int(round((H - h) / 2.0)): halves to even, as rint */
+        box[0] = (long)rint((double)(height - op->out_h) / 2.0);
+        box[1] = (long)rint((double)(width - op->out_w) / 2.0);
+        box[2] = op->out_h;
+        box[3] = op->out_w;
+        return 1;
+    default: /* RS_OP_RESIZE: the whole image */
+        box[0] = box[1] = 0;
+        box[2] = height;
+        box[3] = width;
+        return 1;
+    }
+}
+
+/* Sample k of the run into `row`: 0 done, 1 left to the caller, -1 out of memory. */
+static int one_sample(const rs_op_t *op, const rs_source_t *src, uint64_t key, uint8_t *row)
+{
+    uint64_t counter = 0;
+    long box[4];
+    if (src->pixels == NULL || src->channels != op->channels || !op_box(op, src, key, &counter, box))
+        return 1;
+    job_t j;
+    memset(&j, 0, sizeof(j));
+    j.src = src->pixels + box[0] * src->row_stride + box[1] * src->channels;
+    j.row_stride = src->row_stride;
+    j.height = (int)box[2];
+    j.width = (int)box[3];
+    j.channels = src->channels;
+    j.dst = row;
+    j.out_h = op->out_h;
+    j.out_w = op->out_w;
+    j.planar = 1;
+    j.swap = src->swap;
+    if (rs_run(&j) != NULL)
+        return -1;
+    /* RandomHorizontalFlip draws after the crop, from the same stream: flips when u < p */
+    if (op->flip_p >= 0 && rs_uniform01(key, &counter) < op->flip_p)
+        if (rs_flip_rows(row, row, (ptrdiff_t)op->channels * op->out_h, op->out_w, 1) != 0)
+            return -1;
+    return 0;
+}
+
+INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, int n, uint8_t *rows,
+                            uint8_t *status)
+{
+    size_t row_bytes = (size_t)op->channels * op->out_h * op->out_w;
+    for (int k = 0; k < n; k++) {
+        rs_source_t *src = &sources[k];
+        if (src->bmp != NULL && !bmp_source(src->bmp, src->bmp_len, src))
+            src->pixels = NULL;
+        int got = one_sample(op, src, keys[k], rows + (size_t)k * row_bytes);
+        if (got < 0)
+            return -1;
+        status[k] = (uint8_t)got;
+    }
+    return 0;
+}

@@ -1,0 +1,104 @@
+"""Runs of samples in one C call: which of iotool's transform chains the C code computes, and the call.
+
+``iotool._resize.run_samples`` takes a run of samples' pixels (decoded HxWxC arrays, or the bmp
+cache's stored BMP bytes) and writes each one's crop, resize and flip straight into its row of a
+batch, drawing the box and the flip from the sample's own stream
+(:mod:`iotool.transforms.draws`), all with the GIL released. It computes exactly what these
+transforms compute one sample at a time, with the same draws and the same bytes:
+
+- ``RandomResizedCrop(size, scale, ratio)``, ``CenterCrop(size)`` (no padding: a smaller image
+  is left to the per-sample path) or ``Resize((h, w))`` (an exact size), each with the C kernel's
+  settings (``antialias=True``, ``backend`` ``"auto"`` or ``"native"``, ``output="chw_tensor"``),
+- alone or first in a :class:`Compose`, optionally followed by ``RandomHorizontalFlip(p)``.
+
+:func:`run_op` says whether a transform is such a chain; anything else (a user's transform,
+another order, ``Resize(int)``'s size that depends on the image) runs per sample in Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
+
+try:
+    from .. import _resize as _ext
+except ImportError:  # not built: every sample runs in Python
+    _ext = None
+
+CROP, CENTER, RESIZE = 0, 1, 2  # the op kinds of _resize_run.c
+NATIVE_BACKENDS = ("auto", "native")
+
+
+@dataclass(frozen=True)
+class RunOp:
+    """One chain the C code computes: its kind, output size, crop ranges and flip probability
+    (-1: no flip transform)."""
+
+    kind: int
+    size: tuple[int, int]
+    scale: tuple[float, float] = (1.0, 1.0)
+    ratio: tuple[float, float] = (1.0, 1.0)
+    flip_p: float = -1.0
+
+    def shape(self, channels: int) -> tuple[int, int, int]:
+        """The (C, H, W) of each output."""
+        return channels, self.size[0], self.size[1]
+
+    def args(self, channels: int) -> tuple[Any, ...]:
+        """The op tuple ``run_samples`` takes."""
+        return (self.kind, channels, *self.size, *self.scale, *self.ratio, self.flip_p)
+
+
+def run_op(transform: Any) -> RunOp | None:
+    """The :class:`RunOp` of ``transform`` when it is a chain the C code computes, else None
+    (also when the C extension is not built)."""
+    if _ext is None:
+        return None
+    parts: Sequence[Any] = transform.transforms if type(transform) is Compose else (transform,)
+    if not 1 <= len(parts) <= 2:
+        return None
+    flip_p = -1.0
+    if len(parts) == 2:
+        if type(parts[1]) is not RandomHorizontalFlip:
+            return None
+        flip_p = float(parts[1].p)
+    return _first_op(parts[0], flip_p)
+
+
+def _first_op(first: Any, flip_p: float) -> RunOp | None:
+    kind = type(first)
+    if kind is CenterCrop:
+        return RunOp(CENTER, first.size, flip_p=flip_p) if first.output == "chw_tensor" else None
+    if kind not in (RandomResizedCrop, Resize):
+        return None
+    if not (first.antialias and first.backend in NATIVE_BACKENDS and first.output == "chw_tensor"):
+        return None
+    if kind is Resize:
+        return RunOp(RESIZE, first.size, flip_p=flip_p) if first.size is not None else None
+    return RunOp(CROP, first.size, tuple(first.scale), tuple(first.ratio), flip_p)
+
+
+def run_samples(
+    op: RunOp,
+    channels: int,
+    sources: list[Any],
+    bmp: bool,
+    words: tuple[int, int, int],
+    records: list[int],
+    rows: np.ndarray,
+    first: int,
+) -> bytes:
+    """Compute sample ``k`` (``sources[k]``: an HxWxC uint8 array, or with ``bmp`` a BMP file's
+    bytes; None: left out) of record ``records[k]`` into ``rows[first + k]``, drawing from the
+    stream of ``(*words, records[k])`` (seed, epoch, rank, record). Returns a byte per sample:
+    0 written, 1 left to the per-sample path (a source the C code does not take)."""
+    if _ext is None:
+        return b"\x01" * len(sources)
+    return bytes(_ext.run_samples(op.args(channels), sources, bmp, words, records, rows, first))
+
+
+__all__ = ["RunOp", "run_op", "run_samples"]
