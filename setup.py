@@ -53,8 +53,17 @@ setup(
                 "iotool/_jpegregion_decode.c",
                 "iotool/_jpegregion_transcode.c",
                 "iotool/_jpegregion_gather.c",
+                "iotool/_jpegregion_run.c",
+                # the resize kernel and the augmentations' draws, for the runs (no Python in them)
+                "iotool/_resize_kernel.c",
+                "iotool/_resize_weights.c",
+                "iotool/_resize_horizontal.c",
+                "iotool/_resize_vertical.c",
+                "iotool/_resize_flip.c",
+                "iotool/_resize_draw.c",
             ],
-            depends=["iotool/_jpegregion.h"],
+            depends=["iotool/_jpegregion.h", "iotool/_resize.h"],
+            extra_compile_args=["-O3"],
             libraries=["dl"],  # dlopen (part of libc since glibc 2.34; libdl before)
             optional=True,
             **STABLE_ABI,
@@ -63,6 +72,7 @@ setup(
             "iotool._resize",
             sources=[  # one module, a file per concept (iotool/_resize.c says which)
                 "iotool/_resize.c",
+                "iotool/_resize_kernel.c",
                 "iotool/_resize_weights.c",
                 "iotool/_resize_horizontal.c",
                 "iotool/_resize_vertical.c",

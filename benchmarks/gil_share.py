@@ -77,6 +77,7 @@ RELEASING = (
     "iotool._jpegregion.decode_region",
     "iotool._jpegregion.decode_seekable",
     "iotool._jpegregion.gather",
+    "iotool._jpegregion.run_samples",  # a run of JPEG samples: decodes, resizes and flips
     "iotool._resize.resize",
     "iotool._resize.hflip",
     "iotool._resize.run_samples",  # a run of samples: crops, resizes and flips (it parses its arguments first)

@@ -37,7 +37,8 @@
  * One module, one file per concept: this file binds the library (load, library_path) and holds
  * the error manager and the method table; _jpegregion_decode.c is the region decode,
  * _jpegregion_transcode.c the transcode, _jpegregion_gather.c the segment gather and the
- * seekable decode; _jpegregion.h is what they share.
+ * seekable decode, _jpegregion_run.c a run of samples into batch rows (with the resize kernel's
+ * files, compiled in); _jpegregion.h is what they share.
  *
  * Built against CPython's limited API (Py_LIMITED_API, set by setup.py), so one abi3 wheel serves
  * every CPython the project supports.
@@ -207,6 +208,13 @@ static PyMethodDef methods[] = {
      "head + the restart segments c0..c1-1 of MCU rows r0..r1-1 of a seekable JPEG (markers\n"
      "renumbered) + EOI. table: offset of the big-endian u32 row starts (from entropy); every start\n"
      "used is checked; ValueError when one is wrong or a row lacks its segments."},
+    {"run_samples", jr_run_samples, METH_VARARGS,
+     "run_samples(library, op, sources, (seed, epoch, rank), records, dst, first_row, tag, version) -> bytes\n\n"
+     "JPEG k of sources (bytes; None: skipped) cropped as op = (kind 0 random resized crop or 1 centre\n"
+     "crop, out_h, out_w, scale0, scale1, ratio0, ratio1, flip_p (< 0: none), reducing_gap, max_pixels)\n"
+     "says, the box drawn from record k's stream and decoded by region at the reduced DCT scale (or from\n"
+     "its restart segments: tag, version), resized into row first_row + k of dst (3 x out_h x out_w\n"
+     "planes) and flipped; the GIL released. Returns bytes: 0 done, 1 left to the caller."},
     {"decode_seekable", jr_decode_seekable, METH_VARARGS,
      "decode_seekable(library, data, tag, version, scale, full_height, full_width, top, left, height,\n"
      "                width, margin) -> bytearray | None\n\n"

@@ -82,6 +82,13 @@ INTERNAL struct jpeg_error_mgr *jr_strict_errors(const struct library *lib, stru
 INTERNAL const char *jr_decode_into(struct job *job, const unsigned char *data, size_t size, int scale_num,
                                     const struct region *r);
 
+/* The seekable decode of `box` (at 1/scale) from the restart segments of `d` that cover it
+ * (_jpegregion_gather.c); no Python. 1 pixels written into job->out, 0 no table or every segment
+ * needed (decode by region), -1 `problem` says why. */
+INTERNAL int jr_seek_and_decode(struct job *job, const unsigned char *d, size_t n, const unsigned char *tag,
+                                size_t tag_length, unsigned int version, unsigned int scale, unsigned int full_h,
+                                unsigned int full_w, const struct region *box, char *problem, size_t size);
+
 /* The module's functions, one file each (their docstrings are in _jpegregion.c's method table). */
 INTERNAL PyObject *jr_load(PyObject *self, PyObject *args);
 INTERNAL PyObject *jr_library_path(PyObject *self, PyObject *capsule);
@@ -89,5 +96,6 @@ INTERNAL PyObject *jr_decode_region(PyObject *self, PyObject *args);
 INTERNAL PyObject *jr_transcode(PyObject *self, PyObject *args);
 INTERNAL PyObject *jr_gather(PyObject *self, PyObject *args);
 INTERNAL PyObject *jr_decode_seekable(PyObject *self, PyObject *args);
+INTERNAL PyObject *jr_run_samples(PyObject *self, PyObject *args);
 
 #endif

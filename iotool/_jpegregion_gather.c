@@ -338,9 +338,9 @@ static unsigned char *cut_headers(const unsigned char *d, const struct frame *f,
  * sub-JPEG and its decode. Returns 1 (pixels written), 0 (not cut: decode the JPEG itself) or -1
  * (`problem` says why: "segments: " for a table that does not fit, "header: " for the headers,
  * else libjpeg's message). */
-static int seek_and_decode(struct job *job, const unsigned char *d, size_t n, const unsigned char *tag,
-                           size_t tag_length, unsigned int version, unsigned int scale, unsigned int full_h,
-                           unsigned int full_w, const struct region *box, char *problem, size_t size)
+INTERNAL int jr_seek_and_decode(struct job *job, const unsigned char *d, size_t n, const unsigned char *tag,
+                                size_t tag_length, unsigned int version, unsigned int scale, unsigned int full_h,
+                                unsigned int full_w, const struct region *box, char *problem, size_t size)
 {
     struct frame f;
     struct segments g;
@@ -419,7 +419,7 @@ PyObject *jr_decode_seekable(PyObject *self, PyObject *args)
     char problem[JMSG_LENGTH_MAX + 32] = "";
     int done;
     Py_BEGIN_ALLOW_THREADS
-    done = seek_and_decode(&job, view.buf, (size_t)view.len, tag.buf, (size_t)tag.len, version, scale, full_h,
+    done = jr_seek_and_decode(&job, view.buf, (size_t)view.len, tag.buf, (size_t)tag.len, version, scale, full_h,
                            full_w, &box, problem, sizeof(problem));
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);

@@ -235,6 +235,12 @@ def _max_image_pixels() -> tuple[int | None, type[Warning]]:
     return Image.MAX_IMAGE_PIXELS, Image.DecompressionBombWarning
 
 
+def pixel_limit() -> int | None:
+    """PIL's current ``MAX_IMAGE_PIXELS``: above it a decode warns, above twice it refuses (None:
+    no limit)."""
+    return _max_image_pixels()[0]
+
+
 def check_pixels(height: int, width: int, warn: bool = True) -> None:
     """PIL's decompression-bomb rule for any backend: refuse > 2x the limit, warn above it.
 

@@ -3,12 +3,16 @@
 ``iotool._resize.run_samples`` takes a run of samples' pixels (decoded HxWxC arrays, or the bmp
 cache's stored BMP bytes) and writes each one's crop, resize and flip straight into its row of a
 batch, drawing the box and the flip from the sample's own stream
-(:mod:`iotool.transforms.draws`), all with the GIL released. It computes exactly what these
-transforms compute one sample at a time, with the same draws and the same bytes:
+(:mod:`iotool.transforms.draws`), all with the GIL released. ``iotool._jpegregion.run_samples``
+does the same from stored JPEGs, as the fused decoding steps do (:mod:`.decoding`): the box drawn
+from the frame header, decoded by region at the reduced DCT scale it allows, or from its restart
+segments when the JPEG is seekable. Both compute exactly what these transforms compute one sample
+at a time, with the same draws and the same bytes:
 
 - ``RandomResizedCrop(size, scale, ratio)``, ``CenterCrop(size)`` (no padding: a smaller image
-  is left to the per-sample path) or ``Resize((h, w))`` (an exact size), each with the C kernel's
-  settings (``antialias=True``, ``backend`` ``"auto"`` or ``"native"``, ``output="chw_tensor"``),
+  is left to the per-sample path) or, from pixels only, ``Resize((h, w))`` (an exact size), each
+  with the C kernel's settings (``antialias=True``, ``backend`` ``"auto"`` or ``"native"``,
+  ``output="chw_tensor"``),
 - alone or first in a :class:`Compose`, optionally followed by ``RandomHorizontalFlip(p)``.
 
 :func:`run_op` says whether a transform is such a chain; anything else (a user's transform,
@@ -22,12 +26,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..decode import region as _region
+from ..decode import segments as _segments
+from ..decode.api import pixel_limit
 from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 try:
     from .. import _resize as _ext
 except ImportError:  # not built: every sample runs in Python
     _ext = None
+
+try:
+    from .. import _jpegregion as _jpeg
+except ImportError:  # not built: JPEGs run per sample
+    _jpeg = None
 
 CROP, CENTER, RESIZE = 0, 1, 2  # the op kinds of _resize_run.c
 NATIVE_BACKENDS = ("auto", "native")
@@ -101,4 +113,35 @@ def run_samples(
     return bytes(_ext.run_samples(op.args(channels), sources, bmp, words, records, rows, first))
 
 
-__all__ = ["RunOp", "run_op", "run_samples"]
+def jpeg_runs_available(op: RunOp) -> bool:
+    """Whether stored JPEGs can go through ``op`` in one C call: the region decoder is built and
+    bound (as the fused steps need), and the op is a crop (an exact-size ``Resize`` decodes the
+    whole image with the dataset's decoder: per sample)."""
+    return _jpeg is not None and _region.region_available() and op.kind in (CROP, CENTER)
+
+
+def run_jpeg_samples(
+    op: RunOp,
+    sources: list[Any],
+    words: tuple[int, int, int],
+    records: list[int],
+    rows: np.ndarray,
+    first: int,
+    reducing_gap: float = 1.0,
+) -> bytes:
+    """:func:`run_samples` for stored JPEGs (``sources[k]``: bytes, or None), decoding each box as
+    the fused ``DecodeRandomResizedCrop`` (``reducing_gap``) or ``DecodeCenterCrop`` does. A record
+    that is not such a JPEG, or more pixels than PIL's ``MAX_IMAGE_PIXELS``, or that does not decode,
+    is left to the per-sample path (byte 1), which decodes, warns or raises as it always has."""
+    library = _region.LIBRARY
+    if _jpeg is None or library is None:
+        return b"\x01" * len(sources)
+    limit = pixel_limit()
+    args = (op.kind, *op.size, *op.scale, *op.ratio, op.flip_p, reducing_gap, limit or 0)
+    status = _jpeg.run_samples(
+        library.handle, args, sources, words, records, rows, first, _segments.TAG, _segments.VERSION
+    )
+    return bytes(status)
+
+
+__all__ = ["RunOp", "jpeg_runs_available", "run_jpeg_samples", "run_op", "run_samples"]

@@ -31,7 +31,7 @@ class Pixels:
     def __init__(self, bad: frozenset[int] = frozenset(), odd: frozenset[int] = frozenset()):
         self.bad, self.odd = bad, odd
 
-    def sample(self, index: int) -> tuple[tuple[Any, int], int]:
+    def sample(self, index: int, stored: Any = None) -> tuple[tuple[Any, int], int]:
         if index in self.bad:
             raise iotool.RecordError(f"{self.name(index)}: unreadable")
         c, h, w = SHAPE

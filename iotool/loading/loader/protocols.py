@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..mapstyle import ImageDataset
 from ..order import EpochOrder, RecordOrder
 from .columns import Layout
-from .runs import SampleRuns
+from .runs import SampleRuns, Stored
 from .slot import Slot
 
 Batch = Any
@@ -69,9 +69,9 @@ class Ring(Protocol):
 class SampleSource(Protocol):
     """What a pass computes each record's sample with."""
 
-    def sample(self, index: int) -> tuple[tuple[Any, ...], int]:
-        """Record ``index`` decoded and transformed: (its elements in the batch layout's order,
-        the record actually served)."""
+    def sample(self, index: int, stored: Stored = None) -> tuple[tuple[Any, ...], int]:
+        """Record ``index`` decoded and transformed (from ``stored``, its bytes and label, when
+        read already): (its elements in the batch layout's order, the record actually served)."""
         ...
 
     def name(self, record: int) -> str:

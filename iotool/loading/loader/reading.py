@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import IotoolError, RecordError, UsageError
 from ..mapstyle import ImageDataset
 from .columns import Layout, layout_of
-from .runs import SampleRuns, sample_runs
+from .runs import SampleRuns, Stored, sample_runs
 
 log = logging.getLogger("iotool.loading.loader")
 
@@ -58,25 +58,31 @@ class SampleReader:
         allows; None: every sample through :meth:`sample`."""
         return sample_runs(self.dataset, self.layout)
 
-    def sample(self, index: int) -> tuple[tuple[Any, ...], int]:
-        """Record ``index`` decoded and transformed: (its elements in the layout's order, the
-        record actually served).
+    def sample(self, index: int, stored: Stored = None) -> tuple[tuple[Any, ...], int]:
+        """Record ``index`` decoded and transformed (from ``stored``, its bytes and label, when read
+        already): (its elements in the layout's order, the record actually served).
 
         Raises:
             RecordError: a bad record under ``on_error="raise"``, or any other exception of a
                 transform, naming the record.
             UsageError: a sample that does not have the layout's fields, naming the record.
         """
-        served, record = self.dataset.first_readable(index, self._attempt)
+        attempt = self._attempt
+        if stored is not None:  # the first record's bytes are at hand; the next ones (skipping) are read
+
+            def attempt(record: int) -> Any:
+                return self._attempt(record, stored if record == index else None)
+
+        served, record = self.dataset.first_readable(index, attempt)
         try:
             return self.layout.items(served), record
         except UsageError as exc:
             raise UsageError(f"{record_name(self.dataset, record)}: {exc}") from None
 
-    def _attempt(self, record: int) -> Any:
+    def _attempt(self, record: int, stored: Stored = None) -> Any:
         ds = self.dataset
         try:
-            return ds.sample(record)
+            return ds.sample(record) if stored is None else ds.sample(record, *stored)
         except RecordError as exc:
             if self.on_error != "skip":
                 raise

@@ -3,11 +3,12 @@ dataset and its transform allow: the GIL is held only to gather each sample's pi
 
 :func:`sample_runs` says whether they do: an ``(image, class)`` dataset (no other fields, no
 targets following the image, no checksums to check) whose pixels are the RAM cache's decoded
-arrays or the bmp cache's stored BMPs, with a transform :func:`~iotool.transforms.runs.run_op`
-takes. A sample the C code does not take (not in the RAM cache yet, a record that does not read,
-a BMP stored bottom-up) is marked and computed by the pass's per-sample path, which also raises
-or skips a bad record as it always has; the rows the C call wrote hold what that path would have
-written, byte for byte.
+arrays, the bmp cache's stored BMPs or, with fused decoding, any format's stored JPEGs, with a
+transform :func:`~iotool.transforms.runs.run_op` takes. A sample the C code does not take (not in
+the RAM cache yet, a record that does not read, a BMP stored bottom-up, a PNG, a JPEG that does not
+decode) is marked and computed by the pass's per-sample path, which also raises or skips a bad
+record as it always has; the rows the C call wrote hold what that path would have written, byte
+for byte.
 """
 
 from __future__ import annotations
@@ -17,48 +18,65 @@ from typing import Any
 import numpy as np
 
 from ...decode.bmp import decode_bmp
-from ...transforms.runs import RunOp, run_op, run_samples
+from ...transforms.runs import RunOp, jpeg_runs_available, run_jpeg_samples, run_op, run_samples
 from ..mapstyle import ImageDataset
 from .columns import Layout
 
 CHANNELS = 3  # the batch's channels the C code writes (RGB); other images go the per-sample way
+PIXELS, BMP, JPEG = "pixels", "bmp", "jpeg"  # what a run's sources are: RAM-cached arrays, stored files
+Stored = tuple[bytes, int] | None  # a record's stored bytes and label, when read already
 
 
 class SampleRuns:
-    """The samples of ``dataset`` through ``op``, a run at a time (see the module's docstring)."""
+    """The samples of ``dataset`` through ``op``, a run at a time (see the module's docstring);
+    ``kind``: what the sources are (:data:`PIXELS`, :data:`BMP` or :data:`JPEG`)."""
 
-    def __init__(self, dataset: ImageDataset, op: RunOp, bmp: bool):
-        self.dataset, self.op, self.bmp = dataset, op, bmp
+    def __init__(self, dataset: ImageDataset, op: RunOp, kind: str):
+        self.dataset, self.op, self.kind = dataset, op, kind
         self.shape = op.shape(CHANNELS)
-        self._labels: Any = None
 
     def fill(
         self, rows: np.ndarray, labels: np.ndarray, first: int, indices: list[int], words: tuple[int, int, int]
-    ) -> list[int]:
+    ) -> list[tuple[int, Stored]]:
         """Compute records ``indices`` into ``rows[first + k]`` and their labels into
-        ``labels[first + k]``; returns the ``k`` left to the per-sample path."""
-        sources = [self._source(index) for index in indices]
-        status = run_samples(self.op, CHANNELS, sources, self.bmp, words, indices, rows, first)
-        if self._labels is None:
-            self._labels = self.dataset.reader.labels
-        left = []
+        ``labels[first + k]``; returns ``(k, stored)`` for each sample left to the per-sample
+        path, ``stored`` the ``(bytes, label)`` already read for it (None: not read)."""
+        sources: list[Any]
+        got: list[Any]
+        if self.kind == PIXELS:
+            cache, stored = self.dataset.cache, self.dataset.reader.labels
+            sources = [cache.get(i) if cache is not None else None for i in indices]
+            got = [stored[i] for i in indices]
+        else:
+            sources, got = self._read(indices)
+        if self.kind == JPEG:
+            status = run_jpeg_samples(self.op, sources, words, indices, rows, first)
+        else:
+            status = run_samples(self.op, CHANNELS, sources, self.kind == BMP, words, indices, rows, first)
+        left: list[tuple[int, Stored]] = []
         for k, flag in enumerate(status):
-            if flag:
-                left.append(k)
-            else:
-                labels[first + k] = self._labels[indices[k]]
+            if not flag:
+                labels[first + k] = got[k]
+            elif self.kind == PIXELS or sources[k] is None:
+                left.append((k, None))
+            else:  # read already: the per-sample path decodes these bytes instead of reading again
+                left.append((k, (sources[k], got[k])))
         return left
 
-    def _source(self, index: int) -> Any:
-        """Record ``index``'s pixels as the C call takes them, or None (the per-sample path's)."""
-        ds = self.dataset
-        if not self.bmp:
-            cache = ds.cache
-            return cache.get(index) if cache is not None else None
-        try:
-            return ds.reader.read(index)[0]
-        except Exception:  # the per-sample path reads it again, and raises or skips as it should
-            return None
+    def _read(self, indices: list[int]) -> tuple[list[Any], list[Any]]:
+        """The stored bytes and labels of ``indices`` (None for a record that does not read: the
+        per-sample path reads it again, and raises or skips as it should)."""
+        read = self.dataset.reader.read
+        sources: list[Any] = []
+        labels: list[Any] = []
+        for index in indices:
+            try:
+                data, label = read(index)
+            except Exception:
+                data = label = None
+            sources.append(data)
+            labels.append(label)
+        return sources, labels
 
 
 def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:
@@ -69,7 +87,12 @@ def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:
     if op is None:
         return None
     if dataset.cache is not None:
-        return SampleRuns(dataset, op, bmp=False)
-    if dataset.fusing and dataset.reader.native_decode is decode_bmp:
-        return SampleRuns(dataset, op, bmp=True)
+        return SampleRuns(dataset, op, PIXELS)
+    if not dataset.fusing:
+        return None
+    native = dataset.reader.native_decode
+    if native is decode_bmp:
+        return SampleRuns(dataset, op, BMP)
+    if native is None and jpeg_runs_available(op):
+        return SampleRuns(dataset, op, JPEG)
     return None

@@ -30,6 +30,7 @@ from ..collate import copy_image, image_chw
 from ..order import RecordOrder
 from .columns import list_value, write_fixed
 from .protocols import Batch, PassPlan, Ring, SampleSource
+from .runs import Stored
 from .slot import Slot
 
 STOP_WAIT_S = 10.0  # how long stopping waits for each thread (it finishes the sample it is on)
@@ -82,10 +83,10 @@ class ThreadPass:
                     return
                 batch, lo, indices, slot = job
                 first = lo - batch * self.plan.batch_size
-                for k in self._run(slot, first, indices):
+                for k, stored in self._run(slot, first, indices):
                     if self.stopped:
                         return
-                    self._fill(slot, first + k, indices[k])
+                    self._fill(slot, first + k, indices[k], stored)
                 with self.cond:
                     self.done[batch] = self.done.get(batch, 0) + len(indices)
                     self.cond.notify_all()
@@ -133,12 +134,13 @@ class ThreadPass:
         """The ring sequence number of batch ``batch`` (one of this pass's)."""
         return self.base + batch // self.plan.processes
 
-    def _run(self, slot: Slot, first: int, indices: list[int]) -> Sequence[int]:
+    def _run(self, slot: Slot, first: int, indices: list[int]) -> Sequence[tuple[int, Stored]]:
         """Compute what one C call can of records ``indices`` into rows ``first`` on of ``slot``
-        (:mod:`.runs`); returns the positions in ``indices`` left to :meth:`_fill`."""
+        (:mod:`.runs`); returns the positions in ``indices`` left to :meth:`_fill`, each with what
+        was read of its record already."""
         runs = self.runs
         if runs is None or not self._holds(runs.shape):
-            return range(len(indices))
+            return [(k, None) for k in range(len(indices))]
         self.ring.memory(slot, runs.shape)
         rows, labels = slot.rows, slot.label_rows
         if rows is None or labels is None:
@@ -154,14 +156,15 @@ class ThreadPass:
                     ring.shape = shape
         return ring.shape == shape
 
-    def _fill(self, slot: Slot, row: int, index: int) -> None:
-        """Compute record ``index``'s sample into row ``row`` of ``slot``: the image and the fixed
-        columns into its memory, the rest into its lists."""
+    def _fill(self, slot: Slot, row: int, index: int, stored: Stored = None) -> None:
+        """Compute record ``index``'s sample into row ``row`` of ``slot`` (from ``stored``, its bytes
+        and label, when read already): the image and the fixed columns into its memory, the rest
+        into its lists."""
         plan, layout = self.plan, self.ring.layout
         target = slot.rows[row] if slot.rows is not None else None
         enter_sample(sample_key(plan.seed, plan.epoch, plan.rank, index), target)
         try:
-            items, record = self.source.sample(index)
+            items, record = self.source.sample(index, stored)
         finally:
             leave_sample()
         image = items[self.image_at]
