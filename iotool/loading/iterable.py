@@ -13,9 +13,11 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..errors import UsageError
 from ..formats import ShardedReader
-from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo, ram_cache_options
+from ..transforms.draws import sample_key
+from ..transforms.samplescope import keyed_sample
+from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo
 from .order import EpochOrder, RecordOrder
-from .ramcache import RamCache
+from .ramcache import RamCache, ram_cache_options
 from .split import STATE_VERSION, EpochSplit, ShardEnv, WorkerStream, check_resumable, current_env, distributed_rank
 from .targets import TargetOptions
 
@@ -291,7 +293,8 @@ class ShardedIterableDataset(ReaderInfo, IterableDataset):
         for i, data, label, stored in records:
             if not self.shuffle:
                 stream.consumed += 1
-            sample = self.mapstyle.sample(i, data, label, stored=stored)
+            with keyed_sample(sample_key(self.seed, epoch, env.rank, i)):  # as iotool.Loader keys it
+                sample = self.mapstyle.sample(i, data, label, stored=stored)
             if sample is not None:
                 yield sample
 

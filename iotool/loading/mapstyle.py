@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-import warnings
+import operator
+import os
 from typing import Any, Callable, Sequence, TypeVar
 
 from torch.utils.data import Dataset
@@ -13,53 +14,18 @@ from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError, did_yo
 from ..fields import CLASS, IMAGE, Schema, record_checksum
 from ..fields import decode as decode_field
 from ..formats import FormatReader
+from ..transforms.draws import sample_key
 from ..transforms.fused import fuse, leaves_input_alone
+from ..transforms.samplescope import keyed_sample
 from .order import EpochOrder, RecordOrder
-from .ramcache import RamCache, open_ram_cache
+from .ramcache import RamCache, open_ram_cache, ram_cache_options
+from .split import rank_world
 from .targets import TargetMover, TargetOptions
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("raise", "skip")
-CACHES = (None, "ram")  # the deprecated ``cache=`` spelling's values
-
-
-def ram_cache_options(
-    ram_cache: bool,
-    ram_cache_resize: int | None,
-    ram_cache_fallback: bool,
-    cache: str | None = None,
-    cache_resize: int | None = None,
-    cache_fallback: bool | None = None,
-) -> tuple[bool, int | None, bool]:
-    """(ram_cache, ram_cache_resize, ram_cache_fallback), the deprecated spellings ``cache="ram"``,
-    ``cache_resize`` and ``cache_fallback`` folded in (with a DeprecationWarning each).
-
-    Raises:
-        UsageError: a ``cache`` value other than None or ``"ram"``.
-    """
-    if cache is not None or cache_resize is not None or cache_fallback is not None:
-        used = [
-            k
-            for k, v in (("cache", cache), ("cache_resize", cache_resize), ("cache_fallback", cache_fallback))
-            if v is not None
-        ]
-        warnings.warn(
-            f"{', '.join(used)}: deprecated spelling of the RAM cache's options; use ram_cache=True, "
-            f"ram_cache_resize=, ram_cache_fallback= (cache_dir and cache_max_bytes are the remote shard cache).",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    if cache not in CACHES:
-        raise UsageError(f"cache={cache!r}; choose one of: None, 'ram' (or use ram_cache=True).")
-    return (
-        bool(ram_cache) or cache == "ram",
-        ram_cache_resize if cache_resize is None else cache_resize,
-        bool(ram_cache_fallback) or bool(cache_fallback),
-    )
-
-
 FUSED = "fused"
 DEFAULT_DECODER = FUSED
 """The datasets' default decoder, ``"fused"``: when the transform starts with one iotool can fuse
@@ -170,6 +136,7 @@ class ImageDataset(ReaderInfo, Dataset):
         cache_fallback: bool | None = None,
         fields: str | Sequence[str] | None = None,
         targets: TargetOptions | None = None,
+        seed: int | None = None,
     ):
         check_decoder(decoder)  # fail now, not in a worker, on a bad name
         if on_error not in ON_ERROR:
@@ -203,6 +170,11 @@ class ImageDataset(ReaderInfo, Dataset):
         self._wanted = tuple(n for n in self._others if n != CLASS)
         self.target_options = targets or TargetOptions()
         self._mover = TargetMover.plan(reader.schema, self.fields, self.target_options, transform)
+        if seed is not None and (isinstance(seed, bool) or not hasattr(seed, "__index__")):
+            raise UsageError(f"seed={seed!r}: give an int, or None (ds[i] draws from each transform's own stream).")
+        self.seed = None if seed is None else operator.index(seed)
+        self.epoch = 0  # with a seed, the epoch keys each record's augmentation (set_epoch)
+        self._rank: tuple[int, int] | None = None  # (pid, rank) it was read in
 
     @property
     def mask_fields(self) -> tuple[str, ...]:
@@ -235,7 +207,19 @@ class ImageDataset(ReaderInfo, Dataset):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} records")
-        return self.first_readable(index, self.sample)[0]
+        if self.seed is None:
+            return self.first_readable(index, self.sample)[0]
+        with keyed_sample(sample_key(self.seed, self.epoch, self.rank, index)):
+            return self.first_readable(index, self.sample)[0]
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (torch.distributed, else ``RANK``, else 0), read once per process:
+        with a seed, it keys each record's augmentation as :class:`iotool.Loader` does."""
+        pid = os.getpid()
+        if self._rank is None or self._rank[0] != pid:
+            self._rank = (pid, rank_world()[0])
+        return self._rank[1]
 
     def first_readable(self, index: int, attempt: Callable[[int], T | None]) -> tuple[T, int]:
         """(``attempt(record)``, record) for the first record from ``index`` on (wrapping around)
@@ -261,12 +245,14 @@ class ImageDataset(ReaderInfo, Dataset):
 
     @property
     def epoch_order(self) -> EpochOrder:
-        """This dataset's own order options: none (a sampler or the Loader orders it)."""
-        return EpochOrder()
+        """This dataset's own order options: none (a sampler or the Loader orders it) but its
+        seed, which the Loader takes when given none."""
+        return EpochOrder(seed=self.seed or 0)
 
     def set_epoch(self, epoch: int) -> None:
-        """Nothing to set: a map-style dataset's order is its sampler's (here so that the Loader
-        treats both dataset kinds alike)."""
+        """The epoch that keys each record's augmentation in ``ds[i]`` when the dataset has a seed
+        (its order is its sampler's: call the sampler's ``set_epoch`` too)."""
+        self.epoch = operator.index(epoch)
 
     def epoch_length(self, order: EpochOrder) -> int:
         """Records ``order``'s rank reads per epoch."""

@@ -9,7 +9,8 @@ from ..errors import UsageError, checked_keywords, unknown_argument
 from ..formats import FormatReader, ShardedReader, detect_format
 from ..storage import StorageConfig
 from .iterable import ShardedIterableDataset
-from .mapstyle import DEFAULT_DECODER, ImageDataset, ram_cache_options
+from .mapstyle import DEFAULT_DECODER, ImageDataset
+from .ramcache import ram_cache_options
 from .targets import TargetOptions
 
 __all__ = ["open_dataset", "open_reader"]
@@ -71,6 +72,7 @@ def open_dataset(
     masks: str | Sequence[str] = (),
     keep_empty_boxes: bool = False,
     move_targets: bool = True,
+    seed: int | None = None,
     **iterable_options: Any,
 ) -> ImageDataset | ShardedIterableDataset:
     """Open an iotool dataset as a torch Dataset, detecting its format.
@@ -134,8 +136,15 @@ def open_dataset(
             (also fused with decoding); a transform with other parts is refused unless they are
             wrapped in ``iotool.transforms.pixel_only``. False: the targets as stored. See
             ``docs/fields.md``, "Boxes and masks follow the transforms".
+        seed: keys each record's augmentation: iotool's random transforms (``RandomResizedCrop``,
+            ``RandomHorizontalFlip``, the fused crop) draw from a stream of ``(seed, epoch, rank,
+            record)`` (``set_epoch`` sets the epoch), so ``ds[i]`` gives the same crop in any
+            DataLoader worker, and the same as ``iotool.Loader`` (whose seed defaults to the
+            dataset's). None: map-style datasets draw from each transform's own stream, as
+            before; sharded datasets always key their records (seed 0), and their seed also
+            seeds the shuffle.
         **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
-            (``shuffle``, ``seed``, ``buffer_size``, ``even``).
+            (``shuffle``, ``buffer_size``, ``even``).
 
     Returns:
         lmdb, hdf5, bmp: an :class:`ImageDataset` (``len``, ``ds[i] -> (image, label)``).
@@ -161,10 +170,12 @@ def open_dataset(
         "targets": TargetOptions.of(masks, keep_empty_boxes, move_targets),
     }
     if isinstance(reader, ShardedReader):  # spec.iterable
+        if seed is not None:
+            iterable_options["seed"] = seed
         return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)
     if iterable_options:
         raise UsageError(f"{', '.join(iterable_options)}: only for sharded formats, not {spec.name}.")
-    return ImageDataset(reader, decoder=decoder, transform=transform, **common)
+    return ImageDataset(reader, decoder=decoder, transform=transform, seed=seed, **common)
 
 
 def check_iterable_options(given: dict[str, Any]) -> None:

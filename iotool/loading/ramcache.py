@@ -28,6 +28,7 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -390,3 +391,41 @@ def cache_sizes(reader: FormatReader) -> np.ndarray:
     except (IotoolError, OSError) as exc:
         logging.getLogger(__name__).warning("RAM cache: %s; such records are not cached", exc)
     return reader.image_sizes(strict=False)
+
+
+CACHES = (None, "ram")  # the deprecated ``cache=`` spelling's values
+
+
+def ram_cache_options(
+    ram_cache: bool,
+    ram_cache_resize: int | None,
+    ram_cache_fallback: bool,
+    cache: str | None = None,
+    cache_resize: int | None = None,
+    cache_fallback: bool | None = None,
+) -> tuple[bool, int | None, bool]:
+    """(ram_cache, ram_cache_resize, ram_cache_fallback), the deprecated spellings ``cache="ram"``,
+    ``cache_resize`` and ``cache_fallback`` folded in (with a DeprecationWarning each).
+
+    Raises:
+        UsageError: a ``cache`` value other than None or ``"ram"``.
+    """
+    if cache is not None or cache_resize is not None or cache_fallback is not None:
+        used = [
+            k
+            for k, v in (("cache", cache), ("cache_resize", cache_resize), ("cache_fallback", cache_fallback))
+            if v is not None
+        ]
+        warnings.warn(
+            f"{', '.join(used)}: deprecated spelling of the RAM cache's options; use ram_cache=True, "
+            f"ram_cache_resize=, ram_cache_fallback= (cache_dir and cache_max_bytes are the remote shard cache).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if cache not in CACHES:
+        raise UsageError(f"cache={cache!r}; choose one of: None, 'ram' (or use ram_cache=True).")
+    return (
+        bool(ram_cache) or cache == "ram",
+        ram_cache_resize if cache_resize is None else cache_resize,
+        bool(ram_cache_fallback) or bool(cache_fallback),
+    )

@@ -35,7 +35,9 @@ fields=(..., "boxes"), masks=(...))``, :mod:`.geometry`); alone, the geometric t
 torchvision v2's ``(image, target)`` pairs (:mod:`.paired`).
 
 Randomness: each random transform owns a :class:`random.Random` seeded lazily in each process, so
-DataLoader workers draw different crops (see :class:`ProcessRandom`).
+DataLoader workers draw different crops (see :class:`ProcessRandom`); inside a sample of
+:class:`iotool.Loader`, or of a dataset opened with a seed, they draw from the record's
+counter-based stream instead (:mod:`.draws`, :mod:`.samplescope`).
 
 The modules: ``layouts`` (the Image type, CHW views, output layouts), ``arguments`` (the
 argument checks), ``sizing`` (the "shorter side to N" rule, the reducing gap), ``kernels``
@@ -43,7 +45,9 @@ argument checks), ``sizing`` (the "shorter side to N" rule, the reducing gap), `
 ``pixel_transforms`` (the transforms of decoded pixels), ``decoding`` (the transforms of encoded
 bytes: :class:`DecodeRandomResizedCrop`, and the decoding forms of Resize and CenterCrop),
 ``fused`` (which transform fuses into which decoding step: one table), ``geometry`` (what the
-geometric transforms did to one sample, and the same moves applied to its boxes and masks).
+geometric transforms did to one sample, and the same moves applied to its boxes and masks),
+``draws`` (a sample's counter-based random stream), ``runs`` (which chains a run of samples in
+one C call computes).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ transforms behave as documented elsewhere.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 
@@ -27,6 +29,21 @@ def enter_sample(key: int, slot: np.ndarray | None) -> None:
     stream, and ``slot`` (a C-contiguous CxHxW uint8 array, or None) the place the next fitting
     resize writes to, until :func:`leave_sample`."""
     _local.seed, _local.rng, _local.slot, _local.taken = key, None, slot, None
+
+
+@contextmanager
+def keyed_sample(key: int) -> Iterator[None]:
+    """Inside the block, iotool's random transforms draw from the stream of ``key`` (a dataset's
+    ``ds[i]`` with a seed), unless a loader's sample is already being computed in this thread
+    (then its stream stays); no batch slot is given."""
+    if getattr(_local, "seed", None) is not None:
+        yield
+        return
+    enter_sample(key, None)
+    try:
+        yield
+    finally:
+        leave_sample()
 
 
 def leave_sample() -> None:

@@ -128,9 +128,9 @@ def test_every_format_gives_the_per_sample_paths_bytes(built, fmt, monkeypatch):
     ds = _dataset(path, transform)
     runs = sample_runs(ds, layout_of(ds))
     if ds.reader.native_decode is not None:  # the bmp cache: its own runs
-        assert runs is not None and runs.kind == "bmp"
+        assert runs is not None and runs.kind == "bitmaps"
         return
-    assert runs is not None and runs.kind == "jpeg"
+    assert runs is not None and runs.kind == "jpegs"
     spy = Spy(monkeypatch)
     got = _epoch(ds, threads=3)
     assert spy.written == len(ds) - 1
@@ -146,13 +146,48 @@ def test_seekable_jpegs_give_the_per_sample_paths_bytes(built, monkeypatch):
     assert _same(got, _epoch(ds, per_sample=True))
 
 
-def test_centre_crops_give_the_per_sample_paths_bytes(built, monkeypatch):
-    """Images smaller than the crop are padded the per-sample way."""
-    ds = iotool.open_dataset(built("lmdb"), transform=Compose([CenterCrop((60, 90)), RandomHorizontalFlip(0.3)]))
+def test_a_seekable_jpeg_is_cut_to_its_restart_segments(built, tmp_path, monkeypatch):
+    """Damage in the rows above a centre crop: a region decode reads through them and fails, the
+    restart segments of the box's rows decode: the C call decodes it from them."""
+    dst = tmp_path / "d.lmdb"
+    shutil.copytree(built("lmdb", seekable=True), dst)
+    data = iotool.open_dataset(dst).reader.read(0)[0]  # c0/00.jpeg, 320x320
+    mdb = dst / "data.mdb"
+    stored = mdb.read_bytes()
+    at = stored.find(data)
+    scan = data.find(b"\xff\xda")
+    damage = at + scan + 2 + int.from_bytes(data[scan + 2 : scan + 4], "big") + 40  # into the first rows
+    mdb.write_bytes(stored[:damage] + b"\xff\xd5" * 4 + stored[damage + 8 :])
+    transform = CenterCrop((32, 32))
+    spy = Spy(monkeypatch)
+    rows = _epoch(iotool.open_dataset(dst, transform=transform))
+    assert spy.left == 1  # the PNG alone: record 0 was decoded in C
+    assert _same(rows, _epoch(iotool.open_dataset(dst, transform=transform), per_sample=True))
+    with pytest.raises(iotool.RecordError, match="record 0"):  # a region decode meets the damage
+        iotool.open_dataset(dst, transform=CenterCrop((300, 300)))[0]
+
+
+@pytest.mark.parametrize("size, padded", [((60, 90), 2), ((40, 100), 4)])
+def test_centre_crops_give_the_per_sample_paths_bytes(built, monkeypatch, size, padded):
+    """Images shorter or narrower than the crop are padded the per-sample way."""
+    ds = iotool.open_dataset(built("lmdb"), transform=Compose([CenterCrop(size), RandomHorizontalFlip(0.3)]))
     spy = Spy(monkeypatch)
     got = _epoch(ds)
-    assert spy.written == len(ds) - 3 and spy.left == 3  # the PNG and the two 64x48 images
+    assert spy.left == 1 + padded and spy.written == len(ds) - 1 - padded  # the PNG too
     assert _same(got, _epoch(ds, per_sample=True))
+
+
+def test_a_jpeg_without_its_end_marker_is_refused_as_per_sample(built, tmp_path):
+    """The rows below a crop are never read: the end-of-image marker is checked first."""
+    dst = tmp_path / "d.lmdb"
+    shutil.copytree(built("lmdb"), dst)
+    data = iotool.open_dataset(dst).reader.read(0)[0]
+    mdb = dst / "data.mdb"
+    stored = mdb.read_bytes()
+    end = stored.find(data) + len(data)
+    mdb.write_bytes(stored[: end - 2] + b"\0\0" + stored[end:])
+    with pytest.raises(iotool.RecordError, match="record 0.*truncated"):
+        _epoch(iotool.open_dataset(dst, transform=CenterCrop(32)))
 
 
 def test_a_corrupt_jpeg_is_skipped_or_refused_as_per_sample(built, tmp_path):

@@ -196,5 +196,5 @@ def test_what_runs_per_sample(bmp_path, why, options):
 def test_the_ram_cache_runs_from_its_pixels(lmdb_path):
     ds = iotool.open_dataset(lmdb_path, transform=RandomResizedCrop(16))
     cached = iotool.open_dataset(lmdb_path, transform=RandomResizedCrop(16), ram_cache=True)
-    assert sample_runs(ds, layout_of(ds)).kind == "jpeg"  # tests/loading/test_loader_jpeg_runs.py
+    assert sample_runs(ds, layout_of(ds)).kind == "jpegs"  # tests/loading/test_loader_jpeg_runs.py
     assert sample_runs(cached, layout_of(cached)).kind == "pixels"

@@ -95,6 +95,26 @@ def test_numbers_look_uniform_and_streams_independent():
     assert abs(np.corrcoef(first[:-1], first[1:])[0, 1]) < 0.06
 
 
+def test_a_datasets_key_leaves_a_loaders_sample_alone():
+    """``ds[i]`` asked inside a loader's sample (a transform indexing a dataset) keeps the loader's
+    stream and batch row."""
+    import numpy as np
+
+    from iotool.transforms.samplescope import enter_sample, keyed_sample, leave_sample, sample_rng, take_slot
+
+    slot = np.zeros((3, 2, 2), np.uint8)
+    enter_sample(41, slot)
+    try:
+        with keyed_sample(42):
+            assert sample_rng().key == 41
+        assert sample_rng().key == 41 and take_slot((3, 2, 2)) is slot
+    finally:
+        leave_sample()
+    with keyed_sample(42):
+        assert sample_rng().key == 42
+    assert sample_rng() is None
+
+
 def test_uniform_is_random_randoms_formula():
     a, b = draws.SampleStream(11), draws.SampleStream(11)
     for _ in range(50):

@@ -17,9 +17,12 @@ lists); for an ``(image, class)`` dataset, the images and int64 labels.
 - **Passes** (:mod:`.threadpass`, :mod:`.isolated`) and **rings** (:mod:`.batchring`,
   :mod:`.sharedring`) meet the Loader through the protocols of :mod:`.protocols`; the Loader
   hands them plain inputs (a :class:`~.protocols.PassPlan`) and reads back what they deliver.
-- **Randomness**: every sample gets its own ``random.Random`` seeded from ``(seed, epoch, rank,
-  record)``, which iotool's random transforms draw from while the sample is computed
-  (:mod:`iotool.transforms.samplescope`).
+- **Randomness**: every sample gets its own counter-based stream keyed by ``(seed, epoch, rank,
+  record)`` (:mod:`iotool.transforms.draws`), which iotool's random transforms draw from while the
+  sample is computed (:mod:`iotool.transforms.samplescope`); a dataset opened with the same seed
+  draws the same in ``ds[i]``, so DataLoader gives the same crops.
+- **Runs** (:mod:`.runs`): where the dataset and transform are iotool's, a run of samples is
+  read, then cropped, resized and flipped into its rows by one C call without the GIL.
 - **Resume**: :meth:`Loader.state_dict` is the epoch and the batches delivered; loading it skips them
   by arithmetic (nothing read).
 - **Errors and shutdown**: a thread's exception stops the pass and is raised in the caller,
@@ -138,7 +141,8 @@ class Loader:
             would with ``shuffle=True``). None: the sharded dataset's own setting, else False.
         drop_last: drop the last, partial batch.
         threads: threads building batches; None: the usable cores, at most 8.
-        seed: seeds the shuffle and each sample's augmentation; None: the sharded dataset's seed, else 0.
+        seed: seeds the shuffle and each sample's augmentation; None: the dataset's seed
+            (``open_dataset(..., seed=)``; a sharded dataset's is 0 by default), else 0.
         pin_memory: batches in pinned memory (with CUDA; without, a warning and pageable memory).
         prefetch: batches prepared ahead of the one in hand.
         keep: batches that stay valid after the one in hand (see above).

@@ -23,13 +23,13 @@ from ..mapstyle import ImageDataset
 from .columns import Layout
 
 CHANNELS = 3  # the batch's channels the C code writes (RGB); other images go the per-sample way
-PIXELS, BMP, JPEG = "pixels", "bmp", "jpeg"  # what a run's sources are: RAM-cached arrays, stored files
+PIXELS, BITMAPS, JPEGS = "pixels", "bitmaps", "jpegs"  # what a run's sources are: cached pixels, stored files
 Stored = tuple[bytes, int] | None  # a record's stored bytes and label, when read already
 
 
 class SampleRuns:
     """The samples of ``dataset`` through ``op``, a run at a time (see the module's docstring);
-    ``kind``: what the sources are (:data:`PIXELS`, :data:`BMP` or :data:`JPEG`)."""
+    ``kind``: what the sources are (:data:`PIXELS`, :data:`BITMAPS` or :data:`JPEGS`)."""
 
     def __init__(self, dataset: ImageDataset, op: RunOp, kind: str):
         self.dataset, self.op, self.kind = dataset, op, kind
@@ -49,10 +49,10 @@ class SampleRuns:
             got = [stored[i] for i in indices]
         else:
             sources, got = self._read(indices)
-        if self.kind == JPEG:
+        if self.kind == JPEGS:
             status = run_jpeg_samples(self.op, sources, words, indices, rows, first)
         else:
-            status = run_samples(self.op, CHANNELS, sources, self.kind == BMP, words, indices, rows, first)
+            status = run_samples(self.op, CHANNELS, sources, self.kind == BITMAPS, words, indices, rows, first)
         left: list[tuple[int, Stored]] = []
         for k, flag in enumerate(status):
             if not flag:
@@ -92,7 +92,7 @@ def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:
         return None
     native = dataset.reader.native_decode
     if native is decode_bmp:
-        return SampleRuns(dataset, op, BMP)
+        return SampleRuns(dataset, op, BITMAPS)
     if native is None and jpeg_runs_available(op):
-        return SampleRuns(dataset, op, JPEG)
+        return SampleRuns(dataset, op, JPEGS)
     return None
