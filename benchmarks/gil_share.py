@@ -30,8 +30,10 @@ sharing caches and memory), and it needs two free cores: on a loaded machine it 
 
 Paths:
 
-- ``lmdb fused``: ``iotool.Loader`` over lmdb with ``RandomResizedCrop(224)`` (region decode of
-  the crop at a reduced DCT scale, then the resize kernel writing into the batch row);
+- ``FORMAT fused`` (lmdb, seekable lmdb, hdf5, tar, tfrecord): ``iotool.Loader`` with
+  ``RandomResizedCrop(224)`` (region decode of the crop at a reduced DCT scale, or from its
+  restart segments when seekable, then the resize kernel writing into the batch row: a run of
+  samples in one C call, ``iotool._jpegregion.run_samples``, once the records are read);
 - ``bmp crop``: the same over the bmp cache (shorter side 256): read, crop, resize;
 - ``ram crop``: lmdb with ``ram_cache=True`` (filled first), crops of the decoded pixels;
 - ``read FORMAT``: each format's stored bytes (``decoder=None``), ``ds[i]`` in a loop (tar and
@@ -62,6 +64,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_data" / "imagefolder"
 CROP = 224
+SEEKABLE = "seekable lmdb"  # lmdb with restart segments: the built dataset's name among the formats
 
 Work = Callable[[], int]  # runs the path over its samples once; returns the samples done
 
@@ -238,6 +241,10 @@ def build(src: Path, workdir: Path, formats: list[str]) -> dict[str, Path]:
         dst = workdir / f"data.{fmt}"
         iotool.convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, CROP))
         out[fmt] = dst
+    if "lmdb" in formats:  # the same JPEGs with restart segments (lossless transcode)
+        dst = workdir / "data.seekable.lmdb"
+        iotool.convert(src, dst, "lmdb", workers=0, overwrite=True, seekable=True, **conversion_options("lmdb", CROP))
+        out[SEEKABLE] = dst
     return out
 
 
@@ -250,15 +257,18 @@ def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
         return Path_(loader_work(ds, batch_size), loader_work(ds, batch_size, threads=2))
 
     works: dict[str, Path_] = {}
+    for fmt in ("lmdb", SEEKABLE, "hdf5", "tar", "tfrecord"):  # the fused crop of stored JPEGs
+        if fmt in built:
+            works[f"{fmt} fused"] = loader_path(iotool.open_dataset(built[fmt], transform=RandomResizedCrop(CROP)))
     if "lmdb" in built:
-        works["lmdb fused"] = loader_path(iotool.open_dataset(built["lmdb"], transform=RandomResizedCrop(CROP)))
         ram = iotool.open_dataset(built["lmdb"], transform=RandomResizedCrop(CROP), ram_cache=True)
         works["ram crop"] = loader_path(ram)
         works["ram crop"].work()  # fill the cache: the steady state is measured
     if "bmp" in built:
         works["bmp crop"] = loader_path(iotool.open_dataset(built["bmp"], transform=RandomResizedCrop(CROP)))
     for fmt, path in built.items():
-        works[f"read {fmt}"] = Path_(read_work(iotool.open_dataset(path, decoder=None)))
+        if fmt != SEEKABLE:  # its reads are lmdb's
+            works[f"read {fmt}"] = Path_(read_work(iotool.open_dataset(path, decoder=None)))
     return works
 
 
@@ -327,7 +337,7 @@ def print_table(report: dict[str, Any]) -> None:
         f"{report['load_average'][0]:.2f}, median of {report['rounds']} rounds, one thread per path"
     )
     print(
-        f"{'path':16} {'us/sample':>10} {'GIL us':>8} {'GIL share':>10} {'threads':>8} "
+        f"{'path':20} {'us/sample':>10} {'GIL us':>8} {'GIL share':>10} {'threads':>8} "
         f"{'2 threads':>10} {'share (scaling)':>16}"
     )
     for name, r in report["paths"].items():
@@ -335,7 +345,7 @@ def print_table(report: dict[str, Any]) -> None:
         speedup = "-" if r["speedup_2_threads"] is None else f"{r['speedup_2_threads']:.2f}x"
         scaled = "-" if r["share_from_scaling"] is None else f"{r['share_from_scaling']:.0%}"
         print(
-            f"{name:16} {r['us_per_sample']:>10.1f} {r['gil_us_per_sample']:>8.1f} {r['share']:>10.0%} "
+            f"{name:20} {r['us_per_sample']:>10.1f} {r['gil_us_per_sample']:>8.1f} {r['share']:>10.0%} "
             f"{threads:>8} {speedup:>10} {scaled:>16}"
         )
     print(

@@ -131,7 +131,14 @@ def test_gil_share_reports_a_share_and_a_thread_bound_per_path(tmp_path):
     out = tmp_path / "gil.json"
     proc = run_script("gil_share.py", "--smoke", "--json", out)
     report = json.loads(out.read_text())
-    assert set(report["paths"]) == {"lmdb fused", "ram crop", "bmp crop", "read lmdb", "read bmp"}
+    assert set(report["paths"]) == {
+        "lmdb fused",
+        "seekable lmdb fused",
+        "ram crop",
+        "bmp crop",
+        "read lmdb",
+        "read bmp",
+    }
     for name, r in report["paths"].items():
         assert r["us_per_sample"] > 0 and 0 <= r["gil_us_per_sample"] <= r["us_per_sample"], name
         assert 0 <= r["share"] <= 1 and r["share"] == pytest.approx(r["gil_us_per_sample"] / r["us_per_sample"])
