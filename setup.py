@@ -44,6 +44,17 @@ STABLE_ABI = {
     "py_limited_api": True,
 }
 
+# The resize kernel, its flip and the augmentations' draws: C without Python, compiled into
+# iotool._resize and into iotool._jpegregion (whose runs of JPEG samples resize into batch rows).
+RESIZE_KERNEL = [
+    "iotool/_resize_kernel.c",
+    "iotool/_resize_weights.c",
+    "iotool/_resize_horizontal.c",
+    "iotool/_resize_vertical.c",
+    "iotool/_resize_flip.c",
+    "iotool/_resize_draw.c",
+]
+
 setup(
     ext_modules=[
         Extension(
@@ -54,13 +65,7 @@ setup(
                 "iotool/_jpegregion_transcode.c",
                 "iotool/_jpegregion_gather.c",
                 "iotool/_jpegregion_run.c",
-                # the resize kernel and the augmentations' draws, for the runs (no Python in them)
-                "iotool/_resize_kernel.c",
-                "iotool/_resize_weights.c",
-                "iotool/_resize_horizontal.c",
-                "iotool/_resize_vertical.c",
-                "iotool/_resize_flip.c",
-                "iotool/_resize_draw.c",
+                *RESIZE_KERNEL,  # for the runs of JPEG samples
             ],
             depends=["iotool/_jpegregion.h", "iotool/_resize.h"],
             extra_compile_args=["-O3"],
@@ -72,12 +77,7 @@ setup(
             "iotool._resize",
             sources=[  # one module, a file per concept (iotool/_resize.c says which)
                 "iotool/_resize.c",
-                "iotool/_resize_kernel.c",
-                "iotool/_resize_weights.c",
-                "iotool/_resize_horizontal.c",
-                "iotool/_resize_vertical.c",
-                "iotool/_resize_flip.c",
-                "iotool/_resize_draw.c",
+                *RESIZE_KERNEL,
                 "iotool/_resize_run.c",
             ],
             depends=["iotool/_resize.h"],

@@ -39,6 +39,23 @@ def options_for(fmt: str, resize: int = 40, **extra: Any) -> dict[str, Any]:
     return {**spec.example_options, **({"resize": resize} if spec.needs_resize else {}), **extra}
 
 
+def format_builder(factory: pytest.TempPathFactory, tree: Path) -> Callable[..., Path]:
+    """``make(fmt, **options)``: ``tree`` converted to ``fmt`` (``options_for(fmt)`` plus
+    ``options``), once per format and options, in a folder of ``factory``'s."""
+    import iotool
+
+    cache: dict[str, Path] = {}
+
+    def make(fmt: str, **options: Any) -> Path:
+        key = f"{fmt}{sorted(options.items())}"
+        if key not in cache:
+            cache[key] = factory.mktemp(fmt) / f"d.{fmt}"
+            iotool.convert(tree, cache[key], fmt, workers=0, **options_for(fmt), **options)
+        return cache[key]
+
+    return make
+
+
 def options_with_units(fmt: str, unit: int, resize: int = 40, **extra: Any) -> dict[str, Any]:
     """``options_for(fmt)`` with every integer example option set to ``unit``.
 

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
@@ -13,7 +11,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 import iotool
 from iotool.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
 
-from ..conftest import options_for, write_tree
+from ..conftest import format_builder, write_tree
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -26,15 +24,7 @@ def _chain():
 def built(tmp_path_factory):
     tree = tmp_path_factory.mktemp("src") / "src"
     write_tree(tree, {"a": 7, "b": 6}, seed=4, png_every=5)
-    cache: dict[str, Path] = {}
-
-    def make(fmt: str) -> Path:
-        if fmt not in cache:
-            cache[fmt] = tmp_path_factory.mktemp(fmt) / f"d.{fmt}"
-            iotool.convert(tree, cache[fmt], fmt, workers=0, **options_for(fmt))
-        return cache[fmt]
-
-    return make
+    return format_builder(tmp_path_factory, tree)
 
 
 @pytest.mark.parametrize("fmt, options", [("lmdb", {}), ("bmp", {}), ("lmdb", {"ram_cache": True}), ("hdf5", {})])

@@ -23,7 +23,7 @@ import iotool
 from iotool.loading.loader.isolated import check_isolation
 from iotool.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop
 
-from ..conftest import REPO, options_for, write_tree
+from ..conftest import REPO, format_builder, write_tree
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="isolate=True needs Linux")
 
@@ -32,16 +32,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="is
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("src") / "src"
     write_tree(root, {"a": 12, "b": 11}, seed=5, png_every=7)
-    cache: dict[str, Path] = {}
-
-    def make(fmt: str) -> Path:
-        if fmt not in cache:
-            dst = tmp_path_factory.mktemp(fmt) / f"d.{fmt}"
-            iotool.convert(root, dst, fmt, workers=0, **options_for(fmt))
-            cache[fmt] = dst
-        return cache[fmt]
-
-    return make
+    return format_builder(tmp_path_factory, root)
 
 
 def _clone(loader):

@@ -24,7 +24,7 @@ from iotool.loading.loader.runs import sample_runs
 from iotool.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, draws
 from iotool.transforms.boxes import random_resized_crop_params
 
-from ..conftest import FORMATS, make_image, options_for
+from ..conftest import FORMATS, format_builder, make_image
 from ..transforms.test_fused_reference import close, reference_crop
 
 pytestmark = pytest.mark.skipif(
@@ -46,18 +46,7 @@ def _tree(root: Path, png: bool = False) -> Path:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    tree = _tree(tmp_path_factory.mktemp("src") / "src", png=True)
-    cache: dict[str, Path] = {}
-
-    def make(fmt: str, **extra) -> Path:
-        key = f"{fmt}{sorted(extra.items())}"
-        if key not in cache:
-            dst = tmp_path_factory.mktemp(fmt) / f"d.{fmt}"
-            iotool.convert(tree, dst, fmt, workers=0, **options_for(fmt), **extra)
-            cache[key] = dst
-        return cache[key]
-
-    return make
+    return format_builder(tmp_path_factory, _tree(tmp_path_factory.mktemp("src") / "src", png=True))
 
 
 class Spy:
@@ -87,6 +76,21 @@ def _epoch(ds, threads: int = 2, per_sample: bool = False) -> list[tuple[torch.T
 
 def _same(a, b) -> bool:
     return len(a) == len(b) and all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
+
+
+def _damaged(src: Path, dst: Path, record: int, damage) -> Path:
+    """A copy of lmdb ``src`` at ``dst`` whose record ``record``'s JPEG bytes are changed in place
+    (a large value lies whole in its overflow pages): ``damage(data, at)`` gives ``(offset,
+    bytes)`` to write over the file, ``at`` the value's offset in it."""
+    shutil.copytree(src, dst)
+    data = iotool.open_dataset(dst).reader.read(record)[0]
+    mdb = dst / "data.mdb"
+    stored = mdb.read_bytes()
+    at = stored.find(data)
+    assert at > 0 and stored.find(data, at + 1) < 0
+    offset, patch = damage(data, at)
+    mdb.write_bytes(stored[:offset] + patch + stored[offset + len(patch) :])
+    return dst
 
 
 def _dataset(path: Path, transform, **options):
@@ -149,15 +153,12 @@ def test_seekable_jpegs_give_the_per_sample_paths_bytes(built, monkeypatch):
 def test_a_seekable_jpeg_is_cut_to_its_restart_segments(built, tmp_path, monkeypatch):
     """Damage in the rows above a centre crop: a region decode reads through them and fails, the
     restart segments of the box's rows decode: the C call decodes it from them."""
-    dst = tmp_path / "d.lmdb"
-    shutil.copytree(built("lmdb", seekable=True), dst)
-    data = iotool.open_dataset(dst).reader.read(0)[0]  # c0/00.jpeg, 320x320
-    mdb = dst / "data.mdb"
-    stored = mdb.read_bytes()
-    at = stored.find(data)
-    scan = data.find(b"\xff\xda")
-    damage = at + scan + 2 + int.from_bytes(data[scan + 2 : scan + 4], "big") + 40  # into the first rows
-    mdb.write_bytes(stored[:damage] + b"\xff\xd5" * 4 + stored[damage + 8 :])
+
+    def first_rows(data: bytes, at: int) -> tuple[int, bytes]:  # record 0: c0/00.jpeg, 320x320
+        scan = data.find(b"\xff\xda")
+        return at + scan + 2 + int.from_bytes(data[scan + 2 : scan + 4], "big") + 40, b"\xff\xd5" * 4
+
+    dst = _damaged(built("lmdb", seekable=True), tmp_path / "d.lmdb", 0, first_rows)
     transform = CenterCrop((32, 32))
     spy = Spy(monkeypatch)
     rows = _epoch(iotool.open_dataset(dst, transform=transform))
@@ -179,27 +180,14 @@ def test_centre_crops_give_the_per_sample_paths_bytes(built, monkeypatch, size, 
 
 def test_a_jpeg_without_its_end_marker_is_refused_as_per_sample(built, tmp_path):
     """The rows below a crop are never read: the end-of-image marker is checked first."""
-    dst = tmp_path / "d.lmdb"
-    shutil.copytree(built("lmdb"), dst)
-    data = iotool.open_dataset(dst).reader.read(0)[0]
-    mdb = dst / "data.mdb"
-    stored = mdb.read_bytes()
-    end = stored.find(data) + len(data)
-    mdb.write_bytes(stored[: end - 2] + b"\0\0" + stored[end:])
+    dst = _damaged(built("lmdb"), tmp_path / "d.lmdb", 0, lambda data, at: (at + len(data) - 2, b"\0\0"))
     with pytest.raises(iotool.RecordError, match="record 0.*truncated"):
         _epoch(iotool.open_dataset(dst, transform=CenterCrop(32)))
 
 
 def test_a_corrupt_jpeg_is_skipped_or_refused_as_per_sample(built, tmp_path):
-    dst = tmp_path / "d.lmdb"
-    shutil.copytree(built("lmdb"), dst)
-    data = iotool.open_dataset(dst).reader.read(4)[0]
-    mdb = dst / "data.mdb"
-    stored = mdb.read_bytes()
-    at = stored.find(data)  # a large value lies whole in its overflow pages
-    assert at > 0 and stored.find(data, at + 1) < 0
-    middle = at + len(data) // 2
-    mdb.write_bytes(stored[:middle] + b"\xff\xd5" * 32 + stored[middle + 64 :])  # a stray marker in the scan
+    # stray markers in the middle of the scan
+    dst = _damaged(built("lmdb"), tmp_path / "d.lmdb", 4, lambda data, at: (at + len(data) // 2, b"\xff\xd5" * 32))
     transform = RandomResizedCrop(32, scale=(0.9, 1.0))  # every box reaches the damage
     skipping = iotool.open_dataset(dst, transform=transform, on_error="skip")
     got = _epoch(skipping)
