@@ -392,6 +392,8 @@ print(name, flush=True)
 try:
     for epoch in range(1000):
         for n, batch in enumerate(loader):
+            if epoch == 0 and n == 1:  # a batch from each worker: both are in their loops
+                print("running", flush=True)
             time.sleep(0.05)
             if mode == "exception" and epoch == 1:
                 raise RuntimeError("training failed")
@@ -433,6 +435,7 @@ def test_released_when_the_dataset_is_gone_after_an_exception(lmdb, tmp_path, st
     try:
         name = proc.stdout.readline().strip()
         assert wait_until(lambda: len(holders(name)) == 3, 60)  # the main process and 2 workers
+        assert proc.stdout.readline().strip() == "running"
         assert proc.stdout.readline().strip() == "released"
         assert wait_until(lambda: holders(name) == [], 30)  # the process lives on; the workers are gone
         assert proc.poll() is None and os.listdir(shm_dir) == []
@@ -449,6 +452,10 @@ def test_released_after_ctrl_c_and_sigkill_of_the_main_process(lmdb, tmp_path, s
     shm_dir = tmp_path / "shm"
     proc = run_trainer(lmdb, shm_dir, start_method, "signal")
     name = proc.stdout.readline().strip()
+    # killed only once both workers run their loops: torch's worker takes its parent's pid when
+    # its loop starts, after the dataset (and the block) is unpickled, and a worker whose parent
+    # died before that waits for a new parent forever (a torch race, not the cache's)
+    assert proc.stdout.readline().strip() == "running"
     assert wait_until(lambda: len(holders(name)) == 3, 60)
     proc.send_signal(sig)
     proc.wait(timeout=30)
