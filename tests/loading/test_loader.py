@@ -289,6 +289,12 @@ class CountingLmdbReader(LmdbReader):
         self.reads.append(index)
         return super().read(index)
 
+    def read_many(self, indices):
+        for index, data, label in super().read_many(indices):
+            if data is not None:  # read whole here (a failed one is counted by read() when read again)
+                self.reads.append(index)
+            yield index, data, label
+
 
 def test_resume_continues_sample_for_sample_reading_nothing_skipped(built):
     path = built("lmdb")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...decode.bmp import decode_bmp
+from ...formats import FormatReader, ShardedReader
 from ...transforms.runs import RunOp, jpeg_runs_available, run_jpeg_samples, run_op, run_samples
 from ..mapstyle import ImageDataset
 from .columns import Layout
@@ -65,15 +66,18 @@ class SampleRuns:
 
     def _read(self, indices: list[int]) -> tuple[list[Any], list[Any]]:
         """The stored bytes and labels of ``indices`` (None for a record that does not read: the
-        per-sample path reads it again, and raises or skips as it should)."""
-        read = self.dataset.reader.read
+        per-sample path reads it again, and raises or skips as it should): through the reader's
+        ``read_many`` (lmdb: one transaction), but one ``read`` at a time from shards, whose
+        ``read_many`` is a sequential pass that would reopen a shard for each record of a
+        shuffled run."""
+        reader = self.dataset.reader
         sources: list[Any] = []
         labels: list[Any] = []
-        for index in indices:
-            try:
-                data, label = read(index)
-            except Exception:
-                data = label = None
+        # shards: FormatReader's own read_many, one read() a record
+        records = (
+            FormatReader.read_many(reader, indices) if isinstance(reader, ShardedReader) else reader.read_many(indices)
+        )
+        for _, data, label in records:
             sources.append(data)
             labels.append(label)
         return sources, labels
