@@ -44,8 +44,8 @@ STABLE_ABI = {
     "py_limited_api": True,
 }
 
-# The resize kernel, its flip and the augmentations' draws: C without Python, compiled into
-# iotool._resize and into iotool._jpegregion (whose runs of JPEG samples resize into batch rows).
+# The resize kernel, its flip, the augmentations' draws and a sample's crop into its batch row: C
+# without Python, compiled into iotool._resize and into iotool._jpegregion (its runs of JPEGs).
 RESIZE_KERNEL = [
     "iotool/_resize_kernel.c",
     "iotool/_resize_weights.c",
@@ -53,6 +53,7 @@ RESIZE_KERNEL = [
     "iotool/_resize_vertical.c",
     "iotool/_resize_flip.c",
     "iotool/_resize_draw.c",
+    "iotool/_resize_run.c",
 ]
 
 setup(
@@ -78,7 +79,6 @@ setup(
             sources=[  # one module, a file per concept (iotool/_resize.c says which)
                 "iotool/_resize.c",
                 *RESIZE_KERNEL,
-                "iotool/_resize_run.c",
             ],
             depends=["iotool/_resize.h"],
             extra_compile_args=["-O3"],

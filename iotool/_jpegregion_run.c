@@ -21,8 +21,8 @@
 #define MARGIN 2  /* iotool.decode.region.MARGIN: pixels decoded past each side of the box */
 
 struct jpeg_op {
-    int kind, out_h, out_w;  /* RS_OP_CROP or RS_OP_CENTER */
-    double scale[2], ratio[2], flip_p, gap;
+    rs_op_t base;  /* RS_OP_CROP or RS_OP_CENTER, into 3 planes */
+    double gap;  /* DecodeRandomResizedCrop's reducing_gap */
     unsigned long long max_pixels;  /* 0: no bomb limit */
     const unsigned char *tag;  /* iotool's seekable table: its tag and version (iotool.decode.segments) */
     size_t tag_length;
@@ -97,31 +97,13 @@ static void reduced_span(long start, long length, int s, long reduced, unsigned 
     *size = (unsigned int)(hi - lo);
 }
 
-/* The DCT reduction for a crop of h x w (DecodeRandomResizedCrop.decode_scale). */
+/* The DCT reduction for a crop of h x w (DecodeRandomResizedCrop.decode_scale); a centre crop's
+ * box is the output's size, so it is never reduced. */
 static int decode_scale(const struct jpeg_op *op, long h, long w)
 {
     for (int s = 8; s >= 2; s /= 2)
-        if ((double)h >= s * op->gap * op->out_h && (double)w >= s * op->gap * op->out_w)
+        if ((double)h >= s * op->gap * op->base.out_h && (double)w >= s * op->gap * op->base.out_w)
             return s;
-    return 1;
-}
-
-/* The box of the full image and its scale; 0 when the per-sample path must do it (padding). */
-static int draw_box(const struct jpeg_op *op, const struct frame_info *f, uint64_t key, uint64_t *counter,
-                    long box[4], int *scale)
-{
-    if (op->kind == RS_OP_CENTER) {
-        if (f->height < op->out_h || f->width < op->out_w)
-            return 0;
-        box[0] = (long)rint((double)(f->height - op->out_h) / 2.0);
-        box[1] = (long)rint((double)(f->width - op->out_w) / 2.0);
-        box[2] = op->out_h;
-        box[3] = op->out_w;
-        *scale = 1;
-        return 1;
-    }
-    rs_crop_box(key, counter, f->height, f->width, op->scale, op->ratio, box);
-    *scale = decode_scale(op, box[2], box[3]);
     return 1;
 }
 
@@ -136,9 +118,9 @@ static int one_jpeg(const struct library *lib, const struct jpeg_op *op, const u
         return 1;
     uint64_t counter = 0;
     long box[4];
-    int s;
-    if (!draw_box(op, &f, key, &counter, box, &s))
+    if (!rs_op_box(&op->base, f.height, f.width, key, &counter, box))
         return 1;
+    int s = decode_scale(op, box[2], box[3]);
     long rows = (f.height + s - 1) / s, cols = (f.width + s - 1) / s;
     struct region r;
     reduced_span(box[0], box[2], s, rows, &r.top, &r.height);
@@ -165,25 +147,12 @@ static int one_jpeg(const struct library *lib, const struct jpeg_op *op, const u
         free(pixels);
         return 1;
     }
-    job_t j;
-    memset(&j, 0, sizeof(j));
-    j.src = pixels;
-    j.row_stride = (ptrdiff_t)r.width * 3;
-    j.height = (int)r.height;
-    j.width = (int)r.width;
-    j.channels = 3;
-    j.dst = row;
-    j.out_h = op->out_h;
-    j.out_w = op->out_w;
-    j.planar = 1;
-    const char *failed = rs_run(&j);
+    rs_source_t decoded = {.pixels = pixels, .row_stride = (ptrdiff_t)r.width * 3, .height = (int)r.height,
+                           .width = (int)r.width, .channels = 3};
+    const long whole[4] = {0, 0, r.height, r.width};
+    int result = rs_into_row(&op->base, &decoded, whole, key, &counter, row);
     free(pixels);
-    if (failed != NULL)
-        return -1;
-    if (op->flip_p >= 0 && rs_uniform01(key, &counter) < op->flip_p)
-        if (rs_flip_rows(row, row, (ptrdiff_t)3 * op->out_h, op->out_w, 1) != 0)
-            return -1;
-    return 0;
+    return result;
 }
 
 PyObject *jr_run_samples(PyObject *self, PyObject *args)
@@ -194,11 +163,13 @@ PyObject *jr_run_samples(PyObject *self, PyObject *args)
     Py_buffer tag, dst;
     Py_ssize_t first_row;
     memset(&op, 0, sizeof(op));
-    if (!PyArg_ParseTuple(args, "O(iiiddddddK)O!(OOO)O!Ony*I", &capsule, &op.kind, &op.out_h, &op.out_w,
-                          &op.scale[0], &op.scale[1], &op.ratio[0], &op.ratio[1], &op.flip_p, &op.gap,
+    rs_op_t *base = &op.base;
+    if (!PyArg_ParseTuple(args, "O(iiiddddddK)O!(OOO)O!Ony*I", &capsule, &base->kind, &base->out_h, &base->out_w,
+                          &base->scale[0], &base->scale[1], &base->ratio[0], &base->ratio[1], &base->flip_p, &op.gap,
                           &op.max_pixels, &PyList_Type, &sources_obj, &words_obj[0], &words_obj[1],
                           &words_obj[2], &PyList_Type, &records_obj, &dst_obj, &first_row, &tag, &op.version))
         return NULL;
+    base->channels = 3;
     op.tag = tag.buf;
     op.tag_length = (size_t)tag.len;
     const struct library *lib = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
@@ -208,8 +179,8 @@ PyObject *jr_run_samples(PyObject *self, PyObject *args)
         PyBuffer_Release(&tag);
         return NULL;
     }
-    if ((op.kind != RS_OP_CROP && op.kind != RS_OP_CENTER) || op.out_h < 1 || op.out_w < 1 ||
-        op.out_h > (1 << 24) || op.out_w > (1 << 24) || !(op.ratio[0] > 0) || !(op.ratio[1] > 0) ||
+    if ((base->kind != RS_OP_CROP && base->kind != RS_OP_CENTER) || base->out_h < 1 || base->out_w < 1 ||
+        base->out_h > (1 << 24) || base->out_w > (1 << 24) || !(base->ratio[0] > 0) || !(base->ratio[1] > 0) ||
         !(op.gap >= 1) || op.tag_length < 1)
         problem = "op must be (kind 0 or 1, out_h, out_w >= 1, scale0, scale1, ratio0, ratio1 > 0, flip_p, "
                   "reducing_gap >= 1, max_pixels) and tag not empty";
@@ -232,7 +203,7 @@ PyObject *jr_run_samples(PyObject *self, PyObject *args)
         PyBuffer_Release(&tag);
         return NULL;
     }
-    size_t row_bytes = (size_t)3 * op.out_h * op.out_w;
+    size_t row_bytes = (size_t)3 * base->out_h * base->out_w;
     PyObject *status = PyBytes_FromStringAndSize(NULL, n);
     Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
     uint64_t *keys = PyMem_Calloc((size_t)n + 1, sizeof(uint64_t));

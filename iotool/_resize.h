@@ -117,6 +117,16 @@ typedef struct {
     double scale[2], ratio[2], flip_p;
 } rs_op_t;
 
+/* The box (top, left, height, width) of a height x width image the op resizes, drawn from stream
+ * `key` (draws counted in *counter); 0 when the per-sample path must compute it (a centre crop
+ * larger than the image pads). */
+INTERNAL int rs_op_box(const rs_op_t *op, long height, long width, uint64_t key, uint64_t *counter, long box[4]);
+
+/* `box` of `src` resized into `row` (channels x out_h x out_w planes), then flipped there when
+ * the op's flip draws so (the next number of the stream): 0, or -1 when out of memory. */
+INTERNAL int rs_into_row(const rs_op_t *op, const rs_source_t *src, const long box[4], uint64_t key,
+                         uint64_t *counter, uint8_t *row);
+
 /* Sample k (stream keys[k]) into rows + k * channels * out_h * out_w; status[k] = 0 done, 1 left
  * to the caller (a source this code does not take). 0, or -1 when out of memory. */
 INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, int n, uint8_t *rows,

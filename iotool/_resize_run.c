@@ -44,11 +44,8 @@ static int bmp_source(const uint8_t *data, size_t len, rs_source_t *src)
     return 1;
 }
 
-/* The box (top, left, height, width) of `src` the op resizes, drawing from the sample's stream;
- * 0 when the per-sample path must compute it (a centre crop larger than the image pads). */
-static int op_box(const rs_op_t *op, const rs_source_t *src, uint64_t key, uint64_t *counter, long box[4])
+INTERNAL int rs_op_box(const rs_op_t *op, long height, long width, uint64_t key, uint64_t *counter, long box[4])
 {
-    long height = src->height, width = src->width;
     switch (op->kind) {
     case RS_OP_CROP:
         rs_crop_box(key, counter, height, width, op->scale, op->ratio, box);
@@ -70,13 +67,9 @@ static int op_box(const rs_op_t *op, const rs_source_t *src, uint64_t key, uint6
     }
 }
 
-/* Sample k of the run into `row`: 0 done, 1 left to the caller, -1 out of memory. */
-static int one_sample(const rs_op_t *op, const rs_source_t *src, uint64_t key, uint8_t *row)
+INTERNAL int rs_into_row(const rs_op_t *op, const rs_source_t *src, const long box[4], uint64_t key,
+                         uint64_t *counter, uint8_t *row)
 {
-    uint64_t counter = 0;
-    long box[4];
-    if (src->pixels == NULL || src->channels != op->channels || !op_box(op, src, key, &counter, box))
-        return 1;
     job_t j;
     memset(&j, 0, sizeof(j));
     j.src = src->pixels + box[0] * src->row_stride + box[1] * src->channels;
@@ -92,10 +85,21 @@ static int one_sample(const rs_op_t *op, const rs_source_t *src, uint64_t key, u
     if (rs_run(&j) != NULL)
         return -1;
     /* RandomHorizontalFlip draws after the crop, from the same stream: flips when u < p */
-    if (op->flip_p >= 0 && rs_uniform01(key, &counter) < op->flip_p)
+    if (op->flip_p >= 0 && rs_uniform01(key, counter) < op->flip_p)
         if (rs_flip_rows(row, row, (ptrdiff_t)op->channels * op->out_h, op->out_w, 1) != 0)
             return -1;
     return 0;
+}
+
+/* Sample k of the run into `row`: 0 done, 1 left to the caller, -1 out of memory. */
+static int one_sample(const rs_op_t *op, const rs_source_t *src, uint64_t key, uint8_t *row)
+{
+    uint64_t counter = 0;
+    long box[4];
+    if (src->pixels == NULL || src->channels != op->channels ||
+        !rs_op_box(op, src->height, src->width, key, &counter, box))
+        return 1;
+    return rs_into_row(op, src, box, key, &counter, row);
 }
 
 INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, int n, uint8_t *rows,

@@ -14,6 +14,7 @@ from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError, did_yo
 from ..fields import CLASS, IMAGE, Schema, record_checksum
 from ..fields import decode as decode_field
 from ..formats import FormatReader
+from ..transforms.arguments import checked_seed
 from ..transforms.draws import sample_key
 from ..transforms.fused import fuse, leaves_input_alone
 from ..transforms.samplescope import keyed_sample
@@ -170,9 +171,7 @@ class ImageDataset(ReaderInfo, Dataset):
         self._wanted = tuple(n for n in self._others if n != CLASS)
         self.target_options = targets or TargetOptions()
         self._mover = TargetMover.plan(reader.schema, self.fields, self.target_options, transform)
-        if seed is not None and (isinstance(seed, bool) or not hasattr(seed, "__index__")):
-            raise UsageError(f"seed={seed!r}: give an int, or None (ds[i] draws from each transform's own stream).")
-        self.seed = None if seed is None else operator.index(seed)
+        self.seed = checked_seed(seed, "(ds[i] draws from each transform's own stream)")
         self.epoch = 0  # with a seed, the epoch keys each record's augmentation (set_epoch)
         self._rank: tuple[int, int] | None = None  # (pid, rank) it was read in
 

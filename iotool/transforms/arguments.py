@@ -53,6 +53,16 @@ def value_range(values: Any, what: str, positive: bool) -> tuple[float, float]:
     return low, high
 
 
+def checked_seed(seed: Any, none: str) -> int | None:
+    """``seed`` as an int (None stays None); anything else (a bool, a float, a string) is refused,
+    the message ending with what None means there (``none``)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise UsageError(f"seed={seed!r}: give an int, or None {none}.")
+    return int(seed)
+
+
 def check_output(output: str) -> str:
     """Refuse an unknown output layout."""
     if output not in OUTPUTS:

@@ -8,9 +8,7 @@ import os
 import random
 from typing import Any
 
-import numpy as np
-
-from ..errors import UsageError
+from .arguments import checked_seed
 from .draws import Draws, SampleStream
 from .layouts import Box
 from .samplescope import sample_rng
@@ -39,9 +37,7 @@ class ProcessRandom:
     """
 
     def __init__(self, seed: int | None = None):
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise UsageError(f"seed={seed!r}: give an int, or None to seed from torch.initial_seed().")
-        self.seed = None if seed is None else int(seed)
+        self.seed = checked_seed(seed, "to seed from torch.initial_seed()")
         self.instance = next(_instance_ids)
         self._pid: int | None = None
         self._rng: random.Random | None = None

@@ -29,6 +29,7 @@ import numpy as np
 from ..decode import region as _region
 from ..decode import segments as _segments
 from ..decode.api import pixel_limit
+from .native import planes_native
 from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 try:
@@ -42,7 +43,6 @@ except ImportError:  # not built: JPEGs run per sample
     _jpeg = None
 
 CROP, CENTER, RESIZE = 0, 1, 2  # the op kinds of _resize_run.c
-NATIVE_BACKENDS = ("auto", "native")
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,7 @@ def _first_op(first: Any, flip_p: float) -> RunOp | None:
     kind = type(first)
     if kind is CenterCrop:
         return RunOp(CENTER, first.size, flip_p=flip_p) if first.output == "chw_tensor" else None
-    if kind not in (RandomResizedCrop, Resize):
-        return None
-    if not (first.antialias and first.backend in NATIVE_BACKENDS and first.output == "chw_tensor"):
+    if kind not in (RandomResizedCrop, Resize) or not planes_native(first.antialias, first.backend, first.output):
         return None
     if kind is Resize:
         return RunOp(RESIZE, first.size, flip_p=flip_p) if first.size is not None else None

@@ -67,13 +67,8 @@ class SampleReader:
                 transform, naming the record.
             UsageError: a sample that does not have the layout's fields, naming the record.
         """
-        attempt = self._attempt
-        if stored is not None:  # the first record's bytes are at hand; the next ones (skipping) are read
-
-            def attempt(record: int) -> Any:
-                return self._attempt(record, stored if record == index else None)
-
-        served, record = self.dataset.first_readable(index, attempt)
+        # the first record's bytes may be at hand; the next ones (skipping a bad one) are read
+        served, record = self.dataset.first_readable(index, lambda r: self._attempt(r, stored if r == index else None))
         try:
             return self.layout.items(served), record
         except UsageError as exc:

@@ -71,16 +71,12 @@ class SampleRuns:
         ``read_many`` is a sequential pass that would reopen a shard for each record of a
         shuffled run."""
         reader = self.dataset.reader
-        sources: list[Any] = []
-        labels: list[Any] = []
         # shards: FormatReader's own read_many, one read() a record
-        records = (
+        read = (
             FormatReader.read_many(reader, indices) if isinstance(reader, ShardedReader) else reader.read_many(indices)
         )
-        for _, data, label in records:
-            sources.append(data)
-            labels.append(label)
-        return sources, labels
+        records = list(read)
+        return [data for _, data, _ in records], [label for _, _, label in records]
 
 
 def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:

@@ -194,14 +194,10 @@ class ThreadPass:
         except UsageError as exc:
             raise UsageError(f"{self.source.name(record)}: {exc}") from None
         ring = self.ring
-        if ring.shape is None:
-            with self.cond:
-                if ring.shape is None:
-                    ring.shape = shape
-        if shape != ring.shape:
+        if not self._holds(shape):
             raise UsageError(
                 f"{self.source.name(record)}: image of CxHxW "
-                f"{'x'.join(map(str, shape))}, but the batches hold {'x'.join(map(str, ring.shape))}; "
+                f"{'x'.join(map(str, shape))}, but the batches hold {'x'.join(map(str, ring.shape or ()))}; "
                 f"give the dataset a transform that crops or resizes every image to one size."
             )
         return shape
