@@ -29,8 +29,8 @@ SOURCE_PLACEHOLDER = "<source>"
 # the bytes f49795f wrote (PAYLOAD_EXPECTED, recorded from both).
 # lmdb: recorded after format version 2 stored the keys as offsets + UTF-8 bytes instead of a
 # JSON list; every payload record is still f49795f's. A change means the on-disk
-# output changed. lmdb is hashed by (key, value) pairs, not the raw data.mdb: LMDB leaves unused
-# page bytes uninitialised, so two identical conversions give different data.mdb files.
+# output changed. lmdb is hashed by (key, value) pairs, not the raw data.mdb, whose metadata names
+# the source folder (its bytes are otherwise the same every time: test_lmdb_writer_pages.py).
 # lmdb, hdf5 and tar: re-recorded when their format versions (3) added each record's decoded
 # (height, width) to the index (__iotool_shapes__, /shapes, index.shapes.npy); the payload
 # records, /images and the tar shards are unchanged (PAYLOAD_EXPECTED still holds).

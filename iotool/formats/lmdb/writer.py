@@ -200,12 +200,15 @@ def disk_error(path: str, exc: lmdb.Error) -> OSError:
 
 
 def open_writable(path: str) -> lmdb.Environment:
+    """The environment the writer fills. ``meminit`` (LMDB's default) zeroes each page buffer
+    before use: without it the unused part of a page is written as malloc returned it, so memory
+    the process had freed (another conversion's columns, anything it held) lands in data.mdb."""
     return lmdb.open(
         path,
         map_size=INITIAL_MAP_SIZE,
         subdir=True,
         readahead=False,
-        meminit=False,
+        meminit=True,
         max_dbs=0,
         sync=False,
         metasync=False,
