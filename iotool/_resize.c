@@ -228,70 +228,109 @@ static const char *take_source(PyObject *obj, int bmp, Py_buffer *view, rs_sourc
     return NULL;
 }
 
+/* A run's common tail: rows first_row.. of dst hold the n samples, drawn from streams keys; with
+ * `cache`, sources[k] is found there (record records[k]) once the GIL is released. The status
+ * bytes, or NULL with an error set. */
+static PyObject *run_into(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, Py_ssize_t n,
+                          const rs_cache_t *cache, const long long *records, Py_buffer *dst, Py_ssize_t first_row)
+{
+    size_t row_bytes = (size_t)op->channels * op->out_h * op->out_w;
+    if (first_row < 0 || (size_t)(first_row + n) * row_bytes > (size_t)dst->len) {
+        PyErr_SetString(PyExc_ValueError, "dst must hold first_row + len(sources) rows of channels x out_h x out_w bytes");
+        return NULL;
+    }
+    PyObject *status = PyBytes_FromStringAndSize(NULL, n);
+    if (status == NULL)
+        return NULL;
+    uint8_t *rows = (uint8_t *)dst->buf + (size_t)first_row * row_bytes;
+    uint8_t *flags = (uint8_t *)PyBytes_AsString(status);
+    int result;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; cache != NULL && k < n; k++)
+        rs_cached_source(cache, records[k], &sources[k]);
+    result = rs_run_samples(op, sources, keys, (int)n, rows, flags);
+    Py_END_ALLOW_THREADS
+    if (result < 0) {
+        Py_DECREF(status);
+        return PyErr_NoMemory();
+    }
+    return status;
+}
+
+/* The key of each record of `records_obj` (a list of n ints) under `words`, into keys (and the
+ * records into `records`, when given); -1 with an error set. */
+static int record_keys(PyObject *records_obj, Py_ssize_t n, uint64_t words[4], uint64_t *keys, long long *records)
+{
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GetItem(records_obj, k);
+        words[3] = (uint64_t)PyLong_AsUnsignedLongLongMask(item);
+        if (records != NULL)
+            records[k] = PyLong_AsLongLong(item);
+        if (PyErr_Occurred())
+            return -1;
+        keys[k] = rs_sample_key(words, 4);
+    }
+    return 0;
+}
+
+/* op, (seed, epoch, rank) and the records list parsed; n: the records' count, which must be `expect`
+ * (when >= 0). -1 with an error set. */
+static int run_args(PyObject *op_obj, PyObject *const *words_obj, PyObject *records_obj, Py_ssize_t expect,
+                    rs_op_t *op, uint64_t words[4], Py_ssize_t *n)
+{
+    const char *problem = parse_op(op_obj, op);
+    if (problem != NULL) {
+        if (*problem)
+            PyErr_SetString(PyExc_ValueError, problem);
+        return -1;
+    }
+    if (key_words(words_obj, 3, words) < 0)
+        return -1;
+    *n = PyList_Size(records_obj);
+    if ((expect >= 0 && *n != expect) || *n > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "sources and records must be lists of one length (at most 2**20)");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_run_samples(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *op_obj, *sources_obj, *records_obj, *dst_obj, *words_obj[3];
     int bmp;
-    Py_ssize_t first_row;
-    if (!PyArg_ParseTuple(args, "O!O!p(OOO)O!On", &PyTuple_Type, &op_obj, &PyList_Type, &sources_obj, &bmp,
-                          &words_obj[0], &words_obj[1], &words_obj[2], &PyList_Type, &records_obj, &dst_obj,
-                          &first_row))
-        return NULL;
+    Py_ssize_t first_row, n;
     rs_op_t op;
     uint64_t words[4];
-    const char *problem = parse_op(op_obj, &op);
-    if (problem != NULL) {
-        if (*problem)
-            PyErr_SetString(PyExc_ValueError, problem);
+    if (!PyArg_ParseTuple(args, "O!O!p(OOO)O!On", &PyTuple_Type, &op_obj, &PyList_Type, &sources_obj, &bmp,
+                          &words_obj[0], &words_obj[1], &words_obj[2], &PyList_Type, &records_obj, &dst_obj,
+                          &first_row) ||
+        run_args(op_obj, words_obj, records_obj, PyList_Size(sources_obj), &op, words, &n) < 0)
         return NULL;
-    }
-    if (key_words(words_obj, 3, words) < 0)
-        return NULL;
-    Py_ssize_t n = PyList_Size(sources_obj);
-    if (PyList_Size(records_obj) != n || n > (1 << 20)) {
-        PyErr_SetString(PyExc_ValueError, "sources and records must be lists of one length (at most 2**20)");
-        return NULL;
-    }
     Py_buffer dst;
     if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_CONTIG) < 0)
         return NULL;
-    size_t row_bytes = (size_t)op.channels * op.out_h * op.out_w;
-    PyObject *status = PyBytes_FromStringAndSize(NULL, n);
     Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
     rs_source_t *sources = PyMem_Calloc((size_t)n + 1, sizeof(rs_source_t));
     uint64_t *keys = PyMem_Calloc((size_t)n + 1, sizeof(uint64_t));
+    PyObject *status = NULL;
     Py_ssize_t taken = 0;
-    int failed = 0;
-    if (status == NULL || views == NULL || sources == NULL || keys == NULL) {
-        failed = 1;
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
-    } else if (first_row < 0 || (size_t)(first_row + n) * row_bytes > (size_t)dst.len) {
-        problem = "dst must hold first_row + len(sources) rows of channels x out_h x out_w bytes";
-    }
-    for (; !failed && problem == NULL && taken < n; taken++) {
-        problem = take_source(PyList_GetItem(sources_obj, taken), bmp, &views[taken], &sources[taken]);
-        if (problem != NULL) {
-            if (*problem && sources[taken].pixels == NULL && sources[taken].bmp == NULL && views[taken].obj != NULL)
-                PyBuffer_Release(&views[taken]);
-            break;
+    const char *problem = NULL;
+    if (views == NULL || sources == NULL || keys == NULL) {
+        PyErr_NoMemory();
+    } else {
+        for (; taken < n; taken++) {
+            problem = take_source(PyList_GetItem(sources_obj, taken), bmp, &views[taken], &sources[taken]);
+            if (problem != NULL) {
+                if (views[taken].obj != NULL)
+                    PyBuffer_Release(&views[taken]);  /* taken, then refused */
+                break;
+            }
         }
-        words[3] = (uint64_t)PyLong_AsUnsignedLongLongMask(PyList_GetItem(records_obj, taken));
-        if (PyErr_Occurred()) {
-            failed = 1;
-            taken++;
-            break;
-        }
-        keys[taken] = rs_sample_key(words, 4);
-    }
-    int result = 0;
-    if (!failed && problem == NULL) {
-        uint8_t *rows = (uint8_t *)dst.buf + (size_t)first_row * row_bytes;
-        uint8_t *flags = (uint8_t *)PyBytes_AsString(status);
-        Py_BEGIN_ALLOW_THREADS
-        result = rs_run_samples(&op, sources, keys, (int)n, rows, flags);
-        Py_END_ALLOW_THREADS
+        if (problem != NULL && *problem)
+            PyErr_SetString(PyExc_ValueError, problem);
+        else if (problem == NULL && record_keys(records_obj, n, words, keys, NULL) == 0)
+            status = run_into(&op, sources, keys, n, NULL, NULL, &dst, first_row);
     }
     for (Py_ssize_t k = 0; k < taken && views != NULL; k++)
         if (views[k].obj != NULL)
@@ -300,14 +339,50 @@ static PyObject *py_run_samples(PyObject *self, PyObject *args)
     PyMem_Free(views);
     PyMem_Free(sources);
     PyMem_Free(keys);
-    if (failed || problem != NULL || result < 0) {
-        Py_XDECREF(status);
-        if (result < 0)
-            return PyErr_NoMemory();
-        if (problem != NULL && *problem)
-            PyErr_SetString(PyExc_ValueError, problem);
+    return status;
+}
+
+static PyObject *py_run_cached(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *op_obj, *block_obj, *records_obj, *dst_obj, *words_obj[3];
+    Py_ssize_t first_row, n;
+    rs_cache_t cache;
+    rs_op_t op;
+    uint64_t words[4];
+    if (!PyArg_ParseTuple(args, "O!O(LLLLL)(OOO)O!On", &PyTuple_Type, &op_obj, &block_obj, &cache.state,
+                          &cache.shapes, &cache.offsets, &cache.pixels, &cache.count, &words_obj[0], &words_obj[1],
+                          &words_obj[2], &PyList_Type, &records_obj, &dst_obj, &first_row) ||
+        run_args(op_obj, words_obj, records_obj, -1, &op, words, &n) < 0)
+        return NULL;
+    if (op.channels != 3) {
+        PyErr_SetString(PyExc_ValueError, "the RAM cache's pixels are RGB: op must have 3 channels");
         return NULL;
     }
+    Py_buffer block, dst;
+    if (PyObject_GetBuffer(block_obj, &block, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_CONTIG) < 0) {
+        PyBuffer_Release(&block);
+        return NULL;
+    }
+    cache.block = (const uint8_t *)block.buf;
+    cache.len = (size_t)block.len;
+    rs_source_t *sources = PyMem_Calloc((size_t)n + 1, sizeof(rs_source_t));
+    uint64_t *keys = PyMem_Calloc((size_t)n + 1, sizeof(uint64_t));
+    long long *records = PyMem_Calloc((size_t)n + 1, sizeof(long long));
+    PyObject *status = NULL;
+    if (sources == NULL || keys == NULL || records == NULL)
+        PyErr_NoMemory();
+    else if (!rs_cache_valid(&cache))
+        PyErr_SetString(PyExc_ValueError, "the cache's tables do not lie inside its block");
+    else if (record_keys(records_obj, n, words, keys, records) == 0)
+        status = run_into(&op, sources, keys, n, &cache, records, &dst, first_row);
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&block);
+    PyMem_Free(sources);
+    PyMem_Free(keys);
+    PyMem_Free(records);
     return status;
 }
 
@@ -361,6 +436,10 @@ static PyMethodDef methods[] = {
      "uint8 buffer, or with bmp a BMP file's bytes; None: skipped) cropped, resized and flipped as op = "
      "(kind, channels, out_h, out_w, scale0, scale1, ratio0, ratio1, flip_p) says into row first_row + k of "
      "dst, drawing from record k's stream; the GIL is released. Returns bytes: 0 done, 1 left to the caller."},
+    {"run_cached", py_run_cached, METH_VARARGS,
+     "run_cached(op, block, (state, shapes, offsets, pixels, count), (seed, epoch, rank), records, dst, "
+     "first_row): run_samples over a RAM cache's block (iotool.loading.ramcache's layout): each record's "
+     "pixels found there when its state byte says ready, else left to the caller (status 1)."},
     {"simd", py_simd, METH_NOARGS, "simd(): the instruction set in use: 'avx2', 'ssse3' or 'scalar'."},
     {NULL, NULL, 0, NULL},
 };

@@ -132,4 +132,21 @@ INTERNAL int rs_into_row(const rs_op_t *op, const rs_source_t *src, const long b
 INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, int n, uint8_t *rows,
                             uint8_t *status);
 
+/* A RAM cache's block (iotool.loading.ramcache lays it out): `count` records, a state byte each
+ * at `state` (1: its pixels are ready), (height, width) int32 pairs at `shapes`, count + 1 int64
+ * pixel offsets at `offsets`, relative to `pixels`; every pixel an RGB triple. */
+typedef struct {
+    const uint8_t *block;
+    size_t len;
+    long long state, shapes, offsets, pixels, count;
+} rs_cache_t;
+
+/* 1 when the table offsets lie inside the block, else 0. */
+INTERNAL int rs_cache_valid(const rs_cache_t *cache);
+
+/* Record `record`'s cached pixels as a source: its pixels when ready and inside the block, else
+ * `pixels` NULL (left to the caller). Runs without the GIL; the state is read with acquire order,
+ * so the pixels written before it was set are seen. */
+INTERNAL void rs_cached_source(const rs_cache_t *cache, long long record, rs_source_t *src);
+
 #endif

@@ -117,3 +117,37 @@ INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint6
     }
     return 0;
 }
+
+/* --- the RAM cache's pixels ------------------------------------------------------------------ */
+
+static int span_inside(long long start, long long bytes, size_t len)
+{
+    return start >= 0 && bytes >= 0 && (unsigned long long)start <= len && (unsigned long long)bytes <= len - start;
+}
+
+INTERNAL int rs_cache_valid(const rs_cache_t *c)
+{
+    return c->count >= 0 && c->count < (1LL << 40) && span_inside(c->state, c->count, c->len) &&
+           span_inside(c->shapes, 8 * c->count, c->len) && span_inside(c->offsets, 8 * (c->count + 1), c->len) &&
+           span_inside(c->pixels, 0, c->len);
+}
+
+INTERNAL void rs_cached_source(const rs_cache_t *c, long long record, rs_source_t *src)
+{
+    int32_t shape[2];
+    int64_t offset;
+    memset(src, 0, sizeof(*src));
+    if (record < 0 || record >= c->count || __atomic_load_n(c->block + c->state + record, __ATOMIC_ACQUIRE) != 1)
+        return;
+    memcpy(shape, c->block + c->shapes + 8 * record, sizeof(shape));
+    memcpy(&offset, c->block + c->offsets + 8 * record, sizeof(offset));
+    if (shape[0] < 1 || shape[1] < 1 || shape[0] > (1 << 24) || shape[1] > (1 << 24) || offset < 0 ||
+        offset > (long long)c->len - c->pixels ||
+        !span_inside(c->pixels + offset, 3LL * shape[0] * shape[1], c->len))
+        return;
+    src->pixels = c->block + c->pixels + offset;
+    src->row_stride = 3 * (ptrdiff_t)shape[1];
+    src->height = shape[0];
+    src->width = shape[1];
+    src->channels = 3;
+}

@@ -191,6 +191,7 @@ class RamCache:
         if self._map[: len(MAGIC)] != MAGIC:
             raise IotoolError("the RAM cache block is not one iotool wrote")
         self.count, self._state, decoded, shapes, offsets, self._pixels = (int(v) for v in header)
+        self._tables = (self._state, shapes, offsets, self._pixels, self.count)
         self.decoded = np.frombuffer(self._map, np.int32, 2 * self.count, decoded).reshape(-1, 2)
         self.shapes = np.frombuffer(self._map, np.int32, 2 * self.count, shapes).reshape(-1, 2)
         self.offsets = np.frombuffer(self._map, np.int64, self.count + 1, offsets)
@@ -206,6 +207,14 @@ class RamCache:
         view = self._slot(index)
         view.flags.writeable = False  # every process sees these pixels
         return view
+
+    def block(self) -> tuple[mmap.mmap, tuple[int, int, int, int, int]] | None:
+        """The shared block and where its tables lie in it, (state, shapes, offsets, pixels,
+        count), for C code that reads the cached pixels itself (``iotool._resize.run_cached``,
+        whose checks are :meth:`get`'s); None when detached."""
+        if self._fd is None:
+            return None
+        return self._map, self._tables
 
     def decode_size(self, index: int) -> tuple[int, int] | None:
         """The smallest (height, width) worth decoding record ``index`` at (a JPEG's DCT reduction

@@ -111,6 +111,23 @@ def run_samples(
     return bytes(_ext.run_samples(op.args(channels), sources, bmp, words, records, rows, first))
 
 
+def run_cached_samples(
+    op: RunOp,
+    block: Any,
+    tables: tuple[int, int, int, int, int],
+    words: tuple[int, int, int],
+    records: list[int],
+    rows: np.ndarray,
+    first: int,
+) -> bytes:
+    """:func:`run_samples` of RGB pixels kept in a RAM cache's shared ``block`` (its ``tables``:
+    state, shapes, offsets, pixels, count; :meth:`iotool.loading.ramcache.RamCache.block`), each
+    found by the C code: a record not cached yet is left to the per-sample path (byte 1)."""
+    if _ext is None:
+        return b"\x01" * len(records)
+    return bytes(_ext.run_cached(op.args(3), block, tables, words, records, rows, first))
+
+
 def jpeg_runs_available(op: RunOp) -> bool:
     """Whether stored JPEGs can go through ``op`` in one C call: the region decoder is built and
     bound (as the fused steps need), and the op is a crop (an exact-size ``Resize`` decodes the
@@ -142,4 +159,4 @@ def run_jpeg_samples(
     return bytes(status)
 
 
-__all__ = ["RunOp", "jpeg_runs_available", "run_jpeg_samples", "run_op", "run_samples"]
+__all__ = ["RunOp", "jpeg_runs_available", "run_cached_samples", "run_jpeg_samples", "run_op", "run_samples"]
