@@ -250,6 +250,16 @@ class FormatReader(ABC):
             self._labels = labels
         return self._labels
 
+    def labels_of(self, indices: list[int]) -> np.ndarray:
+        """The labels of records ``indices`` as one int64 array (a mapped column gathered at once)."""
+        labels = self.labels
+        take = getattr(labels, "take", None)  # a mapped IntColumn's (or an array's): one gather
+        if take is not None:
+            return take(indices)
+        import numpy as np
+
+        return np.asarray([labels[i] for i in indices], dtype=np.int64)
+
     @property
     def checksums(self) -> list[str]:
         """Record checksums (hex SHA-256), loaded on first use."""
@@ -303,6 +313,13 @@ class FormatReader(ABC):
                 yield i, None, None
                 continue
             yield i, data, label
+
+    def read_views(self, indices: list[int]) -> list[tuple[int, Any, int | None]]:
+        """(index, payload, label) of ``indices``, in any order (a shuffled run), as a list; each
+        payload any bytes-like object, valid as long as it is held (a format that maps its file
+        gives views of the map, not copies). Here a record at a time, as the base class's
+        :meth:`read_many` (a sharded reader's own is a sequential pass)."""
+        return list(FormatReader.read_many(self, indices))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -69,15 +69,17 @@ class Spy:
 
     def __init__(self, monkeypatch):
         self.written = self.left = 0
-        real = runs_module.run_samples
+        for name in ("run_samples", "run_cached_samples"):
+            monkeypatch.setattr(runs_module, name, self._counting(getattr(runs_module, name)))
 
+    def _counting(self, real):
         def counted(*args):
             status = real(*args)
             self.written += status.count(0)
             self.left += status.count(1)
             return status
 
-        monkeypatch.setattr(runs_module, "run_samples", counted)
+        return counted
 
 
 def _expected(pixels: np.ndarray, transform, record: int) -> torch.Tensor:

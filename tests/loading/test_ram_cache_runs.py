@@ -82,7 +82,9 @@ def test_tables_outside_the_block_are_refused():
 def test_an_op_of_other_than_three_channels_is_refused():
     block, tables = block_of(images(1), [True])
     with pytest.raises(ValueError, match="3 channels"):
-        draws._ext.run_cached((0, 1, 8, 8, 0.08, 1.0, 0.75, 1.33, -1.0), block, tables, WORDS, [0], np.zeros(64, np.uint8), 0)
+        draws._ext.run_cached(
+            (0, 1, 8, 8, 0.08, 1.0, 0.75, 1.33, -1.0), block, tables, WORDS, [0], np.zeros(64, np.uint8), 0
+        )
 
 
 CHILD = CAP_AFTER_IMPORTS + textwrap.dedent(

@@ -208,6 +208,16 @@ def read_values(path: str, wanted: list[tuple[bytes, int, int]]) -> list[bytes |
     return out
 
 
+def record_views(path: str, wanted: list[tuple[bytes, int]]) -> list[memoryview | None]:
+    """The values of ``(key, record)`` pairs as read-only views of data.mdb, not copied
+    (:meth:`~iotool.formats.lmdb.pages.ValueBounds.record_view`: each found and checked once per
+    process, then one slice); data.mdb's size is checked first, as before every read. None for a
+    key not found. py-lmdb is not called: its map is not touched, so no fork waits for it."""
+    _pid, _file, _env, bounds = _open(path)
+    bounds.check_size()
+    return [bounds.record_view(key, record) for key, record in wanted]
+
+
 def list_keys(path: str, limit: int) -> list[bytes]:
     """Every key of the environment's main database in LMDB's order, found without touching a value."""
     return _open(path)[3].keys(limit)

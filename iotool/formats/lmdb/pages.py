@@ -10,8 +10,10 @@ as well as any page or node on the way that does not lie inside its page.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
+from array import array
 
 from ...errors import FormatError
 
@@ -47,6 +49,8 @@ class ValueBounds:
         self.needed = self.next_pgno * psize  # the bytes LMDB's map may touch, checked at each read
         self.branches: dict[int, bytes] = {}  # the upper levels of the tree, read once
         self.checked = bytearray()  # a bit per record index whose value passed check()
+        self.spans = array("q")  # per record index: its value's (offset, size) in data.mdb; -1: not known yet
+        self._view: memoryview | None = None  # data.mdb's first `needed` bytes, mapped when first asked for
 
     def __del__(self) -> None:
         fd = getattr(self, "fd", None)
@@ -78,6 +82,32 @@ class ValueBounds:
         if byte >= len(self.checked):
             self.checked.extend(bytes(byte + 1 - len(self.checked)))
         self.checked[byte] |= 1 << (record & 7)
+
+    def record_view(self, key: bytes, record: int) -> memoryview | None:
+        """Record ``record``'s value (under ``key``) as a read-only view of data.mdb, no copy:
+        its pages walked by :meth:`check` once per process, its span remembered (16 bytes a
+        record); None: no such key, or a value outside the pages LMDB uses. The caller checks the
+        file's size first (:meth:`check_size`), as before any read of the map."""
+        at = 2 * record
+        if at + 1 < len(self.spans) and self.spans[at] >= 0:
+            offset, size = self.spans[at], self.spans[at + 1]
+        else:
+            where = self.check(key)
+            if where is None:
+                return None
+            offset, size = where
+            if len(self.spans) <= at + 1:
+                self.spans.extend([-1] * max(at + 2 - len(self.spans), len(self.spans)))
+            self.spans[at], self.spans[at + 1] = offset, size
+        if offset + size > self.needed:
+            return None
+        return self._mapped()[offset : offset + size]
+
+    def _mapped(self) -> memoryview:
+        view = self._view
+        if view is None:
+            view = self._view = memoryview(mmap.mmap(self.fd, self.needed, access=mmap.ACCESS_READ))
+        return view
 
     def _bad(self, what: str) -> FormatError:
         return FormatError(

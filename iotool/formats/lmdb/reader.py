@@ -16,7 +16,7 @@ from ..reader import FormatReader, library_errors
 from ..shapes import recorded_sizes
 from ..sharded.columns import ChecksumColumn, IntColumn, StringColumn
 from ..sharded.index import sha256_hex
-from .env import ValueTooLarge, count_entries, map_value, open_env, read_value, read_values
+from .env import ValueTooLarge, count_entries, map_value, open_env, read_value, read_values, record_views
 from .layout import (
     CHECKSUMS_KEY,
     FIELDS_VERSION,
@@ -150,6 +150,21 @@ class LmdbReader(FormatReader):
         labels = self.labels
         for i, value in zip(chunk, values):
             yield i, value, labels[i]
+
+    def read_views(self, indices: list[int]) -> list[tuple[int, Any, int | None]]:
+        """:meth:`read_many` with each payload a read-only view of data.mdb (no copy: the C code
+        that decodes it reads the map itself, without the GIL). A record that fails comes as
+        (index, None, None), and :meth:`read` names its error."""
+        count = self.meta.count
+        try:
+            if not all(0 <= i < count for i in indices):
+                raise IndexError
+            with lmdb_errors(self.path):
+                views = record_views(self.path, [(record_key(i), i) for i in indices])
+        except Exception:  # each one read alone, which names the error
+            return list(super().read_many(indices))
+        labels = self.labels_of(indices).tolist()
+        return [(i, view, label if view is not None else None) for i, view, label in zip(indices, views, labels)]
 
     def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of record ``index``'s fields ``names``: the value under

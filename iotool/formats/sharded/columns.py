@@ -373,6 +373,12 @@ class IntColumn(LazyColumn):
     def _item(self, i: int) -> int:
         return int(self.array[i])
 
+    def take(self, indices: Sequence[int]) -> np.ndarray:
+        """The labels of ``indices`` as one int64 array (the files checked once; IndexError for
+        an index out of range, as ``self[i]``)."""
+        check(self.guards)
+        return np.asarray(self.array)[np.asarray(indices, dtype=np.int64)]
+
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             check(self.guards)

@@ -18,8 +18,14 @@ from typing import Any
 import numpy as np
 
 from ...decode.bmp import decode_bmp
-from ...formats import FormatReader, ShardedReader
-from ...transforms.runs import RunOp, jpeg_runs_available, run_jpeg_samples, run_op, run_samples
+from ...transforms.runs import (
+    RunOp,
+    jpeg_runs_available,
+    run_cached_samples,
+    run_jpeg_samples,
+    run_op,
+    run_samples,
+)
 from ..mapstyle import ImageDataset
 from .columns import Layout
 
@@ -42,14 +48,9 @@ class SampleRuns:
         """Compute records ``indices`` into ``rows[first + k]`` and their labels into
         ``labels[first + k]``; returns ``(k, stored)`` for each sample left to the per-sample
         path, ``stored`` the ``(bytes, label)`` already read for it (None: not read)."""
-        sources: list[Any]
-        got: list[Any]
         if self.kind == PIXELS:
-            cache, stored = self.dataset.cache, self.dataset.reader.labels
-            sources = [cache.get(i) if cache is not None else None for i in indices]
-            got = [stored[i] for i in indices]
-        else:
-            sources, got = self._read(indices)
+            return self._fill_cached(rows, labels, first, indices, words)
+        sources, got = self._read(indices)
         if self.kind == JPEGS:
             status = run_jpeg_samples(self.op, sources, words, indices, rows, first)
         else:
@@ -58,24 +59,30 @@ class SampleRuns:
         for k, flag in enumerate(status):
             if not flag:
                 labels[first + k] = got[k]
-            elif self.kind == PIXELS or sources[k] is None:
+            elif sources[k] is None:
                 left.append((k, None))
             else:  # read already: the per-sample path decodes these bytes instead of reading again
-                left.append((k, (sources[k], got[k])))
+                left.append((k, (bytes(sources[k]), got[k])))
         return left
 
+    def _fill_cached(
+        self, rows: np.ndarray, labels: np.ndarray, first: int, indices: list[int], words: tuple[int, int, int]
+    ) -> list[tuple[int, Stored]]:
+        """:meth:`fill` from the RAM cache: the C code finds each record's pixels in its block (a
+        record not cached yet is left); the labels gathered from the column at once (a left
+        sample's label is written again by the per-sample path)."""
+        block = self.dataset.cache.block() if self.dataset.cache is not None else None
+        if block is None:
+            return [(k, None) for k in range(len(indices))]
+        status = run_cached_samples(self.op, *block, words, indices, rows, first)
+        labels[first : first + len(indices)] = self.dataset.reader.labels_of(indices)
+        return [(k, None) for k, flag in enumerate(status) if flag]
+
     def _read(self, indices: list[int]) -> tuple[list[Any], list[Any]]:
-        """The stored bytes and labels of ``indices`` (None for a record that does not read: the
-        per-sample path reads it again, and raises or skips as it should): through the reader's
-        ``read_many`` (lmdb: one transaction), but one ``read`` at a time from shards, whose
-        ``read_many`` is a sequential pass that would reopen a shard for each record of a
-        shuffled run."""
-        reader = self.dataset.reader
-        # shards: FormatReader's own read_many, one read() a record
-        read = (
-            FormatReader.read_many(reader, indices) if isinstance(reader, ShardedReader) else reader.read_many(indices)
-        )
-        records = list(read)
+        """The stored bytes (or views of a mapped file: :meth:`~iotool.formats.FormatReader.read_views`)
+        and labels of ``indices``; None for a record that does not read: the per-sample path reads
+        it again, and raises or skips as it should."""
+        records = self.dataset.reader.read_views(indices)
         return [data for _, data, _ in records], [label for _, _, label in records]
 
 

@@ -1,9 +1,11 @@
 """The threads of one :class:`iotool.Loader` pass: the positions they share out, the batches they
 finish, and their delivery to the caller in order (a :class:`~.protocols.Pass`).
 
-Work is shared out in runs of a few positions of the epoch's order (``ThreadPass.chunk``), so
-every thread helps with every batch (the first batch comes as soon as all threads have done their
-share); a run starts only once its batch's ring slot is writable. Each sample is computed under
+Work is shared out in runs of positions of the epoch's order (``ThreadPass.chunk``: a thread's
+share of a batch, at most :data:`MAX_CHUNK`), so every thread helps with every batch (the first
+batch comes as soon as all threads have done their share) and a run's fixed costs (its reads, its C
+call) are paid once for many samples; a thread done early goes on to the next writable batch. A
+run starts only once its batch's ring slot is writable. Each sample is computed under
 its own random stream and with its batch row as the resize's target
 (:mod:`iotool.transforms.samplescope`), then copied into the row unless the kernel wrote it there.
 The first exception stops the pass and is raised in the caller; the iterator's end, an error,
@@ -33,6 +35,7 @@ from .protocols import Batch, PassPlan, Ring, SampleSource
 from .runs import Stored
 from .slot import Slot
 
+MAX_CHUNK = 64  # positions in one run at most: bounds the stored bytes a run holds at once
 STOP_WAIT_S = 10.0  # how long stopping waits for each thread (it finishes the sample it is on)
 
 _LIVE: weakref.WeakSet[ThreadPass] = weakref.WeakSet()  # passes whose threads may still run
@@ -59,7 +62,7 @@ class ThreadPass:
         # ring sequence numbers count this pass's own batches: batch b is base + b // processes
         self.base = ring.delivered + 1 - self.first_owned // plan.processes
         self.next_pos = plan.first * plan.batch_size
-        self.chunk = max(1, min(16, plan.batch_size // (2 * plan.threads)))
+        self.chunk = max(1, min(MAX_CHUNK, plan.batch_size // plan.threads))
         self.image_at = ring.layout.names.index("image")
         self.runs = source.runs()  # runs of samples in one C call each, where the transform allows
         self.done: dict[int, int] = {}
