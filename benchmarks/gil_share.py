@@ -9,14 +9,18 @@ be kept busy before they queue for it: that bound is the ``threads`` column.
 Method, per path (the same work the Loader's threads do per sample):
 
 1. ``t``: the thread CPU time per sample of ``iotool.Loader(threads=1)``'s thread (or of the read
-   loop), with nothing else measured;
+   loop), and in the same run ``runs``: the time inside the calls that compute a run of samples
+   in C (:data:`RUN_CALLS`, a few a batch, timed around each call: their Python wrappers, a few
+   microseconds a batch, count as released);
 2. ``released``: the same work under ``cProfile`` with the thread's CPU clock: the time spent
-   inside the C calls listed in :data:`RELEASING`, each of which releases the GIL for its work
-   (iotool's region decoder and resize kernel, the file system calls, OpenCV, simplejpeg, LMDB's
-   get, torch's copies). ``h = t - released``: everything else (Python, NumPy, h5py, the calls
-   not listed) counts as holding the GIL, so ``h`` errs high and the bound low.
+   inside the other C calls listed in :data:`RELEASING`, each of which releases the GIL for its
+   work (iotool's region decoder and resize kernel, the file system calls, OpenCV, simplejpeg,
+   torch's copies). ``h = t - runs - released``: everything else (Python, NumPy, h5py, LMDB's
+   get, the calls not listed) counts as holding the GIL, so ``h`` errs high and the bound low.
 
-Both are CPU times of the working thread, so other load on the machine hardly moves them.
+All are CPU times of the working thread, so other load on the machine hardly moves them. The runs
+are timed in the plain run, not the profiled one: they are nearly all of ``t``, and the run-to-run
+spread of two separate runs (a few percent of ``t``) would swamp a held share of 1 to 2%.
 
 A probe thread spinning in Python beside the work (this script's first method) does not work: each
 time the worker comes back from a GIL-free call it waits for the probe's switch interval (5 ms),
@@ -57,6 +61,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -84,7 +89,9 @@ RELEASING = (
     "iotool._resize.resize",
     "iotool._resize.hflip",
     "iotool._resize.run_samples",  # a run of samples: crops, resizes and flips (it parses its arguments first)
+    "iotool._resize.run_cached",  # the same, the RAM cache's pixels found in its block
     "iotool._readfile.read_inside",
+    "iotool._readfile.read_range_inside",  # a shard's record: open, checks and read without the GIL
     # file-system calls (CPython releases the GIL around each system call)
     "posix.pread",
     "posix.read",
@@ -111,10 +118,63 @@ def releases_gil(name: str) -> bool:
     return any(fragment in name for fragment in RELEASING)
 
 
+# The calls that compute a run of samples (iotool.loading.loader.runs imports them by these names):
+# timed in the plain run itself, see measure().
+RUN_CALLS = ("run_samples", "run_cached_samples", "run_jpeg_samples")
+
+
+def is_run_call(name: str) -> bool:
+    """Whether a C call, as cProfile names it, is the one inside a :data:`RUN_CALLS` function."""
+    return name.startswith("<built-in method iotool.") and name.rsplit(".", 1)[-1].rstrip(">") in (
+        "run_samples",
+        "run_cached",
+    )
+
+
 def released_seconds(profile: cProfile.Profile) -> float:
-    """Seconds a profile spent inside the C calls of :data:`RELEASING` (their own time)."""
+    """Seconds a profile spent inside the C calls of :data:`RELEASING` (their own time), less
+    the runs' C calls (timed in the plain run)."""
     profile.create_stats()
-    return sum(entry[2] for (_file, _line, name), entry in profile.stats.items() if releases_gil(name))
+    return sum(
+        entry[2]
+        for (_file, _line, name), entry in profile.stats.items()
+        if releases_gil(name) and not is_run_call(name)
+    )
+
+
+class TimedRuns:
+    """While active, the thread CPU seconds spent in the Loader's run calls (:data:`RUN_CALLS`),
+    summed over every thread: a few calls a batch, so timing them costs nothing measurable."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> TimedRuns:
+        from iotool.loading.loader import runs
+
+        self._original = {name: getattr(runs, name) for name in RUN_CALLS}
+        for name, call in self._original.items():
+            setattr(runs, name, self._timed(call))
+        return self
+
+    def _timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                spent = time.thread_time() - start
+                with self._lock:
+                    self.seconds += spent
+
+        return timed
+
+    def __exit__(self, *exc: Any) -> None:
+        from iotool.loading.loader import runs
+
+        for name, call in self._original.items():
+            setattr(runs, name, call)
 
 
 class LoaderThreads:
@@ -151,16 +211,18 @@ class LoaderThreads:
 
 def clocked_run(work: Work, profile: bool) -> tuple[float, float, int]:
     """Run ``work`` once: (CPU seconds of the thread that did it, of them the seconds inside
-    GIL-releasing calls (0 without ``profile``), samples)."""
-    with LoaderThreads(profile) as loader:
+    GIL-releasing calls: with ``profile`` those cProfile sees, other than the runs' C calls;
+    without, the runs' C calls, timed; samples)."""
+    with LoaderThreads(profile) as loader, TimedRuns() as runs:
         prof = cProfile.Profile(time.thread_time) if profile else None
         start = time.thread_time()
         samples = prof.runcall(work) if prof else work()
         own = time.thread_time() - start
     clocks = loader.clocks or [(own, prof)]  # a read loop runs in this thread
     cpu = sum(c for c, _ in clocks)
-    released = sum(released_seconds(p) for _, p in clocks if p is not None)
-    return cpu, released, samples
+    if not profile:
+        return cpu, runs.seconds, samples
+    return cpu, sum(released_seconds(p) for _, p in clocks if p is not None), samples
 
 
 def wall_run(work: Work) -> float:
@@ -175,10 +237,10 @@ def measure(path: Path_, rounds: int, scaling: bool) -> dict[str, Any]:
     ``scaling`` and a two-thread work, the two-thread speedup; medians, the share and the bounds."""
     per_sample, held, speedups = [], [], []
     for _ in range(rounds):
-        cpu, _, n = clocked_run(path.work, profile=False)
+        cpu, in_runs, n = clocked_run(path.work, profile=False)
         per_sample.append(cpu / n)
         _, released, n = clocked_run(path.work, profile=True)
-        held.append(max(cpu / n - released / n, 0.0))
+        held.append(max((cpu - in_runs - released) / n, 0.0))
         if scaling and path.two_threads is not None:
             speedups.append(wall_run(path.two_threads) / wall_run(path.work))
     t, h = statistics.median(per_sample), statistics.median(held)
