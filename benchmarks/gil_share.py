@@ -92,6 +92,7 @@ RELEASING = (
     "iotool._resize.run_cached",  # the same, the RAM cache's pixels found in its block
     "iotool._readfile.read_inside",
     "iotool._readfile.read_range_inside",  # a shard's record: open, checks and read without the GIL
+    "iotool._readfile.read_many_inside",  # a run's files (the bmp cache): the same, two hand-overs a run
     # file-system calls (CPython releases the GIL around each system call)
     "posix.pread",
     "posix.read",

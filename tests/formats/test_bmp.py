@@ -12,7 +12,7 @@ from PIL import Image
 import iotool
 from iotool.decode import decode
 from iotool.decode.bmp import decode_bmp, encode_bmp
-from iotool.errors import DecodeError, UsageError
+from iotool.errors import DecodeError, FormatError, UsageError
 from iotool.pipeline.prepare import PayloadOptions, prepare, resize_rgb, target_size
 from iotool.transforms.sizing import REDUCING_GAP
 
@@ -122,3 +122,25 @@ def test_resize_defaults_to_jpeg_quality_90(tmp_path):
     assert reader.member_keys == ["c/i"] and (tmp_path / "o" / "shard-000000.tar").exists()
     with pytest.raises(UsageError, match="keep"):
         iotool.convert(src, tmp_path / "p", "tar", resize=40, encode="keep", workers=0)
+
+
+def test_read_views_reads_a_run_as_read_does_and_leaves_a_bad_record_alone(tmp_path):
+    """The bmp cache's runs read their files in one call: each record's bytes and label as
+    ``read`` gives them (PIL decodes them as the stored image); a file gone since comes as
+    (index, None, None), and ``read`` names it."""
+    dst = tmp_path / "c.bmp"
+    iotool.convert(SAMPLE, dst, "bmp", resize=24, workers=0)
+    reader = iotool.open_reader(dst)
+    order = [4, 0, 7, 4, len(reader) - 1]
+    got = reader.read_views(order)
+    assert [(i, data, label) for i, data, label in got] == [(i, *reader.read(i)) for i in order]
+    assert min(Image.open(io.BytesIO(got[0][1])).size) == 24
+    (dst / reader.column("files")[0]).unlink()
+    got = reader.read_views([3, 0, 5])
+    assert [(i, data is None, label is None) for i, data, label in got] == [
+        (3, False, False),
+        (0, True, True),
+        (5, False, False),
+    ]
+    with pytest.raises(FormatError, match="cannot"):
+        reader.read(0)

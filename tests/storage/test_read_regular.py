@@ -110,3 +110,24 @@ def test_a_range_is_read_in_one_c_call_only_when_all_of_it_is_inside_the_file(da
         assert files.read_range_inside(str(dataset / name), str(dataset), 0, 5) is None, name
     assert files.read_range_inside(shard + "\0x", str(dataset), 0, 5) is None
     assert files.read_range_inside(shard, "relative", 0, 5) is None
+
+
+def test_a_run_of_files_reads_each_good_one_and_leaves_each_refusal_alone(dataset):
+    """read_regular_many (the bmp cache's runs): for each path what read_regular reads, or None
+    where it would refuse (the reader's read_regular of that path then names why); the refusals
+    among good files do not disturb them."""
+    if files._readfile is None:
+        pytest.skip("iotool._readfile is not built (no C compiler at install time)")
+    bodies = {f"f{k}.bin": bytes([k]) * (k * 700) for k in range(6)}
+    for name, body in bodies.items():
+        (dataset / name).write_bytes(body)
+    (dataset / "out.bin").symlink_to(dataset.parent / "secret.bin")
+    os.mkfifo(dataset / "fifo")  # no writer: an open that blocked would hang here
+    (dataset / "zero").symlink_to("/dev/zero")
+    (dataset / "big.bin").write_bytes(b"b" * (LIMIT + 1))
+    names = ["f3.bin", "out.bin", "f0.bin", "fifo", "f5.bin", "zero", "a", "missing", "big.bin", "f1.bin", "f3.bin"]
+    paths = [str(dataset / n) for n in names] + [str(dataset / "f2.bin") + "\0x"]
+    got = files.read_regular_many(paths, str(dataset), LIMIT)
+    assert got == [bodies.get(n) for n in names] + [None]
+    assert files.read_regular_many(paths[:1], "relative", LIMIT) == [None]
+    assert files.read_regular_many([], str(dataset), LIMIT) == []

@@ -325,6 +325,11 @@ class StringColumn(LazyColumn):
     def __len__(self) -> int:
         return max(len(self.offsets) - 1, 0)
 
+    def items(self, indices: Sequence[int]) -> list[str]:
+        """The strings of ``indices`` (each in range), the mapped files checked once for all."""
+        check(self.guards)
+        return [self._item(i) for i in indices]
+
     def _item(self, i: int) -> str:
         start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
         if not 0 <= start <= stop <= len(self.blob):
