@@ -3,8 +3,8 @@
  * one call that releases the GIL twice (the open and checks, then the read), where the same
  * steps from Python release and retake it at every system call. read_range_inside(path,
  * real_root, offset, size): the same steps for one range of the file (a record of a shard),
- * which must lie wholly inside it. read_many_inside(paths, real_root, limit): read_inside of a run
- * of files, the GIL handed over twice for the whole run.
+ * which must lie wholly inside it. read_many_inside(paths, real_root, limit[, ranges]): read_inside
+ * (or read_range_inside) of a run of files, the GIL handed over twice for the whole run.
  *
  * The steps are those of iotool.storage.files.read_regular: open with O_RDONLY | O_NONBLOCK |
  * O_NOCTTY | O_CLOEXEC (a FIFO with no writer opens at once, no terminal is taken; O_NONBLOCK
@@ -164,22 +164,24 @@ static PyObject *nones(Py_ssize_t n)
     return out;
 }
 
-/* read_many_inside(paths, real_root, limit): read_inside of each path, in two GIL-free passes (every
+/* read_many_inside(paths, real_root, limit[, ranges]): read_inside of each path (with ranges, a list
+ * of (offset, size), each at most limit: read_range_inside of each), in two GIL-free passes (every
  * file opened and checked, then, once each bytes object is made, every file read and closed), so a
  * run of files costs two hand-overs of the GIL, not two a file. A list: bytes, or None where a
  * step failed or refused (the caller's Python steps then name the reason). */
 static PyObject *py_read_many_inside(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *paths;
+    PyObject *paths, *ranges_obj = Py_None;
     const char *root;
     Py_ssize_t root_len;
     long long limit;
-    if (!PyArg_ParseTuple(args, "O!y#L", &PyList_Type, &paths, &root, &root_len, &limit))
+    if (!PyArg_ParseTuple(args, "O!y#L|O", &PyList_Type, &paths, &root, &root_len, &limit, &ranges_obj))
         return NULL;
     Py_ssize_t n = PyList_Size(paths);
-    if (n > (1 << 20)) {
-        PyErr_SetString(PyExc_ValueError, "at most 2**20 paths at once");
+    int ranged = ranges_obj != Py_None;
+    if (n > (1 << 20) || (ranged && (!PyList_Check(ranges_obj) || PyList_Size(ranges_obj) != n))) {
+        PyErr_SetString(PyExc_ValueError, "at most 2**20 paths at once, and ranges (if given) a list of one per path");
         return NULL;
     }
     if ((size_t)root_len != strlen(root) || root_len == 0 || root[0] != '/') /* the Python steps decide */
@@ -189,9 +191,10 @@ static PyObject *py_read_many_inside(PyObject *self, PyObject *args)
     const char **names = PyMem_Calloc((size_t)n + 1, sizeof(char *));
     int *fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
     off_t *sizes = PyMem_Calloc((size_t)n + 1, sizeof(off_t));
+    long long *spans = PyMem_Calloc(2 * (size_t)n + 2, sizeof(long long));  /* (offset, size) each */
     char **bufs = PyMem_Calloc((size_t)n + 1, sizeof(char *));
     PyObject *out = PyList_New(n);
-    if (names == NULL || fds == NULL || sizes == NULL || bufs == NULL || out == NULL) {
+    if (names == NULL || fds == NULL || sizes == NULL || spans == NULL || bufs == NULL || out == NULL) {
         Py_XDECREF(out);
         out = NULL;
         PyErr_NoMemory();
@@ -205,11 +208,27 @@ static PyObject *py_read_many_inside(PyObject *self, PyObject *args)
             PyErr_Clear();
             name = NULL;  /* not a plain path: left to the Python steps */
         }
+        if (ranged && name != NULL &&
+            (!PyArg_ParseTuple(PyList_GetItem(ranges_obj, k), "LL", &spans[2 * k], &spans[2 * k + 1]) ||
+             spans[2 * k] < 0 || spans[2 * k + 1] < 0 || spans[2 * k + 1] > limit)) {
+            PyErr_Clear();
+            name = NULL;  /* not a range this call reads: left to the Python steps */
+        }
         names[k] = name;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < n; k++)
-        fds[k] = names[k] != NULL ? open_inside(names[k], root, (size_t)root_len, limit, &sizes[k]) : -1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        fds[k] = names[k] != NULL ? open_inside(names[k], root, (size_t)root_len, ranged ? LLONG_MAX : limit, &sizes[k])
+                                  : -1;
+        if (fds[k] >= 0 && ranged) {  /* the range must lie wholly in the file */
+            if (spans[2 * k] > (long long)sizes[k] || spans[2 * k + 1] > (long long)sizes[k] - spans[2 * k]) {
+                close(fds[k]);
+                fds[k] = -1;
+            } else {
+                sizes[k] = (off_t)spans[2 * k + 1];
+            }
+        }
+    }
     Py_END_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *data = fds[k] >= 0 ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizes[k]) : Py_None;
@@ -230,7 +249,7 @@ static PyObject *py_read_many_inside(PyObject *self, PyObject *args)
             continue;
         off_t done = 0;
         while (bufs[k] != NULL && done < sizes[k]) {
-            ssize_t got = pread(fds[k], bufs[k] + done, (size_t)(sizes[k] - done), done);
+            ssize_t got = pread(fds[k], bufs[k] + done, (size_t)(sizes[k] - done), (off_t)spans[2 * k] + done);
             if (got < 0 && errno == EINTR)
                 continue;
             if (got <= 0)
@@ -251,6 +270,7 @@ done:
     PyMem_Free(names);
     PyMem_Free(fds);
     PyMem_Free(sizes);
+    PyMem_Free(spans);
     PyMem_Free(bufs);
     return out;
 }
@@ -263,8 +283,9 @@ static PyMethodDef methods[] = {
      "read_range_inside(path, real_root, offset, size): `size` bytes from `offset` of the regular file "
      "`path` (bytes) if it lies under `real_root` and holds that whole range, else None."},
     {"read_many_inside", py_read_many_inside, METH_VARARGS,
-     "read_many_inside(paths, real_root, limit): [read_inside(path, real_root, limit) for path in paths] "
-     "(a list of bytes paths), with the GIL released twice for the whole run."},
+     "read_many_inside(paths, real_root, limit[, ranges]): [read_inside(path, real_root, limit) for path in "
+     "paths] (a list of bytes paths), or with ranges (a list of (offset, size), each size at most limit) "
+     "[read_range_inside(path, real_root, offset, size) ...], with the GIL released twice for the whole run."},
     {NULL, NULL, 0, NULL},
 };
 

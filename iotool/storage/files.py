@@ -106,6 +106,17 @@ def read_regular_many(paths: list[str], root: str, limit: int) -> list[bytes | N
     return _readfile.read_many_inside([os.fsencode(p) for p in paths], os.fsencode(_real_root(root)), limit)
 
 
+def read_ranges_many(paths: list[str], root: str, ranges: list[tuple[int, int]], limit: int) -> list[bytes | None]:
+    """:func:`read_range_inside` of each ``(path, (offset, size))``, in one C call that hands the GIL
+    over twice for the whole run; None where a step failed or refused, a size over ``limit``, a
+    range not wholly in its file, and for every path without the extension (the caller's own
+    checked steps then name the reason)."""
+    if _readfile is None:
+        return [None] * len(paths)
+    encoded = [os.fsencode(p) for p in paths]
+    return _readfile.read_many_inside(encoded, os.fsencode(_real_root(root)), limit, ranges)
+
+
 def regular_file(path: str | os.PathLike, root: str | os.PathLike | None = None, buffering: int = -1) -> BinaryIO:
     """:func:`open_regular` as a binary file object (a context manager that closes it)."""
     return os.fdopen(open_regular(path, root), "rb", buffering=buffering)

@@ -21,7 +21,7 @@ from ... import storage
 from ...errors import FormatError, IotoolError, UsageError
 from ...names import ALLOWED, name_problem
 from ...records import DatasetMeta
-from ...storage.files import read_range_inside, regular_file
+from ...storage.files import read_range_inside, read_ranges_many, regular_file
 from ..reader import ShardedReader
 from .fieldcols import SCALAR_KINDS, check_fields_meta, field_kinds, value_column
 from .index import INDEX_NAME, IndexedReader, read_index
@@ -196,6 +196,36 @@ class OffsetShardReader(IndexedReader, ShardedReader):
             raise IndexError(f"index {index} out of range for {self.meta.count} records")
         shard, offset, size = self._location(index)
         return self._payload(shard, offset, self._read_span(shard, offset, size)), self.labels[index]
+
+    def read_views(self, indices: list[int]) -> list[tuple[int, Any, int | None]]:
+        """(index, payload, label) of ``indices`` in any order: their locations gathered from the
+        mapped column at once, every range read in one C call
+        (:func:`~iotool.storage.files.read_ranges_many`: each shard's checks as :meth:`read`'s), each
+        payload then taken from its bytes; a record that fails comes as (index, None, None), and
+        :meth:`read` names its error. Remote and version-1 datasets: a record at a time."""
+        locations = self.locations
+        wanted = np.asarray(indices, dtype=np.int64)
+        if self.remote or not isinstance(locations, np.ndarray) or not len(wanted):
+            return super().read_views(indices)
+        if wanted.min() < 0 or wanted.max() >= self.meta.count:
+            return super().read_views(indices)
+        found = np.asarray(locations)[wanted]
+        if found.min() < 0 or found[:, 0].max() >= len(self.shards):
+            return super().read_views(indices)
+        shards = found[:, 0].tolist()
+        names = {shard: self.shard_path(shard) for shard in set(shards)}
+        spans = [(offset, size) for offset, size in found[:, 1:].tolist()]
+        raws = read_ranges_many([names[shard] for shard in shards], self.path, spans, self.max_record_bytes)
+        out: list[tuple[int, Any, int | None]] = []
+        for index, shard, (offset, _), raw, label in zip(
+            indices, shards, spans, raws, self.labels_of(indices).tolist()
+        ):
+            try:
+                payload = None if raw is None else self._payload(shard, offset, raw)
+            except Exception:  # the per-sample path's read raises it, named
+                payload = None
+            out.append((index, payload, label if payload is not None else None))
+        return out
 
     def _read_span(self, shard: int, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of ``shard`` (refused beyond :attr:`max_record_bytes`)."""

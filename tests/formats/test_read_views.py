@@ -1,0 +1,61 @@
+"""``FormatReader.read_views`` (what the Loader's runs read a run of records with, each format in
+its fastest way: lmdb's views of data.mdb, the bmp cache's and the shards' files in one C call):
+for every format, records in any order (repeats too) give what ``read`` gives; a record whose
+bytes are damaged or gone comes as ``(index, None, None)`` beside whole ones, and ``read`` then
+names its error."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+import iotool
+from iotool.errors import IotoolError
+
+from ..conftest import FORMATS, format_builder, write_tree
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tree = tmp_path_factory.mktemp("src") / "src"
+    write_tree(tree, {"a": 9, "b": 8}, seed=21, png_every=4)
+    return format_builder(tmp_path_factory, tree)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_run_in_any_order_reads_what_read_reads(built, fmt):
+    reader = iotool.open_reader(built(fmt))
+    order = list(range(len(reader))) * 2
+    random.Random(3).shuffle(order)
+    got = reader.read_views(order)
+    assert [i for i, _, _ in got] == order
+    assert [(bytes(data), label) for _, data, label in got] == [reader.read(i) for i in order]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_shard_cut_short_fails_its_records_alone(built, fmt, tmp_path):
+    import shutil
+
+    if not hasattr(iotool.open_reader(built(fmt)), "shard_ranges"):
+        pytest.skip(f"{fmt} stores no shards")
+    copy = tmp_path / "copy"
+    shutil.copytree(built(fmt), copy)
+    reader = iotool.open_reader(copy)
+    assert len(reader.shards) > 1
+    last = reader.shards[-1]["name"]
+    records = len(reader)
+    tail = list(reader.shard_ranges()[-1])
+    with open(copy / last, "r+b") as f:  # the last shard loses its second half
+        f.truncate(os.path.getsize(copy / last) // 2)
+    got = reader.read_views(list(range(records)))
+    broken = {i for i, data, _ in got if data is None}
+    assert broken and broken <= set(tail)
+    assert all(label is None for i, _, label in got if i in broken)
+    for i in broken:
+        with pytest.raises(IotoolError):
+            reader.read(i)
+    assert [(bytes(d), lab) for i, d, lab in got if i not in broken] == [
+        reader.read(i) for i in range(records) if i not in broken
+    ]
