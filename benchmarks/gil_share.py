@@ -9,9 +9,9 @@ be kept busy before they queue for it: that bound is the ``threads`` column.
 Method, per path (the same work the Loader's threads do per sample):
 
 1. ``t``: the thread CPU time per sample of ``iotool.Loader(threads=1)``'s thread (or of the read
-   loop), and in the same run ``runs``: the time inside the calls that compute a run of samples
-   in C (:data:`RUN_CALLS`, a few a batch, timed around each call: their Python wrappers, a few
-   microseconds a batch, count as released);
+   loop), and in the same run ``runs``: the time inside the calls that read or compute a run of
+   samples in C (:data:`RUN_CALLS`, a few a batch, timed around each call: their Python wrappers,
+   under a microsecond a sample, count as released);
 2. ``released``: the same work under ``cProfile`` with the thread's CPU clock: the time spent
    inside the other C calls listed in :data:`RELEASING`, each of which releases the GIL for its
    work (iotool's region decoder and resize kernel, the file system calls, OpenCV, simplejpeg,
@@ -20,7 +20,8 @@ Method, per path (the same work the Loader's threads do per sample):
 
 All are CPU times of the working thread, so other load on the machine hardly moves them. The runs
 are timed in the plain run, not the profiled one: they are nearly all of ``t``, and the run-to-run
-spread of two separate runs (a few percent of ``t``) would swamp a held share of 1 to 2%.
+spread of two separate runs (a few percent of ``t``; more for reads the page cache held in one run
+and not the other) would swamp a held share of 1 to 2%.
 
 A probe thread spinning in Python beside the work (this script's first method) does not work: each
 time the worker comes back from a GIL-free call it waits for the probe's switch interval (5 ms),
@@ -119,17 +120,20 @@ def releases_gil(name: str) -> bool:
     return any(fragment in name for fragment in RELEASING)
 
 
-# The calls that compute a run of samples (iotool.loading.loader.runs imports them by these names):
-# timed in the plain run itself, see measure().
-RUN_CALLS = ("run_samples", "run_cached_samples", "run_jpeg_samples")
+# The calls that compute or read a run of samples, by module and the names it imports them under:
+# timed in the plain run itself, see measure(). Their Python wrappers (argument tuples, fsencode of
+# a run's paths) count as released: under a microsecond a sample.
+RUN_CALLS = {
+    "iotool.loading.loader.runs": ("run_samples", "run_cached_samples", "run_jpeg_samples"),
+    "iotool.formats.bmp": ("read_regular_many",),
+    "iotool.formats.sharded.reader": ("read_ranges_many",),
+}
+RUN_C_CALLS = ("run_samples", "run_cached", "read_many_inside")  # the C calls inside them
 
 
 def is_run_call(name: str) -> bool:
     """Whether a C call, as cProfile names it, is the one inside a :data:`RUN_CALLS` function."""
-    return name.startswith("<built-in method iotool.") and name.rsplit(".", 1)[-1].rstrip(">") in (
-        "run_samples",
-        "run_cached",
-    )
+    return name.startswith("<built-in method iotool.") and name.rsplit(".", 1)[-1].rstrip(">") in RUN_C_CALLS
 
 
 def released_seconds(profile: cProfile.Profile) -> float:
@@ -152,11 +156,16 @@ class TimedRuns:
         self._lock = threading.Lock()
 
     def __enter__(self) -> TimedRuns:
-        from iotool.loading.loader import runs
+        import importlib
 
-        self._original = {name: getattr(runs, name) for name in RUN_CALLS}
-        for name, call in self._original.items():
-            setattr(runs, name, self._timed(call))
+        self._original = [
+            (module, name, getattr(module, name))
+            for module in map(importlib.import_module, RUN_CALLS)
+            for name in RUN_CALLS[module.__name__]
+            if hasattr(module, name)  # older code: fewer
+        ]
+        for module, name, call in self._original:
+            setattr(module, name, self._timed(call))
         return self
 
     def _timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
@@ -172,10 +181,8 @@ class TimedRuns:
         return timed
 
     def __exit__(self, *exc: Any) -> None:
-        from iotool.loading.loader import runs
-
-        for name, call in self._original.items():
-            setattr(runs, name, call)
+        for module, name, call in self._original:
+            setattr(module, name, call)
 
 
 class LoaderThreads:
