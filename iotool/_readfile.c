@@ -153,74 +153,45 @@ static PyObject *py_read_range_inside(PyObject *self, PyObject *args)
     return read_and_close(fd, (off_t)offset, (off_t)length);
 }
 
-/* A list of n Nones. */
-static PyObject *nones(Py_ssize_t n)
+/* What read_many_inside returns when none of its files is read: (b"", [None] * n). */
+static PyObject *none_read(Py_ssize_t n)
 {
-    PyObject *out = PyList_New(n);
-    for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
+    PyObject *spans = PyList_New(n);
+    for (Py_ssize_t k = 0; spans != NULL && k < n; k++) {
         Py_INCREF(Py_None);
-        PyList_SetItem(out, k, Py_None);
+        PyList_SetItem(spans, k, Py_None);
     }
-    return out;
+    return spans == NULL ? NULL : Py_BuildValue("(yN)", "", spans);
 }
 
-/* read_many_inside(paths, real_root, limit[, ranges]): read_inside of each path (with ranges, a list
- * of (offset, size), each at most limit: read_range_inside of each), in two GIL-free passes (every
- * file opened and checked, then, once each bytes object is made, every file read and closed), so a
- * run of files costs two hand-overs of the GIL, not two a file. A list: bytes, or None where a
- * step failed or refused (the caller's Python steps then name the reason). */
-static PyObject *py_read_many_inside(PyObject *self, PyObject *args)
+/* Each path of `paths` (a list) as a C string in names[k] (NULL: not a plain path, or with `ranges`
+ * its (offset, size) not one this call reads, in spans[2k], spans[2k + 1]). */
+static void run_names(PyObject *paths, PyObject *ranges, Py_ssize_t n, long long limit, const char **names,
+                      long long *spans)
 {
-    (void)self;
-    PyObject *paths, *ranges_obj = Py_None;
-    const char *root;
-    Py_ssize_t root_len;
-    long long limit;
-    if (!PyArg_ParseTuple(args, "O!y#L|O", &PyList_Type, &paths, &root, &root_len, &limit, &ranges_obj))
-        return NULL;
-    Py_ssize_t n = PyList_Size(paths);
-    int ranged = ranges_obj != Py_None;
-    if (n > (1 << 20) || (ranged && (!PyList_Check(ranges_obj) || PyList_Size(ranges_obj) != n))) {
-        PyErr_SetString(PyExc_ValueError, "at most 2**20 paths at once, and ranges (if given) a list of one per path");
-        return NULL;
-    }
-    if ((size_t)root_len != strlen(root) || root_len == 0 || root[0] != '/') /* the Python steps decide */
-        return nones(n);
-    while (root_len > 1 && root[root_len - 1] == '/')
-        root_len--;
-    const char **names = PyMem_Calloc((size_t)n + 1, sizeof(char *));
-    int *fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
-    off_t *sizes = PyMem_Calloc((size_t)n + 1, sizeof(off_t));
-    long long *spans = PyMem_Calloc(2 * (size_t)n + 2, sizeof(long long));  /* (offset, size) each */
-    char **bufs = PyMem_Calloc((size_t)n + 1, sizeof(char *));
-    PyObject *out = PyList_New(n);
-    if (names == NULL || fds == NULL || sizes == NULL || spans == NULL || bufs == NULL || out == NULL) {
-        Py_XDECREF(out);
-        out = NULL;
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t k = 0; k < n; k++) {  /* the paths, held by the list for the whole call */
+    for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *item = PyList_GetItem(paths, k);
         char *name = NULL;
         Py_ssize_t len = 0;
-        if (!PyBytes_Check(item) || PyBytes_AsStringAndSize(item, &name, &len) < 0 || (size_t)len != strlen(name)) {
-            PyErr_Clear();
-            name = NULL;  /* not a plain path: left to the Python steps */
-        }
-        if (ranged && name != NULL &&
-            (!PyArg_ParseTuple(PyList_GetItem(ranges_obj, k), "LL", &spans[2 * k], &spans[2 * k + 1]) ||
-             spans[2 * k] < 0 || spans[2 * k + 1] < 0 || spans[2 * k + 1] > limit)) {
-            PyErr_Clear();
-            name = NULL;  /* not a range this call reads: left to the Python steps */
-        }
+        if (!PyBytes_Check(item) || PyBytes_AsStringAndSize(item, &name, &len) < 0 || (size_t)len != strlen(name))
+            name = NULL;
+        if (ranges != NULL && name != NULL &&
+            (!PyArg_ParseTuple(PyList_GetItem(ranges, k), "LL", &spans[2 * k], &spans[2 * k + 1]) ||
+             spans[2 * k] < 0 || spans[2 * k + 1] < 0 || spans[2 * k + 1] > limit))
+            name = NULL;
+        PyErr_Clear();
         names[k] = name;
     }
-    Py_BEGIN_ALLOW_THREADS
+}
+
+/* Open and check each named file (the GIL released): fds[k], or -1; sizes[k] the bytes to read
+ * (with ranges, the range's, which must lie wholly in the file). */
+static void open_run(const char **names, Py_ssize_t n, const char *root, size_t root_len, long long limit,
+                     int ranged, const long long *spans, int *fds, off_t *sizes)
+{
     for (Py_ssize_t k = 0; k < n; k++) {
-        fds[k] = names[k] != NULL ? open_inside(names[k], root, (size_t)root_len, ranged ? LLONG_MAX : limit, &sizes[k])
-                                  : -1;
-        if (fds[k] >= 0 && ranged) {  /* the range must lie wholly in the file */
+        fds[k] = names[k] != NULL ? open_inside(names[k], root, root_len, ranged ? LLONG_MAX : limit, &sizes[k]) : -1;
+        if (fds[k] >= 0 && ranged) {
             if (spans[2 * k] > (long long)sizes[k] || spans[2 * k + 1] > (long long)sizes[k] - spans[2 * k]) {
                 close(fds[k]);
                 fds[k] = -1;
@@ -229,27 +200,19 @@ static PyObject *py_read_many_inside(PyObject *self, PyObject *args)
             }
         }
     }
-    Py_END_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *data = fds[k] >= 0 ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizes[k]) : Py_None;
-        if (data == NULL) {  /* out of memory: nothing is read, what was opened is closed below */
-            Py_CLEAR(out);
-            memset(bufs, 0, (size_t)n * sizeof(char *));
-            break;
-        }
-        if (data == Py_None)
-            Py_INCREF(Py_None);
-        else
-            bufs[k] = PyBytes_AsString(data);
-        PyList_SetItem(out, k, data);
-    }
-    Py_BEGIN_ALLOW_THREADS
+}
+
+/* Read file k's bytes (from spans[2k] when ranged) to base + starts[k] and close it, every k (the
+ * GIL released); fds[k] = -1 where the read came up short. */
+static void read_run(int *fds, const off_t *sizes, const long long *starts, int ranged, const long long *spans,
+                     char *base, Py_ssize_t n)
+{
     for (Py_ssize_t k = 0; k < n; k++) {
         if (fds[k] < 0)
             continue;
-        off_t done = 0;
-        while (bufs[k] != NULL && done < sizes[k]) {
-            ssize_t got = pread(fds[k], bufs[k] + done, (size_t)(sizes[k] - done), (off_t)spans[2 * k] + done);
+        off_t done = 0, from = ranged ? (off_t)spans[2 * k] : 0;
+        while (base != NULL && done < sizes[k]) {
+            ssize_t got = pread(fds[k], base + starts[k] + done, (size_t)(sizes[k] - done), from + done);
             if (got < 0 && errno == EINTR)
                 continue;
             if (got <= 0)
@@ -258,20 +221,86 @@ static PyObject *py_read_many_inside(PyObject *self, PyObject *args)
         }
         close(fds[k]);
         if (done != sizes[k])
-            bufs[k] = NULL;  /* short: None below */
+            fds[k] = -1;
     }
+}
+
+/* read_many_inside(paths, real_root, limit[, ranges]): read_inside of each path (with ranges, a list
+ * of (offset, size), each at most limit: read_range_inside of each), in two GIL-free passes (every
+ * file opened and checked; then, once one bytes object for the whole run is made, every file read
+ * into it and closed): a run of files costs two hand-overs of the GIL and one allocation, not two
+ * and one a file. Returns (blob, spans): spans[k] the (start, end) of file k's bytes in blob, or
+ * None where a step failed or refused (the caller's Python steps then name the reason). */
+static PyObject *py_read_many_inside(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *paths, *ranges = Py_None;
+    const char *root;
+    Py_ssize_t root_len;
+    long long limit;
+    if (!PyArg_ParseTuple(args, "O!y#L|O", &PyList_Type, &paths, &root, &root_len, &limit, &ranges))
+        return NULL;
+    Py_ssize_t n = PyList_Size(paths);
+    int ranged = ranges != Py_None;
+    if (n > (1 << 20) || (ranged && (!PyList_Check(ranges) || PyList_Size(ranges) != n))) {
+        PyErr_SetString(PyExc_ValueError, "at most 2**20 paths at once, and ranges (if given) a list of one per path");
+        return NULL;
+    }
+    if ((size_t)root_len != strlen(root) || root_len == 0 || root[0] != '/') /* the Python steps decide */
+        return none_read(n);
+    while (root_len > 1 && root[root_len - 1] == '/')
+        root_len--;
+    const char **names = PyMem_Calloc((size_t)n + 1, sizeof(char *));
+    int *fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
+    off_t *sizes = PyMem_Calloc((size_t)n + 1, sizeof(off_t));
+    long long *spans = PyMem_Calloc(2 * (size_t)n + 2, sizeof(long long)); /* (offset, size) in each file */
+    long long *starts = PyMem_Calloc((size_t)n + 1, sizeof(long long));  /* where each lands in the blob */
+    PyObject *blob = NULL, *out = NULL;
+    if (names == NULL || fds == NULL || sizes == NULL || spans == NULL || starts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    run_names(paths, ranged ? ranges : NULL, n, limit, names, spans);
+    Py_BEGIN_ALLOW_THREADS
+    open_run(names, n, root, (size_t)root_len, limit, ranged, spans, fds, sizes);
     Py_END_ALLOW_THREADS
-    for (Py_ssize_t k = 0; out != NULL && k < n; k++)
-        if (fds[k] >= 0 && bufs[k] == NULL) {
-            Py_INCREF(Py_None);
-            PyList_SetItem(out, k, Py_None);
+    long long total = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (fds[k] < 0)
+            continue;
+        if ((long long)sizes[k] > PY_SSIZE_T_MAX - total) {  /* more than one object holds: read alone */
+            close(fds[k]);
+            fds[k] = -1;
+            continue;
         }
+        starts[k] = total;
+        total += (long long)sizes[k];
+    }
+    blob = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    char *base = blob != NULL ? PyBytes_AsString(blob) : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    read_run(fds, sizes, starts, ranged, spans, base, n);  /* without a blob: each file only closed */
+    Py_END_ALLOW_THREADS
+    PyObject *list = blob != NULL ? PyList_New(n) : NULL;
+    for (Py_ssize_t k = 0; list != NULL && k < n; k++) {
+        PyObject *span = fds[k] >= 0 ? Py_BuildValue("(LL)", starts[k], starts[k] + (long long)sizes[k]) : Py_None;
+        if (span == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        if (span == Py_None)
+            Py_INCREF(Py_None);
+        PyList_SetItem(list, k, span);
+    }
+    if (list != NULL)
+        out = Py_BuildValue("(ON)", blob, list);
 done:
+    Py_XDECREF(blob);
     PyMem_Free(names);
     PyMem_Free(fds);
     PyMem_Free(sizes);
     PyMem_Free(spans);
-    PyMem_Free(bufs);
+    PyMem_Free(starts);
     return out;
 }
 
@@ -283,9 +312,10 @@ static PyMethodDef methods[] = {
      "read_range_inside(path, real_root, offset, size): `size` bytes from `offset` of the regular file "
      "`path` (bytes) if it lies under `real_root` and holds that whole range, else None."},
     {"read_many_inside", py_read_many_inside, METH_VARARGS,
-     "read_many_inside(paths, real_root, limit[, ranges]): [read_inside(path, real_root, limit) for path in "
-     "paths] (a list of bytes paths), or with ranges (a list of (offset, size), each size at most limit) "
-     "[read_range_inside(path, real_root, offset, size) ...], with the GIL released twice for the whole run."},
+     "read_many_inside(paths, real_root, limit[, ranges]): read_inside(path, real_root, limit) of each path "
+     "(a list of bytes paths), or with ranges (a list of (offset, size), each size at most limit) "
+     "read_range_inside(path, real_root, offset, size), the GIL released twice for the whole run; returns "
+     "(blob, spans): spans[k] the (start, end) of path k's bytes in the one bytes object blob, or None."},
     {NULL, NULL, 0, NULL},
 };
 
