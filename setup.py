@@ -13,7 +13,12 @@ only a C compiler; without one, the transforms use torch's kernel.
 
 ``iotool._readfile`` reads a dataset's regular file whole, or one record's range of a shard, in
 one call, releasing the GIL twice instead of at every system call (see ``iotool/storage/files.py``,
-``read_regular`` and ``read_range_inside``); without it the same steps run in Python.
+``read_regular`` and ``read_range_inside``, and a run of them: ``read_regular_many``,
+``read_ranges_many``); without it the same steps run in Python.
+
+``iotool._tfrecord`` finds the image bytes of a run of framed TFRecord records (CRC32C with the
+CPU's SSE4.2 instruction, the ``tf.train.Example`` walked as ``formats/tfrecord/example.py`` walks
+it) with the GIL released; without it, or without SSE4.2, each record is parsed in Python.
 
 All use only CPython's limited API (the stable ABI) of the oldest CPython that pyproject.toml's
 ``requires-python`` admits: one wheel, tagged ``cp3X-abi3``, serves that CPython and every newer
@@ -88,6 +93,13 @@ setup(
         Extension(
             "iotool._readfile",
             sources=["iotool/_readfile.c"],
+            optional=True,
+            **STABLE_ABI,
+        ),
+        Extension(
+            "iotool._tfrecord",
+            sources=["iotool/_tfrecord.c"],
+            extra_compile_args=["-O3"],
             optional=True,
             **STABLE_ABI,
         ),

@@ -216,15 +216,22 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         names = {shard: self.shard_path(shard) for shard in set(shards)}
         spans = [(offset, size) for offset, size in found[:, 1:].tolist()]
         raws = read_ranges_many([names[shard] for shard in shards], self.path, spans, self.max_record_bytes)
-        out: list[tuple[int, Any, int | None]] = []
-        for index, shard, (offset, _), raw, label in zip(
-            indices, shards, spans, raws, self.labels_of(indices).tolist()
-        ):
+        payloads = self._payloads(shards, [offset for offset, _ in spans], raws)
+        labels = self.labels_of(indices).tolist()
+        return [
+            (index, payload, label if payload is not None else None)
+            for index, payload, label in zip(indices, payloads, labels)
+        ]
+
+    def _payloads(self, shards: list[int], offsets: list[int], raws: list[Any]) -> list[Any]:
+        """:meth:`_payload` of each read location (None where its raw bytes are None or it raises:
+        the per-sample path's read raises it, named); a format may take a run at once."""
+        out = []
+        for shard, offset, raw in zip(shards, offsets, raws):
             try:
-                payload = None if raw is None else self._payload(shard, offset, raw)
-            except Exception:  # the per-sample path's read raises it, named
-                payload = None
-            out.append((index, payload, label if payload is not None else None))
+                out.append(None if raw is None else self._payload(shard, offset, raw))
+            except Exception:
+                out.append(None)
         return out
 
     def _read_span(self, shard: int, offset: int, size: int) -> bytes:
