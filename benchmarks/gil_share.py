@@ -94,6 +94,7 @@ RELEASING = (
     "iotool._readfile.read_inside",
     "iotool._readfile.read_range_inside",  # a shard's record: open, checks and read without the GIL
     "iotool._readfile.read_many_inside",  # a run's files (the bmp cache): the same, two hand-overs a run
+    "iotool._tfrecord.image_spans",  # a run of TFRecord records: CRCs and the Example walk
     # file-system calls (CPython releases the GIL around each system call)
     "posix.pread",
     "posix.read",
