@@ -25,12 +25,12 @@ import numpy as np
 from ..decode.bmp import bmp_size, decode_bmp
 from ..errors import ConversionError, FormatError, RecordError, UnstorableRecord
 from ..fields import Schema
-from ..names import ALLOWED, name_problem, resolve_inside
+from ..names import ALLOWED, first_bad_name, name_problem, resolve_inside
 from ..records import DatasetMeta, Record
 from ..storage.files import read_regular, read_regular_many
 from .options import FormatOptions
 from .plan import ShardPlan, ShardUnit
-from .sharded.columns import ColumnWriter, write_columns
+from .sharded.columns import ColumnWriter, StringColumn, write_columns
 from .sharded.index import IndexedReader, meta_dict, read_index, sniff_index, unique_stem, write_index
 from .spec import FormatSpec
 from .writer import FormatWriter, WriterHooks
@@ -223,15 +223,31 @@ class BmpReader(IndexedReader):
         try:
             if not all(0 <= i < self.meta.count for i in indices):
                 raise IndexError
-            names = files.items(indices) if hasattr(files, "items") else [files[i] for i in indices]
-            for rel in names:
-                _check_inside(self.path, rel)
+            paths = self._run_paths(files, indices)
         except (IndexError, FormatError):  # each one read alone, which names the error
             return super().read_views(indices)
-        paths = [os.path.join(self.path, rel) for rel in names]
         datas = read_regular_many(paths, self.path, self.max_record_bytes)
         labels = self.labels_of(indices).tolist()
         return [(i, data, label if data is not None else None) for i, data, label in zip(indices, datas, labels)]
+
+    def _run_paths(self, files: Any, indices: list[int]) -> list[str] | list[bytes]:
+        """The paths of records ``indices``' files. A mapped column's names are checked all at once,
+        once per process (:func:`~iotool.names.first_bad_name`, as tar's member keys are), then
+        joined as bytes; where one is unsafe, each run's names are checked one by one, as
+        :meth:`read` does. A version-1 list's were checked when it was loaded. FormatError: an
+        unsafe name among ``indices``'."""
+        if not isinstance(files, StringColumn):
+            return [os.path.join(self.path, files[i]) for i in indices]
+        safe = getattr(self, "_h_files_safe", None)
+        if safe is None:
+            safe = self._h_files_safe = first_bad_name(files.offsets, files.blob) < 0
+        if not safe:
+            names = files.items(indices)
+            for rel in names:
+                _check_inside(self.path, rel)
+            return [os.path.join(self.path, rel) for rel in names]
+        prefix = os.fsencode(self.path).rstrip(b"/") + b"/"
+        return [prefix + name for name in files.byte_items(indices)]
 
     def _read_field(self, index: int, name: str, bound: int) -> bytes:
         """From the field's column (``field.<name>``), its offsets checked first."""

@@ -144,3 +144,30 @@ def test_read_views_reads_a_run_as_read_does_and_leaves_a_bad_record_alone(tmp_p
     ]
     with pytest.raises(FormatError, match="cannot"):
         reader.read(0)
+
+
+@pytest.mark.parametrize(
+    "unsafe",
+    # the last two lead to a real file inside: only the name rule refuses them
+    ["../secret.bmp", "/etc/passwd", "a/../../x.bmp", "cat/\x1b[2J.bmp", "cat/./cat_00.bmp", "cat//cat_00.bmp"],
+)
+def test_an_unsafe_name_in_the_files_column_is_refused_by_a_run_and_by_read(tmp_path, unsafe):
+    """read_views checks a mapped files column all at once (once per process), then joins names as
+    bytes: a column naming a file outside the dataset reads nothing through it, and ``read``
+    refuses that record naming the unsafe name; the other records still read."""
+    dst = tmp_path / "c.bmp"
+    iotool.convert(SAMPLE, dst, "bmp", resize=24, workers=0)
+    (tmp_path / "secret.bmp").write_bytes(b"BM" + b"secret" * 20)
+    reader = iotool.open_reader(dst)
+    names = [reader.column("files")[i] for i in range(len(reader))]
+    names[2] = unsafe
+    blob = "".join(names).encode()
+    offsets = np.cumsum([0] + [len(n.encode()) for n in names]).astype("<i8")
+    np.save(dst / "index.files.offsets.npy", offsets)
+    np.save(dst / "index.files.utf8.npy", np.frombuffer(blob, dtype=np.uint8))
+    reader = iotool.open_reader(dst)
+    got = reader.read_views([0, 2, 3])
+    assert [(i, data is None) for i, data, _ in got] == [(0, False), (2, True), (3, False)]
+    assert all(b"secret" not in bytes(data) for _, data, _ in got if data is not None)
+    with pytest.raises(FormatError, match="unsafe file"):
+        reader.read(2)
