@@ -9,21 +9,17 @@ image. Its CRC32C is google-crc32c's. The mutations run in a capped child proces
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from iotool.formats.tfrecord import example, framing
 
-from ..support.address_space import CAP_AFTER_IMPORTS, ONE_THREAD
+from ..support.address_space import CAP_AFTER_IMPORTS, run_capped
 
 _tfrecord = pytest.importorskip("iotool._tfrecord", reason="iotool's C extension iotool._tfrecord is not built")
 pytestmark = pytest.mark.skipif(_tfrecord.crc32c(b"") is None, reason="the CPU has no CRC32C instruction (SSE4.2)")
 
-REPO = Path(__file__).resolve().parents[2]
 IMAGE = example.IMAGE.encode()
 
 
@@ -178,14 +174,7 @@ CHILD = CAP_AFTER_IMPORTS + textwrap.dedent(
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_mutated_records_never_give_other_bytes_than_python(seed):
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(seed), "3000"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=str(REPO),
-        env={**os.environ, **ONE_THREAD},
-    )
+    out = run_capped(CHILD, str(seed), "3000", timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     words = out.stdout.split()
     assert words[0] == "ok" and int(words[2]) == 0, out.stdout

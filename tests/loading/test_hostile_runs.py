@@ -7,15 +7,13 @@ per-sample path. Run in a capped child process with a time limit."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from iotool.transforms import draws
 
-from ..support.address_space import CAP_AFTER_IMPORTS, ONE_THREAD
+from ..support.address_space import CAP_AFTER_IMPORTS, run_capped
 
 pytestmark = pytest.mark.skipif(draws._ext is None, reason="iotool's C extension iotool._resize is not built")
 
@@ -99,13 +97,7 @@ def test_mutated_jpegs_and_bmps_are_written_or_left_never_a_crash(seed):
 
     if not region.region_available():
         pytest.skip("the JPEG region decoder is not built")
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(seed), "200"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **ONE_THREAD},
-    )
+    proc = run_capped(CHILD, str(seed), "200")
     assert proc.returncode == 0, proc.stderr[-2000:]
     written, left = map(int, proc.stdout.split())
     assert written + left == 200 * 32 and written > 0 and left > 0  # both outcomes occurred

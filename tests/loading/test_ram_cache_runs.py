@@ -6,20 +6,14 @@ untouched; tables outside the block are refused. Hostile tables run in a capped 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from iotool.transforms import draws
 
-from ..support.address_space import CAP_AFTER_IMPORTS, ONE_THREAD
-
-REPO = Path(__file__).resolve().parents[2]
+from ..support.address_space import CAP_AFTER_IMPORTS, run_capped
 
 pytestmark = pytest.mark.skipif(draws._ext is None, reason="iotool's C extension iotool._resize is not built")
 
@@ -118,13 +112,6 @@ CHILD = CAP_AFTER_IMPORTS + textwrap.dedent(
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_hostile_shapes_and_offsets_neither_crash_nor_read_outside_the_block(seed):
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(seed), "300"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(REPO),
-        env={**os.environ, **ONE_THREAD},
-    )
+    out = run_capped(CHILD, str(seed), "300")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("ok") and int(out.stdout.split()[1]) > 0, out.stdout

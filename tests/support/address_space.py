@@ -11,6 +11,11 @@ what reading the hostile file grows by, not the machine.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Numeric libraries on one thread: no per-thread buffers, stacks or malloc arenas reserved later.
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -41,3 +46,17 @@ def cap_address_space(headroom):
 def child_env(**extra: str) -> dict[str, str]:
     """This process's environment with the numeric libraries on one thread, plus ``extra``."""
     return {**os.environ, **ONE_THREAD, **extra}
+
+
+def run_capped(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (a child that starts with :data:`CAP_AFTER_IMPORTS` and caps itself) with
+    ``args`` in a fresh interpreter at the repository's root (so it imports ``tests``), its numeric
+    libraries on one thread; stdout and stderr captured as text."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+        env={**os.environ, **ONE_THREAD},
+    )
