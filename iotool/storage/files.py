@@ -13,7 +13,7 @@ import functools
 import os
 import shutil
 import stat
-from typing import BinaryIO
+from typing import BinaryIO, Sequence
 
 from ..errors import FormatError
 from ..names import is_under
@@ -96,7 +96,7 @@ def read_regular(path: str, root: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def read_regular_many(paths: list[str], root: str, limit: int) -> list[memoryview | None]:
+def read_regular_many(paths: Sequence[str | bytes], root: str, limit: int) -> list[memoryview | None]:
     """:func:`read_regular` of each path, in one C call that hands the GIL over twice for the whole
     run (every file opened and checked, then every one read into one bytes object: one allocation
     a run), not twice a file. Each file's bytes as a read-only view of that object; None where a

@@ -339,7 +339,7 @@ class StringColumn(LazyColumn):
         if len(at) and (starts.min() < 0 or (stops < starts).any() or stops.max() > len(self.blob)):
             bad = int(at[np.flatnonzero((starts < 0) | (stops < starts) | (stops > len(self.blob)))[0]])
             raise FormatError(f"{self.where}: item {bad} has invalid offsets.")
-        blob = memoryview(self.blob)
+        blob = self.blob.data  # a memoryview of the mapped bytes
         return [blob[start:stop].tobytes() for start, stop in zip(starts.tolist(), stops.tolist())]
 
     def _item(self, i: int) -> str:
