@@ -97,7 +97,7 @@ class ValueBounds:
                 return None
             offset, size = where
             if len(self.spans) <= at + 1:
-                self.spans.extend([-1] * max(at + 2 - len(self.spans), len(self.spans)))
+                self.spans.extend(array("q", [-1]) * max(at + 2 - len(self.spans), len(self.spans)))  # doubles
             self.spans[at], self.spans[at + 1] = offset, size
         if offset + size > self.needed:
             return None
