@@ -78,7 +78,7 @@ reader = iotool.open_reader(sys.argv[1])
 reader.read_views([0, 1])  # mapped and walked while whole
 with open(sys.argv[1] + "/data.mdb", "r+b") as f:
     f.truncate(8192)
-got = reader.read_views([0, 1, 2])
+got = reader.read_views([0, 1]) + reader.read_views([2])  # spans known (no walk to fail), then not
 print([(i, data is None) for i, data, _ in got])
 try:
     reader.read(0)

@@ -59,3 +59,40 @@ def test_a_shard_cut_short_fails_its_records_alone(built, fmt, tmp_path):
     assert [(bytes(d), lab) for i, d, lab in got if i not in broken] == [
         reader.read(i) for i in range(records) if i not in broken
     ]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_index_out_of_range_fails_alone(built, fmt):
+    reader = iotool.open_reader(built(fmt))
+    got = reader.read_views([1, len(reader), 0, -1])
+    assert [(i, data is None, label is None) for i, data, label in got] == [
+        (1, False, False),
+        (len(reader), True, True),
+        (0, False, False),
+        (-1, True, True),
+    ]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_location_naming_no_shard_fails_its_record_alone(built, fmt, tmp_path):
+    """A locations column (a mapped .npy file of the index) whose entry names a shard that does not
+    exist, or a negative offset: that record comes as (index, None, None) and read() names it."""
+    import shutil
+
+    import numpy as np
+
+    source = built(fmt)
+    if not hasattr(iotool.open_reader(source), "shard_ranges"):
+        pytest.skip(f"{fmt} stores no shards")
+    for bad in ([99, 0, 10], [0, -5, 10]):
+        copy = tmp_path / f"copy{bad[0]}"
+        shutil.copytree(source, copy)
+        column = copy / "index.locations.npy"
+        locations = np.load(column)
+        locations[3] = bad
+        np.save(column, locations)
+        reader = iotool.open_reader(copy)
+        got = reader.read_views([2, 3, 4])
+        assert [(i, data is None) for i, data, _ in got] == [(2, False), (3, True), (4, False)]
+        with pytest.raises(IotoolError):
+            reader.read(3)
