@@ -13,8 +13,8 @@ only a C compiler; without one, the transforms use torch's kernel.
 
 ``iotool._readfile`` reads a dataset's regular file whole, or one record's range of a shard, in
 one call, releasing the GIL twice instead of at every system call (see ``iotool/storage/files.py``,
-``read_regular`` and ``read_range_inside``, and a run of them: ``read_regular_many``,
-``read_ranges_many``); without it the same steps run in Python.
+``read_regular`` and ``read_range_inside``, and a run of either: ``read_regular_many``); without
+it the same steps run in Python.
 
 ``iotool._tfrecord`` finds the image bytes of a run of framed TFRecord records (CRC32C with the
 CPU's SSE4.2 instruction, the ``tf.train.Example`` walked as ``formats/tfrecord/example.py`` walks

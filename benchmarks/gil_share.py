@@ -127,7 +127,7 @@ def releases_gil(name: str) -> bool:
 RUN_CALLS = {
     "iotool.loading.loader.runs": ("run_samples", "run_cached_samples", "run_jpeg_samples"),
     "iotool.formats.bmp": ("read_regular_many",),
-    "iotool.formats.sharded.reader": ("read_ranges_many",),
+    "iotool.formats.sharded.reader": ("read_regular_many",),
 }
 RUN_C_CALLS = ("run_samples", "run_cached", "read_many_inside")  # the C calls inside them
 

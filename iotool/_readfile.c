@@ -71,6 +71,29 @@ refuse:
     return -1;
 }
 
+/* 1 when the range [offset, offset + length) lies wholly in a file of `size` bytes. */
+static int range_in_file(long long offset, long long length, off_t size)
+{
+    return offset <= (long long)size && length <= (long long)size - offset;
+}
+
+/* `size` bytes from `offset` of `fd` into buf, then `fd` closed: the bytes read (short: truncated
+ * while read, or a read error). Runs without the GIL. */
+static off_t read_fully_and_close(int fd, char *buf, off_t size, off_t offset)
+{
+    off_t done = 0;
+    while (buf != NULL && done < size) {
+        ssize_t got = pread(fd, buf + done, (size_t)(size - done), offset + done);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        done += got;
+    }
+    close(fd);
+    return done;
+}
+
 /* `size` bytes from `offset` of the open descriptor `fd` as a new bytes object, read with the
  * GIL released; `fd` is closed. None when the read comes up short (the caller's Python steps
  * report it). */
@@ -82,17 +105,9 @@ static PyObject *read_and_close(int fd, off_t offset, off_t size)
         return NULL;
     }
     char *buf = PyBytes_AsString(out);
-    off_t done = 0;
+    off_t done;
     Py_BEGIN_ALLOW_THREADS
-    while (done < size) {
-        ssize_t got = pread(fd, buf + done, (size_t)(size - done), offset + done);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            break;
-        done += got;
-    }
-    close(fd);
+    done = read_fully_and_close(fd, buf, size, offset);
     Py_END_ALLOW_THREADS
     if (done != size) {  /* truncated while read, or a read error: the Python steps report it */
         Py_DECREF(out);
@@ -146,7 +161,7 @@ static PyObject *py_read_range_inside(PyObject *self, PyObject *args)
     int fd = open_args(path, path_len, root, root_len, LLONG_MAX, &size);
     if (fd < 0)
         Py_RETURN_NONE;
-    if (offset > (long long)size || length > (long long)size - offset) {  /* the range is not all in the file */
+    if (!range_in_file(offset, length, size)) {
         close(fd);
         Py_RETURN_NONE;
     }
@@ -192,7 +207,7 @@ static void open_run(const char **names, Py_ssize_t n, const char *root, size_t 
     for (Py_ssize_t k = 0; k < n; k++) {
         fds[k] = names[k] != NULL ? open_inside(names[k], root, root_len, ranged ? LLONG_MAX : limit, &sizes[k]) : -1;
         if (fds[k] >= 0 && ranged) {
-            if (spans[2 * k] > (long long)sizes[k] || spans[2 * k + 1] > (long long)sizes[k] - spans[2 * k]) {
+            if (!range_in_file(spans[2 * k], spans[2 * k + 1], sizes[k])) {
                 close(fds[k]);
                 fds[k] = -1;
             } else {
@@ -208,19 +223,8 @@ static void read_run(int *fds, const off_t *sizes, const long long *starts, int 
                      char *base, Py_ssize_t n)
 {
     for (Py_ssize_t k = 0; k < n; k++) {
-        if (fds[k] < 0)
-            continue;
-        off_t done = 0, from = ranged ? (off_t)spans[2 * k] : 0;
-        while (base != NULL && done < sizes[k]) {
-            ssize_t got = pread(fds[k], base + starts[k] + done, (size_t)(sizes[k] - done), from + done);
-            if (got < 0 && errno == EINTR)
-                continue;
-            if (got <= 0)
-                break;
-            done += got;
-        }
-        close(fds[k]);
-        if (done != sizes[k])
+        off_t from = ranged ? (off_t)spans[2 * k] : 0;
+        if (fds[k] >= 0 && read_fully_and_close(fds[k], base != NULL ? base + starts[k] : NULL, sizes[k], from) != sizes[k])
             fds[k] = -1;
     }
 }

@@ -180,48 +180,53 @@ static int walk_list(const uint8_t *b, size_t start, size_t end, uint64_t kind, 
     return got;
 }
 
+/* One entry of the feature map (the map field `entry`): its key's span and its Feature's (the last of
+ * each wins); 1 with a Feature, 0 without, -1 when malformed or the key is not ASCII. */
+static int read_entry(const uint8_t *b, const field_t *entry, size_t key[2], size_t feature[2])
+{
+    field_t part;
+    size_t pos = entry->start;
+    int has_feature = 0, got;
+    key[0] = key[1] = feature[0] = feature[1] = 0;
+    while ((got = next_field(b, &pos, entry->stop, &part)) > 0) {
+        if (part.wire != 2 || (part.number != 1 && part.number != 2))
+            continue;
+        size_t *into = part.number == 1 ? key : feature;
+        into[0] = part.start;
+        into[1] = part.stop;
+        has_feature |= part.number == 2;
+    }
+    for (size_t i = key[0]; got == 0 && i < key[1]; i++)
+        if (b[i] >= 0x80)
+            return -1; /* Python decides what a non-ASCII name is */
+    return got < 0 ? -1 : has_feature;
+}
+
 /* The entries of an Example in data[0, n): the span of the last entry named `name` (found: 1; its
  * Feature absent: 2), 0 when none is, -1 when malformed or a name is not ASCII. */
 static int find_entry(const uint8_t *b, size_t n, const char *name, size_t name_len, size_t span[2])
 {
-    field_t ex, fs, part;
-    size_t pos = 0;
-    int found = 0, got;
-    while ((got = next_field(b, &pos, n, &ex)) > 0) {
-        if (ex.number != 1 || ex.wire != 2)
-            continue;
-        size_t p2 = ex.start;
-        int got2;
-        while ((got2 = next_field(b, &p2, ex.stop, &fs)) > 0) {
-            if (fs.number != 1 || fs.wire != 2)
-                continue;
-            size_t p3 = fs.start, key[2] = {0, 0}, feature[2] = {0, 0};
-            int has_feature = 0, got3;
-            while ((got3 = next_field(b, &p3, fs.stop, &part)) > 0) {
-                if (part.number == 1 && part.wire == 2) {
-                    key[0] = part.start;
-                    key[1] = part.stop;
-                } else if (part.number == 2 && part.wire == 2) {
-                    feature[0] = part.start;
-                    feature[1] = part.stop;
-                    has_feature = 1;
-                }
-            }
-            if (got3 < 0)
+    field_t features, entry;
+    size_t pos = 0, key[2], feature[2];
+    int found = 0, got, got2 = 0;
+    while (got2 >= 0 && (got = next_field(b, &pos, n, &features)) > 0) {
+        if (features.number != 1 || features.wire != 2)
+            continue; /* an unknown field of Example */
+        size_t at = features.start;
+        while ((got2 = next_field(b, &at, features.stop, &entry)) > 0) {
+            if (entry.number != 1 || entry.wire != 2)
+                continue; /* an unknown field of Features */
+            int has = read_entry(b, &entry, key, feature);
+            if (has < 0)
                 return -1;
-            for (size_t i = key[0]; i < key[1]; i++)
-                if (b[i] >= 0x80)
-                    return -1; /* Python decides what a non-ASCII name is */
             if (key[1] - key[0] == name_len && memcmp(b + key[0], name, name_len) == 0) {
-                found = has_feature ? 1 : 2;
+                found = has ? 1 : 2;
                 span[0] = feature[0];
                 span[1] = feature[1];
             }
         }
-        if (got2 < 0)
-            return -1;
     }
-    return got < 0 ? -1 : found;
+    return got < 0 || got2 < 0 ? -1 : found;
 }
 
 /* The image of one framed record: 1 with its span in `out`, else 0. Runs without the GIL. */

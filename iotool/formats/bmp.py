@@ -219,16 +219,13 @@ class BmpReader(IndexedReader):
         """(index, file's bytes, label) of ``indices``: the names checked as :meth:`read` does, the
         files read in one C call (:func:`~iotool.storage.files.read_regular_many`); a record that
         fails comes as (index, None, None), and :meth:`read` names its error."""
-        files = self.column("files")
-        try:
-            if not all(0 <= i < self.meta.count for i in indices):
-                raise IndexError
-            paths = self._run_paths(files, indices)
-        except (IndexError, FormatError):  # each one read alone, which names the error
+        if not self.in_range(indices):
             return super().read_views(indices)
-        datas = read_regular_many(paths, self.path, self.max_record_bytes)
-        labels = self.labels_of(indices).tolist()
-        return [(i, data, label if data is not None else None) for i, data, label in zip(indices, datas, labels)]
+        try:
+            paths = self._run_paths(self.column("files"), indices)
+        except FormatError:  # each one read alone, which names the error
+            return super().read_views(indices)
+        return self.labelled(indices, read_regular_many(paths, self.path, self.max_record_bytes))
 
     def _run_paths(self, files: Any, indices: list[int]) -> list[str] | list[bytes]:
         """The paths of records ``indices``' files. A mapped column's names are checked all at once,

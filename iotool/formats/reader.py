@@ -321,6 +321,18 @@ class FormatReader(ABC):
         :meth:`read_many` (a sharded reader's own is a sequential pass)."""
         return list(FormatReader.read_many(self, indices))
 
+    def in_range(self, indices: list[int]) -> bool:
+        """Whether every index of a run names a record (a run that has one that does not is read a
+        record at a time, so that one alone fails)."""
+        count = self.meta.count
+        return all(0 <= i < count for i in indices)
+
+    def labelled(self, indices: list[int], payloads: list[Any]) -> list[tuple[int, Any, int | None]]:
+        """``read_views``' answer for a run read at once: (index, payload, label), a record whose
+        payload is None (it failed: ``read`` names why) without a label."""
+        labels = self.labels_of(indices).tolist()
+        return [(i, data, label if data is not None else None) for i, data, label in zip(indices, payloads, labels)]
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for name in list(state):

@@ -96,31 +96,20 @@ def read_regular(path: str, root: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def read_regular_many(paths: Sequence[str | bytes], root: str, limit: int) -> list[memoryview | None]:
-    """:func:`read_regular` of each path, in one C call that hands the GIL over twice for the whole
-    run (every file opened and checked, then every one read into one bytes object: one allocation
-    a run), not twice a file. Each file's bytes as a read-only view of that object; None where a
-    step failed or refused, and for every path without the extension: the caller's
-    :func:`read_regular` of that path then names the reason (or reads it, if it changed since)."""
-    if _readfile is None:
-        return [None] * len(paths)
-    return _views(_readfile.read_many_inside([os.fsencode(p) for p in paths], os.fsencode(_real_root(root)), limit))
-
-
-def read_ranges_many(paths: list[str], root: str, ranges: list[tuple[int, int]], limit: int) -> list[memoryview | None]:
-    """:func:`read_range_inside` of each ``(path, (offset, size))``, as :func:`read_regular_many`
-    reads whole files; None where a step failed or refused, a size over ``limit``, a range not
-    wholly in its file, and for every path without the extension (the caller's own checked steps
-    then name the reason)."""
+def read_regular_many(
+    paths: Sequence[str | bytes], root: str, limit: int, ranges: list[tuple[int, int]] | None = None
+) -> list[memoryview | None]:
+    """:func:`read_regular` of each path (with ``ranges``, one ``(offset, size)`` a path:
+    :func:`read_range_inside` of each, every size at most ``limit``), in one C call that hands the
+    GIL over twice for the whole run (every file opened and checked, then every one read into one
+    bytes object: one allocation a run), not twice a file. Each file's bytes as a read-only view
+    of that object; None where a step failed or refused (a range not wholly in its file among
+    them), and for every path without the extension: the caller's own checked steps then name the
+    reason (or read it, if it changed since)."""
     if _readfile is None:
         return [None] * len(paths)
     encoded = [os.fsencode(p) for p in paths]
-    return _views(_readfile.read_many_inside(encoded, os.fsencode(_real_root(root)), limit, ranges))
-
-
-def _views(read: tuple[bytes, list[tuple[int, int] | None]]) -> list[memoryview | None]:
-    """Each span of what ``read_many_inside`` read as a view of its one bytes object."""
-    blob, spans = read
+    blob, spans = _readfile.read_many_inside(encoded, os.fsencode(_real_root(root)), limit, ranges)
     whole = memoryview(blob)
     return [whole[span[0] : span[1]] if span is not None else None for span in spans]
 

@@ -96,3 +96,34 @@ def test_a_location_naming_no_shard_fails_its_record_alone(built, fmt, tmp_path)
         assert [(i, data is None) for i, data, _ in got] == [(2, False), (3, True), (4, False)]
         with pytest.raises(IotoolError):
             reader.read(3)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_record_whose_bytes_fail_their_check_fails_alone(built, fmt, tmp_path):
+    """A byte flipped inside one record of a shard (TFRecord: its data CRC then fails): the run
+    reads it, its payload does not parse, and it alone comes as (index, None, None)."""
+    import shutil
+
+    source = built(fmt)
+    if not hasattr(iotool.open_reader(source), "shard_ranges"):
+        pytest.skip(f"{fmt} stores no shards")
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    reader = iotool.open_reader(copy)
+    shard, offset, size = (int(v) for v in reader.locations[3])
+    with open(copy / reader.shards[shard]["name"], "r+b") as f:
+        f.seek(offset + size // 2)
+        byte = f.read(1)
+        f.seek(offset + size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    try:
+        reader.read(3)
+        pytest.skip(f"{fmt} does not check a record's bytes when it reads it")
+    except IotoolError:
+        pass
+    got = reader.read_views([2, 3, 4])
+    assert [(i, data is None, label is None) for i, data, label in got] == [
+        (2, False, False),
+        (3, True, True),
+        (4, False, False),
+    ]

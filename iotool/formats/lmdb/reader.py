@@ -155,16 +155,14 @@ class LmdbReader(FormatReader):
         """:meth:`read_many` with each payload a read-only view of data.mdb (no copy: the C code
         that decodes it reads the map itself, without the GIL). A record that fails comes as
         (index, None, None), and :meth:`read` names its error."""
-        count = self.meta.count
+        if not self.in_range(indices):
+            return super().read_views(indices)
         try:
-            if not all(0 <= i < count for i in indices):
-                raise IndexError
             with lmdb_errors(self.path):
                 views = record_views(self.path, [(record_key(i), i) for i in indices])
         except Exception:  # each one read alone, which names the error
-            return list(super().read_many(indices))
-        labels = self.labels_of(indices).tolist()
-        return [(i, view, label if view is not None else None) for i, view, label in zip(indices, views, labels)]
+            return super().read_views(indices)
+        return self.labelled(indices, views)
 
     def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of record ``index``'s fields ``names``: the value under

@@ -21,7 +21,7 @@ from ... import storage
 from ...errors import FormatError, IotoolError, UsageError
 from ...names import ALLOWED, name_problem
 from ...records import DatasetMeta
-from ...storage.files import read_range_inside, read_ranges_many, regular_file
+from ...storage.files import read_range_inside, read_regular_many, regular_file
 from ..reader import ShardedReader
 from .fieldcols import SCALAR_KINDS, check_fields_meta, field_kinds, value_column
 from .index import INDEX_NAME, IndexedReader, read_index
@@ -200,39 +200,34 @@ class OffsetShardReader(IndexedReader, ShardedReader):
     def read_views(self, indices: list[int]) -> list[tuple[int, Any, int | None]]:
         """(index, payload, label) of ``indices`` in any order: their locations gathered from the
         mapped column at once, every range read in one C call
-        (:func:`~iotool.storage.files.read_ranges_many`: each shard's checks as :meth:`read`'s), each
+        (:func:`~iotool.storage.files.read_regular_many` with ranges: each shard's checks as :meth:`read`'s), each
         payload then taken from its bytes; a record that fails comes as (index, None, None), and
         :meth:`read` names its error. Remote and version-1 datasets: a record at a time."""
         locations = self.locations
-        wanted = np.asarray(indices, dtype=np.int64)
-        if self.remote or not isinstance(locations, np.ndarray) or not len(wanted):
+        if self.remote or not isinstance(locations, np.ndarray) or not indices or not self.in_range(indices):
             return super().read_views(indices)
-        if wanted.min() < 0 or wanted.max() >= self.meta.count:
-            return super().read_views(indices)
-        found = np.asarray(locations)[wanted]
+        found = np.asarray(locations)[np.asarray(indices, dtype=np.int64)]
         if found.min() < 0 or found[:, 0].max() >= len(self.shards):
             return super().read_views(indices)
         shards = found[:, 0].tolist()
         names = {shard: self.shard_path(shard) for shard in set(shards)}
         spans = [(offset, size) for offset, size in found[:, 1:].tolist()]
-        raws = read_ranges_many([names[shard] for shard in shards], self.path, spans, self.max_record_bytes)
-        payloads = self._payloads(shards, [offset for offset, _ in spans], raws)
-        labels = self.labels_of(indices).tolist()
-        return [
-            (index, payload, label if payload is not None else None)
-            for index, payload, label in zip(indices, payloads, labels)
-        ]
+        raws = read_regular_many([names[shard] for shard in shards], self.path, self.max_record_bytes, spans)
+        return self.labelled(indices, self._payloads(shards, [offset for offset, _ in spans], raws))
 
     def _payloads(self, shards: list[int], offsets: list[int], raws: list[Any]) -> list[Any]:
-        """:meth:`_payload` of each read location (None where its raw bytes are None or it raises:
-        the per-sample path's read raises it, named); a format may take a run at once."""
-        out = []
-        for shard, offset, raw in zip(shards, offsets, raws):
-            try:
-                out.append(None if raw is None else self._payload(shard, offset, raw))
-            except Exception:
-                out.append(None)
-        return out
+        """:meth:`_payload` of each location a run read (a format may take the run at once)."""
+        return [self._payload_or_none(shard, offset, raw) for shard, offset, raw in zip(shards, offsets, raws)]
+
+    def _payload_or_none(self, shard: int, offset: int, raw: Any) -> Any:
+        """:meth:`_payload`, or None where ``raw`` is None or it raises: the per-sample path's
+        ``read`` then raises it, named."""
+        if raw is None:
+            return None
+        try:
+            return self._payload(shard, offset, raw)
+        except Exception:
+            return None
 
     def _read_span(self, shard: int, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of ``shard`` (refused beyond :attr:`max_record_bytes`)."""

@@ -55,16 +55,13 @@ class TfrecordReader(OffsetShardReader):
         """The image bytes of a run of records, found in C with the GIL released (``iotool._tfrecord``:
         CRCs and the Example checked as :meth:`_payload` checks them); a record it leaves (damage,
         anything unusual, no extension or no CRC32C instruction) is parsed by :meth:`_payload`."""
-        spans = (
-            _tfrecord.image_spans(raws, IMAGE_KEY, MAX_RECORD_BYTES) if _tfrecord is not None else [None] * len(raws)
-        )
-        found = [raw[span[0] : span[1]] if span is not None else None for raw, span in zip(raws, spans)]
-        left = [k for k, value in enumerate(found) if value is None]
-        for k, payload in zip(
-            left, super()._payloads([shards[k] for k in left], [offsets[k] for k in left], [raws[k] for k in left])
-        ):
-            found[k] = payload
-        return found
+        if _tfrecord is None:
+            return super()._payloads(shards, offsets, raws)
+        spans = _tfrecord.image_spans(raws, IMAGE_KEY, MAX_RECORD_BYTES)
+        return [
+            raw[span[0] : span[1]] if span is not None else self._payload_or_none(shard, offset, raw)
+            for shard, offset, raw, span in zip(shards, offsets, raws, spans)
+        ]
 
     def _record(
         self, shard: int, offset: int, raw: bytes, index: int, names: Sequence[str], read: Read
