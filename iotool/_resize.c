@@ -386,6 +386,41 @@ static PyObject *py_run_cached(PyObject *self, PyObject *args)
     return status;
 }
 
+/* run_samples of BMP files read into one buffer (iotool.storage.files.Packed): source k is
+ * blob[spans[2k]:spans[2k + 1]] (native int64 pairs; -1, or a span not in blob: left). */
+static PyObject *py_run_packed(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *op_obj, *records_obj, *dst_obj, *words_obj[3], *status = NULL;
+    Py_ssize_t first_row, n;
+    Py_buffer blob, spans, dst = {0};
+    rs_op_t op;
+    uint64_t words[4];
+    if (!PyArg_ParseTuple(args, "O!y*y*(OOO)O!On", &PyTuple_Type, &op_obj, &blob, &spans, &words_obj[0],
+                          &words_obj[1], &words_obj[2], &PyList_Type, &records_obj, &dst_obj, &first_row))
+        return NULL;
+    rs_source_t *sources = PyMem_Calloc((size_t)spans.len / 16 + 1, sizeof(rs_source_t));
+    uint64_t *keys = PyMem_Calloc((size_t)spans.len / 16 + 1, sizeof(uint64_t));
+    if (sources == NULL || keys == NULL)
+        PyErr_NoMemory();
+    else if (spans.len % 16)
+        PyErr_SetString(PyExc_ValueError, "spans must hold (start, end) int64 pairs");
+    else if (run_args(op_obj, words_obj, records_obj, spans.len / 16, &op, words, &n) == 0 &&
+             record_keys(records_obj, n, words, keys, NULL) == 0 &&
+             PyObject_GetBuffer(dst_obj, &dst, PyBUF_CONTIG) == 0) {
+        const long long *at = (const long long *)spans.buf;
+        for (Py_ssize_t k = 0; k < n; k++)
+            rs_packed_source((const uint8_t *)blob.buf, (size_t)blob.len, at[2 * k], at[2 * k + 1], &sources[k]);
+        status = run_into(&op, sources, keys, n, NULL, NULL, &dst, first_row);
+        PyBuffer_Release(&dst);
+    }
+    PyBuffer_Release(&blob);
+    PyBuffer_Release(&spans);
+    PyMem_Free(sources);
+    PyMem_Free(keys);
+    return status;
+}
+
 static PyObject *py_simd(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -436,6 +471,9 @@ static PyMethodDef methods[] = {
      "uint8 buffer, or with bmp a BMP file's bytes; None: skipped) cropped, resized and flipped as op = "
      "(kind, channels, out_h, out_w, scale0, scale1, ratio0, ratio1, flip_p) says into row first_row + k of "
      "dst, drawing from record k's stream; the GIL is released. Returns bytes: 0 done, 1 left to the caller."},
+    {"run_packed", py_run_packed, METH_VARARGS,
+     "run_packed(op, blob, spans, (seed, epoch, rank), records, dst, first_row): run_samples of BMP files "
+     "read into one buffer: source k is blob[spans[2k]:spans[2k + 1]] (int64 pairs), or left where -1."},
     {"run_cached", py_run_cached, METH_VARARGS,
      "run_cached(op, block, (state, shapes, offsets, pixels, count), (seed, epoch, rank), records, dst, "
      "first_row): run_samples over a RAM cache's block (iotool.loading.ramcache's layout): each record's "

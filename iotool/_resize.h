@@ -149,4 +149,8 @@ INTERNAL int rs_cache_valid(const rs_cache_t *cache);
  * so the pixels written before it was set are seen. */
 INTERNAL void rs_cached_source(const rs_cache_t *cache, long long record, rs_source_t *src);
 
+/* Source k of a run whose BMP files were read into one buffer (iotool.storage.files.Packed): the bytes
+ * buf[start:end], or no source (left to the caller) where start < 0 or the span is not wholly in buf. */
+INTERNAL void rs_packed_source(const uint8_t *buf, size_t len, long long start, long long end, rs_source_t *src);
+
 #endif

@@ -118,12 +118,23 @@ INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint6
     return 0;
 }
 
-/* --- the RAM cache's pixels ------------------------------------------------------------------ */
-
 static int span_inside(long long start, long long bytes, size_t len)
 {
     return start >= 0 && bytes >= 0 && (unsigned long long)start <= len && (unsigned long long)bytes <= len - start;
 }
+
+/* --- a run's files read at once -------------------------------------------------------------- */
+
+INTERNAL void rs_packed_source(const uint8_t *buf, size_t len, long long start, long long end, rs_source_t *src)
+{
+    memset(src, 0, sizeof(*src));
+    if (start < 0 || end < start || !span_inside(start, end - start, len))
+        return;
+    src->bmp = buf + start;
+    src->bmp_len = (size_t)(end - start);
+}
+
+/* --- the RAM cache's pixels ------------------------------------------------------------------ */
 
 INTERNAL int rs_cache_valid(const rs_cache_t *c)
 {

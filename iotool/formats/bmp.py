@@ -27,7 +27,8 @@ from ..errors import ConversionError, FormatError, RecordError, UnstorableRecord
 from ..fields import Schema
 from ..names import ALLOWED, first_bad_name, name_problem, resolve_inside
 from ..records import DatasetMeta, Record
-from ..storage.files import read_regular, read_regular_many
+from ..storage.files import Packed, read_named_many, read_regular, read_regular_many
+from .mapguard import check
 from .options import FormatOptions
 from .plan import ShardPlan, ShardUnit
 from .sharded.columns import ColumnWriter, StringColumn, write_columns
@@ -215,36 +216,40 @@ class BmpReader(IndexedReader):
         except OSError as exc:
             raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
 
-    def read_views(self, indices: list[int]) -> list[tuple[int, Any, int | None]]:
-        """(index, file's bytes, label) of ``indices``: the names checked as :meth:`read` does, the
-        files read in one C call (:func:`~iotool.storage.files.read_regular_many`); a record that
-        fails comes as (index, None, None), and :meth:`read` names its error."""
+    def read_packed(self, indices: list[int]) -> Packed | None:
+        """The files of ``indices`` read in one C call into one buffer, their names checked as
+        :meth:`read` checks them: a mapped column's all at once, once per process
+        (:func:`~iotool.names.first_bad_name`, as tar's member keys are), then joined in C
+        (:func:`~iotool.storage.files.read_named_many`); a version-1 list's were checked when it
+        was loaded; where one is unsafe, each run's are checked one by one, as :meth:`read` does,
+        and a run with an unsafe one is read a record at a time (None), so that it fails, named."""
         if not self.in_range(indices):
-            return super().read_views(indices)
-        try:
-            paths = self._run_paths(self.column("files"), indices)
-        except FormatError:  # each one read alone, which names the error
-            return super().read_views(indices)
-        return self.labelled(indices, read_regular_many(paths, self.path, self.max_record_bytes))
+            return None
+        files = self.column("files")
+        if isinstance(files, StringColumn) and self._names_safe(files):
+            check(files.guards)
+            at = np.asarray(indices, dtype=np.int64)
+            return read_named_many(self.path, files.offsets, files.blob, at, self.max_record_bytes)
+        if isinstance(files, StringColumn):
+            try:
+                names = files.items(indices)
+                for rel in names:
+                    _check_inside(self.path, rel)
+            except FormatError:
+                return None
+        else:  # a version-1 list: checked when it was loaded
+            names = [files[i] for i in indices]
+        paths = [os.path.join(self.path, rel) for rel in names]
+        return read_regular_many(paths, self.path, self.max_record_bytes)
 
-    def _run_paths(self, files: Any, indices: list[int]) -> list[str] | list[bytes]:
-        """The paths of records ``indices``' files. A mapped column's names are checked all at once,
-        once per process (:func:`~iotool.names.first_bad_name`, as tar's member keys are), then
-        joined as bytes; where one is unsafe, each run's names are checked one by one, as
-        :meth:`read` does. A version-1 list's were checked when it was loaded. FormatError: an
-        unsafe name among ``indices``'."""
-        if not isinstance(files, StringColumn):
-            return [os.path.join(self.path, files[i]) for i in indices]
+    def _names_safe(self, files: StringColumn) -> bool:
+        """Whether every name of the mapped column is one :meth:`read` takes (checked once)."""
         safe = getattr(self, "_h_files_safe", None)
         if safe is None:
-            safe = self._h_files_safe = first_bad_name(files.offsets, files.blob) < 0
-        if not safe:
-            names = files.items(indices)
-            for rel in names:
-                _check_inside(self.path, rel)
-            return [os.path.join(self.path, rel) for rel in names]
-        prefix = os.fsencode(self.path).rstrip(b"/") + b"/"
-        return [prefix + name for name in files.byte_items(indices)]
+            safe = self._h_files_safe = (
+                files.offsets.dtype == np.int64 and first_bad_name(files.offsets, files.blob) < 0
+            )
+        return safe
 
     def _read_field(self, index: int, name: str, bound: int) -> bytes:
         """From the field's column (``field.<name>``), its offsets checked first."""

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..storage import StorageConfig
+    from ..storage.files import Packed
 
 
 MAX_RECORD_BYTES = 1 << 30
@@ -317,15 +318,25 @@ class FormatReader(ABC):
     def read_views(self, indices: list[int]) -> list[tuple[int, Any, int | None]]:
         """(index, payload, label) of ``indices``, in any order (a shuffled run), as a list; each
         payload any bytes-like object, valid as long as it is held (a format that maps its file
-        gives views of the map, not copies). Here a record at a time, as the base class's
+        gives views of the map, not copies). Here the views of :meth:`read_packed` where the format
+        reads a run at once that way, else a record at a time, as the base class's
         :meth:`read_many` (a sharded reader's own is a sequential pass)."""
+        packed = self.read_packed(indices)
+        if packed is not None:
+            return self.labelled(indices, packed.views())
         return list(FormatReader.read_many(self, indices))
+
+    def read_packed(self, indices: list[int]) -> Packed | None:
+        """The stored payloads of ``indices`` read at once into one buffer
+        (:class:`~iotool.storage.files.Packed`: no Python object a record, so a run's samples go from
+        it to the C code whole), where the format reads its runs that way; else None. A payload not
+        read is left: :meth:`read` of it names why. The labels are :meth:`labels_of`'s."""
+        return None
 
     def in_range(self, indices: list[int]) -> bool:
         """Whether every index of a run names a record (a run that has one that does not is read a
         record at a time, so that one alone fails)."""
-        count = self.meta.count
-        return all(0 <= i < count for i in indices)
+        return not indices or (min(indices) >= 0 and max(indices) < self.meta.count)
 
     def labelled(self, indices: list[int], payloads: list[Any]) -> list[tuple[int, Any, int | None]]:
         """``read_views``' answer for a run read at once: (index, payload, label), a record whose

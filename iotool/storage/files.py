@@ -13,7 +13,7 @@ import functools
 import os
 import shutil
 import stat
-from typing import BinaryIO, Sequence
+from typing import Any, BinaryIO, NamedTuple, Sequence
 
 from ..errors import FormatError
 from ..names import is_under
@@ -96,22 +96,51 @@ def read_regular(path: str, root: str, limit: int) -> bytes:
         os.close(fd)
 
 
+class Packed(NamedTuple):
+    """A run of files read at once: file ``k``'s bytes are ``blob[spans[2k]:spans[2k + 1]]``, or it was
+    not read where ``spans[2k]`` is -1 (``spans``: the bytes of two native int64 a file, as the C
+    code writes and takes them: ``iotool._resize.run_packed`` computes a run straight from these)."""
+
+    blob: bytes
+    spans: bytes
+
+    def views(self) -> list[memoryview | None]:
+        """Each file's bytes as a read-only view of :attr:`blob`, or None where it was not read."""
+        whole, at = memoryview(self.blob), memoryview(self.spans).cast("q").tolist()
+        return [whole[at[j] : at[j + 1]] if at[j] >= 0 else None for j in range(0, len(at), 2)]
+
+    @classmethod
+    def unread(cls, n: int) -> Packed:
+        """A run of ``n`` files none of which was read."""
+        return cls(b"", b"\xff" * (16 * n))
+
+
 def read_regular_many(
     paths: Sequence[str | bytes], root: str, limit: int, ranges: list[tuple[int, int]] | None = None
-) -> list[memoryview | None]:
+) -> Packed:
     """:func:`read_regular` of each path (with ``ranges``, one ``(offset, size)`` a path:
     :func:`read_range_inside` of each, every size at most ``limit``), in one C call that hands the
     GIL over twice for the whole run (every file opened and checked, then every one read into one
-    bytes object: one allocation a run), not twice a file. Each file's bytes as a read-only view
-    of that object; None where a step failed or refused (a range not wholly in its file among
-    them), and for every path without the extension: the caller's own checked steps then name the
-    reason (or read it, if it changed since)."""
+    bytes object: one allocation a run), not twice a file. A file is not read where a step failed
+    or refused (a range not wholly in its file among them), and none is without the extension: the
+    caller's own checked steps then name the reason (or read it, if it changed since)."""
     if _readfile is None:
-        return [None] * len(paths)
+        return Packed.unread(len(paths))
     encoded = [os.fsencode(p) for p in paths]
-    blob, spans = _readfile.read_many_inside(encoded, os.fsencode(_real_root(root)), limit, ranges)
-    whole = memoryview(blob)
-    return [whole[span[0] : span[1]] if span is not None else None for span in spans]
+    return Packed(*_readfile.read_many_inside(encoded, os.fsencode(_real_root(root)), limit, ranges))
+
+
+def read_named_many(root: str, offsets: Any, blob: Any, indices: Any, limit: int) -> Packed:
+    """:func:`read_regular_many` of ``root``/name for each of ``indices`` (a contiguous int64 array),
+    each name item ``i`` of a string column (``offsets``: its contiguous int64 offsets, ``blob``: its
+    UTF-8 bytes, as :class:`~iotool.formats.sharded.columns.StringColumn` maps them), joined in C:
+    no Python object a file. An index or offsets out of range, or a name with a NUL, is not read.
+    The names must have been checked safe (:func:`~iotool.names.first_bad_name`): this joins, it
+    does not judge them; the file opened must still lie inside ``root``."""
+    if _readfile is None:
+        return Packed.unread(len(indices))
+    prefix = os.fsencode(root).rstrip(b"/") + b"/"
+    return Packed(*_readfile.read_named_inside(prefix, offsets, blob, indices, os.fsencode(_real_root(root)), limit))
 
 
 def regular_file(path: str | os.PathLike, root: str | os.PathLike | None = None, buffering: int = -1) -> BinaryIO:

@@ -22,7 +22,7 @@ another order, ``Resize(int)``'s size that depends on the image) runs per sample
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from ..decode import segments as _segments
 from ..decode.api import pixel_limit
 from .native import planes_native
 from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
+
+if TYPE_CHECKING:
+    from ..storage.files import Packed
 
 try:
     from .. import _resize as _ext
@@ -111,6 +114,17 @@ def run_samples(
     return bytes(_ext.run_samples(op.args(channels), sources, bmp, words, records, rows, first))
 
 
+def run_packed_samples(
+    op: RunOp, packed: Packed, words: tuple[int, int, int], records: list[int], rows: np.ndarray, first: int
+) -> bytes:
+    """:func:`run_samples` of BMP files read into one buffer (``packed``: the bmp cache's
+    :meth:`~iotool.formats.FormatReader.read_packed`), each found in it by the C code: no Python
+    object a sample. A file not read is left to the per-sample path (byte 1)."""
+    if _ext is None:
+        return b"\x01" * len(records)
+    return bytes(_ext.run_packed(op.args(3), packed.blob, packed.spans, words, records, rows, first))
+
+
 def run_cached_samples(
     op: RunOp,
     block: Any,
@@ -159,4 +173,12 @@ def run_jpeg_samples(
     return bytes(status)
 
 
-__all__ = ["RunOp", "jpeg_runs_available", "run_cached_samples", "run_jpeg_samples", "run_op", "run_samples"]
+__all__ = [
+    "RunOp",
+    "jpeg_runs_available",
+    "run_cached_samples",
+    "run_jpeg_samples",
+    "run_op",
+    "run_packed_samples",
+    "run_samples",
+]

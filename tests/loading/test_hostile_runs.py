@@ -1,5 +1,5 @@
 """Hostile bytes through the runs' C code (``iotool._jpegregion.run_samples``,
-``iotool._resize.run_samples``): mutated JPEG and BMP headers and bodies (huge or zero sizes,
+``iotool._resize.run_samples`` and ``run_packed``, the latter also with hostile spans): mutated JPEG and BMP headers and bodies (huge or zero sizes,
 offsets past the end, truncations, stray markers, bit flips) neither crash nor hang the
 interpreter nor grow its memory past a small cap: each sample is written or left to the
 per-sample path. Run in a capped child process with a time limit."""
@@ -84,6 +84,13 @@ CHILD = CAP_AFTER_IMPORTS + textwrap.dedent(
         status = _resize.run_samples(op, bmps, True, (1, 2, 3), list(range(16)), rows, 0)
         written += status.count(0)
         left += status.count(1)
+        blob, spans, at = b"".join(bmps), [], 0  # the same files read into one buffer, some spans hostile
+        for data in bmps:
+            spans += rng.choice([(at, at + len(data))] * 3 + [(-1, -1), (at, len(blob) + 1), (at + 5, at), (-(2**63), 2**63 - 1)])
+            at += len(data)
+        packed = _resize.run_packed(op, blob, struct.pack("<32q", *spans), (1, 2, 3), list(range(16)), rows, 0)
+        written += packed.count(0)
+        left += packed.count(1)
     print(written, left)
     """
 )
@@ -100,4 +107,4 @@ def test_mutated_jpegs_and_bmps_are_written_or_left_never_a_crash(seed):
     proc = run_capped(CHILD, str(seed), "200")
     assert proc.returncode == 0, proc.stderr[-2000:]
     written, left = map(int, proc.stdout.split())
-    assert written + left == 200 * 32 and written > 0 and left > 0  # both outcomes occurred
+    assert written + left == 200 * 48 and written > 0 and left > 0  # both outcomes occurred

@@ -5,6 +5,8 @@ the C code does not take goes the per-sample way, with the same result or the sa
 
 from __future__ import annotations
 
+import gc
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -69,7 +71,7 @@ class Spy:
 
     def __init__(self, monkeypatch):
         self.written = self.left = 0
-        for name in ("run_samples", "run_cached_samples"):
+        for name in ("run_samples", "run_cached_samples", "run_packed_samples"):
             monkeypatch.setattr(runs_module, name, self._counting(getattr(runs_module, name)))
 
     def _counting(self, real):
@@ -200,3 +202,18 @@ def test_the_ram_cache_runs_from_its_pixels(lmdb_path):
     cached = iotool.open_dataset(lmdb_path, transform=RandomResizedCrop(16), ram_cache=True)
     assert sample_runs(ds, layout_of(ds)).kind == "jpegs"  # tests/loading/test_loader_jpeg_runs.py
     assert sample_runs(cached, layout_of(cached)).kind == "pixels"
+
+
+def test_epochs_leave_no_descriptor_behind(bmp_path):
+    """Each pass has a doorbell (a pipe) and the bmp runs open every file of a run: after eight
+    epochs and a collection, the process holds no more descriptors than the last pass's two."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd")
+    loader = iotool.Loader(iotool.open_dataset(bmp_path, transform=CHAINS["crop"]()), batch_size=4, threads=2)
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for epoch in range(8):
+        loader.set_epoch(epoch)
+        assert sum(len(labels) for _, labels in loader) == len(loader.dataset)
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before + 2

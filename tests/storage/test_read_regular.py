@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from iotool.errors import FormatError
@@ -127,7 +128,34 @@ def test_a_run_of_files_reads_each_good_one_and_leaves_each_refusal_alone(datase
     (dataset / "big.bin").write_bytes(b"b" * (LIMIT + 1))
     names = ["f3.bin", "out.bin", "f0.bin", "fifo", "f5.bin", "zero", "a", "missing", "big.bin", "f1.bin", "f3.bin"]
     paths = [str(dataset / n) for n in names] + [str(dataset / "f2.bin") + "\0x"]
-    got = files.read_regular_many(paths, str(dataset), LIMIT)
+    got = files.read_regular_many(paths, str(dataset), LIMIT).views()
     assert got == [bodies.get(n) for n in names] + [None]
-    assert files.read_regular_many(paths[:1], "relative", LIMIT) == [None]
-    assert files.read_regular_many([], str(dataset), LIMIT) == []
+    assert files.read_regular_many(paths[:1], "relative", LIMIT).views() == [None]
+    assert files.read_regular_many([], str(dataset), LIMIT).views() == []
+
+
+def test_a_run_named_by_a_column_reads_what_the_joined_paths_read(dataset):
+    """read_named_many (the bmp cache's runs): names joined in C from a string column's offsets and
+    blob read exactly what read_regular_many reads of the same paths joined in Python, refusals
+    included; an index or offsets outside the column, or a name with a NUL, is not read."""
+    if files._readfile is None:
+        pytest.skip("iotool._readfile is not built (no C compiler at install time)")
+    for k in range(4):
+        (dataset / f"f{k}.bin").write_bytes(bytes([k + 1]) * (k * 300 + 1))
+    (dataset / "out.bin").symlink_to(dataset.parent / "secret.bin")
+    os.mkfifo(dataset / "fifo")
+    names = ["f2.bin", "out.bin", "f0.bin", "fifo", "missing", "f3.bin", "f1.bin", "f1.bin\0x", "f2.bin"]
+    blob = np.frombuffer("".join(names).encode(), dtype=np.uint8)
+    offsets = np.cumsum([0] + [len(n.encode()) for n in names]).astype(np.int64)
+    order = [5, 0, 1, 2, 3, 4, 6, 7, 8, 0]
+    got = files.read_named_many(str(dataset), offsets, blob, np.array(order, dtype=np.int64), LIMIT).views()
+    joined = files.read_regular_many([str(dataset / names[i]) for i in order], str(dataset), LIMIT).views()
+    assert got == joined and sum(v is not None for v in got) == 6
+    assert got[0] == (dataset / "f3.bin").read_bytes() and got[7] is None  # the NUL's name: not read
+    broken = offsets.copy()
+    broken[3] = len(blob) + 5  # item 2 ends past the blob, item 3 starts there
+    outside = np.array([0, -1, len(names), 2, 3, 6], dtype=np.int64)
+    got = files.read_named_many(str(dataset), broken, blob, outside, LIMIT).views()
+    assert [v is not None for v in got] == [True, False, False, False, False, True]
+    with pytest.raises(ValueError, match="int64"):
+        files.read_named_many(str(dataset), offsets.astype(np.int32)[:-1], blob, outside, LIMIT)

@@ -212,7 +212,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         shards = found[:, 0].tolist()
         names = {shard: self.shard_path(shard) for shard in set(shards)}
         spans = [(offset, size) for offset, size in found[:, 1:].tolist()]
-        raws = read_regular_many([names[shard] for shard in shards], self.path, self.max_record_bytes, spans)
+        raws = read_regular_many([names[shard] for shard in shards], self.path, self.max_record_bytes, spans).views()
         return self.labelled(indices, self._payloads(shards, [offset for offset, _ in spans], raws))
 
     def _payloads(self, shards: list[int], offsets: list[int], raws: list[Any]) -> list[Any]:

@@ -13,7 +13,7 @@ for byte.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,10 +24,14 @@ from ...transforms.runs import (
     run_cached_samples,
     run_jpeg_samples,
     run_op,
+    run_packed_samples,
     run_samples,
 )
 from ..mapstyle import ImageDataset
 from .columns import Layout
+
+if TYPE_CHECKING:
+    from ...storage.files import Packed
 
 CHANNELS = 3  # the batch's channels the C code writes (RGB); other images go the per-sample way
 PIXELS, BITMAPS, JPEGS = "pixels", "bitmaps", "jpegs"  # what a run's sources are: cached pixels, stored files
@@ -50,6 +54,10 @@ class SampleRuns:
         path, ``stored`` the ``(bytes, label)`` already read for it (None: not read)."""
         if self.kind == PIXELS:
             return self._fill_cached(rows, labels, first, indices, words)
+        if self.kind == BITMAPS:
+            packed = self.dataset.reader.read_packed(indices)
+            if packed is not None:
+                return self._fill_packed(rows, labels, first, indices, words, packed)
         sources, got = self._read(indices)
         if self.kind == JPEGS:
             status = run_jpeg_samples(self.op, sources, words, indices, rows, first)
@@ -77,6 +85,30 @@ class SampleRuns:
         status = run_cached_samples(self.op, *block, words, indices, rows, first)
         labels[first : first + len(indices)] = self.dataset.reader.labels_of(indices)
         return [(k, None) for k, flag in enumerate(status) if flag]
+
+    def _fill_packed(
+        self,
+        rows: np.ndarray,
+        labels: np.ndarray,
+        first: int,
+        indices: list[int],
+        words: tuple[int, int, int],
+        packed: Packed,
+    ) -> list[tuple[int, Stored]]:
+        """:meth:`fill` from BMP files read into one buffer (:meth:`~iotool.formats.FormatReader.read_packed`):
+        no Python object a sample; the labels gathered from the column at once (a left sample's
+        label is written again by the per-sample path, which decodes the bytes read for it)."""
+        status = run_packed_samples(self.op, packed, words, indices, rows, first)
+        got = self.dataset.reader.labels_of(indices)
+        labels[first : first + len(indices)] = got
+        if 1 not in status:
+            return []
+        spans = np.frombuffer(packed.spans, dtype=np.int64).reshape(-1, 2)
+        left: list[tuple[int, Stored]] = []
+        for k in np.flatnonzero(np.frombuffer(status, dtype=np.uint8)).tolist():
+            start, end = spans[k].tolist()
+            left.append((k, (packed.blob[start:end], int(got[k])) if start >= 0 else None))
+        return left
 
     def _read(self, indices: list[int]) -> tuple[list[Any], list[Any]]:
         """The stored bytes (or views of a mapped file: :meth:`~iotool.formats.FormatReader.read_views`)
