@@ -12,11 +12,17 @@ from ...errors import InternalError
 _use_count: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
 
 
-def holders(tensor: torch.Tensor) -> int:
-    """How many tensors and arrays share ``tensor``'s memory (0 where torch does not say)."""
+def storage_of(tensor: torch.Tensor) -> int:
+    """The handle :func:`holders` counts the holders of ``tensor``'s memory by (valid while it lives)."""
+    return tensor.untyped_storage()._cdata
+
+
+def holders(storage: int) -> int:
+    """How many tensors and arrays share the memory of ``storage`` (:func:`storage_of`; 0 where
+    torch does not say)."""
     if _use_count is None:
         return 0
-    return _use_count(tensor.untyped_storage()._cdata)
+    return _use_count(storage)
 
 
 class Slot:
@@ -31,6 +37,7 @@ class Slot:
         self.rows: np.ndarray | None = None  # numpy view of images, for the kernels and the copies
         self.column_rows: list[np.ndarray] = []  # numpy views of the fixed columns
         self.lists: list[list[Any]] = [[None] * batch_size for _ in range(lists)]
+        self._storages: tuple[int, ...] = ()  # storage_of each tensor (images, then the columns)
         self._own: tuple[int, ...] = ()  # holders of each tensor right after allocation: the ring's own
 
     @property
@@ -46,13 +53,14 @@ class Slot:
         """True when something besides the ring still holds this slot's memory (a kept batch)."""
         if self.images is None:
             return False
-        return any(holders(t) > own for t, own in zip((self.images, *self.columns), self._own))
+        return any(holders(storage) > own for storage, own in zip(self._storages, self._own))
 
     def attach(self, images: torch.Tensor, columns: list[torch.Tensor]) -> None:
         """Give the slot this memory (its holders now count as the ring's own)."""
         self.rows, self.column_rows = images.numpy(), [c.numpy() for c in columns]
         self.images, self.columns = images, list(columns)
-        self._own = tuple(holders(t) for t in (images, *columns))
+        self._storages = tuple(storage_of(t) for t in (images, *columns))  # kept alive by the tensors
+        self._own = tuple(holders(storage) for storage in self._storages)
 
     def drop(self) -> None:
         """Let go of the slot's memory (a batch the caller holds keeps it)."""

@@ -31,6 +31,7 @@ from ...transforms.samplescope import enter_sample, leave_sample
 from ..collate import copy_image, image_chw
 from ..order import RecordOrder
 from .columns import list_value, write_fixed
+from .doorbell import Doorbell
 from .protocols import Batch, PassPlan, Ring, SampleSource
 from .runs import Stored
 from .slot import Slot
@@ -68,7 +69,8 @@ class ThreadPass:
         self.done: dict[int, int] = {}
         self.error: BaseException | None = None
         self.stopped = False
-        self.cond = threading.Condition()
+        self.cond = threading.Condition()  # the pass's state; the threads wait on it for slots
+        self.bell = Doorbell()  # the caller waits on it for a batch (rung without the GIL)
         self.workers = [
             threading.Thread(target=self._work, name=f"iotool-loader-{k}", daemon=True)
             for k in range(min(plan.threads, max(1, self.end - self.next_pos)))
@@ -91,14 +93,16 @@ class ThreadPass:
                         return
                     self._fill(slot, first + k, indices[k], stored)
                 with self.cond:
-                    self.done[batch] = self.done.get(batch, 0) + len(indices)
-                    self.cond.notify_all()
+                    done = self.done[batch] = self.done.get(batch, 0) + len(indices)
+                if done >= self.plan.count(batch):  # only the caller waits for a batch's runs
+                    self.bell.ring()
         except BaseException as exc:
             with self.cond:
                 if self.error is None:
                     self.error = exc
                 self.stopped = True
                 self.cond.notify_all()
+            self.bell.ring()
 
     def _next_job(self) -> tuple[int, int, list[int], Slot] | None:
         """(batch, first position, record indices, slot) of the next run to fill, once its batch's
@@ -220,14 +224,17 @@ class ThreadPass:
         with self.cond:
             self.ring.release_before(seq)
             self.cond.notify_all()
-            while self.done.get(batch, 0) < self.count(batch) and self.error is None and not self.stopped:
-                self.cond.wait(0.5)
-            error = self.error
-            if error is None and self.stopped:  # its slots now belong to the pass that ended it
-                error = UsageError(
-                    "this pass over the iotool.Loader was ended (a new iter(loader) started "
-                    "another, or it was closed); iterate the new one."
-                )
+        while True:
+            with self.cond:
+                if self.done.get(batch, 0) >= self.count(batch) or self.error is not None or self.stopped:
+                    error, stopped = self.error, self.stopped
+                    break
+            self.bell.wait(0.5)
+        if error is None and stopped:  # its slots now belong to the pass that ended it
+            error = UsageError(
+                "this pass over the iotool.Loader was ended (a new iter(loader) started "
+                "another, or it was closed); iterate the new one."
+            )
         if error is not None:
             self.stop(wait=True)
             raise error
@@ -241,6 +248,7 @@ class ThreadPass:
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
+        self.bell.ring()
         if wait:
             current = threading.current_thread()
             for worker in self.workers:

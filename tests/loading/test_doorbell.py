@@ -1,0 +1,56 @@
+"""The Loader's doorbell (the caller's wait for a batch, rung by the thread that finishes it without
+holding the GIL): real threads, a real pipe."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+
+from iotool.loading.loader.doorbell import Doorbell
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else -1
+
+
+def test_a_ring_before_the_wait_is_not_lost_and_rings_merge():
+    bell = Doorbell()
+    for _ in range(100_000):  # more than the pipe holds: the rest merge, none raises
+        bell.ring()
+    started = time.monotonic()
+    bell.wait(30)
+    assert time.monotonic() - started < 5
+    bell.wait(0.2)  # every ring was taken by the first wait
+    started = time.monotonic()
+    bell.wait(0.3)  # nothing rang since: the full timeout
+    assert time.monotonic() - started >= 0.25
+
+
+def test_a_ring_from_another_thread_wakes_the_waiter():
+    bell = Doorbell()
+    woke = []
+
+    def waiter():
+        started = time.monotonic()
+        bell.wait(30)
+        woke.append(time.monotonic() - started)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.2)
+    assert not woke  # still waiting: nothing rang
+    bell.ring()
+    thread.join(10)
+    assert woke and woke[0] < 10
+
+
+def test_its_pipe_is_closed_once_it_is_garbage():
+    gc.collect()
+    before = _open_fds()
+    bells = [Doorbell() for _ in range(20)]
+    assert before < 0 or _open_fds() == before + 40
+    del bells
+    gc.collect()
+    assert _open_fds() == before
