@@ -91,19 +91,23 @@ RELEASING = (
     "iotool._resize.hflip",
     "iotool._resize.run_samples",  # a run of samples: crops, resizes and flips (it parses its arguments first)
     "iotool._resize.run_cached",  # the same, the RAM cache's pixels found in its block
+    "iotool._resize.run_packed",  # the same, BMP files read into one buffer
     "iotool._readfile.read_inside",
     "iotool._readfile.read_range_inside",  # a shard's record: open, checks and read without the GIL
-    "iotool._readfile.read_many_inside",  # a run's files (the bmp cache): the same, two hand-overs a run
+    "iotool._readfile.read_many_inside",  # a run's files (shards' ranges): the same, two hand-overs a run
+    "iotool._readfile.read_named_inside",  # the bmp cache's run: the same, its names joined in C
     "iotool._tfrecord.image_spans",  # a run of TFRecord records: CRCs and the Example walk
     # file-system calls (CPython releases the GIL around each system call)
     "posix.pread",
     "posix.read",
+    "posix.write",  # the Loader's doorbell, rung once a batch (iotool.loading.loader.doorbell)
     "posix.open",
     "posix.close",
     "posix.fstat",
     "posix.stat",
     "posix.lstat",
     "posix.readlink",
+    "'size' of 'mmap.mmap'",  # a mapped file's fstat (CPython's _Py_fstat releases the GIL around it)
     "'readinto' of '_io.",
     "'read' of '_io.",
     # OpenCV (its bindings release the GIL in every function), simplejpeg, torch's copies
@@ -125,11 +129,11 @@ def releases_gil(name: str) -> bool:
 # timed in the plain run itself, see measure(). Their Python wrappers (argument tuples, fsencode of
 # a run's paths) count as released: under a microsecond a sample.
 RUN_CALLS = {
-    "iotool.loading.loader.runs": ("run_samples", "run_cached_samples", "run_jpeg_samples"),
-    "iotool.formats.bmp": ("read_regular_many",),
+    "iotool.loading.loader.runs": ("run_samples", "run_cached_samples", "run_jpeg_samples", "run_packed_samples"),
+    "iotool.formats.bmp": ("read_regular_many", "read_named_many"),
     "iotool.formats.sharded.reader": ("read_regular_many",),
 }
-RUN_C_CALLS = ("run_samples", "run_cached", "read_many_inside")  # the C calls inside them
+RUN_C_CALLS = ("run_samples", "run_cached", "run_packed", "read_many_inside", "read_named_inside")  # inside them
 
 
 def is_run_call(name: str) -> bool:
