@@ -83,9 +83,10 @@ setup(
             "iotool._resize",
             sources=[  # one module, a file per concept (iotool/_resize.c says which)
                 "iotool/_resize.c",
+                "iotool/_resize_runs.c",
                 *RESIZE_KERNEL,
             ],
-            depends=["iotool/_resize.h"],
+            depends=["iotool/_resize.h", "iotool/_resize_py.h"],
             extra_compile_args=["-O3"],
             optional=True,
             **STABLE_ABI,
