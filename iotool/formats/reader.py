@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from ..storage import StorageConfig
     from ..storage.files import Packed
+    from .sharded.columns import LabelTable
 
 
 MAX_RECORD_BYTES = 1 << 30
@@ -260,6 +261,13 @@ class FormatReader(ABC):
         import numpy as np
 
         return np.asarray([labels[i] for i in indices], dtype=np.int64)
+
+    def label_table(self) -> LabelTable | None:
+        """Every record's label as one int64 array with its check
+        (:class:`~iotool.formats.sharded.columns.LabelTable`), for code that gathers labels
+        itself; None where the labels are no such column (a version-1 list)."""
+        table = getattr(self.labels, "table", None)
+        return table() if table is not None else None
 
     @property
     def checksums(self) -> list[str]:

@@ -46,6 +46,7 @@ except ImportError:  # not built: JPEGs run per sample
     _jpeg = None
 
 CROP, CENTER, RESIZE = 0, 1, 2  # the op kinds of _resize_run.c
+Labels = tuple[np.ndarray, np.ndarray]  # every record's int64 labels, a batch's int64 label rows
 
 
 @dataclass(frozen=True)
@@ -115,14 +116,22 @@ def run_samples(
 
 
 def run_packed_samples(
-    op: RunOp, packed: Packed, words: tuple[int, int, int], records: list[int], rows: np.ndarray, first: int
+    op: RunOp,
+    packed: Packed,
+    words: tuple[int, int, int],
+    records: list[int],
+    rows: np.ndarray,
+    first: int,
+    labels: Labels | None = None,
 ) -> bytes:
     """:func:`run_samples` of BMP files read into one buffer (``packed``: the bmp cache's
     :meth:`~iotool.formats.FormatReader.read_packed`), each found in it by the C code: no Python
-    object a sample. A file not read is left to the per-sample path (byte 1)."""
+    object a sample. A file not read is left to the per-sample path (byte 1). With ``labels``
+    (every record's labels, the batch's label rows), record ``records[k]``'s label is written to
+    label row ``first + k`` (ValueError, nothing written, when a record has none)."""
     if _ext is None:
         return b"\x01" * len(records)
-    return bytes(_ext.run_packed(op.args(3), packed.blob, packed.spans, words, records, rows, first))
+    return bytes(_ext.run_packed(op.args(3), packed.blob, packed.spans, words, records, rows, first, *labels or ()))
 
 
 def run_cached_samples(
@@ -133,13 +142,15 @@ def run_cached_samples(
     records: list[int],
     rows: np.ndarray,
     first: int,
+    labels: Labels | None = None,
 ) -> bytes:
     """:func:`run_samples` of RGB pixels kept in a RAM cache's shared ``block`` (its ``tables``:
     state, shapes, offsets, pixels, count; :meth:`iotool.loading.ramcache.RamCache.block`), each
-    found by the C code: a record not cached yet is left to the per-sample path (byte 1)."""
+    found by the C code: a record not cached yet is left to the per-sample path (byte 1).
+    ``labels`` as :func:`run_packed_samples`'."""
     if _ext is None:
         return b"\x01" * len(records)
-    return bytes(_ext.run_cached(op.args(3), block, tables, words, records, rows, first))
+    return bytes(_ext.run_cached(op.args(3), block, tables, words, records, rows, first, *labels or ()))
 
 
 def jpeg_runs_available(op: RunOp) -> bool:

@@ -13,11 +13,12 @@ header is filled in at the end, so conversion memory does not grow with the colu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import operator
 import os
 import struct
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -377,12 +378,23 @@ class AsciiColumn(LazyColumn):
         return bytes(self.array[i]).decode("ascii", "replace")  # damage shows as a mismatch, not a crash
 
 
+class LabelTable(NamedTuple):
+    """Every record's label as one plain int64 array (``array``), for code that gathers labels
+    itself (the Loader's C runs). Call ``check()`` before each read of it: it raises FormatError
+    when a file it maps has shrunk since it was mapped (reading the array then would kill the
+    process with SIGBUS)."""
+
+    array: np.ndarray
+    check: Callable[[], None]
+
+
 class IntColumn(LazyColumn):
     """Python ints on access from an int64 array (labels as torchvision's ``targets``)."""
 
     def __init__(self, array: np.ndarray):
         self.array = array
         self.guards = guards_of(array)
+        self._plain = np.asarray(array)  # a plain ndarray view of the same memory: take's gather
 
     def __len__(self) -> int:
         return len(self.array)
@@ -392,9 +404,13 @@ class IntColumn(LazyColumn):
 
     def take(self, indices: Sequence[int]) -> np.ndarray:
         """The labels of ``indices`` as one int64 array (the files checked once; IndexError for
-        an index out of range, as ``self[i]``)."""
+        an index out of range, as ``self[i]``): one gather in NumPy, a run's list taken as it is."""
         check(self.guards)
-        return np.asarray(self.array)[np.asarray(indices, dtype=np.int64)]
+        return self._plain.take(indices)
+
+    def table(self) -> LabelTable:
+        """The column as a :class:`LabelTable` (its guards checked by ``check``)."""
+        return LabelTable(self._plain, functools.partial(check, self.guards))
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):

@@ -45,6 +45,7 @@ class SampleRuns:
     def __init__(self, dataset: ImageDataset, op: RunOp, kind: str):
         self.dataset, self.op, self.kind = dataset, op, kind
         self.shape = op.shape(CHANNELS)
+        self.label_table = dataset.reader.label_table()  # the C calls gather the labels from it
 
     def fill(
         self, rows: np.ndarray, labels: np.ndarray, first: int, indices: list[int], words: tuple[int, int, int]
@@ -82,8 +83,10 @@ class SampleRuns:
         block = self.dataset.cache.block() if self.dataset.cache is not None else None
         if block is None:
             return [(k, None) for k in range(len(indices))]
-        status = run_cached_samples(self.op, *block, words, indices, rows, first)
-        labels[first : first + len(indices)] = self.dataset.reader.labels_of(indices)
+        gather = self._gather(labels)
+        status = run_cached_samples(self.op, *block, words, indices, rows, first, gather)
+        if gather is None:
+            labels[first : first + len(indices)] = self.dataset.reader.labels_of(indices)
         return [(k, None) for k, flag in enumerate(status) if flag]
 
     def _fill_packed(
@@ -96,19 +99,30 @@ class SampleRuns:
         packed: Packed,
     ) -> list[tuple[int, Stored]]:
         """:meth:`fill` from BMP files read into one buffer (:meth:`~iotool.formats.FormatReader.read_packed`):
-        no Python object a sample; the labels gathered from the column at once (a left sample's
-        label is written again by the per-sample path, which decodes the bytes read for it)."""
-        status = run_packed_samples(self.op, packed, words, indices, rows, first)
-        got = self.dataset.reader.labels_of(indices)
-        labels[first : first + len(indices)] = got
+        no Python object a sample, the labels gathered by the same call (a left sample's label is
+        written again by the per-sample path, which decodes the bytes read for it)."""
+        gather = self._gather(labels)
+        status = run_packed_samples(self.op, packed, words, indices, rows, first, gather)
+        if gather is None:
+            labels[first : first + len(indices)] = self.dataset.reader.labels_of(indices)
         if 1 not in status:
             return []
         spans = np.frombuffer(packed.spans, dtype=np.int64).reshape(-1, 2)
         left: list[tuple[int, Stored]] = []
         for k in np.flatnonzero(np.frombuffer(status, dtype=np.uint8)).tolist():
             start, end = spans[k].tolist()
-            left.append((k, (packed.blob[start:end], int(got[k])) if start >= 0 else None))
+            left.append((k, (packed.blob[start:end], int(labels[first + k])) if start >= 0 else None))
         return left
+
+    def _gather(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(every record's labels, the batch's label rows) for a C call to gather a run's labels
+        into, the labels' mapped file checked first; None where the reader keeps no label table
+        (the caller gathers them with ``labels_of``)."""
+        table = self.label_table
+        if table is None:
+            return None
+        table.check()
+        return table.array, labels
 
     def _read(self, indices: list[int]) -> tuple[list[Any], list[Any]]:
         """The stored bytes (or views of a mapped file: :meth:`~iotool.formats.FormatReader.read_views`)
