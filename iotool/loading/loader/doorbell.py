@@ -25,8 +25,9 @@ def _close(*fds: int) -> None:
 
 class Doorbell:
     """Level-triggered: a ring before the wait is not lost (the wait returns at once), and rings
-    while nobody waits are merged. Its pipe is closed when the doorbell is garbage, so a thread
-    holding it can never ring a descriptor reused for something else."""
+    while nobody waits are merged. Its pipe is closed when the doorbell is garbage (not at exit,
+    when threads still holding it may ring), so a thread can never ring a descriptor reused for
+    something else."""
 
     def __init__(self) -> None:
         self._read, self._write = os.pipe()  # not inherited by a child (os.pipe's default)
@@ -34,7 +35,8 @@ class Doorbell:
         os.set_blocking(self._write, False)
         self._poll = select.poll()  # not select(): a descriptor past 1023 is fine
         self._poll.register(self._read, select.POLLIN)
-        weakref.finalize(self, _close, self._read, self._write)
+        closer = weakref.finalize(self, _close, self._read, self._write)
+        closer.atexit = False  # at exit a pass's threads may still ring it: the process's end closes it
 
     def ring(self) -> None:
         """Wake the waiter (now, or its next wait)."""
