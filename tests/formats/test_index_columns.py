@@ -48,14 +48,19 @@ def test_string_int_and_checksum_columns_round_trip(tmp_path):
     assert np.load(tmp_path / "index.loc.npy").tolist() == [[i, 2 * i, 3 * i] for i in range(4)]
     with pytest.raises(IndexError):
         strings[4]
-    # a run's gathers: the strings and their UTF-8 bytes, and the labels, in any order
+    # a run's gathers: the strings and the labels, in any order; the labels as a table
     assert strings.items([3, 0, 2]) == [keys[3], keys[0], keys[2]]
-    assert strings.byte_items([2, 1, 2]) == [keys[2].encode(), b"", keys[2].encode()]
-    assert IntColumn(np.load(tmp_path / "index.n.npy")).take([3, 1]).tolist() == [-3, -1]
+    labels = IntColumn(np.load(tmp_path / "index.n.npy"))
+    assert labels.take([3, 1]).tolist() == [-3, -1]
+    with pytest.raises(IndexError):
+        labels.take([1, 4])
+    table = labels.table()
+    table.check()
+    assert table.array.dtype == np.int64 and table.array.tolist() == [0, -1, -2, -3]
     broken = offsets.copy()
     broken[2] = 10**6  # item 1 ends, and item 2 starts, past the blob
     with pytest.raises(FormatError, match="item 1 has invalid offsets"):
-        StringColumn(broken, strings.blob).byte_items([0, 1])
+        StringColumn(broken, strings.blob).items([0, 1])
 
 
 @pytest.mark.parametrize("fmt", INDEXED)

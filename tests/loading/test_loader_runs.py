@@ -9,6 +9,8 @@ import gc
 import os
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +219,40 @@ def test_epochs_leave_no_descriptor_behind(bmp_path):
         assert sum(len(labels) for _, labels in loader) == len(loader.dataset)
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) <= before + 2
+
+
+TRUNCATED_LABELS = r"""
+import os, sys
+import iotool
+from iotool.transforms import RandomResizedCrop
+ds = iotool.open_dataset(sys.argv[1], transform=RandomResizedCrop(16))
+it = iter(iotool.Loader(ds, batch_size=4, threads=1, prefetch=1))
+next(it)
+os.truncate(os.path.join(sys.argv[1], "index.labels.npy"), 0)
+try:
+    for batch in it:
+        pass
+except iotool.IotoolError as exc:
+    print("error", str(exc).replace(chr(10), " "))
+else:
+    print("read")
+"""
+
+
+@pytest.mark.parametrize("ram", [False, True])
+def test_a_labels_column_truncated_mid_epoch_is_named_not_a_crash(bmp_path, tmp_path, ram):
+    """The runs' C calls gather labels from the mapped labels column: truncated under a running
+    Loader, the next run names the file (each run checks its size first), never SIGBUS."""
+    copy = tmp_path / "d.bmp"
+    shutil.copytree(bmp_path, copy)
+    child = (
+        TRUNCATED_LABELS.replace("transform=RandomResizedCrop(16)", "transform=RandomResizedCrop(16), ram_cache=True")
+        if ram
+        else TRUNCATED_LABELS
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(copy)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, f"child died with {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.startswith("error") and "index.labels.npy" in done.stdout, done.stdout

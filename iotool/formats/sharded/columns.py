@@ -331,18 +331,6 @@ class StringColumn(LazyColumn):
         check(self.guards)
         return [self._item(i) for i in indices]
 
-    def byte_items(self, indices: Sequence[int]) -> list[bytes]:
-        """The UTF-8 bytes of the strings of ``indices`` (each in range), not decoded: their offsets
-        gathered and checked at once, the mapped files checked once for all."""
-        check(self.guards)
-        at = np.asarray(indices, dtype=np.int64)
-        starts, stops = self.offsets[at], self.offsets[at + 1]
-        if len(at) and (starts.min() < 0 or (stops < starts).any() or stops.max() > len(self.blob)):
-            bad = int(at[np.flatnonzero((starts < 0) | (stops < starts) | (stops > len(self.blob)))[0]])
-            raise FormatError(f"{self.where}: item {bad} has invalid offsets.")
-        blob = self.blob.data  # a memoryview of the mapped bytes
-        return [blob[start:stop].tobytes() for start, stop in zip(starts.tolist(), stops.tolist())]
-
     def _item(self, i: int) -> str:
         start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
         if not 0 <= start <= stop <= len(self.blob):
