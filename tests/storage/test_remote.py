@@ -535,3 +535,32 @@ def test_a_full_cache_dir_reads_through_and_warns_once(http, tmp_path, shuffle):
         subprocess.run(["umount", "-l", str(cache)], check=False)
     assert got == sorted(iotool.open_reader(local).checksums)
     assert log.count("is full") == 1 and "reading without caching" in log
+
+
+def test_http_column_copies_are_removed_when_each_worker_ends(http, tmp_path, monkeypatch):
+    """Each process that opens a remote dataset's columns keeps local copies in a folder of its
+    own; a DataLoader worker's is removed when the worker ends (a forked worker leaves through
+    os._exit, which runs no atexit hook), the caller's when it exits: none is left behind."""
+    import tempfile
+
+    _, url, local = http
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the workers are forked: they inherit it
+    reader = iotool.open_reader(local)
+    ds = iotool.open_dataset(url, decoder=None, shuffle=True, seed=3, buffer_size=5)
+    for _ in range(2):  # two epochs: two sets of workers
+        assert collections.Counter(loader_samples(ds)) == collections.Counter(zip(reader.checksums, reader.labels))
+    left = sorted(p.name for p in scratch.iterdir())
+    assert len(left) <= 1 and all(name.startswith("iotool-columns-") for name in left), left
+    alone = tmp_path / "alone"  # a process of its own: its folder made, then gone once it exits
+    alone.mkdir()
+    child = (
+        "import sys, os, iotool; r = iotool.open_reader(sys.argv[1]); r.keys[0]; print(len(os.listdir(sys.argv[2])))"
+    )
+    env = {**os.environ, "TMPDIR": str(alone), "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", child, url, str(alone)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr[-2000:]
+    assert list(alone.iterdir()) == []

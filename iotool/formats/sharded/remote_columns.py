@@ -49,19 +49,18 @@ def _blob_bytes(offsets_file: str, count: int) -> int:
 def fetch_column_files(
     url: str, table: dict[str, dict[str, Any]], config: StorageConfig, version: str, count: int
 ) -> str:
-    """A per-process local folder (removed at exit) holding a remote dataset's column files.
+    """A per-process local folder (removed when the process ends: :func:`_remove_when_process_ends`)
+    holding a remote dataset's column files.
 
     Each file is read through the shard cache when ``config.cache_dir`` is set (and linked or
     copied out of it, so evicting it later does not break this process), else downloaded; either
     way never past its size for ``count`` records (:func:`column_file_bound`)."""
-    import atexit
-    import shutil
     import tempfile
 
     from ... import storage
 
     local = tempfile.mkdtemp(prefix="iotool-columns-")
-    atexit.register(shutil.rmtree, local, True)
+    _remove_when_process_ends(local)
     cache = (
         storage.ShardCache(config.cache_dir, config.cache_max_bytes)
         if config.cache_dir and not storage.cache_is_full(config.cache_dir)
@@ -87,6 +86,17 @@ def fetch_column_files(
             if n.endswith(".offsets.npy"):
                 blob = _blob_bytes(target, count)
     return local
+
+
+def _remove_when_process_ends(folder: str) -> None:
+    """Remove ``folder`` when this process ends: at the interpreter's exit, and in a
+    multiprocessing child (a DataLoader worker) when it ends, though it leaves through
+    ``os._exit`` and runs no atexit hook (multiprocessing runs its exit finalizers first). Only
+    this process removes it: a child forked later does not inherit the duty."""
+    import shutil
+    from multiprocessing import util
+
+    util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=0)
 
 
 class RemoteColumns(Columns):
