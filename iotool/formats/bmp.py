@@ -246,9 +246,8 @@ class BmpReader(IndexedReader):
         """Whether every name of the mapped column is one :meth:`read` takes (checked once)."""
         safe = getattr(self, "_h_files_safe", None)
         if safe is None:
-            safe = self._h_files_safe = (
-                files.offsets.dtype == np.int64 and first_bad_name(files.offsets, files.blob) < 0
-            )
+            # the offsets are int64, as the C join reads them: Columns checks each file's dtype
+            safe = self._h_files_safe = first_bad_name(files.offsets, files.blob) < 0
         return safe
 
     def _read_field(self, index: int, name: str, bound: int) -> bytes:

@@ -221,7 +221,7 @@ def test_epochs_leave_no_descriptor_behind(bmp_path):
     assert len(os.listdir("/proc/self/fd")) <= before + 2
 
 
-TRUNCATED_LABELS = r"""
+TRUNCATED = r"""
 import os, sys
 import iotool
 from iotool.transforms import RandomResizedCrop
@@ -239,20 +239,27 @@ else:
 """
 
 
-@pytest.mark.parametrize("ram", [False, True])
-def test_a_labels_column_truncated_mid_epoch_is_named_not_a_crash(bmp_path, tmp_path, ram):
-    """The runs' C calls gather labels from the mapped labels column: truncated under a running
-    Loader, the next run names the file (each run checks its size first), never SIGBUS."""
+@pytest.mark.parametrize(
+    "ram, victim",
+    [
+        (False, "index.labels.npy"),
+        (True, "index.labels.npy"),
+        (False, "index.files.utf8.npy"),
+        (False, "index.files.offsets.npy"),
+    ],
+)
+def test_a_mapped_column_truncated_mid_epoch_is_named_not_a_crash(bmp_path, tmp_path, ram, victim):
+    """The runs' C calls read mapped columns themselves (the labels they gather, the bmp cache's
+    file names they join): one truncated under a running Loader, the next run names the file
+    (each run checks their sizes first), never SIGBUS."""
     copy = tmp_path / "d.bmp"
     shutil.copytree(bmp_path, copy)
-    child = (
-        TRUNCATED_LABELS.replace("transform=RandomResizedCrop(16)", "transform=RandomResizedCrop(16), ram_cache=True")
-        if ram
-        else TRUNCATED_LABELS
-    )
+    child = TRUNCATED.replace("index.labels.npy", victim)
+    if ram:
+        child = child.replace("transform=RandomResizedCrop(16)", "transform=RandomResizedCrop(16), ram_cache=True")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
         [sys.executable, "-c", child, str(copy)], capture_output=True, text=True, timeout=120, env=env
     )
     assert done.returncode == 0, f"child died with {done.returncode}: {done.stderr[-2000:]}"
-    assert done.stdout.startswith("error") and "index.labels.npy" in done.stdout, done.stdout
+    assert done.stdout.startswith("error") and victim in done.stdout, done.stdout

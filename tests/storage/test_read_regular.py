@@ -151,6 +151,7 @@ def test_a_run_named_by_a_column_reads_what_the_joined_paths_read(dataset):
     got = files.read_named_many(str(dataset), offsets, blob, np.array(order, dtype=np.int64), LIMIT).views()
     joined = files.read_regular_many([str(dataset / names[i]) for i in order], str(dataset), LIMIT).views()
     assert got == joined and sum(v is not None for v in got) == 6
+    got_f2 = (dataset / "f2.bin").read_bytes()
     assert got[0] == (dataset / "f3.bin").read_bytes() and got[7] is None  # the NUL's name: not read
     broken = offsets.copy()
     broken[3] = len(blob) + 5  # item 2 ends past the blob, item 3 starts there
@@ -159,3 +160,11 @@ def test_a_run_named_by_a_column_reads_what_the_joined_paths_read(dataset):
     assert [v is not None for v in got] == [True, False, False, False, False, True]
     with pytest.raises(ValueError, match="int64"):
         files.read_named_many(str(dataset), offsets.astype(np.int32)[:-1], blob, outside, LIMIT)
+    # the bounds are the arrays' own, not the memory around them: views of longer arrays whose
+    # next bytes would name a real file ("f2.bin") read nothing past their ends
+    short_blob = blob[: len(blob) - 3]  # the last name, "f2.bin", ends 3 bytes past this view
+    last = np.array([len(names) - 1], dtype=np.int64)
+    assert files.read_named_many(str(dataset), offsets, short_blob, last, LIMIT).views() == [None]
+    short_offsets = offsets[:-1]  # one item fewer: index len(names) - 1 is now out of range
+    assert files.read_named_many(str(dataset), short_offsets, blob, last, LIMIT).views() == [None]
+    assert files.read_named_many(str(dataset), offsets, blob, last, LIMIT).views()[0] == got_f2
