@@ -119,15 +119,25 @@ static PyObject *read_and_close(int fd, off_t offset, off_t size)
     return out;
 }
 
+/* The length of `root` (root_len bytes) without its trailing slashes ("/" stays), or -1 where the
+ * Python steps must decide: an embedded NUL, or not an absolute path. */
+static Py_ssize_t root_length(const char *root, Py_ssize_t root_len)
+{
+    if ((size_t)root_len != strlen(root) || root_len == 0 || root[0] != '/')
+        return -1;
+    while (root_len > 1 && root[root_len - 1] == '/')
+        root_len--;
+    return root_len;
+}
+
 /* The descriptor of `path` opened and checked by open_inside with the GIL released, or -1 (the
  * Python steps must decide: an embedded NUL, a relative root, or a step failed or refused). */
 static int open_args(const char *path, Py_ssize_t path_len, const char *root, Py_ssize_t root_len,
                      long long limit, off_t *size)
 {
-    if ((size_t)path_len != strlen(path) || (size_t)root_len != strlen(root) || root_len == 0 || root[0] != '/')
+    root_len = root_length(root, root_len);
+    if ((size_t)path_len != strlen(path) || root_len < 0)
         return -1;
-    while (root_len > 1 && root[root_len - 1] == '/')
-        root_len--;
     int fd;
     Py_BEGIN_ALLOW_THREADS
     fd = open_inside(path, root, (size_t)root_len, limit, size);
@@ -260,10 +270,9 @@ static long long place_run(int *fds, const off_t *sizes, long long *starts, Py_s
  * step failed or refused. */
 static PyObject *read_files(const run_paths_t *p, Py_ssize_t n, const char *root, Py_ssize_t root_len, long long limit)
 {
-    if ((size_t)root_len != strlen(root) || root_len == 0 || root[0] != '/') /* the Python steps decide */
+    root_len = root_length(root, root_len);
+    if (root_len < 0) /* the Python steps decide */
         return none_read(n);
-    while (root_len > 1 && root[root_len - 1] == '/')
-        root_len--;
     int *fds = PyMem_Calloc((size_t)n + 1, sizeof(int));
     off_t *sizes = PyMem_Calloc((size_t)n + 1, sizeof(off_t));
     long long *starts = PyMem_Calloc((size_t)n + 1, sizeof(long long));

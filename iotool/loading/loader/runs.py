@@ -83,10 +83,7 @@ class SampleRuns:
         block = self.dataset.cache.block() if self.dataset.cache is not None else None
         if block is None:
             return [(k, None) for k in range(len(indices))]
-        gather = self._gather(labels)
-        status = run_cached_samples(self.op, *block, words, indices, rows, first, gather)
-        if gather is None:
-            labels[first : first + len(indices)] = self.dataset.reader.labels_of(indices)
+        status = run_cached_samples(self.op, *block, words, indices, rows, first, self._gather(labels, first, indices))
         return [(k, None) for k, flag in enumerate(status) if flag]
 
     def _fill_packed(
@@ -101,10 +98,7 @@ class SampleRuns:
         """:meth:`fill` from BMP files read into one buffer (:meth:`~iotool.formats.FormatReader.read_packed`):
         no Python object a sample, the labels gathered by the same call (a left sample's label is
         written again by the per-sample path, which decodes the bytes read for it)."""
-        gather = self._gather(labels)
-        status = run_packed_samples(self.op, packed, words, indices, rows, first, gather)
-        if gather is None:
-            labels[first : first + len(indices)] = self.dataset.reader.labels_of(indices)
+        status = run_packed_samples(self.op, packed, words, indices, rows, first, self._gather(labels, first, indices))
         if 1 not in status:
             return []
         spans = np.frombuffer(packed.spans, dtype=np.int64).reshape(-1, 2)
@@ -114,12 +108,13 @@ class SampleRuns:
             left.append((k, (packed.blob[start:end], int(labels[first + k])) if start >= 0 else None))
         return left
 
-    def _gather(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """(every record's labels, the batch's label rows) for a C call to gather a run's labels
-        into, the labels' mapped file checked first; None where the reader keeps no label table
-        (the caller gathers them with ``labels_of``)."""
+    def _gather(self, labels: np.ndarray, first: int, indices: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(every record's labels, the batch's label rows) for the run's C call to gather the labels
+        of ``indices`` into, the labels' mapped file checked first; None where the reader keeps no
+        label table: the labels are then written here, gathered by ``labels_of``."""
         table = self.label_table
         if table is None:
+            labels[first : first + len(indices)] = self.dataset.reader.labels_of(indices)
             return None
         table.check()
         return table.array, labels
