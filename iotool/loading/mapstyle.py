@@ -18,7 +18,7 @@ from ..transforms.arguments import checked_seed
 from ..transforms.draws import sample_key
 from ..transforms.fused import fuse, leaves_input_alone
 from ..transforms.samplescope import keyed_sample
-from .order import EpochOrder, RecordOrder
+from .order import ArrayOrder, EpochOrder, RecordOrder, permutation_order
 from .ramcache import RamCache, open_ram_cache, ram_cache_options
 from .split import rank_world
 from .targets import TargetMover, TargetOptions
@@ -256,6 +256,14 @@ class ImageDataset(ReaderInfo, Dataset):
     def epoch_length(self, order: EpochOrder) -> int:
         """Records ``order``'s rank reads per epoch."""
         return order.length(len(self))
+
+    def global_order(self, order: EpochOrder) -> ArrayOrder:
+        """``order``'s epoch as one sequence of records: ``torch.randperm`` seeded with ``seed + epoch``."""
+        return permutation_order(len(self), order.shuffle, order.seed, order.epoch)
+
+    def order_key(self) -> dict[str, Any]:
+        """What, beside shuffle and seed, makes this dataset's global order: checked on resume."""
+        return {"records": len(self)}
 
     def record_order(self, order: EpochOrder, start: int = 0) -> RecordOrder:
         """``order``'s record indices from position ``start``, as ``DistributedSampler``."""

@@ -1,20 +1,25 @@
-"""Which records a rank reads in an epoch, in order: one :class:`EpochOrder` for the datasets and
-the :class:`iotool.Loader` alike.
+"""Which records a rank reads in an epoch, in order: one rule for every dataset kind and the
+:class:`iotool.Loader` alike, and it does not depend on the topology.
 
-:class:`EpochOrder` holds what decides an epoch's order (shuffle, seed, even, rank, world size,
-epoch). Each dataset kind turns it into its records (``ImageDataset.record_order``,
-``ShardedIterableDataset.record_order``), so the Loader has no per-kind branch:
+An epoch has one **global order**: a sequence of record indices that is a function of the dataset
+(its records, and for a sharded dataset its shards and ``window``), ``shuffle``, ``seed`` and
+``epoch`` alone (:class:`GlobalOrder`; each dataset kind makes its own with ``global_order``).
+Ranks, DataLoader workers, the Loader's threads and processes only take slices of it:
 
-- Map-style datasets follow ``DistributedSampler``'s rule exactly (:meth:`EpochOrder.indices`):
-  the epoch's permutation is ``torch.randperm(n)`` from a generator seeded with ``seed + epoch``
-  (or ``0..n-1`` without shuffling); with ``even`` it is padded with its own first records to a
-  multiple of the world size (every rank the same length, as DDP needs), without ``even`` nothing
-  is repeated (every record exactly once, the last ranks one shorter); rank ``r`` takes every
-  ``world``-th position from ``r``. With one rank it is the order of ``DataLoader(shuffle=True,
-  generator=...)``'s ``RandomSampler`` seeded the same way.
-- Sharded datasets keep their own record-level split over ranks (:mod:`iotool.loading.split`): the
-  rank's whole stream, as one worker, shuffle buffer included, drawn lazily as the loader's
-  threads ask for records (:class:`RecordOrder`), so a pass starts without walking the epoch.
+- rank ``r`` of ``world`` takes every ``world``-th position from ``r`` (``DistributedSampler``'s
+  rule); with ``even`` the sequence is first padded with its own first records to a multiple of the
+  world size (every rank the same length, as DDP needs), without ``even`` nothing repeats;
+- after ``k`` synchronous steps of ``b`` samples on every rank, the positions consumed are exactly
+  the first ``k * b * world`` (a prefix), whatever the world size. So a state is one number (the
+  global position), and a run saved on 4 ranks resumes on 3 or 6: the rest of the epoch is the
+  global order from that position (:attr:`EpochOrder.origin`), split over the new ranks by the same
+  rule, every record not yet consumed exactly once.
+
+Map-style datasets' global order is ``torch.randperm(n)`` from a generator seeded with
+``seed + epoch`` (or ``0..n-1``), so with one rank and origin 0 it is the order of
+``DataLoader(shuffle=True, generator=...)``'s ``RandomSampler`` seeded the same way, and with
+several it is ``DistributedSampler``'s. Sharded datasets permute windows of shards
+(:class:`iotool.loading.split.WindowOrder`), drawn lazily.
 """
 
 from __future__ import annotations
@@ -28,6 +33,42 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
+CHUNK = 4096  # rank positions mapped to records at a time (a lazy stream's working set)
+
+
+class GlobalOrder(Protocol):
+    """One epoch's sequence of record indices, the same on every rank (see the module's docstring)."""
+
+    def __len__(self) -> int:
+        """Positions in the epoch (every record once)."""
+        ...
+
+    def records_at(self, positions: np.ndarray) -> np.ndarray:
+        """The record indices (int64) at ``positions`` (int64, each in ``[0, len)``)."""
+        ...
+
+
+class ArrayOrder:
+    """A global order held as one array (a map-style dataset's permutation)."""
+
+    def __init__(self, records: np.ndarray):
+        self.records = np.ascontiguousarray(records, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def records_at(self, positions: np.ndarray) -> np.ndarray:
+        return self.records[positions]
+
+
+def permutation_order(n: int, shuffle: bool, seed: int, epoch: int) -> ArrayOrder:
+    """``torch.randperm(n)`` seeded with ``seed + epoch`` (``DistributedSampler``'s), or ``0..n-1``."""
+    if not shuffle:
+        return ArrayOrder(np.arange(n, dtype=np.int64))
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)
+    return ArrayOrder(torch.randperm(n, generator=generator).numpy())
+
 
 @dataclass(frozen=True)
 class EpochOrder:
@@ -39,6 +80,8 @@ class EpochOrder:
         even: pad every rank to the same length (DDP); False: every record exactly once.
         rank, world_size: this process's place among the ranks.
         epoch: the epoch, which reseeds the shuffle.
+        origin: the global position this epoch's rank streams start from: 0, or where a resumed
+            run (saved on any world size) left the epoch.
     """
 
     shuffle: bool = False
@@ -47,14 +90,19 @@ class EpochOrder:
     rank: int = 0
     world_size: int = 1
     epoch: int = 0
+    origin: int = 0
 
     def at(self, epoch: int) -> EpochOrder:
-        """This order in ``epoch``."""
-        return replace(self, epoch=operator.index(epoch))
+        """This order in ``epoch``, from its start."""
+        return replace(self, epoch=operator.index(epoch), origin=0)
 
     def placed(self, rank: int, world_size: int) -> EpochOrder:
         """This order for ``rank`` of ``world_size``."""
         return replace(self, rank=rank, world_size=world_size)
+
+    def resumed(self, origin: int) -> EpochOrder:
+        """This order from global position ``origin`` of its epoch."""
+        return replace(self, origin=operator.index(origin))
 
     def overridden(self, shuffle: bool | None, seed: int | None, even: bool | None) -> EpochOrder:
         """This order with the options given (None keeps this one's)."""
@@ -65,25 +113,43 @@ class EpochOrder:
             even=self.even if even is None else bool(even),
         )
 
+    # -- the rank's slice of a global order of ``total`` positions ---------------------------
+    def rest(self, total: int) -> int:
+        """Positions of the epoch from :attr:`origin` on."""
+        return max(0, total - self.origin)
+
+    def padded(self, total: int) -> int:
+        """:meth:`rest` padded with ``even`` to a multiple of the world size."""
+        m = self.rest(total)
+        return m + (-m % self.world_size if self.even and m else 0)
+
+    def length(self, total: int) -> int:
+        """How many positions of a global order of ``total`` this rank reads."""
+        return len(range(self.rank, self.padded(total), self.world_size))
+
+    def positions(self, total: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """The global positions (int64) of this rank's stream entries ``[lo, hi)`` (padding wraps
+        to the rest's first positions, as ``DistributedSampler`` pads)."""
+        m, count = self.rest(total), self.length(total)
+        hi = count if hi is None else min(hi, count)
+        q = self.rank + self.world_size * np.arange(lo, max(lo, hi), dtype=np.int64)
+        return self.origin + (q % m if m else q)
+
+    def consumed(self, total: int, taken: int) -> int:
+        """The global position reached when every rank has taken ``taken`` of its stream
+        (synchronous steps: a prefix of the epoch), at most ``total``."""
+        return min(total, self.origin + taken * self.world_size)
+
+    def stream(self, order: GlobalOrder, start: int = 0) -> Iterator[int]:
+        """This rank's record indices from stream position ``start``, made a chunk at a time."""
+        total, count = len(order), self.length(len(order))
+        for lo in range(start, count, CHUNK):
+            yield from order.records_at(self.positions(total, lo, lo + CHUNK)).tolist()
+
     def indices(self, n: int) -> np.ndarray:
         """The record indices of ``n`` this rank reads this epoch (int64), as DistributedSampler."""
-        if self.shuffle:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(n, generator=generator).numpy()
-        else:
-            order = np.arange(n, dtype=np.int64)
-        world = self.world_size
-        if self.even and world > 1 and n:
-            pad = -n % world
-            order = np.concatenate([order, np.resize(order, pad)])  # np.resize repeats from the start
-        return np.ascontiguousarray(order[self.rank :: world], dtype=np.int64)
-
-    def length(self, n: int) -> int:
-        """How many of ``n`` records this rank reads per epoch (:meth:`indices`' length)."""
-        if self.even:
-            return -(-n // self.world_size)
-        return len(range(self.rank, n, self.world_size))
+        order = permutation_order(n, self.shuffle, self.seed, self.epoch)
+        return order.records_at(self.positions(n))
 
 
 def rank_order(n: int, *, shuffle: bool, seed: int, epoch: int, rank: int, world: int, even: bool) -> np.ndarray:

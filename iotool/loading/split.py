@@ -1,23 +1,22 @@
-"""Who reads what in a sharded epoch: the process's place (DDP rank, DataLoader worker) and the
-record-level split.
+"""Who reads what in a sharded epoch: the process's place (DDP rank, DataLoader worker), the
+sharded global order (:class:`WindowOrder`) and a worker's cut of it (:class:`WorkerStream`).
 
-Each epoch orders the shards (shuffled with the same ``(seed, epoch)`` on every rank) and lays
-their records end to end. Ranks take equal contiguous runs of that order, and each rank's run is
-cut again into equal runs for its DataLoader workers, so every worker has work on any shard count
-(one shard, two ranks, three workers: each reads a sixth of the shard, sequentially), and every
-record is read exactly once per epoch across ranks and workers. Nothing here holds a Python list
-of records: runs are ranges, turned into record indices one shard segment at a time.
+The epoch's global order lays the shards end to end (shuffled, with ``shuffle``, by ``(seed,
+epoch)``) and, with ``shuffle``, permutes their records a window of shards at a time. Ranks take
+every ``world``-th position of it (:class:`~iotool.loading.order.EpochOrder`), and each rank's
+stream is cut into equal contiguous runs for its DataLoader workers, so every worker has work on
+any shard count and every record is read exactly once per epoch across ranks and workers. Nothing
+here holds a Python list of records: positions are mapped to records a chunk at a time, and one
+window's permutation is held at a time.
 
-A worker's place in its epoch is a few numbers (:class:`WorkerStream`): the records it has consumed
-from its runs, and with shuffling the shuffle buffer's record indices and the RNG state. Resuming
-from them recomputes the runs and starts reading at that position, so nothing before it is read.
+A worker's place in its epoch is one count (:class:`WorkerStream`): the records it has handed out.
+Resuming recomputes the cut and starts there, so nothing before it is read; a state saved with one
+worker per rank also resumes on another world size (:func:`resume_position`).
 """
 
 from __future__ import annotations
 
 import os
-import random
-import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -26,6 +25,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..errors import UsageError
+from .order import CHUNK, EpochOrder, GlobalOrder
 
 
 @dataclass(frozen=True)
@@ -70,170 +70,189 @@ def _cut(lo: int, hi: int, part: int, parts: int) -> tuple[int, int]:
     return lo + n * part // parts, lo + n * (part + 1) // parts
 
 
-@dataclass(frozen=True)
-class EpochSplit:
-    """One epoch's record order (shard segments end to end) and its cut over ranks and workers."""
+DEFAULT_WINDOW = 16  # shards a sharded shuffle permutes together
+MAX_WINDOW_RECORDS = 1 << 27  # records one window's permutation may hold (1 GiB of int64)
 
-    starts: np.ndarray  # first record index of each shard, in this epoch's shard order
-    ends: np.ndarray  # cumulative record counts: segment k covers positions [ends[k-1], ends[k])
-    total: int
 
-    @classmethod
-    def of(cls, ranges: Sequence[range], shuffle: bool, seed: int, epoch: int) -> EpochSplit:
-        """The split of an epoch of shards holding ``ranges`` of records."""
-        order = list(range(len(ranges)))
+def _words(*values: int) -> list[int]:
+    """Non-negative seed words for numpy's SeedSequence (any Python int)."""
+    return [v & ((1 << 64) - 1) for v in values]
+
+
+class WindowOrder:
+    """A sharded dataset's global order for one epoch (:class:`~iotool.loading.order.GlobalOrder`).
+
+    Without shuffling: every shard's records in shard order. With it: the shards in a random order
+    (seeded by ``(seed, epoch)``), taken ``window`` at a time, and each window's records in a
+    random order of their own (seeded by ``(seed, epoch, window number)``): a batch mixes the
+    records of ``window`` shards, and reading it touches those shards only. ``window=0``: one
+    window of every shard, a full permutation. Nothing depends on the ranks or workers. Made
+    lazily: one window's permutation (its records x 8 bytes) is held at a time.
+    """
+
+    def __init__(self, ranges: Sequence[range], shuffle: bool, seed: int, epoch: int, window: int = DEFAULT_WINDOW):
+        self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
+        shards = len(ranges)
+        order = np.arange(shards, dtype=np.int64)
         if shuffle:
-            random.Random(f"{seed}-{epoch}").shuffle(order)
-        starts = np.array([ranges[s].start for s in order], dtype=np.int64)
-        ends = np.cumsum([len(ranges[s]) for s in order], dtype=np.int64)
-        return cls(starts, ends, int(ends[-1]) if len(ends) else 0)
+            order = np.random.default_rng(_words(seed, epoch)).permutation(shards)
+        self.shard_order = order
+        self.window = shards if window <= 0 else window
+        self.starts = np.array([ranges[s].start for s in order], dtype=np.int64)  # first record of each
+        counts = np.array([len(ranges[s]) for s in order], dtype=np.int64)
+        self.ends = np.cumsum(counts)  # positions [ends[k-1], ends[k]) are shard order[k]'s
+        self.total = int(self.ends[-1]) if shards else 0
+        self._cached: tuple[int, np.ndarray] | None = None
 
-    def rank_run(self, rank: int, world: int) -> tuple[int, int]:
-        """The positions [lo, hi) of the epoch order that ``rank`` reads (without padding)."""
-        return _cut(0, self.total, rank, world)
+    def __len__(self) -> int:
+        return self.total
 
-    def rank_length(self, rank: int, world: int, even: bool) -> int:
-        """Samples ``rank`` yields: its run, padded with ``even`` to the longest rank's run."""
-        lo, hi = self.rank_run(rank, world)
-        return -(-self.total // world) if even else hi - lo
+    def windows(self) -> int:
+        """Windows in the epoch."""
+        return -(-len(self.ends) // self.window) if len(self.ends) else 0
 
-    def worker_runs(self, env: ShardEnv, even: bool) -> list[tuple[int, int]]:
-        """The position runs this (rank, worker) reads: its cut of the rank's run, then its share
-        of the rank's padding (the rank's own first positions again, as DistributedSampler pads)."""
-        lo, hi = self.rank_run(env.rank, env.world_size)
-        runs = [_cut(lo, hi, env.worker_id, env.num_workers)]
-        pad = self.rank_length(env.rank, env.world_size, even) - (hi - lo)
-        if pad > 0 and self.total:
-            first, last = _cut(0, pad, env.worker_id, env.num_workers)
-            own_lo, own_n = (lo, hi - lo) if hi > lo else (0, self.total)  # an empty rank repeats the start
-            runs += [(own_lo + k % own_n, own_lo + k % own_n + 1) for k in range(first, last)]
-        return [run for run in runs if run[1] > run[0]]
+    def window_records(self, k: int) -> np.ndarray:
+        """The record indices of window ``k`` in their order this epoch (int64)."""
+        if self._cached is not None and self._cached[0] == k:
+            return self._cached[1]
+        first, last = k * self.window, min(len(self.ends), (k + 1) * self.window)
+        lo = int(self.ends[first - 1]) if first else 0
+        records = np.empty(int(self.ends[last - 1]) - lo, dtype=np.int64)
+        for shard in range(first, last):  # each shard's records in place: no temporaries of the window's size
+            seg_lo = int(self.ends[shard - 1]) if shard else 0
+            part = records[seg_lo - lo : int(self.ends[shard]) - lo]
+            part[:] = np.arange(int(self.starts[shard]), int(self.starts[shard]) + len(part))
+        if self.shuffle:
+            np.random.default_rng(_words(self.seed, self.epoch, k + 1)).shuffle(records)
+        self._cached = (k, records)
+        return records
 
-    def records(self, lo: int, hi: int) -> Iterator[np.ndarray]:
-        """The record indices at positions [lo, hi), one array per shard segment."""
-        k = int(np.searchsorted(self.ends, lo, side="right"))
-        while lo < hi and k < len(self.ends):
-            seg_lo = int(self.ends[k - 1]) if k else 0
-            count = min(hi, int(self.ends[k])) - lo
-            first = int(self.starts[k]) + lo - seg_lo
-            yield np.arange(first, first + count, dtype=np.int64)
-            lo += count
-            k += 1
+    def _unshuffled(self, positions: np.ndarray) -> np.ndarray:
+        """The records at ``positions`` of the shards laid end to end in this epoch's shard order."""
+        shard = np.searchsorted(self.ends, positions, side="right")
+        seg_lo = np.where(shard > 0, self.ends[np.maximum(shard - 1, 0)], 0)
+        return self.starts[shard] + positions - seg_lo
 
-    def worker_records(self, env: ShardEnv, even: bool) -> Iterator[int]:
-        """Every record index this (rank, worker) reads this epoch, in order, made lazily."""
-        for lo, hi in self.worker_runs(env, even):
-            for chunk in self.records(lo, hi):
-                yield from chunk.tolist()
+    def records_at(self, positions: np.ndarray) -> np.ndarray:
+        positions = np.asarray(positions, dtype=np.int64)
+        if not self.shuffle:
+            return self._unshuffled(positions)
+        window_ends = self.ends[np.minimum(np.arange(1, self.windows() + 1) * self.window, len(self.ends)) - 1]
+        which = np.searchsorted(window_ends, positions, side="right")
+        out = np.empty(len(positions), dtype=np.int64)
+        for k in np.unique(which).tolist():
+            mask = which == k
+            lo = int(window_ends[k - 1]) if k else 0
+            out[mask] = self.window_records(k)[positions[mask] - lo]
+        return out
 
-
-def _skip_runs(runs: list[tuple[int, int]], consumed: int) -> list[tuple[int, int]]:
-    """``runs`` without their first ``consumed`` positions, by arithmetic (nothing read)."""
-    out = []
-    for lo, hi in runs:
-        skip = min(consumed, hi - lo)
-        consumed -= skip
-        if lo + skip < hi:
-            out.append((lo + skip, hi))
-    return out
+    def window_bytes(self) -> int:
+        """The most memory one window's permutation holds (8 bytes a record)."""
+        if not self.shuffle or not len(self.ends):
+            return 0
+        counts = np.diff(np.concatenate([[0], self.ends]))
+        sums = [int(counts[k : k + self.window].sum()) for k in range(0, len(counts), self.window)]
+        return 8 * max(sums)
 
 
 class WorkerStream:
-    """One (rank, worker)'s record indices for one epoch, through a shuffle buffer when
-    ``rng`` is given, resumable from :meth:`position` (a few plain ints and lists).
+    """One (rank, worker)'s record indices for one epoch: its contiguous cut of the rank's stream
+    of the global order (:meth:`EpochOrder.stream`), resumable from :attr:`consumed`.
 
-    The position counts the records consumed from the worker's runs (saved as ``"taken"``); with
-    shuffling it also holds
-    the buffer's record indices (at most ``buffer_size``) and the RNG state. It is exact whenever
-    the stream is suspended at a ``yield``: the state after handing out that index.
+    DataLoader workers of a rank each take one cut, so every worker has work whatever the shard
+    count, and the records a worker consumed are one count (saved as ``"taken"``).
     """
 
-    def __init__(self, split: EpochSplit, env: ShardEnv, even: bool, rng: random.Random | None, buffer_size: int):
-        self.split, self.runs = split, split.worker_runs(env, even)
-        self.rng, self.buffer_size = rng, buffer_size
-        self.consumed = 0  # records consumed from the runs (handed out, or waiting in the buffer)
-        self.buffer: list[int] = []
+    def __init__(self, global_order: GlobalOrder, order: EpochOrder, worker_id: int = 0, num_workers: int = 1):
+        self.global_order, self.order = global_order, order
+        self.lo, self.hi = _cut(0, order.length(len(global_order)), worker_id, num_workers)
+        self.consumed = 0  # records of the cut handed out
 
-    @property
-    def taken(self) -> int:
-        """Deprecated spelling of :attr:`consumed`."""
-        warnings.warn("WorkerStream.taken is deprecated; use WorkerStream.consumed.", DeprecationWarning, stacklevel=2)
-        return self.consumed
+    def __len__(self) -> int:
+        return self.hi - self.lo
 
     def position(self) -> dict[str, Any]:
-        """Where the stream is: plain data (JSON-serialisable), small (no per-record lists)."""
-        rng = None
-        if self.rng is not None:
-            version, words, gauss = self.rng.getstate()
-            rng = [version, list(words), gauss]
-        return {"taken": self.consumed, "buffer": list(self.buffer), "rng": rng}
+        """Where the stream is: plain data (JSON-serialisable)."""
+        return {"taken": self.consumed}
 
     def restore(self, position: dict[str, Any]) -> None:
-        """Continue from a :meth:`position` of the same epoch, rank and worker."""
-        self.consumed, self.buffer = int(position["taken"]), [int(i) for i in position["buffer"]]
-        if self.rng is not None:
-            version, words, gauss = position["rng"]
-            self.rng.setstate((version, tuple(words), gauss))
+        """Continue from a :meth:`position` of the same epoch, origin, rank and worker."""
+        self.consumed = int(position["taken"])
 
     def remaining(self) -> Iterator[int]:
-        """The record indices not yet consumed, in run order (for a caller that counts them)."""
-        for lo, hi in _skip_runs(self.runs, self.consumed):
-            for chunk in self.split.records(lo, hi):
-                yield from chunk.tolist()
+        """The record indices not yet handed out, in order (for a caller that counts them)."""
+        total = len(self.global_order)
+        for lo in range(self.lo + self.consumed, self.hi, CHUNK):
+            positions = self.order.positions(total, lo, min(lo + CHUNK, self.hi))
+            yield from self.global_order.records_at(positions).tolist()
 
     def __iter__(self) -> Iterator[int]:
-        """The indices still to hand out: in run order, or drawn from the shuffle buffer."""
-        rng = self.rng
-        if rng is None:
-            for i in self.remaining():
-                self.consumed += 1
-                yield i
-            return
         for i in self.remaining():
             self.consumed += 1
-            self.buffer.append(i)
-            if len(self.buffer) >= self.buffer_size:
-                yield self._draw(rng)
-        while self.buffer:
-            yield self._draw(rng)
-
-    def _draw(self, rng: random.Random) -> int:
-        """Draw a random index out of the buffer."""
-        buf = self.buffer
-        j = rng.randrange(len(buf))
-        buf[j], buf[-1] = buf[-1], buf[j]
-        return buf.pop()
+            yield i
 
 
-STATE_VERSION = 1
-_STATE_KEYS = ("taken", "buffer", "rng")
+STATE_VERSION = 2
+_STATE_KEYS = ("epoch", "origin", "taken")
 _RESUME_HINTS = {
-    "epoch": "call set_epoch({saved}) before iterating the resumed loader",
-    "rank": "each rank loads the loader state it saved itself",
-    "world_size": "resume with the world size it was saved with",
-    "num_workers": "resume with num_workers={saved}",
     "records": "it was saved on another dataset",
+    "window": "open the dataset with window={saved}",
+    "shuffle": "open the dataset with shuffle={saved}",
+    "seed": "open the dataset with seed={saved}",
+    "even": "open the dataset with even={saved}",
 }
+_TOPOLOGY = ("rank", "world_size", "worker_id", "num_workers")
 
 
-def check_resumable(saved: Any, here: dict[str, Any]) -> None:
-    """Raise a UsageError unless ``saved`` is a worker state that matches ``here`` (the dataset's
-    options and this process's place), naming every field that differs."""
-    if (
-        not isinstance(saved, dict)
-        or saved.get("version") != STATE_VERSION
-        or any(k not in saved for k in (*here, *_STATE_KEYS))
-    ):
+def _count(state: dict[str, Any], name: str, limit: int) -> int:
+    value = state.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise UsageError(f"cannot resume from this state: {name}={value!r:.60} is not a count of 0 to {limit}.")
+    return value
+
+
+def resume_position(saved: Any, here: dict[str, Any], total: int) -> tuple[int, int, int]:
+    """``(epoch, origin, taken)`` to resume from the worker state ``saved`` in the place ``here``
+    (the dataset's options and this process's place); the epoch has ``total`` positions.
+
+    The same place (any rank: synchronous ranks' workers have taken as many) resumes where that
+    worker was. Another world size resumes elastically
+    from the global position every rank had reached, when the state holds the whole rank's
+    progress (one worker per rank: ``num_workers`` 0 or 1); with several DataLoader workers each
+    worker's state holds only its own progress, which is no prefix of the epoch: refused, saying why.
+
+    Raises:
+        UsageError: not such a state, or one saved with other options or that cannot be placed here.
+    """
+    if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION:
         version = saved.get("version") if isinstance(saved, dict) else None
         raise UsageError(
-            f"not a ShardedIterableDataset state of version {STATE_VERSION} (got a "
-            f"{type(saved).__name__}, version {version!r}); pass what state_dict() returned."
+            f"not a ShardedIterableDataset state of version {STATE_VERSION} (got a {type(saved).__name__:.40}, "
+            f"version {version!r:.20}); pass what state_dict() returned (a state of version 1, saved before "
+            f"the sharded order became topology-free, cannot be placed in the new order: start the epoch again)."
         )
-    bad = [k for k in here if saved[k] != here[k]]
+    bad = [k for k in here if k not in _TOPOLOGY and saved.get(k) != here[k]]
     if bad:
-        diffs = ", ".join(f"{k}={saved[k]!r} (here {here[k]!r})" for k in bad)
-        hints = "; ".join(_RESUME_HINTS[k].format(saved=saved[k]) for k in bad if k in _RESUME_HINTS)
+        diffs = ", ".join(f"{k}={saved.get(k)!r:.40} (here {here[k]!r})" for k in bad)
+        hints = "; ".join(_RESUME_HINTS[k].format(saved=saved.get(k)) for k in bad if k in _RESUME_HINTS)
+        raise UsageError(f"cannot resume from this state: it was saved with {diffs}{'; ' + hints if hints else ''}.")
+    epoch = _count(saved, "epoch", (1 << 62))
+    origin = _count(saved, "origin", total)
+    place = {k: saved.get(k) for k in _TOPOLOGY}
+    if all(place[k] == here[k] for k in ("world_size", "worker_id", "num_workers")):
+        return epoch, origin, _count(saved, "taken", total)  # synchronous ranks: any rank's worker count fits
+    world, workers = _count(saved, "world_size", 1 << 20), _count(saved, "num_workers", 1 << 20)
+    if workers != 1 or here["num_workers"] != 1:
         raise UsageError(
-            f"cannot resume from this state: it was saved with {diffs}"
-            f"{'; ' + hints if hints else ''}. Open the dataset and the loader as when it was saved."
+            f"cannot resume from this state here: it was saved by rank {place['rank']!r:.20} of "
+            f"{place['world_size']!r:.20} with {workers} DataLoader workers (here rank {here['rank']} of "
+            f"{here['world_size']}, {here['num_workers']} workers). A DataLoader worker's state holds only its own "
+            f"progress, and the records consumed by several workers are no prefix of the epoch, so it resumes "
+            f"only in its own place (same world_size and num_workers). To resume on another world size, use "
+            f"iotool.Loader, or num_workers=0 (every rank's progress is then one count)."
         )
+    taken = _count(saved, "taken", total)
+    if not 1 <= world:
+        raise UsageError(f"cannot resume from this state: world_size={world} is not a world size.")
+    saved_order = EpochOrder(world_size=world, origin=origin)
+    return epoch, saved_order.consumed(total, taken), 0

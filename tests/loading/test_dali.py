@@ -83,7 +83,7 @@ def _raw_webdataset(ds) -> list[tuple[bytes, int]]:
 
 def test_dali_webdataset_reader_reads_every_record_as_iotool(corner_tree, tmp_path):
     dst = tmp_path / "ds"
-    iotool.convert(corner_tree, dst, "tar", shard_size=3)
+    iotool.convert(corner_tree, dst, "tar", shard_size=3, order="source")
     ds = iotool.open_reader(dst)
     assert len(ds) == 8 and len(ds.shards) == 3
     assert _raw_webdataset(ds) == [ds.read(i) for i in range(len(ds))]

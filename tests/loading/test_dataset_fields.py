@@ -292,7 +292,7 @@ def test_sharded_default_fields_read_no_fields(shards):
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_sharded_fields_come_with_every_record_once(shards, shuffle):
     names = ("image", "count", "txt", "boxes", "class")
-    ds = sharded(shards, fields=names, shuffle=shuffle, seed=3, buffer_size=4)
+    ds = sharded(shards, fields=names, shuffle=shuffle, seed=3, window=2)
     for epoch in (0, 1):
         ds.set_epoch(epoch)
         assert _by_count(ds, names) == Counter(range(N))
@@ -329,13 +329,13 @@ def test_the_ddp_split_is_unchanged_by_fields(shards, world, workers):
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_a_resumed_pass_with_fields_continues_sample_for_sample(shards, shuffle):
     names = ("image", "count", "emb")
-    ds = sharded(shards, fields=names, shuffle=shuffle, buffer_size=3)
+    ds = sharded(shards, fields=names, shuffle=shuffle, window=2)
     ds.set_epoch(2)
     full = [s[1] for s in ds]
     first = iter(ds)
     head = [next(first)[1] for _ in range(4)]
     state = ds.state_dict()
-    resumed = sharded(shards, fields=names, shuffle=shuffle, buffer_size=3)
+    resumed = sharded(shards, fields=names, shuffle=shuffle, window=2)
     resumed.set_epoch(2)
     resumed.load_state_dict(state)
     tail = list(resumed)

@@ -2,7 +2,7 @@
 records change between epochs and are the same for the same ``(seed, epoch)``.
 
 The shard order is read from what the dataset yields, not from the split: with one rank, one
-worker and a shuffle buffer of one record, records come out in the epoch's order, so the
+worker and a shuffle window of one shard, each shard's records come out together, so the
 sequence of shard numbers it passes through is the shard order."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def shard_order(path, seed: int, epoch: int) -> list[int]:
     """The shard numbers in the order one epoch visits them (a fresh dataset each time)."""
     reader = iotool.open_reader(path)
     shard_of = {i: s for s, r in enumerate(reader.shard_ranges()) for i in r}
-    ds = ShardedIterableDataset(reader, decoder=None, shuffle=True, seed=seed, buffer_size=1, env=ShardEnv(0, 1, 0, 1))
+    ds = ShardedIterableDataset(reader, decoder=None, shuffle=True, seed=seed, window=1, env=ShardEnv(0, 1, 0, 1))
     ds.set_epoch(epoch)
     records = list(ds.iter_indices())
     assert sorted(records) == list(range(len(reader)))
@@ -47,7 +47,7 @@ def shard_order(path, seed: int, epoch: int) -> list[int]:
 
 
 def rank_sets(path, seed: int, epoch: int, world: int = 2, workers: int = 2) -> list[frozenset[int]]:
-    ds = ShardedIterableDataset(iotool.open_reader(path), decoder=None, shuffle=True, seed=seed, buffer_size=4)
+    ds = ShardedIterableDataset(iotool.open_reader(path), decoder=None, shuffle=True, seed=seed, window=2)
     ds.set_epoch(epoch)
     parts = indices_by_place(ds, world, workers)
     return [frozenset(i for w in range(workers) for i in parts[(r, w)]) for r in range(world)]
@@ -82,7 +82,7 @@ def test_persistent_workers_see_the_new_shard_order(seven_shards, monkeypatch):
     by_bytes = {bytes(reader.read(i)[0]): i for i in range(len(reader))}
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    ds = iotool.open_dataset(seven_shards, decoder=None, shuffle=True, seed=3, buffer_size=4)
+    ds = iotool.open_dataset(seven_shards, decoder=None, shuffle=True, seed=3, window=2)
     loader = DataLoader(
         ds,
         batch_size=3,

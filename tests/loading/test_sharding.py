@@ -1,6 +1,6 @@
 """The record-level split of sharded datasets: every worker busy on any shard count, every record
-once per epoch, ``even`` padding, shuffling from ``(seed, epoch)``; with ShardEnv and a real gloo
-group of processes each running DataLoader workers."""
+once per epoch, ``even`` padding from the epoch's first records, shuffling from ``(seed, epoch)``;
+with ShardEnv and a real gloo group of processes each running DataLoader workers."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import collections
 import json
 import os
 
+import numpy as np
 import pytest
 import torch.distributed as dist
 import torch.multiprocessing as tmp_mp
@@ -15,7 +16,8 @@ from torch.utils.data import DataLoader
 
 import iotool
 from iotool.loading.iterable import ShardedIterableDataset
-from iotool.loading.split import EpochSplit, ShardEnv
+from iotool.loading.order import EpochOrder
+from iotool.loading.split import ShardEnv, WindowOrder, WorkerStream
 
 from ..conftest import indices_by_place, write_tree
 
@@ -44,9 +46,7 @@ def seven_shards(tmp_path_factory):
 @pytest.mark.parametrize("even", [False, True])
 def test_every_worker_busy_and_every_record_once(request, case, world, workers, shuffle, even):
     path = request.getfixturevalue(case)
-    ds = ShardedIterableDataset(
-        iotool.open_reader(path), decoder=None, shuffle=shuffle, seed=4, even=even, buffer_size=3
-    )
+    ds = ShardedIterableDataset(iotool.open_reader(path), decoder=None, shuffle=shuffle, seed=4, even=even, window=2)
     n = len(ds.reader)
     for epoch in range(2):
         ds.set_epoch(epoch)
@@ -63,36 +63,37 @@ def test_every_worker_busy_and_every_record_once(request, case, world, workers, 
             assert len(ds) == per_rank[rank]
         if even:
             assert len(set(per_rank)) == 1
-        for rank in range(world):  # a rank's repeats are its own records, never another rank's
-            own = {i for w in range(workers) for i in parts[(rank, w)]}
-            others = {i for (r, w), p in parts.items() if r != rank for i in p}
-            assert not own & others
+        first = ds.global_order(ds.epoch_order).records_at(np.arange(repeats)).tolist()
+        assert sorted(i for i, c in counts.items() if c > 1) == sorted(first)  # the epoch's first records
 
 
-def test_runs_are_sequential_inside_shards(seven_shards):
-    """Without shuffling each worker reads ascending runs: sequential reads of each shard file."""
+def test_without_shuffling_each_worker_reads_its_shards_forward(seven_shards):
+    """Without shuffling each worker reads every world-th record forward: one forward pass over each
+    shard file; with one rank, ascending runs."""
     ds = ShardedIterableDataset(iotool.open_reader(seven_shards), decoder=None)
-    for part in indices_by_place(ds, 2, 2).values():
-        assert part == sorted(part) and part == list(range(part[0], part[0] + len(part)))
+    for (rank, _), part in indices_by_place(ds, 2, 2).items():
+        assert part == list(range(part[0], part[0] + 2 * len(part), 2)) and part[0] % 2 == rank
+    for part in indices_by_place(ds, 1, 2).values():
+        assert part == list(range(part[0], part[0] + len(part)))
 
 
 def test_epoch_split_makes_no_list_of_all_records():
-    """The split holds one entry per shard and yields record indices lazily: making it and taking
-    a worker's first records allocates a few arrays of one entry per shard (and the first shard
-    segment's indices), about 0.1 MB here, not the 1.28 million records (10 MB as int64, 45 MB as a
-    list)."""
+    """The order holds one entry per shard and yields record indices lazily: making it and taking
+    a worker's first records allocates a few arrays of one entry per shard, one window's
+    permutation (16 shards: 0.13 MB) and a chunk of positions, not the 1.28 million records (10 MB
+    as int64, 45 MB as a list)."""
     import tracemalloc
 
     ranges = [range(k * 1000, (k + 1) * 1000) for k in range(1281)]
     tracemalloc.start()
     try:
-        split = EpochSplit.of(ranges, shuffle=True, seed=0, epoch=3)
-        records = split.worker_records(ShardEnv(1, 8, 3, 8), even=True)
+        order = WindowOrder(ranges, shuffle=True, seed=0, epoch=3, window=16)
+        records = iter(WorkerStream(order, EpochOrder(True, 0, True, 1, 8, 3), 3, 8))
         first = [next(records) for _ in range(5)]
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert split.total == 1_281_000 and split.starts.shape == split.ends.shape == (1281,)
+    assert len(order) == 1_281_000 and order.starts.shape == order.ends.shape == (1281,)
     assert len(set(first)) == 5 and isinstance(first[0], int)
     assert peak < 512 << 10, f"{peak} bytes allocated at the peak"
 
@@ -131,5 +132,5 @@ def test_real_gloo_group_splits_records_over_ranks_and_workers(request, case, wo
         assert len(per_rank[0]) == len(per_rank[1]) == results[0]["len"]  # even
         assert set(per_rank[0]) | set(per_rank[1]) == keys  # every record, once but for padding
         assert len(per_rank[0]) + len(per_rank[1]) - len(keys) == len(keys) % 2
-        assert not set(per_rank[0]) & set(per_rank[1])  # ranks disjoint: padding repeats a rank's own
+        assert len(set(per_rank[0]) & set(per_rank[1])) == len(keys) % 2  # only the padding repeats
     assert results[0]["keys"]["0"] != results[0]["keys"]["1"]  # reshuffled per epoch (set_epoch reaches them)

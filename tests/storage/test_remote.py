@@ -255,7 +255,7 @@ def test_http_random_access_uses_ranges_and_shuffle_covers_everything(http):
     reader = iotool.open_reader(url)
     assert reader.read(7) == iotool.open_reader(local).read(7)
     assert any(r.endswith(".tar") for r in server.requests)
-    ds = iotool.open_dataset(url, decoder=None, shuffle=True, seed=3, buffer_size=5)
+    ds = iotool.open_dataset(url, decoder=None, shuffle=True, seed=3, window=2)
     assert collections.Counter(loader_samples(ds)) == collections.Counter(zip(reader.checksums, reader.labels))
 
 
@@ -548,7 +548,7 @@ def test_http_column_copies_are_removed_when_each_worker_ends(http, tmp_path, mo
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the workers are forked: they inherit it
     reader = iotool.open_reader(local)
-    ds = iotool.open_dataset(url, decoder=None, shuffle=True, seed=3, buffer_size=5)
+    ds = iotool.open_dataset(url, decoder=None, shuffle=True, seed=3, window=2)
     for _ in range(2):  # two epochs: two sets of workers
         assert collections.Counter(loader_samples(ds)) == collections.Counter(zip(reader.checksums, reader.labels))
     left = sorted(p.name for p in scratch.iterdir())

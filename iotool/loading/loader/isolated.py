@@ -82,8 +82,8 @@ class ChildPlan:
 
     Attributes:
         slots, batch_size, keep, layout: the shared ring's shape and columns (as the in-process ring's).
-        start: ``start(ring, epoch, first)``: a thread pass over ``epoch`` from batch ``first``,
-            writing into ``ring``.
+        start: ``start(ring, epoch, first, origin)``: a thread pass over ``epoch`` from batch
+            ``first`` of the rank streams that start at global position ``origin``, writing into ``ring``.
         skipped: the bad records skipped so far (reported with each batch).
         warm: open the dataset's handles once, before the threads start.
     """
@@ -198,7 +198,7 @@ class _Server:
         if self.run is not None and self.run.alive():
             self.ring = self.plan.ring()  # a thread still finishing a sample may write its old slot
         self.pass_id = message["id"]
-        self.run = self.plan.start(self.ring, message["epoch"], message["batches"])
+        self.run = self.plan.start(self.ring, message["epoch"], message["batches"], message["origin"])
         self.next_batch, self.active = self.run.first_owned, True
 
     def _next(self, message: dict[str, Any]) -> None:
@@ -342,7 +342,9 @@ class IsolatedPass:
         child.passes += 1
         self.id = child.passes
         self.stopped = False
-        send(child.sock, {"op": "pass", "id": self.id, "epoch": plan.epoch, "batches": plan.first})
+        send(
+            child.sock, {"op": "pass", "id": self.id, "epoch": plan.epoch, "batches": plan.first, "origin": plan.origin}
+        )
 
     def deliver(self, batch: int) -> Batch:
         if self.stopped:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..mapstyle import ImageDataset
-from ..order import EpochOrder, RecordOrder
+from ..order import EpochOrder, GlobalOrder, RecordOrder
 from .columns import Layout
 from .runs import SampleRuns, Stored
 from .slot import Slot
@@ -106,6 +106,14 @@ class OrderedDataset(Protocol):
         """``order``'s record indices from position ``start``."""
         ...
 
+    def global_order(self, order: EpochOrder) -> GlobalOrder:
+        """``order``'s epoch as one sequence of records, the same for every topology."""
+        ...
+
+    def order_key(self) -> dict[str, Any]:
+        """What, beside shuffle and seed, makes the global order (checked when a state is loaded)."""
+        ...
+
 
 @dataclass(frozen=True)
 class PassPlan:
@@ -121,6 +129,8 @@ class PassPlan:
         seed, rank: with the epoch and the record, each sample's random stream.
         processes, process: the pass builds the batches ``b`` with ``b % processes == process``
             (one of ``processes`` children of ``Loader(processes=k)``; 1 and 0: every batch).
+        origin: the global position the epoch's rank streams start from (a resume on another
+            world size; :class:`~iotool.loading.order.EpochOrder`).
     """
 
     epoch: int
@@ -133,6 +143,7 @@ class PassPlan:
     rank: int
     processes: int = 1
     process: int = 0
+    origin: int = 0
 
     def count(self, batch: int) -> int:
         """Samples in batch ``batch`` of the epoch."""
