@@ -337,7 +337,7 @@ def test_resume_continues_sample_for_sample_reading_nothing_skipped(built):
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_resume_of_a_sharded_dataset(built, shuffle):
     """The stream skips its first records by arithmetic (runs) or by replaying the buffer's draws."""
-    ds = iotool.open_dataset(built("tar"), transform=CenterCrop(16), shuffle=shuffle, seed=3, buffer_size=4)
+    ds = iotool.open_dataset(built("tar"), transform=CenterCrop(16), shuffle=shuffle, seed=3, window=2)
     expected = _clone(iotool.Loader(ds, batch_size=4, threads=2))
     first = iotool.Loader(ds, batch_size=4, threads=2)
     it = iter(first)
@@ -371,8 +371,10 @@ def test_the_loaders_shuffle_and_seed_apply_to_a_sharded_dataset_opened_without(
 def test_a_state_that_does_not_fit_is_refused_by_name(built):
     ds = iotool.open_dataset(built("lmdb"), transform=CenterCrop(16))
     state = iotool.Loader(ds, batch_size=3, seed=1).state_dict()
-    with pytest.raises(iotool.UsageError, match=r"batch_size=3 \(here 4\)"):
-        iotool.Loader(ds, batch_size=4, seed=1).load_state_dict(state)
+    with pytest.raises(iotool.UsageError, match=r"seed=1 \(here 2\)"):
+        iotool.Loader(ds, batch_size=3, seed=2).load_state_dict(state)
+    with pytest.raises(iotool.UsageError, match=r"drop_last=False \(here True\)"):
+        iotool.Loader(ds, batch_size=3, seed=1, drop_last=True).load_state_dict(state)
     with pytest.raises(iotool.UsageError, match="not an iotool.Loader state"):
         iotool.Loader(ds, batch_size=3).load_state_dict({"version": 1})
     with pytest.raises(iotool.UsageError, match="batches=-1"):
@@ -527,7 +529,7 @@ def test_ranks_split_as_distributed_sampler(built, even):
 
 @pytest.mark.parametrize("even", [True, False])
 def test_sharded_ranks_split_as_the_dataset_does(built, even):
-    ds = iotool.open_dataset(built("tar"), decoder=None, shuffle=True, seed=2, even=even, buffer_size=3)
+    ds = iotool.open_dataset(built("tar"), decoder=None, shuffle=True, seed=2, even=even, window=2)
     for rank in range(2):
         loader = iotool.Loader(ds, batch_size=2, rank=rank, world_size=2)
         ds.env = ShardEnv(rank, 2, 0, 1)

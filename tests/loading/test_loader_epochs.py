@@ -99,7 +99,7 @@ def test_a_state_at_exactly_the_epochs_end_resumes_to_nothing_and_one_past_is_re
     resumed = iotool.Loader(opened(dataset_path), batch_size=3, threads=2, seed=4, shuffle=True)
     resumed.load_state_dict(state)
     assert batches(resumed) == [] and resumed.state_dict()["batches"] == len(resumed)
-    with pytest.raises(UsageError, match="batches=5 but an epoch has 4"):
+    with pytest.raises(UsageError, match="batches=5 is not a count of 0 to 4"):
         resumed.load_state_dict({**state, "batches": len(resumed) + 1})
 
 

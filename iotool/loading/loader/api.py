@@ -10,10 +10,10 @@ fields (:mod:`.columns`: fixed-shape fields written into the ring like the image
 lists); for an ``(image, class)`` dataset, the images and int64 labels.
 
 - **Order** (:mod:`iotool.loading.order`): one :class:`~iotool.loading.order.EpochOrder` (shuffle,
-  seed, even, rank, world size, epoch), which the dataset turns into its records
-  (``dataset.record_order``): map-style datasets as ``DistributedSampler``; sharded ones as their
-  own split over ranks, the rank's stream read as one worker. The batches and their order never
-  depend on ``threads``.
+  seed, even, rank, world size, epoch, origin), which the dataset turns into its records
+  (``dataset.record_order``): each rank takes every ``world``-th record of the epoch's one global
+  order (map-style datasets: ``DistributedSampler``'s). The batches and their order never depend
+  on ``threads`` or ``processes``.
 - **Passes** (:mod:`.threadpass`, :mod:`.isolated`) and **rings** (:mod:`.batchring`,
   :mod:`.sharedring`) meet the Loader through the protocols of :mod:`.protocols`; the Loader
   hands them plain inputs (a :class:`~.protocols.PassPlan`) and reads back what they deliver.
@@ -23,8 +23,9 @@ lists); for an ``(image, class)`` dataset, the images and int64 labels.
   draws the same in ``ds[i]``, so DataLoader gives the same crops.
 - **Runs** (:mod:`.runs`): where the dataset and transform are iotool's, a run of samples is
   read, then cropped, resized and flipped into its rows by one C call without the GIL.
-- **Resume**: :meth:`Loader.state_dict` is the epoch and the batches delivered; loading it skips them
-  by arithmetic (nothing read).
+- **Resume**: :meth:`Loader.state_dict` is the epoch, the batches delivered and the global position
+  every rank has reached; loading it skips them by arithmetic (nothing read), on the same world
+  size or another (the rest of the epoch split over the ranks there).
 - **Errors and shutdown**: a thread's exception stops the pass and is raised in the caller,
   naming the record; breaking out, ``del``, garbage collection and Ctrl-C stop every thread.
 - **Isolation** (``isolate=True``, :mod:`iotool.loading.loader.isolated`): the same pass in one forked
@@ -46,19 +47,22 @@ import torch
 from ...errors import UsageError, checked_keywords
 from ..iterable import ShardedIterableDataset
 from ..mapstyle import ImageDataset
-from ..order import RecordOrder
+from ..mix import MixedDataset
+from ..order import EpochOrder
 from ..split import rank_world
 from .batches import Batches
 from .batchring import BatchRing
 from .columns import Layout, layout_of
 from .isolated import ChildPlan, check_isolation
+from .mixreading import MixSampleReader
 from .processes import Children, ProcessesPass
 from .protocols import OrderedDataset, Pass, PassPlan, Ring
 from .reading import SampleReader
 from .threadpass import ThreadPass
 
 ON_ERROR = (None, "raise", "skip")
-STATE_VERSION = 1
+STATE_VERSION = 2
+_READ_VERSIONS = (1, 2)  # version 1: saved before the origin and position (read as origin 0)
 MAX_THREADS = 8  # the default's cap: past it the GIL binds on every path measured
 # DataLoader's arguments, answered with the Loader's own spelling or why it has none.
 DATALOADER_ARGUMENTS = {
@@ -76,18 +80,19 @@ DATALOADER_ARGUMENTS = {
     "worker_init_fn": "the Loader's threads need no per-worker set-up; the augmentation's random "
     "numbers follow (seed, epoch, record).",
 }
-_STATE_FIELDS = ("records", "batch_size", "drop_last", "shuffle", "seed", "even", "rank", "world_size")
+_STATE_FIELDS = ("order", "drop_last", "shuffle", "seed", "even")  # must match; the place may change
+_MAX_EPOCH = 1 << 62
 
 
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"Loader.{old} is deprecated; use Loader.{new}.", DeprecationWarning, stacklevel=3)
 
 
-def _count(state: dict[str, Any], name: str) -> int:
-    """``state[name]``, which must be a count (an int of 0 or more)."""
+def _count(state: dict[str, Any], name: str, limit: int = _MAX_EPOCH, minimum: int = 0) -> int:
+    """``state[name]``, which must be an int from ``minimum`` to ``limit``."""
     value = state.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UsageError(f"cannot resume from this state: {name}={value!r} is not a count.")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= limit:
+        raise UsageError(f"cannot resume from this state: {name}={value!r:.60} is not a count of {minimum} to {limit}.")
     return value
 
 
@@ -168,7 +173,7 @@ class Loader:
     @checked_keywords(hints=DATALOADER_ARGUMENTS)
     def __init__(
         self,
-        dataset: ImageDataset | ShardedIterableDataset,
+        dataset: ImageDataset | ShardedIterableDataset | MixedDataset,
         batch_size: int = 1,
         *,
         shuffle: bool | None = None,
@@ -185,10 +190,11 @@ class Loader:
         isolate: bool = False,
         processes: int = 0,
     ):
-        if not isinstance(dataset, (ImageDataset, ShardedIterableDataset)):
+        if not isinstance(dataset, (ImageDataset, ShardedIterableDataset, MixedDataset)):
             raise UsageError(
                 f"iotool.Loader reads iotool's datasets (iotool.open_dataset: ImageDataset, "
-                f"ShardedIterableDataset); got a {type(dataset).__module__}.{type(dataset).__name__}. "
+                f"ShardedIterableDataset; iotool.mix: MixedDataset); got a "
+                f"{type(dataset).__module__:.80}.{type(dataset).__name__:.80}. "
                 f"Use torch.utils.data.DataLoader(dataset, batch_size, num_workers=N, "
                 f"collate_fn=iotool.fast_collate) for other datasets."
             )
@@ -214,8 +220,12 @@ class Loader:
             )
         self.ring: BatchRing | None = None  # the batches' memory, made on the first pass
         self.layout: Layout = layout_of(self.mapstyle if hasattr(self.mapstyle, "fields") else dataset)
-        self._reader = SampleReader(self.mapstyle, self.on_error, self.layout)
-        self._resume: tuple[int, int] | None = None  # (epoch, batches) from load_state_dict
+        self._reader: SampleReader | MixSampleReader = (
+            MixSampleReader(dataset, self.on_error, self.layout)
+            if isinstance(dataset, MixedDataset)
+            else SampleReader(self.mapstyle, self.on_error, self.layout)
+        )
+        self._resume: tuple[int, int, int] | None = None  # (epoch, batches, origin) from load_state_dict
         self._pass: Pass | None = None
         self.processes = max(_positive(processes, "processes", 0), 1 if isolate else 0)
         self.isolate = self.processes > 0
@@ -305,7 +315,10 @@ class Loader:
         return rank, world
 
     def _warn_foreign_transform(self) -> None:
-        transform = self.mapstyle.transform
+        for decoding in self._decoders():
+            self._warn_if_foreign(decoding.transform)
+
+    def _warn_if_foreign(self, transform: Any) -> None:
         parts = getattr(transform, "transforms", None) if type(transform).__name__ == "Compose" else None
         foreign = [
             t
@@ -318,7 +331,7 @@ class Loader:
                 f"it may hold the GIL (the threads then take turns; compare threads=1 with more, or use "
                 f"DataLoader(num_workers=N)) and its random numbers do not follow (seed, epoch, record).",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     # -- sizes and epochs ---------------------------------------------------------------------
@@ -327,9 +340,9 @@ class Loader:
         return self.dataset.epoch_length(self.epoch_order)
 
     def __len__(self) -> int:
-        """Batches per epoch, as DataLoader counts them."""
-        n = self.samples_per_epoch()
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        """Batches per epoch, as DataLoader counts them (after a resume on another world size: the
+        batches of the rest of the epoch)."""
+        return self._batches(self.epoch_order)
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch that seeds shuffling and augmentation; call before each epoch."""
@@ -337,33 +350,37 @@ class Loader:
         self.dataset.set_epoch(self.epoch)
         if self._resume is not None and self._resume[0] != self.epoch:
             self._resume = None  # a state saved in another epoch: this epoch starts from its start
+        if self._resume is not None:
+            self.epoch_order = self.epoch_order.resumed(self._resume[2])
 
     def order(self, epoch: int | None = None) -> np.ndarray:
-        """The record indices this rank reads in ``epoch`` (default: the current one), in order."""
+        """The record indices this rank reads in ``epoch`` (default: the current one, from where a
+        loaded state resumes it), in order."""
         order = self.epoch_order if epoch is None else self.epoch_order.at(epoch)
         return self.dataset.record_order(order).rest()
 
-    def _record_order(self, epoch: int, start: int) -> RecordOrder:
-        """``epoch``'s record indices from position ``start`` (drawn lazily for a sharded dataset)."""
-        return self.dataset.record_order(self.epoch_order.at(epoch), start)
+    def _batches(self, order: EpochOrder) -> int:
+        n = self.dataset.epoch_length(order)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def _plan(self, epoch: int, first: int) -> PassPlan:
-        batches = len(self)
+    def _plan(self, order: EpochOrder, first: int) -> PassPlan:
+        batches = self._batches(order)
         return PassPlan(
-            epoch=epoch,
+            epoch=order.epoch,
             first=first,
             batches=batches,
-            samples=min(self.samples_per_epoch(), batches * self.batch_size),
+            samples=min(self.dataset.epoch_length(order), batches * self.batch_size),
             batch_size=self.batch_size,
             threads=self.threads,
             seed=self.seed,
             rank=self.rank,
+            origin=order.origin,
         )
 
     # -- resume ---------------------------------------------------------------------------------
     def _fields(self) -> dict[str, Any]:
         return {
-            "records": len(self.mapstyle),
+            "order": self.dataset.order_key(),
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
             "shuffle": self.shuffle,
@@ -373,55 +390,105 @@ class Loader:
             "world_size": self.world_size,
         }
 
+    def _total(self, order: EpochOrder) -> int:
+        """Positions in ``order``'s global order (every record once)."""
+        return len(self.dataset.global_order(order))
+
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader is: the epoch and the batches delivered in it (small, JSON-serialisable).
+        """Where the loader is (small, JSON-serialisable): the epoch, the batches delivered in it,
+        the global position the epoch's rank streams started from (``origin``) and the one every
+        rank has reached after them (``position``: synchronous ranks consumed exactly the epoch's
+        records before it). Any rank's state resumes every rank, on any world size.
 
         Before a pass starts it is where that pass will start (a loaded state, or the epoch's start).
         """
         if self._resume is not None:
-            epoch, batches = self._resume
+            epoch, batches, origin = self._resume
         elif self._pass is not None:
-            epoch, batches = self._pass.plan.epoch, self._pass.delivered
+            epoch, batches, origin = self._pass.plan.epoch, self._pass.delivered, self._pass.plan.origin
         else:
-            epoch, batches = self.epoch, 0
+            epoch, batches, origin = self.epoch, 0, 0
+        order = self.epoch_order.at(epoch).resumed(origin)
+        total = self._total(order)
+        complete = batches >= self._batches(order)  # what drop_last left is not read in this epoch
+        position = total if complete else order.consumed(total, batches * self.batch_size)
         return {
             "version": STATE_VERSION,
             "loader": "iotool.Loader",
             "epoch": epoch,
             "batches": batches,
+            "origin": origin,
+            "position": position,
+            "records": len(self.mapstyle),
             **self._fields(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from a :meth:`state_dict`: the next pass is its epoch, from the batch after the
-        last one delivered, and reads none of the records before it.
+        """Resume from a :meth:`state_dict` saved by any rank: the next pass is its epoch, from
+        where every rank was, and reads none of the records before it.
+
+        On the world size and batch size it was saved with, the pass continues from the batch after
+        the last one delivered. On another world size (or batch size), the rest of the epoch (every
+        record of its global order from the saved ``position`` on) is split over the ranks here by
+        the same rule, so across the two runs every record is read once (with ``even``, padded as
+        an epoch is); ``len(loader)`` is then the batches of that rest.
 
         Raises:
-            UsageError: not a Loader state, or one saved with other options (each named).
+            UsageError: not a Loader state, one saved with other options or on another dataset
+                (each named), or one whose numbers do not fit this dataset.
         """
         if (
             not isinstance(state, dict)
-            or state.get("version") != STATE_VERSION
+            or state.get("version") not in _READ_VERSIONS
             or state.get("loader") != "iotool.Loader"
         ):
             raise UsageError(
                 f"not an iotool.Loader state of version {STATE_VERSION} (got a "
-                f"{type(state).__name__}); pass what Loader.state_dict() returned."
+                f"{type(state).__name__:.40}); pass what Loader.state_dict() returned."
             )
+        epoch, batches, origin = self._saved_place(state)
+        self.epoch_order = self.epoch_order.at(epoch).resumed(origin)
+        self.dataset.set_epoch(epoch)
+        self._resume = (epoch, batches, origin)
+
+    def _saved_place(self, state: dict[str, Any]) -> tuple[int, int, int]:
+        """(epoch, first batch, origin) of a loaded state, here; checks every number of it."""
         here = self._fields()
-        bad = [k for k in _STATE_FIELDS if state.get(k) != here[k]]
+        saved = dict(state)
+        if saved["version"] == 1:  # saved before topology-free orders: map-style orders are unchanged
+            if isinstance(self.dataset, ShardedIterableDataset) and (saved.get("shuffle") or self.world_size > 1):
+                raise UsageError(
+                    "cannot resume from this state: it was saved by an older iotool whose sharded order "
+                    "(shuffled, or over several ranks) differs from today's; start the epoch again (set_epoch)."
+                )
+            saved = {**saved, "order": {**here["order"], "records": saved.get("records")}, "origin": 0}
+        bad = [k for k in _STATE_FIELDS if saved.get(k) != here[k]]
         if bad:
-            diffs = ", ".join(f"{k}={state.get(k)!r} (here {here[k]!r})" for k in bad)
+            diffs = ", ".join(f"{k}={saved.get(k)!r:.80} (here {here[k]!r:.80})" for k in bad)
             raise UsageError(
                 f"cannot resume from this state: it was saved with {diffs}; open the "
                 f"dataset and the Loader as when it was saved."
             )
-        epoch, batches = _count(state, "epoch"), _count(state, "batches")
-        if batches > len(self):
-            raise UsageError(f"cannot resume from this state: batches={batches} but an epoch has {len(self)}.")
-        self.epoch_order = self.epoch_order.at(epoch)
-        self.dataset.set_epoch(epoch)
-        self._resume = (epoch, batches)
+        epoch = _count(saved, "epoch")
+        world = _count(saved, "world_size", 1 << 20, 1)
+        size = _count(saved, "batch_size", 1 << 30, 1)
+        order = self.epoch_order.at(epoch).placed(0, world).resumed(0)
+        total = self._total(order)
+        origin = _count(saved, "origin", total)
+        saved_order = replace(order, origin=origin)
+        batches = _count(saved, "batches", -(-saved_order.length(total) // size))
+        if saved["version"] == 1:
+            saved["position"] = saved_order.consumed(total, batches * size)
+        position = _count(saved, "position", total)
+        expected = {saved_order.consumed(total, batches * size), total}
+        if position not in expected:
+            raise UsageError(
+                f"cannot resume from this state: position={position} does not follow from origin={origin}, "
+                f"batches={batches}, batch_size={size} and world_size={world}."
+            )
+        if (world, size) == (self.world_size, self.batch_size):
+            return epoch, batches, origin  # the same split: continue from the next batch
+        return epoch, 0, position
 
     # -- iteration --------------------------------------------------------------------------------
     @property
@@ -447,26 +514,29 @@ class Loader:
             self._pass.stop(wait=True)  # one pass at a time: a new iter() ends the last one
             if self._pass.alive():
                 self.ring = None  # a thread still finishing a sample may write its old slot
-        first = 0
+        first, origin = 0, 0
         if self._resume is not None:
-            first = self._resume[1]
+            _, first, origin = self._resume
             self._resume = None
+        self.epoch_order = self.epoch_order.resumed(origin)  # a loaded state resumes this pass only
         if self.isolate:
             if self._children is None:
                 self._children = Children(self._child_plan, self.processes)
-            self._pass = ProcessesPass(self._children, self._plan(self.epoch, first), self.pin_memory)
+            self._pass = ProcessesPass(self._children, self._plan(self.epoch_order, first), self.pin_memory)
         else:
             if self.ring is None:
                 self.ring = self.new_ring()
-            self._pass = self._thread_pass(self.ring, self.epoch, first)
+            self._pass = self._thread_pass(self.ring, self.epoch, first, origin)
         return Batches(self._pass)
 
-    def _thread_pass(self, ring: Ring, epoch: int, first: int, process: int = 0) -> ThreadPass:
-        """A thread pass over ``epoch`` from batch ``first``, writing into ``ring`` (here, or in
-        child ``process``: then only that child's batches)."""
-        order = self._record_order(epoch, first * self.batch_size)
-        plan = replace(self._plan(epoch, first), processes=max(1, self.processes), process=process)
-        return ThreadPass(plan, ring, order, self._reader)
+    def _thread_pass(self, ring: Ring, epoch: int, first: int, origin: int = 0, process: int = 0) -> ThreadPass:
+        """A thread pass over ``epoch`` from batch ``first`` of the rank streams starting at global
+        position ``origin``, writing into ``ring`` (here, or in child ``process``: then only that
+        child's batches)."""
+        order = self.epoch_order.at(epoch).resumed(origin)
+        records = self.dataset.record_order(order, first * self.batch_size)
+        plan = replace(self._plan(order, first), processes=max(1, self.processes), process=process)
+        return ThreadPass(plan, ring, records, self._reader)
 
     def _child_plan(self, process: int) -> ChildPlan:
         """What child ``process`` is given at its fork."""
@@ -480,7 +550,7 @@ class Loader:
             batch_size=self.batch_size,
             keep=self.keep,
             layout=self.layout,
-            start=lambda ring, epoch, first: self._thread_pass(ring, epoch, first, process),
+            start=lambda ring, epoch, first, origin: self._thread_pass(ring, epoch, first, origin, process),
             skipped=lambda: self._reader.skipped,
             warm=warm,
         )
@@ -488,11 +558,17 @@ class Loader:
     def _warm(self) -> None:
         """Reopen the handles inherited across the fork (an LMDB environment, an HDF5 file) in one
         thread: the readers open them lazily once per process, and threads racing to do it collide."""
-        if len(self.mapstyle):
-            try:
-                self.mapstyle.reader.read(0)
-            except Exception:
-                pass
+        for decoding in self._decoders():
+            if len(decoding):
+                try:
+                    decoding.reader.read(0)
+                except Exception:
+                    pass
+
+    def _decoders(self) -> list[ImageDataset]:
+        """The map-style datasets that decode this loader's records (a mix: one per source)."""
+        sources = self.dataset.sources if isinstance(self.dataset, MixedDataset) else (self.dataset,)
+        return [source.mapstyle for source in sources]
 
     def sample(self, index: int) -> tuple[Any, ...]:
         """Record ``index`` decoded and transformed: its elements in :attr:`fields` order, then the
