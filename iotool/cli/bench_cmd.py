@@ -1,4 +1,4 @@
-"""``iotool bench decode|read|loader``: parse options, run :mod:`iotool.bench`, render tables."""
+"""``iotool bench decode|read|loader|shuffle``: parse options, run :mod:`iotool.bench`, render tables."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from ..errors import UsageError
+from .bench_shuffle import shuffle
 from .common import choice, console, err_console, handle_errors, human_bytes, progress_line, say, shown, write_json
 from .helptext import Command, Group
 
@@ -498,3 +499,4 @@ app.command("read", no_args_is_help=True, cls=Command, short_help="Time a datase
 app.command(
     "loader", no_args_is_help=True, cls=Command, short_help="Every format against torchvision's ImageFolder pipeline"
 )(loader)
+app.command("shuffle", no_args_is_help=True, cls=Command, short_help="How mixed a shuffled read's batches are")(shuffle)
