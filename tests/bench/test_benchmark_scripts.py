@@ -680,3 +680,21 @@ def test_peers_runs_each_contestant_right_after_a_baseline_epoch_in_rotated_orde
     with pytest.raises(TimeoutError, match="ran past 1 s"):
         peers.rate(hangs())
     assert time.perf_counter() - start < 10
+
+
+@smoke("shuffle_quality.py")
+def test_shuffle_quality_scores_real_shards_and_the_simulation_alike(tmp_path):
+    figures = {}
+    for mode in ("real", "simulate"):
+        out = tmp_path / f"{mode}.json"
+        args = ["--smoke", "--json", out] + (["--simulate"] if mode == "simulate" else [])
+        proc = run_script("shuffle_quality.py", *args)
+        assert "classes/batch" in proc.stdout
+        figures[mode] = json.loads(out.read_text())["rows"]
+    real = {(r["written"], r["window"]): r for r in figures["real"]}
+    sorted_one = real["source", 1]  # class-sorted shards of 6 (4 classes x 12), one shard at a time
+    assert sorted_one["distinct"] < 2.5 and sorted_one["ratio_distinct"] < 0.7
+    assert real["source", 0]["ratio_distinct"] > sorted_one["ratio_distinct"]
+    assert sorted_one["shards_per_batch"] <= 2.0 and sorted_one["order_bytes"] == 8 * 6
+    simulated = {(r["written"], r["window"]): r for r in figures["simulate"]}
+    assert simulated["source", 1]["distinct"] < 2.5 and simulated["shuffled", 1]["ratio_distinct"] > 0.6
