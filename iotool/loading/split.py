@@ -98,8 +98,8 @@ class WindowOrder:
             order = np.random.default_rng(_words(seed, epoch)).permutation(shards)
         self.shard_order = order
         self.window = shards if window <= 0 else window
-        self.starts = np.array([ranges[s].start for s in order], dtype=np.int64)  # first record of each
-        counts = np.array([len(ranges[s]) for s in order], dtype=np.int64)
+        self.starts = np.array([ranges[s].start for s in order.tolist()], dtype=np.int64)  # first record of each
+        counts = np.array([len(ranges[s]) for s in order.tolist()], dtype=np.int64)
         self.ends = np.cumsum(counts)  # positions [ends[k-1], ends[k]) are shard order[k]'s
         self.total = int(self.ends[-1]) if shards else 0
         self._cached: tuple[int, np.ndarray] | None = None

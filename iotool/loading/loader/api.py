@@ -58,11 +58,10 @@ from .mixreading import MixSampleReader
 from .processes import Children, ProcessesPass
 from .protocols import OrderedDataset, Pass, PassPlan, Ring
 from .reading import SampleReader
+from .resume import Here, resume_point, saved_state
 from .threadpass import ThreadPass
 
 ON_ERROR = (None, "raise", "skip")
-STATE_VERSION = 2
-_READ_VERSIONS = (1, 2)  # version 1: saved before the origin and position (read as origin 0)
 MAX_THREADS = 8  # the default's cap: past it the GIL binds on every path measured
 # DataLoader's arguments, answered with the Loader's own spelling or why it has none.
 DATALOADER_ARGUMENTS = {
@@ -80,20 +79,10 @@ DATALOADER_ARGUMENTS = {
     "worker_init_fn": "the Loader's threads need no per-worker set-up; the augmentation's random "
     "numbers follow (seed, epoch, record).",
 }
-_STATE_FIELDS = ("order", "drop_last", "shuffle", "seed", "even")  # must match; the place may change
-_MAX_EPOCH = 1 << 62
 
 
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"Loader.{old} is deprecated; use Loader.{new}.", DeprecationWarning, stacklevel=3)
-
-
-def _count(state: dict[str, Any], name: str, limit: int = _MAX_EPOCH, minimum: int = 0) -> int:
-    """``state[name]``, which must be an int from ``minimum`` to ``limit``."""
-    value = state.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= limit:
-        raise UsageError(f"cannot resume from this state: {name}={value!r:.60} is not a count of {minimum} to {limit}.")
-    return value
 
 
 def default_threads() -> int:
@@ -408,20 +397,11 @@ class Loader:
             epoch, batches, origin = self._pass.plan.epoch, self._pass.delivered, self._pass.plan.origin
         else:
             epoch, batches, origin = self.epoch, 0, 0
-        order = self.epoch_order.at(epoch).resumed(origin)
-        total = self._total(order)
-        complete = batches >= self._batches(order)  # what drop_last left is not read in this epoch
-        position = total if complete else order.consumed(total, batches * self.batch_size)
-        return {
-            "version": STATE_VERSION,
-            "loader": "iotool.Loader",
-            "epoch": epoch,
-            "batches": batches,
-            "origin": origin,
-            "position": position,
-            "records": len(self.mapstyle),
-            **self._fields(),
-        }
+        return saved_state(self._here(), epoch, batches, origin, self._batches, len(self.mapstyle))
+
+    def _here(self) -> Here:
+        sharded = isinstance(self.dataset, ShardedIterableDataset)
+        return Here(self._fields(), self.epoch_order, self._total, sharded and (self.shuffle or self.world_size > 1))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from a :meth:`state_dict` saved by any rank: the next pass is its epoch, from
@@ -437,58 +417,10 @@ class Loader:
             UsageError: not a Loader state, one saved with other options or on another dataset
                 (each named), or one whose numbers do not fit this dataset.
         """
-        if (
-            not isinstance(state, dict)
-            or state.get("version") not in _READ_VERSIONS
-            or state.get("loader") != "iotool.Loader"
-        ):
-            raise UsageError(
-                f"not an iotool.Loader state of version {STATE_VERSION} (got a "
-                f"{type(state).__name__:.40}); pass what Loader.state_dict() returned."
-            )
-        epoch, batches, origin = self._saved_place(state)
+        epoch, batches, origin = resume_point(state, self._here())
         self.epoch_order = self.epoch_order.at(epoch).resumed(origin)
         self.dataset.set_epoch(epoch)
         self._resume = (epoch, batches, origin)
-
-    def _saved_place(self, state: dict[str, Any]) -> tuple[int, int, int]:
-        """(epoch, first batch, origin) of a loaded state, here; checks every number of it."""
-        here = self._fields()
-        saved = dict(state)
-        if saved["version"] == 1:  # saved before topology-free orders: map-style orders are unchanged
-            if isinstance(self.dataset, ShardedIterableDataset) and (saved.get("shuffle") or self.world_size > 1):
-                raise UsageError(
-                    "cannot resume from this state: it was saved by an older iotool whose sharded order "
-                    "(shuffled, or over several ranks) differs from today's; start the epoch again (set_epoch)."
-                )
-            saved = {**saved, "order": {**here["order"], "records": saved.get("records")}, "origin": 0}
-        bad = [k for k in _STATE_FIELDS if saved.get(k) != here[k]]
-        if bad:
-            diffs = ", ".join(f"{k}={saved.get(k)!r:.80} (here {here[k]!r:.80})" for k in bad)
-            raise UsageError(
-                f"cannot resume from this state: it was saved with {diffs}; open the "
-                f"dataset and the Loader as when it was saved."
-            )
-        epoch = _count(saved, "epoch")
-        world = _count(saved, "world_size", 1 << 20, 1)
-        size = _count(saved, "batch_size", 1 << 30, 1)
-        order = self.epoch_order.at(epoch).placed(0, world).resumed(0)
-        total = self._total(order)
-        origin = _count(saved, "origin", total)
-        saved_order = replace(order, origin=origin)
-        batches = _count(saved, "batches", -(-saved_order.length(total) // size))
-        if saved["version"] == 1:
-            saved["position"] = saved_order.consumed(total, batches * size)
-        position = _count(saved, "position", total)
-        expected = {saved_order.consumed(total, batches * size), total}
-        if position not in expected:
-            raise UsageError(
-                f"cannot resume from this state: position={position} does not follow from origin={origin}, "
-                f"batches={batches}, batch_size={size} and world_size={world}."
-            )
-        if (world, size) == (self.world_size, self.batch_size):
-            return epoch, batches, origin  # the same split: continue from the next batch
-        return epoch, 0, position
 
     # -- iteration --------------------------------------------------------------------------------
     @property

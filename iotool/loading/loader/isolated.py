@@ -92,7 +92,7 @@ class ChildPlan:
     batch_size: int
     keep: int
     layout: Layout
-    start: Callable[[SharedRing, int, int], ThreadPass]
+    start: Callable[[SharedRing, int, int, int], ThreadPass]
     skipped: Callable[[], int]
     warm: Callable[[], None]
 
