@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 SOURCE_CHOICES = source_choices()
 ON_ERROR = ["fail", "skip"]
 ENGINES = ["local", "ray"]
+ORDERS = ["shuffled", "source"]  # iotool.pipeline.order.ORDERS (not imported: the help loads no pipeline)
 
 
 def convert(
@@ -124,6 +125,24 @@ def convert(
             min=1, help="Sharded formats (tar): start a new shard before its payloads exceed this many bytes."
         ),
     ] = None,
+    order: Annotated[
+        str | None,
+        typer.Option(
+            parser=choice(ORDERS),
+            metavar="shuffled|source",
+            help="The order records are written in (keys, classes and labels are the same in both). "
+            "shuffled: a permutation drawn from --order-seed, so each shard holds a random sample of the classes; "
+            "from local files it costs no measurable time, but the source is read in random order instead of "
+            "sequentially (webdataset and tfrecord-files sources: a seek per record). "
+            "source: the source's order (class-sorted for an imagefolder: a sharded read's shuffle buffer then "
+            "mixes only the shards it has open). Default: shuffled for formats read as shards (tar, tfrecord), "
+            "source for the others and for parquet sources (out of order, a worker reads a whole row group per "
+            "row).",
+        ),
+    ] = None,
+    order_seed: Annotated[
+        int, typer.Option(min=0, help="The seed of --order shuffled: the same seed gives the same order.")
+    ] = 0,
     option: Annotated[
         list[str] | None,
         typer.Option(
@@ -234,6 +253,8 @@ def convert(
             quality=quality,
             seekable=seekable,
             resume=resume,
+            order=order,
+            order_seed=order_seed,
             progress=callback,
             engine=engine,
             ray_address=ray_address,

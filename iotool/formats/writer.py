@@ -37,9 +37,10 @@ class WriterHooks:
 class FormatWriter(ABC):
     """Writes records, in order, into a temporary path that the pipeline renames into place.
 
-    The pipeline calls ``add`` once per record in source order (``record.index`` is dense,
-    ``record.position`` is its place in the source), then ``finish`` with the metadata; on
-    any failure it calls ``abort`` and removes (or, for resume, keeps) the temporary path.
+    The pipeline calls ``add`` once per record in write order (``record.index`` is dense,
+    ``record.position`` is its place in the write order: the source's, or a permutation of it),
+    then ``finish`` with the metadata; on any failure it calls ``abort`` and removes (or, for
+    resume, keeps) the temporary path.
 
     Resume contract (formats with ``resumable = True``): at every durable commit the writer
     stores ``hooks.checkpoint.state(records committed, source positions covered)`` inside its

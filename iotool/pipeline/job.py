@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .._version import __version__
 from ..errors import Remedy
 from ..fields import Schema, SchemaObserver
 from ..formats import FormatOptions, FormatSpec
 from ..records import DatasetMeta, SkippedFile
+from .order import WriteOrder
 from .prepare import PayloadOptions
-from .sources import Source
+from .sources import Source, SourceTask
 
 ON_ERROR_CHOICES = ("fail", "skip")
 SKIP_BAD_FILES = Remedy(
@@ -72,11 +73,20 @@ class Job:
     workers: int = 1
     ray_address: str | None = None
     progress: Callable[[Progress], None] | None = None
+    order: WriteOrder = field(default_factory=WriteOrder)
     start: float = field(default_factory=time.perf_counter)
     observer: SchemaObserver = field(init=False)
+    _tasks: Sequence[SourceTask] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.observer = SchemaObserver(self.payload.schema)
+
+    def tasks(self) -> Sequence[SourceTask]:
+        """The source's tasks in write order (:mod:`iotool.pipeline.order`): every engine takes
+        them from here; a position is an index into this sequence."""
+        if self._tasks is None:
+            self._tasks = self.order.arrange(self.source.tasks())
+        return self._tasks
 
     @property
     def schema(self) -> Schema:
@@ -85,7 +95,7 @@ class Job:
 
     def options(self) -> dict[str, Any]:
         """The conversion options as stored in the metadata and fingerprinted for resume."""
-        return {**self.payload.as_dict(), **self.given_options}
+        return {**self.payload.as_dict(), **self.given_options, **self.order.options()}
 
     def meta(self, count: int, skipped: list[SkippedFile], **extra: Any) -> DatasetMeta:
         """The dataset metadata for ``count`` stored records."""

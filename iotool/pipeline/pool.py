@@ -1,4 +1,4 @@
-"""The local worker processes of a conversion: chunks of tasks in, results out in source order."""
+"""The local worker processes of a conversion: chunks of tasks in, results out in task order."""
 
 from __future__ import annotations
 

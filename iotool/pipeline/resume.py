@@ -26,6 +26,7 @@ class Checkpoint:
     """
 
     fingerprint: str
+    order: dict[str, Any] = field(default_factory=dict)  # the write order's options ({}: source order)
     source_done: int = 0
     count: int = 0
     skipped: list[list] = field(default_factory=list)
@@ -46,6 +47,8 @@ class Checkpoint:
             "count": count,
             "skipped": [s for s in self.skipped if s[0] < source_done],
         }
+        if self.order:  # stored to name it when a resume asks for another order (not otherwise: as before)
+            state["order"] = self.order
         if source_done in self._bytes_before:
             state["bytes_in"] = self._bytes_before[source_done]
         self._bytes_before = {p: n for p, n in self._bytes_before.items() if p >= source_done}
@@ -63,9 +66,24 @@ def fingerprint(src_format: str, root: str, tasks: Sequence, options: dict[str, 
     return hashlib.sha256(json.dumps(job, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+def _order_text(order: Any) -> str:
+    """'shuffled order, seed 3' or 'source order', from a checkpoint's (untrusted) order entry."""
+    if not isinstance(order, dict) or not order:
+        return "source order"
+    name, seed = str(order.get("order"))[:40], str(order.get("order_seed"))[:40]
+    return f"{name} order (--order {name} --order-seed {seed})"
+
+
 def restore(writer: FormatWriter, checkpoint: Checkpoint, state: dict[str, Any]) -> None:
     """Check that the partial output belongs to this job and continue from its checkpoint."""
     if state.get("fingerprint") != checkpoint.fingerprint:
+        written = state.get("order") or {}
+        if written != checkpoint.order:
+            raise ResumeMismatch(
+                f"The partial output was written in {_order_text(written)}; this run asks for "
+                f"{_order_text(checkpoint.order)}. It is kept: resume it with the order it was written in "
+                "(--order, --order-seed), or run again without --resume to start over."
+            )
         raise ResumeMismatch(
             "The partial output was made from a different source or with different options; "
             "it is kept: resume it with the source and options it was made with, or run "

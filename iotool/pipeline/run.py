@@ -1,7 +1,8 @@
 """``convert()``: check the options, pick the engine and the destination, and run the job.
 
 source -> pool of worker processes (read, validate, optionally resize / re-encode) -> writer,
-in source order, into a destination that shows the output only when it is complete.
+in write order (:mod:`iotool.pipeline.order`), into a destination that shows the output only
+when it is complete.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..storage.units import human_bytes
 from .destination import Destination, LocalDestination, UrlDestination
 from .engines import get_engine
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
+from .order import choose_order
 from .overwrite import check_apart
 from .prepare import PayloadOptions
 from .resume import ResumeMismatch
@@ -44,6 +46,8 @@ def convert(
     quality: int = 90,
     seekable: bool = False,
     resume: bool = False,
+    order: str | None = None,
+    order_seed: int = 0,
     progress: Callable[[Progress], None] | None = None,
     engine: str = "local",
     ray_address: str | None = None,
@@ -83,6 +87,14 @@ def convert(
             ``dst`` from its last commit, instead of starting over (formats that declare resume).
             Every run into such a format leaves one when it is interrupted or killed after its
             first commit, given ``resume`` or not; a run without ``resume`` removes it and starts over.
+        order: the order the records are written in: ``shuffled`` (a permutation of the source
+            order drawn from ``order_seed``, so that each shard holds a random sample of the
+            classes) or ``source``. Default: ``shuffled`` for formats read as shards in sequence
+            (``FormatSpec.iterable``: tar, tfrecord), unless the source kind is read cheaply
+            only in sequence (``SourceKind.sequential``: parquet); ``source`` otherwise. Keys,
+            classes and labels are the same in every order; a shuffled order and its seed are
+            stored in the metadata's options and are part of what ``resume`` checks.
+        order_seed: the seed of the shuffled order (the same seed, the same order).
         progress: called with a :class:`Progress` after every record (Ray: after every task).
         engine: ``local`` (a process pool on this machine) or ``ray`` (sharded formats only:
             shard-sized tasks on a Ray cluster, see :mod:`iotool.pipeline.engines.ray`).
@@ -142,6 +154,7 @@ def convert(
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if source.options_dict():  # stored (and fingerprinted) only for sources that take options
         given["source_options"] = source.options_dict()
+    write_order = choose_order(order, order_seed, spec, kind.sequential)
     job = Job(
         source,
         spec,
@@ -154,6 +167,7 @@ def convert(
         workers=workers,
         ray_address=ray_address,
         progress=progress,
+        order=write_order,
     )
     return _run(job, runner, dest)
 

@@ -45,7 +45,7 @@ def converted(source, tmp_path_factory):
     out = {}
     for fmt in ALL:
         dst = tmp_path_factory.mktemp(fmt) / "out"
-        iotool.convert(source, dst, fmt, workers=2, **options_for(fmt, resize=RESIZE))
+        iotool.convert(source, dst, fmt, workers=2, order="source", **options_for(fmt, resize=RESIZE))
         out[fmt] = dst
     return out
 
@@ -121,7 +121,7 @@ def test_pickled_dataset_reads_the_same(fmt, converted):
 @pytest.mark.parametrize("fmt", ALL)
 def test_unknown_format_version_is_refused(fmt, source, tmp_path):
     dst = tmp_path / "out"
-    iotool.convert(source, dst, fmt, workers=0, **options_for(fmt))
+    iotool.convert(source, dst, fmt, workers=0, order="source", **options_for(fmt))
     rewrite_meta(fmt, dst, format_version=7)
     with pytest.raises(FormatVersionError, match=f"{fmt} format version 7 is not supported"):
         iotool.open_dataset(dst)
@@ -140,7 +140,7 @@ def bad_source(tmp_path):
 @pytest.mark.parametrize("fmt", ALL)
 def test_on_error_and_overwrite_behave_the_same_for_every_format(fmt, bad_source, tmp_path):
     dst = tmp_path / "out" / "ds"
-    options = options_for(fmt)
+    options = options_for(fmt, order="source")  # the first bad file in source order fails the run
     with pytest.raises(ConversionError, match="empty.png"):
         iotool.convert(bad_source, dst, fmt, workers=2, **options)
     assert listdir_all(tmp_path / "out") == []
@@ -159,7 +159,9 @@ def test_on_error_and_overwrite_behave_the_same_for_every_format(fmt, bad_source
 def test_conversion_between_formats_keeps_everything(src_fmt, dst_fmt, converted, tmp_path):
     src = converted[src_fmt]
     dst = tmp_path / "out"
-    iotool.convert(src, dst, dst_fmt, src_format=src_fmt, workers=2, **options_for(dst_fmt, resize=RESIZE))
+    iotool.convert(
+        src, dst, dst_fmt, src_format=src_fmt, workers=2, order="source", **options_for(dst_fmt, resize=RESIZE)
+    )
     a, b = iotool.open_reader(src), iotool.open_reader(dst)
     assert (a.keys, a.labels, a.classes, a.class_to_idx) == (b.keys, b.labels, b.classes, b.class_to_idx)
     s, d = get_format(src_fmt), get_format(dst_fmt)

@@ -40,7 +40,7 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
     out = {}
     for fmt in FORMATS:
         dst = root / "data" / f"{fmt}-ds"
-        iotool.convert(root / "src", dst, fmt, **options_for(fmt))
+        iotool.convert(root / "src", dst, fmt, order="source", **options_for(fmt))
         (root / "data" / f"link-{fmt}-ds").symlink_to(dst.name)
         out[fmt] = dst
     return out
@@ -77,7 +77,7 @@ def test_convert_between_relative_paths(fmt, datasets, tmp_path, monkeypatch):
     """A relative SRC (ImageFolder and an iotool dataset) and a relative DST."""
     write_tree(tmp_path / "images", {"a": 2, "b": 1}, seed=3)
     monkeypatch.chdir(tmp_path)
-    iotool.convert("images/", f"out-{fmt}", fmt, **options_for(fmt))
+    iotool.convert("images/", f"out-{fmt}", fmt, order="source", **options_for(fmt))
     assert len(iotool.open_reader(f"./out-{fmt}")) == 3
     os.symlink(datasets[fmt], "linked")
     iotool.convert("linked/" if datasets[fmt].is_dir() else "linked", "again", "lmdb", src_format=fmt)

@@ -194,7 +194,7 @@ def _convert(tmp: Path, fmt: str, name: str) -> Path:
     """Convert the sample ImageFolder to ``fmt`` in-process, at ``tmp/name``."""
     dst = tmp / name / (f"out.{fmt}" if fmt == "hdf5" else "out")
     dst.parent.mkdir(parents=True)
-    iotool.convert(SAMPLE, dst, fmt, workers=0, **OPTIONS[fmt])
+    iotool.convert(SAMPLE, dst, fmt, workers=0, order="source", **OPTIONS[fmt])
     return dst
 
 

@@ -33,7 +33,7 @@ def source(tmp_path_factory):
 @pytest.fixture(scope="module")
 def shards(source, tmp_path_factory):
     dst = tmp_path_factory.mktemp("tf") / "shards"
-    iotool.convert(source, dst, FMT, workers=0, shard_size=5)
+    iotool.convert(source, dst, FMT, workers=0, shard_size=5, order="source")
     return dst
 
 
@@ -395,6 +395,7 @@ def test_files_written_by_the_tfrecord_package_convert(foreign, to):
         workers=0,
         src_format="tfrecord-files",
         source_options={"label_file": str(tmp / "labels.txt"), "fields": "class"},  # image/format left out
+        order="source",
         **get_format(to).example_options,
     )
     assert report.count == 10
@@ -491,6 +492,8 @@ def test_cli_converts_tfrecord_files_with_source_options(foreign):
             "fields=class",
             "-o",
             "label_offset=1",
+            "--order",
+            "source",
             "-q",
         ],
     )
@@ -520,8 +523,8 @@ def test_ray_engine_writes_the_same_shards_and_idx_files(source, tmp_path):
 
 
 def test_tar_converts_to_tfrecord_and_back(source, tmp_path):
-    iotool.convert(source, tmp_path / "tar", "tar", workers=0, shard_size=4)
-    iotool.convert(tmp_path / "tar", tmp_path / "tf", FMT, src_format="tar", workers=0)
+    iotool.convert(source, tmp_path / "tar", "tar", workers=0, shard_size=4, order="source")
+    iotool.convert(tmp_path / "tar", tmp_path / "tf", FMT, src_format="tar", workers=0, order="source")
     iotool.convert(tmp_path / "tf", tmp_path / "h5", "hdf5", src_format=FMT, workers=0)
     a, b = iotool.open_reader(tmp_path / "tar"), iotool.open_reader(tmp_path / "h5")
     assert (list(a.keys), list(a.labels), list(a.checksums)) == (list(b.keys), list(b.labels), list(b.checksums))

@@ -29,7 +29,7 @@ def _stored(path) -> list[dict[str, bytes]]:
 def test_format_to_format_keeps_every_field_and_its_checksum(src, dst, tmp_path):
     schema = schema_of(*EVERY_KIND)
     convert_fields(tmp_path / "a", src, schema)
-    iotool.convert(tmp_path / "a", tmp_path / "b", dst, src_format=src, workers=0)
+    iotool.convert(tmp_path / "a", tmp_path / "b", dst, src_format=src, workers=0, order="source")
     a, b = iotool.open_reader(tmp_path / "a"), iotool.open_reader(tmp_path / "b")
     assert b.schema == a.schema and b.keys == a.keys and list(b.labels) == list(a.labels)
     assert _stored(tmp_path / "b") == _stored(tmp_path / "a")
@@ -41,7 +41,7 @@ def test_format_to_format_keeps_every_field_and_its_checksum(src, dst, tmp_path)
 def test_resize_and_seekable_change_the_image_and_leave_other_fields(change, tmp_path):
     schema = schema_of("txt", "emb", "boxes", with_class=False)
     convert_fields(tmp_path / "a", "lmdb", schema)
-    iotool.convert(tmp_path / "a", tmp_path / "b", "tar", src_format="lmdb", workers=0, **change)
+    iotool.convert(tmp_path / "a", tmp_path / "b", "tar", src_format="lmdb", workers=0, order="source", **change)
     a, b = iotool.open_reader(tmp_path / "a"), iotool.open_reader(tmp_path / "b")
     unmoved = ("txt", "emb") if "resize" in change else ("txt", "emb", "boxes")
     assert [{n: v for n, v in r.items() if n in unmoved} for r in _stored(tmp_path / "b")] == [

@@ -12,12 +12,13 @@ import json
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+import numpy as np
 import pytest
 
 import iotool
 from iotool import open_reader
 from iotool.errors import ConversionError
-from iotool.pipeline.sources import source_choices, source_names
+from iotool.pipeline.sources import get_source, source_choices, source_names
 
 from ..conftest import FORMATS, formats_where, get_format, make_image, options_for, options_with_units
 from ..pipeline.test_engines_ray import cluster, needs_ray  # noqa: F401  (the module's Ray cluster)
@@ -198,7 +199,7 @@ def build_dataset(fmt: str) -> Callable:
         if unsafe or (bad is not None and get_format(fmt).needs_resize):
             pytest.skip(f"a {fmt} dataset cannot hold an unsafe key or an undecodable image")
         tree = build_imagefolder(folder / "tree", bad, False)
-        iotool.convert(tree.src, folder / "ds", fmt, workers=0, validate=False, **options_for(fmt))
+        iotool.convert(tree.src, folder / "ds", fmt, workers=0, validate=False, order="source", **options_for(fmt))
         return Built(str(folder / "ds"), {}, tree.keys, CLASSES, fmt)
 
     return build
@@ -217,9 +218,20 @@ BUILDERS: dict[str, Callable] = {
 KINDS = source_choices()
 
 
+def written_order(reader, keys: list[str]) -> list[str]:
+    """The source's keys in the order the output says it was written: the source order, or the
+    permutation ``numpy.random.default_rng(order_seed).permutation`` of it."""
+    options = reader.meta.options
+    if options.get("order") != "shuffled":
+        return list(keys)
+    return [keys[i] for i in np.random.default_rng(options["order_seed"]).permutation(len(keys))]
+
+
 def check_output(dst: Path, built: Built, fmt: str, skipped: set[str] = frozenset()) -> None:
     reader = open_reader(dst)
-    expected = [k for k in built.keys if k not in skipped]
+    shuffled = get_format(fmt).iterable and not get_source(built.src_format).sequential  # the default order
+    assert reader.meta.options.get("order") == ("shuffled" if shuffled else None)
+    expected = [k for k in written_order(reader, built.keys) if k not in skipped]
     assert list(reader.keys) == expected
     assert reader.classes == built.classes
     labels = [CLASSES.index(cls) if built.classes else -1 for cls, _ in RECORDS]

@@ -249,7 +249,9 @@ def test_converts_into_every_format_with_keys_labels_and_bytes(tmp_path, fmt):
     data = samples(5)
     path = tmp_path / "train.lmdb"
     write_pickled_lmdb(path, data, "dict", protocol=2)
-    report = iotool.convert(path, tmp_path / "out", fmt, src_format="pickled-lmdb", workers=0, **options_for(fmt))
+    report = iotool.convert(
+        path, tmp_path / "out", fmt, src_format="pickled-lmdb", workers=0, order="source", **options_for(fmt)
+    )
     assert report.count == 5 and report.classes == 3
     reader = open_reader(tmp_path / "out")
     assert reader.classes == ["0", "1", "2"] and reader.meta.options["source_format"] == "pickled-lmdb"

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 class LocalEngine(Engine):
-    """Reads, validates and prepares in ``job.workers`` processes; one writer stores in source order."""
+    """Reads, validates and prepares in ``job.workers`` processes; one writer stores in write order."""
 
     name = "local"
     keeps_partial = True
@@ -29,8 +29,10 @@ class LocalEngine(Engine):
             raise UsageError(f"--resume works for the formats that can resume ({can}), not {spec.name}.")
 
     def run(self, job: Job, dest: Destination) -> EngineResult:
-        tasks = job.source.tasks()
-        checkpoint = Checkpoint(fingerprint(job.src_format, job.source.root, tasks, job.options(), job.spec.name))
+        tasks = job.tasks()
+        checkpoint = Checkpoint(
+            fingerprint(job.src_format, job.source.root, tasks, job.options(), job.spec.name), job.order.options()
+        )
         adopted = dest.adopt() if job.resume else None
         writer = job.spec.writer(
             dest.work_path, job.format_options, WriterHooks(checkpoint, dest.on_unit_closed, job.payload.schema)
@@ -51,7 +53,7 @@ class LocalEngine(Engine):
 
 
 def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint) -> int:
-    """Feed the writer in source order from the checkpoint on; return the bytes read, those of
+    """Feed the writer in write order (``tasks``) from the checkpoint on; return the bytes read, those of
     the positions before the checkpoint (read by the run it resumes) included."""
     bytes_in = checkpoint.bytes_in
     checkpoint.read_up_to(checkpoint.source_done, bytes_in)

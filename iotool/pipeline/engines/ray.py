@@ -1,10 +1,11 @@
 """The Ray engine: a sharded format's conversion as one task per shard on a Ray cluster.
 
 The work is split by the format's :class:`~iotool.formats.plan.ShardPlan`: task k takes the
-source samples at positions ``[k * S, (k + 1) * S)``, reads, validates and resizes them exactly
-as a local worker does (:func:`iotool.pipeline.prepare.process_chunk`), and writes its unit
-straight into the destination, under a temporary name renamed when complete, so a task that
-dies leaves at most a temporary, and a retried task renames a complete unit over the same name.
+source samples at positions ``[k * S, (k + 1) * S)`` of the write order (``Job.tasks``, the
+same as a local run's), reads, validates and resizes them exactly as a local worker does
+(:func:`iotool.pipeline.prepare.process_chunk`), and writes its unit straight into the
+destination, under a temporary name renamed when complete, so a task that dies leaves at most
+a temporary, and a retried task renames a complete unit over the same name.
 
 Each task returns its part of the index. The driver merges the parts in order, removes every
 temporary left by a dead attempt, and writes the index last, only when every task is done.
@@ -106,7 +107,7 @@ def run_tasks(job: Job, plan: ShardPlan, out: OutputDir) -> tuple[EngineResult, 
     after its retries (the error of the task is kept as the cause).
     """
     ray = _import_ray()
-    tasks = job.source.tasks()
+    tasks = job.tasks()
     size = plan.task_size(job.format_options)
     names = plan.plan_names([t.key for t in tasks])
     started = _connect(ray, job.ray_address)

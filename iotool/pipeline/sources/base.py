@@ -112,6 +112,9 @@ class SourceKind:
             :func:`fixed_prefix` gives the folder it starts in (for the SRC/DST overlap check).
         src_help: what SRC is, for help texts.
         extra: the optional dependency the kind needs, as ``(pip extra, (module, ...))``.
+        sequential: reading the tasks out of order costs far more than in order (a worker holds
+            one large block at a time), so conversions keep the source order unless asked
+            (:mod:`iotool.pipeline.order`).
     """
 
     name: str
@@ -121,6 +124,7 @@ class SourceKind:
     pattern: bool = False
     src_help: str = "a path"
     extra: tuple[str, tuple[str, ...]] | None = None
+    sequential: bool = False
 
     def parse_options(self, given: dict[str, Any] | None) -> SourceOptions:
         """This kind's typed options; unknown ones are refused, naming the kind's options."""

@@ -489,4 +489,5 @@ SOURCE = SourceKind(
     pattern=True,
     src_help="a quoted glob of Parquet files, e.g. 'data/train-*.parquet'",
     extra=("parquet", ("pyarrow",)),
+    sequential=True,  # a worker reads a whole row group for its rows: out of order, one per row
 )
