@@ -48,6 +48,7 @@ _LAZY = {
     "Loader": ("loading.loader.api", "Loader"),
     "mix": ("loading.mix", "mix"),
     "MixedDataset": ("loading.mix", "MixedDataset"),
+    "ElasticSampler": ("loading.sampler", "ElasticSampler"),
     "Schema": ("fields", "Schema"),
     "FieldSpec": ("fields", "FieldSpec"),
 }
@@ -70,6 +71,7 @@ __all__ = [
     "DestinationError",
     "DestinationExistsError",
     "DestinationLockedError",
+    "ElasticSampler",
     "FieldSpec",
     "FormatError",
     "FormatVersionError",

@@ -227,7 +227,7 @@ def resume_position(saved: Any, here: dict[str, Any], total: int) -> tuple[int, 
     if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION:
         version = saved.get("version") if isinstance(saved, dict) else None
         raise UsageError(
-            f"not a ShardedIterableDataset state of version {STATE_VERSION} (got a {type(saved).__name__:.40}, "
+            f"not an iotool dataset or sampler state of version {STATE_VERSION} (got a {type(saved).__name__:.40}, "
             f"version {version!r:.20}); pass what state_dict() returned (a state of version 1, saved before "
             f"the sharded order became topology-free, cannot be placed in the new order: start the epoch again)."
         )

@@ -203,3 +203,61 @@ def test_stateful_dataloader_with_one_worker_per_rank_resumes_on_another_world_s
         tail += [_digest(img) for batch in loader for img in batch[0]]
     seen = collections.Counter(head + tail)
     assert len(seen) == 31 and set(seen.values()) == {1}
+
+
+def test_elastic_sampler_is_distributed_samplers_order():
+    from torch.utils.data import DistributedSampler
+
+    from iotool.loading.mapstyle import ImageDataset
+
+    class Sized(ImageDataset):  # only its length is asked
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+    for n, world, even in ((30, 4, True), (30, 4, False), (7, 3, True), (5, 8, True)):
+        for rank in range(world):
+            ours = iotool.ElasticSampler(Sized(n), seed=SEED, rank=rank, world_size=world, even=even)
+            ours.set_epoch(EPOCH)
+            theirs = DistributedSampler(range(n), num_replicas=world, rank=rank, seed=SEED, drop_last=False)
+            theirs.set_epoch(EPOCH)
+            expected = list(theirs) if even else list(range(n))
+            if not even:  # DistributedSampler always pads: compare with its permutation, unpadded
+                import torch
+
+                g = torch.Generator()
+                g.manual_seed(SEED + EPOCH)
+                expected = torch.randperm(n, generator=g).tolist()[rank::world]
+            assert list(ours) == expected and len(ours) == len(expected)
+
+
+def test_stateful_dataloader_with_the_elastic_sampler_resumes_on_another_world_size(sources):
+    """A map-style dataset through StatefulDataLoader(num_workers=2): saved on 4 ranks after two
+    batches, resumed on 3 and on 6; every record once."""
+    path = str(sources["lmdb"])
+
+    def loader(rank, world):
+        ds = iotool.open_dataset(path, transform=CenterCrop(16))
+        sampler = iotool.ElasticSampler(ds, seed=SEED, even=False, rank=rank, world_size=world)
+        sampler.set_epoch(EPOCH)
+        return sampler, StatefulDataLoader(
+            ds, batch_size=BATCH, sampler=sampler, num_workers=2, collate_fn=iotool.fast_collate
+        )
+
+    head = []
+    for rank in range(4):
+        _, run = loader(rank, 4)
+        it = iter(run)
+        head += [_digest(img) for _ in range(STEPS) for img in next(it)[0]]
+        state = json.loads(json.dumps(run.state_dict()))
+        del it
+    for world in (3, 6):
+        tail = []
+        for rank in range(world):
+            sampler, run = loader(rank, world)
+            run.load_state_dict(state)
+            tail += [_digest(img) for batch in run for img in batch[0]]
+        seen = collections.Counter(head + tail)
+        assert len(seen) == 30 and set(seen.values()) == {1}, world

@@ -358,5 +358,5 @@ def test_dataset_state_round_trip_without_a_loader(shards):
         resumed = dataset()
         resumed.load_state_dict(json.loads(json.dumps(ds.state_dict())))
         assert head + [d for d, _ in resumed] == full, k
-    with pytest.raises(UsageError, match="not a ShardedIterableDataset state"):
+    with pytest.raises(UsageError, match="not an iotool dataset or sampler state"):
         dataset().load_state_dict({"epoch": 2})
