@@ -166,5 +166,5 @@ class ShardedIterableDataset(ReaderInfo, OrderedStream):
         fields = "" if default else f", fields={'all' if ms.as_dict else ms.fields!r}"
         return (
             f"{type(self).__name__}({self.reader.path!r}, shards={len(self.reader.shard_ranges())}, "
-            f"n={len(self.reader)}, shuffle={self.shuffle}, even={self.even}{fields}{cache})"
+            f"n={len(self.reader)}, shuffle={self.shuffle}, window={self.window}, even={self.even}{fields}{cache})"
         )

@@ -277,8 +277,8 @@ class MixedDataset(OrderedStream):
         self.schema: Schema = first.schema
         self.classes, self._label_maps = merge_classes(self.sources)
         self.class_to_idx = {name: k for k, name in enumerate(self.classes)}
+        self._cached: tuple[tuple[bool, int, int], MixOrder] | None = None  # one epoch's order
         self.init_order(shuffle, seed, even, env)
-        self._cached: tuple[tuple[bool, int, int], MixOrder] | None = None
 
     @property
     def mapstyle(self) -> ImageDataset:

@@ -36,6 +36,18 @@ class OrderedStream(IterableDataset):
         self._pending: dict[str, Any] | None = None  # the state the next pass starts from
         self._pass: tuple[dict[str, Any], WorkerStream] | None = None  # the running (or last) pass
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the running pass (a DataLoader worker starts its own) and without a
+        cached epoch order (a worker makes the one it reads)."""
+        state = self.__dict__.copy()
+        state["_pass"] = None
+        state.pop("_cached", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_cached", None)
+
     # -- what a subclass says ------------------------------------------------------------------
     def global_order(self, order: EpochOrder) -> GlobalOrder:
         """``order``'s epoch as one sequence of record indices, the same on every rank."""
