@@ -261,3 +261,22 @@ def test_stateful_dataloader_with_the_elastic_sampler_resumes_on_another_world_s
             tail += [_digest(img) for batch in run for img in batch[0]]
         seen = collections.Counter(head + tail)
         assert len(seen) == 30 and set(seen.values()) == {1}, world
+
+
+@pytest.mark.parametrize("kind", ["tar", "mix"])
+def test_a_resumed_rank_reads_the_same_batches_in_threads_and_in_a_child(sources, kind):
+    """The origin of a resume on another world size reaches the processes=k children."""
+    paths = {k: str(v) for k, v in sources.items()}
+    saved = iotool.Loader(_open(kind, paths), batch_size=BATCH, shuffle=True, seed=SEED, rank=0, world_size=4)
+    saved.set_epoch(EPOCH)
+    _batches(saved, STEPS)
+    state = saved.state_dict()
+    found = []
+    for options in ({"threads": 2}, {"processes": 2, "threads": 1}):
+        loader = iotool.Loader(
+            _open(kind, paths), batch_size=BATCH, shuffle=True, seed=SEED, rank=1, world_size=3, **options
+        )
+        loader.load_state_dict(state)
+        found.append(_batches(loader, None))
+        loader.close()
+    assert found[0] == found[1] and len(found[0]) == len(range(1, sum(_whole_epoch(kind, paths).values()) - 24, 3))
