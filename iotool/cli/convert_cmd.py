@@ -136,8 +136,8 @@ def convert(
             "sequentially (webdataset and tfrecord-files sources: a seek per record). "
             "source: the source's order (class-sorted for an imagefolder: a sharded read's shuffle buffer then "
             "mixes only the shards it has open). Default: shuffled for formats read as shards (tar, tfrecord), "
-            "source for the others and for parquet sources (out of order, a worker reads a whole row group per "
-            "row).",
+            "source for the others. A parquet source is shuffled by row groups (each one's rows together, "
+            "permuted): as cheap as its source order, each shard as mixed as its row groups.",
         ),
     ] = None,
     order_seed: Annotated[

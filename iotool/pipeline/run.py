@@ -90,10 +90,13 @@ def convert(
         order: the order the records are written in: ``shuffled`` (a permutation of the source
             order drawn from ``order_seed``, so that each shard holds a random sample of the
             classes) or ``source``. Default: ``shuffled`` for formats read as shards in sequence
-            (``FormatSpec.iterable``: tar, tfrecord), unless the source kind is read cheaply
-            only in sequence (``SourceKind.sequential``: parquet); ``source`` otherwise. Keys,
-            classes and labels are the same in every order; a shuffled order and its seed are
-            stored in the metadata's options and are part of what ``resume`` checks.
+            (``FormatSpec.iterable``: tar, tfrecord), ``source`` otherwise. A source kind read in
+            blocks (``SourceKind.block_of``: parquet's row groups) is shuffled by blocks: the
+            blocks in a random order, each block's records together in a random order, so it is
+            read as cheaply as in source order (a shard is then as mixed as its blocks). Keys,
+            classes and labels are the same in every order; a shuffled order, its seed (and
+            ``order_blocks``) are stored in the metadata's options and are part of what
+            ``resume`` checks.
         order_seed: the seed of the shuffled order (the same seed, the same order).
         progress: called with a :class:`Progress` after every record (Ray: after every task).
         engine: ``local`` (a process pool on this machine) or ``ray`` (sharded formats only:
@@ -154,7 +157,7 @@ def convert(
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if source.options_dict():  # stored (and fingerprinted) only for sources that take options
         given["source_options"] = source.options_dict()
-    write_order = choose_order(order, order_seed, spec, kind.sequential)
+    write_order = choose_order(order, order_seed, spec, kind.block_of)
     job = Job(
         source,
         spec,

@@ -1,7 +1,8 @@
 """The write order: formats read as shards get a seeded random order, the others the source's.
 
-Real conversions of a class-sorted ImageFolder (4 classes x 12 images); the shards are read back
-with the real ``webdataset`` package and iotool's readers.
+Real conversions of a class-sorted ImageFolder (4 classes x 12 images), and of the same classes as a
+class-sorted Parquet file (shuffled by row groups); the shards are read back with the real
+``webdataset`` package and iotool's readers.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import signal
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -19,7 +21,7 @@ from iotool.cli import app
 from iotool.errors import UsageError
 from iotool.formats import get_format
 
-from ..conftest import dataset_files, formats_where, options_with_units, write_tree
+from ..conftest import dataset_files, formats_where, make_image, options_with_units, write_tree
 
 SHARDED = [f for f in formats_where(lambda s: s.iterable) if not get_format(f).missing_extra()]
 MAP_STYLE = formats_where(lambda s: not s.iterable)
@@ -54,8 +56,8 @@ def source_keys(tree_and_keys) -> list[str]:
     return keys
 
 
-def convert(tree: Path, dst: Path, fmt: str, **options) -> iotool.ConversionReport:
-    """``tree`` converted to ``fmt`` in units (shards, commits) of one class's size."""
+def convert(tree: Path | str, dst: Path, fmt: str, **options) -> iotool.ConversionReport:
+    """``tree`` (an ImageFolder unless ``src_format`` says) converted to ``fmt`` in units (shards, commits) of one class's size."""
     return iotool.convert(tree, dst, fmt, workers=0, **options_with_units(fmt, PER_CLASS, **options))
 
 
@@ -158,10 +160,117 @@ def test_skipped_files_and_progress_in_a_shuffled_order(tree, tmp_path):
     assert "bee/img_002.jpg" not in iotool.open_reader(str(tmp_path / "out")).keys
 
 
+# --- a source read in blocks (parquet: row groups) ---------------------------------------------
+
+GROUP = 6  # rows per row group: each class's 12 rows in two row groups of one class
+
+
+@pytest.fixture(scope="module")
+def class_sorted_parquet(tmp_path_factory) -> str:
+    """A class-sorted Parquet file in the Hugging Face layout: 4 classes x 12 rows, row groups of 6
+    (each one class); its keys are ``train.parquet#ROW``."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path_factory.mktemp("parquet") / "train.parquet"
+    rows = [
+        (c, make_image(900 + i, (24, 16)))
+        for i, c in enumerate(c for c in range(len(CLASSES)) for _ in range(PER_CLASS))
+    ]
+    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table(
+        {
+            "image": pa.array([{"bytes": d, "path": None} for _, d in rows], struct),
+            "label": pa.array([c for c, _ in rows], pa.int64()),
+        }
+    )
+    pq.write_table(table, path, row_group_size=GROUP)
+    assert pq.ParquetFile(path).metadata.num_row_groups == len(CLASSES) * PER_CLASS // GROUP
+    return str(path)
+
+
+def rows_written(dst: Path) -> list[int]:
+    """The Parquet rows in the order the output holds them."""
+    return [int(key.rpartition("#")[2]) for key in iotool.open_reader(str(dst)).keys]
+
+
+def runs(rows: list[int]) -> list[list[int]]:
+    """``rows`` cut where the row group changes: one run per row group when each is kept together."""
+    out: list[list[int]] = []
+    for row in rows:
+        if out and out[-1][0] // GROUP == row // GROUP:
+            out[-1].append(row)
+        else:
+            out.append([row])
+    return out
+
+
+def test_a_parquet_source_is_shuffled_by_row_groups_by_default(class_sorted_parquet, tmp_path):
+    dst = tmp_path / "out"
+    report = convert(class_sorted_parquet, dst, WEBDATASET, src_format="parquet")
+    rows = rows_written(dst)
+    n = len(CLASSES) * PER_CLASS
+    assert sorted(rows) == list(range(n)) and report.count == n  # every key exactly once
+    groups = runs(rows)
+    order = [run[0] // GROUP for run in groups]
+    assert sorted(order) == list(range(n // GROUP))  # each row group together, written once
+    assert order != sorted(order)  # in a permuted order, not the source's
+    for run in groups:  # each row group's rows all there, in a permuted order
+        assert sorted(run) == list(range(run[0] // GROUP * GROUP, (run[0] // GROUP + 1) * GROUP)) and run != sorted(run)
+    reader = iotool.open_reader(str(dst))
+    assert reader.labels == [row // PER_CLASS for row in rows]  # labels follow their rows
+    assert reader.meta.options["order"] == "shuffled" and reader.meta.options["order_seed"] == 0
+    assert reader.meta.options["order_blocks"] is True  # what the metadata says was done
+    shards = shard_classes(dst)  # a shard of 12 holds two row groups: as mixed as they are
+    assert [sorted(set(s)) for s in shards] == [
+        sorted({order[2 * k] // 2, order[2 * k + 1] // 2}) for k in range(len(shards))
+    ]
+
+
+def test_a_parquet_shuffle_by_row_groups_follows_its_seed(class_sorted_parquet, tmp_path):
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        convert(class_sorted_parquet, tmp_path / name, WEBDATASET, src_format="parquet", order_seed=seed)
+    assert rows_written(tmp_path / "a") == rows_written(tmp_path / "b") != rows_written(tmp_path / "c")
+    assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
+    assert [r[0] // GROUP for r in runs(rows_written(tmp_path / "a"))] != [
+        r[0] // GROUP for r in runs(rows_written(tmp_path / "c"))
+    ]  # another seed, another order of the row groups
+    assert len(runs(rows_written(tmp_path / "c"))) == len(CLASSES) * PER_CLASS // GROUP
+
+
+def test_a_parquet_source_in_source_order_or_into_a_map_style_format(class_sorted_parquet, tmp_path):
+    convert(class_sorted_parquet, tmp_path / "s", WEBDATASET, src_format="parquet", order="source")
+    assert rows_written(tmp_path / "s") == list(range(len(CLASSES) * PER_CLASS))
+    assert "order" not in iotool.open_reader(str(tmp_path / "s")).meta.options
+    convert(class_sorted_parquet, tmp_path / "m", MAP_STYLE[0], src_format="parquet", order="shuffled")
+    convert(class_sorted_parquet, tmp_path / "t", WEBDATASET, src_format="parquet")
+    assert rows_written(tmp_path / "m") == rows_written(tmp_path / "t")  # one order, whatever the format
+
+
+def test_a_per_record_source_keeps_its_plain_permutation(tree, tmp_path, source_keys):
+    """A source read record by record is each record its own block: the plain permutation."""
+    convert(tree, tmp_path / "out", WEBDATASET, order_seed=3)
+    reader = iotool.open_reader(str(tmp_path / "out"))
+    assert reader.keys == [source_keys[i] for i in np.random.default_rng(3).permutation(len(source_keys))]
+    assert "order_blocks" not in reader.meta.options
+
+
+def test_a_resumed_parquet_conversion_continues_its_order(class_sorted_parquet, tmp_path):
+    whole = tmp_path / "whole"
+    convert(class_sorted_parquet, whole, WEBDATASET, src_format="parquet", order_seed=2)
+    dst = tmp_path / "out"
+    killed(class_sorted_parquet, dst, 30, src_format="parquet", order_seed=2)
+    report = convert(class_sorted_parquet, dst, WEBDATASET, src_format="parquet", order_seed=2, resume=True)
+    assert report.resumed_from == 2 * PER_CLASS
+    assert shard_bytes(dst) == shard_bytes(whole)
+    killed(class_sorted_parquet, tmp_path / "src", 30, src_format="parquet", order="source")
+    with pytest.raises(UsageError, match="written in source order; this run asks for shuffled order"):
+        convert(class_sorted_parquet, tmp_path / "src", WEBDATASET, src_format="parquet", resume=True)
+
+
 # --- resume --------------------------------------------------------------------------------------
 
 
-def killed(tree: Path, dst: Path, after: int, **options) -> None:
+def killed(tree: Path | str, dst: Path, after: int, **options) -> None:
     """A conversion SIGKILLed after ``after`` source files, in a forked child: the partial output
     of a dead process, as ``resume`` finds it."""
     pid = os.fork()
@@ -250,16 +359,20 @@ except ImportError:
 
 @pytest.mark.ray
 @pytest.mark.skipif(ray is None, reason="the ray extra is not installed: pip install 'iotool[ray]'")
-def test_the_ray_engine_writes_the_local_order(tree, tmp_path):
+def test_the_ray_engine_writes_the_local_order(tree, class_sorted_parquet, tmp_path):
     assert ray is not None
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", object_store_memory=200 << 20)
     try:
         convert(tree, tmp_path / "ray", WEBDATASET, engine="ray", order_seed=9)
+        convert(class_sorted_parquet, tmp_path / "ray-pq", WEBDATASET, src_format="parquet", engine="ray", order_seed=9)
     finally:
         ray.shutdown()
     convert(tree, tmp_path / "local", WEBDATASET, order_seed=9)
-    assert iotool.open_reader(str(tmp_path / "ray")).keys == iotool.open_reader(str(tmp_path / "local")).keys
-    ray_files, local_files = shard_bytes(tmp_path / "ray"), shard_bytes(tmp_path / "local")
-    for files in (ray_files, local_files):
-        files.pop("index.json")  # they differ by the engine's name
-    assert ray_files == local_files
+    convert(class_sorted_parquet, tmp_path / "local-pq", WEBDATASET, src_format="parquet", order_seed=9)
+    for ray_dst, local_dst in (("ray", "local"), ("ray-pq", "local-pq")):
+        assert iotool.open_reader(str(tmp_path / ray_dst)).keys == iotool.open_reader(str(tmp_path / local_dst)).keys
+        ray_files, local_files = shard_bytes(tmp_path / ray_dst), shard_bytes(tmp_path / local_dst)
+        for files in (ray_files, local_files):
+            files.pop("index.json")  # they differ by the engine's name
+        assert ray_files == local_files
+    assert len(runs(rows_written(tmp_path / "ray-pq"))) == len(CLASSES) * PER_CLASS // GROUP  # by row groups

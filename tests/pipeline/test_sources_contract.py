@@ -18,7 +18,7 @@ import pytest
 import iotool
 from iotool import open_reader
 from iotool.errors import ConversionError
-from iotool.pipeline.sources import get_source, source_choices, source_names
+from iotool.pipeline.sources import source_choices, source_names
 
 from ..conftest import FORMATS, formats_where, get_format, make_image, options_for, options_with_units
 from ..pipeline.test_engines_ray import cluster, needs_ray  # noqa: F401  (the module's Ray cluster)
@@ -37,6 +37,7 @@ class Built(NamedTuple):
     src_format: str
     unsafe: str | None = None  # the key iotool.names refuses, when one was asked for
     fields: bool = False  # the records hold fields besides image + class (no class: labels -1)
+    blocks: list | None = None  # per key, the block it is read in (a kind read in blocks), else None
 
 
 def records(bad: int | None) -> list[tuple[str, bytes]]:
@@ -106,10 +107,13 @@ def build_parquet(folder: Path, bad, unsafe) -> Built:
     rows = records(bad)
     write("a.parquet", rows)
     keys = [f"a.parquet#{i}" for i in range(len(rows))]
+    blocks = [("a", i // 4) for i in range(len(rows))]  # row groups of 4
     if unsafe:
         write(f"{UNSAFE}.parquet", RECORDS[:1])
         keys.append(f"{UNSAFE}.parquet#0")
-    return Built(str(folder / "*.parquet"), {}, keys, CLASSES, "parquet", f"{UNSAFE}.parquet#0" if unsafe else None)
+        blocks.append((UNSAFE, 0))
+    unsafe_key = f"{UNSAFE}.parquet#0" if unsafe else None
+    return Built(str(folder / "*.parquet"), {}, keys, CLASSES, "parquet", unsafe_key, blocks=blocks)
 
 
 def build_webdataset(folder: Path, bad, unsafe) -> Built:
@@ -218,20 +222,29 @@ BUILDERS: dict[str, Callable] = {
 KINDS = source_choices()
 
 
-def written_order(reader, keys: list[str]) -> list[str]:
+def written_order(reader, built: Built) -> list[str]:
     """The source's keys in the order the output says it was written: the source order, or the
-    permutation ``numpy.random.default_rng(order_seed).permutation`` of it."""
-    options = reader.meta.options
+    permutation ``numpy.random.default_rng(order_seed).permutation`` of it; for a kind read in
+    blocks, the blocks so permuted, then each block's keys, from the same generator."""
+    options, keys = reader.meta.options, built.keys
     if options.get("order") != "shuffled":
         return list(keys)
-    return [keys[i] for i in np.random.default_rng(options["order_seed"]).permutation(len(keys))]
+    rng = np.random.default_rng(options["order_seed"])
+    assert options.get("order_blocks", False) == (built.blocks is not None)
+    if built.blocks is None:
+        return [keys[i] for i in rng.permutation(len(keys))]
+    blocks: dict = {}
+    for key, block in zip(keys, built.blocks):
+        blocks.setdefault(block, []).append(key)
+    members = list(blocks.values())
+    return [members[b][i] for b in rng.permutation(len(members)) for i in rng.permutation(len(members[b]))]
 
 
 def check_output(dst: Path, built: Built, fmt: str, skipped: set[str] = frozenset()) -> None:
     reader = open_reader(dst)
-    shuffled = get_format(fmt).iterable and not get_source(built.src_format).sequential  # the default order
+    shuffled = get_format(fmt).iterable  # the default order
     assert reader.meta.options.get("order") == ("shuffled" if shuffled else None)
-    expected = [k for k in written_order(reader, built.keys) if k not in skipped]
+    expected = [k for k in written_order(reader, built) if k not in skipped]
     assert list(reader.keys) == expected
     assert reader.classes == built.classes
     labels = [CLASSES.index(cls) if built.classes else -1 for cls, _ in RECORDS]

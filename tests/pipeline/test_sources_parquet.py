@@ -116,6 +116,7 @@ def test_plain_pyarrow_files_binary_column_row_groups_and_a_label_file(tmp_path)
         src_format="parquet",
         workers=2,
         shard_size=4,
+        order="source",  # the rows by position (the default shuffles by row groups: test_convert_order)
         source_options={"image_column": "jpg", "label_column": "cls", "label_file": str(tmp_path / "names.txt")},
     )
     assert report.count == 10

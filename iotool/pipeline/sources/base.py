@@ -10,7 +10,7 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, ClassVar, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Hashable, Protocol, Sequence
 
 from ...errors import SourceError, UsageError
 from ...fields import MAX_UNIQUE_CLASS_VALUES, FieldSpec, Schema
@@ -112,9 +112,11 @@ class SourceKind:
             :func:`fixed_prefix` gives the folder it starts in (for the SRC/DST overlap check).
         src_help: what SRC is, for help texts.
         extra: the optional dependency the kind needs, as ``(pip extra, (module, ...))``.
-        sequential: reading the tasks out of order costs far more than in order (a worker holds
-            one large block at a time), so conversions keep the source order unless asked
-            (:mod:`iotool.pipeline.order`).
+        block_of: for a kind read in blocks (a worker holds one large block at a time, so
+            reading its tasks out of order costs far more than in order), the block of a task
+            (any hashable value). A shuffled
+            write order keeps each block's tasks together (:mod:`iotool.pipeline.order`).
+            None: every task is read on its own.
     """
 
     name: str
@@ -124,7 +126,7 @@ class SourceKind:
     pattern: bool = False
     src_help: str = "a path"
     extra: tuple[str, tuple[str, ...]] | None = None
-    sequential: bool = False
+    block_of: Callable[[Any], Hashable] | None = None
 
     def parse_options(self, given: dict[str, Any] | None) -> SourceOptions:
         """This kind's typed options; unknown ones are refused, naming the kind's options."""

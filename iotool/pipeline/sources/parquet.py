@@ -481,6 +481,11 @@ class RowGroupReader:
         return read_source_file(full)
 
 
+def row_group_of(task: ParquetRow) -> tuple[str, int]:
+    """The block a row is read in: its file's row group."""
+    return task.path, task.group
+
+
 SOURCE = SourceKind(
     "parquet",
     "Parquet files in the Hugging Face layout (an Image struct or binary column, a label)",
@@ -489,5 +494,5 @@ SOURCE = SourceKind(
     pattern=True,
     src_help="a quoted glob of Parquet files, e.g. 'data/train-*.parquet'",
     extra=("parquet", ("pyarrow",)),
-    sequential=True,  # a worker reads a whole row group for its rows: out of order, one per row
+    block_of=row_group_of,  # a worker reads a whole row group for its rows: shuffled by row groups
 )
