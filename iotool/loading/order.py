@@ -78,7 +78,8 @@ class EpochOrder:
         shuffle: reshuffle every epoch.
         seed: seeds the shuffle (with ``epoch``).
         even: pad every rank to the same length (DDP); False: every record exactly once.
-        rank, world_size: this process's place among the ranks.
+        rank: this process's rank.
+        world_size: the ranks.
         epoch: the epoch, which reseeds the shuffle.
         origin: the global position this epoch's rank streams start from: 0, or where a resumed
             run (saved on any world size) left the epoch.

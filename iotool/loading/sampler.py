@@ -38,7 +38,8 @@ class ElasticSampler(Sampler[int]):
         seed: seeds the permutation.
         even: pad every rank to the same length with the epoch's first records (the default, as
             ``DistributedSampler``); False: every record exactly once, the last ranks one shorter.
-        rank, world_size: this process's place; None: from torch.distributed, else RANK/WORLD_SIZE.
+        rank: this process's rank; None: from torch.distributed, else RANK.
+        world_size: the ranks; None: from torch.distributed, else WORLD_SIZE.
     """
 
     def __init__(
