@@ -116,8 +116,9 @@ def open_dataset(
         ram_cache_fallback: when the RAM cache does not fit, log a warning and run as without it
             (fused decoding, no ``ram_cache_resize``) instead of raising
             :class:`~iotool.loading.ramcache.CacheMemoryError`.
-        cache, cache_resize, cache_fallback: deprecated spellings (``cache="ram"`` is ``ram_cache=True``,
-            the others ``ram_cache_resize`` and ``ram_cache_fallback``); they warn with a DeprecationWarning.
+        cache: deprecated: ``cache="ram"`` is ``ram_cache=True`` (warns with a DeprecationWarning).
+        cache_resize: deprecated: ``ram_cache_resize`` (warns with a DeprecationWarning).
+        cache_fallback: deprecated: ``ram_cache_fallback`` (warns with a DeprecationWarning).
         fields: what a sample is (the dataset's fields: ``iotool info PATH`` lists them). None (the
             default): ``(image, label)`` on a dataset with a class, as before fields existed, else
             a tuple of the image and every field; a sequence of names: a tuple of those, in that

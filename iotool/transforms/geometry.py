@@ -195,7 +195,8 @@ def move_boxes(
         boxes: (N, 4) boxes in ``box_format`` on the stored image's canvas.
         box_format: ``"XYXY"``, ``"XYWH"`` or ``"CXCYWH"`` (torchvision's names).
         record: what the transforms did (an empty record leaves the boxes as they are, all kept).
-        min_size, min_area: the ``SanitizeBoundingBoxes`` thresholds (torchvision's defaults).
+        min_size: a kept box's smallest side, as ``SanitizeBoundingBoxes`` (torchvision's default).
+        min_area: a kept box's smallest area, as ``SanitizeBoundingBoxes`` (torchvision's default).
 
     Returns:
         ``(moved, keep)``: float32 (N, 4) boxes in ``box_format`` on the final canvas, clamped to

@@ -102,7 +102,7 @@ def build_site(dest: Path) -> None:
     """``mkdocs build --strict`` of the repository's site into ``dest``."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(dest)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(dest)],
         cwd=REPO,
         env=env,
         capture_output=True,

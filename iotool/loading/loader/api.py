@@ -144,7 +144,8 @@ class Loader:
             dataset's ``max_skips``), ``"raise"``, or None: the dataset's ``on_error``.
         even: pad every rank to the same length (map-style as ``DistributedSampler``'s padding);
             None: the sharded dataset's setting, else False (every record exactly once).
-        rank, world_size: this process's place; None: from torch.distributed, else RANK/WORLD_SIZE.
+        rank: this process's rank; None: from torch.distributed, else the RANK variable.
+        world_size: the number of ranks; None: from torch.distributed, else WORLD_SIZE.
         isolate: run the threads in one child process (forked on the first ``iter()``, kept across
             epochs) writing into one shared-memory ring, so they do not share the GIL with the
             training loop (:mod:`iotool.loading.loader.isolated`; Linux only). The same as
