@@ -367,7 +367,7 @@ def summary_table(report: ConversionReport) -> Table:
     """The end-of-run summary table."""
     table = Table(show_header=False)
     table.add_column(style="bold")
-    table.add_column(justify="right")
+    table.add_column()  # left: a value that wraps (the fields) reads from its start
     rows = [
         ("images", f"{report.count:,}"),
         ("classes", str(report.classes)),

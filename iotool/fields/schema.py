@@ -200,6 +200,18 @@ def _per_box_problem(spec: FieldSpec) -> str | None:
     return name_problem(spec.per_box or "")
 
 
+def dtype_name(descr: str | None) -> str | None:
+    """numpy's name of a stored dtype (``"<f4"`` -> ``"float32"``, ``"|u1"`` -> ``"uint8"``)."""
+    if descr is None:
+        return None
+    import numpy as np
+
+    try:
+        return np.dtype(descr).name
+    except (TypeError, ValueError):
+        return descr
+
+
 def _check_dtype(descr: str, name: str, where: str) -> None:
     import numpy as np
 
@@ -319,12 +331,18 @@ class Schema:
         return tuple(f.name for f in self.fields if f.per_box == boxes)
 
     def describe(self) -> str:
-        """One line for ``info``: ``image, class, txt (text), json (json)``."""
+        """One line for ``info``: ``image, class, txt (text), emb (array float32 [4]), tags (array
+        int32, ragged)``: numpy's dtype names; ragged where the records' shapes differ."""
         parts = [IMAGE]
         for f in self.fields:
             detail = f.kind
             if f.kind == "array":
-                detail += f" {f.dtype or '?'} {list(f.shape) if f.shape is not None else 'ragged'}"
+                if f.dtype is not None:
+                    detail += f" {dtype_name(f.dtype)}"
+                if f.shape is not None:
+                    detail += f" {list(f.shape)}"
+                elif f.per_box is None:
+                    detail += ", ragged"
             elif f.kind == "boxes":
                 detail += f" {f.box_format}"
             if f.per_box is not None:

@@ -39,5 +39,5 @@ def test_a_dataset_with_fields_lists_each_with_its_kind(fmt, tmp_path):
     assert info["fields"][2]["dtype"] == "<f4" and info["fields"][2]["shape"] == [4]
     table = runner.invoke(app, ["info", str(dst)])
     assert table.exit_code == 0, table.output
-    described = "fields image, class, txt (text), emb (array <f4 [4]), boxes (boxes XYXY), seg.png (bytes) classes"
+    described = "fields image, class, txt (text), emb (array float32 [4]), boxes (boxes XYXY), seg.png (bytes) classes"
     assert described in " ".join(table.output.split())  # as wrapped at any width

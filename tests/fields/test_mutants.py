@@ -240,7 +240,7 @@ def test_merging_what_another_observer_saw_never_unmakes_a_ragged_array() -> Non
     same.observe({"emb": _npy(np.zeros(2, "<f4"))})
     assert same.seen() == {"emb": ("<f4", (2,))}
     ragged.merge(same.seen())
-    assert ragged.seen() == {"emb": None}
+    assert ragged.seen() == {"emb": ("<f4", None)}  # one dtype, ragged
     assert ragged.schema()["emb"].shape is None
     fresh = SchemaObserver(schema)
     fresh.merge(same.seen())

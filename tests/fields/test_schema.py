@@ -122,7 +122,7 @@ def test_conversion_learns_the_shape_every_array_shares() -> None:
         observer.observe({"emb": _npy(np.zeros(4, np.float32)), "ragged": _npy(np.zeros(i + 1)), "txt": b"x"})
     found = observer.schema()
     assert (found["emb"].dtype, found["emb"].shape) == ("<f4", (4,)) and found["emb"].fixed_shape
-    assert (found["ragged"].dtype, found["ragged"].shape) == (None, None) and not found["ragged"].fixed_shape
+    assert (found["ragged"].dtype, found["ragged"].shape) == ("<f8", None) and not found["ragged"].fixed_shape
 
 
 def test_a_dtype_change_makes_an_array_ragged() -> None:
