@@ -18,7 +18,8 @@ import sys
 from typing import Any, Callable, Iterator, Sequence
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.constrain import Constrain
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
@@ -222,12 +223,24 @@ def bars_wanted(show: bool) -> bool:
     return show and err_console.is_terminal
 
 
+class _NarrowProgress(Progress):
+    """A progress display that leaves the terminal's last columns free: a bar that fills the
+    line puts the cursor past its end, so the ``^C`` a terminal echoes on Ctrl-C wraps to a new
+    line, and the bar's last redraw, which clears only its own line, is printed twice."""
+
+    def get_renderable(self) -> RenderableType:
+        return Constrain(super().get_renderable(), max(err_console.width - ECHO_ROOM, 20))
+
+
+ECHO_ROOM = 3  # columns left free at the end of a progress line: "^C" and the cursor
+
+
 class LazyBar:
     """A rich progress bar on stderr that appears at the first progress report, so that option and
     format errors, which the library raises before any work, are never printed under a bar."""
 
     def __init__(self, show: bool, *columns: Any, transient: bool = True):
-        self.bar = Progress(*columns, console=err_console, disable=not bars_wanted(show), transient=transient)
+        self.bar = _NarrowProgress(*columns, console=err_console, disable=not bars_wanted(show), transient=transient)
         self.task: Any = None
 
     def advance(self, **fields: Any) -> None:

@@ -331,7 +331,7 @@ class _progress_bar:  # noqa: N801  (used as a function)
 
     def update(self, p) -> None:
         raise_if_stopped()
-        rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+        rate = (p.done - p.resumed) / p.elapsed if p.elapsed > 0 else 0.0  # this run's own work
         self.bar.advance(completed=p.done, total=p.total, rate=rate, skipped=p.skipped)
 
     def __exit__(self, *exc) -> None:

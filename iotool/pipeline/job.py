@@ -31,6 +31,7 @@ class Progress:
     skipped: int
     bytes_in: int
     elapsed: float
+    resumed: int = 0  # of ``done``, the source files the interrupted run this one resumes had done
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Job:
     progress: Callable[[Progress], None] | None = None
     order: WriteOrder = field(default_factory=WriteOrder)
     start: float = field(default_factory=time.perf_counter)
+    resumed: int = 0  # source files done by the interrupted run this one resumes (set by the engine)
     observer: SchemaObserver = field(init=False)
     _tasks: Sequence[SourceTask] | None = field(default=None, init=False, repr=False)
 
@@ -121,4 +123,4 @@ class Job:
     def report_progress(self, done: int, total: int, skipped: int, bytes_in: int) -> None:
         """Call the progress callback, if any."""
         if self.progress is not None:
-            self.progress(Progress(done, total, skipped, bytes_in, time.perf_counter() - self.start))
+            self.progress(Progress(done, total, skipped, bytes_in, time.perf_counter() - self.start, self.resumed))

@@ -40,6 +40,7 @@ class LocalEngine(Engine):
         try:
             if adopted:
                 restore(writer, checkpoint, adopted)
+                job.resumed = checkpoint.source_done
                 job.observer.unseen()  # the records before the checkpoint were not observed
             bytes_in = feed(job, tasks, writer, checkpoint)
             skipped = [SkippedFile(*entry[1:]) for entry in checkpoint.skipped]
