@@ -122,6 +122,11 @@ class UsageError(IotoolError):
     """An option or argument value is invalid; the message names the value and the choices."""
 
 
+class SourceNotFoundError(SourceError, UsageError):
+    """The source names nothing: a path that does not exist, a pattern no file matches. A usage
+    error (exit 2), as a mistyped option is; still a :class:`SourceError` for the library's callers."""
+
+
 class UnknownArgumentError(UsageError, TypeError):
     """A keyword argument a function does not take (a ``TypeError`` as Python's own, and a
     :class:`UsageError`); the message names it, the closest names and the choices."""

@@ -44,7 +44,7 @@ from typing import Any, NamedTuple, Sequence, TypeGuard
 
 import numpy as np
 
-from ...errors import RecordError, SourceError, UsageError
+from ...errors import RecordError, SourceError, SourceNotFoundError, UsageError
 from ...fields import FieldSpec, parse_json
 from ...fields.limits import (
     MAX_ANNOTATION_DEPTH,
@@ -108,6 +108,8 @@ def read_annotations(path: str, options: CocoOptions) -> dict:
     """The annotation file's JSON object, read only if it is a regular file within the bounds."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise SourceNotFoundError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
     except OSError as exc:
         raise SourceError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
     with os.fdopen(fd, "rb") as f:
@@ -174,6 +176,8 @@ class CocoSource:
         from ...storage import is_url
 
         self.options = options
+        if not is_url(root) and not os.path.exists(root):
+            raise SourceNotFoundError(f"Source {root!r} does not exist; give the folder of the COCO images.")
         if is_url(root) or not os.path.isdir(root):
             raise SourceError(f"{root!r}: not a local folder; the coco source reads IMAGES_DIR from a local path.")
         self.root = os.path.abspath(root)

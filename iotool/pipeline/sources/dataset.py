@@ -10,10 +10,11 @@ record's stored field bytes are read with ``reader.read_fields`` (bounded by the
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
-from ...errors import UsageError
+from ...errors import SourceNotFoundError, UsageError
 from ...fields import Schema
 from ...storage import StorageConfig
 from .base import SourceKind, SourceOptions, choose_fields, field_list
@@ -51,8 +52,11 @@ class DatasetSource:
         options: DatasetOptions | None = None,
     ):
         from ...formats import detect_format
+        from ...storage import is_url
 
         self.options = options or DatasetOptions()
+        if not is_url(path) and not path.lower().startswith("file://") and not os.path.exists(path):
+            raise SourceNotFoundError(f"Source {path!r} does not exist.")
         spec = detect_format(path, config)
         if expected_format and spec.name != expected_format:
             raise UsageError(f"{path!r} holds a {spec.name} dataset, not {expected_format}.")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
-from ...errors import RecordError, SourceError, UsageError
+from ...errors import RecordError, SourceError, SourceNotFoundError, UsageError
 from ...fields import FieldSpec
 from ...storage import StorageConfig
 from .base import SourceKind, SourceOptions, choose_fields, field_list
@@ -102,7 +102,7 @@ def find_classes(root: str | os.PathLike) -> tuple[list[str], dict[str, int]]:
     """Return the sorted class folder names under ``root`` and their indices."""
     root = os.fspath(root)
     if not os.path.isdir(root):
-        raise SourceError(f"Source root {root!r} does not exist or is not a directory.")
+        raise SourceNotFoundError(f"Source root {root!r} does not exist or is not a directory.")
     with os.scandir(root) as it:
         classes = sorted(entry.name for entry in it if entry.is_dir())
     if not classes:

@@ -42,7 +42,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
-from ...errors import FormatError, RecordError, SourceError, UsageError
+from ...errors import FormatError, RecordError, SourceError, SourceNotFoundError, UsageError
 from ...fields import FieldSpec, Schema, parse_json
 from ...fields import name_problem as field_name_problem
 from ...names import ALLOWED, name_problem, resolve_inside
@@ -154,7 +154,7 @@ class ParquetSource:
             raise UsageError(f"{pattern}: the parquet source reads local files; copy them first.")
         files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
         if not files:
-            raise SourceError(
+            raise SourceNotFoundError(
                 f"No files match {pattern!r}; give a glob pattern of Parquet files, "
                 f"e.g. 'data/train-*.parquet' (quoted, so the shell does not expand it)."
             )

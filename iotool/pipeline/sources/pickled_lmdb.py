@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, Sequence
 
 import lmdb
 
-from ...errors import FormatError, IotoolError, RecordError, SourceError, UsageError
+from ...errors import FormatError, IotoolError, RecordError, SourceError, SourceNotFoundError, UsageError
 from ...fields import FieldSpec, Schema, name_problem
 from ...formats.lmdb import count_entries, list_keys, open_env, read_value
 from ...preview import preview
@@ -153,6 +153,8 @@ class PickledLmdbSource:
         if is_url(path):
             raise UsageError(f"{path}: the {SOURCE_KIND} source reads a local LMDB; copy it first.")
         self.root = os.path.abspath(os.path.expanduser(path))
+        if not os.path.exists(self.root):
+            raise SourceNotFoundError(f"Source {self.root!r} does not exist.")
         try:
             open_env(self.root, check_file=True)
         except (OSError, lmdb.Error) as exc:

@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
-from ...errors import FormatError, RecordError, SourceError, UsageError
+from ...errors import FormatError, RecordError, SourceError, SourceNotFoundError, UsageError
 from ...fields import FieldSpec, Schema, name_problem
 from ...fields.limits import MAX_ARRAY_BYTES, MAX_FIELDS, MAX_JSON_ITEMS
 from ...formats import tfrecord as tfr  # its public reading API only: scan, unframe, decode_example, ...
@@ -158,7 +158,7 @@ class TfrecordFilesSource:
             raise UsageError(f"{pattern}: the {SOURCE_KIND} source reads local files; copy them first.")
         files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
         if not files:
-            raise SourceError(
+            raise SourceNotFoundError(
                 f"No files match {pattern!r}; give a glob pattern of TFRecord files, "
                 f"e.g. 'data/train-*-of-01024' (quoted, so the shell does not expand it)."
             )

@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple, Sequence
 
-from ...errors import FormatError, RecordError, SourceError, UsageError
+from ...errors import FormatError, RecordError, SourceError, SourceNotFoundError, UsageError
 from ...fields import (
     MAX_ENCODED_BYTES,
     FieldSpec,
@@ -192,12 +192,12 @@ def shard_files(src: str) -> list[str]:
             else:
                 missing.append(name)
     if missing:
-        raise SourceError(
+        raise SourceNotFoundError(
             f"{len(missing)} shard(s) of {src!r} do not exist: {', '.join(missing[:5])}"
             f"{' ...' if len(missing) > 5 else ''}."
         )
     if not files:
-        raise SourceError(
+        raise SourceNotFoundError(
             f"No shards match {src!r}; give tar files as a brace pattern or a glob, e.g. "
             f"'shards-{{000000..000099}}.tar' (quoted, so the shell does not expand it)."
         )
