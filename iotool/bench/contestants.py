@@ -16,6 +16,10 @@ The round runner (:mod:`iotool.bench.loader`) calls only that. The contestants:
 * with ``threads``, the same dataset object of every format also through ``iotool.Loader(threads=N)``
   (:class:`ThreadLoaderContestant`), so each format has its Loader row beside its DataLoader row.
 
+Given a dataset iotool wrote (:func:`dataset_contestants`), the rows are that dataset alone, with
+its default fields (every field where there is no class), through a DataLoader and the Loader;
+both collate with :func:`iotool.fast_collate`, which batches any field.
+
 After decoding, every contestant but DALI runs the same pipeline: ``rrc`` (``RandomResizedCrop``
 to a uint8 CHW tensor, :func:`iotool.fast_collate`) or ``center`` (:class:`CenterCropResize`,
 :func:`stack_collate`).
@@ -283,6 +287,37 @@ def _transforms(pipeline: str, size: int, fmt: str, decoder: str) -> tuple[str |
     # what the README shows first: open_dataset(path, transform=RandomResizedCrop(224)); the
     # default decoder fuses decoding into the crop (iotool.transforms.fused)
     return DEFAULT_DECODER if decoder == "auto" else decoder, RandomResizedCrop(size, seed=0)
+
+
+def check_imagefolder(src: str) -> None:
+    """Raise the ImageFolder scan's own error (naming SRC and what it lacks) when SRC is not one,
+    before torchvision's ``ImageFolder`` would raise a bare FileNotFoundError."""
+    from ..pipeline.sources import scan_imagefolder
+
+    scan_imagefolder(src)
+
+
+def dataset_contestants(
+    path: str, fmt: str, decoder: str, pipeline: str, size: int, threads: int
+) -> list[DatasetContestant]:
+    """A dataset iotool wrote, as it is: its DataLoader row (the baseline), then with ``threads``
+    its ``iotool.Loader`` row. ``rrc``: ``RandomResizedCrop(size)`` on the fused decoder;
+    ``center``: ``Resize(size)`` + ``CenterCrop(size)``; both move boxes and masks with the image."""
+    from ..loading.collate import fast_collate
+    from ..loading.opening import open_dataset
+    from ..transforms import CenterCrop, Compose, Resize
+
+    if pipeline == "center":
+        fmt_decoder, transform = decoder, Compose([Resize(size), CenterCrop(size)])
+    else:
+        fmt_decoder, transform = _transforms(pipeline, size, fmt, decoder)
+    dataset = open_dataset(path, decoder=fmt_decoder, transform=transform)
+    out = [DatasetContestant(f"iotool {fmt} DataLoader", fmt, dataset, fast_collate, path)]
+    if threads > 0:
+        out.append(
+            ThreadLoaderContestant(loader_row_name(fmt, threads), fmt, dataset, fast_collate, path, threads=threads)
+        )
+    return out
 
 
 def make_contestants(

@@ -104,6 +104,8 @@ class DecodeBenchResult:
     bundled: bool = False  # True when the images were iotool's bundled samples (no paths given)
     # The JPEG library of each decode path: every backend, iotool's region decoder, tjbench.
     jpeg_libraries: dict[str, str] = field(default_factory=dict)
+    # bundled samples not timed, file name -> why: a chosen backend does not read their format
+    left_out: dict[str, str] = field(default_factory=dict)
 
     def row(self, name: str) -> BackendResult | None:
         """The row of backend ``name`` (or ``tjbench``), if measured."""
@@ -128,6 +130,7 @@ class DecodeBenchResult:
             "environment": self.environment,
             "bundled_sample_images": self.bundled,
             "jpeg_libraries": self.jpeg_libraries,
+            "left_out": self.left_out,
         }
 
 
@@ -375,8 +378,16 @@ def bench_decode(
     progress("loading and checking images", 0, len(paths))
     with single_threaded():
         images, skipped = _load(paths, scale)
+        left_out = {}
         if bundled:  # iotool's own samples: only those every selected backend reads, no "not timed" notes
-            images = [im for im in images if all(BACKENDS[b].reads(im.fmt) for b in names)]
+            left_out = {
+                Path(
+                    im.path
+                ).name: f"{', '.join(b for b in names if not BACKENDS[b].reads(im.fmt))} does not read {im.fmt}"
+                for im in images
+                if not all(BACKENDS[b].reads(im.fmt) for b in names)
+            }
+            images = [im for im in images if Path(im.path).name not in left_out]
         images, problems = _check(images, names)
         skipped += problems
         if not images:
@@ -409,6 +420,7 @@ def bench_decode(
         environment=env,
         bundled=bundled,
         jpeg_libraries=jpeg_libraries(env),
+        left_out=left_out,
     )
 
 

@@ -6,6 +6,10 @@ formats, runs the rounds and keeps the results. Each iotool format is built from
 temporary folder. One warm-up epoch each, then ``rounds`` rounds, interleaved with the order
 rotated per round; in each round every contestant runs ``epochs`` epochs and keeps its best; the
 table shows the median over rounds, and each row's ratio to the baseline.
+
+Given a dataset iotool wrote instead of an ImageFolder, nothing is converted: the rows are that
+dataset, with every field it holds, through a DataLoader (the baseline) and ``iotool.Loader``.
+A format whose optional dependency is missing is not built; ``not_installed`` names its extra.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from ..errors import IotoolError, UsageError
+from ..errors import IotoolError, UnknownFormatError, UsageError
 from ..storage.files import disk_usage
 from .common import ProgressFn, Stats, environment, no_progress, rotated, single_threaded, summarize
 from .contestants import (
@@ -26,7 +30,9 @@ from .contestants import (
     Built,
     Contestant,
     ThreadLoaderContestant,
+    check_imagefolder,
     conversion_options,
+    dataset_contestants,
     make_contestants,
 )
 from .read import run_epoch
@@ -78,6 +84,8 @@ class LoaderBenchResult:
     baseline: str = BASELINE  # which baseline ran: torchvision's own, or the reimplementation
     ceiling: dict[str, Any] | None = None  # iotool.bench.costs.ceilings() of the same run
     threads: int = 0  # iotool.Loader's threads in the Loader rows (0: none)
+    dataset_format: str | None = None  # SRC's format when SRC is a dataset read as it is, else None
+    fields: list[str] = field(default_factory=list)  # what each sample holds, in order
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
@@ -90,6 +98,8 @@ class LoaderBenchResult:
             "ceiling": self.ceiling,
             "workers": self.workers,
             "threads": self.threads,
+            "dataset_format": self.dataset_format,
+            "fields": self.fields,
             "batch_size": self.batch_size,
             "size": self.size,
             "rounds": self.rounds,
@@ -103,12 +113,25 @@ class LoaderBenchResult:
 
 
 def _build_formats(
-    src: str, workdir: str, formats: Sequence[str], size: int, progress: ProgressFn, failed: dict[str, str]
+    src: str,
+    workdir: str,
+    formats: Sequence[str],
+    size: int,
+    progress: ProgressFn,
+    failed: dict[str, str],
+    not_installed: dict[str, str],
 ) -> Built:
-    """Convert SRC into each format under ``workdir``; returns name -> (path, seconds)."""
+    """Convert SRC into each format under ``workdir``; returns name -> (path, seconds). A format
+    whose optional dependency is missing is not built: ``not_installed`` gets its pip command."""
+    from ..formats import get_format
     from ..pipeline.run import convert
 
     built = {}
+    for fmt in formats:
+        missing = get_format(fmt).missing_extra()
+        if missing:
+            not_installed[fmt] = missing
+    formats = [f for f in formats if f not in not_installed]
     for i, fmt in enumerate(formats):
         progress(f"converting to {fmt}", i, len(formats))
         dst = os.path.join(workdir, f"data-{fmt}")
@@ -144,7 +167,7 @@ def _check_options(
     if pipeline not in PIPELINES:
         raise UsageError(f"pipeline={pipeline!r}; choose one of: {', '.join(PIPELINES)}.")
     resolve_backend(decoder, "jpeg")
-    names = list(formats) if formats else list(FORMATS)
+    names = list(formats) if formats is not None else list(FORMATS)
     unknown = [f for f in names if f not in FORMATS]
     if unknown:
         raise UsageError(f"Unknown format {unknown[0]!r}; choose from: {', '.join(sorted(FORMATS))}.")
@@ -168,11 +191,14 @@ def bench_loader(
     ceiling_rounds: int = 3,
     threads: int = 0,
 ) -> LoaderBenchResult:
-    """Run the torchvision-style baseline and every iotool format on the same ImageFolder.
+    """Run the torchvision-style baseline and every iotool format on the same ImageFolder, or
+    read a dataset iotool wrote through a DataLoader and ``iotool.Loader``.
 
     Args:
-        src: an ImageFolder root.
-        formats: formats to build and read (default: every registered format).
+        src: an ImageFolder root, or a dataset written by ``iotool convert`` (any fields): then
+            nothing is converted and its DataLoader row is the baseline.
+        formats: formats to build and read (default: every registered format whose optional
+            dependency is installed; the others are named in ``not_installed``). Not with a dataset.
         decoder: the iotool decoder for the formats (the baseline always uses PIL).
         workers: DataLoader workers for every contestant (0: this process).
         batch_size: samples per batch.
@@ -194,6 +220,12 @@ def bench_loader(
         Loader row its ratio to the same format's DataLoader row.
     """
     progress = progress or no_progress
+    dataset_format = _dataset_format(src)
+    if dataset_format is not None and formats:
+        raise UsageError(
+            f"formats {', '.join(formats)}: they are built from an ImageFolder, and {os.fspath(src)!r} is a "
+            f"dataset ({dataset_format}), read as it is; leave the formats out."
+        )
     names = _check_options(formats, workers, batch_size, size, rounds, decoder, pipeline, epochs)
     src = os.path.abspath(os.fspath(src))
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
@@ -201,11 +233,18 @@ def bench_loader(
     result = LoaderBenchResult(
         src, 0, decoder, workers, batch_size, size, rounds, pipeline=pipeline, epochs=epochs, threads=threads
     )
+    result.dataset_format = dataset_format
     with tempfile.TemporaryDirectory(prefix="iotool-bench-", dir=workdir) as tmp, single_threaded():
-        built = _build_formats(src, tmp, names, size, progress, result.failed)
-        contestants = make_contestants(
-            src, built, decoder, pipeline, size, webdataset, result.failed, result.not_installed, threads
-        )
+        if dataset_format is not None:
+            built: Built = {}
+            contestants = dataset_contestants(src, dataset_format, decoder, pipeline, size, threads)
+            result.fields = list(contestants[0].dataset.fields)
+        else:
+            check_imagefolder(src)
+            built = _build_formats(src, tmp, names, size, progress, result.failed, result.not_installed)
+            contestants = make_contestants(
+                src, built, decoder, pipeline, size, webdataset, result.failed, result.not_installed, threads
+            )
         result.baseline = contestants[0].name
         result.images = len(contestants[0])
         tallies = _run_rounds(contestants, batch_size, workers, rounds, epochs, progress)
@@ -236,6 +275,16 @@ def bench_loader(
         if r.feed == "Loader" and r.format in by_format:
             r.vs_dataloader = per_round_ratio(r.images_per_s, by_format[r.format].images_per_s)
     return result
+
+
+def _dataset_format(src: str | os.PathLike) -> str | None:
+    """The format of the dataset at ``src``, or None when ``src`` is not a dataset iotool wrote."""
+    from ..formats import detect_format
+
+    try:
+        return detect_format(src).name
+    except UnknownFormatError:
+        return None
 
 
 def per_round_ratio(stats: Stats, base: Stats) -> float | None:

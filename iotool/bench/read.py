@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import UsageError
 from ..storage.files import disk_usage
@@ -14,11 +14,27 @@ from .common import ProgressFn, Stats, environment, no_progress, summarize
 NO_DECODER = "none"
 
 
-def list_collate(batch: list[tuple[Any, int]]) -> tuple[list[Any], list[int]]:
-    """Collate (image or bytes, label) pairs into two lists: sizes differ, bytes do not stack."""
-    images = [item[0] for item in batch]
-    labels = [int(item[1]) for item in batch]
-    return images, labels
+def list_collate(batch: list[Any]) -> tuple[list[Any], ...] | dict[Any, list[Any]]:
+    """Collate samples into one list per field, unchanged (sizes differ, bytes, captions and JSON do
+    not stack): tuples give a tuple of lists, dicts a dict of lists, a bare value one list."""
+    first = batch[0]
+    if isinstance(first, dict):
+        return {key: [item[key] for item in batch] for key in first}
+    if isinstance(first, (tuple, list)):
+        return tuple([item[i] for item in batch] for i in range(len(first)))
+    return (list(batch),)
+
+
+def batch_samples(batch: Any) -> int:
+    """The samples in a collated batch: the length of its first column (a tuple's first element, a
+    dict's ``image`` or first value), whatever the fields."""
+    if isinstance(batch, dict):
+        column = batch["image"] if "image" in batch else next(iter(batch.values()))
+    elif isinstance(batch, (tuple, list)):
+        column = batch[0]
+    else:
+        column = batch
+    return len(column)
 
 
 @dataclass
@@ -47,6 +63,7 @@ class ReadBenchResult:
     cache: str | None = None
     cache_resize: int | None = None
     cache_bytes: int = 0  # the RAM cache's block (tables and pixels), 0 without it
+    fields: list[str] = field(default_factory=list)  # what each sample held, in order
     epochs: list[Epoch] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
 
@@ -100,14 +117,14 @@ def make_loader(
 
 
 def run_epoch(loader: Any, epoch: int) -> tuple[int, float]:
-    """Iterate the loader once; returns (images, seconds). A loader whose dataset has
+    """Iterate the loader once; returns (samples, seconds). A loader whose dataset has
     ``set_epoch`` (the sharded formats) is told the epoch first."""
     dataset = getattr(loader, "dataset", None)
     if hasattr(dataset, "set_epoch"):
         dataset.set_epoch(epoch)
     images, start = 0, time.perf_counter()
-    for batch, _labels in loader:
-        images += len(batch)
+    for batch in loader:
+        images += batch_samples(batch)
     return images, time.perf_counter() - start
 
 
@@ -121,6 +138,7 @@ def bench_read(
     shuffle: bool = False,
     cache: str | None = None,
     cache_resize: int | None = None,
+    fields: str | Sequence[str] | None = None,
     progress: ProgressFn | None = None,
 ) -> ReadBenchResult:
     """Read a converted dataset through a DataLoader and time each epoch.
@@ -135,6 +153,9 @@ def bench_read(
         cache: ``"ram"`` to read through the shared decoded-image cache (``open_dataset(cache=...)``):
             the first epoch fills it, later ones read it.
         cache_resize: the cache's shorter side (``open_dataset(ram_cache_resize=...)``).
+        fields: the fields each sample reads (``open_dataset(fields=...)``: names, or ``"all"``);
+            default: the dataset's default, ``(image, class)`` where there is a class, else every
+            field. Each batch collates into one list per field, so any field times.
         progress: called with (what, done, total) after each epoch.
 
     Returns:
@@ -149,7 +170,9 @@ def bench_read(
     iterable = {"shuffle": shuffle} if detect_format(path).iterable else {}
     if cache not in (None, "ram"):
         raise UsageError(f"cache={cache!r}; choose one of: None, 'ram'.")
-    dataset = open_dataset(path, decoder=dec, ram_cache=cache == "ram", ram_cache_resize=cache_resize, **iterable)
+    dataset = open_dataset(
+        path, decoder=dec, ram_cache=cache == "ram", ram_cache_resize=cache_resize, fields=fields, **iterable
+    )
     ram = dataset.cache
     nbytes = disk_usage(path)
     result = ReadBenchResult(
@@ -164,6 +187,7 @@ def bench_read(
         cache=cache,
         cache_resize=cache_resize,
         cache_bytes=ram.nbytes if ram is not None else 0,
+        fields=list(dataset.fields),
     )
     loader = make_loader(dataset, batch_size, workers, shuffle)
     for e in range(epochs):

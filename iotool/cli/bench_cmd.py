@@ -10,6 +10,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from ..errors import UsageError
+from .bench_render import fmt_stats, loader_notes, loader_table, loader_title, ratio, read_notes, read_table, read_title
 from .bench_shuffle import shuffle
 from .common import choice, console, err_console, handle_errors, human_bytes, progress_line, say, shown, write_json
 from .helptext import Command, Group
@@ -29,21 +30,16 @@ MODES = ["memory", "file"]
 SCALES = ["1", "1/2", "1/4", "1/8"]
 
 
+def _fields(names: str | None) -> str | list[str] | None:
+    """'all' stays 'all'; 'image, txt' -> ['image', 'txt']; None stays None."""
+    return "all" if names is not None and names.strip() == "all" else _split(names)
+
+
 def _split(names: str | None) -> list[str] | None:
     """'pil, opencv' -> ['pil', 'opencv']; None stays None."""
     if not names:
         return None
     return [n.strip() for n in names.split(",") if n.strip()]
-
-
-def _fmt_stats(stats: Any, digits: int = 0) -> str:
-    """'1,234 ±5%' from a Stats (spread as half the min-max range)."""
-    return f"{stats.median:,.{digits}f} ±{stats.spread * 50:.0f}%"
-
-
-def _ratio(value: float | None) -> str:
-    """'1.62x' or '-'."""
-    return f"{value:.2f}x" if value is not None else "-"
 
 
 # --- decode ------------------------------------------------------------------------------
@@ -74,20 +70,20 @@ def _decode_cells(r: Any, wide: bool) -> list[str]:
     if not wide:
         return [
             r.name,
-            _fmt_stats(r.images_per_s),
-            _fmt_stats(r.megapixels_per_s, 1),
-            _ratio(r.vs_pil),
-            _ratio(r.vs_fastest),
+            fmt_stats(r.images_per_s),
+            fmt_stats(r.megapixels_per_s, 1),
+            ratio(r.vs_pil),
+            ratio(r.vs_fastest),
         ]
     return [
         r.name,
         r.version,
         r.jpeg_library,
-        _fmt_stats(r.images_per_s),
-        _fmt_stats(r.megapixels_per_s, 1),
-        _fmt_stats(r.mb_per_s, 1),
-        _ratio(r.vs_pil),
-        _ratio(r.vs_fastest),
+        fmt_stats(r.images_per_s),
+        fmt_stats(r.megapixels_per_s, 1),
+        fmt_stats(r.mb_per_s, 1),
+        ratio(r.vs_pil),
+        ratio(r.vs_fastest),
     ]
 
 
@@ -123,7 +119,10 @@ def _decode_notes(result: Any, wide: bool) -> list[str]:
         lines.append(f"region decoder (DecodeRandomResizedCrop): {library if wide else _no_path(library)}")
     lines += [f"{r.name}: {r.note}" for r in result.results if r.note]
     if result.bundled:
-        lines.append(f"These are iotool's bundled sample images, too few to judge by; time your own: {OWN_IMAGES_HINT}")
+        left = "".join(f"; {name} not timed: {why}" for name, why in result.left_out.items())
+        lines.append(
+            f"These are {result.images} of the {result.files} sample images bundled with iotool{left}; too few to judge by, time your own: {OWN_IMAGES_HINT}"
+        )
     return lines
 
 
@@ -169,8 +168,9 @@ def decode(
     paths: Annotated[
         list[Path] | None,
         typer.Argument(
-            help="Image files or folders (searched recursively). Default: a few sample images bundled "
-            "with iotool (4 JPEGs, 1 PNG), to try it out; time your own images for real numbers.",
+            help="Image files or folders (searched recursively). Default: the 5 sample images bundled "
+            "with iotool (4 JPEGs, 1 PNG; those every chosen backend reads: the PNG only without "
+            "simplejpeg), to try it out; time your own images for real numbers.",
             show_default=False,
         ),
     ] = None,
@@ -259,37 +259,16 @@ def decode(
 # --- read --------------------------------------------------------------------------------
 
 
-def read_title(result: Any) -> str:
-    return f"iotool bench read: {result.path} ({result.format}, {result.count:,} images, {human_bytes(result.bytes)})"
-
-
-def read_notes(result: Any) -> list[str]:
-    return [
-        f"decoder {result.decoder}, workers {result.workers}, batch {result.batch_size}"
-        f"{', shuffled' if result.shuffle else ''}{_cache_note(result)}; MB/s = dataset bytes on disk per second"
-    ]
-
-
-def read_table(result: Any) -> Table:
-    """Per-epoch read results as a rich table."""
-    table = Table()
-    for col in ("epoch", "images", "seconds", "images/s", "MB/s"):
-        table.add_column(col, justify="right")
-    for e in result.epochs:
-        table.add_row(str(e.epoch), f"{e.images:,}", f"{e.seconds:.2f}", f"{e.images_per_s:,.0f}", f"{e.mb_per_s:,.1f}")
-    return table
-
-
-def _cache_note(result: Any) -> str:
-    """', RAM cache 1.2 GiB (shorter side 256)' when the read went through the RAM cache."""
-    if not result.cache:
-        return ""
-    resize = f", shorter side {result.cache_resize}" if result.cache_resize else ""
-    return f", {result.cache} cache {human_bytes(result.cache_bytes)}{resize}"
-
-
 def read(
-    path: Annotated[Path, typer.Argument(metavar="PATH", help="A dataset written by iotool convert.")],
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="A dataset written by iotool convert, with any fields.")],
+    fields: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAMES",
+            help="Comma-separated fields each sample reads, or 'all' (default: image and class where "
+            "there is a class, else every field).",
+        ),
+    ] = None,
     decoder: Annotated[
         str, typer.Option(metavar="NAME", help="auto, pil, opencv, simplejpeg, jpeg4py, or none for the stored bytes.")
     ] = "auto",
@@ -310,11 +289,15 @@ def read(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
-    """Throughput of a converted dataset through a torch DataLoader, per epoch.
+    """Throughput of a converted dataset through a torch DataLoader, per epoch, reading the chosen
+    fields of every sample (captions, JSON, numbers, arrays, boxes, masks: each batch holds one
+    list per field).
 
     Example:
 
         iotool bench read /tmp/sample.lmdb --workers 2 --epochs 3
+
+        iotool bench read caps.lmdb --fields image,txt --workers 2
 
         iotool bench read /tmp/sample.lmdb --decoder none --batch-size 256 --json read.json
 
@@ -333,6 +316,7 @@ def read(
             shuffle=shuffle,
             cache=cache,
             cache_resize=cache_resize,
+            fields=_fields(fields),
             progress=callback,
         )
     if json_out:
@@ -343,61 +327,21 @@ def read(
 
 # --- loader ------------------------------------------------------------------------------
 
-LOADER_COLUMNS = (("pipeline", "left"), ("images/s", "right"), ("vs base", "right"), ("ceiling", "right"))
-WIDE_LOADER_COLUMNS = (
-    *LOADER_COLUMNS,
-    ("per round", "right"),
-    ("on disk", "right"),
-    ("build s", "right"),
-    ("options", "left"),
-)
-
-
-def loader_title(result: Any) -> str:
-    return f"iotool bench loader: {result.src} ({result.images:,} images) -> {result.size}x{result.size} batches"
-
-
-def loader_notes(result: Any, wide: bool = False) -> list[str]:
-    return [
-        f"median ±half-range of {result.rounds} interleaved rounds (best of {result.epochs} epochs each) "
-        f"after a warm-up; pipeline {result.pipeline}, decoder {result.decoder}, workers {result.workers}, "
-        f"batch {result.batch_size}",
-        f"vs base: images/s over the baseline's ({result.baseline}); ceiling: the baseline's step costs "
-        f"over the format's, timed alone on one core in this run: the most 'vs base' can reach on one core",
-        *[
-            f"{r.name} / its DataLoader row: {_ratio(r.vs_dataloader)} (per round)"
-            for r in result.results
-            if r.feed == "Loader"
-        ],
-        *([] if wide else ["--wide: per-round ratio, size on disk, build time and options as columns"]),
-    ]
-
-
-def loader_table(result: Any, wide: bool = False) -> Table:
-    """The side-by-side loader results: four columns that fit 80 characters, or ``wide``."""
-    table = Table()
-    for col, justify in WIDE_LOADER_COLUMNS if wide else LOADER_COLUMNS:
-        table.add_column(col, justify=cast(JustifyMethod, justify), no_wrap=col == "pipeline")
-    ceiling = (result.ceiling or {}).get("ceiling", {})
-    for r in result.results:
-        cells = [r.name, _fmt_stats(r.images_per_s), _ratio(r.vs_baseline), _ratio(ceiling.get(r.format))]
-        if wide:
-            cells += [
-                _ratio(r.vs_baseline_per_round),
-                human_bytes(r.bytes or 0),
-                f"{r.convert_seconds:.1f}" if r.convert_seconds is not None else "-",
-                ", ".join(f"{k}={v}" for k, v in r.options.items()),
-            ]
-        table.add_row(*(shown(c) for c in cells))
-    return table
-
 
 def loader(
-    src: Annotated[Path, typer.Argument(metavar="SRC", help="An ImageFolder root.")],
+    src: Annotated[
+        Path,
+        typer.Argument(
+            metavar="SRC",
+            help="An ImageFolder root, or a dataset written by iotool convert (any fields: read as it is).",
+        ),
+    ],
     formats: Annotated[
         str | None,
         typer.Option(
-            metavar="NAMES", help="Comma-separated formats to build and read (default: every registered format)."
+            metavar="NAMES",
+            help="Comma-separated formats to build from an ImageFolder and read (default: every registered "
+            "format whose optional dependency is installed).",
         ),
     ] = None,
     decoder: Annotated[
@@ -448,12 +392,16 @@ def loader(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress line.")] = False,
 ) -> None:
     """torchvision's ImageFolder loading vs every iotool format built from SRC, side by side, with
-    each format's one-core ceiling from the same run; with workers (or --threads), each format also
-    through iotool.Loader's threads, beside its DataLoader row.
+    each format's speed-up modeled from one-core step costs in the same run; with workers (or
+    --threads), each format also through iotool.Loader's threads, beside its DataLoader row. Given a
+    dataset iotool wrote, nothing is converted: that dataset, with every field, through its
+    DataLoader and iotool.Loader.
 
     Example:
 
         iotool bench loader sample_data/imagefolder
+
+        iotool bench loader caps.lmdb --workers 2
 
         iotool bench loader /data/imagenet-1k-subset --workers 2 --rounds 5 --json loader.json
     """

@@ -31,7 +31,8 @@ def tune_title(result: Any) -> str:
 
 def tune_notes(result: Any) -> list[str]:
     return [
-        f"transform {result.transform}, collate {result.collate}; {result.cpus} usable CPUs; "
+        f"fields {', '.join(result.fields)}; transform {result.transform}, collate {result.collate}; "
+        f"{result.cpus} usable CPUs; "
         f"{result.seconds:.0f} s of a {result.max_seconds:g} s budget",
         "img/s: over an epoch, paying its start (end s) once per pass; CPU / wait: share of the time "
         "each worker (the main process at 0) ran / was ready but waited for a core; threads: an "
@@ -99,8 +100,19 @@ def print_advice(result: Any) -> None:
 
 def tune(
     path: Annotated[
-        str, typer.Argument(metavar="PATH", help="A dataset written by iotool convert (a path or a URL of tar shards).")
+        str,
+        typer.Argument(
+            metavar="PATH", help="A dataset written by iotool convert, with any fields (a path or a URL of tar shards)."
+        ),
     ],
+    fields: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAMES",
+            help="Comma-separated fields each sample holds, or 'all' (default: image and class where there is "
+            "a class, else every field); batched by iotool.fast_collate's rules.",
+        ),
+    ] = None,
     transform: Annotated[
         str | None,
         typer.Option(
@@ -170,6 +182,8 @@ def tune(
 
         iotool tune /data/shards --json tune.json --plot tune.png
 
+        iotool tune caps.lmdb --fields image,txt
+
         iotool tune /data/train.lmdb --max-threads 0   # DataLoader only
     """
     from ..tune import plot_tune, tune_loader
@@ -189,6 +203,11 @@ def tune(
                 max_workers=max_workers,
                 max_threads=max_threads,
                 decoder=None if decoder == NO_DECODER else decoder,
+                fields=None
+                if fields is None
+                else "all"
+                if fields.strip() == "all"
+                else [f.strip() for f in fields.split(",") if f.strip()],
                 batches=batches,
                 min_time=min_time,
                 progress=callback,

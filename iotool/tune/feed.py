@@ -10,7 +10,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..errors import IotoolError, UsageError
 
@@ -110,6 +110,7 @@ class Feed:
     collate_name: str
     shuffle: bool
     cuda: bool
+    fields: tuple[str, ...] = ()  # what a sample holds, in order
 
     @property
     def threads_ok(self) -> bool:
@@ -148,12 +149,15 @@ class Feed:
 
     def consume(self, batch: Any) -> int:
         """Count the batch's samples; with CUDA, copy its tensors to the GPU as training would."""
-        images = batch[0] if isinstance(batch, (tuple, list)) else batch
+        from ..bench.read import batch_samples
+
         if self.cuda:
-            for part in batch if isinstance(batch, (tuple, list)) else (batch,):
+            for part in (
+                batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else (batch,)
+            ):
                 if hasattr(part, "to"):
                     part.to("cuda", non_blocking=True)
-        return len(images)
+        return batch_samples(batch)
 
     def sync(self) -> None:
         """Wait for the copies to the GPU (no-op without CUDA)."""
@@ -187,30 +191,81 @@ def _first_samples(dataset: Any, name: str) -> list[Any]:
     return samples
 
 
-def _pick_collate(samples: list[Any], name: str) -> tuple[Callable[..., Any] | None, str]:
-    """fast_collate for uint8 images, else torch's default; checked on the first two samples."""
+def _image_of(sample: Any) -> Any:
+    """The image of a sample: a tuple's first element, a dict's ``image`` (None otherwise)."""
+    if isinstance(sample, (tuple, list)) and sample:
+        return sample[0]
+    return sample.get("image") if isinstance(sample, dict) else None
+
+
+def _column(samples: list[Any], key: Any) -> list[Any]:
+    """Samples reduced to their image and the element ``key`` (None: the image alone), in their
+    own structure, so that a collate of them tries that one field."""
+    if isinstance(samples[0], dict):
+        keep = ["image"] + ([key] if key is not None else [])
+        return [{k: s[k] for k in keep} for s in samples]
+    return [(s[0],) + ((s[key],) if key is not None else ()) for s in samples]
+
+
+def _pick_collate(samples: list[Any], name: str, fields: tuple[str, ...]) -> tuple[Callable[..., Any] | None, str]:
+    """fast_collate where the transform returns uint8 images (it batches every field: captions and
+    JSON into lists, arrays stacked or listed, boxes per sample), else torch's default; checked on
+    the first two samples. A failure names what cannot batch: the image (the transform's output) or
+    the field."""
     from torch.utils.data import default_collate
 
     from ..loading.collate import fast_collate
 
-    sample = samples[0]
-    image = sample[0] if isinstance(sample, (tuple, list)) and len(sample) == 2 else None
-    collate, label = (fast_collate, "iotool.fast_collate") if _is_uint8_image(image) else (None, "default")
+    collate, label = (
+        (fast_collate, "iotool.fast_collate") if _is_uint8_image(_image_of(samples[0])) else (None, "default")
+    )
+    batch = samples * (2 if len(samples) == 1 else 1)
     try:
-        (collate or default_collate)(samples * (2 if len(samples) == 1 else 1))
-    except Exception as exc:  # what the user's transform returns
-        raise UsageError(
-            f"the outputs of the transform {name} cannot be collated into a batch "
-            f"({type(exc).__name__}: {exc}); make it return same-size uint8 arrays or tensors "
-            "(e.g. end with a crop and ToTensor)."
-        ) from None
+        (collate or default_collate)(batch)
+    except Exception as whole:  # what the user's transform returns, or a field
+        keys = list(batch[0])[1:] if isinstance(batch[0], dict) else list(range(1, len(batch[0])))
+        for key in [None, *keys]:
+            try:
+                (collate or default_collate)(_column(batch, key))
+            except Exception as exc:
+                raise _cannot_batch(key, fields, name, label, exc) from None
+        raise _cannot_batch(None, fields, name, label, whole) from None
     return collate, label
 
 
+def _cannot_batch(key: Any, fields: tuple[str, ...], name: str, label: str, exc: Exception) -> UsageError:
+    """The error naming the field of ``key`` (a dict key or a tuple position; None: the image)."""
+    if key is None:
+        return UsageError(
+            f"the outputs of the transform {name} cannot be collated into a batch: the field 'image' "
+            f"({type(exc).__name__}: {exc}); make it return same-size uint8 arrays or tensors "
+            "(e.g. end with a crop and ToTensor)."
+        )
+    field = key if isinstance(key, str) else (fields[key] if key < len(fields) else f"#{key}")
+    rest = ",".join(f for f in fields if f != field)
+    if label == "default":
+        return UsageError(
+            f"the field {field!r} cannot be batched by torch's default collate ({type(exc).__name__}: {exc}), "
+            f"which the transform's images need: iotool.fast_collate batches every field but stacks only uint8 "
+            f"images (return uint8 and normalise on the device), or leave the field out: fields={rest!r} "
+            f"(--fields {rest})."
+        )
+    return UsageError(
+        f"the field {field!r} cannot be batched by iotool.fast_collate ({type(exc).__name__}: {exc}); leave it out "
+        f"with fields={rest!r} (--fields {rest})."
+    )
+
+
 def open_feed(
-    path: str | os.PathLike, transform: Callable[[Any], Any] | None, batch_size: int, decoder: str | None
+    path: str | os.PathLike,
+    transform: Callable[[Any], Any] | None,
+    batch_size: int,
+    decoder: str | None,
+    fields: str | Sequence[str] | None = None,
 ) -> Feed:
-    """Open the dataset with the transform (default ``RandomResizedCrop(224)``) and check one sample."""
+    """Open the dataset with the transform (default ``RandomResizedCrop(224)``) and the fields
+    (``open_dataset(fields=...)``; default: image and class where there is a class, else every
+    field), and check that its first samples batch."""
     import torch
     from torch.utils.data import IterableDataset
 
@@ -224,11 +279,11 @@ def open_feed(
     else:
         name = _name(transform)
     fmt = detect_format(path).name
-    dataset = open_dataset(path, decoder=decoder, transform=transform)
+    dataset = open_dataset(path, decoder=decoder, transform=transform, fields=fields)
     count = len(dataset)
     if count == 0:
         raise UsageError(f"{os.fspath(path)!r} holds no samples; there is nothing to tune.")
-    collate, collate_name = _pick_collate(_first_samples(dataset, name), name)
+    collate, collate_name = _pick_collate(_first_samples(dataset, name), name, tuple(dataset.fields))
     return Feed(
         dataset,
         fmt,
@@ -239,4 +294,5 @@ def open_feed(
         collate_name,
         shuffle=not isinstance(dataset, IterableDataset),
         cuda=torch.cuda.is_available(),
+        fields=tuple(dataset.fields),
     )

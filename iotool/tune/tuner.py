@@ -187,6 +187,7 @@ class TuneResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
+    fields: list[str] = field(default_factory=list)  # what a sample holds, in order
 
     @property
     def table(self) -> list[dict[str, Any]]:
@@ -222,6 +223,7 @@ class TuneResult:
             "batch_size": self.batch_size,
             "transform": self.transform,
             "collate": self.collate,
+            "fields": self.fields,
             "cpus": self.cpus,
             "max_workers": self.max_workers,
             "max_seconds": self.max_seconds,
@@ -348,6 +350,7 @@ def tune_loader(
     max_workers: int | None = None,
     max_threads: int | None = None,
     decoder: str | None = "auto",
+    fields: str | Sequence[str] | None = None,
     batches: int = 20,
     warmup: int = 2,
     min_time: float = 1.0,
@@ -366,6 +369,8 @@ def tune_loader(
         max_threads: the most ``iotool.Loader`` threads tried (default: twice the usable CPUs; 0:
             no Loader trials, no verdict).
         decoder: the dataset's decoder (``open_dataset(..., decoder=)``); None gives the transform bytes.
+        fields: what a sample holds (``open_dataset(fields=...)``; default: image and class where
+            there is a class, else every field); batched by ``fast_collate``'s rules.
         batches: timed batches per trial (at least three per worker are timed).
         warmup: batches dropped after the first one (at least one per worker).
         min_time: timed seconds per trial, at least (short timings are noise on a busy machine).
@@ -378,7 +383,7 @@ def tune_loader(
 
     Raises:
         UsageError: a bad option, a transform that cannot be loaded, that fails on the first sample,
-            or whose outputs cannot be collated.
+            or whose outputs cannot be collated (the message names the field that cannot).
     """
     start = time.perf_counter()
     _check_options(batch_size, max_seconds, max_workers, batches, warmup, min_time)
@@ -391,7 +396,7 @@ def tune_loader(
         transform = load_transform(transform)
     cpus = usable_cpus()
     top = 2 * cpus if max_workers is None else max_workers
-    feed = open_feed(path, transform, batch_size, decoder)
+    feed = open_feed(path, transform, batch_size, decoder, fields)
     result = TuneResult(
         os.fspath(path),
         feed.format,
@@ -404,6 +409,7 @@ def tune_loader(
         max_seconds,
         feed.cuda,
         max_threads=2 * cpus if max_threads is None else max_threads,
+        fields=list(feed.fields),
     )
     search = _Search(
         feed, result, start + max_seconds, progress, {"batches": batches, "warmup": warmup, "min_time": min_time}
