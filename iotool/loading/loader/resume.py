@@ -2,7 +2,7 @@
 position the epoch's rank streams started from (``origin``) and the one every rank had reached
 (``position``); see :mod:`iotool.loading.order` for why one number places every rank.
 
-A state is untrusted input (DESIGN §4a): every number is bounded, the options and the dataset's
+A state is untrusted input (docs/data-order.md): every number is bounded, the options and the dataset's
 order key must match, and the position must follow from the rest, or it is refused by name.
 """
 
