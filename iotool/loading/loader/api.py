@@ -50,6 +50,7 @@ from ..mapstyle import ImageDataset
 from ..mix import MixedDataset
 from ..order import EpochOrder
 from ..split import rank_world
+from .arguments import DATALOADER_ARGUMENTS, positive
 from .batches import Batches
 from .batchring import BatchRing
 from .columns import Layout, layout_of
@@ -63,22 +64,6 @@ from .threadpass import ThreadPass
 
 ON_ERROR = (None, "raise", "skip")
 MAX_THREADS = 8  # the default's cap: past it the GIL binds on every path measured
-# DataLoader's arguments, answered with the Loader's own spelling or why it has none.
-DATALOADER_ARGUMENTS = {
-    "num_workers": "the Loader builds batches in threads, not worker processes: pass threads=N "
-    "(and processes=K to run K child processes of N threads each, when the samples run Python).",
-    "collate_fn": "the Loader always collates as iotool.fast_collate does (uint8 images, int64 labels, "
-    "a tuple or dict in the dataset's fields order); for another collate use torch.utils.data.DataLoader.",
-    "persistent_workers": "nothing to keep alive: the Loader's threads (and its isolate=True child) "
-    "last across epochs as long as the Loader.",
-    "prefetch_factor": "pass prefetch=N: batches prepared ahead in all (DataLoader's is per worker).",
-    "sampler": "the Loader orders records itself: shuffle=, seed=, even= and rank=/world_size= (as "
-    "DistributedSampler); call loader.set_epoch(epoch) each epoch.",
-    "batch_sampler": "the Loader batches in its own order: batch_size=, drop_last= and shuffle=.",
-    "generator": "pass seed=N: it seeds the shuffle and each sample's augmentation.",
-    "worker_init_fn": "the Loader's threads need no per-worker set-up; the augmentation's random "
-    "numbers follow (seed, epoch, record).",
-}
 
 
 def _deprecated(old: str, new: str) -> None:
@@ -88,12 +73,6 @@ def _deprecated(old: str, new: str) -> None:
 def default_threads() -> int:
     """The cores this process may run on, at most :data:`MAX_THREADS`."""
     return max(1, min(MAX_THREADS, len(os.sched_getaffinity(0))))
-
-
-def _positive(value: object, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UsageError(f"Loader: {name}={value!r}; give an integer of {minimum} or more.")
-    return value
 
 
 class Loader:
@@ -192,10 +171,10 @@ class Loader:
             raise UsageError(f"Loader: on_error={on_error!r}; choose one of: None (the dataset's), 'raise', 'skip'.")
         self.dataset: OrderedDataset = dataset
         self.mapstyle: ImageDataset = dataset.mapstyle  # decodes and transforms each record
-        self.batch_size = _positive(batch_size, "batch_size")
-        self.threads = default_threads() if threads is None else _positive(threads, "threads")
-        self.prefetch = _positive(prefetch, "prefetch")
-        self.keep = _positive(keep, "keep", 0)
+        self.batch_size = positive(batch_size, "batch_size")
+        self.threads = default_threads() if threads is None else positive(threads, "threads")
+        self.prefetch = positive(prefetch, "prefetch")
+        self.keep = positive(keep, "keep", 0)
         self.drop_last = bool(drop_last)
         self.on_error = on_error or self.mapstyle.on_error
         place = self._place(rank, world_size)
@@ -217,7 +196,7 @@ class Loader:
         )
         self._resume: tuple[int, int, int] | None = None  # (epoch, batches, origin) from load_state_dict
         self._pass: Pass | None = None
-        self.processes = max(_positive(processes, "processes", 0), 1 if isolate else 0)
+        self.processes = max(positive(processes, "processes", 0), 1 if isolate else 0)
         self.isolate = self.processes > 0
         if self.isolate:
             check_isolation()
@@ -299,7 +278,7 @@ class Loader:
         found = rank_world()
         rank = found[0] if rank is None else rank
         world = found[1] if world_size is None else world_size
-        _positive(world, "world_size")
+        positive(world, "world_size")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
             raise UsageError(f"Loader: rank={rank!r}; give 0 to world_size - 1 = {world - 1}.")
         return rank, world
