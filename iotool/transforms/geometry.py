@@ -9,7 +9,8 @@ they draw on the full image and the output size, whatever DCT scale they decode 
 fused and the full-decode paths record the same thing for the same draw.
 
 Recording happens only inside :func:`recording` (a dataset opens it around one sample's
-transform, in the thread that runs it): a transform used alone pays one attribute look-up.
+transform, in the thread that runs it; recordings nest, the inner one's ops reaching the outer
+one too): a transform used alone pays one attribute look-up.
 
 :func:`move_boxes` and :func:`move_mask` replay a record with torchvision v2's conventions: boxes
 are shifted by a crop and clamped to it, scaled by a resize, mirrored by a flip
@@ -62,10 +63,24 @@ class GeometryRecord:
         self.ops.append(op)
         self.canvas = (int(after[0]), int(after[1]))
 
+    def extend(self, later: GeometryRecord) -> None:
+        """Append the ops of ``later``, recorded after this record's own (a nested :func:`recording`)."""
+        if later.source is None:
+            return
+        if self.source is None:
+            self.source = later.source
+        self.ops.extend(later.ops)
+        self.canvas = later.canvas
+
 
 @contextmanager
 def recording() -> Iterator[GeometryRecord]:
-    """Record the geometric ops of iotool's transforms run in this thread, until the block ends."""
+    """Record the geometric ops of iotool's transforms run in this thread, until the block ends.
+
+    Recordings nest: one opened inside another (a dataset's around ``ds[i]``'s transform, a
+    paired call's around ``t((image, target))``) passes its ops on to the outer one when it ends,
+    so a ``recording()`` of your own around ``ds[i]`` or ``t((image, target))`` sees what they did.
+    """
     record = GeometryRecord()
     outer = getattr(_local, "record", None)
     _local.record = record
@@ -73,6 +88,8 @@ def recording() -> Iterator[GeometryRecord]:
         yield record
     finally:
         _local.record = outer
+        if outer is not None:
+            outer.extend(record)
 
 
 def active() -> GeometryRecord | None:
