@@ -17,6 +17,7 @@ that only change pixel values in :func:`iotool.transforms.pixel_only`, or open w
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -94,6 +95,9 @@ class TargetMover:
         self.per_box = {
             b: tuple(f.name for f in schema.stored if f.per_box == b and f.name in names) for b in self.boxes
         }
+        # values in the stored image's pixels that no transform moves (COCO's area, segmentation)
+        self.unmoved = tuple(f.name for f in schema.stored if f.pixels and f.name in names) if self.boxes else ()
+        self.warned = False
         if self.move:
             check_transform(transform, (*self.boxes, *self.masks))
 
@@ -126,7 +130,23 @@ class TargetMover:
             out = transform(image)
         if record.source is not None:
             self.apply(record, values)
+            if record.ops and self.unmoved and not self.warned:
+                self.warn_unmoved()
         return out, values
+
+    def warn_unmoved(self) -> None:
+        """Say once (per dataset and process) that the moved boxes no longer match the fields
+        measured in the stored image's pixels."""
+        self.warned = True
+        fields = ", ".join(repr(n) for n in self.unmoved)
+        warnings.warn(
+            f"the transform moved the boxes ({', '.join(self.boxes)}), but the fields {fields} stay in the "
+            f"stored image's pixels (iotool does not move COCO's area and segmentation): they no longer "
+            f"match the boxes or the image. Leave them out (fields=...) or recompute them from the boxes "
+            f"(area) or a mask (masks=...). Said once per dataset.",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def decode_masks(self, values: dict[str, Any]) -> None:
         """Decode the mask fields among ``values`` into uint8 tensors, in place."""
