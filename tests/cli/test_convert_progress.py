@@ -127,6 +127,15 @@ def _bar_rate(shown: list[str]) -> float:
     return float(re.search(r"([\d,]+) img/s", bars[-1]).group(1).replace(",", ""))  # type: ignore[union-attr]
 
 
+def _summary_rate(shown: list[str]) -> float:
+    """The images/s of the summary table on the screen."""
+    for line in shown:
+        found = re.search(r"images/s\s*│\s*([\d,]+)", line)
+        if found:
+            return float(found.group(1).replace(",", ""))
+    raise AssertionError("no images/s row:\n" + "\n".join(shown))
+
+
 def _killed_after(src: Path, dst: Path, records: int) -> None:
     """Convert ``src`` to lmdb in a child process SIGKILLed after ``records`` records (a
     commit every 10 keeps the rest for --resume)."""
@@ -159,10 +168,6 @@ def test_a_resumed_runs_bar_counts_only_its_own_images_per_second(tmp_path):
     argv = ["convert", "imagefolder", "lmdb", str(src), str(dst), "--resume", "--workers", "1", "-o", "commit_every=10"]
     shown = screen(run_in_terminal(argv, tmp_path))
     assert any("resumed after 380 source files" in line for line in shown), "\n".join(shown)
-    summary = float(
-        next(re.search(r"images/s\s*│\s*([\d,]+)", line) for line in shown if "images/s" in line and "│" in line)
-        .group(1)
-        .replace(",", "")
-    )  # type: ignore[union-attr]
+    summary = _summary_rate(shown)
     # counting the 380 resumed files as this run's would make the bar 20 times the summary's rate
     assert _bar_rate(shown) <= 5 * max(summary, 1.0), "\n".join(shown)

@@ -3,6 +3,8 @@ dataset's and the paired call's own recordings pass their ops on to the user's."
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -42,8 +44,9 @@ def test_a_recording_around_a_paired_call_sees_its_ops():
     t = Resize((30, 40))
     with recording() as alone:
         t(image)
+    pair: Any = (image, {"boxes": boxes})  # torchvision v2's one-argument form
     with recording() as record:
-        _, target = t((image, {"boxes": boxes}))
+        _, target = t(pair)
     assert record.ops == alone.ops == [("resize", 30, 40)] and record.source == (60, 80)
     np.testing.assert_allclose(move_boxes(boxes, "XYXY", record)[0], target["boxes"])
 
