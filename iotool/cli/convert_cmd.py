@@ -190,6 +190,14 @@ def convert(
             "cluster started with `ray start` on this machine, else a new local one).",
         ),
     ] = None,
+    cache_dir: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DIR",
+            help="A URL source: keep its whole shards in this local folder (at most 20 GiB). Needed only where the "
+            "server ignores HTTP Range requests, and then the default is $XDG_CACHE_HOME/iotool/shards (~/.cache/iotool/shards).",
+        ),
+    ] = None,
     json_out: Annotated[
         str | None,
         typer.Option(
@@ -224,6 +232,8 @@ def convert(
         iotool convert webdataset tar 'shards-{000000..000099}.tar' /tmp/shards -s label_ext=cls
 
         iotool convert imagefolder tar s3://bucket/train s3://bucket/shards --engine ray --ray-address auto
+
+        iotool convert tar lmdb https://host/shards /tmp/train.lmdb --cache-dir /scratch/cache
     """
     from ..pipeline.run import convert as run_convert  # the write wing loads with the command, not the help
 
@@ -259,6 +269,7 @@ def convert(
             engine=engine,
             ray_address=ray_address,
             source_options=source_options or None,
+            storage_options={"cache_dir": cache_dir} if cache_dir else None,
             **format_options,
         )
         bar.stop()

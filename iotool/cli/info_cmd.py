@@ -25,6 +25,9 @@ def info(
 ) -> None:
     """Show a dataset's format, version, count, fields, classes, size, options and skipped files.
 
+    For a URL, "remote reads" says how records are read by index: by ranged requests, or (from a
+    server that ignores Range requests) from whole shards fetched into the shard cache.
+
     The fields are what a sample holds: the image, the class and the stored fields with their
     kinds (open_dataset(PATH, fields=...) chooses among them); --json lists them under "fields".
 
@@ -56,6 +59,10 @@ def info(
             "created_by": meta.created_by,
             "jpeg_crops": crop_path(meta.options) if encoding in ("keep", "jpeg") else None,
         }
+        remote_reads = getattr(reader, "remote_reads", None)  # the sharded formats read from URLs
+        if reader.remote and remote_reads is not None:
+            honoured, cache = remote_reads()
+            data["remote_reads"] = {"range_requests": honoured, "cache_dir": cache}
     if as_json:
         write_json(data, None)
         return
@@ -77,10 +84,20 @@ def info(
             ("skipped", str(len(meta.skipped))),
             ("created by", meta.created_by),
             *([("JPEG crops", data["jpeg_crops"])] if data["jpeg_crops"] else []),
+            *([("remote reads", remote_reads_text(**data["remote_reads"]))] if "remote_reads" in data else []),
         ]
     )
     for s in meta.skipped:
         say(f"{s.get('key')}: {s.get('reason')}", label="skipped", style="yellow", indent=2)
+
+
+def remote_reads_text(range_requests: bool, cache_dir: str | None) -> str:
+    """How records are read by index (the Loader, convert) from a dataset at a URL."""
+    if not range_requests:
+        return f"whole shards, fetched into {cache_dir}: the server ignores HTTP Range requests"
+    if cache_dir:
+        return f"whole shards, cached in {cache_dir}"
+    return "one ranged request a record (the server honours HTTP Range requests)"
 
 
 def shown_options(options: dict, encoding: str) -> dict:

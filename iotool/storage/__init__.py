@@ -10,7 +10,10 @@ Remote reads are retried a bounded number of times (:class:`StorageConfig` ``ret
 exponential backoff; after the last attempt :class:`RetriesExhaustedError` names the URL. A read
 waits at most ``read_timeout`` seconds for its next byte, and one operation, its attempts and
 backoffs together, ends within ``request_timeout`` seconds (:class:`RemoteTimeoutError`).
-:class:`ShardCache` keeps whole remote files on local disk, bounded in size (least recently used
+An HTTP server that ignores Range requests (``python -m http.server``) is found out by the first
+ranged read (:class:`RangeIgnoredError`; :func:`ignores_range` remembers it per process), or asked
+by :func:`honours_range`; readers then keep whole shards in the shard cache, by default
+:func:`default_cache_dir`. :class:`ShardCache` keeps whole remote files on local disk, bounded in size (least recently used
 evicted first, by mtime, before bytes are written), and is safe when several processes fill it
 at once: each download goes to a temporary name and is renamed into place when complete.
 
@@ -28,7 +31,15 @@ and listings), ``cache`` (:class:`ShardCache`), ``output`` (:class:`OutputDir`),
 
 from __future__ import annotations
 
-from .cache import CacheFullError, CacheTooSmallError, ShardCache, cache_is_full, pid_alive
+from .cache import (
+    CacheFullError,
+    CacheTooSmallError,
+    ShardCache,
+    cache_is_full,
+    no_room_error,
+    pid_alive,
+    shard_cache,
+)
 from .config import (
     DEFAULT_CACHE_BYTES,
     READ_CHUNK,
@@ -40,12 +51,14 @@ from .config import (
     StorageConfig,
     StorageError,
     basename,
+    default_cache_dir,
     is_url,
     join,
     normalize,
     protocol,
 )
 from .output import OutputDir, temporary_name
+from .ranged import RangeIgnoredError
 from .remote import (
     EXTRAS,
     BodyTooLargeError,
@@ -54,6 +67,8 @@ from .remote import (
     download,
     exists,
     filesystem,
+    honours_range,
+    ignores_range,
     list_tree,
     open_stream,
     read_bounded,
@@ -76,6 +91,7 @@ __all__ = [
     "CacheTooSmallError",
     "MissingExtraError",
     "OutputDir",
+    "RangeIgnoredError",
     "RedirectRefusedError",
     "RemoteStream",
     "RemoteTimeoutError",
@@ -86,13 +102,17 @@ __all__ = [
     "StorageError",
     "basename",
     "cache_is_full",
+    "default_cache_dir",
     "download",
     "exists",
     "filesystem",
+    "honours_range",
+    "ignores_range",
     "is_transient",
     "is_url",
     "join",
     "list_tree",
+    "no_room_error",
     "normalize",
     "open_stream",
     "pid_alive",
@@ -102,6 +122,7 @@ __all__ = [
     "read_exact",
     "read_range",
     "same_origin_redirects",
+    "shard_cache",
     "size",
     "storage_cause",
     "temporary_name",

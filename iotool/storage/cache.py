@@ -7,15 +7,37 @@ import hashlib
 import logging
 import os
 import stat
+import threading
 import uuid
 from typing import IO
 
-from .config import DEFAULT_CACHE_BYTES, TMP_TAG, StorageConfig, StorageError, basename
-from .remote import download
+from .config import DEFAULT_CACHE_BYTES, TMP_TAG, StorageConfig, StorageError, basename, default_cache_dir
+from .remote import download, ignores_range, origin
+from .units import human_bytes
 
 log = logging.getLogger(__name__)
 _FULL: set[str] = set()  # cache folders found full in this process: read through them from now on
 _WARNED: set[str] = set()  # cache folders whose cache_max_bytes was found too small (warned once)
+_ANNOUNCED: set[str] = set()  # origins whose reads were moved to the default cache (logged once)
+_GUARD = threading.Lock()
+_FETCHING: dict[str, threading.Lock] = {}  # cached path -> the lock of the thread fetching it
+
+
+def _forget_locks() -> None:
+    """In a forked child: no thread of the parent holds a lock here any more."""
+    global _GUARD
+    _GUARD = threading.Lock()
+    _FETCHING.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks)
+
+
+def _path_lock(path: str) -> threading.Lock:
+    """The lock the threads of this process take to fetch ``path``: one downloads, the others
+    wait and find the file (a Loader's threads reading one shard fetch it once)."""
+    with _GUARD:
+        return _FETCHING.setdefault(path, threading.Lock())
 
 
 class CacheFullError(StorageError):
@@ -36,6 +58,46 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def shard_cache(config: StorageConfig, url: str = "") -> ShardCache | None:
+    """The shard cache for reads of ``url``: ``config.cache_dir``; when none is given and the
+    server of ``url`` ignores Range requests (:func:`~iotool.storage.remote.ignores_range`),
+    :func:`~iotool.storage.config.default_cache_dir` (logged once per process and server). None:
+    no cache, or its disk was found full in this process (then files are read through)."""
+    root = config.cache_dir
+    if root is None and url and ignores_range(url):
+        root = default_cache_dir()
+        if origin(url) not in _ANNOUNCED:
+            _ANNOUNCED.add(origin(url))
+            log.warning(
+                "%s ignores HTTP Range requests: records read by index come from whole shards kept in %s "
+                "(at most %s; cache_dir= and cache_max_bytes= choose)",
+                origin(url),
+                root,
+                human_bytes(config.cache_max_bytes),
+            )
+    if root is None or cache_is_full(root):
+        return None
+    return ShardCache(root, config.cache_max_bytes)
+
+
+def no_room_error(url: str, config: StorageConfig, exc: CacheFullError | None = None) -> StorageError:
+    """The error for a record of shard ``url`` on a server that ignores Range requests, whose
+    whole shard the shard cache cannot hold: too small (``exc`` a :class:`CacheTooSmallError`)
+    or its disk is full."""
+    where = config.cache_dir or default_cache_dir()
+    reason = (
+        f"it does not fit in {where} (cache_max_bytes={config.cache_max_bytes})"
+        if isinstance(exc, CacheTooSmallError)
+        else f"the disk of {where} is full"
+    )
+    return StorageError(
+        f"{url}: the server ignores HTTP Range requests, so a record read by index needs its whole "
+        f"shard in the shard cache, and {reason}. Give cache_dir= a folder with room (CLI: --cache-dir), "
+        f"raise cache_max_bytes, or serve the dataset with a server that honours Range requests; "
+        f"iterating the dataset in order needs neither."
+    )
 
 
 class CacheTooSmallError(CacheFullError):
@@ -88,13 +150,28 @@ class ShardCache:
                 (:class:`CacheTooSmallError`): read it without the cache.
         """
         path = self.local_path(url, version)
+        if self._complete(path, min_size, max_size):
+            return path
+        with _path_lock(path):
+            if self._complete(path, min_size, max_size):  # another thread fetched it meanwhile
+                return path
+            return self._download(url, path, config, min_size, max_size, what)
+
+    def _complete(self, path: str, min_size: int, max_size: int | None) -> bool:
+        """Whether a copy within the bounds is at ``path`` (then it is touched: just used)."""
         try:
             found = os.path.getsize(path)
-            if found >= min_size and (max_size is None or found <= max_size):
-                _touch(path)
-                return path
         except FileNotFoundError:
-            pass
+            return False
+        if found >= min_size and (max_size is None or found <= max_size):
+            _touch(path)
+            return True
+        return False
+
+    def _download(
+        self, url: str, path: str, config: StorageConfig, min_size: int, max_size: int | None, what: str
+    ) -> str:
+        """Download ``url`` to ``path`` within the cache's bound (see :meth:`fetch`)."""
         if self.root in _FULL:
             raise CacheFullError(f"{self.root}: full; {url} is read without caching")
         if min_size > self.max_bytes:

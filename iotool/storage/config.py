@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ DEFAULT_READ_TIMEOUT = 60.0  # seconds a remote read may wait for its next byte
 DEFAULT_REQUEST_TIMEOUT = 600.0  # seconds one remote operation may take, all its attempts together
 # iotool's own keys in ``storage_options`` (taken out before the rest reach fsspec)
 TIMEOUT_OPTIONS = ("read_timeout", "request_timeout")
+CACHE_OPTIONS = ("cache_dir", "cache_max_bytes")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
@@ -47,8 +49,10 @@ class StorageConfig:
             environment variables (e.g. ``FSSPEC_S3_ENDPOINT_URL``) apply as well.
         retries: how many times a failed remote operation is retried (so ``retries + 1`` attempts).
         backoff: seconds before the first retry; doubled for each further one, at most 10 s.
-        cache_dir: a local folder where whole remote shards are kept; None: stream, keep nothing.
-        cache_max_bytes: the size bound of ``cache_dir``, kept before bytes are written (least
+        cache_dir: a local folder where whole remote shards are kept; None: stream, keep nothing,
+            except from an HTTP server that ignores Range requests: there records read by index
+            (the Loader, ``convert``) need whole shards, kept in :func:`default_cache_dir`.
+        cache_max_bytes: the size bound of the shard cache, kept before bytes are written (least
             recently used files go first); a file that does not fit is read without caching,
             with one warning.
         block_size: bytes per ranged request when streaming from an object store.
@@ -60,8 +64,9 @@ class StorageConfig:
             A read that is still receiving bytes stops at the first chunk past it, so the bound
             holds to within one ``read_timeout``.
 
-    ``read_timeout`` and ``request_timeout`` may also be given as keys of ``options`` (the
-    ``storage_options`` every API takes); they are iotool's, taken out before fsspec sees them.
+    ``read_timeout``, ``request_timeout``, ``cache_dir`` and ``cache_max_bytes`` may also be given
+    as keys of ``options`` (the ``storage_options`` every API takes, ``iotool.convert``'s
+    included); they are iotool's, taken out before fsspec sees them.
     """
 
     options: dict[str, Any] = field(default_factory=dict)
@@ -74,9 +79,9 @@ class StorageConfig:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 
     def __post_init__(self) -> None:
-        if any(k in self.options for k in TIMEOUT_OPTIONS):
+        if any(k in self.options for k in TIMEOUT_OPTIONS + CACHE_OPTIONS):
             self.options = dict(self.options)
-            for key in TIMEOUT_OPTIONS:
+            for key in TIMEOUT_OPTIONS + CACHE_OPTIONS:
                 if key in self.options:
                     setattr(self, key, self.options.pop(key))
         for key in TIMEOUT_OPTIONS:
@@ -86,10 +91,24 @@ class StorageConfig:
             setattr(self, key, float(value))
         if self.retries < 0 or self.backoff < 0:
             raise UsageError(f"retries={self.retries}, backoff={self.backoff}: must be 0 or more.")
-        if self.cache_max_bytes <= 0:
-            raise UsageError(f"cache_max_bytes={self.cache_max_bytes}: must be positive.")
+        try:
+            bound = operator.index(self.cache_max_bytes)  # an int (numpy's too), not a str or float
+        except TypeError:
+            bound = 0
+        if isinstance(self.cache_max_bytes, bool) or bound <= 0:
+            raise UsageError(f"cache_max_bytes={self.cache_max_bytes!r}: must be a positive number of bytes.")
+        self.cache_max_bytes = bound
         if self.cache_dir is not None:
             self.cache_dir = os.path.abspath(os.path.expanduser(os.fspath(self.cache_dir)))
+
+
+def default_cache_dir() -> str:
+    """The shard cache used when none is given and one is needed (an HTTP server that ignores
+    Range requests): ``$XDG_CACHE_HOME/iotool/shards``, by default ``~/.cache/iotool/shards``.
+    It persists across runs (a shard is named by its URL and the dataset's integrity digest, so
+    a re-converted dataset is fetched again) and is bounded by ``cache_max_bytes``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(os.path.abspath(base), "iotool", "shards")
 
 
 # --- names -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import IO, Any, Callable, cast
 
 from ..errors import UsageError
 from .config import READ_CHUNK, STREAM_CHUNK, MissingExtraError, StorageConfig, StorageError, protocol
-from .ranged import RangedFile, bounded_gets, fetch_range
+from .ranged import RangedFile, RangeIgnoredError, bounded_gets, fetch_range
 from .retries import ShortReadError, check_deadline, storage_cause, with_retries
 
 REDIRECTS = (301, 302, 303, 307, 308)
@@ -27,6 +27,9 @@ EXTRAS: dict[str, tuple[str, str]] = {
 
 class RedirectRefusedError(StorageError):
     """An HTTP server sent iotool to another origin (scheme, host or port); not followed."""
+
+
+_IGNORES_RANGE: set[str] = set()  # origins found ignoring HTTP Range requests in this process
 
 
 class BodyTooLargeError(StorageError):
@@ -208,7 +211,8 @@ def read_range(url: str, offset: int, length: int, config: StorageConfig) -> byt
     """``length`` bytes of ``url`` from ``offset`` (one ranged request, retried).
 
     Raises:
-        StorageError: the server ignored the range (an HTTP server without Range support).
+        RangeIgnoredError: the server ignored the range (an HTTP server without Range support,
+            such as ``python -m http.server``); from then on :func:`ignores_range` says so.
     """
     fs, path = filesystem(url, config)
     if length == 0:
@@ -232,11 +236,43 @@ def read_range(url: str, offset: int, length: int, config: StorageConfig) -> byt
 
     data = with_retries("ranged read", url, fetch, config)
     if len(data) != length:
-        raise StorageError(
-            f"{url}: asked for {length} bytes at offset {offset}, got {len(data)}: the server "
-            f"ignores HTTP Range requests. Read sequentially (shuffle=False) or give cache_dir=."
+        _IGNORES_RANGE.add(origin(url))
+        raise RangeIgnoredError(
+            f"{url}: asked for {length} bytes at offset {offset} and the server answered with the "
+            f"whole file: it ignores HTTP Range requests."
         )
     return data
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` of ``url`` (lower case): the server a URL is read from."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}".lower()
+
+
+def ignores_range(url: str) -> bool:
+    """Whether this process found the server of ``url`` ignoring HTTP Range requests (a ranged
+    read of it, or :func:`honours_range`, got the whole file)."""
+    return origin(url) in _IGNORES_RANGE
+
+
+def honours_range(url: str, config: StorageConfig) -> bool:
+    """Whether the server of ``url`` (a file of at least 2 bytes) answers a Range request with
+    the range: one GET of its second byte, whose body is not read beyond it. Object stores
+    always do (True without a request); the answer is remembered for :func:`ignores_range`."""
+    fs, path = filesystem(url, config)
+    if not _streams(fs):
+        return True
+    headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}), "Range": "bytes=1-1"}
+
+    def ask() -> int:
+        with fs.open(path, "rb", block_size=0, headers=headers) as f:
+            return int(getattr(getattr(f, "r", None), "status", 206))
+
+    honoured = with_retries("ranged read", url, ask, config) == 206
+    if not honoured:
+        _IGNORES_RANGE.add(origin(url))
+    return honoured
 
 
 def open_stream(url: str, config: StorageConfig) -> IO[bytes]:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -263,10 +264,14 @@ def test_http_server_without_range_support(http, tmp_path):
     server, url, local = http
     server.server.ranges = False  # as the stock http.server
     assert len(list(iotool.open_dataset(url, decoder=None))) == 25  # streaming needs no Range
-    with pytest.raises(storage.StorageError, match="ignores HTTP Range"):
-        iotool.open_reader(url).read(5)
+    shard_gets = len([r for r in server.requests if r.endswith(".tar")])
+    assert shard_gets == 7 and not storage.ignores_range(url)
+    # a read by index finds out, then reads the whole shard into the default cache
+    assert iotool.open_reader(url).read(5) == iotool.open_reader(local).read(5)
+    assert storage.ignores_range(url) and len(os.listdir(storage.default_cache_dir())) == 1
     cached = iotool.open_reader(url, cache_dir=tmp_path / "cache")
-    assert cached.read(5) == iotool.open_reader(local).read(5)
+    assert cached.read(6) == iotool.open_reader(local).read(6)  # the same shard, in cache_dir now
+    assert [n for n in os.listdir(tmp_path / "cache") if n.endswith(".tar")] == os.listdir(storage.default_cache_dir())
 
 
 def test_http_transient_failures_are_retried(http, caplog):
@@ -385,6 +390,25 @@ def test_verify_and_info_read_http_shards(http):
     assert data["count"] == 25 and data["path"] == url
     # the index and the shards; DALI's index files beside the shards (.idx) are extras, not counted
     assert data["bytes"] == sum(os.path.getsize(p) for p in local.iterdir() if p.suffix != ".idx")
+    assert data["remote_reads"] == {"range_requests": True, "cache_dir": None}
+    result = CliRunner().invoke(app, ["info", url])
+    assert "remote reads  one ranged request a record (the server honours HTTP Range" in result.output
+
+
+def test_threads_fetching_one_shard_download_it_once(http, tmp_path):
+    server, url, local = http
+    (local.parent / "big.bin").write_bytes(os.urandom(24 << 20))  # long enough for the threads to meet
+    cache, config = storage.ShardCache(str(tmp_path / "cache")), storage.StorageConfig()
+    start = threading.Barrier(6)
+
+    def fetch(_: int) -> str:
+        start.wait()
+        return cache.fetch(f"{server.url}/big.bin", config, "v1")
+
+    with ThreadPoolExecutor(6) as pool:
+        paths = set(pool.map(fetch, range(6)))
+    assert len(paths) == 1 and sum(r == "/big.bin" for r in server.requests) == 1
+    assert os.listdir(tmp_path / "cache") == [os.path.basename(paths.pop())]
 
 
 # --- S3 --------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 A dataset of this kind is a folder of shard files plus ``index.json`` (see
 :mod:`iotool.formats.sharded.index`) whose ``shards`` list names the files and counts their records and
 whose ``locations`` column holds ``[shard, offset, size]`` per record. The reader reads those
-bytes (one seek and read locally, one ranged request or a cached copy for a URL), and the
+bytes (one seek and read locally; for a URL one ranged request, or a cached copy of the whole
+shard: with ``cache_dir``, or from a server that ignores Range requests), and the
 format turns them into the payload (:meth:`OffsetShardReader._payload`: the bytes themselves
 for tar, the ``image/encoded`` feature of a framed record for TFRecord).
 """
@@ -341,13 +342,20 @@ class OffsetShardReader(IndexedReader, ShardedReader):
                 f.close()
 
     # -- remote shards -------------------------------------------------------------------
-    def _cache(self) -> storage.ShardCache | None:
-        """The shard cache, unless there is none or its disk was found full in this process (then
-        shards are read through without caching: a full cache never fails the epoch)."""
-        cfg = self.storage
-        if not cfg.cache_dir or storage.cache_is_full(cfg.cache_dir):
-            return None
-        return storage.ShardCache(cfg.cache_dir, cfg.cache_max_bytes)
+    def _cache(self, url: str = "") -> storage.ShardCache | None:
+        """The shard cache for reads of ``url`` (:func:`storage.shard_cache`: ``cache_dir``, or the
+        default one where the server ignores Range requests); None: shards are read through."""
+        return storage.shard_cache(self.storage, url)
+
+    def remote_reads(self) -> tuple[bool, str | None]:
+        """(whether the server honours Range requests, the folder records read by index come
+        from as whole shards; None: one ranged request a record). Asks the server (one GET of a
+        byte of index.json, :func:`storage.honours_range`); a local dataset: (True, None)."""
+        if not self.remote:
+            return True, None
+        index = storage.join(self.path, INDEX_NAME)
+        honoured = storage.honours_range(index, self.storage)
+        return honoured, self.storage.cache_dir or (None if honoured else storage.default_cache_dir())
 
     def _min_size(self, shard: int) -> int:
         """The bytes a complete copy of ``shard`` has at least (the end of its last record)."""
@@ -378,18 +386,31 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         return cache.open(self.shard_path(shard), self.storage, self._digest, **self._shard_bound(shard))
 
     def _read_remote(self, shard: int, offset: int, size: int) -> bytes:
-        """One record of a remote shard: from the local cache, else one ranged request."""
+        """One record of a remote shard: from the shard cache when there is one, else one ranged
+        request; from a server found to ignore Range requests, from the whole shard, cached."""
         failed = (getattr(self, "_h_stream_errors", None) or {}).get(shard)
         if failed is not None:  # the running read_many gave up on this shard after its retries
             raise failed.with_traceback(None)
-        cache = self._cache()
+        url = self.shard_path(shard)
+        whole = storage.ignores_range(url)
+        cache = self._cache(url)
         if cache is not None:
             try:
                 with self._open_cached(shard, cache) as f:
                     return self._read_at(f, shard, offset, size)
-            except storage.CacheFullError:
-                pass
-        return storage.read_range(self.shard_path(shard), offset, size, self.storage)
+            except storage.CacheFullError as exc:
+                if whole:
+                    raise storage.no_room_error(url, self.storage, exc) from None
+        elif whole:  # the cache's disk was found full in this process
+            raise storage.no_room_error(url, self.storage)
+        try:
+            return storage.read_range(url, offset, size, self.storage)
+        except storage.RangeIgnoredError:
+            if not storage.ignores_range(url):
+                raise  # an object store that sent more than the range: refused
+            if cache is not None:  # cache_dir is given and full
+                raise storage.no_room_error(url, self.storage) from None
+        return self._read_remote(shard, offset, size)  # found out now: through the cache
 
     def _reading(self, f: Any, shard: int) -> Read:
         """``read(offset, size)`` of the open local (or cached) file ``f`` of ``shard``."""
