@@ -21,7 +21,7 @@ from ..transforms.samplescope import keyed_sample
 from .order import ArrayOrder, EpochOrder, RecordOrder, permutation_order
 from .ramcache import RamCache, open_ram_cache, ram_cache_options
 from .split import rank_world
-from .targets import TargetMover, TargetOptions
+from .targets import TargetMover, TargetOptions, record_image_size
 
 T = TypeVar("T")
 
@@ -386,7 +386,7 @@ class ImageDataset(ReaderInfo, Dataset):
                     got = self._stored(index, wanted, stored)
                 values = self._values(others, label, got)
                 if self._mover is not None:
-                    self._mover.decode_masks(values)
+                    self._mover.decode_masks(values, record_image_size(self.reader, index))
                 return None, values
             except RECORD_ERRORS as exc:
                 return self._bad_record(index, exc)

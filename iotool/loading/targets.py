@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..decode.headers import image_size
 from ..decode.masks import decode_mask
 from ..errors import RecordError, UsageError
 from ..fields import Schema
@@ -121,7 +122,7 @@ class TargetMover:
             RecordError: a mask that is not an image of the image's size, or per-box entries
                 that do not match the boxes.
         """
-        self.decode_masks(values)
+        self.decode_masks(values, shrunk or stored_size(image))
         if not self.move:
             return transform(image), values
         with recording() as record:
@@ -148,11 +149,12 @@ class TargetMover:
             stacklevel=4,
         )
 
-    def decode_masks(self, values: dict[str, Any]) -> None:
-        """Decode the mask fields among ``values`` into uint8 tensors, in place."""
+    def decode_masks(self, values: dict[str, Any], size: tuple[int, int]) -> None:
+        """Decode the mask fields among ``values`` into uint8 tensors, in place; a mask whose
+        header is not of ``size`` (its stored image's (height, width)) is refused undecoded."""
         for name in self.masks:
             if isinstance(values.get(name), (bytes, bytearray, memoryview)):
-                values[name] = decode_mask(bytes(values[name]))
+                values[name] = decode_mask(bytes(values[name]), size, name)
 
     def apply(self, record: GeometryRecord, values: dict[str, Any]) -> None:
         """Move the targets among ``values`` by ``record``, in place."""
@@ -179,6 +181,23 @@ class TargetMover:
         for other in self.per_box[name]:
             if other in values:
                 values[other] = _keep_entries(values[other], keep, other, name)
+
+
+def stored_size(image: Any) -> tuple[int, int]:
+    """(height, width) of a stored image: its header's when ``image`` is the stored bytes, else
+    the decoded HxWxC array's."""
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return image_size(image)
+    return _size_of(image)
+
+
+def record_image_size(reader: Any, index: int) -> tuple[int, int]:
+    """(height, width) of record ``index``'s image: from the index where the dataset records the
+    sizes, else from its image's header (the image is read, not decoded)."""
+    if reader.records_image_sizes():
+        height, width = reader.image_sizes()[index]
+        return int(height), int(width)
+    return image_size(reader.read(index)[0])
 
 
 def _size_of(image: Any) -> tuple[int, int]:
