@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 2  # index columns in memory-mapped files; version 1 kept them as JSON lists
 FIELDS_VERSION = 3  # version 2 plus a column per stored field (written only when a dataset has fields)
 TASK_SIZE = 256  # BMP files per Ray task
+BMP_HEADERS = 54  # the file and info headers of the 24-bit BMPs iotool writes
 
 
 class BmpWriter(FormatWriter):
@@ -212,7 +213,9 @@ class BmpReader(IndexedReader):
         _check_inside(self.path, rel)
         path = os.path.join(self.path, rel)
         try:
-            return read_regular(path, self.path, self.max_record_bytes), self.labels[index]
+            limit, allows = int(self.file_bounds([index])[0]), f"its index's size {self._size_text(index)} allows"
+            data = read_regular(path, self.path, limit, allows)
+            return data, self.labels[index]
         except OSError as exc:
             raise FormatError(f"{path}: cannot read ({exc.strerror or exc}).") from None
 
@@ -225,11 +228,12 @@ class BmpReader(IndexedReader):
         and a run with an unsafe one is read a record at a time (None), so that it fails, named."""
         if not self.in_range(indices):
             return None
+        bounds = self.file_bounds(indices)
         files = self.column("files")
         if isinstance(files, StringColumn) and self._names_safe(files):
             check(files.guards)
             at = np.asarray(indices, dtype=np.int64)
-            return read_named_many(self.path, files.offsets, files.blob, at, self.max_record_bytes)
+            return _within(read_named_many(self.path, files.offsets, files.blob, at, int(bounds.max())), bounds)
         if isinstance(files, StringColumn):
             try:
                 names = files.items(indices)
@@ -240,7 +244,24 @@ class BmpReader(IndexedReader):
         else:  # a version-1 list: checked when it was loaded
             names = [files[i] for i in indices]
         paths = [os.path.join(self.path, rel) for rel in names]
-        return read_regular_many(paths, self.path, self.max_record_bytes)
+        return _within(read_regular_many(paths, self.path, int(bounds.max())), bounds)
+
+    def file_bounds(self, indices: list[int]) -> np.ndarray:
+        """The most bytes each file of ``indices`` may hold: the 24-bit BMP iotool writes of the
+        size the index records for it (its 54-byte headers and rows of 4-byte multiples), never
+        more than :attr:`max_record_bytes`; a forged size (none, negative) allows the headers."""
+        sizes = self.column("sizes")
+        try:
+            pairs = np.array([sizes[i] for i in indices], dtype=np.int64).reshape(len(indices), 2)
+        except (ValueError, TypeError, OverflowError):
+            raise RecordError("the index's sizes column is unreadable.") from None
+        sane = (pairs > 0).all(axis=1) & (pairs <= 1 << 28).all(axis=1)  # so the product fits int64
+        width, height = np.where(sane, pairs[:, 0], 0), np.where(sane, pairs[:, 1], 0)
+        return np.minimum(BMP_HEADERS + (3 * width + 3) // 4 * 4 * height, self.max_record_bytes)
+
+    def _size_text(self, index: int) -> str:
+        width, height = (int(v) for v in self.column("sizes")[index])
+        return f"{width}x{height}"
 
     def _names_safe(self, files: StringColumn) -> bool:
         """Whether every name of the mapped column is one :meth:`read` takes (checked once)."""
@@ -274,6 +295,17 @@ class BmpReader(IndexedReader):
         return recorded_sizes(self, sizes[:, ::-1], strict)
 
     native_decode = staticmethod(decode_bmp)
+
+
+def _within(packed: Packed, bounds: np.ndarray) -> Packed:
+    """``packed`` with each file longer than its own bound marked not read (its record is then
+    read alone, and refused by name): a run is read under the largest bound of its files."""
+    spans = np.frombuffer(packed.spans, dtype=np.int64).reshape(-1, 2).copy()
+    over = (spans[:, 0] >= 0) & (spans[:, 1] - spans[:, 0] > bounds)
+    if not over.any():
+        return packed
+    spans[over] = -1
+    return Packed(packed.blob, spans.tobytes())
 
 
 def _check_inside(root: str, rel: str) -> None:

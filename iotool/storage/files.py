@@ -67,9 +67,10 @@ def open_regular(path: str | os.PathLike, root: str | os.PathLike | None = None)
     return fd
 
 
-def read_regular(path: str, root: str, limit: int) -> bytes:
+def read_regular(path: str, root: str, limit: int, bound: str = "any record may have") -> bytes:
     """The whole of the regular file at ``path`` inside the dataset at ``root``, of at most
     ``limit`` bytes: :func:`open_regular`'s checks, one fstat, one bounded read, close.
+    ``bound`` says in an error where the limit comes from ("more than the {limit} {bound}").
 
     With iotool's ``_readfile`` extension built, the steps run in one C call that releases the GIL
     twice instead of at every system call (it matters when loader threads share one process); any
@@ -87,7 +88,7 @@ def read_regular(path: str, root: str, limit: int) -> bytes:
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise FormatError(f"{path}: {size} bytes, more than the {limit} any record may have.")
+            raise FormatError(f"{path}: {size} bytes, more than the {limit} {bound}.")
         data = os.pread(fd, size, 0)
         if len(data) != size:
             raise FormatError(f"{path}: truncated while read ({len(data)} of {size} bytes).")
