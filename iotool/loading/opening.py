@@ -102,7 +102,9 @@ def open_dataset(
         storage_options: fsspec filesystem options for a URL, e.g. ``{"endpoint_url": ...,
             "key": ..., "secret": ...}`` for S3 (``FSSPEC_S3_*`` / ``AWS_*`` variables work too).
         cache_dir: keep whole remote shards in this local folder (shared safely by DataLoader
-            workers and processes), so later epochs and random access read local disk.
+            workers and processes), so later epochs and random access read local disk. A server
+            that ignores HTTP Range requests fills one by itself for reads by index (this one,
+            else ``$XDG_CACHE_HOME/iotool/shards``).
         cache_max_bytes: the size bound of ``cache_dir`` (default 20 GiB); least recently
             used shards are removed first.
         retries: how many times a failed remote read is retried (with backoff) before a

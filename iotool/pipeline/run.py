@@ -104,7 +104,9 @@ def convert(
         ray_address: the Ray cluster to join (``auto``, ``ray://host:10001`` ...); default: the
             one this process is connected to, else Ray's own choice (``$RAY_ADDRESS``, a cluster
             started with ``ray start`` on this machine, or a new local one).
-        storage_options: fsspec options for URL sources and destinations (e.g. S3 ``endpoint_url``).
+        storage_options: fsspec options for URL sources and destinations (e.g. S3 ``endpoint_url``),
+            and iotool's own: ``cache_dir`` and ``cache_max_bytes`` (whole shards of a URL source
+            kept on local disk) and the timeouts (``read_timeout``, ``request_timeout``).
         source_options: options of the source kind (e.g. ``label_file``); each kind refuses the
             options it does not know, naming its own; stored in the metadata.
         **format_options: options of the output format (e.g. ``shard_size`` for tar); each format
