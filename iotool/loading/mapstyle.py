@@ -19,6 +19,7 @@ from ..transforms.draws import sample_key
 from ..transforms.fused import fuse, leaves_input_alone
 from ..transforms.samplescope import keyed_sample
 from .order import ArrayOrder, EpochOrder, RecordOrder, permutation_order
+from .policy import on_error_now
 from .ramcache import RamCache, open_ram_cache, ram_cache_options
 from .split import rank_world
 from .targets import TargetMover, TargetOptions, record_image_size
@@ -483,7 +484,7 @@ class ImageDataset(ReaderInfo, Dataset):
         except Exception:  # the key index itself may be what is broken
             key = "?"
         error = RecordError(f"{self.reader.path}: record {index} ({key}): {exc}")
-        if self.on_error == "raise":
+        if on_error_now(self.on_error) == "raise":  # a Loader's policy governs in its threads
             raise error from None
         self.skipped += 1
         if self.skipped > self.max_skips:

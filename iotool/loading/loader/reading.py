@@ -10,6 +10,7 @@ from typing import Any
 
 from ...errors import IotoolError, RecordError, UsageError
 from ..mapstyle import ImageDataset
+from ..policy import loader_owns_errors
 from .columns import Layout, layout_of
 from .runs import SampleRuns, Stored, sample_runs
 
@@ -77,7 +78,8 @@ class SampleReader:
     def _attempt(self, record: int, stored: Stored = None) -> Any:
         ds = self.dataset
         try:
-            return ds.sample(record) if stored is None else ds.sample(record, *stored)
+            with loader_owns_errors():  # the dataset raises each bad record; self.on_error decides
+                return ds.sample(record) if stored is None else ds.sample(record, *stored)
         except RecordError as exc:
             if self.on_error != "skip":
                 raise
