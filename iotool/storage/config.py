@@ -16,8 +16,10 @@ READ_CHUNK = 1 << 20  # bytes per read when streaming records
 TMP_TAG = ".tmp-"
 DEFAULT_READ_TIMEOUT = 60.0  # seconds a remote read may wait for its next byte
 DEFAULT_REQUEST_TIMEOUT = 600.0  # seconds one remote operation may take, all its attempts together
+DEFAULT_SPEED_LIMIT = 1024.0  # bytes a second a body must average over speed_time (below a 9600-baud modem)
+DEFAULT_SPEED_TIME = 60.0  # seconds over which speed_limit is measured
 # iotool's own keys in ``storage_options`` (taken out before the rest reach fsspec)
-TIMEOUT_OPTIONS = ("read_timeout", "request_timeout")
+TIMEOUT_OPTIONS = ("read_timeout", "request_timeout", "speed_limit", "speed_time")
 CACHE_OPTIONS = ("cache_dir", "cache_max_bytes")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
@@ -63,8 +65,12 @@ class StorageConfig:
             take it past this (a download of a whole shard counts as one operation); default 600.
             A read that is still receiving bytes stops at the first chunk past it, so the bound
             holds to within one ``read_timeout``.
+        speed_limit, speed_time: a low-speed floor, as curl's ``--speed-limit``/``--speed-time``:
+            an attempt whose body brings fewer than ``speed_limit`` bytes a second over
+            ``speed_time`` seconds (from its first byte) fails, and is retried; defaults 1024
+            bytes a second over 60 s, slower than any honest link, so only a trickle trips it.
 
-    ``read_timeout``, ``request_timeout``, ``cache_dir`` and ``cache_max_bytes`` may also be given
+    ``read_timeout``, ``request_timeout``, ``speed_limit``, ``speed_time``, ``cache_dir`` and ``cache_max_bytes`` may also be given
     as keys of ``options`` (the ``storage_options`` every API takes, ``iotool.convert``'s
     included); they are iotool's, taken out before fsspec sees them.
     """
@@ -77,6 +83,8 @@ class StorageConfig:
     block_size: int = 16 << 20
     read_timeout: float = DEFAULT_READ_TIMEOUT
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    speed_limit: float = DEFAULT_SPEED_LIMIT
+    speed_time: float = DEFAULT_SPEED_TIME
 
     def __post_init__(self) -> None:
         if any(k in self.options for k in TIMEOUT_OPTIONS + CACHE_OPTIONS):
@@ -87,7 +95,8 @@ class StorageConfig:
         for key in TIMEOUT_OPTIONS:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise UsageError(f"{key}={value!r}: must be a positive number of seconds.")
+                unit = "bytes a second" if key == "speed_limit" else "seconds"
+                raise UsageError(f"{key}={value!r}: must be a positive number of {unit}.")
             setattr(self, key, float(value))
         if self.retries < 0 or self.backoff < 0:
             raise UsageError(f"retries={self.retries}, backoff={self.backoff}: must be 0 or more.")

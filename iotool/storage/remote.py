@@ -193,7 +193,7 @@ def read_bounded(f: IO[bytes], url: str, max_bytes: int | None, what: str = "") 
         if not chunk:
             return bytes(buf)
         buf += chunk
-        check_deadline(url)
+        check_deadline(url, got=len(chunk))
         if max_bytes is not None and len(buf) > max_bytes:
             raise too_large(url, max_bytes, what)
 
@@ -294,7 +294,7 @@ def read_exact(f: IO[bytes], length: int) -> bytes:
             raise ShortReadError(f"the stream ended after {got} of {length} bytes")
         parts.append(chunk)
         got += len(chunk)
-        check_deadline()
+        check_deadline(got=len(chunk))
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -339,7 +339,7 @@ class RemoteStream:
                     f"the stream ended {len(self._buf)} bytes into a {length}-byte record at offset {offset}"
                 )
             self._buf += chunk
-            check_deadline(self.url)
+            check_deadline(self.url, got=len(chunk))
         return bytes(self._buf[:length])
 
     def close(self) -> None:
@@ -391,7 +391,7 @@ def download(
                     before_write(written + len(chunk))
                 out.write(chunk)
                 written += len(chunk)
-                check_deadline(url)
+                check_deadline(url, got=len(chunk))
             out.flush()
         if written < min_size:
             raise ShortReadError(f"downloaded {written} bytes, the index needs at least {min_size}")

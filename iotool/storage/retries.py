@@ -3,7 +3,9 @@
 Each operation has a deadline, ``request_timeout`` seconds after it starts: no retry begins (and
 no backoff sleeps) past it, and the read loops of :mod:`iotool.storage.remote` and
 :mod:`iotool.storage.ranged` check it after every chunk (:func:`check_deadline`), so a server that
-trickles bytes cannot hold a read longer than that, however many attempts are allowed.
+trickles bytes cannot hold a read longer than that, however many attempts are allowed. The body
+loops of :mod:`iotool.storage.remote` also pass the bytes each chunk brought, against a low-speed
+floor (``speed_limit`` bytes a second over ``speed_time`` seconds): a trickle fails its attempt.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ _TRANSIENT_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests
 
 class ShortReadError(OSError):
     """Fewer bytes arrived than were asked for (a dropped connection); retried."""
+
+
+class SlowTransferError(OSError):
+    """A body arrived slower than the low-speed floor (``speed_limit`` over ``speed_time``); retried."""
 
 
 LOCAL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
@@ -62,6 +68,8 @@ class _Deadline(threading.local):
     at: float | None = None
     url: str = ""
     limit: float = 0.0
+    floor: tuple[float, float] = (0.0, 0.0)  # speed_limit, speed_time of the operation
+    window: tuple[float, int] | None = None  # the attempt's window: its start, the bytes since
 
 
 _deadline = _Deadline()
@@ -72,12 +80,34 @@ def current_deadline() -> float | None:
     return _deadline.at
 
 
-def check_deadline(url: str = "", deadline: float | None = None) -> None:
+def check_deadline(url: str = "", deadline: float | None = None, got: int = 0) -> None:
     """Raise :class:`RemoteTimeoutError` when the current operation's deadline (or ``deadline``,
-    for code that runs on another thread, as fsspec's event loop) has passed."""
+    for code that runs on another thread, as fsspec's event loop) has passed. ``got``: the bytes
+    of a body chunk just read, counted against the low-speed floor (:class:`SlowTransferError`)."""
     at = _deadline.at if deadline is None else deadline
-    if at is not None and time.monotonic() > at:
+    now = time.monotonic()
+    if at is not None and now > at:
         raise timed_out(url or _deadline.url, _deadline.limit)
+    if got and _deadline.at is not None:
+        _check_speed(url or _deadline.url, now, got)
+
+
+def _check_speed(url: str, now: float, got: int) -> None:
+    """Count ``got`` bytes in this attempt's window (started at its first chunk); once the window
+    spans ``speed_time`` seconds, fail below ``speed_limit`` bytes a second, else start anew."""
+    limit, span = _deadline.floor
+    start, total = _deadline.window or (now, 0)
+    total += got
+    if now - start < span:
+        _deadline.window = (start, total)
+        return
+    _deadline.window = None
+    if total < limit * (now - start):
+        raise SlowTransferError(
+            f"{url}: {total} bytes in {now - start:.0f} s, below the low-speed floor of speed_limit="
+            f"{limit:g} bytes a second over speed_time={span:g} s; the server trickles. speed_limit= and "
+            f"speed_time= (storage_options) set the floor."
+        )
 
 
 def timed_out(url: str, limit: float) -> RemoteTimeoutError:
@@ -103,12 +133,14 @@ def with_retries(
         StorageError: a permanent failure (not found, permission denied, 4xx).
     """
     attempts = config.retries + 1
-    outer = (_deadline.at, _deadline.url, _deadline.limit)
+    outer = (_deadline.at, _deadline.url, _deadline.limit, _deadline.floor, _deadline.window)
     at = time.monotonic() + config.request_timeout
     if outer[0] is None or at < outer[0]:  # a nested operation keeps the earlier deadline
         _deadline.at, _deadline.url, _deadline.limit = at, url, config.request_timeout
+    _deadline.floor = (config.speed_limit, config.speed_time)
     try:
         for attempt in range(1, attempts + 1):
+            _deadline.window = None  # each attempt's body is measured from its first byte
             try:
                 return fn()
             except IotoolError:
@@ -147,7 +179,7 @@ def with_retries(
                     on_retry()
                 time.sleep(delay)
     finally:
-        _deadline.at, _deadline.url, _deadline.limit = outer
+        _deadline.at, _deadline.url, _deadline.limit, _deadline.floor, _deadline.window = outer
     raise AssertionError("unreachable")
 
 

@@ -111,11 +111,11 @@ def test_a_fast_body_is_read_under_tight_bounds(slow):
 
 
 def test_the_bounds_are_storage_options_of_the_api(slow):
-    """``storage_options`` carries them (iotool's keys, never passed to fsspec)."""
-    start = time.monotonic()
-    with pytest.raises(RemoteTimeoutError, match="request_timeout=2"):
+    """``storage_options`` carries them (iotool's keys, never passed to fsspec): the error names
+    the bound given there. No wall-clock check: how long it took is the timed tests' (under load
+    it flaked); a request_timeout not taken would name 600 s."""
+    with pytest.raises(RemoteTimeoutError, match="request_timeout=2 s"):
         iotool.open_dataset(f"{slow}/ds", storage_options={"read_timeout": 5, "request_timeout": 2})
-    assert time.monotonic() - start < 2 + 1 + 1.5
 
 
 @pytest.mark.parametrize("value", [0, -1, float("inf"), float("nan"), "60", True, None])
