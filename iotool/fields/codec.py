@@ -53,22 +53,24 @@ def encode(spec: FieldSpec, value: Any, where: str) -> bytes:
 def decode(spec: FieldSpec, data: bytes | memoryview, where: str) -> Any:
     """The value stored as ``data`` for field ``spec``: ``str``, a JSON value, ``int``,
     ``float``, a numpy array, ``bytes``, or for boxes ``{"boxes": (N, 4) float32, "labels": (N,)
-    int64}``; RecordError when the bytes are over the kind's bound or not a value of it."""
+    int64}``; RecordError when the bytes are over the kind's bound or not a value of it, or an
+    array is not of the dtype and shape the schema gives every record."""
     at = _where(spec, where)
     if len(data) > MAX_ENCODED_BYTES.get(spec.kind, 0):
         raise RecordError(f"{at}: {len(data)} stored bytes, more than a {spec.kind} value may have.")
-    return _DECODERS[spec.kind](spec, data, at)
+    value = _DECODERS[spec.kind](spec, data, at)
+    if spec.kind == "array" and spec.dtype is not None:  # a batch of a fixed shape is allocated from the schema
+        if value.dtype != np.dtype(spec.dtype) or (spec.shape is not None and value.shape != tuple(spec.shape)):
+            raise RecordError(
+                f"{at}: array {value.dtype} {list(value.shape)}; the schema says "
+                f"{spec.dtype} {list(spec.shape) if spec.shape is not None else 'any shape'}."
+            )
+    return value
 
 
 def check(spec: FieldSpec, data: bytes | memoryview, where: str) -> None:
     """Refuse stored bytes that do not decode as ``spec`` (``verify``)."""
     value = decode(spec, data, where)
-    if spec.kind == "array" and spec.dtype is not None:
-        if value.dtype != np.dtype(spec.dtype) or (spec.shape is not None and value.shape != tuple(spec.shape)):
-            raise RecordError(
-                f"{_where(spec, where)}: array {value.dtype} {value.shape}; the schema says "
-                f"{spec.dtype} {list(spec.shape) if spec.shape is not None else 'any shape'}."
-            )
     if spec.kind == "boxes" and spec.classes and value["labels"].size:
         top = int(value["labels"].max())
         if top >= len(spec.classes) or int(value["labels"].min()) < 0:
@@ -122,7 +124,10 @@ def _float(value: Any, at: str) -> bytes:
         return repr(float(value)).encode("ascii")
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
         raise RecordError(f"{at}: expected a number, got {type(value).__name__} {value!r:.40}.")
-    return repr(float(value)).encode("ascii")
+    try:
+        return repr(float(value)).encode("ascii")
+    except OverflowError:  # an int of hundreds of digits (valid JSON): no float holds it
+        raise RecordError(f"{at}: an integer of {int(value).bit_length()} bits is too large for a float.") from None
 
 
 def _array(value: Any, at: str) -> bytes:
@@ -170,7 +175,7 @@ def _boxes_arrays(boxes: Any, labels: Any, at: str) -> tuple[np.ndarray, np.ndar
         b = np.asarray(boxes if boxes is not None else [], dtype=np.float32).reshape(-1, 4)
         n = b.shape[0]
         lab = np.asarray(labels if labels is not None else np.zeros(n), dtype=np.float64)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: an int too large for a float
         raise RecordError(f"{at}: boxes must be numbers of shape (N, 4) ({exc}).") from None
     if b.shape[0] > MAX_BOXES:
         raise RecordError(f"{at}: {b.shape[0]} boxes, more than the {MAX_BOXES} an image may have.")

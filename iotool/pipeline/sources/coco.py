@@ -20,8 +20,9 @@ Bad records (``--on-error skip`` lists them, ``fail`` stops naming them): an ima
 an integer id or a string file_name, a file_name that is not a safe relative path under
 IMAGES_DIR (:mod:`iotool.names`, links included), an image id or file_name given twice (every
 image of a repeated id, the later of a repeated file_name), and an image whose annotation names
-no category, has a bbox that is not 4 finite numbers with w, h >= 0, an iscrowd other than 0/1, or
-a segmentation that is not polygons of finite numbers or an RLE of the image's size; an
+no category, has a bbox that is not 4 finite numbers with w, h >= 0 (an integer too large for a
+float, which valid JSON may hold, is not one), an area that is not a finite number >= 0, an
+iscrowd other than 0/1, or a segmentation that is not polygons of finite numbers or an RLE of the image's size; an
 annotation whose image_id names no image is a record of its own (``FILE#annotations[K]``).
 
 Bounds: the file is refused over ``max_annotation_bytes`` before it is read and parsed within
@@ -34,7 +35,6 @@ printed raw (:func:`iotool.preview.preview`).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
@@ -59,10 +59,11 @@ from ...fields.limits import (
 from ...names import ALLOWED, name_problem, resolve_inside
 from ...preview import preview
 from .base import SourceKind, SourceOptions, choose_fields, field_list, stored_options
-from .detection import box_problem, to_xyxy
+from .detection import box_problem, finite_float, to_xyxy
 from .imagefolder import read_source_file
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 _COMPRESSED_RLE = re.compile(r"[0-o]*")  # pycocotools' compressed counts: characters 48 .. 111
 
 
@@ -296,9 +297,10 @@ def annotation_values(task: CocoImage, labels: dict[int, int]) -> dict[str, Any]
             raise RecordError(f"{where}: iscrowd {preview(crowd, 20)} is not 0 or 1")
         iscrowd[k] = crowd
         value = ann.get("area", float(ann["bbox"][2]) * float(ann["bbox"][3]))
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise RecordError(f"{where}: area {preview(value, 20)} is not a finite number >= 0")
-        area[k] = value
+        number = finite_float(value) if isinstance(value, int | float) else None
+        if number is None or not 0 <= number <= FLOAT32_MAX:  # stored as float32
+            raise RecordError(f"{where}: area {preview(value, 20)} is not a finite number >= 0 (float32)")
+        area[k] = number
         problem = segmentation_problem(ann.get("segmentation"), task.size)
         if problem:
             raise RecordError(f"{where}: segmentation {problem}")
@@ -327,8 +329,8 @@ def segmentation_problem(seg: Any, size: tuple[int, int] | None) -> str | None:
             total += len(poly)
             if total > MAX_POLYGON_COORDINATES:
                 return f"has more than the {MAX_POLYGON_COORDINATES} polygon coordinates read"
-            if len(poly) % 2 or not all(type(v) in (int, float) and math.isfinite(v) for v in poly):  # no bools
-                return "has a polygon that is not pairs of finite numbers"
+            if len(poly) % 2 or not all(type(v) in (int, float) and finite_float(v) is not None for v in poly):
+                return "has a polygon that is not pairs of finite numbers"  # no bools, nothing past a float
         return None
     if not isinstance(seg, dict) or set(seg) != {"size", "counts"}:
         return "is neither polygons nor an RLE {size, counts}"
