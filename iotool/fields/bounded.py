@@ -141,10 +141,17 @@ def array_dtype_problem(dtype: np.dtype) -> str | None:
     return None
 
 
-def npy_header(data: bytes | memoryview, where: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+def npy_header(
+    data: bytes | memoryview,
+    where: str,
+    *,
+    max_elements: int = MAX_ARRAY_ELEMENTS,
+    max_bytes: int = MAX_ARRAY_BYTES,
+) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     """(shape, fortran order, dtype, data offset) of an ``.npy`` payload, parsed with bounds;
     RecordError when the header is oversized, not a literal, declares a refused dtype, a rank or
-    element count over the limits, or a size the payload does not hold exactly."""
+    element count over the limits (``max_elements``, ``max_bytes``: a stored value's by default),
+    or a size the payload does not hold exactly."""
     view = memoryview(data)
     if len(view) < 10 or bytes(view[:6]) != NPY_MAGIC:
         raise RecordError(f"{where}: not an .npy array (no NUMPY magic).")
@@ -160,14 +167,13 @@ def npy_header(data: bytes | memoryview, where: str) -> tuple[tuple[int, ...], b
             f"{where}: .npy header of {length} bytes (at most {MAX_NPY_HEADER_BYTES}, within the payload)."
         )
     header = _literal_header(bytes(view[start : start + length]), major, where)
-    shape, fortran, dtype = _header_fields(header, where)
+    shape, fortran, dtype = _header_fields(header, where, max_elements)
     count = 1
     for n in shape:
         count *= n
-    if count > MAX_ARRAY_ELEMENTS or count * dtype.itemsize > MAX_ARRAY_BYTES:
+    if count > max_elements or count * dtype.itemsize > max_bytes:
         raise RecordError(
-            f"{where}: .npy array of shape {shape} is larger than the {MAX_ARRAY_ELEMENTS} elements "
-            f"/ {MAX_ARRAY_BYTES} bytes read."
+            f"{where}: .npy array of shape {shape} is larger than the {max_elements} elements / {max_bytes} bytes read."
         )
     offset = start + length
     if len(view) - offset != count * dtype.itemsize:
@@ -216,12 +222,12 @@ def _header_literal(token: str) -> object:
     return tuple(int(n) for n in token[1:-1].replace(",", " ").split())
 
 
-def _header_fields(header: dict, where: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+def _header_fields(header: dict, where: str, max_elements: int) -> tuple[tuple[int, ...], bool, np.dtype]:
     shape, fortran, descr = header["shape"], header["fortran_order"], header["descr"]
     if (
         not isinstance(shape, tuple)
         or len(shape) > MAX_ARRAY_NDIM
-        or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_ARRAY_ELEMENTS for n in shape)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= max_elements for n in shape)
     ):
         raise RecordError(f"{where}: .npy shape {shape!r:.80} is not up to {MAX_ARRAY_NDIM} sizes of 0 or more.")
     if not isinstance(fortran, bool) or not isinstance(descr, str) or len(descr) > 16:
@@ -236,9 +242,16 @@ def _header_fields(header: dict, where: str) -> tuple[tuple[int, ...], bool, np.
     return shape, fortran, dtype
 
 
-def load_npy(data: bytes | memoryview, where: str) -> np.ndarray:
-    """The array in an ``.npy`` payload (a writable, C-ordered copy), parsed within bounds."""
-    shape, fortran, dtype, offset = npy_header(data, where)
+def load_npy(
+    data: bytes | memoryview,
+    where: str,
+    *,
+    max_elements: int = MAX_ARRAY_ELEMENTS,
+    max_bytes: int = MAX_ARRAY_BYTES,
+) -> np.ndarray:
+    """The array in an ``.npy`` payload (a writable, C-ordered copy), parsed within bounds (a
+    stored value's unless ``max_elements`` and ``max_bytes`` say otherwise)."""
+    shape, fortran, dtype, offset = npy_header(data, where, max_elements=max_elements, max_bytes=max_bytes)
     flat = np.frombuffer(data, dtype=dtype, offset=offset, count=int(np.prod(shape, dtype=np.int64)))
     return np.array(flat.reshape(shape, order="F" if fortran else "C"), order="C")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from ..errors import FormatError, UsageError
-from .limits import MAX_BOX_CLASSES, MAX_FIELDS, MAX_NAME_CHARS
+from .limits import MAX_ARRAY_BYTES, MAX_ARRAY_ELEMENTS, MAX_ARRAY_NDIM, MAX_BOX_CLASSES, MAX_FIELDS, MAX_NAME_CHARS
 
 KINDS = ("class", "text", "json", "int", "float", "array", "bytes", "boxes")
 BOX_FORMATS = ("XYXY", "XYWH", "CXCYWH")  # torchvision's BoundingBoxFormat names
@@ -112,6 +112,8 @@ class FieldSpec:
             problem = f"boxes need a box_format, one of {', '.join(BOX_FORMATS)} (got {self.box_format!r})"
         if problem is None and self.per_box is not None:
             problem = _per_box_problem(self)
+        if problem is None and self.shape is not None:
+            problem = _shape_problem(self.shape, self.dtype)
         if problem is None and not isinstance(self.pixels, bool):
             problem = f"pixels must be true or false (got {self.pixels!r:.40})"
         if problem:
@@ -198,6 +200,31 @@ def _per_box_problem(spec: FieldSpec) -> str | None:
     if spec.kind == "array" and spec.shape is not None:
         return "a per_box array has one row per box, so no fixed shape"
     return name_problem(spec.per_box or "")
+
+
+def _shape_problem(shape: tuple[int, ...], dtype: str | None) -> str | None:
+    """Why every value cannot have ``shape`` (of ``dtype``, when known): the product of the sizes,
+    not each size, is held to the array bounds (``[2**24, 2**24]`` is 2**48 elements), before a
+    reader or the Loader allocates a batch of them."""
+    import numpy as np
+
+    if len(shape) > MAX_ARRAY_NDIM or not all(
+        isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_ARRAY_ELEMENTS for n in shape
+    ):
+        return f"shape {list(shape)!r:.80} is not up to {MAX_ARRAY_NDIM} sizes of 0 to {MAX_ARRAY_ELEMENTS}"
+    count = 1
+    for n in shape:
+        count *= n
+    try:
+        itemsize = np.dtype(dtype).itemsize if dtype is not None else 1
+    except (TypeError, ValueError):
+        itemsize = 1  # the dtype's own check names it
+    if count > MAX_ARRAY_ELEMENTS or count * itemsize > MAX_ARRAY_BYTES:
+        return (
+            f"shape {list(shape)} holds {count} elements ({count * itemsize} bytes), more than the "
+            f"{MAX_ARRAY_ELEMENTS} elements / {MAX_ARRAY_BYTES} bytes an array value may have"
+        )
+    return None
 
 
 def dtype_name(descr: str | None) -> str | None:
