@@ -240,14 +240,42 @@ class _Server:
             os.close(fd)
 
 
+def escaped_size(text: str) -> int:
+    """Bytes of ``text`` in a control message (JSON escapes each non-ASCII character, 6 or 12 bytes)."""
+    return len(json.dumps(text)) - 2
+
+
+def fit(text: str, budget: int, keep: str = "ends") -> str:
+    """``text`` cut to at most ``budget`` bytes as the control message encodes it (not ``budget``
+    characters: a CJK character takes 6): ``keep="ends"`` keeps its head and its tail (an error
+    names the record first and says why last), ``"tail"`` its tail (a traceback's last frames)."""
+    if len(text) <= budget and escaped_size(text) <= budget:  # a character is 1 to 12 bytes escaped
+        return text
+    mark = " [...] "
+
+    def longest(take) -> str:  # the most characters whose escaped form fits, by bisection
+        low, high = 0, min(len(text), budget)
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if escaped_size(take(mid)) <= budget - len(mark) else (low, mid - 1)
+        return take(low)
+
+    if keep == "tail":
+        return mark + longest(lambda n: text[len(text) - n :])
+    head = longest(lambda n: text[: n // 2] + text[len(text) - (n - n // 2) :])
+    half = len(head) // 2
+    return head[:half] + mark + head[half:]
+
+
 def _error_message(exc: BaseException, pass_id: int, skipped: int) -> dict[str, Any]:
-    text = "".join(traceback.format_exception(exc))[-MAX_MESSAGE // 2 :]
+    """The ``error`` message of ``exc``: the message and the traceback cut by their encoded size,
+    so that the whole fits :data:`MAX_MESSAGE` whatever characters they hold."""
     return {
         "op": "error",
         "id": pass_id,
-        "type": type(exc).__name__,
-        "message": str(exc)[: MAX_MESSAGE // 4],
-        "traceback": text,
+        "type": fit(type(exc).__name__, 200),
+        "message": fit(str(exc), MAX_MESSAGE // 4),
+        "traceback": fit("".join(traceback.format_exception(exc)), MAX_MESSAGE // 2, keep="tail"),
         "skipped": skipped,
     }
 

@@ -1,18 +1,24 @@
 """How the isolated Loader's list columns (text, JSON, bytes, ragged arrays, boxes) cross from its
 child process to the parent.
 
-Fixed columns lie in the shared ring like the images. A list column's values are sent as their
-stored form (:func:`iotool.fields.codec.encode`: UTF-8 text, JSON text, ``.npy``, the bytes
-themselves, boxes as JSON), all of one batch in one anonymous shared file (``memfd``) whose
-descriptor travels with the batch message: a header of int64 lengths (one per value, column by
-column), then the values. The parent checks every length against the kind's bound
-(:data:`iotool.fields.limits.MAX_ENCODED_BYTES`) before reading, and decodes each value with the
-bounded decoders (:func:`iotool.fields.codec.decode`). Nothing is pickled: the dataset's values
-never reach ``pickle``, and a JSON-decoded value is plain lists, dicts, strings and numbers.
+Fixed columns lie in the shared ring like the images. A list column's values are what the
+child's dataset served: already decoded within the stored-value bounds and transformed there, so
+they are sent as they are, not re-encoded and held to those bounds again (the threads Loader
+serves the same values unchecked; one dataset gives one answer, whichever runs it). Each value
+travels in a lossless transport form, tagged by its first byte: ``s`` a ``str`` (UTF-8, lone
+surrogates kept), ``b`` ``bytes``, ``j`` any other plain value as JSON (ASCII, so lone surrogates
+and every float come back exactly), ``n`` an ``.npy`` array, ``x`` boxes (the ``.npy`` of the
+boxes, of its length first, then that of the labels). All of one batch lie in one anonymous shared
+file (``memfd``) whose descriptor travels with the batch message: a header of int64 lengths (one
+per value, column by column), then the values. The parent checks the lengths against the file's
+size and :data:`MAX_WIRE_VALUE_BYTES` before reading, and parses each value with the bounded
+parsers (``.npy`` by header, dtype allow-list, rank and size; JSON by depth). Nothing is pickled.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import mmap
 import os
 from collections.abc import Mapping
@@ -21,25 +27,78 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...errors import InternalError
-from ...fields.codec import decode, encode
-from ...fields.limits import MAX_ENCODED_BYTES
+from ...errors import InternalError, UsageError
+from ...fields.bounded import array_dtype_problem, load_npy, parse_json
 from .columns import Layout, list_value
 
+# One value of a list column in transport: a bound on what a corrupt message could make the parent
+# read, far above any value a dataset serves (a stored value is at most 64 MiB; a decoded mask
+# is at most the image's size).
+MAX_WIRE_VALUE_BYTES = 1 << 30
+MAX_WIRE_JSON_DEPTH = 256  # below the interpreter's recursion limit; a stored value nests 32 deep
 
-def _plain(value: Any) -> Any:
-    """A batch value as the encoder takes it: tensors as numpy arrays."""
-    if isinstance(value, torch.Tensor):
-        return value.numpy()
-    if isinstance(value, Mapping) and any(isinstance(v, torch.Tensor) for v in value.values()):
-        return {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in value.items()}
-    return value
+
+def _array(value: Any, where: str) -> bytes:
+    """The ``.npy`` of a numeric array or tensor (no pickle)."""
+    array = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    problem = array_dtype_problem(array.dtype)
+    if problem:
+        raise UsageError(f"{where}: {problem}.")
+    out = io.BytesIO()
+    np.lib.format.write_array(out, np.ascontiguousarray(array), allow_pickle=False)
+    return out.getvalue()
+
+
+def encode_value(kind: str, value: Any, where: str) -> bytes:
+    """The transport form of one served value of a list column of ``kind``."""
+    try:
+        if kind == "boxes" and isinstance(value, Mapping):
+            boxes = _array(value["boxes"], where)
+            return b"x" + len(boxes).to_bytes(8, "little") + boxes + _array(value["labels"], where)
+        if kind == "array" and isinstance(value, np.ndarray | torch.Tensor):
+            return b"n" + _array(value, where)
+        if isinstance(value, str):
+            return b"s" + value.encode("utf-8", "surrogatepass")
+        if isinstance(value, bytes | bytearray | memoryview):
+            return b"b" + bytes(value)
+        return b"j" + json.dumps(value, ensure_ascii=True, allow_nan=True, separators=(",", ":")).encode("ascii")
+    except (KeyError, TypeError, ValueError, RecursionError) as exc:
+        raise UsageError(
+            f"{where}: a {type(value).__name__} the iotool.Loader's child cannot send ({type(exc).__name__}: "
+            f"{str(exc)[:120]}); use processes=0 (threads) or serve plain values."
+        ) from None
+
+
+def _load(data: bytes, where: str) -> np.ndarray:
+    return load_npy(data, where, max_elements=MAX_WIRE_VALUE_BYTES, max_bytes=MAX_WIRE_VALUE_BYTES)
+
+
+def decode_value(data: bytes, where: str) -> Any:
+    """One served value from its transport form, parsed within bounds."""
+    tag, body = data[:1], data[1:]
+    if tag == b"s":
+        try:
+            return body.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            raise InternalError(
+                f"{where}: the iotool.Loader's child sent text that is not UTF-8; report this as a bug."
+            ) from None
+    if tag == b"b":
+        return body
+    if tag == b"j":
+        return parse_json(body, where, MAX_WIRE_VALUE_BYTES, max_items=None, max_depth=MAX_WIRE_JSON_DEPTH)
+    if tag == b"n":
+        return _load(body, where)
+    if tag == b"x" and len(body) >= 8 and int.from_bytes(body[:8], "little") <= len(body) - 8:
+        n = 8 + int.from_bytes(body[:8], "little")
+        return {"boxes": _load(body[8:n], where), "labels": _load(body[n:], where)}
+    raise InternalError(f"{where}: the iotool.Loader's child sent a value tagged {tag!r}; report this as a bug.")
 
 
 def pack(layout: Layout, lists: list[list[Any]], count: int) -> tuple[int, int]:
     """(descriptor, size) of a new shared file holding the first ``count`` values of each list column."""
     parts = [
-        encode(col.spec, _plain(values[row]), f"batch row {row}")
+        encode_value(col.kind, values[row], f"batch row {row}: field {col.name!r}")
         for col, values in zip(layout.lists, lists)
         if col.spec is not None
         for row in range(count)
@@ -67,16 +126,14 @@ def unpack(layout: Layout, fd: int, size: Any, count: int) -> list[list[Any]]:
     try:
         columns = [c for c in layout.lists if c.spec is not None]
         values = count * len(columns)
-        bound = 8 * values + count * sum(MAX_ENCODED_BYTES[c.kind] for c in columns)
-        if not (isinstance(size, int) and 8 * values < size <= bound and os.fstat(fd).st_size == size):
+        if not (isinstance(size, int) and 9 * values <= size and os.fstat(fd).st_size == size):
             raise InternalError(
                 f"the iotool.Loader's child sent list fields of {size!r} bytes for {count} samples; "
                 f"report this as a bug."
             )
         with mmap.mmap(fd, size, prot=mmap.PROT_READ) as region:
             lengths = np.frombuffer(region, dtype=np.int64, count=values).tolist()
-            limits = [MAX_ENCODED_BYTES[c.kind] for c in columns for _ in range(count)]
-            if any(not 0 <= n <= top for n, top in zip(lengths, limits)) or 8 * values + sum(lengths) != size:
+            if any(not 1 <= n <= MAX_WIRE_VALUE_BYTES for n in lengths) or 8 * values + sum(lengths) != size:
                 raise InternalError("the iotool.Loader's child sent malformed list fields; report this as a bug.")
             out: list[list[Any]] = []
             at = 8 * values
@@ -84,9 +141,8 @@ def unpack(layout: Layout, fd: int, size: Any, count: int) -> list[list[Any]]:
                 column = []
                 for row in range(count):
                     n = lengths[k * count + row]
-                    where = f"the Loader's batch row {row}"
-                    data = bytes(region[at : at + n])
-                    column.append(list_value(col, decode(col.spec, data, where), where))  # type: ignore[arg-type]
+                    where = f"the Loader's batch row {row}: field {col.name!r}"
+                    column.append(list_value(col, decode_value(bytes(region[at : at + n]), where), where))
                     at += n
                 out.append(column)
             return out
