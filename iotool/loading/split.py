@@ -238,10 +238,16 @@ def resume_position(saved: Any, here: dict[str, Any], total: int) -> tuple[int, 
         raise UsageError(f"cannot resume from this state: it was saved with {diffs}{'; ' + hints if hints else ''}.")
     epoch = _count(saved, "epoch", (1 << 62))
     origin = _count(saved, "origin", total)
+    world, workers = _count(saved, "world_size", 1 << 20), _count(saved, "num_workers", 1 << 20)
+    if not world or not workers:
+        raise UsageError(
+            f"cannot resume from this state: world_size={world} and num_workers={workers} must be 1 or more."
+        )
+    _count(saved, "rank", world - 1)  # a place inside its own topology
+    _count(saved, "worker_id", workers - 1)
     place = {k: saved.get(k) for k in _TOPOLOGY}
     if all(place[k] == here[k] for k in ("world_size", "worker_id", "num_workers")):
         return epoch, origin, _count(saved, "taken", total)  # synchronous ranks: any rank's worker count fits
-    world, workers = _count(saved, "world_size", 1 << 20), _count(saved, "num_workers", 1 << 20)
     if workers != 1 or here["num_workers"] != 1:
         raise UsageError(
             f"cannot resume from this state here: it was saved by rank {place['rank']!r:.20} of "
@@ -252,7 +258,5 @@ def resume_position(saved: Any, here: dict[str, Any], total: int) -> tuple[int, 
             f"iotool.Loader, or num_workers=0 (every rank's progress is then one count)."
         )
     taken = _count(saved, "taken", total)
-    if not 1 <= world:
-        raise UsageError(f"cannot resume from this state: world_size={world} is not a world size.")
     saved_order = EpochOrder(world_size=world, origin=origin)
     return epoch, saved_order.consumed(total, taken), 0

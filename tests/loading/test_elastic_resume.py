@@ -280,3 +280,22 @@ def test_a_resumed_rank_reads_the_same_batches_in_threads_and_in_a_child(sources
         found.append(_batches(loader, None))
         loader.close()
     assert found[0] == found[1] and len(found[0]) == len(range(1, sum(_whole_epoch(kind, paths).values()) - 24, 3))
+
+
+def test_a_forged_dataset_state_is_refused_by_name(sources):
+    ds = iotool.open_dataset(str(sources["tar"]), decoder=None, shuffle=True, seed=SEED)
+    ds.set_epoch(EPOCH)
+    state = ds.state_dict()
+    for bad, match in (
+        ({"worker_id": 7}, "worker_id=7 is not a count of 0 to 0"),
+        ({"rank": 3}, "rank=3 is not a count of 0 to 0"),
+        ({"world_size": 0, "rank": 0}, "world_size=0 and num_workers=1 must be 1 or more"),
+        ({"taken": -1}, "taken=-1 is not a count"),
+        ({"origin": 10**30}, "origin=.* is not a count"),
+        ({"epoch": 2**64}, "epoch=.* is not a count"),
+        ({"window": 3}, r"window=3 \(here 64\)"),
+        ({"version": 1}, "not an iotool dataset or sampler state of version 2"),
+    ):
+        fresh = iotool.open_dataset(str(sources["tar"]), decoder=None, shuffle=True, seed=SEED)
+        with pytest.raises(UsageError, match=match):
+            fresh.load_state_dict({**state, **bad})
