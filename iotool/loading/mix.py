@@ -403,7 +403,8 @@ def mix(
         weights: proportions of the epoch's ``samples`` drawn from each source.
         samples: samples per epoch with ``weights``; default: the sources' records added up.
         choose: samples drawn from each source per epoch, instead of ``weights``.
-        repeat: passes over each source per epoch (``0.5``: half of it), instead of ``weights``.
+        repeat: passes over each source per epoch (``0.5``: half of it; ``repeat x records`` rounded to
+            the nearest sample, a half to even), instead of ``weights``.
             Without ``weights``, ``choose`` or ``repeat``: every record of every source once.
         seed: seeds every draw (with the epoch).
         shuffle: draw each source in a new random order every epoch and place the sources at
