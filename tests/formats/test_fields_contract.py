@@ -52,8 +52,9 @@ def independent_checksum(image: bytes, fields: dict[str, bytes]) -> str:
 
 def expected_schema(schema: Schema) -> Schema:
     """``schema`` as the conversion stores it: an array field whose values share dtype and shape
-    gets them filled in (emb: float32 (4,)); a ragged one keeps neither."""
-    filled = {"emb": replace(SPECS["emb"], dtype="<f4", shape=(4,))}
+    gets them filled in (emb: float32 (4,)); a ragged one whose values share a dtype gets the dtype
+    (ragged: int64), not a shape."""
+    filled = {"emb": replace(SPECS["emb"], dtype="<f4", shape=(4,)), "ragged": replace(SPECS["ragged"], dtype="<i8")}
     return Schema(tuple(filled.get(f.name, f) for f in schema.fields))
 
 
