@@ -204,10 +204,14 @@ _RESUME_HINTS = {
 _TOPOLOGY = ("rank", "world_size", "worker_id", "num_workers")
 
 
-def _count(state: dict[str, Any], name: str, limit: int) -> int:
+MAX_EPOCH = 1 << 62
+
+
+def state_count(state: dict[str, Any], name: str, limit: int = MAX_EPOCH, minimum: int = 0) -> int:
+    """``state[name]`` of a state to resume from, which must be an int from ``minimum`` to ``limit``."""
     value = state.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-        raise UsageError(f"cannot resume from this state: {name}={value!r:.60} is not a count of 0 to {limit}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= limit:
+        raise UsageError(f"cannot resume from this state: {name}={value!r:.60} is not a count of {minimum} to {limit}.")
     return value
 
 
@@ -236,18 +240,18 @@ def resume_position(saved: Any, here: dict[str, Any], total: int) -> tuple[int, 
         diffs = ", ".join(f"{k}={saved.get(k)!r:.40} (here {here[k]!r})" for k in bad)
         hints = "; ".join(_RESUME_HINTS[k].format(saved=saved.get(k)) for k in bad if k in _RESUME_HINTS)
         raise UsageError(f"cannot resume from this state: it was saved with {diffs}{'; ' + hints if hints else ''}.")
-    epoch = _count(saved, "epoch", (1 << 62))
-    origin = _count(saved, "origin", total)
-    world, workers = _count(saved, "world_size", 1 << 20), _count(saved, "num_workers", 1 << 20)
+    epoch = state_count(saved, "epoch")
+    origin = state_count(saved, "origin", total)
+    world, workers = state_count(saved, "world_size", 1 << 20), state_count(saved, "num_workers", 1 << 20)
     if not world or not workers:
         raise UsageError(
             f"cannot resume from this state: world_size={world} and num_workers={workers} must be 1 or more."
         )
-    _count(saved, "rank", world - 1)  # a place inside its own topology
-    _count(saved, "worker_id", workers - 1)
+    state_count(saved, "rank", world - 1)  # a place inside its own topology
+    state_count(saved, "worker_id", workers - 1)
     place = {k: saved.get(k) for k in _TOPOLOGY}
     if all(place[k] == here[k] for k in ("world_size", "worker_id", "num_workers")):
-        return epoch, origin, _count(saved, "taken", total)  # synchronous ranks: any rank's worker count fits
+        return epoch, origin, state_count(saved, "taken", total)  # synchronous ranks: any rank's worker count fits
     if workers != 1 or here["num_workers"] != 1:
         raise UsageError(
             f"cannot resume from this state here: it was saved by rank {place['rank']!r:.20} of "
@@ -257,6 +261,6 @@ def resume_position(saved: Any, here: dict[str, Any], total: int) -> tuple[int, 
             f"only in its own place (same world_size and num_workers). To resume on another world size, use "
             f"iotool.Loader, or num_workers=0 (every rank's progress is then one count)."
         )
-    taken = _count(saved, "taken", total)
+    taken = state_count(saved, "taken", total)
     saved_order = EpochOrder(world_size=world, origin=origin)
     return epoch, saved_order.consumed(total, taken), 0

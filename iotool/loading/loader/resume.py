@@ -13,19 +13,11 @@ from typing import Any, Callable
 
 from ...errors import UsageError
 from ..order import EpochOrder
+from ..split import state_count
 
 STATE_VERSION = 2
 READ_VERSIONS = (1, 2)  # version 1: saved before the origin and position (read as origin 0)
 MATCHING = ("order", "drop_last", "shuffle", "seed", "even")  # must match; the place may change
-MAX_EPOCH = 1 << 62
-
-
-def count(state: dict[str, Any], name: str, limit: int = MAX_EPOCH, minimum: int = 0) -> int:
-    """``state[name]``, which must be an int from ``minimum`` to ``limit``."""
-    value = state.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= limit:
-        raise UsageError(f"cannot resume from this state: {name}={value!r:.60} is not a count of {minimum} to {limit}.")
-    return value
 
 
 @dataclass(frozen=True)
@@ -77,15 +69,15 @@ def resume_point(state: Any, here: Here) -> tuple[int, int, int]:
             f"cannot resume from this state: it was saved with {diffs}; open the "
             f"dataset and the Loader as when it was saved."
         )
-    epoch = count(saved, "epoch")
-    world = count(saved, "world_size", 1 << 20, 1)
-    size = count(saved, "batch_size", 1 << 30, 1)
+    epoch = state_count(saved, "epoch")
+    world = state_count(saved, "world_size", 1 << 20, 1)
+    size = state_count(saved, "batch_size", 1 << 30, 1)
     order = here.order.at(epoch).placed(0, world)
     total = here.total(order)
-    saved_order = replace(order, origin=count(saved, "origin", total))
-    batches = count(saved, "batches", -(-saved_order.length(total) // size))
+    saved_order = replace(order, origin=state_count(saved, "origin", total))
+    batches = state_count(saved, "batches", -(-saved_order.length(total) // size))
     reached = saved_order.consumed(total, batches * size)
-    position = reached if saved["version"] == 1 else count(saved, "position", total)
+    position = reached if saved["version"] == 1 else state_count(saved, "position", total)
     if position not in (reached, total):
         raise UsageError(
             f"cannot resume from this state: position={position} does not follow from origin={saved_order.origin}, "
