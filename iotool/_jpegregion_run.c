@@ -1,6 +1,6 @@
 /*
  * A run of JPEG samples in one call: run_samples(library, op, sources, (seed, epoch, rank),
- * records, dst, first_row, tag, version). Each sample's JPEG is read up to its frame header,
+ * records, dst, first_row, tag, version[, geometry]). Each sample's JPEG is read up to its frame header,
  * its crop box (and flip) drawn from its counter-based stream (_resize_draw.c), the box decoded
  * by region at the reduced DCT scale the box allows (or from its restart segments, for a seekable
  * JPEG), resized into its batch row and flipped there: what iotool's fused
@@ -19,6 +19,7 @@
 #include "_resize.h"
 
 #define MARGIN 2  /* iotool.decode.region.MARGIN: pixels decoded past each side of the box */
+#define GEOMETRY 7  /* int64 values a sample's geometry takes (one_jpeg) */
 
 struct jpeg_op {
     rs_op_t base;  /* RS_OP_CROP or RS_OP_CENTER, into 3 planes */
@@ -107,9 +108,12 @@ static int decode_scale(const struct jpeg_op *op, long h, long w)
     return 1;
 }
 
-/* One sample into `row`: 0 done, 1 left to the caller, -1 out of memory. */
+/* One sample into `row`: 0 done, 1 left to the caller, -1 out of memory. When done and `geometry`
+ * is not NULL, its GEOMETRY values: the image's height and width, the box (top, left, height,
+ * width) on it, and 1 if the row was flipped, else 0 (what the per-sample path notes for its
+ * boxes: iotool.transforms.geometry). */
 static int one_jpeg(const struct library *lib, const struct jpeg_op *op, const unsigned char *d, size_t n,
-                    uint64_t key, uint8_t *row)
+                    uint64_t key, uint8_t *row, int64_t *geometry)
 {
     struct frame_info f;
     if (!read_frame(d, n, &f) || n < 2 || d[n - 2] != 0xFF || d[n - 1] != 0xD9)
@@ -150,24 +154,30 @@ static int one_jpeg(const struct library *lib, const struct jpeg_op *op, const u
     rs_source_t decoded = {.pixels = pixels, .row_stride = (ptrdiff_t)r.width * 3, .height = (int)r.height,
                            .width = (int)r.width, .channels = 3};
     const long whole[4] = {0, 0, r.height, r.width};
-    int result = rs_into_row(&op->base, &decoded, whole, key, &counter, row);
+    int flipped = 0;
+    int result = rs_into_row(&op->base, &decoded, whole, key, &counter, row, &flipped);
     free(pixels);
+    if (result == 0 && geometry != NULL) {
+        const int64_t values[GEOMETRY] = {f.height, f.width, box[0], box[1], box[2], box[3], flipped};
+        memcpy(geometry, values, sizeof(values));
+    }
     return result;
 }
 
 PyObject *jr_run_samples(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *capsule, *sources_obj, *records_obj, *dst_obj, *words_obj[3];
+    PyObject *capsule, *sources_obj, *records_obj, *dst_obj, *words_obj[3], *geometry_obj = Py_None;
     struct jpeg_op op;
-    Py_buffer tag, dst;
+    Py_buffer tag, dst, geometry = {0};
     Py_ssize_t first_row;
     memset(&op, 0, sizeof(op));
     rs_op_t *base = &op.base;
-    if (!PyArg_ParseTuple(args, "O(iiiddddddK)O!(OOO)O!Ony*I", &capsule, &base->kind, &base->out_h, &base->out_w,
+    if (!PyArg_ParseTuple(args, "O(iiiddddddK)O!(OOO)O!Ony*I|O", &capsule, &base->kind, &base->out_h, &base->out_w,
                           &base->scale[0], &base->scale[1], &base->ratio[0], &base->ratio[1], &base->flip_p, &op.gap,
                           &op.max_pixels, &PyList_Type, &sources_obj, &words_obj[0], &words_obj[1],
-                          &words_obj[2], &PyList_Type, &records_obj, &dst_obj, &first_row, &tag, &op.version))
+                          &words_obj[2], &PyList_Type, &records_obj, &dst_obj, &first_row, &tag, &op.version,
+                          &geometry_obj))
         return NULL;
     base->channels = 3;
     op.tag = tag.buf;
@@ -203,6 +213,20 @@ PyObject *jr_run_samples(PyObject *self, PyObject *args)
         PyBuffer_Release(&tag);
         return NULL;
     }
+    if (geometry_obj != Py_None) {
+        if (PyObject_GetBuffer(geometry_obj, &geometry, PyBUF_CONTIG) < 0) {
+            PyBuffer_Release(&dst);
+            PyBuffer_Release(&tag);
+            return NULL;
+        }
+        if ((size_t)geometry.len < (size_t)n * GEOMETRY * sizeof(int64_t)) {
+            PyBuffer_Release(&geometry);
+            PyBuffer_Release(&dst);
+            PyBuffer_Release(&tag);
+            PyErr_SetString(PyExc_ValueError, "geometry must hold 7 int64 values a source");
+            return NULL;
+        }
+    }
     size_t row_bytes = (size_t)3 * base->out_h * base->out_w;
     PyObject *status = PyBytes_FromStringAndSize(NULL, n);
     Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
@@ -234,7 +258,9 @@ PyObject *jr_run_samples(PyObject *self, PyObject *args)
                 flags[k] = 1;
                 continue;
             }
-            result = one_jpeg(lib, &op, views[k].buf, (size_t)views[k].len, keys[k], rows + (size_t)k * row_bytes);
+            int64_t *where = geometry.buf != NULL ? (int64_t *)geometry.buf + (size_t)k * GEOMETRY : NULL;
+            result = one_jpeg(lib, &op, views[k].buf, (size_t)views[k].len, keys[k], rows + (size_t)k * row_bytes,
+                              where);
             flags[k] = (uint8_t)(result > 0);
         }
         Py_END_ALLOW_THREADS
@@ -244,6 +270,8 @@ PyObject *jr_run_samples(PyObject *self, PyObject *args)
             PyBuffer_Release(&views[k]);
     PyBuffer_Release(&dst);
     PyBuffer_Release(&tag);
+    if (geometry.obj != NULL)
+        PyBuffer_Release(&geometry);
     PyMem_Free(views);
     PyMem_Free(keys);
     if (failed || result < 0) {

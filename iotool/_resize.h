@@ -123,9 +123,10 @@ typedef struct {
 INTERNAL int rs_op_box(const rs_op_t *op, long height, long width, uint64_t key, uint64_t *counter, long box[4]);
 
 /* `box` of `src` resized into `row` (channels x out_h x out_w planes), then flipped there when
- * the op's flip draws so (the next number of the stream): 0, or -1 when out of memory. */
+ * the op's flip draws so (the next number of the stream), *flipped (when not NULL) set to 1 if it
+ * did, else 0: 0, or -1 when out of memory. */
 INTERNAL int rs_into_row(const rs_op_t *op, const rs_source_t *src, const long box[4], uint64_t key,
-                         uint64_t *counter, uint8_t *row);
+                         uint64_t *counter, uint8_t *row, int *flipped);
 
 /* Sample k (stream keys[k]) into rows + k * channels * out_h * out_w; status[k] = 0 done, 1 left
  * to the caller (a source this code does not take). 0, or -1 when out of memory. */

@@ -68,7 +68,7 @@ INTERNAL int rs_op_box(const rs_op_t *op, long height, long width, uint64_t key,
 }
 
 INTERNAL int rs_into_row(const rs_op_t *op, const rs_source_t *src, const long box[4], uint64_t key,
-                         uint64_t *counter, uint8_t *row)
+                         uint64_t *counter, uint8_t *row, int *flipped)
 {
     job_t j;
     memset(&j, 0, sizeof(j));
@@ -85,9 +85,11 @@ INTERNAL int rs_into_row(const rs_op_t *op, const rs_source_t *src, const long b
     if (rs_run(&j) != NULL)
         return -1;
     /* RandomHorizontalFlip draws after the crop, from the same stream: flips when u < p */
-    if (op->flip_p >= 0 && rs_uniform01(key, counter) < op->flip_p)
-        if (rs_flip_rows(row, row, (ptrdiff_t)op->channels * op->out_h, op->out_w, 1) != 0)
-            return -1;
+    int flip = op->flip_p >= 0 && rs_uniform01(key, counter) < op->flip_p;
+    if (flipped != NULL)
+        *flipped = flip;
+    if (flip && rs_flip_rows(row, row, (ptrdiff_t)op->channels * op->out_h, op->out_w, 1) != 0)
+        return -1;
     return 0;
 }
 
@@ -99,7 +101,7 @@ static int one_sample(const rs_op_t *op, const rs_source_t *src, uint64_t key, u
     if (src->pixels == NULL || src->channels != op->channels ||
         !rs_op_box(op, src->height, src->width, key, &counter, box))
         return 1;
-    return rs_into_row(op, src, box, key, &counter, row);
+    return rs_into_row(op, src, box, key, &counter, row, NULL);
 }
 
 INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, int n, uint8_t *rows,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -55,7 +55,31 @@ def decode(spec: FieldSpec, data: bytes | memoryview, where: str) -> Any:
     ``float``, a numpy array, ``bytes``, or for boxes ``{"boxes": (N, 4) float32, "labels": (N,)
     int64}``; RecordError when the bytes are over the kind's bound or not a value of it, or an
     array is not of the dtype and shape the schema gives every record."""
+    return _decode_at(spec, data, _where(spec, where))
+
+
+def decode_column(
+    spec: FieldSpec, datas: Sequence[bytes | memoryview | None], where: str
+) -> tuple[list[Any], list[int]]:
+    """:func:`decode` of each of a run's stored values of field ``spec`` (None: not read), under
+    the same rules and bounds, the message's prefix made once: (the values, None where one was
+    not read or did not decode; the positions of those, in order)."""
     at = _where(spec, where)
+    values: list[Any] = []
+    bad: list[int] = []
+    for k, data in enumerate(datas):
+        try:
+            if data is None:
+                raise RecordError(f"{at}: not read")
+            values.append(_decode_at(spec, data, at))
+        except Exception:  # the per-sample path decodes it again, and raises or skips as it should
+            values.append(None)
+            bad.append(k)
+    return values, bad
+
+
+def _decode_at(spec: FieldSpec, data: bytes | memoryview, at: str) -> Any:
+    """:func:`decode`, its messages prefixed with ``at``."""
     if len(data) > MAX_ENCODED_BYTES.get(spec.kind, 0):
         raise RecordError(f"{at}: {len(data)} stored bytes, more than a {spec.kind} value may have.")
     value = _DECODERS[spec.kind](spec, data, at)

@@ -334,6 +334,19 @@ class FormatReader(ABC):
             return self.labelled(indices, packed.views())
         return list(FormatReader.read_many(self, indices))
 
+    def read_run_fields(self, indices: list[int], names: typing.Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored bytes of fields ``names`` of each record of a run (each value any bytes-like
+        object, valid as long as it is held), in ``indices``' order; None for a record whose fields
+        do not read: :meth:`read_fields` of it names why. Here :meth:`read_fields` a record at a
+        time; formats that read a run's values together (LMDB: views of its map) override this."""
+        out: list[dict[str, Any] | None] = []
+        for i in indices:
+            try:
+                out.append(self.read_fields(i, names))
+            except Exception:
+                out.append(None)
+        return out
+
     def read_packed(self, indices: list[int]) -> Packed | None:
         """The stored payloads of ``indices`` read at once into one buffer
         (:class:`~iotool.storage.files.Packed`: no Python object a record, so a run's samples go from

@@ -181,10 +181,13 @@ class ImageDataset(ReaderInfo, Dataset):
         """The fields decoded as mask tensors (``masks=``)."""
         return self.target_options.masks
 
-    def plain_samples(self) -> bool:
-        """True when a sample is the image and its label alone: no other field read or decoded,
-        no target following the image, no checksum checked."""
-        return self._plain and self._mover is None and not self.check_checksums
+    @property
+    def mover(self) -> TargetMover | None:
+        """What moves the chosen targets (boxes, their per-box fields, masks) as the transform
+        moves the image; None when nothing does (none chosen, or ``move_targets=False`` and no
+        masks to decode)."""
+        mover = self._mover
+        return mover if mover is not None and (mover.move or mover.masks) else None
 
     @property
     def stored_fields(self) -> tuple[str, ...]:

@@ -130,10 +130,15 @@ class TargetMover:
                 record.add(shrunk, ("resize", *_size_of(image)), _size_of(image))
             out = transform(image)
         if record.source is not None:
-            self.apply(record, values)
-            if record.ops and self.unmoved and not self.warned:
-                self.warn_unmoved()
+            self.moved(record, values)
         return out, values
+
+    def moved(self, record: GeometryRecord, values: dict[str, Any]) -> None:
+        """:meth:`apply` ``record`` to ``values`` (what a transform recorded, or a run's C code
+        did), saying once when the fields measured in the stored image's pixels are left behind."""
+        self.apply(record, values)
+        if record.ops and self.unmoved and not self.warned:
+            self.warn_unmoved()
 
     def warn_unmoved(self) -> None:
         """Say once (per dataset and process) that the moved boxes no longer match the fields

@@ -29,6 +29,7 @@ import numpy as np
 from ..decode import region as _region
 from ..decode import segments as _segments
 from ..decode.api import pixel_limit
+from .geometry import GeometryRecord
 from .native import planes_native
 from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
@@ -46,6 +47,7 @@ except ImportError:  # not built: JPEGs run per sample
     _jpeg = None
 
 CROP, CENTER, RESIZE = 0, 1, 2  # the op kinds of _resize_run.c
+GEOMETRY = 7  # int64 values of a sample's geometry (run_jpeg_samples): height, width, box, flipped
 Labels = tuple[np.ndarray, np.ndarray]  # every record's int64 labels, a batch's int64 label rows
 
 
@@ -63,6 +65,19 @@ class RunOp:
     def shape(self, channels: int) -> tuple[int, int, int]:
         """The (C, H, W) of each output."""
         return channels, self.size[0], self.size[1]
+
+    def record(self, geometry: Sequence[int]) -> GeometryRecord:
+        """What the per-sample path notes (:mod:`~iotool.transforms.geometry`) for one sample of
+        this op, from its ``geometry`` row (:func:`run_jpeg_samples`: the image's height and
+        width, the box's top, left, height and width, flipped or not)."""
+        height, width, top, left, box_h, box_w, flipped = (int(v) for v in geometry)
+        record = GeometryRecord((height, width), [("crop", top, left, box_h, box_w)], (box_h, box_w))
+        if self.kind != CENTER:  # a centre crop's box is its output: nothing resized
+            record.ops.append(("resize", *self.size))
+            record.canvas = self.size
+        if flipped:
+            record.ops.append(("flip",))
+        return record
 
     def args(self, channels: int) -> tuple[Any, ...]:
         """The op tuple ``run_samples`` takes."""
@@ -168,23 +183,27 @@ def run_jpeg_samples(
     rows: np.ndarray,
     first: int,
     reducing_gap: float = 1.0,
+    geometry: np.ndarray | None = None,
 ) -> bytes:
     """:func:`run_samples` for stored JPEGs (``sources[k]``: bytes, or None), decoding each box as
     the fused ``DecodeRandomResizedCrop`` (``reducing_gap``) or ``DecodeCenterCrop`` does. A record
     that is not such a JPEG, or more pixels than PIL's ``MAX_IMAGE_PIXELS``, or that does not decode,
-    is left to the per-sample path (byte 1), which decodes, warns or raises as it always has."""
+    is left to the per-sample path (byte 1), which decodes, warns or raises as it always has.
+    ``geometry``: an int64 ``(len(sources), 7)`` array the C code writes each sample's geometry
+    into (:meth:`RunOp.record` reads a row)."""
     library = _region.LIBRARY
     if _jpeg is None or library is None:
         return b"\x01" * len(sources)
     limit = pixel_limit()
     args = (op.kind, *op.size, *op.scale, *op.ratio, op.flip_p, reducing_gap, limit or 0)
     status = _jpeg.run_samples(
-        library.handle, args, sources, words, records, rows, first, _segments.TAG, _segments.VERSION
+        library.handle, args, sources, words, records, rows, first, _segments.TAG, _segments.VERSION, geometry
     )
     return bytes(status)
 
 
 __all__ = [
+    "GEOMETRY",
     "RunOp",
     "jpeg_runs_available",
     "run_cached_samples",

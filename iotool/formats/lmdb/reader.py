@@ -164,6 +164,28 @@ class LmdbReader(FormatReader):
             return super().read_views(indices)
         return self.labelled(indices, views)
 
+    def read_run_fields(self, indices: list[int], names: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored bytes of fields ``names`` of each record of a run as read-only views of
+        data.mdb (:func:`~iotool.formats.lmdb.env.record_views`, as a run's images), each refused
+        beyond :meth:`field_bound`; None for a record whose fields do not read (:meth:`read_fields`
+        of it names why)."""
+        plan, count = self._field_plan, self.meta.count
+        if not names or not self.in_range(indices) or any(n not in plan for n in names):
+            return super().read_run_fields(indices, names)
+        wanted = [(field_key(i, n), count * plan[n][0] + i) for i in indices for n in names]
+        try:
+            with lmdb_errors(self.path):
+                views = record_views(self.path, wanted)
+        except Exception:  # each record read alone, which names the error
+            return super().read_run_fields(indices, names)
+        bounds = [plan[n][1] for n in names]
+        width, out = len(names), []
+        for k in range(len(indices)):
+            values = views[k * width : (k + 1) * width]
+            fits = all(v is not None and len(v) <= bound for v, bound in zip(values, bounds))
+            out.append(dict(zip(names, values)) if fits else None)
+        return out
+
     def read_fields(self, index: int, names: Sequence[str]) -> dict[str, bytes]:
         """The stored bytes of record ``index``'s fields ``names``: the value under
         ``%010d.<name>``, refused beyond :meth:`field_bound` before it is copied; read in one

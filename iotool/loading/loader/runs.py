@@ -1,14 +1,18 @@
 """A pass's runs of samples computed by one C call each (:mod:`iotool.transforms.runs`), where the
-dataset and its transform allow: the GIL is held only to gather each sample's pixels.
+dataset and its transform allow: the GIL is held only to gather each sample's pixels and values.
 
-:func:`sample_runs` says whether they do: an ``(image, class)`` dataset (no other fields, no
-targets following the image, no checksums to check) whose pixels are the RAM cache's decoded
-arrays, the bmp cache's stored BMPs or, with fused decoding, any format's stored JPEGs, with a
-transform :func:`~iotool.transforms.runs.run_op` takes. A sample the C code does not take (not in
-the RAM cache yet, a record that does not read, a BMP stored bottom-up, a PNG, a JPEG that does not
-decode) is marked and computed by the pass's per-sample path, which also raises or skips a bad
-record as it always has; the rows the C call wrote hold what that path would have written, byte
-for byte.
+:func:`sample_runs` says whether they do: samples with an image (no checksum to check) whose pixels
+are the RAM cache's decoded arrays, the bmp cache's stored BMPs or, with fused decoding, any
+format's stored JPEGs, with a transform :func:`~iotool.transforms.runs.run_op` takes. Their other
+fields (captions, JSON, numbers, arrays, bytes, boxes) are read and decoded a run at a time beside
+the image (:mod:`.fieldruns`); boxes that follow the image (and their per-box fields) are moved by
+what the JPEG runs' C code says it did to each image (its box and flip), by the same
+:class:`~iotool.loading.targets.TargetMover` as the per-sample path. Masks go the per-sample way.
+
+A sample the C code does not take (not in the RAM cache yet, a record that does not read, a BMP
+stored bottom-up, a PNG, a JPEG that does not decode, a value that does not decode) is marked and
+computed by the pass's per-sample path, which also raises or skips a bad record as it always has;
+the rows the run wrote hold what that path would have written, byte for byte.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...decode.bmp import decode_bmp
+from ...errors import InternalError
+from ...fields.schema import CLASS, IMAGE, Schema
 from ...transforms.runs import (
+    GEOMETRY,
     RunOp,
     jpeg_runs_available,
     run_cached_samples,
@@ -28,7 +35,9 @@ from ...transforms.runs import (
     run_samples,
 )
 from ..mapstyle import ImageDataset
-from .columns import Layout
+from .columns import CLASSIC, Layout
+from .fieldruns import RunFields
+from .slot import Slot
 
 if TYPE_CHECKING:
     from ...storage.files import Packed
@@ -40,19 +49,55 @@ Stored = tuple[bytes, int] | None  # a record's stored bytes and label, when rea
 
 class SampleRuns:
     """The samples of ``dataset`` through ``op``, a run at a time (see the module's docstring);
-    ``kind``: what the sources are (:data:`PIXELS`, :data:`BITMAPS` or :data:`JPEGS`)."""
+    ``kind``: what the sources are (:data:`PIXELS`, :data:`BITMAPS` or :data:`JPEGS`); ``layout``:
+    the batch's columns (its stored fields computed by :class:`~.fieldruns.RunFields`)."""
 
-    def __init__(self, dataset: ImageDataset, op: RunOp, kind: str):
+    def __init__(self, dataset: ImageDataset, op: RunOp, kind: str, layout: Layout | None = None):
         self.dataset, self.op, self.kind = dataset, op, kind
         self.shape = op.shape(CHANNELS)
         self.label_table = dataset.reader.label_table()  # the C calls gather the labels from it
+        layout = layout if layout is not None else Layout.of(CLASSIC, Schema.classification())
+        fixed = [c.kind for c in layout.fixed]
+        self.label_at = fixed.index(CLASS) if CLASS in fixed else None  # the class's fixed column
+        self.mover = dataset.mover  # boxes moved with the image: from the JPEG runs' geometry
+        self.fields = RunFields(dataset.reader, layout, self.mover)
 
-    def fill(
-        self, rows: np.ndarray, labels: np.ndarray, first: int, indices: list[int], words: tuple[int, int, int]
+    def fill(self, slot: Slot, first: int, indices: list[int], words: tuple[int, int, int]) -> list[tuple[int, Stored]]:
+        """Compute records ``indices`` into rows ``first`` on of ``slot`` (its images, label and
+        field columns); returns ``(k, stored)`` for each sample left to the per-sample path,
+        ``stored`` the ``(bytes, label)`` already read for it (None: not read)."""
+        rows = slot.rows
+        if rows is None:
+            raise InternalError("an iotool.Loader slot has no memory for a run; report this as a bug.")
+        labels = (
+            slot.column_rows[self.label_at] if self.label_at is not None else np.empty(first + len(indices), np.int64)
+        )
+        geometry = np.empty((len(indices), GEOMETRY), np.int64) if self.mover is not None else None
+        left = self._images(rows, labels, first, indices, words, geometry)
+        if not self.fields.parts:
+            return left
+        kept = {k for k, _ in left}
+        taken = [k for k in range(len(indices)) if k not in kept]
+        records = None if geometry is None else [self.op.record(geometry[k]) for k in taken]
+        rows_of = [first + k for k in taken]
+        bad = self.fields.fill(slot.column_rows, slot.lists, rows_of, [indices[k] for k in taken], records)
+        if not bad:
+            return left
+        # read again and named by the per-sample path, which raises or skips them
+        return sorted(left + [(taken[j], None) for j in bad], key=lambda one: one[0])
+
+    def _images(
+        self,
+        rows: np.ndarray,
+        labels: np.ndarray,
+        first: int,
+        indices: list[int],
+        words: tuple[int, int, int],
+        geometry: np.ndarray | None = None,
     ) -> list[tuple[int, Stored]]:
-        """Compute records ``indices`` into ``rows[first + k]`` and their labels into
-        ``labels[first + k]``; returns ``(k, stored)`` for each sample left to the per-sample
-        path, ``stored`` the ``(bytes, label)`` already read for it (None: not read)."""
+        """The run's images into ``rows[first + k]`` and labels into ``labels[first + k]`` (and
+        for JPEGs, each one's geometry into ``geometry[k]`` when given); the samples left to the
+        per-sample path, as :meth:`fill`."""
         if self.kind == PIXELS:
             return self._fill_cached(rows, labels, first, indices, words)
         if self.kind == BITMAPS:
@@ -61,7 +106,7 @@ class SampleRuns:
                 return self._fill_packed(rows, labels, first, indices, words, packed)
         sources, got = self._read(indices)
         if self.kind == JPEGS:
-            status = run_jpeg_samples(self.op, sources, words, indices, rows, first)
+            status = run_jpeg_samples(self.op, sources, words, indices, rows, first, geometry=geometry)
         else:
             status = run_samples(self.op, CHANNELS, sources, self.kind == BITMAPS, words, indices, rows, first)
         left: list[tuple[int, Stored]] = []
@@ -128,19 +173,28 @@ class SampleRuns:
 
 
 def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:
-    """The runs of ``dataset``'s samples for a pass, or None where every sample runs in Python."""
-    if not layout.classic or not dataset.plain_samples():
+    """The runs of ``dataset``'s samples for a pass, or None where every sample runs in Python:
+    samples with their image (no checksum checked), whose fields are of kinds a run computes
+    (:class:`~.fieldruns.RunFields`), whose boxes (if they move) follow a crop of stored JPEGs, and
+    with no masks to move."""
+    mover = dataset.mover
+    if IMAGE not in dataset.fields or dataset.check_checksums or not RunFields.takes(layout):
+        return None
+    if mover is not None and mover.masks:
         return None
     op = run_op(dataset.transform)
     if op is None:
         return None
     if dataset.cache is not None:
-        return SampleRuns(dataset, op, PIXELS)
-    if not dataset.fusing:
+        kind = PIXELS
+    elif not dataset.fusing:
         return None
-    native = dataset.reader.native_decode
-    if native is decode_bmp:
-        return SampleRuns(dataset, op, BITMAPS)
-    if native is None and jpeg_runs_available(op):
-        return SampleRuns(dataset, op, JPEGS)
-    return None
+    elif dataset.reader.native_decode is decode_bmp:
+        kind = BITMAPS
+    elif dataset.reader.native_decode is None and jpeg_runs_available(op):
+        kind = JPEGS
+    else:
+        return None
+    if mover is not None and kind != JPEGS:  # the JPEG runs say where each box went
+        return None
+    return SampleRuns(dataset, op, kind, layout)

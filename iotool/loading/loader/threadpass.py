@@ -149,10 +149,7 @@ class ThreadPass:
         if runs is None or not self._holds(runs.shape):
             return [(k, None) for k in range(len(indices))]
         self.ring.memory(slot, runs.shape)
-        rows, labels = slot.rows, slot.label_rows
-        if rows is None or labels is None:
-            raise InternalError("an iotool.Loader slot has no memory after memory(); report this as a bug.")
-        return runs.fill(rows, labels, first, indices, (self.plan.seed, self.epoch, self.plan.rank))
+        return runs.fill(slot, first, indices, (self.plan.seed, self.epoch, self.plan.rank))
 
     def _holds(self, shape: tuple[int, int, int]) -> bool:
         """Whether the batches hold images of ``shape`` (the first to ask sets it)."""

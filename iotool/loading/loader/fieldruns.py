@@ -1,0 +1,147 @@
+"""A run's stored fields, read together and decoded a column at a time (:class:`RunFields`): what
+lets a sample with a caption, a JSON value, numbers, arrays or boxes take the runs path of
+:mod:`.runs` beside its image.
+
+The run's records' values are read in one call (:meth:`~iotool.formats.FormatReader.read_run_fields`:
+LMDB gives views of its map, as for the images), each column is decoded by
+:func:`iotool.fields.codec.decode_column` under the same rules and bounds as ``ds[i]``, and written
+into the batch: the int, float and fixed-shape array columns into the ring's memory a run at a time,
+the others into the batch's lists. A record whose values do not read or decode is handed back: the
+per-sample path computes it again, and raises or skips it exactly as it would have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...errors import RECORD_ERRORS
+from ...fields.codec import decode_column
+from ...fields.schema import CLASS
+from ...formats.reader import FormatReader
+from ...transforms.geometry import GeometryRecord
+from ..targets import TargetMover
+from .columns import Column, Layout, list_value, write_fixed
+
+# the kinds whose values are a run's: stored, and not moved with the image (no targets here)
+RUN_KINDS = ("text", "json", "int", "float", "array", "bytes", "boxes")
+_FIXED_DTYPES = {"int": np.int64, "float": np.float64}
+
+
+class RunFields:
+    """The stored fields of ``layout`` (all but the image and the class) of ``reader``'s records,
+    a run at a time."""
+
+    def __init__(self, reader: FormatReader, layout: Layout, mover: TargetMover | None = None):
+        self.reader, self.mover = reader, mover
+        self.parts: list[tuple[Column, bool, int]] = []  # (column, fixed, its place among those)
+        fixed = lists = 0
+        for col in layout.columns:
+            if col.spec is None:
+                continue
+            if col.fixed:
+                if col.kind != CLASS:
+                    self.parts.append((col, True, fixed))
+                fixed += 1
+            else:
+                self.parts.append((col, False, lists))
+                lists += 1
+        self.names = tuple(col.name for col, _, _ in self.parts)
+        # the values the mover moves or cuts: the boxes and their per-box fields
+        targets = set() if mover is None else {*mover.boxes, *(n for names in mover.per_box.values() for n in names)}
+        self.targets = [j for j, name in enumerate(self.names) if name in targets]
+
+    @classmethod
+    def takes(cls, layout: Layout) -> bool:
+        """Whether every stored field of ``layout`` is of a kind a run computes."""
+        return all(c.spec is None or c.kind == CLASS or c.kind in RUN_KINDS for c in layout.columns)
+
+    def fill(
+        self,
+        column_rows: list[np.ndarray],
+        lists: list[list[Any]],
+        rows: list[int],
+        indices: list[int],
+        records: list[GeometryRecord] | None = None,
+    ) -> set[int]:
+        """Write the fields of records ``indices`` into batch rows ``rows`` (one each) of the fixed
+        columns' memory (``column_rows``) and the ``lists``, the targets moved by ``records`` (what
+        was done to each image) where there is a mover; returns the positions in ``indices`` whose
+        values did not read, decode, move or fit (their rows are the per-sample path's)."""
+        if not self.parts or not indices:
+            return set()
+        stored = self.reader.read_run_fields(indices, self.names)
+        bad = {k for k, got in enumerate(stored) if got is None}
+        decoded = []
+        for col, _, _ in self.parts:
+            assert col.spec is not None  # parts are fields
+            values, failed = decode_column(col.spec, [None if got is None else got[col.name] for got in stored], "")
+            decoded.append(values)
+            bad.update(failed)
+        if self.mover is not None and records is not None and self.targets:
+            bad |= self._move(decoded, records, bad)
+        good = [k for k in range(len(indices)) if k not in bad]
+        for (col, fixed, at), values in zip(self.parts, decoded):
+            if fixed:
+                bad |= _write_fixed(col, column_rows[at], rows, good, values)
+            else:
+                bad |= _write_list(col, lists[at], rows, good, values)
+        return bad
+
+    def _move(self, decoded: list[list[Any]], records: list[GeometryRecord], bad: set[int]) -> set[int]:
+        """Move each sample's targets among ``decoded`` (per column) by its record, in place, as
+        the per-sample path's mover does; returns the samples whose targets do not move (per-box
+        entries that do not match the boxes: the per-sample path raises or skips them)."""
+        mover, names, failed = self.mover, self.names, set()
+        assert mover is not None
+        for k, record in enumerate(records):
+            if k in bad:
+                continue
+            values = {names[j]: decoded[j][k] for j in self.targets}
+            try:
+                mover.moved(record, values)
+            except RECORD_ERRORS:
+                failed.add(k)
+                continue
+            for j in self.targets:
+                decoded[j][k] = values[names[j]]
+        return failed
+
+
+def _write_fixed(col: Column, memory: np.ndarray, rows: list[int], good: list[int], values: list[Any]) -> set[int]:
+    """Write ``values[k]`` for each ``k`` of ``good`` into ``memory[rows[k]]``: ints and floats
+    at once, arrays one at a time (:func:`~.columns.write_fixed`, the per-sample path's rule);
+    returns the positions whose value does not fit the column (the per-sample path raises or
+    skips them)."""
+    if not good:
+        return set()
+    dtype = _FIXED_DTYPES.get(col.kind)
+    if dtype is not None:
+        try:
+            memory[[rows[k] for k in good]] = np.asarray([values[k] for k in good], dtype=dtype)
+            return set()
+        except (OverflowError, ValueError, TypeError):
+            pass  # one of them does not fit: each one alone below
+    bad: set[int] = set()
+    for k in good:
+        try:
+            write_fixed(col, memory, rows[k], values[k], "")
+        except Exception:
+            bad.add(k)
+    return bad
+
+
+def _write_list(col: Column, out: list[Any], rows: list[int], good: list[int], values: list[Any]) -> set[int]:
+    """Each ``values[k]`` of ``good`` as the batch's list holds it, at ``out[rows[k]]``."""
+    bad: set[int] = set()
+    plain = col.kind not in ("array", "boxes")  # text, JSON, bytes: the decoded value itself
+    for k in good:
+        if plain:
+            out[rows[k]] = values[k]
+            continue
+        try:
+            out[rows[k]] = list_value(col, values[k], "")
+        except Exception:
+            bad.add(k)
+    return bad

@@ -1,0 +1,231 @@
+"""A sample's fields on the runs path (``iotool.loading.loader.fieldruns``): captions, JSON,
+numbers, arrays and bytes are read a run at a time beside the image (its one C call), in every
+format that stores fields, and the batches are the per-sample path's: ``ds[i]`` collated by hand
+in the loader's order, and the values that went in; a value that does not decode is skipped or
+raised exactly as the per-sample path does."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+import torch
+
+import iotool
+import iotool.loading.loader.fieldruns as fieldruns
+from iotool.formats import all_formats
+from iotool.formats.lmdb.layout import field_key, record_key
+from iotool.loading.loader.columns import layout_of
+from iotool.loading.loader.runs import sample_runs
+from iotool.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, draws, pixel_only
+
+from ..conftest import make_image
+from ..support.detection import boxes_of, convert_detection, image_size
+from ..support.fields import convert_fields, schema_of, value
+from .test_loader_fields import as_dict, equal, expected, snapshot
+
+pytestmark = pytest.mark.skipif(draws._ext is None, reason="iotool's C extension iotool._resize is not built")
+
+N = 10
+LINUX = sys.platform.startswith("linux")
+FIELD_FORMATS = [spec.name for spec in all_formats() if spec.reader.fields_version is not None]
+RUN_FIELDS = ("txt", "json", "score", "count", "emb", "ragged", "seg.png", "boxes")
+CHOSEN = ("image", "txt", "class", "json", "score", "count", "emb", "ragged", "seg.png")
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("field-runs")
+    out = {}
+    for fmt in FIELD_FORMATS:
+        out[fmt] = root / f"every.{fmt}"
+        convert_fields(out[fmt], fmt, schema_of(*RUN_FIELDS), N)
+    return out
+
+
+class Counted:
+    """Counts the records whose fields a run read (each reader class's real method, wrapped)."""
+
+    def __init__(self, monkeypatch):
+        self.records = 0
+        owners = {fieldruns.FormatReader, *(spec.reader for spec in all_formats())}
+        for owner in owners:
+            if "read_run_fields" in vars(owner):
+                monkeypatch.setattr(owner, "read_run_fields", self._counting(vars(owner)["read_run_fields"]))
+
+    def _counting(self, real):
+        def counted(reader, indices, names):
+            self.records += len(indices)
+            return real(reader, indices, names)
+
+        return counted
+
+
+def _batches(ds: Any, **options: Any) -> tuple[list[Any], iotool.Loader]:
+    loader = iotool.Loader(ds, batch_size=4, shuffle=True, seed=5, **options)
+    got = [snapshot(b) for b in loader]
+    loader.close()
+    return got, loader
+
+
+def _check(ds: Any, got: list[Any], loader: iotool.Loader) -> None:
+    want = expected(ds.mapstyle, loader)
+    assert len(got) == len(want) == 3
+    for batch, hand in zip(got, want):
+        assert equal(as_dict(batch, ds.fields), hand)
+    order = [int(i) for i in loader.order()]
+    captions = [t for b in got for t in as_dict(b, ds.fields)["txt"]]
+    assert captions == [value("txt", source_index(ds, i)) for i in order]  # what went in
+
+
+def source_index(ds: Any, record: int) -> int:
+    """The source sample a record came from (its key ``CLASS/imgNNN.jpg``)."""
+    return int(Path(ds.mapstyle.reader.keys[record]).stem.removeprefix("img"))
+
+
+@pytest.mark.parametrize("fmt", FIELD_FORMATS)
+@pytest.mark.parametrize("threads", [1, 3])
+def test_every_format_gives_the_per_sample_batches_from_its_runs(datasets, fmt, threads, monkeypatch):
+    ds = iotool.open_dataset(
+        datasets[fmt], transform=Compose([CenterCrop(16), RandomHorizontalFlip(0.0)]), fields=CHOSEN
+    )
+    assert sample_runs(ds.mapstyle, layout_of(ds.mapstyle)) is not None
+    counter = Counted(monkeypatch)
+    got, loader = _batches(ds, threads=threads)
+    assert counter.records == N  # every record's fields read by a run, none per sample
+    monkeypatch.undo()
+    _check(ds, got, loader)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"processes": 2},
+        pytest.param({"isolate": True}, marks=pytest.mark.skipif(not LINUX, reason="Linux")),
+        {"threads": 2, "ram_cache": True},
+    ],
+    ids=["processes", "isolate", "ram-cache"],
+)
+def test_processes_the_isolated_child_and_the_ram_cache_give_the_same_batches(datasets, options):
+    ram = options.pop("ram_cache", False)
+    ds = iotool.open_dataset(datasets["lmdb"], transform=CenterCrop(16), fields=CHOSEN, ram_cache=ram)
+    assert sample_runs(ds, layout_of(ds)) is not None
+    got, loader = _batches(ds, **options)
+    _check(ds, got, loader)
+
+
+def test_boxes_left_where_they_are_ride_the_runs_too(datasets, monkeypatch):
+    ds = iotool.open_dataset(
+        datasets["lmdb"], transform=CenterCrop(16), fields=("image", "boxes", "txt"), move_targets=False
+    )
+    counter = Counted(monkeypatch)
+    got, loader = _batches(ds, threads=2)
+    assert counter.records == N
+    monkeypatch.undo()
+    want = expected(ds, loader)
+    assert all(equal(as_dict(b, ds.fields), hand) for b, hand in zip(got, want))
+    boxes = [b for batch in got for b in batch[1]]
+    for box, record in zip(boxes, loader.order()):
+        stored = value("boxes", source_index(ds, int(record)))
+        assert torch.equal(box["boxes"], torch.as_tensor(stored["boxes"], dtype=torch.float32))
+        assert box["labels"].tolist() == list(stored["labels"])
+
+
+def _spoil(path: Path, key: bytes, data: bytes) -> None:
+    """Store ``data`` under ``key`` in the LMDB at ``path`` (with the lmdb package)."""
+    env = lmdb.open(str(path), subdir=path.is_dir(), lock=False)
+    with env.begin(write=True) as txn:
+        assert txn.get(key) is not None
+        txn.put(key, data)
+    env.close()
+
+
+@pytest.mark.parametrize("name, data", [("json", b'{"id": 1,'), ("count", b"12x"), ("txt", b"\xff\xfe")])
+def test_a_value_that_does_not_decode_is_skipped_or_raised_as_per_sample(tmp_path, name, data):
+    path = tmp_path / "spoiled.lmdb"
+    convert_fields(path, "lmdb", schema_of(*RUN_FIELDS), N)
+    _spoil(path, field_key(6, name), data)
+    # in the same run (threads=1: a batch is one run), record 5's image is a PNG the C code leaves
+    _spoil(path, record_key(5), make_image(5, (48, 32), "PNG"))
+    ds = iotool.open_dataset(path, transform=CenterCrop(16), fields=CHOSEN, on_error="skip")
+    loader = iotool.Loader(ds, batch_size=4, threads=1, on_error="skip")
+    got = [snapshot(b) for b in loader]
+    assert loader.skipped == 1
+    captions = [t for b in got for t in as_dict(b, ds.fields)["txt"]]
+    # record 6 is skipped: the next readable record, 7, is served in its place (as ds[6] would)
+    assert captions == [value("txt", source_index(ds, r)) for r in (0, 1, 2, 3, 4, 5, 7, 7, 8, 9)]
+    assert [int(c) for b in got for c in b[5]] == [
+        value("count", source_index(ds, r)) for r in (0, 1, 2, 3, 4, 5, 7, 7, 8, 9)
+    ]
+    raising = iotool.Loader(iotool.open_dataset(path, transform=CenterCrop(16), fields=CHOSEN), batch_size=4, threads=2)
+    with pytest.raises(iotool.RecordError, match=rf"record 6 .*field '{name}'"):
+        list(raising)
+
+
+# -- boxes moved in the run -------------------------------------------------------------------
+
+DETECTION = ("image", "boxes", "scores", "attrs", "class")
+
+
+@pytest.fixture(scope="module")
+def detection(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("det-runs")
+    out = {}
+    for fmt, seekable in (("lmdb", False), ("tar", False), ("seekable", True)):
+        out[fmt] = root / f"det-{fmt}.{'lmdb' if fmt == 'seekable' else fmt}"
+        convert_detection(out[fmt], "lmdb" if fmt == "seekable" else fmt, 12, seekable=seekable)
+    return out
+
+
+def _chain(extra: bool, center: bool = False) -> Compose:
+    """Crop then flip; with ``extra`` a pixel-only step after them: the same geometry and pixels,
+    but a chain no run takes, so every sample goes the per-sample way."""
+    first = CenterCrop(100) if center else RandomResizedCrop(40, scale=(0.1, 1.0))
+    steps = [first, RandomHorizontalFlip()]
+    return Compose([*steps, pixel_only(lambda image: image)] if extra else steps)
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "tar", "seekable"])
+@pytest.mark.parametrize("center", [False, True], ids=["crop", "center"])
+@pytest.mark.parametrize("keep_empty", [False, True])
+def test_boxes_moved_in_the_run_equal_the_per_sample_path(detection, fmt, center, keep_empty, monkeypatch):
+    def epoch(extra: bool) -> tuple[list[Any], Any]:
+        ds = iotool.open_dataset(
+            detection[fmt], transform=_chain(extra, center), fields=DETECTION, keep_empty_boxes=keep_empty
+        )
+        assert (sample_runs(ds.mapstyle, layout_of(ds.mapstyle)) is None) == extra
+        got, _ = _batches(ds, threads=3)
+        return got, ds
+
+    counter = Counted(monkeypatch)
+    runs, ds = epoch(False)
+    assert counter.records == 12  # every record's boxes came through a run
+    alone, _ = epoch(True)
+    assert equal(runs, alone)
+    boxes = [len(b["boxes"]) for batch in runs for b in batch[1]]
+    stored = [len(boxes_of(source_index(ds, r))) for r in range(12)]
+    assert keep_empty == (sum(boxes) == sum(stored))  # else the crops dropped some, with their entries
+    for batch in runs:
+        for b, scores, attrs in zip(batch[1], batch[2], batch[3]):
+            assert len(b["boxes"]) == len(b["labels"]) == len(scores) == len(attrs)
+            assert bool((b["boxes"] >= 0).all()) and bool((b["boxes"] <= (100 if center else 40)).all())
+
+
+def test_a_sample_the_run_leaves_keeps_its_neighbours_boxes_in_place(tmp_path, monkeypatch):
+    """Record 1 is a PNG (the C code leaves it): the run's other samples keep their own geometry."""
+    path = tmp_path / "det.lmdb"
+    convert_detection(path, "lmdb", 8)
+    _spoil(path, record_key(1), make_image(1, image_size(1), "PNG"))  # lmdb keeps the source's order
+
+    def epoch(extra: bool) -> list[Any]:
+        ds = iotool.open_dataset(path, transform=_chain(extra), fields=DETECTION)
+        loader = iotool.Loader(ds, batch_size=4, threads=1, seed=2)  # one run a batch
+        return [snapshot(b) for b in loader]
+
+    counter = Counted(monkeypatch)
+    runs = epoch(False)
+    assert counter.records == 7
+    assert equal(runs, epoch(True))
