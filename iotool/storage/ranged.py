@@ -4,16 +4,17 @@ fsspec's S3 reads (``cat_file`` with a range, the buffered file's block fetch) r
 response body, so a server that ignores the ``Range`` header (or pads the body) can make one read
 of a few bytes allocate gigabytes. gcsfs's do the same. Here every S3 and GCS GET reads its body in chunks and stops
 one byte past the length it asked for; a longer body means the server ignored the range and is
-refused. Other filesystems go through fsspec's own ranged read.
+refused. The body is read on fsspec's event loop, each chunk checked there against the operation's
+deadline and low-speed floor (:class:`~iotool.storage.retries.Operation`), as every body iotool
+reads. Other filesystems go through fsspec's own ranged read.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, cast
 
 from .config import STREAM_CHUNK, StorageError
-from .retries import ShortReadError, check_deadline, current_deadline
+from .retries import Operation, ShortReadError, check_deadline, current_operation
 
 
 class RangeIgnoredError(StorageError):
@@ -53,8 +54,8 @@ def fetch_range(fs: Any, path: str, offset: int, length: int, url: str) -> bytes
         return fs.cat_file(path, start=offset, end=offset + length)
     from fsspec.asyn import sync
 
-    deadline = current_deadline()  # the body is read on fsspec's loop: it stops there at the deadline
-    data = cast(bytes, sync(fs.loop, get, fs, path, f"bytes={offset}-{offset + length - 1}", length, deadline))
+    op = current_operation()  # the body is read on fsspec's loop: checked there, chunk by chunk
+    data = cast(bytes, sync(fs.loop, get, fs, path, f"bytes={offset}-{offset + length - 1}", length, op))
     check_deadline(url)
     if len(data) > length:
         raise RangeIgnoredError(
@@ -64,26 +65,30 @@ def fetch_range(fs: Any, path: str, offset: int, length: int, url: str) -> bytes
     return data
 
 
-async def _take(read: Any, length: int, deadline: float | None = None) -> bytes:
-    """Read a body with ``read(n)`` until it ends, holds ``length + 1`` bytes, or the operation's
-    ``deadline`` (``time.monotonic()``) passes (the caller then raises)."""
+async def _take(read: Any, length: int, op: Operation | None = None) -> bytes:
+    """Read a body with ``read(n)`` until it ends or holds ``length + 1`` bytes; each chunk is checked
+    against the operation ``op`` (its deadline and low-speed floor), which raises."""
     parts, got = [], 0
-    while got <= length and (deadline is None or time.monotonic() <= deadline):
+    while got <= length:
+        if op is not None:
+            op.check()
         chunk = await read(min(STREAM_CHUNK, length + 1 - got))
         if not chunk:
             break
         parts.append(chunk)
         got += len(chunk)
+        if op is not None:
+            op.check(got=len(chunk))
     return b"".join(parts)
 
 
-async def _s3_get(fs: Any, path: str, byte_range: str, length: int, deadline: float | None = None) -> bytes:
+async def _s3_get(fs: Any, path: str, byte_range: str, length: int, op: Operation | None = None) -> bytes:
     bucket, key, version = fs.split_path(path)
     extra = {"VersionId": version} if version else {}
     resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=byte_range, **extra)
     body = resp["Body"]
     try:
-        return await _take(body.read, length, deadline)
+        return await _take(body.read, length, op)
     finally:
         body.close()
 
@@ -91,7 +96,7 @@ async def _s3_get(fs: Any, path: str, byte_range: str, length: int, deadline: fl
 ERROR_BODY_BYTES = 64 << 10  # what is read of an error response (its JSON message)
 
 
-async def _gcs_get(fs: Any, path: str, byte_range: str, length: int, deadline: float | None = None) -> bytes:
+async def _gcs_get(fs: Any, path: str, byte_range: str, length: int, op: Operation | None = None) -> bytes:
     from gcsfs.retry import validate_response
 
     await fs._set_session()
@@ -100,7 +105,7 @@ async def _gcs_get(fs: Any, path: str, byte_range: str, length: int, deadline: f
     ) as r:
         if r.status >= 400:
             validate_response(r.status, await r.content.read(ERROR_BODY_BYTES), path)
-        return await _take(r.content.read, length, deadline)
+        return await _take(r.content.read, length, op)
 
 
 class RangedFile:

@@ -3,9 +3,10 @@
 Each operation has a deadline, ``request_timeout`` seconds after it starts: no retry begins (and
 no backoff sleeps) past it, and the read loops of :mod:`iotool.storage.remote` and
 :mod:`iotool.storage.ranged` check it after every chunk (:func:`check_deadline`), so a server that
-trickles bytes cannot hold a read longer than that, however many attempts are allowed. The body
-loops of :mod:`iotool.storage.remote` also pass the bytes each chunk brought, against a low-speed
-floor (``speed_limit`` bytes a second over ``speed_time`` seconds): a trickle fails its attempt.
+trickles bytes cannot hold a read longer than that, however many attempts are allowed. Every body
+loop also passes the bytes each chunk brought, against a low-speed floor (``speed_limit`` bytes a
+second over ``speed_time`` seconds): a trickle fails its attempt. A loop that runs on another
+thread (fsspec's event loop) checks the :class:`Operation` it was handed (:func:`current_operation`).
 """
 
 from __future__ import annotations
@@ -62,52 +63,62 @@ def storage_cause(exc: BaseException) -> StorageError | None:
     return None
 
 
-class _Deadline(threading.local):
-    """The deadline of the operation this thread is in (monotonic seconds; None: none)."""
+class Operation:
+    """The bounds of one remote operation (:func:`with_retries`): its deadline (``time.monotonic()``),
+    the URL and ``request_timeout`` an error names, the low-speed floor (``speed_limit``,
+    ``speed_time``) and the current attempt's window of it. Handed to code reading a body on
+    another thread (fsspec's event loop), which calls :meth:`check` after each chunk."""
 
-    at: float | None = None
-    url: str = ""
-    limit: float = 0.0
-    floor: tuple[float, float] = (0.0, 0.0)  # speed_limit, speed_time of the operation
-    window: tuple[float, int] | None = None  # the attempt's window: its start, the bytes since
+    def __init__(self, at: float, url: str, limit: float, floor: tuple[float, float]):
+        self.at, self.url, self.limit, self.floor = at, url, limit, floor
+        self.window: tuple[float, int] | None = None  # the attempt's window: its start, the bytes since
+
+    def check(self, url: str = "", got: int = 0) -> None:
+        """Raise :class:`RemoteTimeoutError` past the deadline; count ``got`` bytes of a body chunk
+        just read against the floor (:class:`SlowTransferError`)."""
+        now = time.monotonic()
+        if now > self.at:
+            raise timed_out(url or self.url, self.limit)
+        if got:
+            self._count(url or self.url, now, got)
+
+    def _count(self, url: str, now: float, got: int) -> None:
+        """Count ``got`` bytes in this attempt's window (started at its first chunk); once the window
+        spans ``speed_time`` seconds, fail below ``speed_limit`` bytes a second, else start anew."""
+        limit, span = self.floor
+        start, total = self.window or (now, 0)
+        total += got
+        if now - start < span:
+            self.window = (start, total)
+            return
+        self.window = None
+        if total < limit * (now - start):
+            raise SlowTransferError(
+                f"{url}: {total} bytes in {now - start:.0f} s, below the low-speed floor of speed_limit="
+                f"{limit:g} bytes a second over speed_time={span:g} s; the server trickles. speed_limit= and "
+                f"speed_time= (storage_options) set the floor."
+            )
 
 
-_deadline = _Deadline()
+class _Current(threading.local):
+    """The operation this thread is in (None: none)."""
+
+    operation: Operation | None = None
 
 
-def current_deadline() -> float | None:
-    """When the remote operation this thread runs must end (``time.monotonic()``), or None."""
-    return _deadline.at
+_current = _Current()
 
 
-def check_deadline(url: str = "", deadline: float | None = None, got: int = 0) -> None:
-    """Raise :class:`RemoteTimeoutError` when the current operation's deadline (or ``deadline``,
-    for code that runs on another thread, as fsspec's event loop) has passed. ``got``: the bytes
-    of a body chunk just read, counted against the low-speed floor (:class:`SlowTransferError`)."""
-    at = _deadline.at if deadline is None else deadline
-    now = time.monotonic()
-    if at is not None and now > at:
-        raise timed_out(url or _deadline.url, _deadline.limit)
-    if got and _deadline.at is not None:
-        _check_speed(url or _deadline.url, now, got)
+def current_operation() -> Operation | None:
+    """The remote operation this thread runs (for a body read on another thread), or None."""
+    return _current.operation
 
 
-def _check_speed(url: str, now: float, got: int) -> None:
-    """Count ``got`` bytes in this attempt's window (started at its first chunk); once the window
-    spans ``speed_time`` seconds, fail below ``speed_limit`` bytes a second, else start anew."""
-    limit, span = _deadline.floor
-    start, total = _deadline.window or (now, 0)
-    total += got
-    if now - start < span:
-        _deadline.window = (start, total)
-        return
-    _deadline.window = None
-    if total < limit * (now - start):
-        raise SlowTransferError(
-            f"{url}: {total} bytes in {now - start:.0f} s, below the low-speed floor of speed_limit="
-            f"{limit:g} bytes a second over speed_time={span:g} s; the server trickles. speed_limit= and "
-            f"speed_time= (storage_options) set the floor."
-        )
+def check_deadline(url: str = "", got: int = 0) -> None:
+    """Check the current operation (:meth:`Operation.check`): past its deadline, or ``got`` bytes
+    of a body chunk below its floor, raises; outside an operation, nothing."""
+    if _current.operation is not None:
+        _current.operation.check(url, got)
 
 
 def timed_out(url: str, limit: float) -> RemoteTimeoutError:
@@ -133,14 +144,16 @@ def with_retries(
         StorageError: a permanent failure (not found, permission denied, 4xx).
     """
     attempts = config.retries + 1
-    outer = (_deadline.at, _deadline.url, _deadline.limit, _deadline.floor, _deadline.window)
-    at = time.monotonic() + config.request_timeout
-    if outer[0] is None or at < outer[0]:  # a nested operation keeps the earlier deadline
-        _deadline.at, _deadline.url, _deadline.limit = at, url, config.request_timeout
-    _deadline.floor = (config.speed_limit, config.speed_time)
+    outer = _current.operation
+    op = Operation(
+        time.monotonic() + config.request_timeout, url, config.request_timeout, (config.speed_limit, config.speed_time)
+    )
+    if outer is not None and outer.at <= op.at:  # a nested operation keeps the earlier deadline
+        op.at, op.url, op.limit = outer.at, outer.url, outer.limit
+    _current.operation = op
     try:
         for attempt in range(1, attempts + 1):
-            _deadline.window = None  # each attempt's body is measured from its first byte
+            op.window = None  # each attempt's body is measured from its first byte
             try:
                 return fn()
             except IotoolError:
@@ -152,9 +165,8 @@ def with_retries(
                 if not is_transient(exc):
                     raise StorageError(f"{url}: {what} failed ({_describe(exc)}).") from exc
                 delay = min(config.backoff * 2 ** (attempt - 1), 10.0)
-                over = time.monotonic() + delay > _deadline.at  # type: ignore[operator]  (set above)
-                if over and attempt < attempts:
-                    raise timed_out(url, _deadline.limit) from exc
+                if time.monotonic() + delay > op.at and attempt < attempts:
+                    raise timed_out(url, op.limit) from exc
                 if attempt == attempts:
                     if _is_timeout(exc):
                         raise RemoteTimeoutError(
@@ -179,7 +191,7 @@ def with_retries(
                     on_retry()
                 time.sleep(delay)
     finally:
-        _deadline.at, _deadline.url, _deadline.limit, _deadline.floor, _deadline.window = outer
+        _current.operation = outer
     raise AssertionError("unreachable")
 
 

@@ -2,8 +2,10 @@
 sending one byte every 0.2 s never trips ``read_timeout`` (a byte keeps arriving), and held a read
 until ``request_timeout`` (600 s by default). Now an attempt whose body brings fewer than
 ``speed_limit`` bytes a second over ``speed_time`` seconds fails, naming the URL and both options,
-through every body reader (a whole read, a stream, a download, ``open_dataset``). The bounds
-here are small, so each case takes seconds; each runs in a capped child with a time limit."""
+through every body reader (a whole read, a stream, a download, ``open_dataset``, and the
+bounded S3 and GCS ranged GETs of :mod:`iotool.storage.ranged`, whose bodies are read on fsspec's
+event loop). The bounds here are small, so each case takes seconds; each runs in a capped child
+with a time limit."""
 
 from __future__ import annotations
 
@@ -25,13 +27,27 @@ BODY = bytes(range(256)) * 4  # 1 KiB: at 5 bytes a second, 200 s
 
 
 @pytest.fixture(scope="module")
-def trickling(tmp_path_factory):
+def www(tmp_path_factory):
+    """The files served: a body to trickle and a plain one (also under a bucket), a tar dataset."""
     www = tmp_path_factory.mktemp("www")
-    for name in ("trickled.bin", "plain.bin"):
+    for name in ("trickled.bin", "plain.bin", "bucket/trickled.bin", "bucket/plain.bin"):
+        (www / name).parent.mkdir(exist_ok=True)
         (www / name).write_bytes(BODY)
     write_tree(www / "src", {"a": 2, "b": 1}, seed=2)
     iotool.convert(www / "src", www / "ds", "tar", workers=0, resize=16)
+    return www
+
+
+@pytest.fixture(scope="module")
+def trickling(www):
     with http_server(www, trickle={"trickled.bin": 0.2, "index.json": 0.2}) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def trickling_gcs(www):
+    """The same files behind a server speaking just enough of GCS's JSON API for gcsfs."""
+    with http_server(www, trickle={"trickled.bin": 0.2}, gcs=True) as url:
         yield url
 
 
@@ -40,8 +56,8 @@ CHILD = CAP_AFTER_IMPORTS + textwrap.dedent(
     import json, sys, time, tempfile, os
     import iotool
     from iotool.storage import StorageConfig
-    from iotool.storage.remote import RemoteStream, download, read_bytes
-    preload("aiohttp", "fsspec.implementations.http")
+    from iotool.storage.remote import RemoteStream, download, read_bytes, read_range
+    preload("aiohttp", "fsspec.implementations.http", "s3fs", "gcsfs")
     cap_address_space(1 << 30)
     url, how, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     config = StorageConfig(retries=1, backoff=0.1, options=options)
@@ -54,6 +70,8 @@ CHILD = CAP_AFTER_IMPORTS + textwrap.dedent(
                 got = len(s.read_at(0, 1024))
         elif how == "download":
             got = download(url, os.path.join(tempfile.mkdtemp(), "f"), config)
+        elif how == "range":
+            got = len(read_range(url, 0, 1024, config))  # the whole body: the server ignores ranges
         else:
             got = len(iotool.open_dataset(url, storage_options=options))
     except iotool.IotoolError as exc:
@@ -63,8 +81,8 @@ CHILD = CAP_AFTER_IMPORTS + textwrap.dedent(
 )
 
 
-def run_child(url: str, how: str, options: dict) -> dict:
-    proc = run_capped(CHILD, url, how, json.dumps(options), timeout=90)
+def run_child(url: str, how: str, options: dict, timeout: float = 90) -> dict:
+    proc = run_capped(CHILD, url, how, json.dumps(options), timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -79,6 +97,25 @@ def test_a_trickle_fails_at_the_speed_floor_not_the_request_timeout(trickling, h
     assert isinstance(error, str) and error.startswith("RetriesExhaustedError"), got
     assert "trickled.bin" in error and "speed_limit=100" in error and "speed_time=1 s" in error
     assert "failed after 2 attempts" in error  # each attempt failed at the floor, then gave up
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("proto", ["s3", "gs"])
+def test_an_object_store_ranged_read_that_trickles_fails_at_the_floor(trickling, trickling_gcs, proto, monkeypatch):
+    """iotool's own S3 and GCS GETs (``storage/ranged.py``) read their body on fsspec's event loop,
+    where the floor was not counted: 1 KiB at 5 bytes a second ran to ``request_timeout``."""
+    pytest.importorskip({"s3": "s3fs", "gs": "gcsfs"}[proto])
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    options = {"key": "k", "secret": "s"} if proto == "s3" else {"token": "anon"}
+    endpoint = trickling if proto == "s3" else trickling_gcs
+    floor = {**options, **FLOOR, "endpoint_url": endpoint}
+    got = run_child(f"{proto}://bucket/trickled.bin", "range", floor, timeout=30)
+    error = got["got"]
+    assert isinstance(error, str) and error.startswith("RetriesExhaustedError"), got
+    assert "trickled.bin" in error and "speed_limit=100" in error and "speed_time=1 s" in error
+    assert "failed after 2 attempts" in error and got["took"] < 15, got
+    assert run_child(f"{proto}://bucket/plain.bin", "range", floor, timeout=30)["got"] == len(BODY)
 
 
 def test_a_dataset_whose_index_trickles_fails_at_the_floor(trickling):
