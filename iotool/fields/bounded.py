@@ -24,8 +24,12 @@ from .limits import (
     MAX_NPY_HEADER_BYTES,
 )
 
-# bool, signed and unsigned integers, floats: no objects, strings, structs, datetimes or complex.
-ARRAY_DTYPE_KINDS = "biuf"
+# The dtypes an array field holds, in either byte order (docs/fields.md): bool, int8-64, uint8-64,
+# float16-64. No objects, strings, structs, datetimes, complex, or longdouble (float128, which
+# no torch dtype holds). Every .npy read or written, and every schema's dtype, is held to it.
+ARRAY_DTYPES = frozenset(
+    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
+)
 NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -136,7 +140,7 @@ def array_dtype_problem(dtype: np.dtype) -> str | None:
     """Why ``dtype`` cannot be an array field's (objects, strings, structs ...), or None."""
     if dtype.hasobject:
         return f"dtype {dtype} holds Python objects (pickle), which iotool never loads"
-    if dtype.kind not in ARRAY_DTYPE_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+    if dtype.name not in ARRAY_DTYPES or dtype.fields is not None or dtype.subdtype is not None:
         return f"dtype {dtype} is not a number type (bool, int8-64, uint8-64, float16-64)"
     return None
 

@@ -173,8 +173,8 @@ def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Skip
             out.append((index, Record(index, key, label, payload, ext, digest, shape=shape, fields=fields), size))
         except (OSError, DecodeError, IotoolError, ValueError) as exc:
             reason = str(exc) if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {exc}"
-            prefix = f"{key}: "
-            reason = reason[len(prefix) :] if reason.startswith(prefix) else reason
+            prefix = f"{key}: "  # said once where the path names the record; kept when it does not (a tar)
+            reason = reason[len(prefix) :] if reason.startswith(prefix) and where.endswith(key) else reason
             out.append((index, SkippedFile(key, where, reason), size))
     return out
 

@@ -5,8 +5,9 @@ as an attacker would, in each map-style format's own layout (LMDB's value, HDF5'
 cache's column file), with the record checksum and the index digests re-signed (plain SHA-256s),
 so only the readers' and verify's own checks can catch it: a value larger than its kind's bound
 (refused before it is read: an HDF5 column declaring a terabyte holds none of it), JSON nested
-too deep, an .npy of objects (which only pickle could read) in an array field. Each ends in an
-iotool error naming the record and the field, never a crash.
+too deep, an .npy of objects (which only pickle could read) or of float128 (outside the array
+dtypes, which no torch dtype holds) in an array field. Each ends in an iotool error naming the
+record and the field, never a crash.
 """
 
 from __future__ import annotations
@@ -44,10 +45,18 @@ def _object_npy() -> bytes:
     return out.getvalue() + b"\0" * 8
 
 
+def _float128_npy() -> bytes:
+    """An .npy of four float128 (``<f16``: numpy's longdouble), as ``np.save`` writes one."""
+    out = io.BytesIO()
+    npy.write_array_header_1_0(out, {"descr": "<f16", "fortran_order": False, "shape": (4,)})
+    return out.getvalue() + b"\0" * 64
+
+
 CASES = {
     "oversize": ("txt", b"x" * (MAX_ENCODED_BYTES["text"] + 1), "more than"),
     "deep_json": ("json", b"[" * 100 + b"]" * 100, "deep"),
     "object_npy": ("emb", _object_npy(), "emb"),
+    "float128_npy": ("emb", _float128_npy(), "float16-64"),
 }
 
 
