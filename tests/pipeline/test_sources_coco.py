@@ -362,6 +362,7 @@ def test_the_bounds_themselves_convert(tmp_path):
     doc = json.loads(annotations.read_text())
     image = doc["images"][0]
     h, w = image["height"], image["width"] = 300, 400  # room for MAX_RLE_COUNTS runs
+    Image.new("RGB", (w, h)).save(images / image["file_name"])  # an RLE's size is its image's
     ann = {"image_id": image["id"], "category_id": 3, "bbox": [1.5, 2.0, 4.0, 2.5]}
     runs = [1] * (MAX_RLE_COUNTS - 1) + [h * w - (MAX_RLE_COUNTS - 1)]
     doc["annotations"] = [a for a in doc["annotations"] if a["image_id"] != image["id"]] + [

@@ -36,7 +36,6 @@ printed raw (:func:`iotool.preview.preview`).
 from __future__ import annotations
 
 import os
-import re
 import stat
 from collections import Counter
 from dataclasses import dataclass
@@ -54,17 +53,15 @@ from ...fields.limits import (
     MAX_BOXES,
     MAX_CLASS_NAME_CHARS,
     MAX_POLYGON_COORDINATES,
-    MAX_RLE_COUNTS,
 )
 from ...names import ALLOWED, name_problem, resolve_inside
 from ...preview import preview
 from .base import SourceKind, SourceOptions, choose_fields, field_list, stored_options
-from .detection import box_problem, finite_float, to_xyxy
+from .detection import area_problem, box_problem, finite_float, to_xyxy
 from .imagefolder import read_source_file
+from .rle import rle_problem
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
-FLOAT32_MAX = float(np.finfo(np.float32).max)
-_COMPRESSED_RLE = re.compile(r"[0-o]*")  # pycocotools' compressed counts: characters 48 .. 111
 
 
 @dataclass(frozen=True)
@@ -277,6 +274,7 @@ class CocoSource:
             raise RecordError(f"unsafe path {preview(task.key, 200)}: a link on the way leads out of IMAGES_DIR")
         values = annotation_values(task, state.labels)
         data = read_source_file(full)
+        check_rle_sizes(task, data)
         return task.key, task.path, -1, data, {n: values[n] for n in state.fields}
 
 
@@ -297,10 +295,10 @@ def annotation_values(task: CocoImage, labels: dict[int, int]) -> dict[str, Any]
             raise RecordError(f"{where}: iscrowd {preview(crowd, 20)} is not 0 or 1")
         iscrowd[k] = crowd
         value = ann.get("area", float(ann["bbox"][2]) * float(ann["bbox"][3]))
-        number = finite_float(value) if isinstance(value, int | float) else None
-        if number is None or not 0 <= number <= FLOAT32_MAX:  # stored as float32
-            raise RecordError(f"{where}: area {preview(value, 20)} is not a finite number >= 0 (float32)")
-        area[k] = number
+        problem = area_problem(value)
+        if problem:
+            raise RecordError(f"{where}: {problem}")
+        area[k] = float(value)
         problem = segmentation_problem(ann.get("segmentation"), task.size)
         if problem:
             raise RecordError(f"{where}: segmentation {problem}")
@@ -317,8 +315,24 @@ def annotation_values(task: CocoImage, labels: dict[int, int]) -> dict[str, Any]
     }
 
 
+def check_rle_sizes(task: CocoImage, data: bytes) -> None:
+    """Raise a RecordError naming the first annotation whose RLE's size is not the (height,
+    width) of the image ``data`` (read from its header; pycocotools would allocate the RLE's)."""
+    from ...decode.headers import image_size
+
+    rles = [(k, a) for k, a in enumerate(task.annotations) if isinstance(a.get("segmentation"), dict)]
+    size = image_size(data, task.key) if rles else None
+    for k, ann in rles:
+        shape = ann["segmentation"]["size"]
+        if tuple(shape) != size:
+            raise RecordError(
+                f"{_ann_name(ann, k)}: segmentation RLE size {shape} is not the image's [height, width] {list(size or ())}"
+            )
+
+
 def segmentation_problem(seg: Any, size: tuple[int, int] | None) -> str | None:
-    """Why a COCO segmentation is not polygons of finite numbers or an RLE mask, or None."""
+    """Why a COCO segmentation is not polygons of finite numbers or an RLE mask (of ``size``, the
+    image entry's (height, width), when given), or None."""
     if seg is None:
         return None
     if isinstance(seg, list):
@@ -332,22 +346,9 @@ def segmentation_problem(seg: Any, size: tuple[int, int] | None) -> str | None:
             if len(poly) % 2 or not all(type(v) in (int, float) and finite_float(v) is not None for v in poly):
                 return "has a polygon that is not pairs of finite numbers"  # no bools, nothing past a float
         return None
-    if not isinstance(seg, dict) or set(seg) != {"size", "counts"}:
+    if not isinstance(seg, dict):
         return "is neither polygons nor an RLE {size, counts}"
-    shape, counts = seg["size"], seg["counts"]
-    if not isinstance(shape, list) or len(shape) != 2 or not all(_is_int(v) and v >= 0 for v in shape):
-        return "RLE size is not [height, width]"
-    if size is not None and tuple(shape) != size:
-        return f"RLE size {shape} is not the image's [height, width] {list(size)}"
-    if isinstance(counts, str):
-        if len(counts) > MAX_RLE_COUNTS or not _COMPRESSED_RLE.fullmatch(counts):
-            return f"RLE counts are not a compressed RLE string of up to {MAX_RLE_COUNTS} characters"
-        return None
-    if not isinstance(counts, list) or len(counts) > MAX_RLE_COUNTS:
-        return f"RLE counts are not a list of up to {MAX_RLE_COUNTS} runs"
-    if not all(_is_int(v) and v >= 0 for v in counts) or sum(counts) != shape[0] * shape[1]:
-        return "RLE counts are not runs (integers >= 0) that cover the mask exactly"
-    return None
+    return rle_problem(seg, size)
 
 
 SOURCE = SourceKind(

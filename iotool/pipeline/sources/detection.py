@@ -3,7 +3,8 @@ box checked and turned into XYXY float32 pixels, the box format every detection 
 
 A box is four finite numbers (not bools); COCO's ``[x, y, w, h]`` needs ``w, h >= 0`` (NaN,
 infinities and integers too large for a float refused), ``[x1, y1, x2, y2]`` needs ``x2 >= x1, y2 >= y1``. Zero-sized boxes are kept
-(COCO has some; a training pipeline drops them if it wants).
+(COCO has some; a training pipeline drops them if it wants). A box's ``area`` is a finite number
+>= 0 that fits float32, as it is stored (:func:`area_problem`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ...preview import preview
+
 BBOX_FORMATS = ("xywh", "xyxy")  # the input formats: COCO's (and HF cppe-5's), and corner pairs
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _number(v: Any) -> bool:
@@ -42,6 +46,15 @@ def box_problem(box: Any, fmt: str) -> str | None:
     width, height = (c, d) if fmt == "xywh" else (c - a, d - b)
     if width < 0 or height < 0:
         return f"its bbox has a negative {'width' if width < 0 else 'height'}"
+    return None
+
+
+def area_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a box's ``area`` (stored as float32), or None: the one rule of the
+    coco source and a Hugging Face ``objects`` column."""
+    number = finite_float(value)
+    if number is None or not 0 <= number <= FLOAT32_MAX:
+        return f"area {preview(value, 20)} is not a finite number >= 0 (float32)"
     return None
 
 

@@ -6,18 +6,21 @@ an ``objects`` column: a struct of lists (``datasets``' ``Sequence({...})``; ``L
 is read too) with ``bbox`` (each 4 numbers), ``category`` (a ``ClassLabel`` sequence) and often
 ``id``, ``area``, ``iscrowd``. It becomes:
 
-- ``boxes`` (boxes, XYXY float32): ``bbox`` read as ``bbox_format`` (``xywh``, COCO's and
+- ``boxes`` (boxes, XYXY float32): ``bbox`` (or, in a column without one, a per-box list of
+  numbers named ``boxes``) read as ``bbox_format`` (``xywh``, COCO's and
   cppe-5's, by default; or ``xyxy``), labels from ``category`` (``categories``, ``label`` or
   ``labels``; 0 when there is none), classes the ``ClassLabel`` names of the Hugging Face
   features when the file has them, else none;
 - every other list a per-box field (``per_box="boxes"``) under its own name (``COLUMN.NAME``
-  when a column has that name): numbers an array (``area`` float32, ``iscrowd`` uint8, others
+  when a column or the boxes field has that name: a ``boxes`` list beside ``bbox`` is
+  ``objects.boxes``): numbers an array (``area`` float32, ``iscrowd`` uint8, others
   their Arrow type), anything else json; ``area`` and ``segmentation`` are marked ``pixels``
   (measured in the image's pixels: a conversion that resizes the image refuses to keep them).
 
 Each row's lists must hold one value per box; a box that is not 4 finite numbers with a
-non-negative width and height, a label outside the ClassLabel names, or a null is a bad record
-naming the row.
+non-negative width and height, an ``area`` that is not a finite number >= 0 within float32 (the
+coco source's rule, :func:`~.detection.area_problem`), a label outside the ClassLabel names, or a
+null is a bad record naming the row.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from ...fields import FieldSpec, Schema
 from ...fields import name_problem as field_name_problem
 from ...fields.limits import MAX_BOX_CLASSES, MAX_BOXES, MAX_CLASS_NAME_CHARS
 from ...preview import preview
-from .detection import box_problem, to_xyxy
+from .detection import area_problem, box_problem, to_xyxy
 
 BBOX = "bbox"
+BBOX_CHILDREN = (BBOX, "boxes")  # the list of boxes: bbox, else a list of numbers named boxes
 CATEGORIES = ("category", "categories", "label", "labels")
 DTYPES = {"area": "<f4", "iscrowd": "|u1"}  # as the coco source stores them
 PIXEL_CHILDREN = frozenset({"area", "segmentation"})  # measured in the image's pixels, as coco's
@@ -48,6 +52,7 @@ class ObjectsPlan(NamedTuple):
     rows_of_structs: bool  # list<struct> (one dict per box) rather than struct<lists>
     fields: tuple[tuple[str, str, str | None, str], ...]  # (field name, kind, dtype, child); boxes: child bbox
     classes: int = 0  # the ClassLabel names: a label must be below (0: no names, any label >= 0)
+    bbox: str = BBOX  # the child that holds the boxes (one of BBOX_CHILDREN)
 
 
 def _is_list(t: Any) -> bool:
@@ -62,8 +67,9 @@ def _numeric(t: Any) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
 
 
-def _children(t: Any) -> tuple[dict[str, Any], bool] | None:
-    """(child name -> type of one box's value, rows of structs) of a detection column, or None."""
+def _children(t: Any) -> tuple[dict[str, Any], bool, str] | None:
+    """(child name -> type of one box's value, rows of structs, the boxes' child) of a detection
+    column, or None."""
     import pyarrow as pa
 
     if pa.types.is_struct(t):
@@ -76,10 +82,11 @@ def _children(t: Any) -> tuple[dict[str, Any], bool] | None:
         kids, rows = {s.field(i).name: s.field(i).type for i in range(s.num_fields)}, True
     else:
         return None
-    box = kids.get(BBOX)
-    if box is None or not _is_list(box) or not _numeric(box.value_type):
+    bbox = next((c for c in BBOX_CHILDREN if c in kids), None)
+    box = kids.get(bbox) if bbox else None
+    if bbox is None or box is None or not _is_list(box) or not _numeric(box.value_type):
         return None
-    return kids, rows
+    return kids, rows, bbox
 
 
 def class_names(feature: Any, child: str | None, where: str) -> tuple[str, ...]:
@@ -109,17 +116,23 @@ def objects_fields(
     found = _children(t)
     if found is None:
         return None
-    kids, rows = found
+    kids, rows, bbox = found
     category = next((c for c in CATEGORIES if c in kids and _integer(kids[c])), None)
+    used: set[str] = set()
 
     def name(child: str) -> str:
-        return child if child not in taken and child != column else f"{column}.{child}"
+        """``child``, or ``COLUMN.child`` when a column or an earlier field has that name."""
+        field = child if child not in taken and child not in used and child != column else f"{column}.{child}"
+        if field in taken or field in used:
+            raise SourceError(f"{where}: {column}.{preview(child, 60)} and a column or field are both named {field!r}.")
+        used.add(field)
+        return field
 
     boxes, names = name("boxes"), class_names(feature, category, where)
     specs = [FieldSpec(boxes, "boxes", box_format="XYXY", classes=names)]
-    plan: list[tuple[str, str, str | None, str]] = [(boxes, "boxes", None, BBOX)]
+    plan: list[tuple[str, str, str | None, str]] = [(boxes, "boxes", None, bbox)]
     for child, vt in kids.items():
-        if child in (BBOX, category):
+        if child in (bbox, category):
             continue
         field, numeric = name(child), _numeric(vt)
         problem = field_name_problem(field)
@@ -129,7 +142,7 @@ def objects_fields(
         kind, pixels = "array" if numeric else "json", child in PIXEL_CHILDREN
         specs.append(FieldSpec(field, kind, dtype=dtype, per_box=boxes, pixels=pixels))
         plan.append((field, "array" if numeric else "json", dtype, child))
-    return ObjectsPlan(bbox_format, category, rows, tuple(plan), len(names)), specs
+    return ObjectsPlan(bbox_format, category, rows, tuple(plan), len(names), bbox), specs
 
 
 def _integer(t: Any) -> bool:
@@ -157,14 +170,14 @@ def objects_values(plan: ObjectsPlan, column: str, value: Any, row: str) -> dict
         raise RecordError(f"{at}: null (every kept column needs a value)")
     if plan.rows_of_structs:
         lists = {child: [o.get(child) if isinstance(o, dict) else None for o in value] for *_, child in plan.fields}
-        lists[BBOX] = [o.get(BBOX) if isinstance(o, dict) else None for o in value]
+        lists[plan.bbox] = [o.get(plan.bbox) if isinstance(o, dict) else None for o in value]
         if plan.category:
             lists[plan.category] = [o.get(plan.category) if isinstance(o, dict) else None for o in value]
     else:
         lists = value
-    boxes = lists.get(BBOX)
+    boxes = lists.get(plan.bbox)
     if not isinstance(boxes, list):
-        raise RecordError(f"{at}: no {BBOX} list")
+        raise RecordError(f"{at}: no {plan.bbox} list")
     n = len(boxes)
     if n > MAX_BOXES:
         raise RecordError(f"{at}: {n} boxes, more than the {MAX_BOXES} an image may have")
@@ -178,6 +191,9 @@ def objects_values(plan: ObjectsPlan, column: str, value: Any, row: str) -> dict
             out[field] = {"boxes": to_xyxy(boxes, plan.bbox_format), "labels": _labels(plan, lists, n, at)}
             continue
         values = _per_box(lists, child, n, at)
+        bad = next((k for k, v in enumerate(values) if area_problem(v)), None) if child == "area" else None
+        if bad is not None:
+            raise RecordError(f"{at}: box {bad}: {area_problem(values[bad])}")
         out[field] = _array(values, dtype, f"{at}: {child!r}") if kind == "array" else values
     return out
 
