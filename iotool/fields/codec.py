@@ -65,6 +65,10 @@ def decode_column(
     the same rules and bounds, the message's prefix made once: (the values, None where one was
     not read or did not decode; the positions of those, in order)."""
     at = _where(spec, where)
+    if spec.kind == "boxes":
+        run = _boxes_run(datas, at)
+        if run is not None:
+            return run, []
     values: list[Any] = []
     bad: list[int] = []
     for k, data in enumerate(datas):
@@ -76,6 +80,37 @@ def decode_column(
             values.append(None)
             bad.append(k)
     return values, bad
+
+
+def _boxes_run(datas: Sequence[bytes | memoryview | None], at: str) -> list[dict[str, np.ndarray]] | None:
+    """A run's boxes values decoded together: each one's JSON parsed within its bounds, then every
+    box and label of the run made one array and checked at once by :func:`_boxes_arrays`' rules;
+    None (decode each alone) unless every value is the plain ``{"boxes": [[x, y, x, y], ...],
+    "labels": [...]}`` those rules accept, so a run decodes to what each value alone gives."""
+    boxes: list[Any] = []
+    labels: list[Any] = []
+    counts: list[int] = []
+    try:
+        for data in datas:
+            if data is None or len(data) > MAX_BOXES_BYTES:
+                return None
+            raw = parse_json(bytes(data), at, MAX_BOXES_BYTES, max_items=MAX_BOXES_ITEMS)
+            listed = raw.get("boxes") if type(raw) is dict else None
+            named = raw.get("labels") if type(raw) is dict else None
+            if type(listed) is not list or type(named) is not list or len(named) != len(listed):
+                return None
+            boxes += listed
+            labels += named
+            counts.append(len(listed))
+        if max(counts, default=0) > MAX_BOXES:
+            return None
+        b, lab = _boxes_arrays(boxes, labels, at, max_boxes=len(boxes))  # each value's count checked above
+    except (RecordError, ValueError, TypeError, OverflowError):
+        return None
+    if b.shape != (len(boxes), 4):  # a box that is not 4 numbers: decoded alone, as it would be
+        return None
+    ends = np.cumsum(counts).tolist()
+    return [{"boxes": b[start:end], "labels": lab[start:end]} for start, end in zip([0, *ends], ends)]
 
 
 def _decode_at(spec: FieldSpec, data: bytes | memoryview, at: str) -> Any:
@@ -194,15 +229,15 @@ def _f32(x: float) -> str:
     return np.format_float_positional(np.float32(x), unique=True, trim="-") if math.isfinite(x) else "0"
 
 
-def _boxes_arrays(boxes: Any, labels: Any, at: str) -> tuple[np.ndarray, np.ndarray]:
+def _boxes_arrays(boxes: Any, labels: Any, at: str, max_boxes: int = MAX_BOXES) -> tuple[np.ndarray, np.ndarray]:
     try:
         b = np.asarray(boxes if boxes is not None else [], dtype=np.float32).reshape(-1, 4)
         n = b.shape[0]
         lab = np.asarray(labels if labels is not None else np.zeros(n), dtype=np.float64)
     except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: an int too large for a float
         raise RecordError(f"{at}: boxes must be numbers of shape (N, 4) ({exc}).") from None
-    if b.shape[0] > MAX_BOXES:
-        raise RecordError(f"{at}: {b.shape[0]} boxes, more than the {MAX_BOXES} an image may have.")
+    if b.shape[0] > max_boxes:
+        raise RecordError(f"{at}: {b.shape[0]} boxes, more than the {max_boxes} an image may have.")
     if not np.isfinite(b).all():
         raise RecordError(f"{at}: a box coordinate is not finite.")
     if lab.shape != (n,) or not np.array_equal(lab, np.round(lab)) or (n and (lab.min() < 0 or lab.max() >= 1 << 31)):

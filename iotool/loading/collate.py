@@ -238,8 +238,22 @@ def array_tensor(value: np.ndarray, where: str) -> torch.Tensor:
     return out
 
 
-def boxes_tensors(value: Mapping[str, Any], where: str) -> dict[str, torch.Tensor]:
-    """A boxes value as ``{"boxes": float32 (n, 4), "labels": int64 (n,)}`` tensors of their own."""
+def boxes_tensors(value: Mapping[str, Any], where: str, owned: bool = False) -> dict[str, torch.Tensor]:
+    """A boxes value as ``{"boxes": float32 (n, 4), "labels": int64 (n,)}`` tensors of their own;
+    ``owned``: the value's arrays are nobody else's (a run decoded them), so arrays of those
+    dtypes and shapes become tensors without a copy."""
+    if owned:
+        boxes, labels = value.get("boxes"), value.get("labels")
+        if (
+            isinstance(boxes, np.ndarray)
+            and isinstance(labels, np.ndarray)
+            and boxes.dtype == np.float32
+            and labels.dtype == np.int64
+            and boxes.ndim == 2
+            and boxes.shape[1] == 4
+            and labels.shape == (boxes.shape[0],)
+        ):
+            return {"boxes": torch.from_numpy(boxes), "labels": torch.from_numpy(labels)}
     try:
         boxes = torch.tensor(np.asarray(value["boxes"], dtype=np.float32).reshape(-1, 4))
         labels = torch.tensor(np.asarray(value["labels"], dtype=np.int64).reshape(-1))

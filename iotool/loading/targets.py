@@ -27,7 +27,17 @@ from ..decode.headers import image_size
 from ..decode.masks import decode_mask
 from ..errors import RecordError, UsageError
 from ..fields import Schema
-from ..transforms.geometry import GeometryRecord, move_boxes, move_mask, recording
+from ..transforms.geometry import (
+    GeometryRecord,
+    RunGeometry,
+    from_xyxy,
+    move_boxes,
+    move_mask,
+    move_xyxy_run,
+    recording,
+    sanitize_keep,
+    to_xyxy,
+)
 from ..transforms.pixel_transforms import GEOMETRIC, Compose, PixelOnly
 
 
@@ -176,16 +186,46 @@ class TargetMover:
             if name in values:
                 self._move_boxes(name, box_format, record, values)
 
+    def move_run(self, samples: list[dict[str, Any]], run: RunGeometry) -> set[int]:
+        """:meth:`moved` for each sample of a run (``samples[k]``: its values, changed in place),
+        ``run`` saying what was done to each image: the boxes of all of them moved at once
+        (:func:`~iotool.transforms.geometry.move_xyxy_run`, the same arithmetic). Returns the
+        samples whose per-box entries do not match their boxes (left as they were)."""
+        failed: set[int] = set()
+        for name, box_format in self.boxes.items():
+            present = [k for k, values in enumerate(samples) if name in values]
+            arrays = [np.asarray(samples[k][name]["boxes"], dtype=np.float32).reshape(-1, 4) for k in present]
+            counts = [len(a) for a in arrays]
+            xyxy = to_xyxy(np.concatenate(arrays) if arrays else np.empty((0, 4), np.float32), box_format)
+            moved = move_xyxy_run(xyxy, np.repeat(np.asarray(present, dtype=np.intp), counts), run)
+            keep = sanitize_keep(moved, run.out)
+            out = from_xyxy(moved, box_format).astype(np.float32)
+            ends = np.cumsum(counts).tolist()
+            for k, start, end in zip(present, [0, *ends], ends):
+                try:
+                    self._cut(name, samples[k], out[start:end], keep[start:end])
+                except RecordError:
+                    failed.add(k)
+        if samples and self.unmoved and not self.warned:
+            self.warn_unmoved()
+        return failed
+
     def _move_boxes(self, name: str, box_format: str, record: GeometryRecord, values: dict[str, Any]) -> None:
+        moved, keep = move_boxes(values[name]["boxes"], box_format, record)
+        self._cut(name, values, moved, keep)
+
+    def _cut(self, name: str, values: dict[str, Any], moved: np.ndarray, keep: np.ndarray) -> None:
+        """Give boxes field ``name`` its ``moved`` boxes, without those not to ``keep`` (unless
+        ``keep_empty_boxes``) and their labels and per-box entries."""
         value = values[name]
-        moved, keep = move_boxes(value["boxes"], box_format, record)
         if self.keep_empty or keep.all():
             values[name] = {"boxes": moved, "labels": value["labels"]}
             return
+        per_box = {
+            other: _keep_entries(values[other], keep, other, name) for other in self.per_box[name] if other in values
+        }
         values[name] = {"boxes": moved[keep], "labels": np.asarray(value["labels"])[keep]}
-        for other in self.per_box[name]:
-            if other in values:
-                values[other] = _keep_entries(values[other], keep, other, name)
+        values.update(per_box)
 
 
 def stored_size(image: Any) -> tuple[int, int]:

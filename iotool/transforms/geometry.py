@@ -186,6 +186,41 @@ def move_xyxy(xyxy: np.ndarray, record: GeometryRecord) -> np.ndarray:
     return xyxy
 
 
+@dataclass(frozen=True)
+class RunGeometry:
+    """What a run's C code did to each of its images, a row a sample: a crop of ``boxes[k]`` (top,
+    left, height, width) of the stored image, then a resize to ``out`` (height, width) where
+    ``resized`` (a centre crop's box is its output already), then a horizontal flip where
+    ``flipped[k]``: each row is the :class:`GeometryRecord` ``[("crop", ...), ("resize", *out),
+    ("flip",)]`` (the resize and flip as they apply) of one sample."""
+
+    boxes: np.ndarray  # (n, 4) int64
+    flipped: np.ndarray  # (n,) bool
+    out: tuple[int, int]
+    resized: bool
+
+
+def move_xyxy_run(xyxy: np.ndarray, owner: np.ndarray, run: RunGeometry) -> np.ndarray:
+    """:func:`move_xyxy` of the boxes of a run's samples at once (in place): box ``i`` belongs to
+    sample ``owner[i]`` of ``run``. The same arithmetic as :func:`move_xyxy` of each sample's
+    record, element for element (a resize to the box's own size multiplies by exactly 1)."""
+    crops = run.boxes[owner].astype(np.float64)
+    top, left, height, width = (crops[:, j : j + 1] for j in range(4))
+    xyxy[:, 0::2] -= left
+    xyxy[:, 1::2] -= top
+    np.clip(xyxy[:, 0::2], 0, width, out=xyxy[:, 0::2])
+    np.clip(xyxy[:, 1::2], 0, height, out=xyxy[:, 1::2])
+    if run.resized:
+        xyxy[:, 0::2] *= run.out[1] / width
+        xyxy[:, 1::2] *= run.out[0] / height
+        height, width = np.full_like(height, run.out[0]), np.full_like(width, run.out[1])
+    flip = run.flipped[owner]
+    xyxy[flip, 0::2] = width[flip] - xyxy[flip][:, [2, 0]]
+    np.clip(xyxy[:, 0::2], 0, width, out=xyxy[:, 0::2])
+    np.clip(xyxy[:, 1::2], 0, height, out=xyxy[:, 1::2])
+    return xyxy
+
+
 def sanitize_keep(
     xyxy: np.ndarray, canvas: tuple[int, int], min_size: float = 1.0, min_area: float = 1.0
 ) -> np.ndarray:

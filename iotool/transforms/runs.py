@@ -29,7 +29,7 @@ import numpy as np
 from ..decode import region as _region
 from ..decode import segments as _segments
 from ..decode.api import pixel_limit
-from .geometry import GeometryRecord
+from .geometry import RunGeometry
 from .native import planes_native
 from .pixel_transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize
 
@@ -66,18 +66,12 @@ class RunOp:
         """The (C, H, W) of each output."""
         return channels, self.size[0], self.size[1]
 
-    def record(self, geometry: Sequence[int]) -> GeometryRecord:
-        """What the per-sample path notes (:mod:`~iotool.transforms.geometry`) for one sample of
-        this op, from its ``geometry`` row (:func:`run_jpeg_samples`: the image's height and
-        width, the box's top, left, height and width, flipped or not)."""
-        height, width, top, left, box_h, box_w, flipped = (int(v) for v in geometry)
-        record = GeometryRecord((height, width), [("crop", top, left, box_h, box_w)], (box_h, box_w))
-        if self.kind != CENTER:  # a centre crop's box is its output: nothing resized
-            record.ops.append(("resize", *self.size))
-            record.canvas = self.size
-        if flipped:
-            record.ops.append(("flip",))
-        return record
+    def geometry(self, rows: np.ndarray) -> RunGeometry:
+        """What this op did to a run's images, from their ``rows`` of :func:`run_jpeg_samples`'
+        geometry (the image's height and width, the box's top, left, height and width, flipped or
+        not): what the per-sample path notes (:mod:`~iotool.transforms.geometry`) for each."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1, GEOMETRY)
+        return RunGeometry(rows[:, 2:6].copy(), rows[:, 6] != 0, self.size, self.kind != CENTER)
 
     def args(self, channels: int) -> tuple[Any, ...]:
         """The op tuple ``run_samples`` takes."""

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import RECORD_ERRORS
 from ...fields.codec import decode_column
 from ...fields.schema import CLASS
 from ...formats.reader import FormatReader
-from ...transforms.geometry import GeometryRecord
+from ...transforms.geometry import RunGeometry
+from ..collate import boxes_tensors
 from ..targets import TargetMover
 from .columns import Column, Layout, list_value, write_fixed
 
@@ -63,10 +63,10 @@ class RunFields:
         lists: list[list[Any]],
         rows: list[int],
         indices: list[int],
-        records: list[GeometryRecord] | None = None,
+        moves: RunGeometry | None = None,
     ) -> set[int]:
         """Write the fields of records ``indices`` into batch rows ``rows`` (one each) of the fixed
-        columns' memory (``column_rows``) and the ``lists``, the targets moved by ``records`` (what
+        columns' memory (``column_rows``) and the ``lists``, the targets moved by ``moves`` (what
         was done to each image) where there is a mover; returns the positions in ``indices`` whose
         values did not read, decode, move or fit (their rows are the per-sample path's)."""
         if not self.parts or not indices:
@@ -79,8 +79,8 @@ class RunFields:
             values, failed = decode_column(col.spec, [None if got is None else got[col.name] for got in stored], "")
             decoded.append(values)
             bad.update(failed)
-        if self.mover is not None and records is not None and self.targets:
-            bad |= self._move(decoded, records, bad)
+        if self.mover is not None and moves is not None and self.targets:
+            bad |= self._move(decoded, moves, bad)
         good = [k for k in range(len(indices)) if k not in bad]
         for (col, fixed, at), values in zip(self.parts, decoded):
             if fixed:
@@ -89,23 +89,20 @@ class RunFields:
                 bad |= _write_list(col, lists[at], rows, good, values)
         return bad
 
-    def _move(self, decoded: list[list[Any]], records: list[GeometryRecord], bad: set[int]) -> set[int]:
-        """Move each sample's targets among ``decoded`` (per column) by its record, in place, as
-        the per-sample path's mover does; returns the samples whose targets do not move (per-box
-        entries that do not match the boxes: the per-sample path raises or skips them)."""
-        mover, names, failed = self.mover, self.names, set()
+    def _move(self, decoded: list[list[Any]], moves: RunGeometry, bad: set[int]) -> set[int]:
+        """Move the samples' targets among ``decoded`` (per column) as ``moves`` says each image
+        moved, in place, as the per-sample path's mover does; returns the samples whose targets
+        do not move (per-box entries that do not match the boxes: the per-sample path raises or
+        skips them). A sample already ``bad`` moves with the others, and is left anyway."""
+        mover, names = self.mover, self.names
         assert mover is not None
-        for k, record in enumerate(records):
-            if k in bad:
-                continue
-            values = {names[j]: decoded[j][k] for j in self.targets}
-            try:
-                mover.moved(record, values)
-            except RECORD_ERRORS:
-                failed.add(k)
-                continue
-            for j in self.targets:
-                decoded[j][k] = values[names[j]]
+        samples = [{names[j]: decoded[j][k] for j in self.targets if k not in bad} for k in range(len(moves.flipped))]
+        failed = mover.move_run(samples, moves)
+        for j in self.targets:
+            column = decoded[j]
+            for k, values in enumerate(samples):
+                if names[j] in values:
+                    column[k] = values[names[j]]
         return failed
 
 
@@ -141,7 +138,10 @@ def _write_list(col: Column, out: list[Any], rows: list[int], good: list[int], v
             out[rows[k]] = values[k]
             continue
         try:
-            out[rows[k]] = list_value(col, values[k], "")
+            if col.kind == "boxes":  # decoded (and moved) by this run: its arrays are its own
+                out[rows[k]] = boxes_tensors(values[k], "", owned=True)
+            else:
+                out[rows[k]] = list_value(col, values[k], "")
         except Exception:
             bad.add(k)
     return bad

@@ -78,9 +78,9 @@ class SampleRuns:
             return left
         kept = {k for k, _ in left}
         taken = [k for k in range(len(indices)) if k not in kept]
-        records = None if geometry is None else [self.op.record(geometry[k]) for k in taken]
+        moves = None if geometry is None else self.op.geometry(geometry[taken])
         rows_of = [first + k for k in taken]
-        bad = self.fields.fill(slot.column_rows, slot.lists, rows_of, [indices[k] for k in taken], records)
+        bad = self.fields.fill(slot.column_rows, slot.lists, rows_of, [indices[k] for k in taken], moves)
         if not bad:
             return left
         # read again and named by the per-sample path, which raises or skips them
