@@ -8,7 +8,9 @@ train2017, 80 categories with COCO's sparse ids, a polygon on each), converts it
 - **iotool**: ``open_dataset(lmdb, transform=Compose([RandomResizedCrop(S, scale=(0.3, 1)),
   RandomHorizontalFlip()]), fields=("image", "boxes"))`` through ``iotool.Loader(threads=N)``:
   the fused decoder draws the crop, decodes only that region, and the boxes follow it (clipped,
-  empty ones dropped with their labels);
+  empty ones dropped with their labels), a run of samples at a time;
+- **iotool per sample**: the same with a pixel-only step after the flip, a chain no run takes:
+  each sample through the per-sample path (what detection samples took before runs moved boxes);
 - **torchvision** (the baseline): ``datasets.CocoDetection`` on the JPEG folder and the JSON,
   wrapped by ``wrap_dataset_for_transforms_v2`` (boxes and labels), with
   ``v2.Compose([PILToTensor(), RandomResizedCrop(S, scale=(0.3, 1)), RandomHorizontalFlip(),
@@ -84,10 +86,16 @@ def write_annotations(images_dir: Path, out: Path, seed: int = 0) -> int:
     return len(annotations)
 
 
-def iotool_dataset(path: Path, size: int, fields: tuple[str, ...] = ("image", "boxes")) -> Any:
-    from iotool.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
+def iotool_dataset(
+    path: Path, size: int, fields: tuple[str, ...] = ("image", "boxes"), per_sample: bool = False
+) -> Any:
+    """The crop, the flip and the boxes following them; ``per_sample``: with a pixel-only step
+    after them, a chain no run takes, so each sample goes the per-sample way (the path detection
+    samples took before the runs moved their boxes): the same samples, for the comparison."""
+    from iotool.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop, pixel_only
 
-    transform = Compose([RandomResizedCrop(size, scale=(0.3, 1.0)), RandomHorizontalFlip()])
+    steps = [RandomResizedCrop(size, scale=(0.3, 1.0)), RandomHorizontalFlip()]
+    transform = Compose([*steps, pixel_only(lambda image: image)] if per_sample else steps)
     return iotool.open_dataset(path, transform=transform, fields=fields)
 
 
@@ -124,11 +132,10 @@ def stack_collate(batch: list) -> tuple[Any, list]:
     return torch.stack(images), list(targets)
 
 
-def loader_rate(path: Path, args) -> float:
+def loader_rate(path: Path, args, per_sample: bool = False) -> float:
     """Images/s of one iotool.Loader epoch (its first batch included)."""
-    loader = iotool.Loader(
-        iotool_dataset(path, args.size), batch_size=args.batch_size, shuffle=True, threads=args.threads, seed=0
-    )
+    ds = iotool_dataset(path, args.size, per_sample=per_sample)
+    loader = iotool.Loader(ds, batch_size=args.batch_size, shuffle=True, threads=args.threads, seed=0)
     start, count = time.perf_counter(), 0
     for images, boxes in loader:
         assert len(boxes) == len(images)
@@ -209,7 +216,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     rounds = 1 if args.smoke else args.rounds
     images_dir = Path(args.root)
-    rates: dict[str, list[float]] = {"iotool.Loader": [], "torchvision DataLoader": []}
+    feeds = ("iotool.Loader", "iotool.Loader per sample", "torchvision DataLoader")
+    rates: dict[str, list[float]] = {feed: [] for feed in feeds}
     with tempfile.TemporaryDirectory() as tmp:
         annotations, lmdb = Path(tmp) / "instances.json", Path(tmp) / "det.lmdb"
         boxes = write_annotations(images_dir, annotations)
@@ -218,9 +226,9 @@ def main(argv: list[str] | None = None) -> dict:
         convert_s = time.perf_counter() - start
         images = len(iotool.open_reader(lmdb))
         for r in range(rounds):  # ABBA: a drift in the machine's speed falls on both alike
-            for which in ("iotool.Loader", "torchvision DataLoader")[:: 1 if r % 2 == 0 else -1]:
-                if which == "iotool.Loader":
-                    rates[which].append(loader_rate(lmdb, args))
+            for which in feeds[:: 1 if r % 2 == 0 else -1]:
+                if which.startswith("iotool.Loader"):
+                    rates[which].append(loader_rate(lmdb, args, per_sample=which.endswith("per sample")))
                 else:
                     rates[which].append(torchvision_rate(images_dir, annotations, args))
         costs = where_time_goes(lmdb, images_dir, annotations, args, rounds)
@@ -235,6 +243,12 @@ def main(argv: list[str] | None = None) -> dict:
         "convert coco lmdb s": round(convert_s, 2),
         **{f"{k} img/s": round(statistics.median(v), 1) for k, v in rates.items()},
         "ratio iotool / torchvision": round(ratio, 3),
+        "ratio iotool per sample / torchvision": round(
+            statistics.median(
+                a / b for a, b in zip(rates["iotool.Loader per sample"], rates["torchvision DataLoader"])
+            ),
+            3,
+        ),
         **{f"{k} ms" if "ceiling" not in k else k: round(v, 4) for k, v in costs.items()},
     }
     for key, value in figures.items():

@@ -7,7 +7,9 @@ members), then, interleaved per round in one process:
 - converts them to ``FORMAT`` twice: keeping only the class (``-s fields=class``, the records
   iotool wrote before fields existed) and keeping every member (class, txt, json);
 - reads an epoch of each through ``iotool.Loader`` (the same transform, threads and batch size):
-  ``(image, class)`` from the first, ``(image, class, txt, json)`` from the second, with
+  ``(image, class)`` from the first, ``(image, class, txt, json)`` from the second (and the same
+  again the per-sample way, with a pixel-only step no run takes: the path before runs took
+  fields), with
   torchvision's ``ImageFolder`` + PIL through a ``DataLoader`` on the source tree as the baseline;
 - times, on one thread, what the fields add per record (reading and decoding them).
 
@@ -70,11 +72,15 @@ def convert_seconds(src: str, dst: Path, fmt: str, fields: str | None, workers: 
     return time.perf_counter() - start
 
 
-def loader_rate(path: Path, fields: tuple[str, ...] | None, args) -> float:
-    """Images/s of one Loader epoch (the first batch included: it is what a job waits for)."""
-    from iotool.transforms import RandomResizedCrop
+def loader_rate(path: Path, fields: tuple[str, ...] | None, args, per_sample: bool = False) -> float:
+    """Images/s of one Loader epoch (the first batch included: it is what a job waits for);
+    ``per_sample``: a pixel-only step after the crop, a chain no run takes, so every sample goes
+    the per-sample way (the path samples with fields took before the runs read their fields)."""
+    from iotool.transforms import Compose, RandomResizedCrop, pixel_only
 
-    ds = iotool.open_dataset(path, fields=fields, transform=RandomResizedCrop(args.crop))
+    crop = RandomResizedCrop(args.crop)
+    transform = Compose([crop, pixel_only(lambda image: image)]) if per_sample else crop
+    ds = iotool.open_dataset(path, fields=fields, transform=transform)
     loader = iotool.Loader(ds, batch_size=args.batch_size, shuffle=True, threads=args.threads, seed=0)
     start, count = time.perf_counter(), 0
     for batch in loader:
@@ -129,7 +135,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     rounds = 1 if args.smoke else args.rounds
     times: dict[str, list[float]] = {k: [] for k in ("convert class", "convert fields")}
-    rates: dict[str, list[float]] = {k: [] for k in ("Loader class", "Loader fields", "torchvision")}
+    feeds = ("Loader class", "Loader fields", "Loader fields per sample", "torchvision")
+    rates: dict[str, list[float]] = {k: [] for k in feeds}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         src, images = write_caption_shards(Path(args.root), work / "shards")
@@ -138,10 +145,10 @@ def main(argv: list[str] | None = None) -> dict:
                 dst, kept = (work / f"c{r}", "class") if which == "class" else (work / f"f{r}", None)
                 times[f"convert {which}"].append(convert_seconds(src, dst, args.format, kept, args.workers))
         for r in range(rounds):  # ABBA: a drift in the machine's speed falls on both alike
-            order = ("class", "fields") if r % 2 == 0 else ("fields", "class")
+            order = ("class", "fields", "fields per sample")[:: 1 if r % 2 == 0 else -1]
             for which in order:
                 path, fields = (work / "c0", None) if which == "class" else (work / "f0", FIELDS)
-                rates[f"Loader {which}"].append(loader_rate(path, fields, args))
+                rates[f"Loader {which}"].append(loader_rate(path, fields, args, which.endswith("per sample")))
         for _ in range(rounds):  # after: its worker processes' start and exit stay out of the Loader's rounds
             rates["torchvision"].append(torchvision_rate(Path(args.root), args))
         costs = field_costs(work / "f0", rounds)
@@ -158,6 +165,9 @@ def main(argv: list[str] | None = None) -> dict:
         **{f"{k} s": round(statistics.median(v), 3) for k, v in times.items()},
         **{f"{k} img/s": round(statistics.median(v), 1) for k, v in rates.items()},
         "Loader fields / class": round(loader_ratio, 3),
+        "Loader fields per sample / class": round(
+            statistics.median(f / c for f, c in zip(rates["Loader fields per sample"], rates["Loader class"])), 3
+        ),
         "convert speed fields / class": round(convert_ratio, 3),
         "Loader class / torchvision": round(
             statistics.median(rates["Loader class"]) / statistics.median(rates["torchvision"]), 3

@@ -41,6 +41,14 @@ Paths:
   samples in one C call, ``iotool._jpegregion.run_samples``, once the records are read);
 - ``bmp crop``: the same over the bmp cache (shorter side 256): read, crop, resize;
 - ``ram crop``: lmdb with ``ram_cache=True`` (filled first), crops of the decoded pixels;
+- ``captions: ...``: caption shards (``jpg``, ``cls``, ``txt``, ``json``, as
+  ``fields_loader.py`` writes them) converted to lmdb, read by the Loader with the fused crop:
+  ``class`` as ``(image, class)``, ``+txt+json`` with the caption and the JSON (read and decoded a
+  run at a time beside the image), and ``per sample`` the same fields with a pixel-only step
+  after the crop, a chain no run takes: the per-sample path those samples took before runs did;
+- ``detection: ...``: a COCO-like file (``detection.py``'s, 7.5 boxes an image) converted to lmdb,
+  ``(image, boxes)`` with ``RandomResizedCrop(scale=(0.3, 1))`` and a flip, the boxes moved a run
+  at a time, and ``per sample`` the same the per-sample way;
 - ``read FORMAT``: each format's stored bytes (``decoder=None``), ``ds[i]`` in a loop (tar and
   tfrecord: their sharded datasets iterated), no decoding: the format's reader alone.
 
@@ -70,7 +78,12 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_data" / "imagefolder"
 CROP = 224
-SEEKABLE = "seekable lmdb"  # lmdb with restart segments: the built dataset's name among the formats
+SEEKABLE = "seekable lmdb"
+CAPTIONS = ("image", "class", "txt", "json")
+FIELD_DATASETS = (
+    "captions",
+    "detection",
+)  # built as lmdb, beside the formats  # lmdb with restart segments: the built dataset's name among the formats
 
 Work = Callable[[], int]  # runs the path over its samples once; returns the samples done
 
@@ -286,7 +299,7 @@ def loader_work(ds: Any, batch_size: int, threads: int = 1) -> Work:
     loader = iotool.Loader(ds, batch_size=batch_size, threads=threads, shuffle=True, seed=0)
 
     def run() -> int:
-        return sum(len(labels) for _, labels in loader)
+        return sum(len(batch[0]) for batch in loader)
 
     return run
 
@@ -313,9 +326,34 @@ def build(src: Path, workdir: Path, formats: list[str]) -> dict[str, Path]:
 
     out = {}
     for fmt in formats:
+        if fmt in FIELD_DATASETS:
+            continue
         dst = workdir / f"data.{fmt}"
         iotool.convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, CROP))
         out[fmt] = dst
+    if "captions" in formats:  # caption shards (jpg, cls, txt, json) -> lmdb, every member kept
+        from fields_loader import write_caption_shards
+
+        shards, _ = write_caption_shards(src, workdir / "caption-shards")
+        dst = workdir / "data.captions.lmdb"
+        iotool.convert(shards, dst, "lmdb", src_format="webdataset", workers=0, overwrite=True)
+        out["captions"] = dst
+    if "detection" in formats:  # a COCO-like file (7.5 boxes an image) -> lmdb
+        from detection import write_annotations
+
+        annotations = workdir / "instances.json"
+        write_annotations(src, annotations)
+        dst = workdir / "data.detection.lmdb"
+        iotool.convert(
+            src,
+            dst,
+            "lmdb",
+            src_format="coco",
+            workers=0,
+            overwrite=True,
+            source_options={"annotations": str(annotations)},
+        )
+        out["detection"] = dst
     if "lmdb" in formats:  # the same JPEGs with restart segments (lossless transcode)
         dst = workdir / "data.seekable.lmdb"
         iotool.convert(src, dst, "lmdb", workers=0, overwrite=True, seekable=True, **conversion_options("lmdb", CROP))
@@ -326,12 +364,25 @@ def build(src: Path, workdir: Path, formats: list[str]) -> dict[str, Path]:
 def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
     """Path name -> its work, datasets opened once (the RAM cache filled here)."""
     import iotool
-    from iotool.transforms import RandomResizedCrop
+    from iotool.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop, pixel_only
 
     def loader_path(ds: Any) -> Path_:
         return Path_(loader_work(ds, batch_size), loader_work(ds, batch_size, threads=2))
 
     works: dict[str, Path_] = {}
+    if "captions" in built:  # one dataset: its class alone, then with its caption and JSON
+        for name, fields in (("captions: class", ("image", "class")), ("captions: +txt+json", CAPTIONS)):
+            ds = iotool.open_dataset(built["captions"], transform=RandomResizedCrop(CROP), fields=fields)
+            works[name] = loader_path(ds)
+        # the same samples the per-sample way (the fields' path before runs took them): a chain no run takes
+        per_sample = Compose([RandomResizedCrop(CROP), pixel_only(lambda image: image)])
+        ds = iotool.open_dataset(built["captions"], transform=per_sample, fields=CAPTIONS)
+        works["captions: per sample"] = loader_path(ds)
+    if "detection" in built:  # the boxes follow the crop and the flip
+        for name, extra in (("detection: boxes", []), ("detection: per sample", [pixel_only(lambda image: image)])):
+            chain = Compose([RandomResizedCrop(CROP, scale=(0.3, 1.0)), RandomHorizontalFlip(), *extra])
+            ds = iotool.open_dataset(built["detection"], transform=chain, fields=("image", "boxes"))
+            works[name] = loader_path(ds)
     for fmt in ("lmdb", SEEKABLE, "hdf5", "tar", "tfrecord"):  # the fused crop of stored JPEGs
         if fmt in built:
             works[f"{fmt} fused"] = loader_path(iotool.open_dataset(built[fmt], transform=RandomResizedCrop(CROP)))
@@ -343,7 +394,8 @@ def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
         works["bmp crop"] = loader_path(iotool.open_dataset(built["bmp"], transform=RandomResizedCrop(CROP)))
     for fmt, path in built.items():
         if fmt != SEEKABLE:  # its reads are lmdb's
-            works[f"read {fmt}"] = Path_(read_work(iotool.open_dataset(path, decoder=None)))
+            if fmt not in FIELD_DATASETS:
+                works[f"read {fmt}"] = Path_(read_work(iotool.open_dataset(path, decoder=None)))
     return works
 
 
@@ -362,7 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=1000, help="images generated when no SRC is given")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--formats", default="lmdb,hdf5,tar,tfrecord,bmp")
+    parser.add_argument(
+        "--formats",
+        default="lmdb,hdf5,tar,tfrecord,bmp,captions,detection",
+        help="formats, and the datasets with fields: captions (class, txt, json) and detection (boxes), as lmdb",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     parser.add_argument("--smoke", action="store_true", help="sample_data, one round, lmdb and bmp")
     parser.add_argument("--no-scaling", action="store_true", help="skip the two-thread check (it needs two free cores)")
@@ -370,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gil-share-") as tmp:
         src = args.src
         if args.smoke:
-            src, args.rounds, args.formats, args.batch_size = src or SAMPLE, 1, "lmdb,bmp", 8
+            src, args.rounds, args.formats, args.batch_size = src or SAMPLE, 1, "lmdb,bmp,captions,detection", 8
         if src is None:
             src = Path(tmp) / "src"
             subprocess.run(

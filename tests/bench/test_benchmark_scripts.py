@@ -138,6 +138,11 @@ def test_gil_share_reports_a_share_and_a_thread_bound_per_path(tmp_path):
         "bmp crop",
         "read lmdb",
         "read bmp",
+        "captions: class",
+        "captions: +txt+json",
+        "captions: per sample",
+        "detection: boxes",
+        "detection: per sample",
     }
     for name, r in report["paths"].items():
         assert r["us_per_sample"] > 0 and 0 <= r["gil_us_per_sample"] <= r["us_per_sample"], name
@@ -530,6 +535,7 @@ def test_fields_loader_compares_captions_with_class_labels_in_one_run(tmp_path):
     figures = json.loads(out.read_text())
     assert figures["images"] == 24 and figures["schema"] == "image, class, json (json), txt (text)"
     assert figures["Loader fields / class"] > 0 and figures["convert speed fields / class"] > 0
+    assert figures["Loader fields per sample / class"] > 0 and figures["Loader fields per sample img/s"] > 0
     assert figures["read fields ms"] > 0 and figures["decode fields ms"] > 0
     assert "Loader fields / class" in proc.stdout
 
@@ -556,6 +562,7 @@ def test_detection_compares_the_loader_with_torchvision_v2_in_one_run(tmp_path):
     assert figures["images"] == 23 and figures["boxes"] >= figures["images"]  # every JPEG, 1+ boxes each
     assert figures["iotool.Loader img/s"] > 0 and figures["torchvision DataLoader img/s"] > 0
     assert figures["ratio iotool / torchvision"] > 0 and figures["one-core ceiling (torchvision / iotool ms)"] > 0
+    assert figures["iotool.Loader per sample img/s"] > 0 and figures["ratio iotool per sample / torchvision"] > 0
     assert figures["iotool image+boxes ms"] > 0 and figures["torchvision v2 transforms ms"] > 0
     assert "ratio iotool / torchvision" in proc.stdout
 
