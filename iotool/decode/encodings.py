@@ -4,3 +4,4 @@ from __future__ import annotations
 
 ENCODINGS = ("keep", "jpeg", "png", "bmp")
 EXTENSIONS = {"jpeg": "jpg", "png": "png", "bmp": "bmp"}
+LOSSLESS = ("png", "bmp")  # the encodings that store exactly the pixels encoded: decoding gives them back
