@@ -43,6 +43,7 @@ class Record:
     position: int = -1  # the sample's position in the source order
     shape: tuple[int, int] | None = None  # decoded (height, width) of ``data``
     fields: dict[str, bytes] = field(default_factory=dict)  # stored bytes by field name
+    image_digest: bytes | None = None  # what ``--dedup`` compares (iotool.decode.identity); None without it
 
 
 @dataclass

@@ -11,6 +11,7 @@ from ..errors import Remedy
 from ..fields import Schema, SchemaObserver
 from ..formats import FormatOptions, FormatSpec
 from ..records import DatasetMeta, SkippedFile
+from .dedup import Duplicate
 from .order import WriteOrder
 from .prepare import PayloadOptions
 from .sources import Source, SourceTask
@@ -51,6 +52,8 @@ class ConversionReport:
     resumed_count: int = 0  # images that run had committed (counted in ``count``, not in ``images_per_s``)
     left_out: dict[str, int] | None = None  # source files not read, by extension (None: the source scans no files)
     schema: Schema = field(default_factory=Schema.classification)  # the fields written besides the image
+    # records left out by ``dedup``, in write order, each with the key of the record kept
+    duplicates: list[Duplicate] = field(default_factory=list)
 
     @property
     def images_per_s(self) -> float:

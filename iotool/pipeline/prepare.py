@@ -12,6 +12,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..decode.encode import ENCODINGS, EXTENSIONS, encode, payload_extension
+from ..decode.encodings import LOSSLESS
+from ..decode.identity import image_digest, pixels_digest
 from ..errors import DecodeError, IotoolError, RecordError, UsageError, did_you_mean
 from ..fields import Schema, encode_fields, record_checksum
 from ..fields import decode as decode_field
@@ -32,6 +34,7 @@ class PayloadOptions:
     encode: str = "keep"
     quality: int = 90
     seekable: bool = False  # JPEGs stored as seekable JPEGs (iotool.decode.seekable)
+    dedup: str | None = None  # each record's image digest, by "bytes" or "pixels" (iotool.decode.identity)
     # the fields each record carries besides the image: values from the source are encoded
     # (and bounded) for it in the workers (not stored in the options: the metadata has it)
     schema: Schema = field(default_factory=Schema.classification, compare=False)
@@ -94,6 +97,7 @@ class PayloadOptions:
             "encode": self.encode,
             "quality": self.quality,
             **({"seekable": True} if self.seekable else {}),
+            **({"dedup": self.dedup} if self.dedup else {}),
         }  # absent when off: older datasets read the same
 
 
@@ -101,10 +105,20 @@ def prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str,
     """Validate, resize / re-encode and make seekable if asked, one payload; return (bytes to
     store, ext, decoded (height, width) of those bytes). The size comes from the decoded pixels,
     or, with validation off, from the header (None when the header is unreadable: stored unchecked)."""
-    payload, ext, shape = _prepare(key, data, options)
-    if options.seekable:
-        payload = make_seekable(key, payload)
+    payload, ext, shape, _ = prepare_decoded(key, data, options)
     return payload, ext, shape
+
+
+def prepare_decoded(
+    key: str, data: bytes, options: PayloadOptions
+) -> tuple[bytes, str, tuple[int, int] | None, np.ndarray | None]:
+    """:func:`prepare`, plus the decoded pixels of the bytes stored where it decoded exactly
+    those (kept and validated, or re-encoded losslessly); None otherwise."""
+    payload, ext, shape, pixels = _prepare(key, data, options)
+    if options.seekable:
+        stored = make_seekable(key, payload)
+        payload, pixels = stored, pixels if stored is payload else None
+    return payload, ext, shape, pixels
 
 
 def make_seekable(key: str, data: bytes) -> bytes:
@@ -116,18 +130,21 @@ def make_seekable(key: str, data: bytes) -> bytes:
     return seekable.transcode(data, name=key) if seekable.transcodable(data) else data
 
 
-def _prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str, tuple[int, int] | None]:
+def _prepare(
+    key: str, data: bytes, options: PayloadOptions
+) -> tuple[bytes, str, tuple[int, int] | None, np.ndarray | None]:
     from ..decode import decode, image_format
     from ..decode.headers import image_size
 
     if options.encode == "keep":
         ext = payload_extension(key, image_format(data))
         if options.validate:
-            return data, ext, _shape(decode(data, "auto", name=key))
+            image = decode(data, "auto", name=key)
+            return data, ext, _shape(image), image
         try:
-            return data, ext, image_size(data, key)
+            return data, ext, image_size(data, key), None
         except DecodeError:
-            return data, ext, None
+            return data, ext, None, None
     height, width = image_size(data, key)
     size = target_size(width, height, options.resize, options.size)
     # Decode at the smallest JPEG DCT scale that keeps REDUCING_GAP x the target, then resize
@@ -135,7 +152,8 @@ def _prepare(key: str, data: bytes, options: PayloadOptions) -> tuple[bytes, str
     min_size = min_decode_size(size[1], size[0])  # size is (width, height)
     image = decode(data, "auto", name=key, min_size=min_size)
     image = resize_rgb(image, size)
-    return encode(image, options.encode, options.quality), EXTENSIONS[options.encode], _shape(image)
+    kept = image if options.encode in LOSSLESS else None  # what decoding the stored bytes gives
+    return encode(image, options.encode, options.quality), EXTENSIONS[options.encode], _shape(image), kept
 
 
 def _shape(image: Any) -> tuple[int, int]:
@@ -164,19 +182,30 @@ def process_chunk(chunk: list[tuple[int, Any]]) -> list[tuple[int, Record | Skip
             key, where, label, data, *values = load(state, task)
             size = len(data)
             check_key(key)
-            payload, ext, shape = prepare(key, data, options)
+            payload, ext, shape, pixels = prepare_decoded(key, data, options)
             given = values[0] if values else {}
             if options.resizes and shape is not None:
                 given = resized_boxes(options.schema, given, image_size(data, key), shape, key)
             fields = encode_fields(options.schema, given, key)
             digest = record_checksum(payload, fields)
-            out.append((index, Record(index, key, label, payload, ext, digest, shape=shape, fields=fields), size))
+            record = Record(index, key, label, payload, ext, digest, shape=shape, fields=fields)
+            if options.dedup is not None:
+                record.image_digest = stored_image_digest(payload, pixels, options.dedup, key)
+            out.append((index, record, size))
         except (OSError, DecodeError, IotoolError, ValueError) as exc:
             reason = str(exc) if isinstance(exc, IotoolError) else f"{type(exc).__name__}: {exc}"
             prefix = f"{key}: "  # said once where the path names the record; kept when it does not (a tar)
             reason = reason[len(prefix) :] if reason.startswith(prefix) and where.endswith(key) else reason
             out.append((index, SkippedFile(key, where, reason), size))
     return out
+
+
+def stored_image_digest(payload: bytes, pixels: np.ndarray | None, by: str, key: str) -> bytes:
+    """The digest ``--dedup`` compares (:mod:`iotool.decode.identity`) of the image as stored: its
+    bytes, or its pixels (``pixels`` when :func:`prepare_decoded` has them, else decoded now)."""
+    if by == "pixels" and pixels is not None:
+        return pixels_digest(pixels)
+    return image_digest(payload, by, key)
 
 
 def resized_boxes(

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .. import storage
+from ..decode.identity import check_identity
 from ..errors import DestinationError, Interrupted, UsageError, did_you_mean, unknown_argument
 from ..formats import FormatSpec, all_formats, get_format
 from ..storage import StorageConfig
@@ -45,6 +46,7 @@ def convert(
     encode: str | None = None,
     quality: int = 90,
     seekable: bool = False,
+    dedup: str | None = None,
     resume: bool = False,
     order: str | None = None,
     order_seed: int = 0,
@@ -83,6 +85,13 @@ def convert(
         seekable: store each JPEG as a seekable JPEG (:mod:`iotool.decode.seekable`): the same
             DCT coefficients losslessly re-coded with restart markers and an APP9 table of where
             they are, so a crop decodes only the segments it needs. Off: JPEGs are kept byte for byte.
+        dedup: ``bytes`` or ``pixels``: leave out a record whose image, as stored (after any resize or
+            re-encode), equals that of a record written before it in this run, by its bytes or by its
+            decoded pixels (:mod:`iotool.decode.identity`); the report lists each one left out with the
+            key of the record kept (``report.duplicates``), and the metadata's options say ``dedup``.
+            "Before" is in write order (``order``), whatever the number of workers. Not with
+            ``resume`` (the digests of the records already written are not stored) nor ``engine="ray"``
+            (its tasks write their shards apart); an interrupted run keeps no partial output.
         resume: continue the partial output of a killed or interrupted conversion to the same
             ``dst`` from its last commit, instead of starting over (formats that declare resume).
             Every run into such a format leaves one when it is interrupted or killed after its
@@ -149,6 +158,8 @@ def convert(
     if workers < 0:
         raise UsageError(f"workers={workers}; use 0 or more.")
     payload = PayloadOptions.for_format(spec, validate, resize, size, encode, quality, seekable)
+    if dedup is not None:
+        payload = replace(payload, dedup=_check_dedup(dedup, runner, resume))
     src_root, pattern = kind.location(src)
     check_apart(src_root, dst, src_is_pattern=pattern)  # before what is at DST: the clearer refusal
     dest.check()
@@ -175,6 +186,23 @@ def convert(
         order=write_order,
     )
     return _run(job, runner, dest)
+
+
+def _check_dedup(dedup: str, runner, resume: bool) -> str:
+    """``dedup`` when it is a known identity and the run can apply it; a UsageError otherwise."""
+    check_identity(dedup, "dedup")
+    if not runner.dedups:
+        raise UsageError(
+            f"--dedup needs one writer that sees every record in order; --engine {runner.name} writes "
+            "its shards apart. Use --engine local, or run iotool overlap DST DST on the output to list "
+            "its duplicates."
+        )
+    if resume:
+        raise UsageError(
+            "--dedup cannot continue a partial output (--resume): the images it already holds are not "
+            "recorded. Run the conversion again without --resume."
+        )
+    return dedup
 
 
 def _check_url_destination(spec, dst: str, remote: bool, resume: bool) -> None:
@@ -212,6 +240,7 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
             (interrupted or ((disk or isinstance(exc, ResumeMismatch)) and job.resume))
             and runner.keeps_partial
             and job.spec.resumable
+            and job.payload.dedup is None  # --dedup cannot resume one
         )
         written = dest.written()
         kept = dest.abort(keep_partial=keep)
@@ -234,6 +263,7 @@ def _run(job: Job, runner, dest: Destination) -> ConversionReport:
         resumed_count=result.resumed_count,
         left_out=_left_out(job.source),
         schema=job.schema,
+        duplicates=result.duplicates,
     )
 
 
@@ -253,7 +283,7 @@ def _destination_error(dest: Destination, exc: OSError, written: int, kept: str 
     else:
         left = (
             "nothing was left behind (pass --resume to keep a partial output and continue it later)"
-            if job.spec.resumable
+            if job.spec.resumable and job.payload.dedup is None
             else "nothing was left behind"
         )
     if dest.replaces_existing():

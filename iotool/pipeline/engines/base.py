@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ...formats import FormatOptions, FormatSpec
 from ...records import SkippedFile
+from ..dedup import Duplicate
 from ..destination import Destination
 from ..job import Job
 
@@ -22,6 +23,7 @@ class EngineResult:
     units_bytes: int = 0
     resumed_from: int = 0  # source positions done by the interrupted run that was resumed
     resumed_count: int = 0  # records it had committed
+    duplicates: list[Duplicate] = field(default_factory=list)  # records left out by ``dedup``
 
 
 class Engine(ABC):
@@ -29,6 +31,7 @@ class Engine(ABC):
 
     name: str
     keeps_partial: bool = False  # an interrupted run leaves a partial output for --resume
+    dedups: bool = False  # runs ``dedup``: one writer sees every record, in write order
 
     @abstractmethod
     def check(self, spec: FormatSpec, options: FormatOptions, remote: bool, resume: bool) -> None:

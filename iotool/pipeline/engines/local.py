@@ -8,6 +8,7 @@ from typing import Sequence
 from ...errors import ConversionError, UnstorableRecord, UsageError
 from ...formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks, all_formats
 from ...records import SkippedFile
+from ..dedup import Duplicate, SeenImages
 from ..destination import Destination
 from ..job import SKIP_BAD_FILES, Job
 from ..pool import results
@@ -22,6 +23,7 @@ class LocalEngine(Engine):
 
     name = "local"
     keeps_partial = True
+    dedups = True
 
     def check(self, spec: FormatSpec, options: FormatOptions, remote: bool, resume: bool) -> None:
         if resume and not spec.resumable:
@@ -42,7 +44,8 @@ class LocalEngine(Engine):
                 restore(writer, checkpoint, adopted)
                 job.resumed = checkpoint.source_done
                 job.observer.unseen()  # the records before the checkpoint were not observed
-            bytes_in = feed(job, tasks, writer, checkpoint)
+            duplicates: list[Duplicate] = []
+            bytes_in = feed(job, tasks, writer, checkpoint, duplicates)
             skipped = [SkippedFile(*entry[1:]) for entry in checkpoint.skipped]
             writer.finish(job.meta(checkpoint.count, skipped))
         except BaseException:
@@ -50,12 +53,21 @@ class LocalEngine(Engine):
             writer.abort()
             raise
         resumed = (adopted["source_done"], adopted["count"]) if adopted else (0, 0)
-        return EngineResult(checkpoint.count, bytes_in, skipped, resumed_from=resumed[0], resumed_count=resumed[1])
+        return EngineResult(
+            checkpoint.count,
+            bytes_in,
+            skipped,
+            resumed_from=resumed[0],
+            resumed_count=resumed[1],
+            duplicates=duplicates,
+        )
 
 
-def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint) -> int:
+def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint, duplicates: list[Duplicate]) -> int:
     """Feed the writer in write order (``tasks``) from the checkpoint on; return the bytes read, those of
-    the positions before the checkpoint (read by the run it resumes) included."""
+    the positions before the checkpoint (read by the run it resumes) included. A record whose image a
+    record written before it holds (``job.payload.dedup``) is not written: it goes to ``duplicates``."""
+    seen = SeenImages()
     bytes_in = checkpoint.bytes_in
     checkpoint.read_up_to(checkpoint.source_done, bytes_in)
     source = job.source
@@ -64,10 +76,16 @@ def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint
     ):
         bytes_in += size
         checkpoint.read_up_to(position + 1, bytes_in)
+        original = None if isinstance(item, SkippedFile) else seen.original(item)
+        if original is not None:  # not an error: listed, not written, and the run goes on
+            duplicates.append(Duplicate(item.key, tasks[position].path, original))
+            job.report_progress(position + 1, len(tasks), len(checkpoint.skipped), bytes_in)
+            continue
         if not isinstance(item, SkippedFile):
             item.index, item.position = checkpoint.count, position  # dense indices despite skips
             try:
                 writer.add(item)
+                seen.written(item)
             except UnstorableRecord as exc:  # its name collides on disk: a bad record, nothing written
                 item = SkippedFile(item.key, tasks[position].path, exc.reason or str(exc))
         if isinstance(item, SkippedFile):
