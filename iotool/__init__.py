@@ -1,6 +1,6 @@
 """iotool: fast, safe input pipelines for PyTorch image training.
 
-Public API: :func:`open_dataset`, :func:`open_reader`, :func:`convert`, :func:`verify`,
+Public API: :func:`open_dataset`, :func:`open_reader`, :func:`convert`, :func:`verify`, :func:`overlap`,
 :func:`fast_collate`, :class:`CUDAPrefetcher`, :class:`Loader`, :data:`__version__`, the error types,
 :class:`Schema` and :class:`FieldSpec` (what a sample holds besides its image: ``ds.schema``), and the
 submodules ``iotool.transforms`` (crop/resize on uint8 arrays), ``iotool.decode`` (decoder
@@ -38,6 +38,8 @@ _LAZY = {
     "Progress": ("pipeline.job", "Progress"),
     "verify": ("loading.verify", "verify"),
     "VerifyReport": ("loading.verify", "VerifyReport"),
+    "overlap": ("analysis.overlap", "overlap"),
+    "OverlapReport": ("analysis.overlap", "OverlapReport"),
     "open_dataset": ("loading.opening", "open_dataset"),
     "open_reader": ("loading.opening", "open_reader"),
     "ImageDataset": ("loading.mapstyle", "ImageDataset"),
@@ -81,6 +83,7 @@ __all__ = [
     "IotoolError",
     "Loader",
     "MixedDataset",
+    "OverlapReport",
     "Progress",
     "RecordError",
     "Schema",
@@ -96,6 +99,7 @@ __all__ = [
     "mix",
     "open_dataset",
     "open_reader",
+    "overlap",
     "scan_imagefolder",
     "verify",
 ]
