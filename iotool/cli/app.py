@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 
 from .._version import __version__
-from . import bench_cmd, convert_cmd, formats_cmd, index_cmd, info_cmd, tune_cmd, verify_cmd
+from . import bench_cmd, convert_cmd, formats_cmd, index_cmd, info_cmd, overlap_cmd, tune_cmd, verify_cmd
 from .common import err_console, say_error, show_library_log
 from .helptext import Command, Group
 
@@ -85,6 +85,12 @@ app.command("info", no_args_is_help=True, cls=Command, short_help="Show what a d
 app.command(
     "verify", no_args_is_help=True, cls=Command, short_help="Check a dataset's metadata and every record's checksum"
 )(verify_cmd.verify)
+app.command(
+    "overlap",
+    no_args_is_help=True,
+    cls=Command,
+    short_help="List the records of one dataset whose images another holds",
+)(overlap_cmd.overlap)
 app.command("formats", cls=Command, short_help="List the formats and what each can do")(formats_cmd.formats)
 app.command(
     "index", no_args_is_help=True, cls=Command, short_help="Write other readers' index files (DALI) beside shards"

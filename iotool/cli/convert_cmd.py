@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from rich.table import Table
 
 from ..decode.encodings import ENCODINGS
+from ..decode.identity import IDENTITIES
 from ..errors import UsageError
 from ..formats import format_names
 from ..pipeline.sources import source_choices, source_names
@@ -116,6 +117,17 @@ def convert(
             "crop decodes only the segments it needs (docs: Seekable JPEGs). Off: JPEGs are kept byte for byte."
         ),
     ] = False,
+    dedup: Annotated[
+        str | None,
+        typer.Option(
+            parser=choice(IDENTITIES),
+            metavar="|".join(IDENTITIES),
+            help="Leave out a record whose image, as stored, equals one written before it in this run: by its bytes, "
+            "or by its decoded pixels (also a lossless re-encoding: PNG and BMP of one image). The summary counts "
+            "them, each is listed with the key of the record kept, and --json lists them under duplicates. "
+            "Not with --resume or --engine ray.",
+        ),
+    ] = None,
     shard_size: Annotated[
         int | None, typer.Option(min=1, help="Sharded formats (tar): samples per shard (default 1000).")
     ] = None,
@@ -262,6 +274,7 @@ def convert(
             encode=encode,
             quality=quality,
             seekable=seekable,
+            dedup=dedup,
             resume=resume,
             order=order,
             order_seed=order_seed,
@@ -291,6 +304,7 @@ def convert(
         )
         for s in report.skipped:
             say(f"{s.path}: {s.reason}", label="skipped", style="yellow", out=err_console)
+        show_duplicates(report)
         if report.left_out:
             say(
                 f"files left out by their extension: {left_out_text(report.left_out)}; read them with --extensions "
@@ -298,6 +312,18 @@ def convert(
                 label="note:",
                 style="yellow",
             )
+
+
+SHOWN_DUPLICATES = 20  # listed after the summary; --json lists every one
+
+
+def show_duplicates(report: ConversionReport) -> None:
+    """The records ``--dedup`` left out, each with the key of the record kept (the first few)."""
+    for d in report.duplicates[:SHOWN_DUPLICATES]:
+        say(f"{d.key}: the same image as {d.original}", label="duplicate", style="yellow")
+    more = len(report.duplicates) - SHOWN_DUPLICATES
+    if more > 0:
+        say(f"{more:,} more duplicates; --json FILE lists them all", label="duplicate", style="yellow")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -360,6 +386,7 @@ def report_dict(report: ConversionReport) -> dict:
         "bytes_in": report.bytes_in,
         "bytes_out": report.bytes_out,
         "skipped": [vars(s) for s in report.skipped],
+        "duplicates": [vars(d) for d in report.duplicates],
         "seconds": round(report.seconds, 3),
         "images_per_s": round(report.images_per_s, 1),
         "resumed_from": report.resumed_from,
@@ -386,6 +413,7 @@ def summary_table(report: ConversionReport) -> Table:
         ("bytes in", human_bytes(report.bytes_in)),
         ("bytes out", human_bytes(report.bytes_out)),
         ("skipped", str(len(report.skipped))),
+        *([("duplicates", f"{len(report.duplicates):,}")] if report.duplicates else []),
         *([("left out (extension)", left_out_text(report.left_out))] if report.left_out is not None else []),
         ("seconds", f"{report.seconds:.2f}"),
         ("images/s", f"{report.images_per_s:,.0f}"),
