@@ -19,7 +19,6 @@
 #include "_resize.h"
 
 #define MARGIN 2  /* iotool.decode.region.MARGIN: pixels decoded past each side of the box */
-#define GEOMETRY 7  /* int64 values a sample's geometry takes (one_jpeg) */
 
 struct jpeg_op {
     rs_op_t base;  /* RS_OP_CROP or RS_OP_CENTER, into 3 planes */
@@ -109,7 +108,7 @@ static int decode_scale(const struct jpeg_op *op, long h, long w)
 }
 
 /* One sample into `row`: 0 done, 1 left to the caller, -1 out of memory. When done and `geometry`
- * is not NULL, its GEOMETRY values: the image's height and width, the box (top, left, height,
+ * is not NULL, its RS_GEOMETRY values: the image's height and width, the box (top, left, height,
  * width) on it, and 1 if the row was flipped, else 0 (what the per-sample path notes for its
  * boxes: iotool.transforms.geometry). */
 static int one_jpeg(const struct library *lib, const struct jpeg_op *op, const unsigned char *d, size_t n,
@@ -158,7 +157,7 @@ static int one_jpeg(const struct library *lib, const struct jpeg_op *op, const u
     int result = rs_into_row(&op->base, &decoded, whole, key, &counter, row, &flipped);
     free(pixels);
     if (result == 0 && geometry != NULL) {
-        const int64_t values[GEOMETRY] = {f.height, f.width, box[0], box[1], box[2], box[3], flipped};
+        const int64_t values[RS_GEOMETRY] = {f.height, f.width, box[0], box[1], box[2], box[3], flipped};
         memcpy(geometry, values, sizeof(values));
     }
     return result;
@@ -219,7 +218,7 @@ PyObject *jr_run_samples(PyObject *self, PyObject *args)
             PyBuffer_Release(&tag);
             return NULL;
         }
-        if ((size_t)geometry.len < (size_t)n * GEOMETRY * sizeof(int64_t)) {
+        if ((size_t)geometry.len < (size_t)n * RS_GEOMETRY * sizeof(int64_t)) {
             PyBuffer_Release(&geometry);
             PyBuffer_Release(&dst);
             PyBuffer_Release(&tag);
@@ -258,7 +257,7 @@ PyObject *jr_run_samples(PyObject *self, PyObject *args)
                 flags[k] = 1;
                 continue;
             }
-            int64_t *where = geometry.buf != NULL ? (int64_t *)geometry.buf + (size_t)k * GEOMETRY : NULL;
+            int64_t *where = geometry.buf != NULL ? (int64_t *)geometry.buf + (size_t)k * RS_GEOMETRY : NULL;
             result = one_jpeg(lib, &op, views[k].buf, (size_t)views[k].len, keys[k], rows + (size_t)k * row_bytes,
                               where);
             flags[k] = (uint8_t)(result > 0);

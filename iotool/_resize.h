@@ -129,9 +129,12 @@ INTERNAL int rs_into_row(const rs_op_t *op, const rs_source_t *src, const long b
                          uint64_t *counter, uint8_t *row, int *flipped);
 
 /* Sample k (stream keys[k]) into rows + k * channels * out_h * out_w; status[k] = 0 done, 1 left
- * to the caller (a source this code does not take). 0, or -1 when out of memory. */
+ * to the caller (a source this code does not take); with `geometry` (not NULL), a done sample's
+ * RS_GEOMETRY values at geometry + RS_GEOMETRY * k: its source's height and width, the box (top,
+ * left, height, width) resized, and 1 if it was flipped. 0, or -1 when out of memory. */
+#define RS_GEOMETRY 7
 INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, int n, uint8_t *rows,
-                            uint8_t *status);
+                            uint8_t *status, int64_t *geometry);
 
 /* A RAM cache's block (iotool.loading.ramcache lays it out): `count` records, a state byte each
  * at `state` (1: its pixels are ready), (height, width) int32 pairs at `shapes`, count + 1 int64

@@ -93,26 +93,34 @@ INTERNAL int rs_into_row(const rs_op_t *op, const rs_source_t *src, const long b
     return 0;
 }
 
-/* Sample k of the run into `row`: 0 done, 1 left to the caller, -1 out of memory. */
-static int one_sample(const rs_op_t *op, const rs_source_t *src, uint64_t key, uint8_t *row)
+/* Sample k of the run into `row`: 0 done, 1 left to the caller, -1 out of memory; its geometry
+ * into `geometry` when done and not NULL (rs_run_samples). */
+static int one_sample(const rs_op_t *op, const rs_source_t *src, uint64_t key, uint8_t *row, int64_t *geometry)
 {
     uint64_t counter = 0;
     long box[4];
+    int flipped = 0;
     if (src->pixels == NULL || src->channels != op->channels ||
         !rs_op_box(op, src->height, src->width, key, &counter, box))
         return 1;
-    return rs_into_row(op, src, box, key, &counter, row, NULL);
+    int result = rs_into_row(op, src, box, key, &counter, row, &flipped);
+    if (result == 0 && geometry != NULL) {
+        const int64_t values[RS_GEOMETRY] = {src->height, src->width, box[0], box[1], box[2], box[3], flipped};
+        memcpy(geometry, values, sizeof(values));
+    }
+    return result;
 }
 
 INTERNAL int rs_run_samples(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, int n, uint8_t *rows,
-                            uint8_t *status)
+                            uint8_t *status, int64_t *geometry)
 {
     size_t row_bytes = (size_t)op->channels * op->out_h * op->out_w;
     for (int k = 0; k < n; k++) {
         rs_source_t *src = &sources[k];
         if (src->bmp != NULL && !bmp_source(src->bmp, src->bmp_len, src))
             src->pixels = NULL;
-        int got = one_sample(op, src, keys[k], rows + (size_t)k * row_bytes);
+        int got = one_sample(op, src, keys[k], rows + (size_t)k * row_bytes,
+                             geometry != NULL ? geometry + (size_t)RS_GEOMETRY * k : NULL);
         if (got < 0)
             return -1;
         status[k] = (uint8_t)got;

@@ -3,7 +3,8 @@
  * runs, iotool.transforms.runs): run_samples (a list of pixel arrays or BMP files), run_cached (a RAM
  * cache's block) and run_packed (BMP files read into one buffer). Each checks its arguments with the
  * GIL held, then releases it for the whole run (_resize_run.c); with `labels` and `label_rows`,
- * run_cached and run_packed also write each record's label into its row.
+ * run_cached and run_packed also write each record's label into its row; with `geometry` (a last
+ * optional int64 buffer of 7 values a sample), each done sample's geometry (rs_run_samples).
  */
 #include "_resize_py.h"
 
@@ -52,24 +53,41 @@ static const char *take_source(PyObject *obj, int bmp, Py_buffer *view, rs_sourc
  * `cache`, sources[k] is found there (record records[k]) once the GIL is released. The status
  * bytes, or NULL with an error set. */
 static PyObject *run_into(const rs_op_t *op, rs_source_t *sources, const uint64_t *keys, Py_ssize_t n,
-                          const rs_cache_t *cache, const long long *records, Py_buffer *dst, Py_ssize_t first_row)
+                          const rs_cache_t *cache, const long long *records, Py_buffer *dst, Py_ssize_t first_row,
+                          PyObject *geometry_obj)
 {
     size_t row_bytes = (size_t)op->channels * op->out_h * op->out_w;
     if (first_row < 0 || (size_t)(first_row + n) * row_bytes > (size_t)dst->len) {
         PyErr_SetString(PyExc_ValueError, "dst must hold first_row + len(sources) rows of channels x out_h x out_w bytes");
         return NULL;
     }
+    Py_buffer geometry = {0};
+    if (geometry_obj != Py_None) {
+        if (PyObject_GetBuffer(geometry_obj, &geometry, PyBUF_CONTIG) < 0)
+            return NULL;
+        if ((size_t)geometry.len < (size_t)n * RS_GEOMETRY * sizeof(int64_t)) {
+            PyBuffer_Release(&geometry);
+            PyErr_SetString(PyExc_ValueError, "geometry must hold 7 int64 values a source");
+            return NULL;
+        }
+    }
     PyObject *status = PyBytes_FromStringAndSize(NULL, n);
-    if (status == NULL)
+    if (status == NULL) {
+        if (geometry.obj != NULL)
+            PyBuffer_Release(&geometry);
         return NULL;
+    }
     uint8_t *rows = (uint8_t *)dst->buf + (size_t)first_row * row_bytes;
     uint8_t *flags = (uint8_t *)PyBytes_AsString(status);
+    int64_t *where = (int64_t *)geometry.buf;
     int result;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; cache != NULL && k < n; k++)
         rs_cached_source(cache, records[k], &sources[k]);
-    result = rs_run_samples(op, sources, keys, (int)n, rows, flags);
+    result = rs_run_samples(op, sources, keys, (int)n, rows, flags, where);
     Py_END_ALLOW_THREADS
+    if (geometry.obj != NULL)
+        PyBuffer_Release(&geometry);
     if (result < 0) {
         Py_DECREF(status);
         return PyErr_NoMemory();
@@ -117,14 +135,14 @@ static int run_args(PyObject *op_obj, PyObject *const *words_obj, PyObject *reco
 INTERNAL PyObject *rs_py_run_samples(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *op_obj, *sources_obj, *records_obj, *dst_obj, *words_obj[3];
+    PyObject *op_obj, *sources_obj, *records_obj, *dst_obj, *words_obj[3], *geometry = Py_None;
     int bmp;
     Py_ssize_t first_row, n;
     rs_op_t op;
     uint64_t words[4];
-    if (!PyArg_ParseTuple(args, "O!O!p(OOO)O!On", &PyTuple_Type, &op_obj, &PyList_Type, &sources_obj, &bmp,
+    if (!PyArg_ParseTuple(args, "O!O!p(OOO)O!On|O", &PyTuple_Type, &op_obj, &PyList_Type, &sources_obj, &bmp,
                           &words_obj[0], &words_obj[1], &words_obj[2], &PyList_Type, &records_obj, &dst_obj,
-                          &first_row) ||
+                          &first_row, &geometry) ||
         run_args(op_obj, words_obj, records_obj, PyList_Size(sources_obj), &op, words, &n) < 0)
         return NULL;
     Py_buffer dst;
@@ -150,7 +168,7 @@ INTERNAL PyObject *rs_py_run_samples(PyObject *self, PyObject *args)
         if (problem != NULL && *problem)
             PyErr_SetString(PyExc_ValueError, problem);
         else if (problem == NULL && record_keys(records_obj, n, words, keys, NULL) == 0)
-            status = run_into(&op, sources, keys, n, NULL, NULL, &dst, first_row);
+            status = run_into(&op, sources, keys, n, NULL, NULL, &dst, first_row, geometry);
     }
     for (Py_ssize_t k = 0; k < taken && views != NULL; k++)
         if (views[k].obj != NULL)
@@ -195,13 +213,15 @@ INTERNAL PyObject *rs_py_run_cached(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *op_obj, *block_obj, *records_obj, *dst_obj, *words_obj[3], *labels = Py_None, *label_rows = Py_None;
+    PyObject *geometry = Py_None;
     Py_ssize_t first_row, n;
     rs_cache_t cache;
     rs_op_t op;
     uint64_t words[4];
-    if (!PyArg_ParseTuple(args, "O!O(LLLLL)(OOO)O!On|OO", &PyTuple_Type, &op_obj, &block_obj, &cache.state,
+    if (!PyArg_ParseTuple(args, "O!O(LLLLL)(OOO)O!On|OOO", &PyTuple_Type, &op_obj, &block_obj, &cache.state,
                           &cache.shapes, &cache.offsets, &cache.pixels, &cache.count, &words_obj[0], &words_obj[1],
-                          &words_obj[2], &PyList_Type, &records_obj, &dst_obj, &first_row, &labels, &label_rows) ||
+                          &words_obj[2], &PyList_Type, &records_obj, &dst_obj, &first_row, &labels, &label_rows,
+                          &geometry) ||
         run_args(op_obj, words_obj, records_obj, -1, &op, words, &n) < 0)
         return NULL;
     if (op.channels != 3) {
@@ -227,7 +247,7 @@ INTERNAL PyObject *rs_py_run_cached(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "the cache's tables do not lie inside its block");
     else if (record_keys(records_obj, n, words, keys, records) == 0 &&
              write_labels(labels, label_rows, records, n, first_row) == 0)
-        status = run_into(&op, sources, keys, n, &cache, records, &dst, first_row);
+        status = run_into(&op, sources, keys, n, &cache, records, &dst, first_row, geometry);
     PyBuffer_Release(&dst);
     PyBuffer_Release(&block);
     PyMem_Free(sources);
@@ -242,13 +262,14 @@ INTERNAL PyObject *rs_py_run_packed(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *op_obj, *records_obj, *dst_obj, *words_obj[3], *status = NULL, *labels = Py_None, *label_rows = Py_None;
+    PyObject *geometry = Py_None;
     Py_ssize_t first_row, n;
     Py_buffer blob, spans, dst = {0};
     rs_op_t op;
     uint64_t words[4];
-    if (!PyArg_ParseTuple(args, "O!y*y*(OOO)O!On|OO", &PyTuple_Type, &op_obj, &blob, &spans, &words_obj[0],
+    if (!PyArg_ParseTuple(args, "O!y*y*(OOO)O!On|OOO", &PyTuple_Type, &op_obj, &blob, &spans, &words_obj[0],
                           &words_obj[1], &words_obj[2], &PyList_Type, &records_obj, &dst_obj, &first_row, &labels,
-                          &label_rows))
+                          &label_rows, &geometry))
         return NULL;
     size_t most = (size_t)spans.len / 16 + 1;
     rs_source_t *sources = PyMem_Calloc(most, sizeof(rs_source_t));
@@ -265,7 +286,7 @@ INTERNAL PyObject *rs_py_run_packed(PyObject *self, PyObject *args)
         const long long *at = (const long long *)spans.buf;
         for (Py_ssize_t k = 0; k < n; k++)
             rs_packed_source((const uint8_t *)blob.buf, (size_t)blob.len, at[2 * k], at[2 * k + 1], &sources[k]);
-        status = run_into(&op, sources, keys, n, NULL, NULL, &dst, first_row);
+        status = run_into(&op, sources, keys, n, NULL, NULL, &dst, first_row, geometry);
         PyBuffer_Release(&dst);
     }
     PyBuffer_Release(&blob);

@@ -189,14 +189,16 @@ def move_xyxy(xyxy: np.ndarray, record: GeometryRecord) -> np.ndarray:
 @dataclass(frozen=True)
 class RunGeometry:
     """What a run's C code did to each of its images, a row a sample: a crop of ``boxes[k]`` (top,
-    left, height, width) of the stored image, then a resize to ``out`` (height, width) where
-    ``resized`` (a centre crop's box is its output already), then a horizontal flip where
-    ``flipped[k]``: each row is the :class:`GeometryRecord` ``[("crop", ...), ("resize", *out),
-    ("flip",)]`` (the resize and flip as they apply) of one sample."""
+    left, height, width) of the stored image where ``cropped`` (a resize's box is the whole image,
+    and it crops nothing), then a resize to ``out`` (height, width) where ``resized`` (a centre
+    crop's box is its output already), then a horizontal flip where ``flipped[k]``: each row is the
+    :class:`GeometryRecord` ``[("crop", ...), ("resize", *out), ("flip",)]`` (those that apply)
+    the per-sample path notes for one sample."""
 
     boxes: np.ndarray  # (n, 4) int64
     flipped: np.ndarray  # (n,) bool
     out: tuple[int, int]
+    cropped: bool
     resized: bool
 
 
@@ -206,10 +208,11 @@ def move_xyxy_run(xyxy: np.ndarray, owner: np.ndarray, run: RunGeometry) -> np.n
     record, element for element (a resize to the box's own size multiplies by exactly 1)."""
     crops = run.boxes[owner].astype(np.float64)
     top, left, height, width = (crops[:, j : j + 1] for j in range(4))
-    xyxy[:, 0::2] -= left
-    xyxy[:, 1::2] -= top
-    np.clip(xyxy[:, 0::2], 0, width, out=xyxy[:, 0::2])
-    np.clip(xyxy[:, 1::2], 0, height, out=xyxy[:, 1::2])
+    if run.cropped:
+        xyxy[:, 0::2] -= left
+        xyxy[:, 1::2] -= top
+        np.clip(xyxy[:, 0::2], 0, width, out=xyxy[:, 0::2])
+        np.clip(xyxy[:, 1::2], 0, height, out=xyxy[:, 1::2])
     if run.resized:
         xyxy[:, 0::2] *= run.out[1] / width
         xyxy[:, 1::2] *= run.out[0] / height

@@ -71,7 +71,7 @@ class RunOp:
         geometry (the image's height and width, the box's top, left, height and width, flipped or
         not): what the per-sample path notes (:mod:`~iotool.transforms.geometry`) for each."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1, GEOMETRY)
-        return RunGeometry(rows[:, 2:6].copy(), rows[:, 6] != 0, self.size, self.kind != CENTER)
+        return RunGeometry(rows[:, 2:6].copy(), rows[:, 6] != 0, self.size, self.kind != RESIZE, self.kind != CENTER)
 
     def args(self, channels: int) -> tuple[Any, ...]:
         """The op tuple ``run_samples`` takes."""
@@ -114,14 +114,17 @@ def run_samples(
     records: list[int],
     rows: np.ndarray,
     first: int,
+    geometry: np.ndarray | None = None,
 ) -> bytes:
     """Compute sample ``k`` (``sources[k]``: an HxWxC uint8 array, or with ``bmp`` a BMP file's
     bytes; None: left out) of record ``records[k]`` into ``rows[first + k]``, drawing from the
     stream of ``(*words, records[k])`` (seed, epoch, rank, record). Returns a byte per sample:
-    0 written, 1 left to the per-sample path (a source the C code does not take)."""
+    0 written, 1 left to the per-sample path (a source the C code does not take). ``geometry``: an
+    int64 ``(len(sources), 7)`` array each written sample's geometry goes into
+    (:meth:`RunOp.geometry` reads it)."""
     if _ext is None:
         return b"\x01" * len(sources)
-    return bytes(_ext.run_samples(op.args(channels), sources, bmp, words, records, rows, first))
+    return bytes(_ext.run_samples(op.args(channels), sources, bmp, words, records, rows, first, geometry))
 
 
 def run_packed_samples(
@@ -132,6 +135,7 @@ def run_packed_samples(
     rows: np.ndarray,
     first: int,
     labels: Labels | None = None,
+    geometry: np.ndarray | None = None,
 ) -> bytes:
     """:func:`run_samples` of BMP files read into one buffer (``packed``: the bmp cache's
     :meth:`~iotool.formats.FormatReader.read_packed`), each found in it by the C code: no Python
@@ -140,7 +144,10 @@ def run_packed_samples(
     label row ``first + k`` (ValueError, nothing written, when a record has none)."""
     if _ext is None:
         return b"\x01" * len(records)
-    return bytes(_ext.run_packed(op.args(3), packed.blob, packed.spans, words, records, rows, first, *labels or ()))
+    table, label_rows = labels or (None, None)
+    return bytes(
+        _ext.run_packed(op.args(3), packed.blob, packed.spans, words, records, rows, first, table, label_rows, geometry)
+    )
 
 
 def run_cached_samples(
@@ -152,6 +159,7 @@ def run_cached_samples(
     rows: np.ndarray,
     first: int,
     labels: Labels | None = None,
+    geometry: np.ndarray | None = None,
 ) -> bytes:
     """:func:`run_samples` of RGB pixels kept in a RAM cache's shared ``block`` (its ``tables``:
     state, shapes, offsets, pixels, count; :meth:`iotool.loading.ramcache.RamCache.block`), each
@@ -159,7 +167,8 @@ def run_cached_samples(
     ``labels`` as :func:`run_packed_samples`'."""
     if _ext is None:
         return b"\x01" * len(records)
-    return bytes(_ext.run_cached(op.args(3), block, tables, words, records, rows, first, *labels or ()))
+    table, label_rows = labels or (None, None)
+    return bytes(_ext.run_cached(op.args(3), block, tables, words, records, rows, first, table, label_rows, geometry))
 
 
 def jpeg_runs_available(op: RunOp) -> bool:

@@ -20,7 +20,15 @@ from iotool.formats import all_formats
 from iotool.formats.lmdb.layout import field_key, record_key
 from iotool.loading.loader.columns import layout_of
 from iotool.loading.loader.runs import sample_runs
-from iotool.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, draws, pixel_only
+from iotool.transforms import (
+    CenterCrop,
+    Compose,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    draws,
+    pixel_only,
+)
 
 from ..conftest import make_image
 from ..support.detection import boxes_of, convert_detection, image_size
@@ -170,33 +178,55 @@ def test_a_value_that_does_not_decode_is_skipped_or_raised_as_per_sample(tmp_pat
 DETECTION = ("image", "boxes", "scores", "attrs", "class")
 
 
+# the stored sources a run moves boxes from: JPEGs (lmdb, tar, seekable lmdb), the bmp cache's BMPs
+# and the RAM cache's pixels (from lmdb), each with the chains its C code takes
+SOURCES = {"lmdb": "lmdb", "tar": "tar", "seekable": "lmdb", "bmp": "bmp", "ram": "lmdb"}
+CHAINS = {  # (first step, the output's side: every moved box lies within it)
+    "crop": (lambda small: RandomResizedCrop(16 if small else 40, scale=(0.1, 1.0)), 40),
+    "center": (lambda small: CenterCrop(16 if small else 100), 100),
+    "resize": (lambda small: Resize((20, 30)), 30),  # from pixels only: stored JPEGs resize per sample
+}
+
+
 @pytest.fixture(scope="module")
 def detection(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("det-runs")
     out = {}
-    for fmt, seekable in (("lmdb", False), ("tar", False), ("seekable", True)):
-        out[fmt] = root / f"det-{fmt}.{'lmdb' if fmt == 'seekable' else fmt}"
-        convert_detection(out[fmt], "lmdb" if fmt == "seekable" else fmt, 12, seekable=seekable)
+    for name, fmt in SOURCES.items():
+        if name != "ram":
+            out[name] = root / f"det-{name}.{fmt}"
+            convert_detection(out[name], fmt, 12, seekable=name == "seekable")
+    out["ram"] = out["lmdb"]
     return out
 
 
-def _chain(extra: bool, center: bool = False) -> Compose:
-    """Crop then flip; with ``extra`` a pixel-only step after them: the same geometry and pixels,
-    but a chain no run takes, so every sample goes the per-sample way."""
-    first = CenterCrop(100) if center else RandomResizedCrop(40, scale=(0.1, 1.0))
-    steps = [first, RandomHorizontalFlip()]
+def _chain(extra: bool, chain: str = "crop", small: bool = False) -> Compose:
+    """The chain's first step then a flip; with ``extra`` a pixel-only step after them: the same
+    geometry and pixels, but a chain no run takes, so every sample goes the per-sample way."""
+    steps = [CHAINS[chain][0](small), RandomHorizontalFlip()]
     return Compose([*steps, pixel_only(lambda image: image)] if extra else steps)
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "tar", "seekable"])
-@pytest.mark.parametrize("center", [False, True], ids=["crop", "center"])
+@pytest.mark.parametrize("source", sorted(SOURCES))
+@pytest.mark.parametrize("chain", sorted(CHAINS))
 @pytest.mark.parametrize("keep_empty", [False, True])
-def test_boxes_moved_in_the_run_equal_the_per_sample_path(detection, fmt, center, keep_empty, monkeypatch):
+def test_boxes_moved_in_the_run_equal_the_per_sample_path(detection, source, chain, keep_empty, monkeypatch):
+    if chain == "resize" and source not in ("bmp", "ram"):
+        pytest.skip("a Resize of stored JPEGs decodes them whole, per sample")
+    small = source == "bmp"  # the bmp cache's images are 24 px on their shorter side here
+
     def epoch(extra: bool) -> tuple[list[Any], Any]:
         ds = iotool.open_dataset(
-            detection[fmt], transform=_chain(extra, center), fields=DETECTION, keep_empty_boxes=keep_empty
+            detection[source],
+            transform=_chain(extra, chain, small),
+            fields=DETECTION,
+            keep_empty_boxes=keep_empty,
+            ram_cache=source == "ram",
         )
         assert (sample_runs(ds.mapstyle, layout_of(ds.mapstyle)) is None) == extra
+        if source == "ram":
+            _batches(ds, threads=3)  # the first epoch fills the cache (per sample): runs take the cached
+        counter.records = 0
         got, _ = _batches(ds, threads=3)
         return got, ds
 
@@ -207,11 +237,13 @@ def test_boxes_moved_in_the_run_equal_the_per_sample_path(detection, fmt, center
     assert equal(runs, alone)
     boxes = [len(b["boxes"]) for batch in runs for b in batch[1]]
     stored = [len(boxes_of(source_index(ds, r))) for r in range(12)]
-    assert keep_empty == (sum(boxes) == sum(stored))  # else the crops dropped some, with their entries
+    if chain == "crop":
+        assert keep_empty == (sum(boxes) == sum(stored))  # else the crops dropped some, with their entries
+    side = 16 if small and chain != "resize" else CHAINS[chain][1]
     for batch in runs:
         for b, scores, attrs in zip(batch[1], batch[2], batch[3]):
             assert len(b["boxes"]) == len(b["labels"]) == len(scores) == len(attrs)
-            assert bool((b["boxes"] >= 0).all()) and bool((b["boxes"] <= (100 if center else 40)).all())
+            assert bool((b["boxes"] >= 0).all()) and bool((b["boxes"] <= side).all())
 
 
 def test_a_sample_the_run_leaves_keeps_its_neighbours_boxes_in_place(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ are the RAM cache's decoded arrays, the bmp cache's stored BMPs or, with fused d
 format's stored JPEGs, with a transform :func:`~iotool.transforms.runs.run_op` takes. Their other
 fields (captions, JSON, numbers, arrays, bytes, boxes) are read and decoded a run at a time beside
 the image (:mod:`.fieldruns`); boxes that follow the image (and their per-box fields) are moved by
-what the JPEG runs' C code says it did to each image (its box and flip), by the same
+what the runs' C code says it did to each image (its box and flip), by the same
 :class:`~iotool.loading.targets.TargetMover` as the per-sample path. Masks go the per-sample way.
 
 A sample the C code does not take (not in the RAM cache yet, a record that does not read, a BMP
@@ -59,7 +59,7 @@ class SampleRuns:
         layout = layout if layout is not None else Layout.of(CLASSIC, Schema.classification())
         fixed = [c.kind for c in layout.fixed]
         self.label_at = fixed.index(CLASS) if CLASS in fixed else None  # the class's fixed column
-        self.mover = dataset.mover  # boxes moved with the image: from the JPEG runs' geometry
+        self.mover = dataset.mover  # boxes moved with the image: from the geometry the C code reports
         self.fields = RunFields(dataset.reader, layout, self.mover)
 
     def fill(self, slot: Slot, first: int, indices: list[int], words: tuple[int, int, int]) -> list[tuple[int, Stored]]:
@@ -96,19 +96,20 @@ class SampleRuns:
         geometry: np.ndarray | None = None,
     ) -> list[tuple[int, Stored]]:
         """The run's images into ``rows[first + k]`` and labels into ``labels[first + k]`` (and
-        for JPEGs, each one's geometry into ``geometry[k]`` when given); the samples left to the
+        each one's geometry into ``geometry[k]`` when given); the samples left to the
         per-sample path, as :meth:`fill`."""
         if self.kind == PIXELS:
-            return self._fill_cached(rows, labels, first, indices, words)
+            return self._fill_cached(rows, labels, first, indices, words, geometry)
         if self.kind == BITMAPS:
             packed = self.dataset.reader.read_packed(indices)
             if packed is not None:
-                return self._fill_packed(rows, labels, first, indices, words, packed)
+                return self._fill_packed(rows, labels, first, indices, words, packed, geometry)
         sources, got = self._read(indices)
         if self.kind == JPEGS:
             status = run_jpeg_samples(self.op, sources, words, indices, rows, first, geometry=geometry)
         else:
-            status = run_samples(self.op, CHANNELS, sources, self.kind == BITMAPS, words, indices, rows, first)
+            bitmaps = self.kind == BITMAPS
+            status = run_samples(self.op, CHANNELS, sources, bitmaps, words, indices, rows, first, geometry)
         left: list[tuple[int, Stored]] = []
         for k, flag in enumerate(status):
             if not flag:
@@ -120,7 +121,13 @@ class SampleRuns:
         return left
 
     def _fill_cached(
-        self, rows: np.ndarray, labels: np.ndarray, first: int, indices: list[int], words: tuple[int, int, int]
+        self,
+        rows: np.ndarray,
+        labels: np.ndarray,
+        first: int,
+        indices: list[int],
+        words: tuple[int, int, int],
+        geometry: np.ndarray | None,
     ) -> list[tuple[int, Stored]]:
         """:meth:`fill` from the RAM cache: the C code finds each record's pixels in its block (a
         record not cached yet is left); the labels gathered from the column at once (a left
@@ -128,7 +135,8 @@ class SampleRuns:
         block = self.dataset.cache.block() if self.dataset.cache is not None else None
         if block is None:
             return [(k, None) for k in range(len(indices))]
-        status = run_cached_samples(self.op, *block, words, indices, rows, first, self._gather(labels, first, indices))
+        gather = self._gather(labels, first, indices)
+        status = run_cached_samples(self.op, *block, words, indices, rows, first, gather, geometry)
         return [(k, None) for k, flag in enumerate(status) if flag]
 
     def _fill_packed(
@@ -139,11 +147,13 @@ class SampleRuns:
         indices: list[int],
         words: tuple[int, int, int],
         packed: Packed,
+        geometry: np.ndarray | None,
     ) -> list[tuple[int, Stored]]:
         """:meth:`fill` from BMP files read into one buffer (:meth:`~iotool.formats.FormatReader.read_packed`):
         no Python object a sample, the labels gathered by the same call (a left sample's label is
         written again by the per-sample path, which decodes the bytes read for it)."""
-        status = run_packed_samples(self.op, packed, words, indices, rows, first, self._gather(labels, first, indices))
+        gather = self._gather(labels, first, indices)
+        status = run_packed_samples(self.op, packed, words, indices, rows, first, gather, geometry)
         if 1 not in status:
             return []
         spans = np.frombuffer(packed.spans, dtype=np.int64).reshape(-1, 2)
@@ -175,8 +185,8 @@ class SampleRuns:
 def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:
     """The runs of ``dataset``'s samples for a pass, or None where every sample runs in Python:
     samples with their image (no checksum checked), whose fields are of kinds a run computes
-    (:class:`~.fieldruns.RunFields`), whose boxes (if they move) follow a crop of stored JPEGs, and
-    with no masks to move."""
+    (:class:`~.fieldruns.RunFields`), with no masks to move and, where boxes move, not the RAM
+    cache's shrunk copies (``ram_cache_resize``)."""
     mover = dataset.mover
     if IMAGE not in dataset.fields or dataset.check_checksums or not RunFields.takes(layout):
         return None
@@ -195,6 +205,7 @@ def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:
         kind = JPEGS
     else:
         return None
-    if mover is not None and kind != JPEGS:  # the JPEG runs say where each box went
-        return None
+    if mover is not None and kind == PIXELS and dataset.cache is not None and dataset.cache.resize is not None:
+        return None  # the cache's shrunk pixels: the per-sample path shrinks the targets first
+
     return SampleRuns(dataset, op, kind, layout)
