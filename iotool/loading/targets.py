@@ -25,7 +25,7 @@ import numpy as np
 
 from ..decode.headers import image_size
 from ..decode.masks import decode_mask
-from ..errors import RecordError, UsageError
+from ..errors import RECORD_ERRORS, RecordError, UsageError
 from ..fields import Schema
 from ..transforms.geometry import (
     GeometryRecord,
@@ -175,13 +175,7 @@ class TargetMover:
         """Move the targets among ``values`` by ``record``, in place."""
         for name in self.masks:
             if name in values:
-                mask = values[name]
-                if tuple(mask.shape[-2:]) != record.source:
-                    raise RecordError(
-                        f"mask {name!r} is {mask.shape[-2]}x{mask.shape[-1]}, the image "
-                        f"{record.source[0]}x{record.source[1]}: a mask must have its image's size"  # type: ignore[index]
-                    )
-                values[name] = move_mask(mask, record)
+                self._move_mask(name, values, record)
         for name, box_format in self.boxes.items():
             if name in values:
                 self._move_boxes(name, box_format, record, values)
@@ -192,6 +186,22 @@ class TargetMover:
         (:func:`~iotool.transforms.geometry.move_xyxy_run`, the same arithmetic). Returns the
         samples whose per-box entries do not match their boxes (left as they were)."""
         failed: set[int] = set()
+        if not self.move:  # move_targets=False: the masks decoded as stored, nothing moved
+            for name in self.masks:
+                for k, values in enumerate(samples):
+                    if isinstance(values.get(name), (bytes, bytearray, memoryview)):
+                        try:
+                            values[name] = decode_mask(bytes(values[name]), tuple(run.sources[k].tolist()), name)
+                        except RECORD_ERRORS:
+                            failed.add(k)
+            return failed
+        for name in self.masks:  # one at a time: a mask's size is its image's
+            for k, values in enumerate(samples):
+                if name in values and k not in failed:
+                    try:
+                        self._move_mask(name, values, run.record(k))
+                    except RECORD_ERRORS:
+                        failed.add(k)
         for name, box_format in self.boxes.items():
             present = [k for k, values in enumerate(samples) if name in values]
             arrays = [np.asarray(samples[k][name]["boxes"], dtype=np.float32).reshape(-1, 4) for k in present]
@@ -209,6 +219,20 @@ class TargetMover:
         if samples and self.unmoved and not self.warned:
             self.warn_unmoved()
         return failed
+
+    def _move_mask(self, name: str, values: dict[str, Any], record: GeometryRecord) -> None:
+        """Move mask field ``name`` of ``values`` by ``record`` (its stored bytes decoded first,
+        refused unless of the stored image's size)."""
+        assert record.source is not None  # a record of what was done to a stored image
+        mask = values[name]
+        if isinstance(mask, (bytes, bytearray, memoryview)):
+            mask = decode_mask(bytes(mask), record.source, name)
+        if tuple(mask.shape[-2:]) != record.source:
+            raise RecordError(
+                f"mask {name!r} is {mask.shape[-2]}x{mask.shape[-1]}, the image "
+                f"{record.source[0]}x{record.source[1]}: a mask must have its image's size"
+            )
+        values[name] = move_mask(mask, record)
 
     def _move_boxes(self, name: str, box_format: str, record: GeometryRecord, values: dict[str, Any]) -> None:
         moved, keep = move_boxes(values[name]["boxes"], box_format, record)

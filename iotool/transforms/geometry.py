@@ -200,6 +200,20 @@ class RunGeometry:
     out: tuple[int, int]
     cropped: bool
     resized: bool
+    sources: np.ndarray  # (n, 2) int64: each stored image's (height, width)
+
+    def record(self, k: int) -> GeometryRecord:
+        """Sample ``k``'s row as the :class:`GeometryRecord` the per-sample path notes."""
+        height, width = (int(v) for v in self.sources[k])
+        top, left, box_h, box_w = (int(v) for v in self.boxes[k])
+        record = GeometryRecord((height, width), [], (height, width))
+        if self.cropped:
+            record.add(record.source or (height, width), ("crop", top, left, box_h, box_w), (box_h, box_w))
+        if self.resized:
+            record.add((box_h, box_w), ("resize", *self.out), self.out)
+        if self.flipped[k]:
+            record.add(self.out, ("flip",), self.out)
+        return record
 
 
 def move_xyxy_run(xyxy: np.ndarray, owner: np.ndarray, run: RunGeometry) -> np.ndarray:

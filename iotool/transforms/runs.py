@@ -71,7 +71,8 @@ class RunOp:
         geometry (the image's height and width, the box's top, left, height and width, flipped or
         not): what the per-sample path notes (:mod:`~iotool.transforms.geometry`) for each."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1, GEOMETRY)
-        return RunGeometry(rows[:, 2:6].copy(), rows[:, 6] != 0, self.size, self.kind != RESIZE, self.kind != CENTER)
+        cropped, resized = self.kind != RESIZE, self.kind != CENTER
+        return RunGeometry(rows[:, 2:6].copy(), rows[:, 6] != 0, self.size, cropped, resized, rows[:, :2].copy())
 
     def args(self, channels: int) -> tuple[Any, ...]:
         """The op tuple ``run_samples`` takes."""

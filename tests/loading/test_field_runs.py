@@ -16,6 +16,7 @@ import torch
 
 import iotool
 import iotool.loading.loader.fieldruns as fieldruns
+import iotool.loading.loader.reading as reading
 from iotool.formats import all_formats
 from iotool.formats.lmdb.layout import field_key, record_key
 from iotool.loading.loader.columns import layout_of
@@ -58,11 +59,18 @@ class Counted:
     """Counts the records whose fields a run read (each reader class's real method, wrapped)."""
 
     def __init__(self, monkeypatch):
-        self.records = 0
+        self.records = self.per_sample = 0
         owners = {fieldruns.FormatReader, *(spec.reader for spec in all_formats())}
         for owner in owners:
             if "read_run_fields" in vars(owner):
                 monkeypatch.setattr(owner, "read_run_fields", self._counting(vars(owner)["read_run_fields"]))
+        sample = reading.SampleReader.sample
+
+        def per_sample(source, index, stored=None):  # a sample the run left (or handed back)
+            self.per_sample += 1
+            return sample(source, index, stored)
+
+        monkeypatch.setattr(reading.SampleReader, "sample", per_sample)
 
     def _counting(self, real):
         def counted(reader, indices, names):
@@ -103,7 +111,7 @@ def test_every_format_gives_the_per_sample_batches_from_its_runs(datasets, fmt, 
     assert sample_runs(ds.mapstyle, layout_of(ds.mapstyle)) is not None
     counter = Counted(monkeypatch)
     got, loader = _batches(ds, threads=threads)
-    assert counter.records == N  # every record's fields read by a run, none per sample
+    assert counter.records == N and counter.per_sample == 0  # every record's fields read by a run
     monkeypatch.undo()
     _check(ds, got, loader)
 
@@ -226,13 +234,13 @@ def test_boxes_moved_in_the_run_equal_the_per_sample_path(detection, source, cha
         assert (sample_runs(ds.mapstyle, layout_of(ds.mapstyle)) is None) == extra
         if source == "ram":
             _batches(ds, threads=3)  # the first epoch fills the cache (per sample): runs take the cached
-        counter.records = 0
+        counter.records = counter.per_sample = 0
         got, _ = _batches(ds, threads=3)
         return got, ds
 
     counter = Counted(monkeypatch)
     runs, ds = epoch(False)
-    assert counter.records == 12  # every record's boxes came through a run
+    assert counter.records == 12 and counter.per_sample == 0  # every record's boxes came through a run
     alone, _ = epoch(True)
     assert equal(runs, alone)
     boxes = [len(b["boxes"]) for batch in runs for b in batch[1]]
@@ -261,3 +269,35 @@ def test_a_sample_the_run_leaves_keeps_its_neighbours_boxes_in_place(tmp_path, m
     runs = epoch(False)
     assert counter.records == 7
     assert equal(runs, epoch(True))
+
+
+# the bmp cache resizes its images, not their masks: both paths refuse those masks
+@pytest.mark.parametrize("source", sorted(set(SOURCES) - {"bmp"}))
+@pytest.mark.parametrize("move", [True, False], ids=["moved", "as-stored"])
+def test_masks_in_the_run_equal_the_per_sample_path(detection, source, move, monkeypatch):
+    small = False
+    fields = (*DETECTION, "seg.png")
+
+    def epoch(extra: bool) -> list[Any]:
+        ds = iotool.open_dataset(
+            detection[source],
+            transform=_chain(extra, "crop", small),
+            fields=fields,
+            masks=("seg.png",),
+            move_targets=move,
+            ram_cache=source == "ram",
+        )
+        assert (sample_runs(ds.mapstyle, layout_of(ds.mapstyle)) is None) == extra
+        if source == "ram":
+            _batches(ds, threads=2)  # the first epoch fills the cache
+        counter.records = counter.per_sample = 0
+        return _batches(ds, threads=2)[0]
+
+    counter = Counted(monkeypatch)
+    runs = epoch(False)
+    assert counter.records == 12 and counter.per_sample == 0  # no sample handed back
+    assert equal(runs, epoch(True))
+    masks = [m for batch in runs for m in batch[5]]
+    assert all(m.dtype == torch.uint8 for m in masks)
+    if move:  # every mask follows its image into the crop
+        assert all(tuple(m.shape) == ((16, 16) if small else (40, 40)) for m in masks)

@@ -49,11 +49,13 @@ def test_a_runs_boxes_move_bit_for_bit_as_each_samples(kind, seed):
         box_w = int(rng.integers(1, width + 1)) if kind == "crop" else out[1]
         top, left = rng.integers(0, max(height - box_h, 0) + 1), rng.integers(0, max(width - box_w, 0) + 1)
         crops.append([top, left, box_h, box_w])
-    run = RunGeometry(np.asarray(crops, dtype=np.int64), rng.random(n) < 0.5, out, kind != "resize", kind != "center")
+    flips = rng.random(n) < 0.5
+    run = RunGeometry(np.asarray(crops, dtype=np.int64), flips, out, kind != "resize", kind != "center", sizes)
     owner = np.repeat(np.arange(n), rng.integers(0, 6, size=n))
     boxes = _boxes(rng, len(owner))
     got = move_xyxy_run(boxes.copy(), owner, run)
     for k in range(n):
         mine = owner == k
-        want = move_xyxy(boxes[mine].copy(), _record(sizes[k], run.boxes[k], bool(run.flipped[k]), out, kind))
-        assert np.array_equal(got[mine], want), k  # exact: the same operations on the same doubles
+        record = _record(sizes[k], run.boxes[k], bool(run.flipped[k]), out, kind)
+        assert np.array_equal(got[mine], move_xyxy(boxes[mine].copy(), record)), k  # exact: the same doubles
+        assert run.record(k) == record  # what a mask is moved by

@@ -49,7 +49,11 @@ class RunFields:
                 lists += 1
         self.names = tuple(col.name for col, _, _ in self.parts)
         # the values the mover moves or cuts: the boxes and their per-box fields
-        targets = set() if mover is None else {*mover.boxes, *(n for names in mover.per_box.values() for n in names)}
+        targets = (
+            set() if mover is None else {*mover.boxes, *mover.masks, *(n for b in mover.per_box.values() for n in b)}
+        )
+        # each value decoded as stored (a mask is a bytes field its column holds decoded)
+        self.stored = [reader.schema[name] for name in self.names]
         self.targets = [j for j, name in enumerate(self.names) if name in targets]
 
     @classmethod
@@ -74,9 +78,8 @@ class RunFields:
         stored = self.reader.read_run_fields(indices, self.names)
         bad = {k for k, got in enumerate(stored) if got is None}
         decoded = []
-        for col, _, _ in self.parts:
-            assert col.spec is not None  # parts are fields
-            values, failed = decode_column(col.spec, [None if got is None else got[col.name] for got in stored], "")
+        for (col, _, _), spec in zip(self.parts, self.stored):
+            values, failed = decode_column(spec, [None if got is None else got[col.name] for got in stored], "")
             decoded.append(values)
             bad.update(failed)
         if self.mover is not None and moves is not None and self.targets:

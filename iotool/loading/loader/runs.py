@@ -6,8 +6,9 @@ are the RAM cache's decoded arrays, the bmp cache's stored BMPs or, with fused d
 format's stored JPEGs, with a transform :func:`~iotool.transforms.runs.run_op` takes. Their other
 fields (captions, JSON, numbers, arrays, bytes, boxes) are read and decoded a run at a time beside
 the image (:mod:`.fieldruns`); boxes that follow the image (and their per-box fields) are moved by
-what the runs' C code says it did to each image (its box and flip), by the same
-:class:`~iotool.loading.targets.TargetMover` as the per-sample path. Masks go the per-sample way.
+what the runs' C code says it did to each image (its box and flip), a run's boxes at once, and
+masks each by the same record, by the same :class:`~iotool.loading.targets.TargetMover` as the
+per-sample path.
 
 A sample the C code does not take (not in the RAM cache yet, a record that does not read, a BMP
 stored bottom-up, a PNG, a JPEG that does not decode, a value that does not decode) is marked and
@@ -185,12 +186,10 @@ class SampleRuns:
 def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:
     """The runs of ``dataset``'s samples for a pass, or None where every sample runs in Python:
     samples with their image (no checksum checked), whose fields are of kinds a run computes
-    (:class:`~.fieldruns.RunFields`), with no masks to move and, where boxes move, not the RAM
-    cache's shrunk copies (``ram_cache_resize``)."""
+    (:class:`~.fieldruns.RunFields`) and, where targets move, not the RAM cache's shrunk copies
+    (``ram_cache_resize``)."""
     mover = dataset.mover
     if IMAGE not in dataset.fields or dataset.check_checksums or not RunFields.takes(layout):
-        return None
-    if mover is not None and mover.masks:
         return None
     op = run_op(dataset.transform)
     if op is None:
