@@ -333,7 +333,14 @@ class Child:
         self.ring.close()
 
     def alive(self) -> bool:
-        return self._finalizer.alive
+        """Not closed, and the process has not exited (killed while idle between passes, say);
+        the check leaves an exited child to be reaped by :meth:`close` or :meth:`gone`."""
+        if not self._finalizer.alive:
+            return False
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
 
     def gone(self, batch: int) -> IotoolError:
         """The error for a child that ended on its own (killed, crashed), reaped here."""
@@ -370,9 +377,14 @@ class IsolatedPass:
         child.passes += 1
         self.id = child.passes
         self.stopped = False
-        send(
-            child.sock, {"op": "pass", "id": self.id, "epoch": plan.epoch, "batches": plan.first, "origin": plan.origin}
-        )
+        try:
+            send(
+                child.sock,
+                {"op": "pass", "id": self.id, "epoch": plan.epoch, "batches": plan.first, "origin": plan.origin},
+            )
+        except OSError:  # it ended since the Loader looked (it is replaced on the next iter())
+            self.stopped = True
+            raise child.gone(plan.first) from None
 
     def deliver(self, batch: int) -> Batch:
         if self.stopped:
