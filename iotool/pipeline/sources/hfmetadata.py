@@ -88,7 +88,7 @@ def _jsonl(path: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = parse_json(line, f"{path} line {n}")
+            row = parse_json(line.rstrip("\r\n"), f"{path} line {n}")  # the line bound, not the newline
         except RecordError as exc:
             raise SourceError(str(exc)) from None
         if not isinstance(row, dict):
