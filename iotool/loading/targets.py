@@ -242,12 +242,13 @@ class TargetMover:
         """Give boxes field ``name`` its ``moved`` boxes, without those not to ``keep`` (unless
         ``keep_empty_boxes``) and their labels and per-box entries."""
         value = values[name]
-        if self.keep_empty or keep.all():
-            values[name] = {"boxes": moved, "labels": value["labels"]}
-            return
+        # every per-box value is held to the boxes' count, whatever the crop keeps
         per_box = {
             other: _keep_entries(values[other], keep, other, name) for other in self.per_box[name] if other in values
         }
+        if self.keep_empty or keep.all():  # the entries kept whole, as stored
+            values[name] = {"boxes": moved, "labels": value["labels"]}
+            return
         values[name] = {"boxes": moved[keep], "labels": np.asarray(value["labels"])[keep]}
         values.update(per_box)
 

@@ -6,11 +6,13 @@ raised exactly as the per-sample path does."""
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import Any
 
 import lmdb
+import numpy as np
 import pytest
 import torch
 
@@ -301,3 +303,27 @@ def test_masks_in_the_run_equal_the_per_sample_path(detection, source, move, mon
     assert all(m.dtype == torch.uint8 for m in masks)
     if move:  # every mask follows its image into the crop
         assert all(tuple(m.shape) == ((16, 16) if small else (40, 40)) for m in masks)
+
+
+@pytest.mark.parametrize("extra", [False, True], ids=["runs", "per-sample"])
+def test_per_box_entries_of_another_count_are_refused_whatever_the_crop_keeps(tmp_path, extra):
+    """Record 3's scores list one entry more than its boxes: refused though the crop drops no box
+    (before, only a crop that dropped one noticed, so the record's fate was the crop's draw)."""
+    path = tmp_path / "det.lmdb"
+    convert_detection(path, "lmdb", 6)
+    scores = np.arange(len(boxes_of(3)) + 1, dtype=np.float32)
+    buffer = io.BytesIO()
+    np.save(buffer, scores)
+    _spoil(path, field_key(3, "scores"), buffer.getvalue())
+    # a centre crop larger than every box's reach, keeping every box: nothing to cut
+    transform = _chain(extra, "center")
+    options = dict(transform=transform, fields=DETECTION, keep_empty_boxes=True)
+    skipping = iotool.open_dataset(path, **options, on_error="skip")
+    loader = iotool.Loader(skipping, batch_size=3, threads=1, on_error="skip")
+    assert [len(b[0]) for b in loader] == [3, 3] and loader.skipped == 1
+    raising = iotool.Loader(iotool.open_dataset(path, **options), batch_size=3, threads=1)
+    count = len(boxes_of(3))
+    with pytest.raises(
+        iotool.RecordError, match=rf"record 3 .*'scores' lists {count + 1} entries for the {count} boxes"
+    ):
+        list(raising)
