@@ -211,7 +211,13 @@ class TargetMover:
             keep = sanitize_keep(moved, run.out)
             out = from_xyxy(moved, box_format).astype(np.float32)
             ends = np.cumsum(counts).tolist()
-            for k, start, end in zip(present, [0, *ends], ends):
+            # the samples that lose no box and list nothing per box keep their labels as they are
+            lost = np.bincount(np.repeat(np.arange(len(present)), counts)[~keep], minlength=len(present))
+            whole = (lost == 0).tolist() if not self.per_box[name] else [False] * len(present)
+            for k, start, end, kept in zip(present, [0, *ends], ends, whole):
+                if kept or self.keep_empty and not self.per_box[name]:
+                    samples[k][name] = {"boxes": out[start:end], "labels": samples[k][name]["labels"]}
+                    continue
                 try:
                     self._cut(name, samples[k], out[start:end], keep[start:end])
                 except RecordError:

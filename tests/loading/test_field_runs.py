@@ -327,3 +327,24 @@ def test_per_box_entries_of_another_count_are_refused_whatever_the_crop_keeps(tm
         iotool.RecordError, match=rf"record 3 .*'scores' lists {count + 1} entries for the {count} boxes"
     ):
         list(raising)
+
+
+@pytest.mark.parametrize("keep_empty", [False, True])
+def test_boxes_alone_moved_in_the_run_equal_the_per_sample_path(detection, keep_empty, monkeypatch):
+    """No per-box field: the samples that lose no box keep their labels as decoded."""
+
+    def epoch(extra: bool) -> list[Any]:
+        chain = _chain(extra, "crop")
+        ds = iotool.open_dataset(
+            detection["lmdb"], transform=chain, fields=("image", "boxes"), keep_empty_boxes=keep_empty
+        )
+        counter.per_sample = 0
+        return _batches(ds, threads=2)[0]
+
+    counter = Counted(monkeypatch)
+    runs = epoch(False)
+    assert counter.per_sample == 0
+    alone = epoch(True)
+    assert equal(runs, alone)
+    kept = sum(len(b["boxes"]) for batch in runs for b in batch[1])
+    assert keep_empty == (kept == sum(len(boxes_of(i)) for i in range(12)))
