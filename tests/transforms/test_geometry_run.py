@@ -59,3 +59,24 @@ def test_a_runs_boxes_move_bit_for_bit_as_each_samples(kind, seed):
         record = _record(sizes[k], run.boxes[k], bool(run.flipped[k]), out, kind)
         assert np.array_equal(got[mine], move_xyxy(boxes[mine].copy(), record)), k  # exact: the same doubles
         assert run.record(k) == record  # what a mask is moved by
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_nearest_resize_gives_torchs_interpolate_value_for_value(seed):
+    """torch's ``interpolate(mode="nearest")`` is the reference: every size up and down, the same
+    size, twice the size, one row or column."""
+    import torch
+
+    from iotool.transforms.geometry import resize_nearest
+
+    rng = np.random.default_rng(seed)
+    sizes = [(1, 1), (5, 10), (7, 3), (1, 300)] + [tuple(rng.integers(1, 700, size=2)) for _ in range(300)]
+    for (in_h, in_w), (out_h, out_w) in zip(sizes, sizes[1:] + sizes[:1]):
+        mask = torch.from_numpy(rng.integers(0, 255, size=(2, int(in_h), int(in_w)), dtype=np.uint8))
+        want = torch.nn.functional.interpolate(mask.unsqueeze(0), size=(int(out_h), int(out_w)), mode="nearest")[0]
+        assert torch.equal(resize_nearest(mask, (int(out_h), int(out_w))), want), (in_h, in_w, out_h, out_w)
+        twice = (2 * int(in_h), 2 * int(in_w))
+        assert torch.equal(
+            resize_nearest(mask, twice),
+            torch.nn.functional.interpolate(mask.unsqueeze(0), size=twice, mode="nearest")[0],
+        )
