@@ -6,8 +6,10 @@ The run's records' values are read in one call (:meth:`~iotool.formats.FormatRea
 LMDB gives views of its map, as for the images), each column is decoded by
 :func:`iotool.fields.codec.decode_column` under the same rules and bounds as ``ds[i]``, and written
 into the batch: the int, float and fixed-shape array columns into the ring's memory a run at a time,
-the others into the batch's lists. A record whose values do not read or decode is handed back: the
-per-sample path computes it again, and raises or skips it exactly as it would have.
+the others into the batch's lists. Targets (boxes, their per-box fields, masks) are moved first by
+the dataset's :class:`~iotool.loading.targets.TargetMover`, by what the run's C code did to each
+image. A record whose values do not read, decode or move is handed back: the per-sample path
+computes it again, and raises or skips it exactly as it would have.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ..collate import boxes_tensors
 from ..targets import TargetMover
 from .columns import Column, Layout, list_value, write_fixed
 
-# the kinds whose values are a run's: stored, and not moved with the image (no targets here)
+# the kinds of values a run reads beside its images (a mask is a bytes field held as an array)
 RUN_KINDS = ("text", "json", "int", "float", "array", "bytes", "boxes")
 _FIXED_DTYPES = {"int": np.int64, "float": np.float64}
 
@@ -48,7 +50,7 @@ class RunFields:
                 self.parts.append((col, False, lists))
                 lists += 1
         self.names = tuple(col.name for col, _, _ in self.parts)
-        # the values the mover moves or cuts: the boxes and their per-box fields
+        # the values the mover moves or cuts: the boxes, their per-box fields, the masks
         targets = (
             set() if mover is None else {*mover.boxes, *mover.masks, *(n for b in mover.per_box.values() for n in b)}
         )
