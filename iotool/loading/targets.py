@@ -29,6 +29,7 @@ from ..errors import RECORD_ERRORS, RecordError, UsageError
 from ..fields import Schema
 from ..transforms.geometry import (
     GeometryRecord,
+    ResizeOp,
     RunGeometry,
     from_xyxy,
     move_boxes,
@@ -137,7 +138,7 @@ class TargetMover:
             return transform(image), values
         with recording() as record:
             if shrunk is not None:
-                record.add(shrunk, ("resize", *_size_of(image)), _size_of(image))
+                record.add(shrunk, ResizeOp(*_size_of(image)))
             out = transform(image)
         if record.source is not None:
             self.moved(record, values)

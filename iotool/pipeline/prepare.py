@@ -214,13 +214,13 @@ def resized_boxes(
     """``values`` with each boxes field scaled from an image of ``before`` (height, width) to
     one of ``after``, as torchvision v2's ``Resize`` scales ``BoundingBoxes`` (clamped to the
     image, every box kept: a conversion drops nothing)."""
-    from ..transforms.geometry import GeometryRecord, move_boxes
+    from ..transforms.geometry import GeometryRecord, ResizeOp, move_boxes
 
     boxes = [f for f in schema.stored if f.kind == "boxes" and f.name in values]
     if not boxes or before == after:
         return values
     record = GeometryRecord()
-    record.add(before, ("resize", *after), after)
+    record.add(before, ResizeOp(*after))
     out = dict(values)
     for spec in boxes:
         value = decode_field(spec, encode_field(spec, values[spec.name], key), key)
