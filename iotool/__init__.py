@@ -1,6 +1,7 @@
 """iotool: fast, safe input pipelines for PyTorch image training.
 
 Public API: :func:`open_dataset`, :func:`open_reader`, :func:`convert`, :func:`verify`, :func:`overlap`,
+:func:`merge`, :func:`split`, :func:`subset`,
 :func:`fast_collate`, :class:`CUDAPrefetcher`, :class:`Loader`, :data:`__version__`, the error types,
 :class:`Schema` and :class:`FieldSpec` (what a sample holds besides its image: ``ds.schema``), and the
 submodules ``iotool.transforms`` (crop/resize on uint8 arrays), ``iotool.decode`` (decoder
@@ -40,6 +41,10 @@ _LAZY = {
     "VerifyReport": ("loading.verify", "VerifyReport"),
     "overlap": ("analysis.overlap", "overlap"),
     "OverlapReport": ("analysis.overlap", "OverlapReport"),
+    "merge": ("pipeline.reshape", "merge"),
+    "split": ("pipeline.reshape", "split"),
+    "subset": ("pipeline.reshape", "subset"),
+    "ChangeReport": ("pipeline.reshape", "ChangeReport"),
     "open_dataset": ("loading.opening", "open_dataset"),
     "open_reader": ("loading.opening", "open_reader"),
     "ImageDataset": ("loading.mapstyle", "ImageDataset"),
@@ -67,6 +72,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CUDAPrefetcher",
+    "ChangeReport",
     "ConversionError",
     "ConversionReport",
     "DecodeError",
@@ -96,10 +102,13 @@ __all__ = [
     "__version__",
     "convert",
     "fast_collate",
+    "merge",
     "mix",
     "open_dataset",
     "open_reader",
     "overlap",
     "scan_imagefolder",
+    "split",
+    "subset",
     "verify",
 ]
