@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 SOURCE_CHOICES = source_choices()
 ON_ERROR = ["fail", "skip"]
+ON_DUPLICATE = ["error", "skip"]  # iotool.pipeline.append.ON_DUPLICATE_CHOICES
 ENGINES = ["local", "ray"]
 ORDERS = ["shuffled", "source"]  # iotool.pipeline.order.ORDERS (not imported: the help loads no pipeline)
 
@@ -93,6 +94,25 @@ def convert(
             "leaves one, given --resume or not. Without --resume, a run removes it and starts over."
         ),
     ] = False,
+    append: Annotated[
+        bool,
+        typer.Option(
+            help="Add SRC's records to the existing iotool dataset at DST (of DST_FORMAT) instead of writing a new "
+            "one: same fields, same image options (those not given are taken from DST), new classes after the "
+            "existing ones, records after the existing ones (shuffled among themselves with --order shuffled). "
+            "DST changes in one atomic step; an interrupted append leaves it as it was (with --resume continued, "
+            "for the formats that resume). Docs: Changing a dataset."
+        ),
+    ] = False,
+    on_duplicate: Annotated[
+        str,
+        typer.Option(
+            parser=choice(ON_DUPLICATE),
+            metavar="error|skip",
+            help="--append: a source record whose key DST holds. error: refuse the append, naming the keys. "
+            "skip: leave it out and list it with the skipped files.",
+        ),
+    ] = "error",
     resize: Annotated[
         int | None,
         typer.Option(min=1, help="Resize so the shorter side is N pixels (antialiased). Required for bmp."),
@@ -229,6 +249,8 @@ def convert(
 
         iotool convert imagefolder bmp sample_data/imagefolder /tmp/cache --resize 256
 
+        iotool convert imagefolder lmdb new_photos/ /tmp/sample.lmdb --append
+
         iotool convert imagefolder lmdb sample_data/imagefolder /tmp/seekable.lmdb --seekable
 
         iotool convert imagefolder lmdb photos/ /tmp/photos.lmdb --extensions .avif,.jxl,.jfif
@@ -276,6 +298,8 @@ def convert(
             seekable=seekable,
             dedup=dedup,
             resume=resume,
+            append=append,
+            on_duplicate=on_duplicate,
             order=order,
             order_seed=order_seed,
             progress=callback,
@@ -295,6 +319,8 @@ def convert(
                 "counts the whole dataset, images/s this run's own"
             )
         say(f"iotool convert -> {report.format}: {report.dst}")
+        if report.appended_to is not None:
+            say(f"appended {report.count:,} records to the {report.appended_to:,} it held")
         console.print(summary_table(report))
         say(
             "images/s: images written over the whole run, the final commit included "
@@ -390,6 +416,7 @@ def report_dict(report: ConversionReport) -> dict:
         "seconds": round(report.seconds, 3),
         "images_per_s": round(report.images_per_s, 1),
         "resumed_from": report.resumed_from,
+        **({"appended_to": report.appended_to} if report.appended_to is not None else {}),
         "left_out": None if report.left_out is None else dict(report.left_out),
         "fields": report.schema.to_list(),
     }

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..decode.bmp import bmp_size, decode_bmp
-from ..errors import ConversionError, FormatError, RecordError, UnstorableRecord
+from ..errors import ConversionError, FormatError, RecordError, UnstorableRecord, UsageError
 from ..fields import Schema
 from ..names import ALLOWED, first_bad_name, name_problem, resolve_inside
 from ..records import DatasetMeta, Record
@@ -34,7 +34,7 @@ from .plan import ShardPlan, ShardUnit
 from .sharded.columns import ColumnWriter, StringColumn, write_columns
 from .sharded.index import IndexedReader, meta_dict, read_index, sniff_index, unique_stem, write_index
 from .spec import FormatSpec
-from .writer import FormatWriter, WriterHooks
+from .writer import FormatWriter, WriterHooks, link_into
 
 if TYPE_CHECKING:
     from ..storage import OutputDir
@@ -54,6 +54,35 @@ class BmpWriter(FormatWriter):
         os.makedirs(path, exist_ok=True)
         self.names = BmpNames()
         self.columns = ColumnWriter(path, column_kinds(self.schema))
+
+    @classmethod
+    def for_append(cls, path: str, options: FormatOptions, hooks: WriterHooks, existing: Any) -> BmpWriter:
+        """Every existing file hard-linked into ``path`` (never written: a new record gets a new file,
+        opened exclusively), the existing index rows copied ahead of the new ones."""
+        writer = cls(path, options, hooks)
+        n, fields = len(existing), [field_column(f.name) for f in writer.schema.stored]
+        files, keys = existing.column("files"), existing.column("keys")
+        if not isinstance(files, StringColumn) or not isinstance(keys, StringColumn):
+            raise UsageError(
+                f"{existing.path}: a bmp cache of format version 1 cannot be appended to; convert it again first."
+            )
+        for start in range(0, n, 1 << 16):
+            stop = min(n, start + (1 << 16))
+            rels, names = files.items(range(start, stop)), keys.items(range(start, stop))
+            for rel, key in zip(rels, names):
+                writer.names.hold(rel, key)
+                target = output_file(path, rel, key)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                link_into(output_file(existing.path, rel, key), target)
+            writer.columns.append_batch(
+                files=rels,
+                keys=names,
+                labels=existing.column("labels")[start:stop],
+                sizes=existing.column("sizes")[start:stop],
+                checksums=existing.column("checksums").raw[start:stop].tobytes(),
+                **{name: existing.column(name).items(range(start, stop)) for name in fields},
+            )
+        return writer
 
     def add(self, record: Record) -> None:
         if record.data[:2] != b"BM":
@@ -121,6 +150,14 @@ class BmpNames:
         while end > 0 and self.folders.setdefault(rel[:end], key) == key:
             end = rel.rfind("/", 0, end)
         return rel
+
+    def hold(self, rel: str, key: str) -> None:
+        """Remember file ``rel`` of an existing record ``key`` (an append): no new key takes it."""
+        self.used.add(rel.removesuffix(".bmp"))
+        self.files[rel] = key
+        end = rel.rfind("/")
+        while end > 0 and self.folders.setdefault(rel[:end], key) == key:
+            end = rel.rfind("/", 0, end)
 
     def drop(self, rel: str) -> None:
         """Forget file ``rel`` (it could not be written after all)."""

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from ..errors import FormatError, UsageError
 from ..fields import Schema
 from ..records import DatasetMeta, Record
 from .options import FormatOptions
+
+if TYPE_CHECKING:
+    from .reader import FormatReader
 
 
 class CheckpointState(Protocol):
@@ -73,6 +80,22 @@ class FormatWriter(ABC):
         """Continue after the committed records described by ``state``."""
         raise NotImplementedError(f"{type(self).__name__} cannot resume")
 
+    @classmethod
+    def for_append(cls, path: str, options: FormatOptions, hooks: WriterHooks, existing: FormatReader) -> FormatWriter:
+        """A writer at ``path`` whose output holds the records of the dataset ``existing`` reads
+        (the destination of an append), unchanged and at their indices, and adds records after them.
+
+        ``path`` is empty, or the partial output of an interrupted append of the same dataset
+        (``--resume``: ``resume`` follows). The existing dataset is never written: the formats
+        link its files that they do not change into ``path`` and copy those they do.
+        """
+        raise UsageError(f"The {cls.__name__} cannot append to an existing dataset.")
+
+    @classmethod
+    def read_append_checkpoint(cls, path: str, existing: FormatReader) -> dict[str, Any] | None:
+        """The committed state of the partial output of an append to ``existing`` at ``path``."""
+        return cls.read_checkpoint(path)
+
     @abstractmethod
     def add(self, record: Record) -> None:
         """Store one record."""
@@ -83,3 +106,38 @@ class FormatWriter(ABC):
 
     def abort(self) -> None:
         """Close handles after a failure; the pipeline deletes the temporary output."""
+
+
+def link_into(src: str, dst: str) -> None:
+    """Put the existing dataset's file ``src`` at ``dst`` without copying it (a hard link, or a copy
+    where the file system has none): for files an append never writes. ``src`` must be a regular file
+    (not a link to elsewhere); ``dst`` must not exist."""
+    st = os.lstat(src)
+    if not stat.S_ISREG(st.st_mode):
+        raise FormatError(f"{src}: not a regular file; a dataset iotool appends to holds regular files only.")
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copyfile(src, dst, follow_symlinks=False)
+
+
+def copy_into(src: str, dst: str) -> None:
+    """Copy the existing dataset's file ``src`` to a new file ``dst`` that an append then writes
+    (``copy_file_range``: the file system shares the blocks where it can, btrfs and XFS), and fsync it."""
+    if not stat.S_ISREG(os.lstat(src).st_mode):
+        raise FormatError(f"{src}: not a regular file; a dataset iotool appends to holds regular files only.")
+    with open(src, "rb") as fin, open(dst, "xb") as fout:
+        left = os.fstat(fin.fileno()).st_size
+        try:
+            while left > 0:
+                done = os.copy_file_range(fin.fileno(), fout.fileno(), min(left, 1 << 30))
+                if done == 0:
+                    break
+                left -= done
+        except OSError:
+            fin.seek(0)
+            fout.seek(0)
+            fout.truncate()
+            shutil.copyfileobj(fin, fout, 1 << 20)
+        fout.flush()
+        os.fsync(fout.fileno())

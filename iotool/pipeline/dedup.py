@@ -26,8 +26,8 @@ class Duplicate:
 class SeenImages:
     """The images written so far, by digest: one digest and one key a record."""
 
-    def __init__(self) -> None:
-        self._first: dict[bytes, str] = {}
+    def __init__(self, before: dict[bytes, str] | None = None) -> None:
+        self._first: dict[bytes, str] = dict(before or {})  # an append's: the dataset's images
 
     def original(self, record: Record) -> str | None:
         """The key of the record written earlier with the same image as ``record``; None when

@@ -236,7 +236,7 @@ class LocalDestination(Destination):
         found = stale_temporaries(self.location)
         state = None
         for candidate in found:
-            state = self.spec.writer.read_checkpoint(candidate)
+            state = self.checkpoint_of(candidate)
             if state is not None:
                 os.rename(candidate, self.work_path)
                 self.adopted_from = candidate
@@ -251,6 +251,10 @@ class LocalDestination(Destination):
             )
             log.warning("--resume: nothing to resume for %s (%s); starting from the beginning", self.location, what)
         return state
+
+    def checkpoint_of(self, path: str) -> dict[str, Any] | None:
+        """The checkpoint of the partial output at ``path`` (None: it holds no commit)."""
+        return self.spec.writer.read_checkpoint(path)
 
     def output_dir(self) -> OutputDir:
         os.makedirs(self.work_path, exist_ok=True)
@@ -289,7 +293,7 @@ class LocalDestination(Destination):
         if not os.path.lexists(self.work_path):
             return False
         try:
-            return self.spec.writer.read_checkpoint(self.work_path) is not None
+            return self.checkpoint_of(self.work_path) is not None
         except Exception:
             return True
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 from .._version import __version__
 from ..errors import Remedy
 from ..fields import Schema, SchemaObserver
-from ..formats import FormatOptions, FormatSpec
+from ..formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks
 from ..records import DatasetMeta, SkippedFile
 from .dedup import Duplicate
 from .order import WriteOrder
@@ -54,6 +54,7 @@ class ConversionReport:
     schema: Schema = field(default_factory=Schema.classification)  # the fields written besides the image
     # records left out by ``dedup``, in write order, each with the key of the record kept
     duplicates: list[Duplicate] = field(default_factory=list)
+    appended_to: int | None = None  # an append: the records the dataset held before (``count``: those added)
 
     @property
     def images_per_s(self) -> float:
@@ -85,6 +86,16 @@ class Job:
 
     def __post_init__(self) -> None:
         self.observer = SchemaObserver(self.payload.schema)
+
+    first_index: int = field(default=0, init=False)  # the index of the first record written (an append's: its count)
+
+    def open_writer(self, path: str, hooks: WriterHooks) -> FormatWriter:
+        """The format's writer into ``path`` (an append's holds the existing records)."""
+        return self.spec.writer(path, self.format_options, hooks)
+
+    def known_images(self) -> dict[bytes, str]:
+        """Images written before this run, by ``dedup`` digest (an append's), with their keys."""
+        return {}
 
     def tasks(self) -> Sequence[SourceTask]:
         """The source's tasks in write order (:mod:`iotool.pipeline.order`): every engine takes

@@ -19,6 +19,7 @@ from ..errors import DestinationError, Interrupted, UsageError, did_you_mean, un
 from ..formats import FormatSpec, all_formats, get_format
 from ..storage import StorageConfig
 from ..storage.units import human_bytes
+from .append import AppendDestination, append_job, finish_report, open_target
 from .destination import Destination, LocalDestination, UrlDestination
 from .engines import get_engine
 from .job import ON_ERROR_CHOICES, ConversionReport, Job, Progress
@@ -48,6 +49,8 @@ def convert(
     seekable: bool = False,
     dedup: str | None = None,
     resume: bool = False,
+    append: bool = False,
+    on_duplicate: str = "error",
     order: str | None = None,
     order_seed: int = 0,
     progress: Callable[[Progress], None] | None = None,
@@ -121,8 +124,21 @@ def convert(
         **format_options: options of the output format (e.g. ``shard_size`` for tar); each format
             refuses the options it does not know, naming its own.
 
+        append: add the source's records to the existing iotool dataset at ``dst`` (of format ``to``)
+            instead of writing a new one (:mod:`iotool.pipeline.append`; docs: Changing a dataset).
+            The fields must be the dataset's, and the options that made its images (``resize``, ``size``,
+            ``encode``, ``quality``, ``seekable``) and its format options the same: those not given are
+            taken from its metadata, others are refused by name. New classes go after the existing ones
+            (no index changes). Records are added after the existing ones, shuffled among themselves
+            with ``order="shuffled"``. DST is replaced in one atomic rename when the append is complete;
+            an interrupted append leaves it as it was (with ``resume`` continued where the format can).
+        on_duplicate: with ``append``, a source record whose key the dataset holds: ``error`` (the
+            default) refuses the append naming the keys, ``skip`` leaves it out and lists it with the
+            skipped files (report and metadata).
+
     Returns:
-        A :class:`ConversionReport`.
+        A :class:`ConversionReport` (with ``append``: ``count`` the records added, ``appended_to``
+        those the dataset held before).
 
     Raises:
         ConversionError: a bad file under ``on_error="fail"``; the message names it and why.
@@ -151,8 +167,16 @@ def convert(
     runner.check(spec, format_opts, remote, resume)
     _check_url_destination(spec, dst, remote, resume)
     config = StorageConfig(options=dict(storage_options or {}))
+    target = open_target(dst, spec, overwrite, remote, engine) if append else None
+    if target is not None:
+        resize, size, encode, quality, seekable = target.payload_arguments(resize, size, encode, quality, seekable)
+        format_opts = spec.parse_options(target.format_arguments(format_options))
     dest: Destination = (
-        UrlDestination(dst, spec, overwrite, config) if remote else LocalDestination(dst, spec, overwrite, resume)
+        UrlDestination(dst, spec, overwrite, config)
+        if remote
+        else AppendDestination(dst, spec, resume, target)
+        if target is not None
+        else LocalDestination(dst, spec, overwrite, resume)
     )
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 0:
@@ -166,6 +190,8 @@ def convert(
     source = open_source(src, kind, config, source_options)
     payload = replace(payload, schema=source_schema(source))
     payload.check_fields(str(src))
+    if target is not None:
+        target.check(payload, payload.schema, format_opts)
     spec.reader.write_version(payload.schema)  # a format that stores no fields refuses now, by name
     given = {name: getattr(format_opts, name) for name in format_options}  # typed: the CLI gives strings
     if source.options_dict():  # stored (and fingerprinted) only for sources that take options
@@ -185,7 +211,10 @@ def convert(
         progress=progress,
         order=write_order,
     )
-    return _run(job, runner, dest)
+    if target is None:
+        return _run(job, runner, dest)
+    appending = append_job(job, target, on_duplicate)
+    return finish_report(appending, _run(appending, runner, dest))
 
 
 def _check_dedup(dedup: str, runner, resume: bool) -> str:

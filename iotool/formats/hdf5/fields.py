@@ -29,6 +29,27 @@ class FieldColumns:
         self.offsets: dict[str, list[int]] = {name: [0] for name in self.names}
         self.unwritten: dict[str, list[bytes]] = {name: [] for name in self.names}
 
+    @classmethod
+    def reopen(cls, file: h5py.File, schema: Schema, count: int) -> FieldColumns:
+        """The columns of a file that holds ``count`` records already (an append): each field's
+        values grow at their end; its offsets dataset is read and deleted (``finish`` writes it again)."""
+        from ...errors import FormatError
+        from .layout import dataset
+
+        columns = cls.__new__(cls)
+        columns.file = file
+        columns.names = [f.name for f in schema.stored]
+        columns.values, columns.offsets = {}, {}
+        for name in columns.names:
+            values, offsets = (dataset(file, c) for c in field_columns(name))
+            stored = [int(v) for v in offsets[:]]
+            if values.maxshape != (None,) or len(stored) != count + 1 or stored[-1] != values.shape[0]:
+                raise FormatError(f"{file.filename}: field {name!r}'s columns are not those iotool writes.")
+            columns.values[name], columns.offsets[name] = values, stored
+            del file[field_columns(name)[1]]
+        columns.unwritten = {name: [] for name in columns.names}
+        return columns
+
     def add(self, fields: dict[str, bytes]) -> int:
         """Queue one record's field bytes; return how many bytes wait unwritten."""
         for name in self.names:

@@ -12,16 +12,18 @@ import errno
 import json
 import os
 import tempfile
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy as np
 
+from ...errors import FormatError, UsageError
 from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta, Record
 from ..options import FormatOptions
 from ..shapes import record_shape
 from ..sharded.index import sha256_hex
-from ..writer import FormatWriter, WriterHooks
+from ..writer import FormatWriter, WriterHooks, copy_into
 from .fields import FieldColumns
 from .layout import (
     BATCH,
@@ -35,6 +37,9 @@ from .layout import (
     field_columns,
 )
 
+if TYPE_CHECKING:
+    from ..reader import FormatReader
+
 STAGED = {"labels": ("<i8", 0), "checksums": ("S64", 0), "shapes": ("<i4", 2)}  # (type, values per record)
 STAGE_BLOCK = 1 << 16  # records copied per write
 
@@ -47,6 +52,11 @@ class Hdf5Writer(FormatWriter):
         super().__init__(path, options, hooks)
         # A chunk cache of several chunks keeps the chunk being filled in memory between batches.
         self.file = h5py.File(path, "w", libver="latest", rdcc_nbytes=4 * CHUNK_BYTES)
+        self._start()
+
+    def _start(self) -> None:
+        """Create the growing datasets and the staged columns of an empty file."""
+        path = self.path
         column = {
             "maxshape": (None,),
             "chunks": (BATCH,),
@@ -63,6 +73,54 @@ class Hdf5Writer(FormatWriter):
         self.pending: list[tuple[int, str, str, list[int]]] = []  # (label, key, checksum, shape) not written yet
         self.unwritten: list[bytes] = []  # payloads not written yet, at most about one chunk
         self.count = 0
+
+    @classmethod
+    def for_append(cls, path: str, options: FormatOptions, hooks: WriterHooks, existing: FormatReader) -> Hdf5Writer:
+        """A copy of the existing file, opened for writing: the new payloads go on at the end of
+        ``/images`` (and of each field's values), the keys at the end of ``/keys``; the columns
+        written whole at the end (``/labels``, ``/checksums``, ``/shapes``, ``/offsets`` and the fields'
+        offsets) are read into the staged columns and deleted, to be written again by ``finish``
+        (HDF5 does not reuse their space: the file grows by their size, about 90 bytes a record)."""
+        from .layout import VLEN_VERSION
+
+        version = existing.meta.format_version
+        if version <= VLEN_VERSION:
+            raise UsageError(
+                f"{existing.path}: an HDF5 dataset of format version {version} cannot be appended to; "
+                "convert it again (iotool convert hdf5 hdf5 ...) first."
+            )
+        copy_into(existing.path, path)
+        writer = cls.__new__(cls)
+        FormatWriter.__init__(writer, path, options, hooks)
+        writer.file = h5py.File(path, "r+", libver="latest", rdcc_nbytes=4 * CHUNK_BYTES)
+        try:
+            writer._continue(existing)
+        except BaseException:
+            writer.file.close()
+            raise
+        return writer
+
+    def _continue(self, existing: FormatReader) -> None:
+        """Take over the copied file's datasets (see :meth:`for_append`)."""
+        f = self.file
+        self.images, self.keys = dataset(f, "images"), dataset(f, "keys")
+        n = len(existing)
+        if self.images.maxshape != (None,) or self.keys.maxshape != (None,) or self.keys.shape != (n,):
+            raise FormatError(f"{existing.path}: its /images and /keys are not the growing datasets iotool writes.")
+        self.offsets = [int(v) for v in dataset(f, "offsets")[:]]
+        if len(self.offsets) != n + 1 or self.offsets[-1] != self.images.shape[0]:
+            raise FormatError(f"{existing.path}: its /offsets do not match /images.")
+        self.fields = FieldColumns.reopen(f, self.schema, n) if self.schema.stored else None
+        folder = os.path.dirname(os.path.abspath(self.path))
+        self.staged = {name: tempfile.TemporaryFile(dir=folder) for name in STAGED}
+        self.staged["labels"].write(np.asarray(existing.labels, dtype="<i8").tobytes())
+        self.staged["checksums"].write(b"".join(c.encode("ascii") for c in existing.checksums))
+        self.staged["shapes"].write(np.asarray(existing.image_sizes(strict=False), dtype="<i4").tobytes())
+        for name in (*STAGED, "offsets"):
+            if name in f:
+                del f[name]
+        self.pending, self.unwritten = [], []
+        self.count = n
 
     def add(self, record: Record) -> None:
         self.pending.append((record.label, record.key, record.checksum, record_shape(record)))

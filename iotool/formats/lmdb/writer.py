@@ -7,7 +7,7 @@ import json
 import os
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lmdb
 import numpy as np
@@ -18,7 +18,10 @@ from ...records import DatasetMeta, Record
 from ..options import FormatOptions
 from ..shapes import record_shape
 from ..sharded.index import sha256_hex
-from ..writer import FormatWriter, WriterHooks
+from ..writer import FormatWriter, WriterHooks, copy_into
+
+if TYPE_CHECKING:
+    from ..reader import FormatReader
 from .layout import (
     CHECKSUMS_KEY,
     INTEGRITY_KEY,
@@ -121,6 +124,27 @@ class LmdbWriter(FormatWriter):
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
             except lmdb.Error as exc:  # a failed write to disk: say so as the OS would
                 raise disk_error(self.path, exc) from exc
+
+    @classmethod
+    def for_append(cls, path: str, options: FormatOptions, hooks: WriterHooks, existing: FormatReader) -> LmdbWriter:
+        """A copy of the existing environment's data.mdb (records are added in place, so the
+        existing file is never written: a kill leaves it as it was), its index columns loaded; the
+        new records' transactions carry the checkpoint as a conversion's do."""
+        os.makedirs(path, exist_ok=True)
+        if not os.path.exists(os.path.join(path, "data.mdb")):  # a resumed append keeps its partial copy
+            copy_into(os.path.join(existing.path, "data.mdb"), os.path.join(path, "data.mdb"))
+        assert isinstance(options, LmdbOptions)
+        writer = cls(path, options, hooks)
+        n = len(existing)
+        writer.keys = [existing.keys[i] for i in range(n)]
+        writer.labels = array("q", (int(v) for v in existing.labels))
+        raw = getattr(existing.checksums, "raw", None)
+        writer.digests = bytearray(
+            raw.tobytes() if raw is not None else b"".join(map(bytes.fromhex, existing.checksums))
+        )
+        writer.shapes = array("i", np.asarray(existing.image_sizes(strict=False), dtype="<i4").reshape(-1).tolist())
+        writer.part_start = n
+        return writer
 
     @classmethod
     def read_checkpoint(cls, path: str) -> dict[str, Any] | None:

@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import FormatError, UsageError
 from ...fields.bounded import parse_metadata_json
 from ...records import DatasetMeta, Record
 from ..options import FormatOptions
 from ..shapes import SHAPES, UNKNOWN
-from ..writer import FormatWriter, WriterHooks
+from ..writer import FormatWriter, WriterHooks, link_into
 from .columns import ColumnWriter
-from .index import meta_dict, write_index
+from .index import IndexedReader, meta_dict, read_index, write_index
 
+if TYPE_CHECKING:
+    from ..reader import FormatReader
+
+APPEND_BLOCK = 1 << 16  # existing index rows copied per batch by an append
 DEFAULT_SHARD_SIZE = 1000
 
 
@@ -52,12 +56,14 @@ def side_name(shard: int) -> str:
     return f"shard-{shard:06d}.json"
 
 
-def side_parts(path: str) -> list[dict[str, Any]]:
-    """The checkpoint side files of a partial output, in order, up to the first gap."""
+def side_parts(path: str, first: int = 0) -> list[dict[str, Any]]:
+    """The checkpoint side files of a partial output, in order from shard ``first`` (an append's
+    first new shard), up to the first gap."""
     parts = []
-    while os.path.isfile(os.path.join(path, side_name(len(parts)))):
-        with open(os.path.join(path, side_name(len(parts))), encoding="utf-8") as f:
-            parts.append(parse_metadata_json(f.read(), os.path.join(path, side_name(len(parts)))))
+    while os.path.isfile(os.path.join(path, side_name(first + len(parts)))):
+        side = os.path.join(path, side_name(first + len(parts)))
+        with open(side, encoding="utf-8") as f:
+            parts.append(parse_metadata_json(f.read(), side))
     return parts
 
 
@@ -100,6 +106,8 @@ class ShardedWriter(FormatWriter):
         self.rows: list[dict[str, Any]] = []  # the open shard's index rows (for its checkpoint)
         self.count = 0
         self.columns: ColumnWriter | None = None  # opened on the first record (after a resume's clean-up)
+        self.existing: FormatReader | None = None  # an append's dataset, whose rows lead the columns
+        self.kept: set[str] = set()  # an append's linked shards and companions (kept by ``resume``)
 
     # --- the format's hooks ---
 
@@ -122,6 +130,9 @@ class ShardedWriter(FormatWriter):
     def _resumed(self, part: dict[str, Any]) -> None:
         """A finished shard's checkpoint part, read back by ``resume``."""
 
+    def _existing_rows(self, columns: dict[str, list]) -> None:
+        """A block of an appended-to dataset's index rows (``columns`` by name), before any new one."""
+
     def _index(self, meta: DatasetMeta, shards: list[dict[str, Any]], table: dict[str, Any]) -> dict[str, Any]:
         return sharded_index(meta, shards, table)
 
@@ -138,13 +149,56 @@ class ShardedWriter(FormatWriter):
     def _column_writer(self) -> ColumnWriter:
         if self.columns is None:
             self.columns = ColumnWriter(self.path, self.KINDS)
+            if self.existing is not None:
+                self._copy_existing_rows(self.columns, self.existing)
         return self.columns
+
+    @classmethod
+    def for_append(cls, path: str, options: FormatOptions, hooks: WriterHooks, existing: FormatReader) -> ShardedWriter:
+        """The existing shards and their companions hard-linked into ``path`` (never written: new
+        records go to new shards), their index rows copied ahead of the new ones when the columns
+        open. Refused when the existing shards are not named as this writer names them (a new
+        shard could then take an existing name)."""
+        assert isinstance(options, ShardedOptions)
+        writer = cls(path, options, hooks)
+        _, raw = read_index(existing.path, existing.format_name)
+        shards = [{"name": s["name"], "count": int(s["count"]), "bytes": int(s.get("bytes", 0))} for s in raw["shards"]]
+        names = [s["name"] for s in shards]
+        if names != [cls.shard_name(i) for i in range(len(names))]:
+            raise FormatError(
+                f"{existing.path}: its shards are not named {cls.shard_name(0)}, {cls.shard_name(1)} ... in order; "
+                "an append adds shards under those names. Convert it again to append to it."
+            )
+        for name in names:
+            for unit in (name, *writer._companions(name)):
+                writer.kept.add(unit)
+                if not os.path.lexists(os.path.join(path, unit)):  # a resumed append linked it already
+                    link_into(os.path.join(existing.path, unit), os.path.join(path, unit))
+        writer.shards, writer.count, writer.existing = shards, len(existing), existing
+        return writer
+
+    @classmethod
+    def read_append_checkpoint(cls, path: str, existing: FormatReader) -> dict[str, Any] | None:
+        _, raw = read_index(existing.path, existing.format_name)
+        parts = side_parts(path, len(raw["shards"]))
+        return {**parts[-1]["state"], "parts": parts} if parts else None
+
+    def _copy_existing_rows(self, columns: ColumnWriter, existing: FormatReader) -> None:
+        """Copy the existing dataset's index rows into the new columns, a block at a time."""
+        assert isinstance(existing, IndexedReader)
+        n = len(existing)
+        for start in range(0, n, APPEND_BLOCK):
+            stop = min(n, start + APPEND_BLOCK)
+            block = {name: _column_block(existing, name, start, stop) for name in self.COLUMNS}
+            columns.append_batch(**block)
+            self._existing_rows(block)
 
     def _store(self, row: dict[str, Any]) -> None:
         self._column_writer().append(**row)
         self.count += 1
 
     def add(self, record: Record) -> None:
+        self._column_writer()  # an append's existing rows first (tar's member keys stay unique)
         if self._needs_new_shard(len(record.data)):
             self._close_current(progress=(record.index, record.position))
             name = self.shard_name(len(self.shards))
@@ -188,7 +242,13 @@ class ShardedWriter(FormatWriter):
 
     def resume(self, state: dict[str, Any]) -> None:
         names = [p["shard"]["name"] for p in state["parts"]]
-        keep = {*names, *(c for n in names for c in self._companions(n)), *map(side_name, range(len(names)))}
+        first = len(self.shards)  # an append's first new shard
+        keep = {
+            *names,
+            *(c for n in names for c in self._companions(n)),
+            *(side_name(first + i) for i in range(len(names))),
+            *self.kept,
+        }
         for entry in os.listdir(self.path):
             if entry not in keep:
                 os.remove(os.path.join(self.path, entry))  # the shard being written, the column files
@@ -216,3 +276,18 @@ class ShardedWriter(FormatWriter):
             self.shard.close(sync=False)
         if self.columns is not None:
             self.columns.abort()
+
+
+def _column_block(existing: Any, name: str, start: int, stop: int) -> Any:
+    """Rows ``[start, stop)`` of column ``name`` of an indexed dataset, as ``append_batch`` takes
+    them (raw digests for checksums); unknown sizes for a dataset from before ``shapes``."""
+    from .columns import ChecksumColumn, StringColumn
+
+    if name == SHAPES and not existing.records_image_sizes():
+        return [UNKNOWN] * (stop - start)
+    column = existing.column(name)
+    if isinstance(column, StringColumn):
+        return column.items(range(start, stop))
+    if isinstance(column, ChecksumColumn):
+        return column.raw[start:stop].tobytes()
+    return column[start:stop]

@@ -103,6 +103,9 @@ class TarWriter(ShardedWriter):
     def _resumed(self, part: dict[str, Any]) -> None:
         self.used.update(part["member_keys"])
 
+    def _existing_rows(self, columns: dict[str, list]) -> None:
+        self.used.update(columns["member_keys"])  # an append's new member keys stay unique
+
 
 def check_image_ext(schema: Schema, record: Record) -> None:
     """Refuse a record whose image extension is a field's name: webdataset would give both

@@ -33,12 +33,12 @@ class LocalEngine(Engine):
     def run(self, job: Job, dest: Destination) -> EngineResult:
         tasks = job.tasks()
         checkpoint = Checkpoint(
-            fingerprint(job.src_format, job.source.root, tasks, job.options(), job.spec.name), job.order.options()
+            fingerprint(job.src_format, job.source.root, tasks, job.options(), job.spec.name),
+            job.order.options(),
+            count=job.first_index,
         )
         adopted = dest.adopt() if job.resume else None
-        writer = job.spec.writer(
-            dest.work_path, job.format_options, WriterHooks(checkpoint, dest.on_unit_closed, job.payload.schema)
-        )
+        writer = job.open_writer(dest.work_path, WriterHooks(checkpoint, dest.on_unit_closed, job.payload.schema))
         try:
             if adopted:
                 restore(writer, checkpoint, adopted)
@@ -67,7 +67,7 @@ def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint
     """Feed the writer in write order (``tasks``) from the checkpoint on; return the bytes read, those of
     the positions before the checkpoint (read by the run it resumes) included. A record whose image a
     record written before it holds (``job.payload.dedup``) is not written: it goes to ``duplicates``."""
-    seen = SeenImages()
+    seen = SeenImages(job.known_images())
     bytes_in = checkpoint.bytes_in
     checkpoint.read_up_to(checkpoint.source_done, bytes_in)
     source = job.source
