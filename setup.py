@@ -1,4 +1,8 @@
-"""Build the optional C extension; all metadata is in pyproject.toml.
+"""Build the optional C extensions; all metadata is in pyproject.toml.
+
+Their sources live in ``csrc/``, beside the package (as Pillow keeps its C in ``src/`` beside
+``src/PIL``): each builds a module of the package (``iotool._resize``, ...), but no C file is part of
+what is installed. ``tests/native/test_include_graph.py`` keeps their includes a graph without cycles.
 
 ``iotool._jpegregion`` decodes only the region of a JPEG that a crop needs (see
 ``iotool/decode/region.py``). It needs a C compiler and the libjpeg API headers (jpeglib.h;
@@ -52,28 +56,28 @@ STABLE_ABI = {
 # The resize kernel, its flip, the augmentations' draws and a sample's crop into its batch row: C
 # without Python, compiled into iotool._resize and into iotool._jpegregion (its runs of JPEGs).
 RESIZE_KERNEL = [
-    "iotool/_resize_kernel.c",
-    "iotool/_resize_weights.c",
-    "iotool/_resize_horizontal.c",
-    "iotool/_resize_vertical.c",
-    "iotool/_resize_flip.c",
-    "iotool/_resize_draw.c",
-    "iotool/_resize_run.c",
+    "csrc/_resize_kernel.c",
+    "csrc/_resize_weights.c",
+    "csrc/_resize_horizontal.c",
+    "csrc/_resize_vertical.c",
+    "csrc/_resize_flip.c",
+    "csrc/_resize_draw.c",
+    "csrc/_resize_run.c",
 ]
 
 setup(
     ext_modules=[
         Extension(
             "iotool._jpegregion",
-            sources=[  # one module, a file per concept (iotool/_jpegregion.c says which)
-                "iotool/_jpegregion.c",
-                "iotool/_jpegregion_decode.c",
-                "iotool/_jpegregion_transcode.c",
-                "iotool/_jpegregion_gather.c",
-                "iotool/_jpegregion_run.c",
+            sources=[  # one module, a file per concept (csrc/_jpegregion.c says which)
+                "csrc/_jpegregion.c",
+                "csrc/_jpegregion_decode.c",
+                "csrc/_jpegregion_transcode.c",
+                "csrc/_jpegregion_gather.c",
+                "csrc/_jpegregion_run.c",
                 *RESIZE_KERNEL,  # for the runs of JPEG samples
             ],
-            depends=["iotool/_jpegregion.h", "iotool/_resize.h"],
+            depends=["csrc/_jpegregion.h", "csrc/_resize.h"],
             extra_compile_args=["-O3"],
             libraries=["dl"],  # dlopen (part of libc since glibc 2.34; libdl before)
             optional=True,
@@ -81,25 +85,25 @@ setup(
         ),
         Extension(
             "iotool._resize",
-            sources=[  # one module, a file per concept (iotool/_resize.c says which)
-                "iotool/_resize.c",
-                "iotool/_resize_runs.c",
+            sources=[  # one module, a file per concept (csrc/_resize.c says which)
+                "csrc/_resize.c",
+                "csrc/_resize_runs.c",
                 *RESIZE_KERNEL,
             ],
-            depends=["iotool/_resize.h", "iotool/_resize_py.h"],
+            depends=["csrc/_resize.h", "csrc/_resize_py.h"],
             extra_compile_args=["-O3"],
             optional=True,
             **STABLE_ABI,
         ),
         Extension(
             "iotool._readfile",
-            sources=["iotool/_readfile.c"],
+            sources=["csrc/_readfile.c"],
             optional=True,
             **STABLE_ABI,
         ),
         Extension(
             "iotool._tfrecord",
-            sources=["iotool/_tfrecord.c"],
+            sources=["csrc/_tfrecord.c"],
             extra_compile_args=["-O3"],
             optional=True,
             **STABLE_ABI,

@@ -19,7 +19,7 @@
  * same steps in Python, which raise the error that names the file (or succeed, if the file
  * changed in between). Nothing is ever read past `limit` or past the size statx gave.
  *
- * Built against CPython's limited API, as iotool/_resize.c.
+ * Built against CPython's limited API, as csrc/_resize.c.
  */
 #define _GNU_SOURCE /* statx, AT_EMPTY_PATH */
 #define PY_SSIZE_T_CLEAN

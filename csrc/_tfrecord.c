@@ -20,7 +20,7 @@
  * the caller then runs the Python steps, which raise the error that names the record (or give the
  * image). tests/formats/test_tfrecord_spans.py holds the two to the same answers on hostile bytes.
  *
- * Built against CPython's limited API, as iotool/_resize.c.
+ * Built against CPython's limited API, as csrc/_resize.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

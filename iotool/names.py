@@ -20,7 +20,7 @@ its root (a symlink on the way may still lead out).
 The containment rule itself is :func:`is_under`, and only here: a real path is inside a real root
 when it is the root or continues it after a separator (``/data2`` is not inside ``/data``).
 :func:`iotool.storage.files.open_regular` applies it to the file a descriptor opened, and the C
-reader ``iotool/_readfile.c`` (``outside()``) states it again; ``tests/storage/test_containment.py``
+reader ``csrc/_readfile.c`` (``outside()``) states it again; ``tests/storage/test_containment.py``
 runs all of them on one table of cases.
 """
 

@@ -18,7 +18,7 @@ pair is exact), scanning only the rows a crop needs.
 Every value of the table comes from a record and is checked before it is used: the table must
 agree with the frame header and the restart interval, the offsets must rise inside the
 entropy-coded data and each must follow the restart marker of the right number. The extension
-(``iotool/_jpegregion_gather.c``) checks, plans and gathers the segments of a crop in one call
+(``csrc/_jpegregion_gather.c``) checks, plans and gathers the segments of a crop in one call
 (:func:`iotool.decode.region.decode_jpeg_seekable`); a table that does not fit is a
 :class:`~iotool.errors.DecodeError` (:func:`table_problem`), and no offset is used to read outside
 the record.

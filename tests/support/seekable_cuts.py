@@ -1,6 +1,6 @@
 """The seekable cut rules in Python: the independent reference the tests hold the C code to.
 
-The extension (``iotool/_jpegregion_gather.c``: ``gather`` and ``decode_seekable``) checks iotool's
+The extension (``csrc/_jpegregion_gather.c``: ``gather`` and ``decode_seekable``) checks iotool's
 table of a seekable JPEG, plans the restart segments a crop needs and gathers them into a sub-JPEG.
 The same rules are stated here a second time, in Python, for the tests only (nothing in the
 package uses them): :func:`read_layout` checks the table against the JPEG, :func:`plan_cut` picks,
