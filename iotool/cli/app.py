@@ -10,7 +10,19 @@ import typer
 from rich.text import Text
 
 from .._version import __version__
-from . import bench_cmd, convert_cmd, formats_cmd, index_cmd, info_cmd, overlap_cmd, tune_cmd, verify_cmd
+from . import (
+    bench_cmd,
+    convert_cmd,
+    formats_cmd,
+    index_cmd,
+    info_cmd,
+    merge_cmd,
+    overlap_cmd,
+    split_cmd,
+    subset_cmd,
+    tune_cmd,
+    verify_cmd,
+)
 from .common import err_console, say_error, show_library_log
 from .helptext import Command, Group
 
@@ -91,6 +103,15 @@ app.command(
     cls=Command,
     short_help="List the records of one dataset whose images another holds",
 )(overlap_cmd.overlap)
+app.command("merge", no_args_is_help=True, cls=Command, short_help="Merge datasets into one, records copied as stored")(
+    merge_cmd.merge
+)
+app.command("split", no_args_is_help=True, cls=Command, short_help="Split a dataset in two by a fraction")(
+    split_cmd.split
+)
+app.command("subset", no_args_is_help=True, cls=Command, short_help="Take a dataset's records by class, share or key")(
+    subset_cmd.subset
+)
 app.command("formats", cls=Command, short_help="List the formats and what each can do")(formats_cmd.formats)
 app.command(
     "index", no_args_is_help=True, cls=Command, short_help="Write other readers' index files (DALI) beside shards"

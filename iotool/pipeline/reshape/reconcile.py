@@ -18,11 +18,17 @@ from typing import Sequence
 
 import numpy as np
 
-from ...errors import UsageError
+from ...errors import Remedy, UsageError
 from ...fields import FieldSpec, Schema
 from ...names import name_problem
 
 ON_DUPLICATE_CHOICES = ("fail", "skip", "prefix")
+DUPLICATE_KEYS = Remedy(
+    api='Pass on_duplicate="skip" to leave out the later input\'s record, or "prefix" to prefix its key with '
+    "the input's name.",
+    cli="Pass --on-duplicate skip to leave out the later input's record, or --on-duplicate prefix to prefix its "
+    "key with the input's name.",
+)
 COMPARED = ("kind", "dtype", "ext", "box_format", "classes", "per_box", "pixels")  # what makes two fields one
 
 
@@ -52,10 +58,15 @@ def merged_schema(schemas: Sequence[Schema], names: Sequence[str]) -> Schema:
             (name, names[0], [f.name for f in schema.fields if f.name not in first]),
         ):
             if absent:
+                keep = ",".join(common) or "class"
                 raise UsageError(
                     f"{holder} has the field{'s' if len(absent) > 1 else ''} {', '.join(absent)} and {lacker} has "
-                    f"not; every record of a dataset holds every field of its schema. Keep the fields both have "
-                    f"with fields={','.join(common) or 'class'}."
+                    f"not; every record of a dataset holds every field of its schema."
+                ).with_remedy(
+                    Remedy(
+                        api=f"Keep the fields both have with fields={keep!r}.",
+                        cli=f"Keep the fields both have with --fields {keep}.",
+                    )
                 )
     fields = [_one_field([s[f.name] for s in schemas], names) for f in first.fields]
     return Schema(tuple(fields))
@@ -72,9 +83,8 @@ def _one_field(specs: Sequence[FieldSpec], names: Sequence[str]) -> FieldSpec:
             if a != b:
                 raise UsageError(
                     f"field {base.name!r}: {attr} {a!r:.80} in {names[0]} but {b!r:.80} in {name}; a merge copies "
-                    f"stored values unchanged, so a field must be the same in every input (leave it out with "
-                    f"fields=...)."
-                )
+                    f"stored values unchanged, so a field must be the same in every input."
+                ).with_remedy(Remedy(api="Leave it out with fields=[...].", cli="Leave it out with --fields NAME,...."))
     if base.kind != "array":
         return base
     dtypes = {s.dtype for s in specs}
@@ -134,9 +144,8 @@ def unique_keys(
             key = keys[found[0]]
             raise UsageError(
                 f"{len(found)} key{'s' if len(found) > 1 else ''} of {names[n]} {'are' if len(found) > 1 else 'is'} "
-                f"also in {names[owner[key]]}, e.g. {key!r:.200}; keys must be unique. Pass on_duplicate=skip to "
-                f"leave out the later input's record, or on_duplicate=prefix to prefix its key with the input's name."
-            )
+                f"also in {names[owner[key]]}, e.g. {key!r:.200}; keys must be unique."
+            ).with_remedy(DUPLICATE_KEYS)
         renamed: dict[int, str] = {}
         own = set(keys) if found and on_duplicate == "prefix" else set()
         for i in found:
