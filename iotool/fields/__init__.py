@@ -1,7 +1,8 @@
 """Fields: what a sample holds besides its image (captions, JSON, numeric targets, arrays,
 extra payloads, boxes), the schema that names them, their stored bytes and their bounds.
 
-Ground floor: formats, both wings and the CLI use it; it imports only :mod:`iotool.errors`.
+Each kind is one class (:mod:`.kinds`), registered once. Ground floor: formats, both wings and the
+CLI use it; it imports only :mod:`iotool.errors` and :mod:`iotool.registry`.
 """
 
 from .bounded import dump_npy, load_npy, npy_header, parse_json, parse_metadata_json

@@ -3,6 +3,29 @@ writer and the reader (docs/reliability.md, data from someone else). One table, 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
+
+class _KindBounds(Mapping[str, int]):
+    """Kind name -> the most bytes a stored value of the kind may have (its ``max_bytes``)."""
+
+    def __getitem__(self, name: str) -> int:
+        from .kinds.registry import find_kind
+
+        kind = find_kind(name)
+        if kind is None or not kind.stored:
+            raise KeyError(name)
+        return kind.max_bytes
+
+    def __iter__(self) -> Iterator[str]:
+        from .kinds.registry import find_kind, kind_names
+
+        return iter([n for n in kind_names() if getattr(find_kind(n), "stored", False)])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
 MAX_FIELDS = 64  # named fields per sample, besides the image
 MAX_NAME_CHARS = 64
 MAX_TEXT_BYTES = 1 << 20  # a caption, a transcript
@@ -36,16 +59,9 @@ MAX_ANNOTATION_FILE_BYTES = 2 << 30
 MAX_ANNOTATION_MEMORY = 6 << 30
 MAX_ANNOTATION_DEPTH = 8  # file -> annotations -> one -> segmentation -> polygon is 5
 
-# The stored size of one value of each kind is refused beyond this before it is read.
-MAX_ENCODED_BYTES = {
-    "text": MAX_TEXT_BYTES,
-    "json": MAX_JSON_BYTES,
-    "int": MAX_SCALAR_BYTES,
-    "float": MAX_SCALAR_BYTES,
-    "array": MAX_ARRAY_BYTES + MAX_NPY_HEADER_BYTES,
-    "bytes": MAX_BYTES,
-    "boxes": MAX_BOXES_BYTES,
-}
+# The stored size of one value of each kind is refused beyond its kind's ``max_bytes``
+# (iotool.fields.kinds); MAX_ENCODED_BYTES reads them by kind name (every registered kind).
+MAX_ENCODED_BYTES: Mapping[str, int] = _KindBounds()
 
 # A class column or member with more distinct values than this, and as many as it has samples,
 # is refused as a class: it is text (a caption, an id), not a category.

@@ -1,5 +1,9 @@
 """What a sample holds besides its image: named fields of declared kinds, and the dataset's schema.
 
+A field's kind is a :class:`~iotool.fields.kinds.FieldKind` (:mod:`iotool.fields.kinds`): the kind
+validates the field's attributes and says how ``info`` describes it; this module knows no kind
+but ``class``.
+
 A schema is stored in a dataset's metadata as a list (``"fields": [{"name": "txt", "kind":
 "text"}, ...]``), in the order samples give them. A dataset without one (every dataset written
 before fields existed) has the schema ``image`` + ``class``. The image is always there and is
@@ -13,10 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from ..errors import FormatError, UsageError
-from .limits import MAX_ARRAY_BYTES, MAX_ARRAY_ELEMENTS, MAX_ARRAY_NDIM, MAX_BOX_CLASSES, MAX_FIELDS, MAX_NAME_CHARS
+from .kinds.array import dtype_name as dtype_name  # re-exported: its home is the array kind
+from .kinds.base import SPEC_ATTRIBUTES
+from .kinds.boxes import BOX_FORMATS as BOX_FORMATS  # re-exported: its home is the boxes kind
+from .kinds.payload import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS  # re-exported
+from .kinds.registry import BUILTIN, find_kind, kind_names
+from .limits import MAX_BOX_CLASSES, MAX_FIELDS, MAX_NAME_CHARS
 
-KINDS = ("class", "text", "json", "int", "float", "array", "bytes", "boxes")
-BOX_FORMATS = ("XYXY", "XYWH", "CXCYWH")  # torchvision's BoundingBoxFormat names
+KINDS = tuple(BUILTIN)  # the built-in kinds' names; kind_names() adds the installed ones
 IMAGE = "image"
 CLASS = "class"
 RESERVED_NAMES = frozenset({IMAGE, "__key__", "__url__", "__local_path__", "all"})
@@ -27,8 +35,6 @@ JSON_EXTENSIONS = frozenset({"json", "jsn"})
 INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
 ARRAY_EXTENSIONS = frozenset({"npy"})
 PICKLE_EXTENSIONS = frozenset({"pyd", "pickle", "pkl", "pth", "pt", "mp", "msgpack", "npz", "ten", "tb"})
-# a bytes field with one of these extensions holds an image (a mask, a depth map) on its sample's grid
-IMAGE_EXTENSIONS = frozenset({"png", "jpg", "jpeg", "bmp", "tif", "tiff", "webp", "ppm", "pgm", "pbm", "gif"})
 
 
 def name_problem(name: str) -> str | None:
@@ -74,7 +80,8 @@ class FieldSpec:
 
     Attributes:
         name: the key in a sample dict, the tar member suffix, the column name.
-        kind: one of :data:`KINDS`.
+        kind: the name of a registered :class:`~iotool.fields.kinds.FieldKind`
+            (:func:`~iotool.fields.kinds.kind_names`), which validates the attributes.
         ext: ``bytes``: the payload's file extension (``png`` for ``seg.png``).
         dtype, shape: ``array``: the dtype (``"<f4"``) and shape every record shares, found at
             conversion; None where records differ (then batches hold lists).
@@ -86,6 +93,8 @@ class FieldSpec:
         pixels: the values are measured in the stored image's pixels in a way iotool does not
             rescale (COCO's ``area`` and ``segmentation``): a conversion that resizes the image
             refuses to keep the field (see :attr:`on_image_grid`).
+        params: the kind's own attributes (:attr:`FieldKind.params`), as ``(name, value)`` pairs,
+            stored beside the others in the schema (keypoints: their names and skeleton).
     """
 
     name: str
@@ -97,6 +106,7 @@ class FieldSpec:
     classes: tuple[str, ...] = ()
     per_box: str | None = None
     pixels: bool = False
+    params: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         problem = name_problem(self.name) if self.kind != CLASS else None
@@ -104,33 +114,42 @@ class FieldSpec:
             problem = f"the class field is named {CLASS!r}"
         elif self.kind != CLASS and self.name == CLASS:
             problem = f"{CLASS!r} names the class field only (kind class)"
-        if problem is None and self.kind not in KINDS:
-            problem = f"kind {self.kind!r} is not one of {', '.join(KINDS)}"
+        kind = find_kind(self.kind) if problem is None and isinstance(self.kind, str) else None
+        if problem is None and kind is None:
+            problem = f"kind {self.kind!r:.80} is not one of {', '.join(kind_names())}"
         if problem is None and self.ext is not None and not _NAME.fullmatch(self.ext):
             problem = f"ext {self.ext!r:.40} is not a file extension (letters, digits, '_', '-', inner dots)"
-        if problem is None and self.kind == "boxes" and self.box_format not in BOX_FORMATS:
-            problem = f"boxes need a box_format, one of {', '.join(BOX_FORMATS)} (got {self.box_format!r})"
         if problem is None and self.per_box is not None:
             problem = _per_box_problem(self)
-        if problem is None and self.shape is not None:
-            problem = _shape_problem(self.shape, self.dtype)
+        if problem is None and kind is not None:
+            problem = _params_problem(self, kind.params) or kind.spec_problem(self)
         if problem is None and not isinstance(self.pixels, bool):
             problem = f"pixels must be true or false (got {self.pixels!r:.40})"
         if problem:
             raise UsageError(f"field {self.name!r:.80}: {problem}.")
 
     @property
+    def field_kind(self) -> Any:
+        """The field's :class:`~iotool.fields.kinds.FieldKind`."""
+        kind = find_kind(self.kind)
+        assert kind is not None  # checked when the spec was made
+        return kind
+
+    def param(self, name: str, default: Any = None) -> Any:
+        """The kind's own attribute ``name`` (:attr:`params`), or ``default``."""
+        return dict(self.params).get(name, default)
+
+    @property
     def on_image_grid(self) -> bool:
         """Whether the values are tied to the stored image's pixel grid and iotool cannot rescale
-        them with it: a ``pixels`` field, or a ``bytes`` field holding an image (a mask). Boxes
-        are tied to it too, but a resize scales them."""
-        ext = (self.ext or "").rsplit(".", 1)[-1].lower()
-        return self.pixels or (self.kind == "bytes" and ext in IMAGE_EXTENSIONS)
+        them with it: a ``pixels`` field, or one its kind says is (a ``bytes`` field holding an
+        image: a mask). Boxes and keypoints are tied to it too, but a resize scales them."""
+        return self.pixels or self.field_kind.unscaled_pixels(self)
 
     @property
     def fixed_shape(self) -> bool:
         """Whether every value has the same shape, so a batch stacks into one tensor."""
-        return self.kind in ("class", "int", "float") or (self.kind == "array" and self.shape is not None)
+        return self.field_kind.fixed_shape(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form stored in the metadata (unset attributes left out)."""
@@ -144,6 +163,8 @@ class FieldSpec:
             out["classes"] = list(self.classes)
         if self.pixels:
             out["pixels"] = True
+        for key, value in self.params:
+            out[key] = _plain(value)
         return out
 
     @classmethod
@@ -153,7 +174,8 @@ class FieldSpec:
             raise FormatError(
                 f"{where}: a schema field must be an object with a string name and kind, got {raw!r:.80}."
             )
-        known = {"name", "kind", "ext", "dtype", "shape", "box_format", "classes", "per_box", "pixels"}
+        kind = find_kind(raw["kind"])
+        known = {"name", "kind", *SPEC_ATTRIBUTES, *(kind.params if kind is not None else ())}
         if set(raw) - known:
             raise FormatError(
                 f"{where}: schema field {raw['name']!r:.80} has unknown attributes {sorted(set(raw) - known)!r:.80}."
@@ -177,6 +199,7 @@ class FieldSpec:
             raise FormatError(f"{where}: schema field {raw['name']!r:.80}: classes must be a list of strings.")
         if raw.get("dtype") is not None:
             _check_dtype(raw["dtype"], raw["name"], where)
+        params = kind.parse_params(raw, f"{where}: schema field {raw['name']!r:.80}") if kind is not None else ()
         try:
             return cls(
                 raw["name"],
@@ -188,55 +211,36 @@ class FieldSpec:
                 tuple(classes),
                 raw.get("per_box"),
                 raw.get("pixels", False),
+                params,
             )
         except UsageError as exc:
             raise FormatError(f"{where}: {exc}") from None
 
 
 def _per_box_problem(spec: FieldSpec) -> str | None:
-    """Why ``spec`` cannot list one value per box of ``spec.per_box``, or None."""
-    if spec.kind not in ("array", "json"):
-        return f"per_box applies to array and json fields, not {spec.kind}"
-    if spec.kind == "array" and spec.shape is not None:
-        return "a per_box array has one row per box, so no fixed shape"
+    """Why ``spec`` cannot list one value per box of ``spec.per_box``, or None (the kind says
+    whether its values may, and then checks the rest)."""
+    kind = find_kind(spec.kind)
+    if kind is None or not kind.per_box:
+        takers = sorted(name for name in kind_names() if getattr(find_kind(name), "per_box", False))
+        also = f", and to {', '.join(takers[2:])}" if takers[2:] else ""
+        return f"per_box applies to {' and '.join(takers[:2])} fields{also}, not {spec.kind}"
     return name_problem(spec.per_box or "")
 
 
-def _shape_problem(shape: tuple[int, ...], dtype: str | None) -> str | None:
-    """Why every value cannot have ``shape`` (of ``dtype``, when known): the product of the sizes,
-    not each size, is held to the array bounds (``[2**24, 2**24]`` is 2**48 elements), before a
-    reader or the Loader allocates a batch of them."""
-    import numpy as np
-
-    if len(shape) > MAX_ARRAY_NDIM or not all(
-        isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_ARRAY_ELEMENTS for n in shape
-    ):
-        return f"shape {list(shape)!r:.80} is not up to {MAX_ARRAY_NDIM} sizes of 0 to {MAX_ARRAY_ELEMENTS}"
-    count = 1
-    for n in shape:
-        count *= n
-    try:
-        itemsize = np.dtype(dtype).itemsize if dtype is not None else 1
-    except (TypeError, ValueError):
-        itemsize = 1  # the dtype's own check names it
-    if count > MAX_ARRAY_ELEMENTS or count * itemsize > MAX_ARRAY_BYTES:
-        return (
-            f"shape {list(shape)} holds {count} elements ({count * itemsize} bytes), more than the "
-            f"{MAX_ARRAY_ELEMENTS} elements / {MAX_ARRAY_BYTES} bytes an array value may have"
-        )
+def _params_problem(spec: FieldSpec, declared: tuple[str, ...]) -> str | None:
+    """Why ``spec.params`` are not the kind's own attributes (``declared``), or None."""
+    if not isinstance(spec.params, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in spec.params):
+        return "params must be a tuple of (name, value) pairs"
+    unknown = [name for name, _ in spec.params if name not in declared]
+    if unknown:
+        return f"a {spec.kind} field has no attribute {unknown[0]!r:.40} (its own: {', '.join(declared) or 'none'})"
     return None
 
 
-def dtype_name(descr: str | None) -> str | None:
-    """numpy's name of a stored dtype (``"<f4"`` -> ``"float32"``, ``"|u1"`` -> ``"uint8"``)."""
-    if descr is None:
-        return None
-    import numpy as np
-
-    try:
-        return np.dtype(descr).name
-    except (TypeError, ValueError):
-        return descr
+def _plain(value: Any) -> Any:
+    """A param's JSON form: tuples as lists, all the way down."""
+    return [_plain(v) for v in value] if isinstance(value, tuple | list) else value
 
 
 def _check_dtype(descr: str, name: str, where: str) -> None:
@@ -264,7 +268,7 @@ class Schema:
             raise UsageError(f"field names must be distinct: {', '.join(names)}.")
         if len(names) > MAX_FIELDS:
             raise UsageError(f"{len(names)} fields; a sample has at most {MAX_FIELDS}.")
-        boxes = {f.name for f in self.fields if f.kind == "boxes"}
+        boxes = {f.name for f in self.fields if f.field_kind.drops_rows}
         for f in self.fields:
             if f.per_box is not None and f.per_box not in boxes:
                 raise UsageError(
@@ -362,16 +366,7 @@ class Schema:
         int32, ragged)``: numpy's dtype names; ragged where the records' shapes differ."""
         parts = [IMAGE]
         for f in self.fields:
-            detail = f.kind
-            if f.kind == "array":
-                if f.dtype is not None:
-                    detail += f" {dtype_name(f.dtype)}"
-                if f.shape is not None:
-                    detail += f" {list(f.shape)}"
-                elif f.per_box is None:
-                    detail += ", ragged"
-            elif f.kind == "boxes":
-                detail += f" {f.box_format}"
+            detail = f.field_kind.describe(f)
             if f.per_box is not None:
                 detail += f", per box of {f.per_box}"
             parts.append(f.name if f.kind == CLASS else f"{f.name} ({detail})")

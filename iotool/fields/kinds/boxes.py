@@ -1,0 +1,214 @@
+"""The ``boxes`` kind: a sample's bounding boxes (N x 4 in a declared box format) and their
+classes, stored as JSON ``{"boxes": [[x, y, x, y], ...], "labels": [...]}``.
+
+The kind owns the box formats (:data:`BOX_FORMATS`, torchvision's ``BoundingBoxFormat`` names) and
+their conversions (:func:`to_xyxy`, :func:`from_xyxy`); a value is read as
+``{"boxes": (N, 4) float32, "labels": (N,) int64}`` (what :meth:`Boxes.to_torchvision` gives), a
+list column of those as tensors; a run's values decode together (:meth:`BoxesKind.decode_run`).
+In a TFRecord: ``name/boxes`` (float_list, N x 4 flattened) and ``name/labels`` (int64_list).
+Boxes lie on the image's grid: a crop can drop some, and the fields listing one entry per box
+(``per_box``) follow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...errors import RecordError, UsageError
+from ..bounded import parse_json
+from ..limits import MAX_BOXES, MAX_BOXES_BYTES
+from .base import FieldKind, TfFeature
+from .tensors import boxes_tensors
+
+BOX_FORMATS = ("XYXY", "XYWH", "CXCYWH")  # torchvision's BoundingBoxFormat names
+# the JSON values of MAX_BOXES boxes: the object, its lists, a list and 4 numbers a box, a label a box
+MAX_BOXES_ITEMS = 6 * MAX_BOXES + 8
+BOXES, LABELS = "/boxes", "/labels"  # a boxes field's TFRecord features
+
+
+def to_xyxy(boxes: Any, box_format: str) -> np.ndarray:
+    """(N, 4) boxes of ``box_format`` as float64 XYXY."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    if box_format == "XYXY":
+        return b.copy()
+    if box_format == "XYWH":
+        return np.stack([b[:, 0], b[:, 1], b[:, 0] + b[:, 2], b[:, 1] + b[:, 3]], axis=1)
+    if box_format == "CXCYWH":
+        half_w, half_h = b[:, 2] / 2, b[:, 3] / 2
+        return np.stack([b[:, 0] - half_w, b[:, 1] - half_h, b[:, 0] + half_w, b[:, 1] + half_h], axis=1)
+    raise UsageError(f"box_format={box_format!r}; choose one of: {', '.join(BOX_FORMATS)}.")
+
+
+def from_xyxy(xyxy: np.ndarray, box_format: str) -> np.ndarray:
+    """XYXY boxes as ``box_format`` (float64)."""
+    x1, y1, x2, y2 = xyxy[:, 0], xyxy[:, 1], xyxy[:, 2], xyxy[:, 3]
+    if box_format == "XYXY":
+        return xyxy
+    if box_format == "XYWH":
+        return np.stack([x1, y1, x2 - x1, y2 - y1], axis=1)
+    if box_format == "CXCYWH":
+        return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1)
+    raise UsageError(f"box_format={box_format!r}; choose one of: {', '.join(BOX_FORMATS)}.")
+
+
+@dataclass(frozen=True)
+class Boxes:
+    """One sample's boxes: ``xyxy``-or-``box_format`` coordinates ``(N, 4)`` float32 and ``labels``
+    ``(N,)`` int64. :meth:`to_torchvision` gives the dict a dataset returns; a field's value may
+    be given as a :class:`Boxes` when converting."""
+
+    boxes: np.ndarray
+    labels: np.ndarray
+    box_format: str = "XYXY"
+
+    @property
+    def xyxy(self) -> np.ndarray:
+        """The boxes as float64 XYXY."""
+        return to_xyxy(self.boxes, self.box_format)
+
+    def to_torchvision(self) -> dict[str, np.ndarray]:
+        """``{"boxes": (N, 4) float32, "labels": (N,) int64}``: what a dataset returns."""
+        return {"boxes": self.boxes, "labels": self.labels}
+
+    @classmethod
+    def of(cls, value: Mapping[str, Any], box_format: str = "XYXY") -> Boxes:
+        """The boxes of a ``{"boxes", "labels"}`` value (a dataset's)."""
+        return cls(np.asarray(value["boxes"]), np.asarray(value["labels"]), box_format)
+
+
+def boxes_arrays(boxes: Any, labels: Any, at: str, max_boxes: int = MAX_BOXES) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 (N, 4), int64 (N,)) of boxes and labels, checked: at most ``max_boxes``, finite
+    coordinates, one non-negative integer label a box below 2**31."""
+    try:
+        b = np.asarray(boxes if boxes is not None else [], dtype=np.float32).reshape(-1, 4)
+        n = b.shape[0]
+        lab = np.asarray(labels if labels is not None else np.zeros(n), dtype=np.float64)
+    except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: an int too large for a float
+        raise RecordError(f"{at}: boxes must be numbers of shape (N, 4) ({exc}).") from None
+    if b.shape[0] > max_boxes:
+        raise RecordError(f"{at}: {b.shape[0]} boxes, more than the {max_boxes} an image may have.")
+    if not np.isfinite(b).all():
+        raise RecordError(f"{at}: a box coordinate is not finite.")
+    if lab.shape != (n,) or not np.array_equal(lab, np.round(lab)) or (n and (lab.min() < 0 or lab.max() >= 1 << 31)):
+        raise RecordError(f"{at}: box labels must be {n} non-negative integers, one per box.")
+    return b, lab.astype(np.int64)
+
+
+def _from_json(raw: Any, at: str) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("boxes"), list):
+        raise RecordError(f"{at}: boxes must be a JSON object with a 'boxes' list.")
+    return boxes_arrays(raw["boxes"], raw.get("labels"), at)
+
+
+def _f32(x: float) -> str:
+    """The shortest decimal that reads back as the same float32."""
+    return np.format_float_positional(np.float32(x), unique=True, trim="-") if math.isfinite(x) else "0"
+
+
+class BoxesKind(FieldKind):
+    """``boxes``: ``box_format`` one of :data:`BOX_FORMATS`, ``classes`` the names of the labels."""
+
+    name = "boxes"
+    max_bytes = MAX_BOXES_BYTES
+    attributes = frozenset({"box_format", "classes"})
+    on_grid = True
+    drops_rows = True
+
+    def spec_problem(self, spec: Any) -> str | None:
+        if spec.box_format not in BOX_FORMATS:
+            return f"boxes need a box_format, one of {', '.join(BOX_FORMATS)} (got {spec.box_format!r})"
+        return None
+
+    def describe(self, spec: Any) -> str:
+        return f"{self.name} {spec.box_format}"
+
+    def encode(self, spec: Any, value: Any, at: str) -> bytes:
+        if isinstance(value, bytes):
+            boxes, labels = _from_json(parse_json(value, at, MAX_BOXES_BYTES, max_items=MAX_BOXES_ITEMS), at)
+        elif isinstance(value, Boxes):
+            boxes, labels = boxes_arrays(value.boxes, value.labels, at)
+        elif isinstance(value, Mapping):
+            boxes, labels = boxes_arrays(value.get("boxes"), value.get("labels"), at)
+        elif isinstance(value, tuple) and len(value) == 2:
+            boxes, labels = boxes_arrays(*value, at)
+        else:
+            raise RecordError(f"{at}: boxes are {{'boxes': (N, 4), 'labels': (N,)}}, got {type(value).__name__}.")
+        rows = ",".join("[" + ",".join(_f32(x) for x in row) + "]" for row in boxes.tolist())
+        return ('{"boxes":[' + rows + '],"labels":[' + ",".join(map(str, labels.tolist())) + "]}").encode("ascii")
+
+    def decode(self, spec: Any, data: bytes | memoryview, at: str) -> dict[str, np.ndarray]:
+        boxes, labels = _from_json(parse_json(bytes(data), at, MAX_BOXES_BYTES, max_items=MAX_BOXES_ITEMS), at)
+        return {"boxes": boxes, "labels": labels}
+
+    def decode_run(
+        self, spec: Any, datas: Sequence[bytes | memoryview | None], at: str
+    ) -> list[dict[str, np.ndarray]] | None:
+        """A run's boxes values decoded together: each one's JSON parsed within its bounds, then
+        every box and label of the run made one array and checked at once by
+        :func:`boxes_arrays`' rules; None (decode each alone) unless every value is the plain
+        ``{"boxes": [[x, y, x, y], ...], "labels": [...]}`` those rules accept, so a run decodes
+        to what each value alone gives."""
+        boxes: list[Any] = []
+        labels: list[Any] = []
+        counts: list[int] = []
+        try:
+            for data in datas:
+                if data is None or len(data) > MAX_BOXES_BYTES:
+                    return None
+                raw = parse_json(bytes(data), at, MAX_BOXES_BYTES, max_items=MAX_BOXES_ITEMS)
+                listed = raw.get("boxes") if type(raw) is dict else None
+                named = raw.get("labels") if type(raw) is dict else None
+                if type(listed) is not list or type(named) is not list or len(named) != len(listed):
+                    return None
+                boxes += listed
+                labels += named
+                counts.append(len(listed))
+            if max(counts, default=0) > MAX_BOXES:
+                return None
+            b, lab = boxes_arrays(boxes, labels, at, max_boxes=len(boxes))  # each value's count checked above
+        except (RecordError, ValueError, TypeError, OverflowError):
+            return None
+        if b.shape != (len(boxes), 4):  # a box that is not 4 numbers: decoded alone, as it would be
+            return None
+        ends = np.cumsum(counts).tolist()
+        return [{"boxes": b[start:end], "labels": lab[start:end]} for start, end in zip([0, *ends], ends)]
+
+    def check(self, spec: Any, value: Any, at: str) -> None:
+        if spec.classes and value["labels"].size:
+            top = int(value["labels"].max())
+            if top >= len(spec.classes) or int(value["labels"].min()) < 0:
+                raise RecordError(f"{at}: a box label is outside the field's {len(spec.classes)} classes.")
+
+    def batch_value(self, spec: Any, value: Any, where: str, owned: bool = False) -> Any:
+        if not isinstance(value, Mapping):
+            raise UsageError(f"{where}: field {spec.name!r} is a {type(value).__name__}, not boxes.")
+        return boxes_tensors(value, f"{where}: field {spec.name!r}", owned=owned)
+
+    def tfrecord_features(self, spec: Any) -> tuple[TfFeature, ...]:
+        return (
+            TfFeature(BOXES, "float", 4 * MAX_BOXES, fixed=False),
+            TfFeature(LABELS, "int64", MAX_BOXES, fixed=False),
+        )
+
+    def to_tfrecord(self, spec: Any, stored: bytes) -> list[list[Any]]:
+        value = self.decode(spec, stored, spec.name)
+        return [value["boxes"].reshape(-1).tolist(), value["labels"].tolist()]
+
+    def from_tfrecord(self, spec: Any, values: list[list[Any]], bound: int, at: str) -> bytes:
+        coords, labels = values
+        if len(coords) != 4 * len(labels):
+            raise RecordError(f"{at}: {len(coords)} box coordinates for {len(labels)} labels (4 per box).")
+        try:
+            return self.encode(spec, (np.asarray(coords, np.float32).reshape(-1, 4), np.asarray(labels)), at)
+        except RecordError:
+            raise
+        except UsageError as exc:
+            raise RecordError(str(exc)) from None
+
+
+KIND = BoxesKind()
