@@ -69,7 +69,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 import numpy as np
 
 from ..errors import UsageError
-from ..fields import BOX_FORMATS
+from ..fields.kinds.boxes import BOX_FORMATS as BOX_FORMATS  # the boxes kind owns them
+from ..fields.kinds.boxes import from_xyxy as from_xyxy
+from ..fields.kinds.boxes import to_xyxy as to_xyxy
 
 if TYPE_CHECKING:
     import torch
@@ -325,31 +327,6 @@ def note_canvas(size: tuple[int, int]) -> None:
 
 
 # --- replay ---------------------------------------------------------------------------------
-
-
-def to_xyxy(boxes: np.ndarray, box_format: str) -> np.ndarray:
-    """(N, 4) boxes of ``box_format`` as float64 XYXY."""
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    if box_format == "XYXY":
-        return b.copy()
-    if box_format == "XYWH":
-        return np.stack([b[:, 0], b[:, 1], b[:, 0] + b[:, 2], b[:, 1] + b[:, 3]], axis=1)
-    if box_format == "CXCYWH":
-        half_w, half_h = b[:, 2] / 2, b[:, 3] / 2
-        return np.stack([b[:, 0] - half_w, b[:, 1] - half_h, b[:, 0] + half_w, b[:, 1] + half_h], axis=1)
-    raise UsageError(f"box_format={box_format!r}; choose one of: {', '.join(BOX_FORMATS)}.")
-
-
-def from_xyxy(xyxy: np.ndarray, box_format: str) -> np.ndarray:
-    """XYXY boxes as ``box_format`` (float64)."""
-    x1, y1, x2, y2 = xyxy[:, 0], xyxy[:, 1], xyxy[:, 2], xyxy[:, 3]
-    if box_format == "XYXY":
-        return xyxy
-    if box_format == "XYWH":
-        return np.stack([x1, y1, x2 - x1, y2 - y1], axis=1)
-    if box_format == "CXCYWH":
-        return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1)
-    raise UsageError(f"box_format={box_format!r}; choose one of: {', '.join(BOX_FORMATS)}.")
 
 
 def move_xyxy(xyxy: np.ndarray, record: GeometryRecord) -> np.ndarray:
