@@ -29,6 +29,7 @@ All use only CPython's limited API (the stable ABI) of the oldest CPython that p
 one.
 """
 
+import glob
 import re
 import tomllib  # Python >= 3.11, as requires-python says
 
@@ -56,6 +57,7 @@ STABLE_ABI = {
 # The resize kernel, its flip, the augmentations' draws and a sample's crop into its batch row: C
 # without Python, compiled into iotool._resize and into iotool._jpegregion (its runs of JPEGs).
 RESIZE_KERNEL = [
+    "csrc/_resize_cpu.c",
     "csrc/_resize_kernel.c",
     "csrc/_resize_weights.c",
     "csrc/_resize_horizontal.c",
@@ -65,19 +67,24 @@ RESIZE_KERNEL = [
     "csrc/_resize_run.c",
 ]
 
+# A file's header declares what it defines (csrc/_resize_kernel.h for _resize_kernel.c); the types
+# an extension's files share are in its _common.h. A change to any header rebuilds both.
+HEADERS = sorted(glob.glob("csrc/*.h"))
+
 setup(
     ext_modules=[
         Extension(
             "iotool._jpegregion",
             sources=[  # one module, a file per concept (csrc/_jpegregion.c says which)
                 "csrc/_jpegregion.c",
+                "csrc/_jpegregion_errors.c",
                 "csrc/_jpegregion_decode.c",
                 "csrc/_jpegregion_transcode.c",
                 "csrc/_jpegregion_gather.c",
                 "csrc/_jpegregion_run.c",
                 *RESIZE_KERNEL,  # for the runs of JPEG samples
             ],
-            depends=["csrc/_jpegregion.h", "csrc/_resize.h"],
+            depends=HEADERS,
             extra_compile_args=["-O3"],
             libraries=["dl"],  # dlopen (part of libc since glibc 2.34; libdl before)
             optional=True,
@@ -90,7 +97,7 @@ setup(
                 "csrc/_resize_runs.c",
                 *RESIZE_KERNEL,
             ],
-            depends=["csrc/_resize.h", "csrc/_resize_py.h"],
+            depends=HEADERS,
             extra_compile_args=["-O3"],
             optional=True,
             **STABLE_ABI,

@@ -34,18 +34,25 @@
  *
  * Nothing is kept between calls but the bound library; the GIL is released while libjpeg works.
  *
- * One module, one file per concept: this file binds the library (load, library_path) and holds
- * the error manager and the method table; _jpegregion_decode.c is the region decode,
- * _jpegregion_transcode.c the transcode, _jpegregion_gather.c the segment gather and the
- * seekable decode, _jpegregion_run.c a run of samples into batch rows (with the resize kernel's
- * files, compiled in); _jpegregion.h is what they share.
+ * One module, one file per concept, each with its header: this file binds the library (load,
+ * library_path) and holds the method table; _jpegregion_errors.c is the strict error manager,
+ * _jpegregion_decode.c the region decode, _jpegregion_transcode.c the transcode,
+ * _jpegregion_gather.c the segment gather and the seekable decode, _jpegregion_run.c a run of
+ * samples into batch rows (with the resize kernel's files, compiled in); _jpegregion_common.h is
+ * the types they share.
  *
  * Built against CPython's limited API (Py_LIMITED_API, set by setup.py), so one abi3 wheel serves
  * every CPython the project supports.
  */
-#include "_jpegregion.h"
+#include "_jpegregion_common.h"
 
 #include <dlfcn.h>
+
+#include "_jpegregion_decode.h"
+#include "_jpegregion_errors.h"
+#include "_jpegregion_gather.h"
+#include "_jpegregion_run.h"
+#include "_jpegregion_transcode.h"
 
 /* glibc 2.34 moved dlopen & co. from libdl into libc under a new symbol version, GLIBC_2.34, which
  * a build on a newer glibc binds by default: such a wheel would not load on glibc < 2.34 (RHEL 8,
@@ -66,28 +73,6 @@ __asm__(".symver dlclose,dlclose@" DL_BASE_VERSION);
 __asm__(".symver dladdr,dladdr@" DL_BASE_VERSION);
 #endif
 #endif
-
-static void on_error(j_common_ptr cinfo)
-{
-    struct strict_error_mgr *err = (struct strict_error_mgr *)cinfo->err;
-    (*cinfo->err->format_message)(cinfo, err->message);
-    longjmp(err->escape, 1);
-}
-
-static void on_message(j_common_ptr cinfo, int level)
-{
-    /* level < 0 is a warning (corrupt data, premature end): treat it as an error. */
-    if (level < 0)
-        on_error(cinfo);
-}
-
-struct jpeg_error_mgr *jr_strict_errors(const struct library *lib, struct strict_error_mgr *err)
-{
-    struct jpeg_error_mgr *pub = lib->std_error(&err->pub);
-    err->pub.error_exit = on_error;
-    err->pub.emit_message = on_message;
-    return pub;
-}
 
 /* The jpeg_* symbols load() binds, by field of struct library. */
 #define SYMBOLS(X) \
@@ -129,7 +114,7 @@ static const char *check_abi(const struct library *lib, char *message)
     return NULL;
 }
 
-PyObject *jr_load(PyObject *self, PyObject *args)
+static PyObject *load(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *name;
@@ -174,7 +159,7 @@ PyObject *jr_load(PyObject *self, PyObject *args)
     return capsule;
 }
 
-PyObject *jr_library_path(PyObject *self, PyObject *capsule)
+static PyObject *library_path(PyObject *self, PyObject *capsule)
 {
     (void)self;
     struct library *lib = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
@@ -187,11 +172,11 @@ PyObject *jr_library_path(PyObject *self, PyObject *capsule)
 }
 
 static PyMethodDef methods[] = {
-    {"load", jr_load, METH_VARARGS,
+    {"load", load, METH_VARARGS,
      "load(path) -> library\n\n"
      "dlopen a libjpeg(-turbo) shared library (a path or a soname), bind the jpeg_* functions the\n"
      "region decoder calls and check its ABI (JPEG_LIB_VERSION, struct size); OSError if it cannot."},
-    {"library_path", jr_library_path, METH_O,
+    {"library_path", library_path, METH_O,
      "library_path(library) -> str | None\n\nThe file a loaded library was mapped from (dladdr)."},
     {"decode_region", jr_decode_region, METH_VARARGS,
      "decode_region(library, data, scale_num, top, left, height, width, margin) -> bytearray\n\n"

@@ -3,7 +3,9 @@
  * height, width, margin), and jr_decode_into, the decode of one region that the seekable decode
  * (_jpegregion_gather.c) runs on its sub-JPEG. See _jpegregion.c for what the module does.
  */
-#include "_jpegregion.h"
+#include "_jpegregion_decode.h"
+
+#include "_jpegregion_errors.h"
 
 static const char *run(struct job *job, const unsigned char *data, size_t size, int scale_num,
                        const struct region *r)

@@ -6,7 +6,9 @@
  * the box of the result (jr_decode_into, _jpegregion_decode.c). The same rules in Python, the
  * tests' reference, are tests/support/seekable_cuts.py. See _jpegregion.c for the module.
  */
-#include "_jpegregion.h"
+#include "_jpegregion_gather.h"
+
+#include "_jpegregion_decode.h"
 
 /* --- gather: the sub-JPEG of some restart segments of a seekable JPEG ------------------------------ */
 

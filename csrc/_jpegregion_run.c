@@ -14,9 +14,12 @@
  * no end-of-image marker at the end, a centre crop larger than the image, or any decode error
  * (the per-sample path decodes it again and raises the error that names the record).
  */
-#include "_jpegregion.h"
+#include "_jpegregion_run.h"
 
-#include "_resize.h"
+#include "_jpegregion_decode.h"
+#include "_jpegregion_gather.h"
+#include "_resize_draw.h"
+#include "_resize_run.h"
 
 #define MARGIN 2  /* iotool.decode.region.MARGIN: pixels decoded past each side of the box */
 

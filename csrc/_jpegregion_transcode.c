@@ -3,7 +3,9 @@
  * skip_tag), the same DCT coefficients re-entropy-coded with restart markers
  * (iotool/decode/seekable.py). See _jpegregion.c for what the module does.
  */
-#include "_jpegregion.h"
+#include "_jpegregion_transcode.h"
+
+#include "_jpegregion_errors.h"
 
 /* The APPn segment transcode() is told not to copy (iotool's own, from an earlier transcode). */
 struct skip_marker {

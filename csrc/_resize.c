@@ -23,17 +23,23 @@
  * Built against CPython's limited API (Py_LIMITED_API, set by setup.py; the buffer protocol is in
  * it from 3.11), so one abi3 wheel serves every CPython the project supports.
  *
- * One module, one file per concept: this file holds the Python functions; _resize_kernel.c the
- * choice of kernels (the CPU's features under set_level's cap) and the resize as a whole (one
- * block, then the passes); _resize_weights.c computes an axis's weights, _resize_horizontal.c is
- * the horizontal pass and _resize_vertical.c the vertical pass, _resize_flip.c the transforms'
- * horizontal flip (hflip), _resize_draw.c the augmentations' random numbers and _resize_run.c a
- * run of samples into batch rows; _resize.h is what they share. _resize_runs.c holds the runs'
- * Python functions (run_samples, run_cached, run_packed: their arguments checked, the GIL released
- * around the run); _resize_py.h is what it shares with this file. iotool._jpegregion compiles the
- * kernel files too, for its runs of JPEG samples (_jpegregion_run.c).
+ * One module, one file per concept, each declaring what it defines in a header of the same name:
+ * this file holds the Python functions; _resize_cpu.c the choice of kernels (the CPU's features
+ * under set_level's cap), _resize_kernel.c the resize as a whole (one block, then the passes);
+ * _resize_weights.c computes an axis's weights, _resize_horizontal.c is the horizontal pass and
+ * _resize_vertical.c the vertical pass, _resize_flip.c the transforms' horizontal flip (hflip),
+ * _resize_draw.c the augmentations' random numbers and _resize_run.c a run of samples into batch
+ * rows; _resize_common.h holds the types they share. _resize_runs.c holds the runs' Python
+ * functions (run_samples, run_cached, run_packed: their arguments checked, the GIL released around
+ * the run) and the stream keys read from Python ints. iotool._jpegregion compiles the kernel files
+ * too, for its runs of JPEG samples (_jpegregion_run.c).
  */
-#include "_resize_py.h"
+#include "_resize_runs.h"
+
+#include "_resize_cpu.h"
+#include "_resize_draw.h"
+#include "_resize_flip.h"
+#include "_resize_kernel.h"
 
 /* --- Python ---------------------------------------------------------------------------------- */
 
@@ -134,16 +140,6 @@ static PyObject *py_hflip(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_RETURN_NONE;
-}
-
-INTERNAL int rs_key_words(PyObject *const *objs, int n, uint64_t *words)
-{
-    for (int k = 0; k < n; k++) {
-        words[k] = (uint64_t)PyLong_AsUnsignedLongLongMask(objs[k]);
-        if (words[k] == (uint64_t)-1 && PyErr_Occurred())
-            return -1;
-    }
-    return 0;
 }
 
 static PyObject *py_sample_key(PyObject *self, PyObject *args)

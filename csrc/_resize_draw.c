@@ -10,7 +10,7 @@
  *
  * Kernel code only: no Python here (the Python functions are in _resize.c).
  */
-#include "_resize.h"
+#include "_resize_draw.h"
 
 #define GAMMA 0x9e3779b97f4a7c15ULL
 

@@ -5,7 +5,7 @@
  * pool: torch's flip runs on its intra-op pool, whose threads a loader's threads keep waiting
  * for on a busy machine (milliseconds for a 224x224 image).
  */
-#include "_resize.h"
+#include "_resize_flip.h"
 
 static void flip_row(const uint8_t *s, uint8_t *d, ptrdiff_t width, ptrdiff_t pixel)
 {

@@ -4,7 +4,9 @@
  * pixel; pshufb spreads them into pmaddwd pairs), two rows at once with AVX2; a scalar kernel does
  * the rest. See _resize.c for what the module does.
  */
-#include "_resize.h"
+#include "_resize_horizontal.h"
+
+#include "_resize_cpu.h"
 
 /* Any channel count and pixel stride. Output: interleaved (planes == NULL) or one row per plane. */
 static void hrow_scalar(const uint8_t *row, int channels, const axis_t *ax, uint8_t *out,

@@ -1,35 +1,13 @@
 /*
- * The resize kernel as a whole: the choice of kernels (the CPU's features under set_level's cap)
- * and rs_run, one resize (one block of memory, then the horizontal and vertical passes). No
- * Python: _resize.c holds the Python functions, and iotool._jpegregion compiles this file too.
+ * The resize kernel as a whole: rs_run, one resize (one block of memory, then the horizontal and
+ * vertical passes). No Python: _resize.c holds the Python functions, and iotool._jpegregion
+ * compiles this file too.
  */
-#include "_resize.h"
+#include "_resize_kernel.h"
 
-/* --- the choice of kernels ----------------------------------------------------------------- */
-
-INTERNAL int rs_level_cap = 2;  /* _resize.h says what it caps */
-
-#if HAVE_X86
-INTERNAL int rs_have_avx2(void)
-{
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") ? 1 : 0;
-    }
-    return known && rs_level_cap >= 2;
-}
-
-INTERNAL int rs_have_ssse3(void)
-{
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("ssse3") ? 1 : 0;
-    }
-    return known && rs_level_cap >= 1;
-}
-#endif
+#include "_resize_horizontal.h"
+#include "_resize_vertical.h"
+#include "_resize_weights.h"
 
 /* --- the whole resize ---------------------------------------------------------------------- */
 

@@ -12,7 +12,11 @@
  *
  * Kernel code only: no Python here.
  */
-#include "_resize.h"
+#include "_resize_run.h"
+
+#include "_resize_draw.h"
+#include "_resize_flip.h"
+#include "_resize_kernel.h"
 
 /* A BMP's stored pixels: 14-byte file header, 40-byte (or longer) info header, rows of 3-byte BGR
  * pixels padded to 4 bytes. 1 and the rows when it is an uncompressed, top-down 24-bit BMP whose

@@ -6,7 +6,20 @@
  * run_cached and run_packed also write each record's label into its row; with `geometry` (a last
  * optional int64 buffer of 7 values a sample), each done sample's geometry (rs_run_samples).
  */
-#include "_resize_py.h"
+#include "_resize_runs.h"
+
+#include "_resize_draw.h"
+#include "_resize_run.h"
+
+INTERNAL int rs_key_words(PyObject *const *objs, int n, uint64_t *words)
+{
+    for (int k = 0; k < n; k++) {
+        words[k] = (uint64_t)PyLong_AsUnsignedLongLongMask(objs[k]);
+        if (words[k] == (uint64_t)-1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
 
 /* run_samples' arguments, checked: the op, the sources (their buffers held in `views`). */
 static const char *parse_op(PyObject *op_obj, rs_op_t *op)

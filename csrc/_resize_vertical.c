@@ -3,7 +3,9 @@
  * by the height axis's weights, rounded; rows paired in pmaddwd (SSE2, or AVX2), a scalar loop
  * for the rest. See _resize.c for what the module does.
  */
-#include "_resize.h"
+#include "_resize_vertical.h"
+
+#include "_resize_cpu.h"
 
 /* dst row y = the rows ay->start[y] - first ... of src weighted by ay's weights, rounded. */
 static void vpass_scalar(const uint8_t *src, ptrdiff_t src_stride, int first, int len, const axis_t *ay,

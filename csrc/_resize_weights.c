@@ -3,7 +3,7 @@
  * factor, normalised in double precision and rounded to int16 at a per-axis precision. See
  * _resize.c for what the module does.
  */
-#include "_resize.h"
+#include "_resize_weights.h"
 
 static double triangle(double x)
 {
