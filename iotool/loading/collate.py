@@ -19,6 +19,11 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..errors import UsageError
+from ..fields.kinds.tensors import INT64_MAX as INT64_MAX  # the batch's tensors are the field kinds'
+from ..fields.kinds.tensors import array_tensor as array_tensor
+from ..fields.kinds.tensors import boxes_tensors as boxes_tensors
+from ..fields.kinds.tensors import check_fits as check_fits
+from ..fields.kinds.tensors import torch_dtype as torch_dtype
 
 MEMORY_FORMATS = (torch.contiguous_format, torch.channels_last)
 
@@ -200,66 +205,6 @@ def _stack_or_list(tensors: list[torch.Tensor], key: Any) -> torch.Tensor | list
     if all(t.shape == first.shape for t in tensors):
         return torch.stack(tensors)
     return tensors
-
-
-# numpy dtypes whose torch types lack most operations, and the wider type used instead
-_WIDER = {np.dtype(np.uint16): torch.int32, np.dtype(np.uint32): torch.int64, np.dtype(np.uint64): torch.int64}
-INT64_MAX = (1 << 63) - 1
-
-
-def torch_dtype(dtype: np.dtype | str) -> torch.dtype:
-    """The torch dtype an array of numpy ``dtype`` has in a batch: ``torch.from_numpy``'s, except
-    uint16 -> int32 and uint32/uint64 -> int64 (torch's unsigned types lack most operations; a
-    uint64 value past int64 is refused by :func:`array_tensor`)."""
-    native = np.dtype(dtype).newbyteorder("=")
-    if native in _WIDER:
-        return _WIDER[native]
-    try:
-        return torch.from_numpy(np.zeros(0, native)).dtype
-    except TypeError:
-        raise UsageError(f"arrays of dtype {native} have no torch dtype; store them as another dtype.") from None
-
-
-def check_fits(value: np.ndarray, where: str) -> None:
-    """Refuse a uint64 array holding a value past int64 (its dtype in a batch)."""
-    if value.dtype.kind == "u" and value.dtype.itemsize == 8 and value.size and int(value.max()) > INT64_MAX:
-        raise UsageError(
-            f"{where}: a uint64 array holds {int(value.max())}, past int64 (its dtype in a batch); "
-            f"store values below 2**63, or as float64."
-        )
-
-
-def array_tensor(value: np.ndarray, where: str) -> torch.Tensor:
-    """A numpy array as a tensor of :func:`torch_dtype` (its own memory, native byte order)."""
-    dtype = torch_dtype(value.dtype)
-    check_fits(value, where)
-    out = torch.empty(value.shape, dtype=dtype)
-    np.copyto(out.numpy(), value, casting="unsafe")
-    return out
-
-
-def boxes_tensors(value: Mapping[str, Any], where: str, owned: bool = False) -> dict[str, torch.Tensor]:
-    """A boxes value as ``{"boxes": float32 (n, 4), "labels": int64 (n,)}`` tensors of their own;
-    ``owned``: the value's arrays are nobody else's (a run decoded them), so arrays of those
-    dtypes and shapes become tensors without a copy."""
-    if owned:
-        boxes, labels = value.get("boxes"), value.get("labels")
-        if (
-            isinstance(boxes, np.ndarray)
-            and isinstance(labels, np.ndarray)
-            and boxes.dtype == np.float32
-            and labels.dtype == np.int64
-            and boxes.ndim == 2
-            and boxes.shape[1] == 4
-            and labels.shape == (boxes.shape[0],)
-        ):
-            return {"boxes": torch.from_numpy(boxes), "labels": torch.from_numpy(labels)}
-    try:
-        boxes = torch.tensor(np.asarray(value["boxes"], dtype=np.float32).reshape(-1, 4))
-        labels = torch.tensor(np.asarray(value["labels"], dtype=np.int64).reshape(-1))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"{where}: boxes are {{'boxes': (n, 4), 'labels': (n,)}} ({exc}).") from None
-    return {"boxes": boxes, "labels": labels}
 
 
 def image_chw(image: Any, index: int) -> tuple[int, int, int]:

@@ -263,17 +263,20 @@ class FieldOutputs:
         return decode(spec, stored, f"{self.reader.path}: a sample read by DALI")
 
     def _batch(self, name: str, values: list[Any]) -> Any:
+        """The batch of field ``name``'s values, as its kind batches them (the Loader's columns):
+        one stacked tensor where every value has one dtype and shape, else a list."""
+        import numpy as np
         import torch
 
         spec = self.reader.schema[name]
-        if spec.kind in ("int", "float"):
-            return torch.tensor(values, dtype=torch.int64 if spec.kind == "int" else torch.float64)
-        if spec.kind == "array":
-            tensors = [torch.from_numpy(v) for v in values]
-            return torch.stack(tensors) if spec.fixed_shape and tensors else tensors
-        if spec.kind == "boxes":
-            return [{k: torch.from_numpy(v) for k, v in value.items()} for value in values]
-        return values  # str, JSON values, bytes
+        kind = spec.field_kind
+        fixed = kind.batch_dtype(spec)
+        if fixed is not None:
+            dtype, shape = fixed
+            if not values:
+                return torch.from_numpy(np.empty((0, *shape), dtype))
+            return torch.from_numpy(np.stack([np.asarray(v, dtype=dtype) for v in values]))
+        return [kind.batch_value(spec, v, f"{self.reader.path}: field {name!r}", True) for v in values]
 
 
 def shard_size(count: int, shard_id: int, num_shards: int) -> int:

@@ -1,5 +1,8 @@
-"""Boxes and masks follow the image: a sample's ``boxes`` fields, the fields listing one entry per
-box, and its mask fields are moved by the crops, resizes and flips its transform did.
+"""Boxes, keypoints and masks follow the image: a sample's fields of a kind on the image's grid
+(:attr:`~iotool.fields.kinds.FieldKind.on_grid`: boxes, keypoints), the fields listing one entry
+per box, and its mask fields are moved by the crops, resizes and flips its transform did. A
+kind that keeps every entry moves its own values (:meth:`~iotool.fields.kinds.FieldKind.move`:
+keypoints); boxes, whose moves may drop entries, are moved here a run at a time.
 
 The dataset runs each sample's transform inside :func:`iotool.transforms.geometry.recording`;
 iotool's geometric transforms (also in their fused decoding forms) record what they did on the
@@ -92,33 +95,50 @@ class TargetMover:
     def __init__(self, schema: Schema, names: Sequence[str], options: TargetOptions, transform: Any):
         specs = {f.name: f for f in schema.stored}
         for name in options.masks:
-            if name not in specs or specs[name].kind != "bytes":
-                choices = [f.name for f in schema.stored if f.kind == "bytes"]
+            if name not in specs or not _mask_field(specs[name]):
+                choices = [f.name for f in schema.stored if _mask_field(f)]
                 raise UsageError(
-                    f"masks: {name!r:.80} is not a bytes field of this dataset; choose among: "
-                    f"{', '.join(choices) or '(none: the dataset has no bytes field)'}."
+                    f"masks: {name!r:.80} is not a bytes field (a mask image) or a segmentation field of this "
+                    f"dataset; choose among: {', '.join(choices) or '(none: the dataset has no such field)'}."
                 )
             if name not in names:
                 raise UsageError(f"masks: {name!r:.80} is not among the fields chosen ({', '.join(names)}).")
         self.masks = options.masks
+        # the fields whose kind draws their values as masks (COCO's segmentation: one a box), and
+        # the per-box field each recounts as its masks' pixel counts (the kind's ``area``)
+        self.drawn = {n: specs[n] for n in options.masks if getattr(specs[n].field_kind, "draws_masks", False)}
+        self.recount = {n: s.param("area") for n, s in self.drawn.items() if s.param("area") in names}
         self.keep_empty = options.keep_empty_boxes
         self.move = options.move_targets
-        self.boxes = {n: specs[n].box_format or "XYXY" for n in names if n in specs and specs[n].kind == "boxes"}
+        grid = [specs[n] for n in names if n in specs and specs[n].field_kind.on_grid]
+        self.boxes = {f.name: f.box_format or "XYXY" for f in grid if f.field_kind.drops_rows}
+        # the grid fields whose kind moves each value itself, every entry kept (keypoints)
+        self.points = {f.name: f for f in grid if not f.field_kind.drops_rows}
         self.per_box = {
             b: tuple(f.name for f in schema.stored if f.per_box == b and f.name in names) for b in self.boxes
         }
         # values in the stored image's pixels that no transform moves (COCO's area, segmentation)
-        self.unmoved = tuple(f.name for f in schema.stored if f.pixels and f.name in names) if self.boxes else ()
+        moved = {*self.drawn, *self.recount.values()}
+        self.unmoved = (
+            tuple(f.name for f in schema.stored if f.pixels and f.name in names and f.name not in moved)
+            if self.boxes
+            else ()
+        )
         self.warned = False
         if self.move:
-            check_transform(transform, (*self.boxes, *self.masks))
+            check_transform(transform, (*self.boxes, *self.points, *self.masks))
+
+    @property
+    def targets(self) -> set[str]:
+        """The names of the values this mover moves or cuts: grid fields, per-box fields, masks."""
+        return {*self.boxes, *self.points, *self.masks, *(n for b in self.per_box.values() for n in b)}
 
     @classmethod
     def plan(cls, schema: Schema, names: Sequence[str], options: TargetOptions, transform: Any) -> TargetMover | None:
         """The mover for samples of fields ``names``, or None when none of them is a target."""
-        stored = {f.name: f.kind for f in schema.stored}
-        has_boxes = any(stored.get(n) == "boxes" for n in names)
-        if not has_boxes and not options.masks:
+        specs = {f.name: f for f in schema.stored}
+        on_grid = any(specs[n].field_kind.on_grid for n in names if n in specs)
+        if not on_grid and not options.masks:
             return None
         return cls(schema, names, options, transform)
 
@@ -135,6 +155,7 @@ class TargetMover:
         """
         self.decode_masks(values, shrunk or stored_size(image))
         if not self.move:
+            self.recount_areas(values)
             return transform(image), values
         with recording() as record:
             if shrunk is not None:
@@ -142,6 +163,7 @@ class TargetMover:
             out = transform(image)
         if record.source is not None:
             self.moved(record, values)
+        self.recount_areas(values)
         return out, values
 
     def moved(self, record: GeometryRecord, values: dict[str, Any]) -> None:
@@ -159,24 +181,45 @@ class TargetMover:
         warnings.warn(
             f"the transform moved the boxes ({', '.join(self.boxes)}), but the fields {fields} stay in the "
             f"stored image's pixels (iotool does not move COCO's area and segmentation): they no longer "
-            f"match the boxes or the image. Leave them out (fields=...) or recompute them from the boxes "
-            f"(area) or a mask (masks=...). Said once per dataset.",
+            f"match the boxes or the image. Leave them out (fields=...), recompute them from the boxes "
+            f"(area) or a mask (masks=...), or draw a segmentation field as masks that move, its area "
+            f"recounted (masks=('segmentation',)). Said once per dataset.",
             UserWarning,
             stacklevel=4,
         )
 
     def decode_masks(self, values: dict[str, Any], size: tuple[int, int]) -> None:
         """Decode the mask fields among ``values`` into uint8 tensors, in place; a mask whose
-        header is not of ``size`` (its stored image's (height, width)) is refused undecoded."""
+        header is not of ``size`` (its stored image's (height, width)) is refused undecoded, a
+        segmentation is drawn at ``size``."""
         for name in self.masks:
-            if isinstance(values.get(name), (bytes, bytearray, memoryview)):
-                values[name] = decode_mask(bytes(values[name]), size, name)
+            if name in values:
+                values[name] = self._as_mask(name, values[name], size)
+
+    def _as_mask(self, name: str, value: Any, size: tuple[int, int]) -> Any:
+        """Mask field ``name``'s value as a uint8 tensor: a stored mask image decoded, a
+        segmentation drawn by its kind (one mask a box), on the stored image's ``size``."""
+        spec = self.drawn.get(name)
+        if spec is not None and not hasattr(value, "shape"):  # JSON, not yet drawn
+            return spec.field_kind.draw_masks(spec, value, size)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return decode_mask(bytes(value), size, name)
+        return value
+
+    def recount_areas(self, values: dict[str, Any]) -> None:
+        """Give the ``area`` field of each drawn segmentation its masks' pixel counts, in place."""
+        for name, area in self.recount.items():
+            if name in values and area in values and hasattr(values[name], "shape"):
+                values[area] = self.drawn[name].field_kind.areas(values[name])
 
     def apply(self, record: GeometryRecord, values: dict[str, Any]) -> None:
         """Move the targets among ``values`` by ``record``, in place."""
         for name in self.masks:
             if name in values:
                 self._move_mask(name, values, record)
+        for name, spec in self.points.items():  # before the boxes: a box dropped drops its row of these
+            if name in values:
+                values[name] = spec.field_kind.move(spec, values[name], record)[0]
         for name, box_format in self.boxes.items():
             if name in values:
                 self._move_boxes(name, box_format, record, values)
@@ -190,17 +233,27 @@ class TargetMover:
         if not self.move:  # move_targets=False: the masks decoded as stored, nothing moved
             for name in self.masks:
                 for k, values in enumerate(samples):
-                    if isinstance(values.get(name), (bytes, bytearray, memoryview)):
+                    if name in values:
                         try:
-                            values[name] = decode_mask(bytes(values[name]), tuple(run.sources[k].tolist()), name)
+                            values[name] = self._as_mask(name, values[name], tuple(run.sources[k].tolist()))
                         except RECORD_ERRORS:
                             failed.add(k)
+            for values in samples:
+                self.recount_areas(values)
             return failed
         for name in self.masks:  # one at a time: a mask's size is its image's
             for k, values in enumerate(samples):
                 if name in values and k not in failed:
                     try:
                         self._move_mask(name, values, run.record(k))
+                    except RECORD_ERRORS:
+                        failed.add(k)
+        for name, spec in self.points.items():  # each sample by its record, as the per-sample path
+            kind = spec.field_kind
+            for k, values in enumerate(samples):
+                if name in values and k not in failed:
+                    try:
+                        values[name] = kind.move(spec, values[name], run.record(k))[0]
                     except RECORD_ERRORS:
                         failed.add(k)
         for name, box_format in self.boxes.items():
@@ -223,6 +276,8 @@ class TargetMover:
                     self._cut(name, samples[k], out[start:end], keep[start:end])
                 except RecordError:
                     failed.add(k)
+        for values in samples:
+            self.recount_areas(values)
         if samples and self.unmoved and not self.warned:
             self.warn_unmoved()
         return failed
@@ -231,9 +286,7 @@ class TargetMover:
         """Move mask field ``name`` of ``values`` by ``record`` (its stored bytes decoded first,
         refused unless of the stored image's size)."""
         assert record.source is not None  # a record of what was done to a stored image
-        mask = values[name]
-        if isinstance(mask, (bytes, bytearray, memoryview)):
-            mask = decode_mask(bytes(mask), record.source, name)
+        mask = self._as_mask(name, values[name], record.source)
         if tuple(mask.shape[-2:]) != record.source:
             raise RecordError(
                 f"mask {name!r} is {mask.shape[-2]}x{mask.shape[-1]}, the image "
@@ -258,6 +311,12 @@ class TargetMover:
             return
         values[name] = {"boxes": moved[keep], "labels": np.asarray(value["labels"])[keep]}
         values.update(per_box)
+
+
+def _mask_field(spec: Any) -> bool:
+    """Whether ``masks=`` may name the field: a bytes field (a mask image) or one whose kind
+    draws its values as masks (a segmentation)."""
+    return spec.kind == "bytes" or getattr(spec.field_kind, "draws_masks", False)
 
 
 def stored_size(image: Any) -> tuple[int, int]:
@@ -288,6 +347,10 @@ def _keep_entries(value: Any, keep: np.ndarray, name: str, boxes: str) -> Any:
         return value[keep]
     if isinstance(value, list) and len(value) == len(keep):
         return [v for v, k in zip(value, keep) if k]
-    listed = isinstance(value, list) or (isinstance(value, np.ndarray) and value.ndim >= 1)
+    if hasattr(value, "index_select") and value.ndim >= 1 and len(value) == len(keep):  # drawn masks
+        import torch
+
+        return value[torch.from_numpy(np.ascontiguousarray(keep, dtype=bool))]
+    listed = isinstance(value, list) or (hasattr(value, "ndim") and value.ndim >= 1)
     count = len(value) if listed else "no list of"
     raise RecordError(f"field {name!r} lists {count} entries for the {len(keep)} boxes of {boxes!r}")

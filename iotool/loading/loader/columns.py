@@ -4,13 +4,15 @@ A batch is a tuple in the dataset's ``fields`` order (a dict with those keys whe
 gives dicts), as :func:`iotool.fast_collate` of ``[ds[i], ...]`` would make it:
 
 - ``image``: the uint8 ``(N, C, H, W)`` tensor;
-- **fixed** columns, written in place into the ring's reused memory like the images: ``class`` and
-  ``int`` -> int64 ``(N,)``; ``float`` -> float64 ``(N,)``; an ``array`` whose schema gives one
-  shape -> ``(N, *shape)`` of :func:`~iotool.loading.collate.torch_dtype` of its dtype;
-- **list** columns, one Python list per batch: ragged arrays -> tensors, ``boxes`` -> dicts of a
-  float32 ``(n, 4)`` and an int64 ``(n,)`` tensor, ``text`` -> ``str``, ``json`` -> its value,
-  ``bytes`` -> ``bytes``; a mask field (``open_dataset(..., masks=...)``) -> its uint8 tensors
-  (a ragged array column: masks differ in size before a crop).
+- **fixed** columns, written in place into the ring's reused memory like the images, where the
+  field's kind gives every value one dtype and shape (:meth:`~iotool.fields.kinds.FieldKind.batch_dtype`):
+  ``class`` and ``int`` -> int64 ``(N,)``; ``float`` -> float64 ``(N,)``; an ``array`` whose
+  schema gives one shape -> ``(N, *shape)`` of :func:`~iotool.loading.collate.torch_dtype` of its dtype;
+- **list** columns, one Python list per batch of what the kind makes of each value
+  (:meth:`~iotool.fields.kinds.FieldKind.batch_value`): ragged arrays -> tensors, ``boxes`` ->
+  dicts of a float32 ``(n, 4)`` and an int64 ``(n,)`` tensor, ``text`` -> ``str``, ``json`` -> its
+  value, ``bytes`` -> ``bytes``; a mask field (``open_dataset(..., masks=...)``) -> its uint8
+  tensors (a ragged array column: masks differ in size before a crop).
 
 A dataset without ``fields`` (or with the default ``("image", "class")``) gives ``(images,
 labels)`` exactly as before fields existed.
@@ -27,10 +29,9 @@ import torch
 
 from ...errors import UsageError
 from ...fields.schema import CLASS, IMAGE, FieldSpec, Schema
-from ..collate import array_tensor, boxes_tensors, check_fits, torch_dtype
+from ..collate import check_fits, torch_dtype
 
 CLASSIC = (IMAGE, CLASS)
-_SCALARS = {"class": torch.int64, "int": torch.int64, "float": torch.float64}
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,10 @@ class Column:
 
 
 def column(spec: FieldSpec) -> Column:
-    """The column of field ``spec``: fixed where the schema gives every value one shape."""
-    if spec.kind in _SCALARS:
-        return Column(spec.name, spec, _SCALARS[spec.kind])
-    if spec.kind == "array" and spec.shape is not None and spec.dtype is not None:
-        return Column(spec.name, spec, torch_dtype(spec.dtype), tuple(spec.shape))
+    """The column of field ``spec``: fixed where its kind gives every value one dtype and shape."""
+    fixed = spec.field_kind.batch_dtype(spec)
+    if fixed is not None:
+        return Column(spec.name, spec, torch_dtype(fixed[0]), tuple(fixed[1]))
     return Column(spec.name, spec)
 
 
@@ -146,10 +146,11 @@ def layout_of(dataset: Any) -> Layout:
 
 def write_fixed(col: Column, rows: np.ndarray, row: int, value: Any, where: str) -> None:
     """Write one sample's ``value`` of fixed column ``col`` into row ``row`` of its memory."""
+    scalar = _scalar(col)
     try:
-        if col.kind in ("class", "int"):
+        if scalar == "i":
             rows[row] = operator.index(value)
-        elif col.kind == "float":
+        elif scalar == "f":
             if not isinstance(value, (int, float, np.integer, np.floating)):
                 raise TypeError
             rows[row] = float(value)
@@ -157,8 +158,16 @@ def write_fixed(col: Column, rows: np.ndarray, row: int, value: Any, where: str)
             _write_array(col, rows, row, value, where)
     except (TypeError, OverflowError):
         what = "label" if col.kind == CLASS else f"field {col.name!r}"
-        expected = {"class": "an integer", "int": "an int64", "float": "a number"}.get(col.kind, "an array")
+        expected = "an integer" if col.kind == CLASS else {"i": "an int64", "f": "a number"}.get(scalar, "an array")
         raise UsageError(f"{where}: {what} {value!r:.80} is not {expected}.") from None
+
+
+def _scalar(col: Column) -> str:
+    """``"i"`` or ``"f"`` where a fixed column holds one int64 or float64 a sample (the label, or a
+    kind kept as a sharded index's value column), else ``""`` (an array)."""
+    if col.spec is None or col.kind == CLASS:
+        return "i"
+    return {"int": "i", "float": "f"}.get(col.spec.field_kind.index_column or "", "")
 
 
 def _write_array(col: Column, rows: np.ndarray, row: int, value: Any, where: str) -> None:
@@ -173,17 +182,9 @@ def _write_array(col: Column, rows: np.ndarray, row: int, value: Any, where: str
     np.copyto(rows[row, ...], value, casting="unsafe")
 
 
-def list_value(col: Column, value: Any, where: str) -> Any:
-    """One sample's value of list column ``col`` as the batch holds it: tensors for arrays and
-    boxes, anything else as the dataset gave it."""
-    if col.kind == "array":
-        if isinstance(value, torch.Tensor) and value.dtype == torch.uint8:  # a mask, decoded by the dataset
-            return value
-        if not isinstance(value, np.ndarray):
-            raise UsageError(f"{where}: field {col.name!r} is a {type(value).__name__}, not an array.")
-        return array_tensor(value, f"{where}: field {col.name!r}")
-    if col.kind == "boxes":
-        if not isinstance(value, Mapping):
-            raise UsageError(f"{where}: field {col.name!r} is a {type(value).__name__}, not boxes.")
-        return boxes_tensors(value, f"{where}: field {col.name!r}")
-    return value
+def list_value(col: Column, value: Any, where: str, owned: bool = False) -> Any:
+    """One sample's value of list column ``col`` as the batch holds it: what its kind makes of it
+    (:meth:`~iotool.fields.kinds.FieldKind.batch_value`: tensors for arrays and boxes, anything
+    else as the dataset gave it); ``owned``: a run decoded it, its arrays are nobody else's."""
+    assert col.spec is not None  # the image is no list column
+    return col.spec.field_kind.batch_value(col.spec, value, where, owned)

@@ -19,16 +19,14 @@ from typing import Any
 import numpy as np
 
 from ...fields.codec import decode_column
+from ...fields.kinds import FieldKind
 from ...fields.schema import CLASS
 from ...formats.reader import FormatReader
 from ...transforms.geometry import RunGeometry
-from ..collate import boxes_tensors
 from ..targets import TargetMover
 from .columns import Column, Layout, list_value, write_fixed
 
-# the kinds of values a run reads beside its images (a mask is a bytes field held as an array)
-RUN_KINDS = ("text", "json", "int", "float", "array", "bytes", "boxes")
-_FIXED_DTYPES = {"int": np.int64, "float": np.float64}
+_FIXED_DTYPES = {"int": np.int64, "float": np.float64}  # by the kind's index column: one number a sample
 
 
 class RunFields:
@@ -51,17 +49,15 @@ class RunFields:
                 lists += 1
         self.names = tuple(col.name for col, _, _ in self.parts)
         # the values the mover moves or cuts: the boxes, their per-box fields, the masks
-        targets = (
-            set() if mover is None else {*mover.boxes, *mover.masks, *(n for b in mover.per_box.values() for n in b)}
-        )
+        targets = set() if mover is None else mover.targets
         # each value decoded as stored (a mask is a bytes field its column holds decoded)
         self.stored = [reader.schema[name] for name in self.names]
         self.targets = [j for j, name in enumerate(self.names) if name in targets]
 
     @classmethod
     def takes(cls, layout: Layout) -> bool:
-        """Whether every stored field of ``layout`` is of a kind a run computes."""
-        return all(c.spec is None or c.kind == CLASS or c.kind in RUN_KINDS for c in layout.columns)
+        """Whether every stored field of ``layout`` is of a kind a run computes (its ``runs``)."""
+        return all(c.spec is None or c.kind == CLASS or c.spec.field_kind.runs for c in layout.columns)
 
     def fill(
         self,
@@ -118,7 +114,7 @@ def _write_fixed(col: Column, memory: np.ndarray, rows: list[int], good: list[in
     skips them)."""
     if not good:
         return set()
-    dtype = _FIXED_DTYPES.get(col.kind)
+    dtype = _FIXED_DTYPES.get(col.spec.field_kind.index_column or "") if col.spec is not None else None
     if dtype is not None:
         try:
             memory[[rows[k] for k in good]] = np.asarray([values[k] for k in good], dtype=dtype)
@@ -137,16 +133,15 @@ def _write_fixed(col: Column, memory: np.ndarray, rows: list[int], good: list[in
 def _write_list(col: Column, out: list[Any], rows: list[int], good: list[int], values: list[Any]) -> set[int]:
     """Each ``values[k]`` of ``good`` as the batch's list holds it, at ``out[rows[k]]``."""
     bad: set[int] = set()
-    plain = col.kind not in ("array", "boxes")  # text, JSON, bytes: the decoded value itself
+    assert col.spec is not None
+    # text, JSON, bytes: the decoded value itself (the kind keeps FieldKind's batch_value)
+    plain = type(col.spec.field_kind).batch_value is FieldKind.batch_value
     for k in good:
         if plain:
             out[rows[k]] = values[k]
             continue
-        try:
-            if col.kind == "boxes":  # decoded (and moved) by this run: its arrays are its own
-                out[rows[k]] = boxes_tensors(values[k], "", owned=True)
-            else:
-                out[rows[k]] = list_value(col, values[k], "")
+        try:  # decoded (and moved) by this run: its arrays are its own
+            out[rows[k]] = list_value(col, values[k], "", owned=True)
         except Exception:
             bad.add(k)
     return bad

@@ -55,7 +55,7 @@ def encode_value(kind: str, value: Any, where: str) -> bytes:
         if kind == "boxes" and isinstance(value, Mapping):
             boxes = _array(value["boxes"], where)
             return b"x" + len(boxes).to_bytes(8, "little") + boxes + _array(value["labels"], where)
-        if kind == "array" and isinstance(value, np.ndarray | torch.Tensor):
+        if isinstance(value, np.ndarray | torch.Tensor):  # an array or a kind's tensor (keypoints)
             return b"n" + _array(value, where)
         if isinstance(value, str):
             return b"s" + value.encode("utf-8", "surrogatepass")
