@@ -211,21 +211,25 @@ def stored_image_digest(payload: bytes, pixels: np.ndarray | None, by: str, key:
 def resized_boxes(
     schema: Schema, values: dict[str, Any], before: tuple[int, int], after: tuple[int, int], key: str
 ) -> dict[str, Any]:
-    """``values`` with each boxes field scaled from an image of ``before`` (height, width) to
-    one of ``after``, as torchvision v2's ``Resize`` scales ``BoundingBoxes`` (clamped to the
-    image, every box kept: a conversion drops nothing)."""
+    """``values`` with each field on the image's grid (its kind's ``on_grid``: boxes, keypoints)
+    scaled from an image of ``before`` (height, width) to one of ``after``, as torchvision v2's
+    ``Resize`` scales ``BoundingBoxes`` (clamped to the image, every box kept: a conversion drops
+    nothing) and ``KeyPoints`` (the kind's :meth:`~iotool.fields.kinds.FieldKind.move`)."""
     from ..transforms.geometry import GeometryRecord, ResizeOp, move_boxes
 
-    boxes = [f for f in schema.stored if f.kind == "boxes" and f.name in values]
-    if not boxes or before == after:
+    grid = [f for f in schema.stored if f.field_kind.on_grid and f.name in values]
+    if not grid or before == after:
         return values
     record = GeometryRecord()
     record.add(before, ResizeOp(*after))
     out = dict(values)
-    for spec in boxes:
+    for spec in grid:
         value = decode_field(spec, encode_field(spec, values[spec.name], key), key)
-        moved, _ = move_boxes(value["boxes"], spec.box_format or "XYXY", record)
-        out[spec.name] = {"boxes": moved, "labels": value["labels"]}
+        if spec.field_kind.drops_rows:  # boxes: moved by geometry, which the fields floor cannot import
+            moved, _ = move_boxes(value["boxes"], spec.box_format or "XYXY", record)
+            out[spec.name] = {"boxes": moved, "labels": value["labels"]}
+        else:
+            out[spec.name] = spec.field_kind.move(spec, value, record)[0]
     return out
 
 

@@ -6,8 +6,9 @@ A dataset with fields gets, besides the format's own columns:
 - ``field.<name>`` (``int2``, tar only): where the member of each record's field is, as
   ``[data offset, size]`` in the record's shard (a sample's members follow each other, so the
   shard is the record's own);
-- ``value.<name>`` (``int`` or ``float``): the value of every ``int`` and ``float`` field, so
-  they are read (filtered, sorted) without reading a shard.
+- ``value.<name>`` (``int`` or ``float``): the value of every field whose kind keeps one
+  (:attr:`~iotool.fields.kinds.FieldKind.index_column`: ``int`` and ``float``), so they are read
+  (filtered, sorted) without reading a shard.
 
 The column table is inside ``index.json``, whose integrity digest covers it and the digest of
 every column file. A class-only dataset has none of these columns.
@@ -18,13 +19,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ...errors import FormatError
-from ...fields import Schema, decode, pickle_problem
+from ...fields import FieldSpec, Schema, decode, pickle_problem
 
 if TYPE_CHECKING:
     from ...records import DatasetMeta
     from ..reader import FormatReader
 
-SCALAR_KINDS = ("int", "float")
+SCALAR_KINDS = ("int", "float")  # the built-in kinds with a value column (ask value_kind)
+
+
+def value_kind(spec: FieldSpec) -> str | None:
+    """The kind of field ``spec``'s ``value.<name>`` column (``"int"``, ``"float"``), or None."""
+    return spec.field_kind.index_column
 
 
 def location_column(name: str) -> str:
@@ -44,8 +50,9 @@ def field_kinds(schema: Schema, locations: bool) -> dict[str, str]:
     for spec in schema.stored:
         if locations:
             kinds[location_column(spec.name)] = "int2"
-        if spec.kind in SCALAR_KINDS:
-            kinds[value_column(spec.name)] = spec.kind
+        column = value_kind(spec)
+        if column is not None:
+            kinds[value_column(spec.name)] = column
     return kinds
 
 
@@ -54,7 +61,7 @@ def value_row(schema: Schema, fields: Mapping[str, bytes], where: str) -> dict[s
     return {
         value_column(spec.name): decode(spec, fields[spec.name], where)
         for spec in schema.stored
-        if spec.kind in SCALAR_KINDS
+        if value_kind(spec) is not None
     }
 
 

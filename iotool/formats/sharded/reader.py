@@ -24,7 +24,7 @@ from ...names import ALLOWED, name_problem
 from ...records import DatasetMeta
 from ...storage.files import read_range_inside, read_regular_many, regular_file
 from ..reader import ShardedReader
-from .fieldcols import SCALAR_KINDS, check_fields_meta, field_kinds, value_column
+from .fieldcols import check_fields_meta, field_kinds, value_column, value_kind
 from .index import INDEX_NAME, IndexedReader, read_index
 
 Read = Callable[[int, int], bytes]  # (offset, size) -> that many bytes of the shard being read
@@ -62,8 +62,8 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         """The values of int or float field ``name`` of every record, by index (an int64 or
         float64 array, memory-mapped), from the index: no shard is read."""
         spec = self.schema[name] if name in self.schema else None
-        if spec is None or spec.kind not in SCALAR_KINDS:
-            scalars = [f.name for f in self.schema.stored if f.kind in SCALAR_KINDS]
+        if spec is None or value_kind(spec) is None:
+            scalars = [f.name for f in self.schema.stored if value_kind(f) is not None]
             raise UsageError(
                 f"{self.path}: {name!r:.80} is not an int or float field of this dataset "
                 f"(those it has: {', '.join(scalars) or 'none'})."

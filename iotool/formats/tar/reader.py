@@ -11,7 +11,7 @@ import numpy as np
 from ...errors import FormatError, RecordError
 from ...names import ALLOWED, first_bad_name, name_problem
 from ...records import DatasetMeta
-from ..sharded.fieldcols import SCALAR_KINDS, location_column, stored_bytes, value_column
+from ..sharded.fieldcols import location_column, stored_bytes, value_column, value_kind
 from ..sharded.reader import OffsetShardReader, Read
 from .members import Member, TarDamage, members
 
@@ -176,9 +176,10 @@ class TarReader(OffsetShardReader):
                     f"{where}: member {member.name!r:.120} is not where the index puts field {spec.name!r} of {mk!r}."
                 )
                 continue
-            if spec.kind in SCALAR_KINDS and size <= self.field_bound(spec.name):
+            column = value_kind(spec)
+            if column is not None and size <= self.field_bound(spec.name):
                 value = self.column(value_column(spec.name))[i]
-                if _data(f, member, size) != stored_bytes(spec.kind, value):
+                if _data(f, member, size) != stored_bytes(column, value):
                     problems.append(
                         f"{where}: member {member.name!r:.120} does not hold the index's value of {spec.name!r}."
                     )

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ...errors import RecordError
-from ...fields import encode
+from ...errors import IotoolError, RecordError
 from ..dali import DaliReading
 from . import example
-from .fields import BOXES, DECIMAL, LABELS
 from .reader import TfrecordReader
 from .writer import write_idx
 
@@ -42,8 +40,10 @@ class TfrecordDali(DaliReading):
         self, fn: Any, reader: ShardedReader, fields: Sequence[str], **options: Any
     ) -> tuple[Any, Any | None, list[Any]]:
         """The image bytes, the class index when the dataset has a class, and the features of
-        each field (:mod:`.fields`): one bytes feature (text, JSON, ``.npy``, payload, a float's
-        ``/decimal``), one int64, or a boxes field's ``/boxes`` and ``/labels`` lists."""
+        each field (:mod:`.fields`), as its kind declares them
+        (:meth:`~iotool.fields.kinds.FieldKind.tfrecord_features`): one bytes feature (text, JSON,
+        ``.npy``, payload, a float's ``/decimal``), one int64, or lists (a boxes field's
+        ``/boxes`` and ``/labels``)."""
         import nvidia.dali.tfrecord as tfrec
 
         tfr = _tfrecord(reader)
@@ -52,19 +52,16 @@ class TfrecordDali(DaliReading):
         if schema.has_class:
             features[example.LABEL] = tfrec.FixedLenFeature([1], tfrec.int64, -1)
         names: list[str] = []
+        types = {"bytes": (tfrec.string, ""), "int64": (tfrec.int64, 0), "float": (tfrec.float32, 0.0)}
         for name in fields:
-            kind = schema[name].kind
-            if kind == "int":
-                features[name] = tfrec.FixedLenFeature([1], tfrec.int64, 0)
-                names.append(name)
-            elif kind == "boxes":
-                features[name + BOXES] = tfrec.VarLenFeature([], tfrec.float32, 0.0)
-                features[name + LABELS] = tfrec.VarLenFeature([], tfrec.int64, 0)
-                names += [name + BOXES, name + LABELS]
-            else:
-                feature = name + DECIMAL if kind == "float" else name
-                features[feature] = tfrec.FixedLenFeature([], tfrec.string, "")
-                names.append(feature)
+            spec = schema[name]
+            for f in spec.field_kind.tfrecord_features(spec):
+                dtype, default = types[f.type]
+                if not f.fixed:
+                    features[name + f.suffix] = tfrec.VarLenFeature([], dtype, default)
+                else:
+                    features[name + f.suffix] = tfrec.FixedLenFeature([] if f.type == "bytes" else [1], dtype, default)
+                names.append(name + f.suffix)
         out = fn.readers.tfrecord(
             path=reader.shard_urls(), index_path=self.index_paths(reader), features=features, **options
         )
@@ -75,21 +72,25 @@ class TfrecordDali(DaliReading):
         return out[example.IMAGE], labels, [out[n] for n in names]
 
     def field_outputs(self, reader: ShardedReader, name: str) -> int:
-        return 2 if reader.schema[name].kind == "boxes" else 1
+        spec = reader.schema[name]
+        return len(spec.field_kind.tfrecord_features(spec))
 
     def stored_field(self, reader: ShardedReader, name: str, arrays: list[np.ndarray]) -> bytes:
-        """The stored bytes rebuilt from the features: an int's digits, a boxes field's JSON."""
+        """The stored bytes rebuilt from the features by the field's kind
+        (:meth:`~iotool.fields.kinds.FieldKind.from_tfrecord`): an int's digits, a boxes field's JSON."""
         spec = reader.schema[name]
-        if spec.kind == "int":
-            return b"%d" % int(arrays[0].reshape(-1)[0])
-        if spec.kind == "boxes":
-            coords, labels = (a.reshape(-1) for a in arrays)
-            if len(coords) != 4 * len(labels):
-                raise RecordError(
-                    f"{reader.path}: field {name!r}: {len(coords)} box coordinates for {len(labels)} boxes."
-                )
-            return encode(spec, (coords.reshape(-1, 4), labels), f"{reader.path}")
-        return arrays[0].tobytes()
+        values: list[list] = [
+            [a.tobytes()] if f.type == "bytes" else a.reshape(-1).tolist()
+            for f, a in zip(spec.field_kind.tfrecord_features(spec), arrays)
+        ]
+        try:
+            return spec.field_kind.from_tfrecord(
+                spec, values, reader.field_bound(name), f"{reader.path}: field {name!r}"
+            )
+        except RecordError:
+            raise
+        except IotoolError as exc:
+            raise RecordError(str(exc)) from None
 
 
 def _tfrecord(reader: ShardedReader) -> TfrecordReader:

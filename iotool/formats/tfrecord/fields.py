@@ -1,7 +1,9 @@
 """Stored fields as ``tf.train.Example`` features, the way TensorFlow, the ``tfrecord`` package
 and DALI read them, and the stored bytes read back from them exactly.
 
-Field ``name`` of each kind becomes (the stored bytes are :mod:`iotool.fields.codec`'s):
+Field ``name`` of each kind becomes what its kind declares
+(:meth:`~iotool.fields.kinds.FieldKind.tfrecord_features`; the stored bytes are
+:mod:`iotool.fields.codec`'s); the built-ins:
 
 ========  ===========================================================================
 text      ``name``: bytes_list, the UTF-8 text
@@ -14,6 +16,7 @@ array     ``name``: bytes_list, the ``.npy`` bytes (dtype and shape in its heade
 bytes     ``name``: bytes_list, the payload
 boxes     ``name/boxes``: float_list, N x 4 coordinates flattened, and ``name/labels``:
           int64_list, the N box classes (stored bytes: the codec's JSON of both, rebuilt)
+other     ``name``: bytes_list, the stored bytes (the default of a kind)
 ========  ===========================================================================
 
 Field names hold no ``/`` and the image's features are ``image/...``, so no feature of a field
@@ -27,31 +30,23 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...errors import IotoolError, RecordError
-from ...fields import FieldSpec, Schema, decode, encode
-from ...fields.limits import MAX_BOXES, MAX_ENCODED_BYTES, MAX_SCALAR_BYTES
+from ...fields import FieldSpec, Schema
+from ...fields.kinds.boxes import BOXES as BOXES  # a boxes field's coordinates and classes
+from ...fields.kinds.boxes import LABELS as LABELS
+from ...fields.kinds.floating import DECIMAL as DECIMAL  # a float field's exact stored text
 from . import example
-
-DECIMAL = "/decimal"  # a float field's exact stored text
-BOXES, LABELS = "/boxes", "/labels"  # a boxes field's coordinates and classes
 
 
 def field_features(schema: Schema, fields: Mapping[str, bytes]) -> dict[str, example.Feature]:
-    """The features of a record's stored fields (by name, the schema's stored fields)."""
+    """The features of a record's stored fields (by name, the schema's stored fields): those its
+    kind writes for other readers first (:meth:`~iotool.fields.kinds.FieldKind.tfrecord_extra`),
+    then the ones iotool reads back (:meth:`~iotool.fields.kinds.FieldKind.tfrecord_features`)."""
     out: dict[str, example.Feature] = {}
     for spec in schema.stored:
-        value = fields[spec.name]
-        if spec.kind == "int":
-            out[spec.name] = ("int64", [int(value)])
-        elif spec.kind == "float":
-            with np.errstate(over="ignore"):
-                out[spec.name] = ("float", [float(np.float32(float(value)))])
-            out[spec.name + DECIMAL] = ("bytes", [value])
-        elif spec.kind == "boxes":
-            boxes = decode(spec, value, spec.name)
-            out[spec.name + BOXES] = ("float", boxes["boxes"].reshape(-1).tolist())
-            out[spec.name + LABELS] = ("int64", boxes["labels"].tolist())
-        else:
-            out[spec.name] = ("bytes", [value])
+        kind, stored = spec.field_kind, fields[spec.name]
+        out.update(kind.tfrecord_extra(spec, stored))
+        for feature, values in zip(kind.tfrecord_features(spec), kind.to_tfrecord(spec, stored)):
+            out[spec.name + feature.suffix] = (feature.type, values)
     return out
 
 
@@ -59,14 +54,9 @@ def feature_limits(schema: Schema, names: list[str]) -> dict[str, int]:
     """The features iotool reads for fields ``names`` -> the most values each may hold."""
     limits: dict[str, int] = {}
     for name in names:
-        kind = schema[name].kind
-        if kind == "float":
-            limits[name + DECIMAL] = 1
-        elif kind == "boxes":
-            limits[name + BOXES] = 4 * MAX_BOXES
-            limits[name + LABELS] = MAX_BOXES
-        else:
-            limits[name] = 1
+        spec = schema[name]
+        for feature in spec.field_kind.tfrecord_features(spec):
+            limits[name + feature.suffix] = feature.most
     return limits
 
 
@@ -90,23 +80,19 @@ def stored_field(spec: FieldSpec, features: dict[str, example.Feature], bound: i
     :func:`example.find_features` with :func:`feature_limits`), each bytes value refused beyond
     ``bound`` before it is copied; RecordError naming the field when absent or malformed."""
     at = f"{where}, field {spec.name!r}"
-    if spec.kind == "int":
-        return b"%d" % _one(features, spec.name, "int64", at)
-    if spec.kind == "boxes":
-        coords = _values(features, spec.name + BOXES, "float", at)
-        labels = _values(features, spec.name + LABELS, "int64", at)
-        if len(coords) != 4 * len(labels):
-            raise RecordError(f"{at}: {len(coords)} box coordinates for {len(labels)} labels (4 per box).")
-        try:
-            return encode(spec, (np.asarray(coords, np.float32).reshape(-1, 4), np.asarray(labels)), at)
-        except IotoolError as exc:
-            raise RecordError(str(exc)) from None
-    name = spec.name + DECIMAL if spec.kind == "float" else spec.name
-    value = _one(features, name, "bytes", at)
-    limit = MAX_SCALAR_BYTES if spec.kind == "float" else min(bound, MAX_ENCODED_BYTES[spec.kind])
-    if len(value) > limit:
-        raise RecordError(f"{at}: {len(value)} bytes, more than the {limit} a {spec.kind} value may have.")
-    return bytes(value)
+    kind = spec.field_kind
+    values = [
+        [_one(features, spec.name + f.suffix, f.type, at)]
+        if f.fixed
+        else _values(features, spec.name + f.suffix, f.type, at)
+        for f in kind.tfrecord_features(spec)
+    ]
+    try:
+        return kind.from_tfrecord(spec, values, bound, at)
+    except RecordError:
+        raise
+    except IotoolError as exc:
+        raise RecordError(str(exc)) from None
 
 
 def float_problem(spec: FieldSpec, features: dict[str, example.Feature], stored: bytes) -> str | None:

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from ... import storage
 from ...errors import FormatError, IotoolError
-from ..sharded.fieldcols import SCALAR_KINDS, stored_bytes, value_column
+from ..sharded.fieldcols import stored_bytes, value_column, value_kind
 from ..sharded.reader import OffsetShardReader, Read
 from . import example
 from .fields import feature_limits, float_problem, stored_field
@@ -135,7 +135,8 @@ class TfrecordReader(OffsetShardReader):
             problem = float_problem(spec, features, stored) if spec.kind == "float" else None
             if problem:
                 problems.append(f"{where}: {problem}.")
-            if spec.kind in SCALAR_KINDS and stored != stored_bytes(spec.kind, self.column(value_column(spec.name))[i]):
+            column = value_kind(spec)
+            if column is not None and stored != stored_bytes(column, self.column(value_column(spec.name))[i]):
                 problems.append(f"{where}: field {spec.name!r} does not hold the index's value.")
         return problems
 

@@ -14,9 +14,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ...fields.kinds.boxes import to_xyxy as box_to_xyxy
 from ...preview import preview
 
-BBOX_FORMATS = ("xywh", "xyxy")  # the input formats: COCO's (and HF cppe-5's), and corner pairs
+BBOX_FORMATS = ("xywh", "xyxy")  # the boxes kind's XYWH (COCO's, HF cppe-5's) and XYXY, as sources name them
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -59,8 +60,7 @@ def area_problem(value: Any) -> str | None:
 
 
 def to_xyxy(boxes: Sequence[Any], fmt: str) -> np.ndarray:
-    """(N, 4) float32 XYXY boxes from checked boxes in ``fmt`` (summed in float64, then rounded once)."""
-    out = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    if fmt == "xywh":
-        out = np.concatenate([out[:, :2], out[:, :2] + out[:, 2:]], axis=1)
-    return out.astype(np.float32)
+    """(N, 4) float32 XYXY boxes from checked boxes in input format ``fmt`` (one of
+    :data:`BBOX_FORMATS`, the boxes kind's formats in lower case): the boxes kind's
+    :func:`~iotool.fields.kinds.boxes.to_xyxy` (in float64), then rounded once."""
+    return box_to_xyxy(boxes, fmt.upper()).astype(np.float32)
