@@ -155,7 +155,8 @@ def schema_difference(old: Schema, new: Schema) -> str | None:
     for name, spec in olds.items():
         a, b = spec.to_dict(), news[name].to_dict()
         if a.get("shape") is None or b.get("shape") is None:
-            a.pop("shape", None), b.pop("shape", None)
+            a.pop("shape", None)
+            b.pop("shape", None)
         for attr in sorted(set(a) | set(b)):
             if a.get(attr) != b.get(attr):
                 return f"field {name!r} has {attr} {a.get(attr)!r} in the dataset, {b.get(attr)!r} in the source"
