@@ -34,9 +34,15 @@ def results(
     pool.stop(wait=True)
 
 
-def _worker_main(conn: Any, load: Callable, state: Any, options: PayloadOptions) -> None:
-    """A pool worker: process chunks from ``conn`` and send back each result, until None."""
+def _worker_main(conn: Any, load: Callable, state: Any, options: PayloadOptions, inherited: Sequence = ()) -> None:
+    """A pool worker: process chunks from ``conn`` and send back each result, until None.
+    ``inherited``: the main process's ends of the pipes, which a forked worker holds copies of and
+    closes, so that a main process killed by SIGKILL leaves no worker waiting on itself (holding
+    the destination's lock) but one that reads EOF and exits."""
     import signal
+
+    for end in inherited:
+        end.close()
 
     # The main process handles Ctrl-C and SIGTERM (also when a scheduler signals the whole
     # process group) and stops us with SIGKILL; a worker never dies half-way on its own.
@@ -82,7 +88,8 @@ class WorkerPool:
         try:
             for _ in range(workers):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(child, load, state, options), daemon=True)
+                inherited = [parent, *self.conns] if ctx.get_start_method() == "fork" else []
+                proc = ctx.Process(target=_worker_main, args=(child, load, state, options, inherited), daemon=True)
                 proc.start()
                 child.close()
                 self.procs.append(proc)
