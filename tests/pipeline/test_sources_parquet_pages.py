@@ -9,7 +9,7 @@ import pytest
 
 import iotool
 from iotool.errors import SourceError
-from iotool.pipeline.sources.parquetpages import MAX_PAGES, MAX_THRIFT_DEPTH, walk_chunk
+from iotool.pipeline.sources.parquet.pages import MAX_PAGES, MAX_THRIFT_DEPTH, walk_chunk
 
 from ..conftest import make_image
 from ..support.parquetforge import forge_footer_size, forge_page_size, varint

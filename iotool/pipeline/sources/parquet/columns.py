@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ...errors import RecordError
+from ....errors import RecordError
 
 
 class Column(NamedTuple):
@@ -20,7 +20,7 @@ class Column(NamedTuple):
     kind: str
     dtype: str | None = None
     payload: bool = False  # a {bytes, path} struct: the field is its bytes
-    objects: Any = None  # a detection column (:class:`.parquetobjects.ObjectsPlan`): several fields
+    objects: Any = None  # a detection column (:class:`.objects.ObjectsPlan`): several fields
 
 
 def _innermost(t: Any) -> Any:

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ...errors import SourceError
+from ....errors import SourceError
 
 MAX_PAGE_HEADER = 16 << 20  # Arrow's own limit on one page header (statistics included)
 MAX_PAGES = 1 << 17  # pages in one column chunk (1 MiB pages: 128 GiB)

@@ -29,12 +29,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...errors import RecordError, SourceError
-from ...fields import FieldSpec, Schema
-from ...fields import name_problem as field_name_problem
-from ...fields.limits import MAX_BOX_CLASSES, MAX_BOXES, MAX_CLASS_NAME_CHARS
-from ...preview import preview
-from .detection import area_problem, box_problem, to_xyxy
+from ....errors import RecordError, SourceError
+from ....fields import FieldSpec, Schema
+from ....fields import name_problem as field_name_problem
+from ....fields.limits import MAX_BOX_CLASSES, MAX_BOXES, MAX_CLASS_NAME_CHARS
+from ....preview import preview
+from ..detection import area_problem, box_problem, to_xyxy
 
 BBOX = "bbox"
 BBOX_CHILDREN = (BBOX, "boxes")  # the list of boxes: bbox, else a list of numbers named boxes

@@ -13,7 +13,7 @@ decodes to 3 GB (and a file of 4 KB, the page compressed). So a row group is bou
 
 Both name the file and row group, and the second the column, before the values are made. The
 sizes and value counts are the larger of the footer's and the page headers' own
-(:mod:`.parquetpages` walks those, bounded, before pyarrow reads a page, because pyarrow allocates
+(:mod:`.pages` walks those, bounded, before pyarrow reads a page, because pyarrow allocates
 what a page header declares).
 """
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import SourceError
-from .parquetpages import ChunkPages, walk_group
+from ....errors import SourceError
+from .pages import ChunkPages, walk_group
 
 WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
 OFFSET_BYTES = 4  # Arrow's offset per byte-array value (and per list)

@@ -14,7 +14,7 @@ An image stored as a path only (``datasets`` writes local images so) is refused 
 (checked by :mod:`iotool.names`, links included). Keys are ``<file>#<row>`` (file relative to the
 matched files' common folder, row counted over the file).
 
-Fields: every other column is kept, its kind from its Arrow type (:mod:`.parquetcolumns`):
+Fields: every other column is kept, its kind from its Arrow type (:mod:`.columns`):
 string -> text, integer and bool -> int, float -> float, a list of numbers -> array, struct / map
 / other lists -> json, binary (and ``{bytes, path}`` structs) -> bytes. The class is
 ``class_column`` (``label_column`` is its old name); when not given, the ``label`` column (integers
@@ -25,11 +25,11 @@ all distinct, more than :data:`~iotool.fields.MAX_UNIQUE_CLASS_VALUES`, are refu
 column as text). A null in a kept column is a bad record naming the row and the column. A
 Hugging Face detection column (``objects``: per-box ``bbox``, ``category`` ... lists; options
 ``objects_column``, ``bbox_format``) becomes the coco source's ``boxes`` and per-box fields
-(:mod:`.parquetobjects`).
+(:mod:`.objects`).
 
 Bounds: the footer is checked from the file's last 8 bytes before pyarrow parses it, and a row
 group whose columns read take more than ``max_row_group_bytes``, uncompressed as its metadata
-declares or decoded (a dictionary's values counted for every row, :mod:`.parquetbounds`), is
+declares or decoded (a dictionary's values counted for every row, :mod:`.bounds`), is
 refused, naming the file and row group, before its values are made; a worker
 holds one row group's image column at a time. Workers read the row groups of the records they are
 given, so with N workers a row group may be read up to N times (once per worker).
@@ -42,12 +42,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
-from ...errors import FormatError, RecordError, SourceError, SourceNotFoundError, UsageError
-from ...fields import FieldSpec, Schema, parse_json
-from ...fields import name_problem as field_name_problem
-from ...names import ALLOWED, name_problem, resolve_inside
-from ...preview import preview
-from .base import (
+from ....errors import FormatError, RecordError, SourceError, SourceNotFoundError, UsageError
+from ....fields import FieldSpec, Schema, parse_json
+from ....fields import name_problem as field_name_problem
+from ....names import ALLOWED, name_problem, resolve_inside
+from ....preview import preview
+from ..base import (
     SourceKind,
     SourceOptions,
     choose_fields,
@@ -59,11 +59,11 @@ from .base import (
     too_large,
     value_classes,
 )
-from .detection import BBOX_FORMATS
-from .imagefolder import read_source_file
-from .parquetbounds import check_group
-from .parquetcolumns import Column, column_kind, column_value
-from .parquetobjects import keep_chosen, objects_fields, objects_values
+from ..detection import BBOX_FORMATS
+from ..imagefolder import read_source_file
+from .bounds import check_group
+from .columns import Column, column_kind, column_value
+from .objects import keep_chosen, objects_fields, objects_values
 
 MAGIC = b"PAR1"
 MAX_FOOTER_BYTES = 64 << 20  # a footer (the file's metadata) over this is refused unparsed
@@ -147,7 +147,7 @@ class ParquetSource:
     """Rows of the Parquet files matched by a glob pattern; a task is a :class:`ParquetRow`."""
 
     def __init__(self, pattern: str, options: ParquetOptions | None = None):
-        from ...storage import is_url
+        from ....storage import is_url
 
         self.options = options or ParquetOptions()
         if is_url(pattern):
