@@ -41,7 +41,7 @@ counter-based stream instead (:mod:`.draws`, :mod:`.samplescope`).
 
 The modules: ``layouts`` (the Image type, CHW views, output layouts), ``arguments`` (the
 argument checks), ``sizing`` (the "shorter side to N" rule, the reducing gap), ``kernels``
-(resize), ``native`` (the C kernel's wrapper), ``boxes`` (random streams, crop boxes),
+(resize), ``native`` (the C kernel's wrapper), ``cropboxes`` (random streams, crop boxes),
 ``pixel_transforms`` (the transforms of decoded pixels), ``decoding`` (the transforms of encoded
 bytes: :class:`DecodeRandomResizedCrop`, and the decoding forms of Resize and CenterCrop),
 ``fused`` (which transform fuses into which decoding step: one table), ``geometry`` (what the
@@ -55,7 +55,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .arguments import RESIZE_BACKENDS
-from .boxes import ATTEMPTS, ProcessRandom, center_crop_box, random_resized_crop_params
+from .cropboxes import ATTEMPTS, ProcessRandom, center_crop_box, random_resized_crop_params
 from .decoding import DCT_SCALES, DecodeRandomResizedCrop
 from .kernels import resize, torch_uint8_resize_available
 from .layouts import OUTPUTS, Box

@@ -16,7 +16,7 @@ from ..decode import seekable as _seekable
 from ..decode.backends import DCT_SCALES, JpegHeader, parse_jpeg_header, scaled
 from ..decode.bmp import bmp_rows, decode_bmp
 from ..errors import DecodeError, UsageError
-from .boxes import center_crop_box
+from .cropboxes import center_crop_box
 from .geometry import note_crop, note_crop_resize, note_resize
 from .kernels import resize_chw
 from .layouts import as_chw, emit

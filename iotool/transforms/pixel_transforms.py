@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .arguments import check_backend, check_output, size_pair, value_range
-from .boxes import ProcessRandom, center_crop_box, random_resized_crop_params
+from .cropboxes import ProcessRandom, center_crop_box, random_resized_crop_params
 from .geometry import note_canvas, note_crop, note_crop_resize, note_flip, note_resize
 from .kernels import resize_chw
 from .layouts import Box, as_chw, emit, height_width

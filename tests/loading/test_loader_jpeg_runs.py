@@ -22,7 +22,7 @@ from iotool.decode import region
 from iotool.loading.loader.columns import layout_of
 from iotool.loading.loader.runs import sample_runs
 from iotool.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, draws
-from iotool.transforms.boxes import random_resized_crop_params
+from iotool.transforms.cropboxes import random_resized_crop_params
 
 from ..conftest import FORMATS, format_builder, make_image
 from ..transforms.test_fused_reference import close, reference_crop

@@ -25,7 +25,7 @@ from iotool.decode.bmp import decode_bmp
 from iotool.loading.loader.columns import layout_of
 from iotool.loading.loader.runs import sample_runs
 from iotool.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop, Resize, draws
-from iotool.transforms.boxes import random_resized_crop_params
+from iotool.transforms.cropboxes import random_resized_crop_params
 
 from ..conftest import options_for, write_tree
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from iotool.transforms import draws
-from iotool.transforms.boxes import random_resized_crop_params
+from iotool.transforms.cropboxes import random_resized_crop_params
 
 pytestmark = pytest.mark.skipif(draws._ext is None, reason="iotool's C extension iotool._resize is not built")
 
