@@ -705,3 +705,15 @@ def test_shuffle_quality_scores_real_shards_and_the_simulation_alike(tmp_path):
     assert sorted_one["shards_per_batch"] <= 2.0 and sorted_one["order_bytes"] == 8 * 6
     simulated = {(r["written"], r["window"]): r for r in figures["simulate"]}
     assert simulated["source", 1]["distinct"] < 2.5 and simulated["shuffled", 1]["ratio_distinct"] > 0.6
+
+
+@smoke("changing.py")
+def test_changing_times_merge_split_subset_against_converting_again(tmp_path):
+    out = tmp_path / "changing.json"
+    proc = run_script("changing.py", "--smoke", "--work", tmp_path / "work", "--json", out)
+    figures = json.loads(out.read_text())
+    assert figures["records"] == 200 and figures["rounds"] == 1
+    ops = {r["operation"] for r in figures["rows"]}
+    assert {"merge", "split", "subset"} <= ops
+    assert all(r["seconds"] > 0 and r["their_seconds"] > 0 for r in figures["rows"])
+    assert "| merge |" in proc.stdout
