@@ -402,8 +402,8 @@ def instance_masks(
 
 def mask_areas(masks: np.ndarray) -> np.ndarray:
     """Each mask's pixel count (COCO's ``area`` of a mask) as float32, for (N, H, W) masks."""
-    n = masks.shape[0]
-    return masks.reshape(n, -1).sum(axis=1, dtype=np.int64).astype(np.float32)
+    n, height, width = masks.shape
+    return masks.reshape(n, height * width).sum(axis=1, dtype=np.int64).astype(np.float32)
 
 
 __all__ = [

@@ -351,6 +351,6 @@ def _keep_entries(value: Any, keep: np.ndarray, name: str, boxes: str) -> Any:
         import torch
 
         return value[torch.from_numpy(np.ascontiguousarray(keep, dtype=bool))]
-    listed = isinstance(value, list) or (hasattr(value, "ndim") and value.ndim >= 1)
+    listed = isinstance(value, list) or getattr(value, "ndim", 0) >= 1
     count = len(value) if listed else "no list of"
     raise RecordError(f"field {name!r} lists {count} entries for the {len(keep)} boxes of {boxes!r}")

@@ -8,7 +8,9 @@ the image's annotations (in file order, as pycocotools' ``getAnnIds`` lists them
 - ``boxes`` (boxes, XYXY float32 pixels from COCO's ``[x, y, w, h]``; labels are the category ids
   mapped to 0 .. K-1 in ascending id order, the field's classes the category names in that order),
 - ``iscrowd`` (uint8 array) and ``area`` (float32 array), one per box,
-- ``segmentation`` (json: each annotation's polygons or RLE as the file holds it; null when absent),
+- ``segmentation`` (kind ``segmentation``, stored as JSON: each annotation's polygons or RLE as the
+  file holds it, null when absent; ``open_dataset(..., masks=("segmentation",))`` reads it as one
+  mask per box, :mod:`iotool.fields.kinds.instance_masks`, its ``area`` the field ``area``),
 - ``image_id`` (int).
 
 An image without annotations has no boxes ((0, 4)). There is no class. A missing ``iscrowd`` is
@@ -189,7 +191,7 @@ class CocoSource:
                 FieldSpec("boxes", "boxes", box_format="XYXY", classes=tuple(names)),
                 FieldSpec("iscrowd", "array", dtype="|u1", per_box="boxes"),
                 FieldSpec("area", "array", dtype="<f4", per_box="boxes", pixels=True),
-                FieldSpec("segmentation", "json", per_box="boxes", pixels=True),
+                FieldSpec("segmentation", "segmentation", per_box="boxes", pixels=True, params=(("area", "area"),)),
                 FieldSpec("image_id", "int"),
             ],
             field_list(options.fields),
