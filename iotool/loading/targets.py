@@ -347,8 +347,8 @@ def _keep_entries(value: Any, keep: np.ndarray, name: str, boxes: str) -> Any:
         return value[keep]
     if isinstance(value, list) and len(value) == len(keep):
         return [v for v, k in zip(value, keep) if k]
-    if hasattr(value, "index_select") and value.ndim >= 1 and len(value) == len(keep):  # drawn masks
-        import torch
+    if hasattr(value, "index_select") and getattr(value, "ndim", 0) >= 1 and len(value) == len(keep):
+        import torch  # drawn masks: an (N, H, W) tensor
 
         return value[torch.from_numpy(np.ascontiguousarray(keep, dtype=bool))]
     listed = isinstance(value, list) or getattr(value, "ndim", 0) >= 1

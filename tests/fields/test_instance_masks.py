@@ -292,3 +292,31 @@ def test_hostile_segmentations_are_refused_naming_the_record(tmp_path):
     assert ds[2][2].sum() > 0
     plain = iotool.open_dataset(dst, fields=("segmentation",))
     assert plain[0] == ([[[1, 1, 5, 5]]],)
+
+
+def test_the_kind_moves_its_masks_by_a_record_of_typed_ops(coco):
+    """The kind's own move (the seam's): drawn at the record's source, then each op's move_mask:
+    torchvision v2's crop (reaching outside the image), nearest resize and flip."""
+    from iotool.fields.kinds.registry import field_kind
+    from iotool.transforms.geometry import CropOp, FlipOp, GeometryRecord, ResizeOp
+
+    api, paths = coco
+    _, functional, tv_tensors = v2()
+    from torchvision.transforms import InterpolationMode
+
+    ds = iotool.open_dataset(paths["lmdb"], fields=("image_id", "segmentation"))
+    spec = next(f for f in ds.schema.stored if f.name == "segmentation")
+    kind = field_kind("segmentation")
+    assert spec.field_kind is kind and spec.param("area") == "area"
+    for i in range(len(ds)):
+        image_id, seg = ds[i]
+        height, width = api.imgs[image_id]["height"], api.imgs[image_id]["width"]
+        record = GeometryRecord()
+        record.add((height, width), CropOp(-3, 5, height, width + 4))
+        record.add((height, width + 4), ResizeOp(17, 29))
+        record.add((17, 29), FlipOp())
+        moved, keep = kind.move(spec, seg, record)
+        expected = functional.crop(tv_tensors.Mask(expected_masks(api, image_id)), -3, 5, height, width + 4)
+        expected = functional.resize(expected, [17, 29], interpolation=InterpolationMode.NEAREST)
+        expected = functional.horizontal_flip(expected).as_subclass(torch.Tensor)
+        assert keep is None and torch.equal(moved, expected)
