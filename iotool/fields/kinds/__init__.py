@@ -1,7 +1,7 @@
 """Field kinds: each kind one class (:class:`FieldKind`) that declares its attributes, stored
 bytes, batch column, TFRecord mapping and grid moves; registered once (:mod:`.registry`,
 the ``iotool.field_kinds`` entry point). Built-ins: class, text, json, int, float, array, bytes,
-boxes."""
+boxes, keypoints."""
 
 from .base import SPEC_ATTRIBUTES, FieldKind, TfFeature
 from .registry import field_kind, find_kind, kind_names, register_kind

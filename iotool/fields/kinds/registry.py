@@ -18,6 +18,7 @@ BUILTIN: dict[str, str] = {
     "array": "iotool.fields.kinds.array:KIND",
     "bytes": "iotool.fields.kinds.payload:KIND",
     "boxes": "iotool.fields.kinds.boxes:KIND",
+    "keypoints": "iotool.fields.kinds.keypoints:KIND",
     "segmentation": "iotool.fields.kinds.instance_masks:KIND",
 }
 

@@ -11,7 +11,10 @@ the image's annotations (in file order, as pycocotools' ``getAnnIds`` lists them
 - ``segmentation`` (kind ``segmentation``, stored as JSON: each annotation's polygons or RLE as the
   file holds it, null when absent; ``open_dataset(..., masks=("segmentation",))`` reads it as one
   mask per box, :mod:`iotool.fields.kinds.instance_masks`, its ``area`` the field ``area``),
-- ``image_id`` (int).
+- ``image_id`` (int),
+- from a person keypoints file (categories that declare ``keypoints``), ``keypoints`` (kind
+  keypoints: ``(N, K, 3)`` x, y, v, the category's point names and skeleton in the field) and
+  ``num_keypoints`` (int32 array), one per box (:mod:`.cocokeypoints`).
 
 An image without annotations has no boxes ((0, 4)). There is no class. A missing ``iscrowd`` is
 0 and a missing ``area`` the box's w * h (as pycocotools' ``loadRes``). Option ``fields`` chooses.
@@ -59,6 +62,7 @@ from ...fields.limits import (
 from ...names import ALLOWED, name_problem, resolve_inside
 from ...preview import preview
 from .base import SourceKind, SourceOptions, choose_fields, field_list, stored_options
+from .cocokeypoints import keypoint_category, keypoint_fields, keypoint_values
 from .detection import area_problem, box_problem, finite_float, to_xyxy
 from .imagefolder import read_source_file
 from .rle import rle_problem
@@ -102,6 +106,7 @@ class CocoState(NamedTuple):
     root: str
     labels: dict[int, int]
     fields: tuple[str, ...]
+    keypoints: int = 0  # the points of each person (COCO's keypoints names), 0 without keypoints
 
 
 def read_annotations(path: str, options: CocoOptions) -> dict:
@@ -184,6 +189,8 @@ class CocoSource:
         path = os.path.abspath(os.path.expanduser(options.annotations))
         doc = read_annotations(path, options)
         names, self._labels = categories(doc, path)
+        keypoints = keypoint_category(doc, path)
+        self._keypoints = len(keypoints[0]) if keypoints else 0
         self.classes: list[str] = []  # no class: the categories are the boxes' classes
         self.class_to_idx: dict[str, int] = {}
         self.schema = choose_fields(
@@ -193,6 +200,7 @@ class CocoSource:
                 FieldSpec("area", "array", dtype="<f4", per_box="boxes", pixels=True),
                 FieldSpec("segmentation", "segmentation", per_box="boxes", pixels=True, params=(("area", "area"),)),
                 FieldSpec("image_id", "int"),
+                *(keypoint_fields(*keypoints) if keypoints else ()),
             ],
             field_list(options.fields),
             self.root,
@@ -264,7 +272,7 @@ class CocoSource:
         return self._tasks
 
     def worker_state(self) -> CocoState:
-        return CocoState(self.root, self._labels, tuple(f.name for f in self.schema.stored))
+        return CocoState(self.root, self._labels, tuple(f.name for f in self.schema.stored), self._keypoints)
 
     @staticmethod
     def load(state: CocoState, task: CocoImage) -> tuple[str, str, int, bytes, dict[str, Any]]:
@@ -275,6 +283,8 @@ class CocoSource:
         if full is None:
             raise RecordError(f"unsafe path {preview(task.key, 200)}: a link on the way leads out of IMAGES_DIR")
         values = annotation_values(task, state.labels)
+        if state.keypoints:
+            values.update(keypoint_values(task.annotations, state.keypoints, _ann_name))
         data = read_source_file(full)
         check_rle_sizes(task, data)
         return task.key, task.path, -1, data, {n: values[n] for n in state.fields}
