@@ -18,7 +18,7 @@ import pytest
 import iotool
 from iotool.errors import FormatError
 
-from ..conftest import options_for, write_tree
+from ..conftest import FORMATS, options_for, write_tree
 from .test_hostile_containers import forked
 
 CHILD = r"""
@@ -131,15 +131,19 @@ for name, touch in touches.items():
 """
 
 
-def mapped_victims(dst: Path, fmt: str) -> list[Path]:
-    if fmt in ("lmdb", "hdf5"):
-        return [dst / "data.mdb"] if fmt == "lmdb" else [dst]
-    return (
+def mapped_victims(dst: Path) -> list[Path]:
+    """The files a reader maps its columns from: the index's column files where the dataset has
+    them (sharded formats, the BMP cache), else its one container file (HDF5's file, the largest
+    file of an LMDB folder: data.mdb, not its lock file)."""
+    columns = (
         sorted(dst.glob("index.labels.npy"))
         + sorted(dst.glob("index.keys.*.npy"))
         + sorted(dst.glob("index.checksums.npy"))
         + sorted(dst.glob("index.locations.npy"))  # a raw array: checked by Columns.get
     )
+    if columns or dst.is_file():
+        return columns or [dst]
+    return [max((p for p in dst.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)]
 
 
 # which touches read the column of each victim file (any touch for a whole container file)
@@ -151,7 +155,14 @@ TOUCHING = {
 }
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "bmp", "tar"])
+def test_the_mapped_victims_of_the_map_style_containers_are_their_files(source, tmp_path):
+    iotool.convert(source, tmp_path / "d.lmdb", "lmdb", workers=0)
+    iotool.convert(source, tmp_path / "d.h5", "hdf5", workers=0)
+    assert mapped_victims(tmp_path / "d.lmdb") == [tmp_path / "d.lmdb" / "data.mdb"]
+    assert mapped_victims(tmp_path / "d.h5") == [tmp_path / "d.h5"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)  # every registered format
 def test_a_mapped_column_truncated_in_place_is_named(fmt, source, tmp_path):
     """Labels, keys and checksums as the reader maps them (LMDB values, HDF5 contiguous datasets,
     .npy column files), each file truncated to 0 under an open reader: each access after it is
@@ -159,7 +170,9 @@ def test_a_mapped_column_truncated_in_place_is_named(fmt, source, tmp_path):
     name = "d.h5" if fmt == "hdf5" else f"d.{fmt}"
     dst = tmp_path / name
     iotool.convert(source, dst, fmt, workers=0, **options_for(fmt))
-    for victim in mapped_victims(dst, fmt):
+    victims = mapped_victims(dst)
+    assert victims, f"{fmt}: no file to truncate in {dst}"
+    for victim in victims:
         backup = victim.read_bytes()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         done = subprocess.run(
