@@ -12,7 +12,7 @@ Where ``annToMask`` fails this module says so by :class:`MaskError` (a list whos
 has 4 numbers or fewer: pycocotools reads 4 as a box, which it takes only as an ndarray); an absent (``None``) or empty
 segmentation gives an empty mask (pycocotools fails on both).
 
-Bounds (data from someone else, DESIGN §2a), checked before anything is allocated:
+Bounds (data from someone else, docs/reliability.md), checked before anything is allocated:
 
 - a canvas of at most :data:`MAX_CANVAS_PIXELS` and a mask or masks of at most ``max_bytes``
   (:data:`MAX_MASKS_BYTES` by default);

@@ -49,9 +49,6 @@ class SegmentationKind(JsonKind):
             raise FormatError(f"{where}: area must name a field (a short string).")
         return (("area", area),)
 
-    def describe(self, spec: Any) -> str:
-        return f"{self.name} (per box of {spec.per_box})"
-
     def unscaled_pixels(self, spec: Any) -> bool:
         return True  # polygons and RLEs in the stored image's pixels: a resizing conversion drops them
 
