@@ -108,7 +108,7 @@ _CODEC_LAYER = "decode"
 # A string that equals a format name but names something else, with the reason; keep it this short.
 _NOT_FORMAT_NAMES = {
     ("bench/common.py", "lmdb"): "the name of the lmdb binding's distribution, whose version bench reports",
-    ("fields/schema.py", "bmp"): "a file extension a bytes field holding an image (a mask) may have",
+    ("fields/kinds/payload.py", "bmp"): "a file extension a bytes field holding an image (a mask) may have",
 }
 
 

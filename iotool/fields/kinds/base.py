@@ -25,17 +25,42 @@ and never branches on its name, so a new kind is one module, registered through 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence
 
 from ...errors import RecordError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..schema import FieldSpec
-
 # FieldSpec's attributes (besides name and kind), each owned by the kinds that declare it
 SPEC_ATTRIBUTES = ("ext", "dtype", "shape", "box_format", "classes", "per_box", "pixels")
+
+
+class FieldSpec(Protocol):
+    """What a kind reads of a field's declaration (:class:`iotool.fields.FieldSpec` is one; the
+    kinds name no concrete class of the schema, which asks them)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def ext(self) -> str | None: ...
+    @property
+    def dtype(self) -> str | None: ...
+    @property
+    def shape(self) -> tuple[int, ...] | None: ...
+    @property
+    def box_format(self) -> str | None: ...
+    @property
+    def classes(self) -> tuple[str, ...]: ...
+    @property
+    def per_box(self) -> str | None: ...
+    @property
+    def pixels(self) -> bool: ...
+    @property
+    def params(self) -> tuple[tuple[str, Any], ...]: ...
+    def param(self, name: str, default: Any = None) -> Any: ...
 
 
 @dataclass(frozen=True)
