@@ -292,14 +292,13 @@ def polygon_boundaries(xy: np.ndarray, height: int, width: int, where: str = "po
 def boundaries_mask(positions: np.ndarray, height: int, width: int) -> np.ndarray:
     """The (H, W) mask of ``rleFrPoly``'s runs from its boundary positions: a pixel is set where
     an odd number of boundaries lie at or before it (repeated boundaries cancel in pairs, as its
-    run merging does; one at ``height * width`` is past the mask)."""
+    run merging does; one at ``height * width`` is past the mask). Written run by run."""
     pixels = height * width
-    toggles = np.zeros(pixels + 1, np.uint8)
     where, count = np.unique(positions, return_counts=True)
-    toggles[where[(count & 1) == 1]] = 1
-    flat = np.cumsum(toggles[:pixels], dtype=np.uint8)  # parity survives uint8's wrap (256 is even)
-    flat &= 1
-    return _column_major(flat, height, width)
+    toggles = where[((count & 1) == 1) & (where < pixels)]
+    runs = np.diff(toggles, prepend=0, append=pixels)
+    values = (np.arange(len(runs)) & 1).astype(np.uint8)  # zeros first, then alternating
+    return _column_major(np.repeat(values, runs), height, width)
 
 
 def polygon_mask(xy: Sequence[float] | np.ndarray, height: int, width: int, where: str = "polygon") -> np.ndarray:
