@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Literal
 
 from ..errors import UsageError
 from ..formats import ShardedReader
+from ..transforms.arguments import checked_seed
 from ..transforms.draws import sample_key
 from ..transforms.samplescope import keyed_sample
-from .mapstyle import DEFAULT_DECODER, ImageDataset, ReaderInfo
+from .mapstyle import ImageDataset, ReaderInfo
+from .options import UNSET, DatasetOptions, Unset, resolve
 from .order import EpochOrder
-from .ramcache import RamCache, ram_cache_options
+from .ramcache import RamCache
 from .split import DEFAULT_WINDOW, MAX_WINDOW_RECORDS, ShardEnv, WindowOrder, WorkerStream
 from .streaming import OrderedStream
-from .targets import TargetOptions
 
 __all__ = ["ShardedIterableDataset"]
 
@@ -52,27 +53,28 @@ class ShardedIterableDataset(ReaderInfo, OrderedStream):
     def __init__(
         self,
         reader: ShardedReader,
-        decoder: str | None = DEFAULT_DECODER,
-        transform: Callable[[Any], Any] | None = None,
+        decoder: str | None | Literal[Unset.UNSET] = UNSET,
+        transform: Callable[[Any], Any] | None | Literal[Unset.UNSET] = UNSET,
         *,
+        options: DatasetOptions | None = None,
         shuffle: bool = False,
-        seed: int = 0,
+        seed: int | None = None,
         window: int = DEFAULT_WINDOW,
         buffer_size: int | None = None,
         even: bool = False,
         env: ShardEnv | None = None,
-        on_error: str = "raise",
-        max_skips: int = 100,
-        check_checksums: bool = False,
-        ram_cache: bool = False,
-        ram_cache_resize: int | None = None,
-        ram_cache_fallback: bool = False,
-        cache: str | None = None,
-        cache_resize: int | None = None,
-        cache_fallback: bool | None = None,
-        fields: str | Sequence[str] | None = None,
-        targets: TargetOptions | None = None,
+        **keywords: Any,
     ):
+        """Args:
+        reader: the sharded format reader (``iotool.open_reader``).
+        decoder, transform, options, **keywords: the dataset's options, as :class:`ImageDataset`
+            takes them (:class:`~iotool.loading.options.DatasetOptions`).
+        shuffle, window, even, env: the order (see the class docstring; ``env``: the rank and
+            worker, found when None).
+        seed: seeds the shuffle and keys each record's augmentation; None: the ``options``' seed,
+            else 0.
+        buffer_size: deprecated, unused.
+        """
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise UsageError(f"window={window!r:.40}: give the shards a shuffle mixes, 1 or more (0: all shards).")
         if buffer_size is not None:
@@ -82,26 +84,16 @@ class ShardedIterableDataset(ReaderInfo, OrderedStream):
                 DeprecationWarning,
                 stacklevel=2,
             )
-        ram, resize, fallback = ram_cache_options(
-            ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
-        )
-        # the map-style dataset over the same reader: it decodes, transforms (or skips) each record
-        self.mapstyle = ImageDataset(
-            reader,
-            decoder,
-            transform,
-            on_error=on_error,
-            max_skips=max_skips,
-            check_checksums=check_checksums,
-            ram_cache=ram,
-            ram_cache_resize=resize,
-            ram_cache_fallback=fallback,
-            fields=fields,
-            targets=targets,
-        )
+        options = resolve(options, decoder, transform, keywords)
+        seed = checked_seed(seed, "(the options' seed, else 0)")
+        order_seed = (options.seed or 0) if seed is None else seed
+        self.options = options.replace(seed=order_seed)
+        # the map-style dataset over the same reader: it decodes, transforms (or skips) each record;
+        # this dataset keys each record's augmentation itself (samples_of), so it has no seed
+        self.mapstyle = ImageDataset(reader, options=self.options.replace(seed=None))
         self.reader = reader
         self.window = window  # shards whose records a shuffle permutes together (0: all)
-        self.init_order(shuffle, seed, even, env)  # the epoch lives in shared memory, the place in env
+        self.init_order(shuffle, order_seed, even, env)  # the epoch lives in shared memory, the place in env
 
     @property
     def fields(self) -> tuple[str, ...]:

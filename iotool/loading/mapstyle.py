@@ -5,56 +5,29 @@ from __future__ import annotations
 import logging
 import operator
 import os
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Literal, Sequence, TypeVar
 
 from torch.utils.data import Dataset
 
-from ..decode import AUTO, BACKENDS, decode, resolve_backend
-from ..errors import RECORD_ERRORS, DecodeError, RecordError, UsageError, did_you_mean
+from ..decode import AUTO, decode
+from ..errors import RECORD_ERRORS, DecodeError, RecordError
 from ..fields import CLASS, IMAGE, Schema, record_checksum
 from ..fields import decode as decode_field
 from ..formats import FormatReader
-from ..transforms.arguments import checked_seed
 from ..transforms.draws import sample_key
 from ..transforms.fused import fuse, leaves_input_alone
 from ..transforms.samplescope import keyed_sample
+from .options import DECODERS, DEFAULT_DECODER, FUSED, ON_ERROR, UNSET, DatasetOptions, Unset, check_decoder, resolve
 from .order import ArrayOrder, EpochOrder, RecordOrder, permutation_order
 from .policy import on_error_now
-from .ramcache import RamCache, open_ram_cache, ram_cache_options
+from .ramcache import RamCache, open_ram_cache
 from .split import rank_world
-from .targets import TargetMover, TargetOptions, record_image_size
+from .targets import TargetMover, record_image_size
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
-ON_ERROR = ("raise", "skip")
-FUSED = "fused"
-DEFAULT_DECODER = FUSED
-"""The datasets' default decoder, ``"fused"``: when the transform starts with one iotool can fuse
-(:data:`iotool.transforms.fused.FUSED_DECODING`: ``RandomResizedCrop``, ``Resize``, ``CenterCrop``,
-alone or first in a ``Compose``), JPEGs are decoded only as far as it needs (the crop's region, a
-reduced DCT scale); otherwise (another transform, none, ``ram_cache=True``, a format with its own
-decoder) records decode exactly as with ``"auto"``. ``"auto"`` never fuses."""
-DECODERS = (FUSED, AUTO, *BACKENDS)
-"""What a dataset's ``decoder`` may be, besides None (the stored bytes)."""
-
-
-def check_decoder(decoder: str | None) -> None:
-    """Refuse a decoder name the datasets do not know, or a backend not installed here.
-
-    Raises:
-        UsageError: the message lists the choices, or says how to install the backend.
-    """
-    if decoder is None:
-        return
-    if decoder not in DECODERS:
-        raise UsageError(
-            f"Unknown decoder {decoder!r}; choose one of: {', '.join(DECODERS)} "
-            f"(default {DEFAULT_DECODER!r}: 'auto', fused with iotool's crops), "
-            f"or None for the stored bytes.{did_you_mean(str(decoder), DECODERS)}"
-        )
-    if decoder != FUSED:
-        resolve_backend(decoder, "jpeg")  # a backend that is not installed fails now, not in a worker
+__all__ = ["DECODERS", "DEFAULT_DECODER", "FUSED", "ON_ERROR", "ImageDataset", "ReaderInfo", "check_decoder"]
 
 
 class ReaderInfo:
@@ -124,45 +97,36 @@ class ImageDataset(ReaderInfo, Dataset):
     def __init__(
         self,
         reader: FormatReader,
-        decoder: str | None = DEFAULT_DECODER,
-        transform: Callable[[Any], Any] | None = None,
+        decoder: str | None | Literal[Unset.UNSET] = UNSET,
+        transform: Callable[[Any], Any] | None | Literal[Unset.UNSET] = UNSET,
         *,
-        on_error: str = "raise",
-        max_skips: int = 100,
-        check_checksums: bool = False,
-        ram_cache: bool = False,
-        ram_cache_resize: int | None = None,
-        ram_cache_fallback: bool = False,
-        cache: str | None = None,
-        cache_resize: int | None = None,
-        cache_fallback: bool | None = None,
-        fields: str | Sequence[str] | None = None,
-        targets: TargetOptions | None = None,
-        seed: int | None = None,
+        options: DatasetOptions | None = None,
+        **keywords: Any,
     ):
-        check_decoder(decoder)  # fail now, not in a worker, on a bad name
-        if on_error not in ON_ERROR:
-            raise UsageError(f"on_error={on_error!r}; choose one of: {', '.join(ON_ERROR)}.")
-        ram, resize, fallback = ram_cache_options(
-            ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
-        )
-        if ram and decoder is None:
-            raise UsageError("ram_cache=True keeps decoded pixels: it needs a decoder, not decoder=None.")
-        if not ram and resize is not None:
-            raise UsageError(f"ram_cache_resize={resize!r} only applies with ram_cache=True.")
+        """Args:
+        reader: the format reader (``iotool.open_reader``).
+        decoder, transform: as :class:`~iotool.loading.options.DatasetOptions`'; left out, the
+            ``options``' (default ``"fused"`` and None).
+        options: the dataset's options (:class:`~iotool.loading.options.DatasetOptions`).
+        **keywords: options by name, changing ``options`` (``on_error="skip"``, ``fields=...``,
+            ``ram_cache=True``, ``targets=TargetOptions(...)``, ``seed=3``, ...: the keywords of
+            :meth:`~iotool.loading.options.DatasetOptions.of`).
+        """
+        self.options = options = resolve(options, decoder, transform, keywords)
         self.reader = reader
         # what a sample is: the names chosen, in order, and whether a dict (UsageError on an unknown name)
-        self.fields, self.as_dict = reader.schema.select(fields)
-        self.decoder = decoder
-        self._backend = AUTO if decoder == FUSED else decoder  # what decodes when nothing is fused
-        self.transform = transform
-        self.on_error = on_error
-        self.max_skips = max_skips
-        self.check_checksums = check_checksums
+        self.fields, self.as_dict = reader.schema.select(options.fields)
+        self.decoder = options.decoder
+        self._backend = AUTO if options.decoder == FUSED else options.decoder  # what decodes when nothing is fused
+        self.transform = options.transform
+        self.on_error = options.on_error
+        self.max_skips = options.max_skips
+        self.check_checksums = options.check_checksums
         self.skipped = 0  # bad records skipped in this process
-        self.cache: RamCache | None = open_ram_cache(reader, resize, fallback) if ram else None
+        ram = options.ram_cache
+        self.cache: RamCache | None = open_ram_cache(reader, ram.resize, ram.fallback) if ram.enabled else None
         # without a cache (also after ram_cache_fallback), as plain open_dataset(path, transform=T)
-        self.fusing = decoder == FUSED and self.cache is None
+        self.fusing = options.decoder == FUSED and self.cache is None
         self._fused_for: tuple[Any, Any] = (None, None)
         # (image, class) as a tuple: ds[i] is (image, label) as before fields existed
         self._plain = self.fields == (IMAGE, CLASS) and not self.as_dict
@@ -170,9 +134,9 @@ class ImageDataset(ReaderInfo, Dataset):
         # the chosen names besides the image, and the stored ones among them: asked per sample
         self._others = tuple(n for n in self.fields if n != IMAGE)
         self._wanted = tuple(n for n in self._others if n != CLASS)
-        self.target_options = targets or TargetOptions()
-        self._mover = TargetMover.plan(reader.schema, self.fields, self.target_options, transform)
-        self.seed = checked_seed(seed, "(ds[i] draws from each transform's own stream)")
+        self.target_options = options.targets
+        self._mover = TargetMover.plan(reader.schema, self.fields, self.target_options, options.transform)
+        self.seed = options.seed
         self.epoch = 0  # with a seed, the epoch keys each record's augmentation (set_epoch)
         self._rank: tuple[int, int] | None = None  # (pid, rank) it was read in
 

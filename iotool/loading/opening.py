@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal
 
 from ..errors import UsageError, checked_keywords, unknown_argument
 from ..formats import FormatReader, ShardedReader, detect_format
 from ..storage import StorageConfig
 from .iterable import ShardedIterableDataset
-from .mapstyle import DEFAULT_DECODER, ImageDataset
-from .ramcache import ram_cache_options
-from .targets import TargetOptions
+from .mapstyle import ImageDataset
+from .options import KEYWORDS, UNSET, DatasetOptions, Unset, resolve, split_keywords
 
 __all__ = ["open_dataset", "open_reader"]
 
@@ -52,30 +51,23 @@ def open_reader(
 
 def open_dataset(
     path: str | os.PathLike,
-    decoder: str | None = DEFAULT_DECODER,
-    transform: Callable[[Any], Any] | None = None,
+    decoder: str | None | Literal[Unset.UNSET] = UNSET,
+    transform: Callable[[Any], Any] | None | Literal[Unset.UNSET] = UNSET,
     *,
-    on_error: str = "raise",
-    max_skips: int = 100,
-    check_checksums: bool = False,
-    ram_cache: bool = False,
-    ram_cache_resize: int | None = None,
-    ram_cache_fallback: bool = False,
+    options: DatasetOptions | None = None,
     storage_options: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike | None = None,
     cache_max_bytes: int | None = None,
     retries: int = 3,
-    cache: str | None = None,
-    cache_resize: int | None = None,
-    cache_fallback: bool | None = None,
-    fields: str | Sequence[str] | None = None,
-    masks: str | Sequence[str] = (),
-    keep_empty_boxes: bool = False,
-    move_targets: bool = True,
-    seed: int | None = None,
-    **iterable_options: Any,
+    **keywords: Any,
 ) -> ImageDataset | ShardedIterableDataset:
     """Open an iotool dataset as a torch Dataset, detecting its format.
+
+    The dataset's options are one :class:`~iotool.loading.options.DatasetOptions` (``options=``),
+    or given by name as below (``decoder``, ``transform``, ``on_error``, ..., ``seed``), the names
+    changing ``options`` when both are given; ``storage_options``, ``cache_dir``,
+    ``cache_max_bytes`` and ``retries`` say how the files are read, ``shuffle``, ``window``,
+    ``even`` how a sharded dataset is ordered.
 
     Args:
         path: a dataset written by ``iotool convert``: a local path, or for formats read remotely
@@ -146,8 +138,10 @@ def open_dataset(
             dataset's). None: map-style datasets draw from each transform's own stream, as
             before; sharded datasets always key their records (seed 0), and their seed also
             seeds the shuffle.
-        **iterable_options: for sharded formats (tar), :class:`ShardedIterableDataset` options
-            (``shuffle``, ``buffer_size``, ``even``).
+        options: the dataset's options (:class:`~iotool.loading.options.DatasetOptions`); the
+            keyword arguments of the same names change them.
+        **keywords: the options above by name; for sharded formats (tar) also
+            :class:`ShardedIterableDataset`'s order options (``shuffle``, ``window``, ``even``).
 
     Returns:
         lmdb, hdf5, bmp: an :class:`ImageDataset` (``len``, ``ds[i] -> (image, label)``).
@@ -155,30 +149,17 @@ def open_dataset(
         Both have ``classes``, ``class_to_idx``, ``keys``, ``schema`` (the stored fields),
         ``fields`` (the names a sample holds, in order) and ``as_dict``.
     """
+    named, iterable_options = split_keywords(keywords)
     check_iterable_options(iterable_options)
-    ram, resize, fallback = ram_cache_options(
-        ram_cache, ram_cache_resize, ram_cache_fallback, cache, cache_resize, cache_fallback
-    )
+    options = resolve(options, decoder, transform, named)  # checked once, before the dataset is opened
     config = _storage_config(storage_options, cache_dir, cache_max_bytes, retries)
     spec = detect_format(path, config)
     reader = spec.reader(path, storage=config)
-    common = {
-        "on_error": on_error,
-        "max_skips": max_skips,
-        "check_checksums": check_checksums,
-        "ram_cache": ram,
-        "ram_cache_resize": resize,
-        "ram_cache_fallback": fallback,
-        "fields": fields,
-        "targets": TargetOptions.of(masks, keep_empty_boxes, move_targets),
-    }
     if isinstance(reader, ShardedReader):  # spec.iterable
-        if seed is not None:
-            iterable_options["seed"] = seed
-        return ShardedIterableDataset(reader, decoder=decoder, transform=transform, **common, **iterable_options)
+        return ShardedIterableDataset(reader, options=options, **iterable_options)
     if iterable_options:
         raise UsageError(f"{', '.join(iterable_options)}: only for sharded formats, not {spec.name}.")
-    return ImageDataset(reader, decoder=decoder, transform=transform, seed=seed, **common)
+    return ImageDataset(reader, options=options)
 
 
 def check_iterable_options(given: dict[str, Any]) -> None:
@@ -186,7 +167,8 @@ def check_iterable_options(given: dict[str, Any]) -> None:
     naming the closest (``transforms=``: did you mean ``transform``?) and the choices."""
     import inspect
 
-    arguments = [name for name in inspect.signature(open_dataset).parameters if name != "iterable_options"]
+    own = [name for name in inspect.signature(open_dataset).parameters if name != "keywords"]
+    arguments = [*own[:3], *(k for k in KEYWORDS if k not in own), *own[3:]]
     params = inspect.signature(ShardedIterableDataset.__init__).parameters.values()
     options = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in arguments]
     for name in given:

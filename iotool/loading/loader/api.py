@@ -48,6 +48,8 @@ from ...errors import UsageError, checked_keywords
 from ..iterable import ShardedIterableDataset
 from ..mapstyle import ImageDataset
 from ..mix import MixedDataset
+from ..opening import open_dataset
+from ..options import DatasetOptions
 from ..order import EpochOrder
 from ..split import rank_world
 from .arguments import DATALOADER_ARGUMENTS, positive
@@ -107,7 +109,8 @@ class Loader:
 
     Args:
         dataset: an :class:`~iotool.ImageDataset` or :class:`~iotool.ShardedIterableDataset`
-            returning images of one size (a crop or resize transform).
+            returning images of one size (a crop or resize transform), or the path of one,
+            opened with ``options``.
         batch_size: samples per batch.
         shuffle: reshuffle every epoch (map-style: ``torch.randperm`` seeded with ``seed + epoch``,
             as ``DistributedSampler``; sharded: by shards and a shuffle buffer, as the dataset
@@ -134,6 +137,8 @@ class Loader:
             only): for samples that run Python (a transform of your own), which threads of one
             process run one at a time. 0 (the default): the threads run in this process. The
             batches are the same for any ``processes`` and ``threads``.
+        options: with a path, the dataset's options
+            (:class:`~iotool.loading.options.DatasetOptions`: decoder, transform, fields, ...).
 
     Raises:
         UsageError: a dataset that is not iotool's, or a bad option (the message names it).
@@ -142,7 +147,7 @@ class Loader:
     @checked_keywords(hints=DATALOADER_ARGUMENTS)
     def __init__(
         self,
-        dataset: ImageDataset | ShardedIterableDataset | MixedDataset,
+        dataset: ImageDataset | ShardedIterableDataset | MixedDataset | str | os.PathLike,
         batch_size: int = 1,
         *,
         shuffle: bool | None = None,
@@ -158,7 +163,15 @@ class Loader:
         world_size: int | None = None,
         isolate: bool = False,
         processes: int = 0,
+        options: DatasetOptions | None = None,
     ):
+        if isinstance(dataset, (str, os.PathLike)):
+            dataset = open_dataset(dataset, options=options)
+        elif options is not None:
+            raise UsageError(
+                "Loader: options= are a dataset's, for a path it opens (Loader(path, options=...)); "
+                "this dataset has its own already (open_dataset(path, options=...))."
+            )
         if not isinstance(dataset, (ImageDataset, ShardedIterableDataset, MixedDataset)):
             raise UsageError(
                 f"iotool.Loader reads iotool's datasets (iotool.open_dataset: ImageDataset, "
