@@ -492,8 +492,9 @@ class Loader:
 
     def _decoders(self) -> list[ImageDataset]:
         """The map-style datasets that decode this loader's records (a mix: one per source)."""
-        sources = self.dataset.sources if isinstance(self.dataset, MixedDataset) else (self.dataset,)
-        return [source.mapstyle for source in sources]
+        if isinstance(self.dataset, MixedDataset):
+            return [source.mapstyle for source in self.dataset.sources]
+        return [self.mapstyle]
 
     def sample(self, index: int) -> tuple[Any, ...]:
         """Record ``index`` decoded and transformed: its elements in :attr:`fields` order, then the

@@ -6,21 +6,24 @@ needs of the others, not against their classes:
   :class:`~iotool.loading.loader.sharedring.SharedRing`.
 - :class:`Pass`: one pass over an epoch (deliver the next batch, stop, alive, the batches it
   delivered), implemented by the thread pass and the isolated pass.
-- :class:`SampleSource`: what a pass computes each sample with (the Loader's skip policy).
-- :class:`OrderedDataset`: what the Loader asks of a dataset kind (its order, its map-style dataset).
+- :class:`SampleSource`: what a pass computes each sample with (the Loader's skip policy), and
+  its :class:`Runs` (samples a run at a time in one C call: :class:`~.runs.SampleRuns`).
+- :class:`OrderedDataset`: what the Loader asks of a dataset kind (its order, its map-style
+  dataset, a :class:`RecordDataset`).
 - :class:`PassPlan`: the plain numbers a pass is given (no back reference to the Loader).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
-from ..mapstyle import ImageDataset
 from ..order import EpochOrder, GlobalOrder, RecordOrder
 from .columns import Layout
-from .runs import SampleRuns, Stored
+from .runs import Stored
 from .slot import Slot
+
+T = TypeVar("T")
 
 Batch = Any
 """What a pass delivers: a tuple in the dataset's ``fields`` order (or a dict) of uint8 images
@@ -66,6 +69,33 @@ class Ring(Protocol):
         ...
 
 
+class Runs(Protocol):
+    """Samples computed a run at a time, one C call each (:class:`~.runs.SampleRuns`)."""
+
+    shape: tuple[int, int, int]  # (C, H, W) of the images a run writes
+
+    def fill(self, slot: Slot, first: int, indices: list[int], words: tuple[int, int, int]) -> list[tuple[int, Stored]]:
+        """Compute records ``indices`` into rows ``first`` on of ``slot``; returns ``(k, stored)``
+        for each sample left to the per-sample path (``stored``: what was read of it, or None)."""
+        ...
+
+
+class RecordDataset(Protocol):
+    """What the Loader asks of the map-style dataset that decodes and transforms each record
+    (:class:`~iotool.loading.mapstyle.ImageDataset`)."""
+
+    fields: tuple[str, ...]  # the names a sample holds, in order
+    as_dict: bool  # a sample is a dict rather than a tuple
+    on_error: str  # "raise" or "skip": the Loader's default policy
+    max_skips: int
+
+    def __len__(self) -> int: ...
+
+    def first_readable(self, index: int, attempt: Callable[[int], T | None]) -> tuple[T, int]:
+        """(``attempt(record)``, record) for the first record from ``index`` on that gives something."""
+        ...
+
+
 class SampleSource(Protocol):
     """What a pass computes each record's sample with."""
 
@@ -78,7 +108,7 @@ class SampleSource(Protocol):
         """``PATH: record I (KEY)``, for error messages."""
         ...
 
-    def runs(self) -> SampleRuns | None:
+    def runs(self) -> Runs | None:
         """Runs of samples computed in one call each (:class:`~.runs.SampleRuns`), or None."""
         ...
 
@@ -87,7 +117,7 @@ class OrderedDataset(Protocol):
     """What :class:`iotool.Loader` asks of a dataset kind (``ImageDataset``, ``ShardedIterableDataset``)."""
 
     @property
-    def mapstyle(self) -> ImageDataset:
+    def mapstyle(self) -> RecordDataset:
         """The map-style dataset that decodes and transforms each record."""
         ...
 
