@@ -206,19 +206,25 @@ def test_masks_follow_the_crop_and_flip_as_torchvision_moves_pycocotools_masks(c
     assert dropped > 0 and kept > 0  # the crops dropped some boxes with their masks, kept others
 
 
-def test_loader_runs_give_the_masks_each_sample_gives(coco):
-    """The Loader's runs (threads, fused) hold the masks and areas ``ds[i]`` gives on a
-    deterministic transform; tar's sharded reader gives lmdb's."""
-    from iotool.transforms import CenterCrop, Resize
+def test_loader_runs_give_the_masks_each_sample_gives(coco, monkeypatch):
+    """The Loader's runs (threads, fused: a run's crops drawn and moved at once) hold the masks,
+    areas and boxes the per-sample path gives on the same keyed draws (``seed=``): ``ds[i]`` on
+    lmdb, iterating on tar (whose records are keyed in its own, shuffled, order)."""
+    from iotool.loading.targets import TargetMover
+
+    runs = []
+    move_run = TargetMover.move_run
+    monkeypatch.setattr(TargetMover, "move_run", lambda self, *a: runs.append(1) or move_run(self, *a))
 
     def transform():
-        return Compose([Resize(30), CenterCrop(SIZE), RandomHorizontalFlip(p=1.0)])
+        return Compose([RandomResizedCrop(SIZE, scale=(0.2, 1.0)), RandomHorizontalFlip()])
 
     _, paths = coco
-    per_sample = open_masks(paths["lmdb"], transform())
-    want = {int(s[4]): s for s in (per_sample[i] for i in range(len(per_sample)))}
     for path in (paths["lmdb"], paths["tar"]):
-        ds = open_masks(path, transform())
+        per_sample = open_masks(path, transform(), seed=11)
+        samples = [per_sample[i] for i in range(len(per_sample))] if path == paths["lmdb"] else list(per_sample)
+        want = {int(s[4]): s for s in samples}
+        ds = open_masks(path, transform(), seed=11)
         seen = set()
         for _images, boxes, masks, areas, ids in iotool.Loader(ds, batch_size=4, threads=2):
             for b, m, a, image_id in zip(boxes, masks, areas, ids.tolist()):
@@ -226,8 +232,8 @@ def test_loader_runs_give_the_masks_each_sample_gives(coco):
                 assert torch.equal(m, ref[2]) and np.array_equal(np.asarray(a), ref[3])
                 assert torch.equal(torch.as_tensor(b["boxes"]), torch.as_tensor(ref[1]["boxes"]))
                 seen.add(image_id)
-        assert seen == set(want)
-    assert sum(len(s[2]) for s in want.values()) > 0
+        assert seen == set(want) and sum(len(s[2]) for s in want.values()) > 0
+    assert runs  # the runs path moved them
 
 
 def test_tar_reads_back_the_masks_lmdb_reads(coco):
