@@ -146,7 +146,7 @@ def layout_of(dataset: Any) -> Layout:
 
 def write_fixed(col: Column, rows: np.ndarray, row: int, value: Any, where: str) -> None:
     """Write one sample's ``value`` of fixed column ``col`` into row ``row`` of its memory."""
-    scalar = _scalar(col)
+    scalar = _scalar(col, value)
     try:
         if scalar == "i":
             rows[row] = operator.index(value)
@@ -162,12 +162,14 @@ def write_fixed(col: Column, rows: np.ndarray, row: int, value: Any, where: str)
         raise UsageError(f"{where}: {what} {value!r:.80} is not {expected}.") from None
 
 
-def _scalar(col: Column) -> str:
-    """``"i"`` or ``"f"`` where a fixed column holds one int64 or float64 a sample (the label, or a
-    kind kept as a sharded index's value column), else ``""`` (an array)."""
-    if col.spec is None or col.kind == CLASS:
-        return "i"
-    return {"int": "i", "float": "f"}.get(col.spec.field_kind.index_column or "", "")
+def _scalar(col: Column, value: Any) -> str:
+    """``"i"`` or ``"f"`` where a fixed column holds one number a sample (its dtype's kind) and
+    ``value`` is not an array (a 0-d array is written as an array, held to the schema), else
+    ``""``."""
+    if col.shape or isinstance(value, np.ndarray):
+        return ""
+    kind = col.numpy_dtype().kind
+    return "i" if kind in "iub" else "f" if kind == "f" else ""
 
 
 def _write_array(col: Column, rows: np.ndarray, row: int, value: Any, where: str) -> None:
