@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterable, Sequence
 
 from ..errors import FormatError, UsageError
 from .kinds.array import dtype_name as dtype_name  # re-exported: its home is the array kind
-from .kinds.base import SPEC_ATTRIBUTES
+from .kinds.base import SPEC_ATTRIBUTES, FieldKind
 from .kinds.boxes import BOX_FORMATS as BOX_FORMATS  # re-exported: its home is the boxes kind
 from .kinds.payload import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS  # re-exported
 from .kinds.registry import BUILTIN, find_kind, kind_names
@@ -128,9 +129,9 @@ class FieldSpec:
         if problem:
             raise UsageError(f"field {self.name!r:.80}: {problem}.")
 
-    @property
-    def field_kind(self) -> Any:
-        """The field's :class:`~iotool.fields.kinds.FieldKind`."""
+    @cached_property
+    def field_kind(self) -> FieldKind:
+        """The field's :class:`~iotool.fields.kinds.FieldKind` (looked up once)."""
         kind = find_kind(self.kind)
         assert kind is not None  # checked when the spec was made
         return kind
