@@ -136,6 +136,10 @@ class FieldSpec:
         assert kind is not None  # checked when the spec was made
         return kind
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields, without the kind looked up (a process unpickling it looks up its own)."""
+        return {k: v for k, v in self.__dict__.items() if k != "field_kind"}
+
     def param(self, name: str, default: Any = None) -> Any:
         """The kind's own attribute ``name`` (:attr:`params`), or ``default``."""
         return dict(self.params).get(name, default)

@@ -188,9 +188,3 @@ class FieldKind:
 
     def __repr__(self) -> str:
         return f"<field kind {self.name!r}>"
-
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        """Pickled by name: a process unpickling it gets its own registered kind."""
-        from .registry import field_kind
-
-        return field_kind, (self.name,)
