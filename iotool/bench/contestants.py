@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
-from ..errors import IotoolError
+from ..errors import IotoolError, UsageError
 from ..formats import formats_where
 from .read import make_loader
 from .tvimport import import_torchvision
@@ -63,9 +63,11 @@ class Contestant(Protocol):
 
     def __len__(self) -> int:
         """Images per epoch."""
+        ...
 
     def loader(self, batch_size: int, workers: int) -> Iterable[tuple[Any, Any]]:
         """Batches of ``(images, labels)``, one epoch per ``iter()``, through ``workers`` workers."""
+        ...
 
 
 def conversion_options(fmt: str, size: int) -> dict[str, Any]:
@@ -195,9 +197,12 @@ class WebDatasetPIL:
     ):
         import webdataset  # noqa: F401  (fail early when it is missing)
 
+        from ..formats.reader import ShardedReader
         from ..loading.opening import open_reader
 
         reader = open_reader(shard_dir)
+        if not isinstance(reader, ShardedReader):
+            raise UsageError(f"{shard_dir}: a {reader.meta.format} dataset, not sharded; webdataset reads shards only")
         self.urls = reader.shard_urls()
         self.count = len(reader)
         self.transform, self.collate = transform, collate
@@ -208,10 +213,10 @@ class WebDatasetPIL:
 
     def dataset(self) -> Any:
         """The webdataset pipeline: PIL decode to HWC uint8, then the shared transform."""
-        import webdataset as wds
+        from webdataset.compat import WebDataset  # where the package defines it (its __init__ re-exports it)
 
         return (
-            wds.WebDataset(self.urls, shardshuffle=False, empty_check=False)
+            WebDataset(self.urls, shardshuffle=False, empty_check=False)
             .decode("rgb8")
             .to_tuple("jpg;jpeg;png", "cls")
             .map_tuple(self.transform, int)

@@ -37,6 +37,7 @@ import numpy as np
 from ..decode import decode
 from ..decode import region as R
 from ..decode.backends import parse_jpeg_header
+from ..errors import InternalError
 from ..loading.collate import fast_collate
 from ..loading.opening import open_reader
 from ..transforms import RandomResizedCrop, random_resized_crop_params
@@ -52,7 +53,7 @@ def crops(headers: list[Any]) -> list[tuple[int, int, int, int]]:
     return [random_resized_crop_params(h.height, h.width, (0.08, 1.0), (3 / 4, 4 / 3), rng) for h in headers]
 
 
-Step = tuple[Callable[[], None], int]  # one pass over the items, and how many items it covers
+Step = tuple[Callable[[], object], int]  # one pass over the items, and how many items it covers
 
 
 def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Step]:
@@ -73,15 +74,20 @@ def steps(built: dict[str, str], datas: list[bytes]) -> dict[str, Step]:
         reader = open_reader(path)
         count = len(reader)
         out[f"read {fmt}"] = (lambda r=reader, n=count: deque(r.read_many(range(n)), maxlen=0), count)
-        if reader.native_decode is not None:  # the bmp cache: what its dataset runs (the fused crop of its rows)
+        native_decode = reader.native_decode
+        if native_decode is not None:  # the bmp cache: what its dataset runs (the fused crop of its rows)
             stored = [data for _, data, _ in reader.read_many(range(count))]
-            native = fuse(RandomResizedCrop(SIZE, seed=0), reader.native_decode)
-            out[f"decode+crop {fmt}"] = _each(native or (lambda data, d=reader.native_decode: resize(d(data))), stored)
+            native = fuse(RandomResizedCrop(SIZE, seed=0), native_decode)
+            crop = native if native is not None else (lambda data, d=native_decode: resize(d(data)))
+            out[f"decode+crop {fmt}"] = _each(crop, stored)
+    fused = fuse(RandomResizedCrop(SIZE, seed=0))
+    if fused is None:  # RandomResizedCrop always fuses; None would be a fault of the fused table
+        raise InternalError("RandomResizedCrop did not fuse with decoding")
     out.update(
         {
             "pil": _each(_pil_decode, datas),
             "simplejpeg": _each(lambda data: decode(data, "simplejpeg"), datas),
-            "fused": _each(fuse(RandomResizedCrop(SIZE, seed=0)), datas),
+            "fused": _each(fused, datas),
             "resize": _each(resize, decoded),
             "resize torch": _each(torch_resize, decoded),
             "collate": (_each(fast_collate, batches)[0], len(tensors)),

@@ -140,7 +140,7 @@ def sample_images() -> Path:
     Raises:
         UsageError: the folder is missing (a packaging problem), with what to do instead.
     """
-    folder = resources.files(__package__) / SAMPLE_IMAGES
+    folder = resources.files("iotool.bench") / SAMPLE_IMAGES  # pyproject's package-data
     if not isinstance(folder, Path) or not folder.is_dir():
         raise UsageError(
             f"iotool's bundled sample images are missing ({folder}); reinstall iotool, "

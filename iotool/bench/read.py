@@ -119,9 +119,9 @@ def make_loader(
 def run_epoch(loader: Any, epoch: int) -> tuple[int, float]:
     """Iterate the loader once; returns (samples, seconds). A loader whose dataset has
     ``set_epoch`` (the sharded formats) is told the epoch first."""
-    dataset = getattr(loader, "dataset", None)
-    if hasattr(dataset, "set_epoch"):
-        dataset.set_epoch(epoch)
+    set_epoch = getattr(getattr(loader, "dataset", None), "set_epoch", None)
+    if set_epoch is not None:
+        set_epoch(epoch)
     images, start = 0, time.perf_counter()
     for batch in loader:
         images += batch_samples(batch)
@@ -167,7 +167,7 @@ def bench_read(
     progress = progress or no_progress
     dec = _check_options(decoder, workers, batch_size, epochs)
     fmt = detect_format(path).name
-    iterable = {"shuffle": shuffle} if detect_format(path).iterable else {}
+    iterable: dict[str, Any] = {"shuffle": shuffle} if detect_format(path).iterable else {}
     if cache not in (None, "ram"):
         raise UsageError(f"cache={cache!r}; choose one of: None, 'ram'.")
     dataset = open_dataset(

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +77,13 @@ class JpegLibrary:
         return f"libjpeg-turbo {self.version or '(version unknown)'} ({self.origin}: {self.path})"
 
 
+def _extension() -> Any:
+    """The built extension module (a :class:`JpegLibrary` exists only when it is built); RuntimeError if not."""
+    if _jpegregion is None:
+        raise RuntimeError(f"the JPEG region decoder is {_MISSING}; {HINT}")
+    return _jpegregion
+
+
 def load_library(path: str, origin: str = "given") -> JpegLibrary:
     """Bind the region decoder to the libjpeg-turbo at ``path`` (a file or a soname).
 
@@ -83,10 +91,9 @@ def load_library(path: str, origin: str = "given") -> JpegLibrary:
         OSError: it does not load, lacks the scanline API or speaks another ABI.
         RuntimeError: the extension is not built.
     """
-    if _jpegregion is None:
-        raise RuntimeError(f"the JPEG region decoder is {_MISSING}; {HINT}")
-    handle = _jpegregion.load(path)
-    mapped = _jpegregion.library_path(handle)  # as first loaded: maybe PIL/../pillow.libs/... via RPATH
+    extension = _extension()
+    handle = extension.load(path)
+    mapped = extension.library_path(handle)  # as first loaded: maybe PIL/../pillow.libs/... via RPATH
     return JpegLibrary(handle, os.path.realpath(mapped) if mapped else path, origin)
 
 
@@ -200,7 +207,7 @@ def decode_jpeg_region(
         raise ValueError(f"box {box} at scale 1/{scale} is outside the {full_w}x{full_h} image")
     try:
         check_jpeg(data, header)  # rows below the region are never read: the end is checked here
-        pixels = _jpegregion.decode_region(library.handle, data, 8 // scale, top, left, height, width, MARGIN)
+        pixels = _extension().decode_region(library.handle, data, 8 // scale, top, left, height, width, MARGIN)
     except DecodeError as exc:
         raise DecodeError(f"{name}: {exc}") from None
     except ValueError as exc:
@@ -229,7 +236,7 @@ def decode_jpeg_seekable(
             f"box {box} at scale 1/{scale} is outside the {header.width}x{header.height} image reduced by {scale}"
         )
     try:
-        pixels = _jpegregion.decode_seekable(
+        pixels = _extension().decode_seekable(
             LIBRARY.handle,
             data,
             _s.TAG,
@@ -262,4 +269,4 @@ def transcode_with(
     ``data``'s DCT coefficients re-entropy-coded by ``library``, sequential, a restart marker every
     ``restart_mcus`` MCUs, optimised Huffman tables when ``optimize``; the APPn/COM segments kept
     but the one of ``skip_marker`` whose data starts with ``skip_tag``. ValueError if corrupt."""
-    return _jpegregion.transcode(library.handle, data, restart_mcus, int(optimize), skip_marker, skip_tag)
+    return _extension().transcode(library.handle, data, restart_mcus, int(optimize), skip_marker, skip_tag)
