@@ -28,7 +28,7 @@ def encode_bmp(image: np.ndarray) -> bytes:
     return header + info + rows.tobytes()
 
 
-def bmp_rows(data: bytes | memoryview) -> tuple[np.ndarray, bool]:
+def bmp_rows(data: bytes | bytearray | memoryview) -> tuple[np.ndarray, bool]:
     """The stored pixels of an uncompressed 24-bit BMP as an HxWx3 BGR view of ``data`` (rows keep
     their padding as stride; nothing is copied), in stored order, and whether that order is top-down.
 
@@ -51,7 +51,7 @@ def bmp_rows(data: bytes | memoryview) -> tuple[np.ndarray, bool]:
     return pixels[:, : w * 3].reshape(rows, w, 3), h < 0  # positive height: bottom-up rows
 
 
-def decode_bmp(data: bytes | memoryview) -> np.ndarray:
+def decode_bmp(data: bytes | bytearray | memoryview) -> np.ndarray:
     """Decode an uncompressed 24-bit BMP with numpy only; RGB uint8 HWC, C-contiguous.
 
     Raises:
