@@ -96,6 +96,7 @@ class FieldKind:
     runs: ClassVar[bool] = True  # a Loader's run decodes it beside the images
     on_grid: ClassVar[bool] = False  # its values lie on the image's pixel grid and move with it
     drops_rows: ClassVar[bool] = False  # a move may drop some of its entries (boxes), per-box fields follow
+    draws_masks: ClassVar[bool] = False  # open_dataset(masks=...) may name it: its values become masks
 
     # --- attributes -----------------------------------------------------------------------------
 
@@ -185,6 +186,15 @@ class FieldKind:
         """``value`` moved by ``record`` (a :class:`~iotool.transforms.geometry.GeometryRecord`:
         the ops one sample's image went through), and the entries kept (None: all of them)."""
         raise NotImplementedError(f"a {self.name} field does not move with the image")
+
+    def draw_masks(self, spec: FieldSpec, value: Any, size: tuple[int, int]) -> Any:
+        """A kind that :attr:`draws_masks`: ``value`` as uint8 masks ``(N, H, W)`` of ``size``."""
+        raise NotImplementedError(f"a {self.name} field is not drawn as masks")
+
+    @staticmethod
+    def areas(masks: Any) -> np.ndarray:
+        """A kind that :attr:`draws_masks`: the pixel count of each of its drawn ``masks``."""
+        raise NotImplementedError("a field drawn as masks gives their areas")
 
     def __repr__(self) -> str:
         return f"<field kind {self.name!r}>"
