@@ -1,17 +1,30 @@
-"""The map-style dataset over any format reader: decoding, fused decoding, the RAM cache, bad records."""
+"""The map-style dataset over any format reader: decoding, fused decoding, the RAM cache, bad records.
+
+A sample is computed in steps, each with one owner: the record is chosen by the caller (``ds[i]``,
+a sampler, the Loader's order); its stored values are read by
+:class:`~iotool.loading.storedvalues.StoredValues` (from what a sequential read already gave, a
+:class:`~iotool.loading.storedvalues.Given`); the image comes by one of three ways (the RAM
+cache's pixels, the stored bytes for a transform fused with decoding, or decoded whole) and is
+transformed; the targets are moved by :class:`~iotool.loading.targets.TargetMover`; the sample is
+assembled in :attr:`ImageDataset.fields` order. :meth:`ImageDataset.compute` raises a bad record,
+named; :meth:`ImageDataset.skip_or_raise` is the one place the dataset's ``on_error`` is applied
+(``ds[i]``, :meth:`ImageDataset.sample`, the iterable datasets), and :class:`iotool.Loader` calls
+``compute`` and applies its own.
+"""
 
 from __future__ import annotations
 
 import logging
 import operator
 import os
-from typing import Any, Callable, Literal, Sequence, TypeVar
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Literal, Sequence, TypeVar
 
 from torch.utils.data import Dataset
 
 from ..decode import AUTO, decode
 from ..errors import RECORD_ERRORS, DecodeError, RecordError
-from ..fields import CLASS, IMAGE, Schema, record_checksum
+from ..fields import CLASS, IMAGE, Schema
 from ..fields import decode as decode_field
 from ..formats import FormatReader
 from ..transforms.draws import sample_key
@@ -19,9 +32,9 @@ from ..transforms.fused import fuse, leaves_input_alone
 from ..transforms.samplescope import keyed_sample
 from .options import DECODERS, DEFAULT_DECODER, FUSED, ON_ERROR, UNSET, DatasetOptions, Unset, check_decoder, resolve
 from .order import ArrayOrder, EpochOrder, RecordOrder, permutation_order
-from .policy import on_error_now
 from .ramcache import RamCache, open_ram_cache
 from .split import rank_world
+from .storedvalues import NOTHING, Given, StoredValues
 from .targets import TargetMover, record_image_size
 
 T = TypeVar("T")
@@ -122,6 +135,7 @@ class ImageDataset(ReaderInfo, Dataset):
         self.on_error = options.on_error
         self.max_skips = options.max_skips
         self.check_checksums = options.check_checksums
+        self.values = StoredValues(reader, options.check_checksums)  # reads each record's stored values
         self.skipped = 0  # bad records skipped in this process
         ram = options.ram_cache
         self.cache: RamCache | None = open_ram_cache(reader, ram.resize, ram.fallback) if ram.enabled else None
@@ -130,7 +144,6 @@ class ImageDataset(ReaderInfo, Dataset):
         self._fused_for: tuple[Any, Any] = (None, None)
         # (image, class) as a tuple: ds[i] is (image, label) as before fields existed
         self._plain = self.fields == (IMAGE, CLASS) and not self.as_dict
-        self._every_stored = tuple(f.name for f in reader.schema.stored)
         # the chosen names besides the image, and the stored ones among them: asked per sample
         self._others = tuple(n for n in self.fields if n != IMAGE)
         self._wanted = tuple(n for n in self._others if n != CLASS)
@@ -162,9 +175,7 @@ class ImageDataset(ReaderInfo, Dataset):
     def fields_to_read(self) -> tuple[str, ...]:
         """The stored fields each record's read needs: those chosen, or with ``check_checksums``
         every stored field (the record's checksum covers them all), in schema order then."""
-        if self.check_checksums and self._every_stored:
-            return self._every_stored
-        return self.stored_fields
+        return self.values.to_read(self.stored_fields)
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -237,89 +248,45 @@ class ImageDataset(ReaderInfo, Dataset):
         """``order``'s record indices from position ``start``, as ``DistributedSampler``."""
         return RecordOrder(order.indices(len(self)), start)
 
+    # -- the sample path: read its stored values, decode and transform, move the targets, assemble --
     def load(
         self, index: int, data: bytes | None = None, label: int | None = None, min_size: tuple[int, int] | None = None
     ) -> tuple[Any, int] | None:
         """Read (unless given) and decode record ``index``; None when it is bad and skipped."""
-        loaded = self._load(index, data, label, min_size, None, ())
-        return None if loaded is None else (loaded[0], loaded[1])
-
-    def _load(
-        self,
-        index: int,
-        data: bytes | None,
-        label: int | None,
-        min_size: tuple[int, int] | None,
-        stored: dict[str, bytes] | None,
-        names: Sequence[str],
-    ) -> tuple[Any, int, dict[str, bytes]] | None:
-        """:meth:`load` with the stored bytes of fields ``names`` (given in ``stored`` or read)."""
         try:
-            data, label, got = self._read(index, data, label, stored, names)
-            return self._decode(index, data, min_size), label, got
-        except RECORD_ERRORS as exc:
-            return self._bad_record(index, exc)
-
-    def _read(
-        self,
-        index: int,
-        data: bytes | None,
-        label: int | None,
-        stored: dict[str, bytes] | None = None,
-        names: Sequence[str] = (),
-    ) -> tuple[bytes, int, dict[str, bytes]]:
-        """The stored bytes and label of record ``index`` (read unless given) and of its fields
-        ``names`` (taken from ``stored`` or read; every stored field with ``check_checksums``),
-        the record's checksum checked if asked."""
-        if data is None or label is None:
-            if names and stored is None and not self.check_checksums:
-                return self.reader.read_record(index, names)  # image and fields in one pass
-            data, label = self.reader.read(index)
-        if not self.check_checksums:
-            return data, label, self._stored(index, names, stored) if names else {}
-        every = self.fields_to_read  # every stored field (schema order) when the schema has any
-        got = self._stored(index, every, stored) if every else {}
-        if record_checksum(data, got) != self.reader.checksums[index]:
-            raise RecordError("checksum mismatch: the stored bytes were modified or corrupted")
-        return data, label, got
-
-    def _stored(self, index: int, names: Sequence[str], stored: dict[str, bytes] | None) -> dict[str, bytes]:
-        """The stored bytes of fields ``names`` of record ``index``, in that order: from ``stored``
-        (what a sequential read gave) when it has them all, else read."""
-        if not names:
-            return {}
-        if stored is None:
-            return self.reader.read_fields(index, names)  # the reader gives exactly these, in order
-        if any(n not in stored for n in names):
-            stored = self.reader.read_fields(index, names)
-        missing = [n for n in names if n not in stored]
-        if missing:
-            raise RecordError(f"the reader gave no stored value of {', '.join(missing)}")
-        return {n: stored[n] for n in names}
-
-    def _values(self, names: Sequence[str], label: int | None, stored: dict[str, bytes]) -> dict[str, Any]:
-        """The values of fields ``names`` (not the image): the label for ``class``, the others decoded."""
-        schema = self.schema
-        return {n: int(label or 0) if n == CLASS else decode_field(schema[n], stored[n], "decoding") for n in names}
+            with self._bad(index):
+                data, label, _ = self.values.record(index, (), Given(data, label))
+                return self._decode(index, data, min_size), label
+        except RecordError as exc:
+            return self.skip_or_raise(exc)
 
     def sample(
         self, index: int, data: bytes | None = None, label: int | None = None, *, stored: dict[str, bytes] | None = None
     ) -> Any:
         """Load, decode and transform record ``index`` into what ``ds[index]`` returns: ``(image,
         label)`` with the default fields of a class-labelled dataset, else the tuple or dict of
-        :attr:`fields`; None when it is bad and skipped. ``data``, ``label`` and ``stored`` (field
-        name -> stored bytes) are what a sequential read already gave.
+        :attr:`fields`; None when it is bad and skipped (``on_error``). ``data``, ``label`` and
+        ``stored`` (field name -> stored bytes) are what a sequential read already gave.
 
         A :class:`~iotool.DecodeError` raised by the transform (a decoding transform such as
         ``DecodeRandomResizedCrop`` fed the stored bytes) counts as a bad record too.
         """
+        try:
+            return self.compute(index, Given(data, label, stored))
+        except RecordError as exc:
+            return self.skip_or_raise(exc)
+
+    def compute(self, index: int, given: Given = NOTHING) -> Any:
+        """:meth:`sample` of record ``index`` from what was ``given`` of it, whatever ``on_error``.
+
+        Raises:
+            RecordError: the record is bad, naming the dataset, the record and its key (the
+                caller decides: :meth:`sample` by ``on_error``, :class:`iotool.Loader` by its own).
+        """
         if self._plain:  # (image, label), nothing else decoded
-            plain = self._sample(index, data, label, stored)
-            return None if plain is None else plain[:2]
-        got = self.sample_fields(index, data, label, stored=stored)
-        if got is None:
-            return None
-        image, values = got
+            image, label, _ = self._image_sample(index, given, (), ())
+            return image, label
+        image, values = self._fields_sample(index, given, None)
         if self.as_dict:
             return {IMAGE: image, **values}
         return tuple(image if n == IMAGE else values[n] for n in self.fields)
@@ -338,6 +305,15 @@ class ImageDataset(ReaderInfo, Dataset):
         field chosen, by name in their order (``class``: the int label). ``fields``: as the
         dataset's ``fields=`` (None: :attr:`fields`). None when the record is bad and skipped.
         ``data``, ``label``, ``stored``: as in :meth:`sample` (read when not given)."""
+        try:
+            return self._fields_sample(index, Given(data, label, stored), fields)
+        except RecordError as exc:
+            return self.skip_or_raise(exc)
+
+    def _fields_sample(
+        self, index: int, given: Given, fields: str | Sequence[str] | None
+    ) -> tuple[Any, dict[str, Any]]:
+        """(image or None, values of the other fields chosen) of record ``index``; raises a named RecordError."""
         if fields is None:
             names, others, wanted = self.fields, self._others, self._wanted
         else:
@@ -345,57 +321,50 @@ class ImageDataset(ReaderInfo, Dataset):
             others = tuple(n for n in names if n != IMAGE)
             wanted = tuple(n for n in others if n != CLASS)
         if IMAGE not in names:
-            try:  # no image to decode: its bytes are read only to check the checksum
-                if self.check_checksums:
-                    _, label, got = self._read(index, data, label, stored, wanted)
-                else:
-                    if label is None and CLASS in others:
-                        label = self.reader.labels[index]
-                    got = self._stored(index, wanted, stored)
+            with self._bad(index):  # no image to decode: its bytes are read only to check the checksum
+                label, got = self.values.without_image(index, wanted, CLASS in others, given)
                 values = self._values(others, label, got)
                 if self._mover is not None:
                     self._mover.decode_masks(values, record_image_size(self.reader, index))
-                return None, values
-            except RECORD_ERRORS as exc:
-                return self._bad_record(index, exc)
-        loaded = self._sample(index, data, label, stored, wanted, others)
-        return None if loaded is None else (loaded[0], loaded[2])
+            return None, values
+        image, _, values = self._image_sample(index, given, wanted, others)
+        return image, values
 
-    def _sample(
-        self,
-        index: int,
-        data: bytes | None,
-        label: int | None,
-        stored: dict[str, bytes] | None = None,
-        wanted: Sequence[str] = (),
-        others: Sequence[str] = (),
-    ) -> tuple[Any, int, dict[str, Any]] | None:
-        """(image, label, values of fields ``others``) of record ``index``; None when bad and skipped."""
-        transform, fused = self._transform, self.fused
-        if self.cache is not None:
-            loaded = self._cached(self.cache, index, data, label, stored, wanted)
-        elif fused is not None:
-            transform = fused
-            try:
-                loaded = self._read(index, data, label, stored, wanted)
-            except RECORD_ERRORS as exc:
-                return self._bad_record(index, exc)
-        else:
-            loaded = self._load(index, data, label, None, stored, wanted)
-        if loaded is None:
-            return None
-        try:
-            values = self._values(others, loaded[1], loaded[2]) if others else {}
-        except RECORD_ERRORS as exc:  # a stored field that does not decode
-            return self._bad_record(index, exc)
-        try:
+    def _image_sample(
+        self, index: int, given: Given, wanted: Sequence[str], others: Sequence[str]
+    ) -> tuple[Any, int, dict[str, Any]]:
+        """(image, label, values of fields ``others``) of record ``index``: its stored values read
+        (fields ``wanted``), its image decoded and transformed, its targets moved with it."""
+        pixels, transform, label, got = self._stored_image(index, given, wanted)
+        with self._bad(index):  # a stored field that does not decode
+            values = self._values(others, label, got) if others else {}
+        with self._bad(index, (DecodeError, RecordError)):
             if self._mover is None:
-                image = transform(loaded[0])
-            else:  # boxes and masks follow the image
-                image, values = self._mover.run(transform, loaded[0], values, self._shrunk(index, loaded[0]))
-        except (DecodeError, RecordError) as exc:
-            return self._bad_record(index, exc)
-        return image, loaded[1], values
+                return transform(pixels), label, values
+            # boxes and masks follow the image
+            image, values = self._mover.run(transform, pixels, values, self._shrunk(index, pixels))
+            return image, label, values
+
+    def _stored_image(
+        self, index: int, given: Given, wanted: Sequence[str]
+    ) -> tuple[Any, Callable[[Any], Any], int, dict[str, bytes]]:
+        """(what the transform takes, the transform, label, stored fields ``wanted``) of record
+        ``index`` by one of three ways: the RAM cache's pixels, the stored bytes for a transform
+        fused with decoding, or the image decoded whole."""
+        if self.cache is not None:
+            pixels, label, got = self._cached(self.cache, index, given, wanted)
+            return pixels, self._transform, label, got
+        fused = self.fused
+        with self._bad(index):
+            data, label, got = self.values.record(index, wanted, given)
+            if fused is not None:
+                return data, fused, label, got
+            return self._decode(index, data), self._transform, label, got
+
+    def _values(self, names: Sequence[str], label: int | None, stored: dict[str, bytes]) -> dict[str, Any]:
+        """The values of fields ``names`` (not the image): the label for ``class``, the others decoded."""
+        schema = self.schema
+        return {n: int(label or 0) if n == CLASS else decode_field(schema[n], stored[n], "decoding") for n in names}
 
     def _shrunk(self, index: int, image: Any) -> tuple[int, int] | None:
         """The stored image's (height, width) when ``image`` is the RAM cache's shrunk copy of it."""
@@ -415,49 +384,57 @@ class ImageDataset(ReaderInfo, Dataset):
         return self._fused_for[1]
 
     def _cached(
-        self,
-        cache: RamCache,
-        index: int,
-        data: bytes | None,
-        label: int | None,
-        stored: dict[str, bytes] | None = None,
-        names: Sequence[str] = (),
-    ) -> tuple[Any, int, dict[str, bytes]] | None:
+        self, cache: RamCache, index: int, given: Given, names: Sequence[str]
+    ) -> tuple[Any, int, dict[str, bytes]]:
         """Record ``index``'s pixels from the RAM ``cache``, decoding (and caching) them when not
         there yet, with the stored bytes of fields ``names`` (never cached: read each time)."""
         image = cache.get(index)
         if image is not None:
+            label = given.label
             got: dict[str, bytes] = {}
             if names:
-                try:  # with check_checksums the record's stored image is read again to check them
+                with self._bad(index):  # with check_checksums the record's stored image is read again to check them
                     if self.check_checksums:
-                        _, label, got = self._read(index, data, label, stored, names)
+                        _, label, got = self.values.record(index, names, given)
                     else:
-                        got = self._stored(index, names, stored)
-                except RECORD_ERRORS as exc:
-                    return self._bad_record(index, exc)
+                        got = self.values.fields(index, names, given.stored)
             # iotool's crops and resizes only read their input; anything else gets its own copy
             owned = image if leaves_input_alone(self.transform) else image.copy()
             return owned, label if label is not None else self.reader.labels[index], got
-        loaded = self._load(index, data, label, cache.decode_size(index), stored, names)
-        if loaded is None:
-            return None  # bad records are never cached
-        return cache.put(index, loaded[0]), loaded[1], loaded[2]
+        with self._bad(index):
+            data, label, got = self.values.record(index, names, given)
+            pixels = self._decode(index, data, cache.decode_size(index))
+        return cache.put(index, pixels), label, got  # bad records are never cached
 
-    def _bad_record(self, index: int, exc: BaseException) -> None:
-        """Raise a RecordError naming the dataset and key, or count a skip (bounded)."""
+    # -- bad records: one owner of on_error ----------------------------------------------------
+    @contextmanager
+    def _bad(self, index: int, errors: tuple[type[BaseException], ...] = RECORD_ERRORS) -> Iterator[None]:
+        """Raise ``errors`` raised in the block as a RecordError naming the dataset, record
+        ``index`` and its key."""
         try:
-            key = self.reader.keys[index]
-        except Exception:  # the key index itself may be what is broken
-            key = "?"
-        error = RecordError(f"{self.reader.path}: record {index} ({key}): {exc}")
-        if on_error_now(self.on_error) == "raise":  # a Loader's policy governs in its threads
+            yield
+        except errors as exc:
+            try:
+                key = self.reader.keys[index]
+            except Exception:  # the key index itself may be what is broken
+                key = "?"
+            raise RecordError(f"{self.reader.path}: record {index} ({key}): {exc}") from None
+
+    def skip_or_raise(self, error: RecordError) -> None:
+        """What the dataset's ``on_error`` does with a bad record's ``error``: raise it, or count a
+        skip (logged, at most ``max_skips`` in this process) and give None.
+
+        This is the one place ``on_error`` is applied to ``ds[i]``, :meth:`sample` and the
+        iterable datasets' streams; :class:`iotool.Loader` calls :meth:`compute` and applies its own.
+        """
+        if self.on_error == "raise":
             raise error from None
         self.skipped += 1
         if self.skipped > self.max_skips:
+            detail = str(error).removeprefix(f"{self.reader.path}: ")  # the record, its key and why
             raise RecordError(
                 f"{self.reader.path}: more than max_skips={self.max_skips} bad records in "
-                f"this process; the last: record {index} ({key}): {exc}"
+                f"this process; the last: {detail}"
             ) from None
         log.warning("skipping %s", error)
         return None

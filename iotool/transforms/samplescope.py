@@ -9,6 +9,14 @@ augmentation depends on the sample alone, not on which thread ran it or what ran
 first C-kernel resize whose planar output has the slot's exact shape writes straight into the
 slot (:func:`take_slot`), saving the copy into the batch. Outside a loader nothing is set and the
 transforms behave as documented elsewhere.
+
+Why a thread-local: a transform is any callable ``t(image)`` (a user's ``Compose`` holding iotool's
+random transforms, a function of their own calling one), so the sample's stream and slot cannot be
+passed through its signature; the thread that computes the sample is the one scope every transform
+inside it shares. It is the sample path's one piece of per-sample state held this way, with the
+open geometry record (:mod:`iotool.transforms.geometry`, for the same reason); what is read of a
+record (:class:`~iotool.loading.storedvalues.Given`) and the ``on_error`` policy
+(``ImageDataset.compute`` raises, its caller decides) are passed explicitly.
 """
 
 from __future__ import annotations

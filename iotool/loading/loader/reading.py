@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import IotoolError, RecordError, UsageError
 from ..mapstyle import ImageDataset
-from ..policy import loader_owns_errors
+from ..storedvalues import NOTHING, Given
 from .columns import Layout, layout_of
 from .runs import SampleRuns, Stored, sample_runs
 
@@ -78,8 +78,8 @@ class SampleReader:
     def _attempt(self, record: int, stored: Stored = None) -> Any:
         ds = self.dataset
         try:
-            with loader_owns_errors():  # the dataset raises each bad record; self.on_error decides
-                return ds.sample(record) if stored is None else ds.sample(record, *stored)
+            # the dataset raises each bad record (compute: its own on_error is not applied); self.on_error decides
+            return ds.compute(record, NOTHING if stored is None else Given(*stored))
         except RecordError as exc:
             if self.on_error != "skip":
                 raise
