@@ -10,8 +10,7 @@ is read twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ..errors import RecordError
 from ..fields import record_checksum
@@ -19,10 +18,10 @@ from ..fields import record_checksum
 __all__ = ["Given", "StoredValues"]
 
 
-@dataclass(frozen=True)
-class Given:
+class Given(NamedTuple):
     """What a sequential read already gave of a record: its stored image bytes and label (both,
-    or neither), and the stored bytes of some of its fields (name -> bytes)."""
+    or neither), and the stored bytes of some of its fields (name -> bytes). A named tuple: made
+    once a sample, on the hot path."""
 
     data: bytes | None = None
     label: int | None = None
