@@ -4,16 +4,11 @@ A :class:`GeometryRecord` lists, in order, the ops a sample's image went through
 canvas of the stored full image. An op is one of three frozen classes, each owning how it moves
 what lies on the image's pixel grid:
 
-========================================  ============================================================
-op                                        what it does to the canvas
-========================================  ============================================================
-:class:`CropOp` ``(top, left, height,``   a ``height x width`` window whose top-left corner is at
-``width)``                                ``(top, left)`` of the current canvas (a
-                                          :class:`~iotool.transforms.CenterCrop` larger than the image
-                                          reaches outside it: negative ``top``/``left``, zero padding)
-:class:`ResizeOp` ``(height, width)``     the current canvas scaled to ``height x width``
-:class:`FlipOp` ``()``                    the current canvas mirrored left to right
-========================================  ============================================================
+- :class:`CropOp` ``(top, left, height, width)``: a ``height x width`` window at ``(top, left)`` of
+  the current canvas (a :class:`~iotool.transforms.CenterCrop` larger than the image reaches
+  outside it: negative ``top``/``left``, zero padding);
+- :class:`ResizeOp` ``(height, width)``: the current canvas scaled to ``height x width``;
+- :class:`FlipOp` ``()``: the current canvas mirrored left to right.
 
 The op API (:class:`GeometryOp`; a kind that moves with the image, boxes, masks, keypoints, asks
 the op, never its class):
@@ -72,6 +67,8 @@ from ..errors import UsageError
 from ..fields.kinds.boxes import BOX_FORMATS as BOX_FORMATS  # the boxes kind owns them
 from ..fields.kinds.boxes import from_xyxy as from_xyxy
 from ..fields.kinds.boxes import to_xyxy as to_xyxy
+from .maskpixels import crop_padded, resize_nearest
+from .maskpixels import nearest_indices as nearest_indices  # re-exported: torch's nearest rule
 
 if TYPE_CHECKING:
     import torch
@@ -147,7 +144,7 @@ class CropOp(GeometryOp):
         np.clip(xyxy[:, 1::2], 0, self.height, out=xyxy[:, 1::2])
 
     def move_mask(self, chw: torch.Tensor) -> torch.Tensor:
-        return _crop_padded(chw, self.top, self.left, self.height, self.width)
+        return crop_padded(chw, self.top, self.left, self.height, self.width)
 
 
 @dataclass(frozen=True, eq=False)
@@ -481,45 +478,3 @@ def move_mask(mask: torch.Tensor, record: GeometryRecord) -> torch.Tensor:
         out = op.move_mask(out)
     out = out.contiguous()
     return out if mask.ndim == 3 else out.squeeze(0)
-
-
-def nearest_indices(in_size: int, out_size: int) -> np.ndarray:
-    """The source index of each of ``out_size`` outputs of a nearest-neighbour resize from
-    ``in_size``, as torch's ``interpolate(mode="nearest")`` computes it (ATen's ``nearest_idx``
-    without a scale factor: the same size copies, twice the size halves the index, else
-    ``floor(i * (in / out))`` in float32, at most ``in - 1``)."""
-    if out_size == in_size:
-        return np.arange(out_size, dtype=np.int64)
-    if out_size == 2 * in_size:
-        return np.arange(out_size, dtype=np.int64) >> 1
-    scale = np.float32(in_size) / np.float32(out_size)
-    source = np.floor(np.arange(out_size, dtype=np.float32) * scale).astype(np.int64)
-    return np.minimum(source, in_size - 1)
-
-
-def resize_nearest(chw: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """A CxHxW tensor resized to ``size`` (height, width) nearest-neighbour: the values
-    ``torch.nn.functional.interpolate(mode="nearest")`` gives, gathered by
-    :func:`nearest_indices` (a CPU tensor by NumPy's ``take``, five times faster on a mask)."""
-    import torch
-
-    rows, cols = nearest_indices(chw.shape[-2], size[0]), nearest_indices(chw.shape[-1], size[1])
-    if chw.device.type == "cpu" and chw.dtype != torch.bfloat16:
-        return torch.from_numpy(chw.numpy().take(rows, axis=1).take(cols, axis=2))
-    index = torch.from_numpy(rows).to(chw.device), torch.from_numpy(cols).to(chw.device)
-    return chw.index_select(-2, index[0]).index_select(-1, index[1])
-
-
-def _crop_padded(chw: torch.Tensor, top: int, left: int, height: int, width: int) -> torch.Tensor:
-    """The (top, left, height, width) box of a CxHxW tensor, zeros where it reaches outside."""
-    import torch
-
-    _, h, w = chw.shape
-    if top >= 0 and left >= 0 and top + height <= h and left + width <= w:
-        return chw[:, top : top + height, left : left + width]
-    out = torch.zeros((chw.shape[0], height, width), dtype=chw.dtype)
-    y0, y1 = max(top, 0), min(top + height, h)
-    x0, x1 = max(left, 0), min(left + width, w)
-    if y0 < y1 and x0 < x1:
-        out[:, y0 - top : y1 - top, x0 - left : x1 - left] = chw[:, y0:y1, x0:x1]
-    return out
