@@ -83,14 +83,6 @@ def open_dataset(
             (:mod:`iotool.transforms.fused`); with any other transform, none, or
             ``ram_cache=True``, records decode as with ``"auto"``. ``"auto"`` always decodes in full.
         transform: applied to each image last.
-        on_error: ``"raise"`` (default): a record that cannot be read or decoded raises
-            :class:`~iotool.RecordError` naming the dataset, index and key. ``"skip"``: log a
-            warning and serve the next record instead (iterable: leave it out), at most
-            ``max_skips`` times per process, then raise.
-        max_skips: the bound on skipped records per process under ``on_error="skip"``.
-        check_checksums: verify each record's SHA-256 as it is read (one hash of its stored bytes,
-            and of its stored fields where it has some),
-            so silently corrupted bytes raise (or skip) instead of decoding to wrong pixels.
         storage_options: fsspec filesystem options for a URL, e.g. ``{"endpoint_url": ...,
             "key": ..., "secret": ...}`` for S3 (``FSSPEC_S3_*`` / ``AWS_*`` variables work too).
         cache_dir: keep whole remote shards in this local folder (shared safely by DataLoader
@@ -101,6 +93,20 @@ def open_dataset(
             used shards are removed first.
         retries: how many times a failed remote read is retried (with backoff) before a
             :class:`~iotool.storage.StorageError` naming the URL is raised.
+        options: the dataset's options (:class:`~iotool.loading.options.DatasetOptions`); the
+            keyword arguments of the same names change them.
+        **keywords: the options above by name; for sharded formats (tar) also
+            :class:`ShardedIterableDataset`'s order options (``shuffle``, ``window``, ``even``).
+
+    Keyword Args:
+        on_error: ``"raise"`` (default): a record that cannot be read or decoded raises
+            :class:`~iotool.RecordError` naming the dataset, index and key. ``"skip"``: log a
+            warning and serve the next record instead (iterable: leave it out), at most
+            ``max_skips`` times per process, then raise.
+        max_skips: the bound on skipped records per process under ``on_error="skip"``.
+        check_checksums: verify each record's SHA-256 as it is read (one hash of its stored bytes,
+            and of its stored fields where it has some),
+            so silently corrupted bytes raise (or skip) instead of decoding to wrong pixels.
         ram_cache: keep every record's decoded pixels in one shared-memory block used by the main
             process, the Loader and all DataLoader workers (:mod:`iotool.loading.ramcache`), filled as
             records are first decoded; ``transform`` still runs on them in every epoch. The block's size
@@ -138,10 +144,6 @@ def open_dataset(
             dataset's). None: map-style datasets draw from each transform's own stream, as
             before; sharded datasets always key their records (seed 0), and their seed also
             seeds the shuffle.
-        options: the dataset's options (:class:`~iotool.loading.options.DatasetOptions`); the
-            keyword arguments of the same names change them.
-        **keywords: the options above by name; for sharded formats (tar) also
-            :class:`ShardedIterableDataset`'s order options (``shuffle``, ``window``, ``even``).
 
     Returns:
         lmdb, hdf5, bmp: an :class:`ImageDataset` (``len``, ``ds[i] -> (image, label)``).
