@@ -102,7 +102,7 @@ class GeometryOp(ABC):
         """The op's tuple spelling: its tag, then its fields in order."""
         return (self.tag, *astuple(self))  # pyright: ignore[reportArgumentType]  # subclasses are dataclasses
 
-    def __getitem__(self, index: int) -> Any:
+    def __getitem__(self, index: int | slice) -> Any:
         return self.as_tuple()[index]
 
     def __iter__(self) -> Iterator[Any]:
