@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from .._version import __version__
 from ..errors import Remedy
 from ..fields import Schema, SchemaObserver
 from ..formats import FormatOptions, FormatSpec, FormatWriter, WriterHooks
-from ..records import DatasetMeta, SkippedFile
+from ..records import DatasetMeta, Record, SkippedFile
 from .dedup import Duplicate
 from .order import WriteOrder
+from .pool import results
 from .prepare import PayloadOptions
 from .sources import Source, SourceTask
 
@@ -92,6 +93,13 @@ class Job:
     def open_writer(self, path: str, hooks: WriterHooks) -> FormatWriter:
         """The format's writer into ``path`` (an append's holds the existing records)."""
         return self.spec.writer(path, self.format_options, hooks)
+
+    def records(self, tasks: Sequence[SourceTask], first: int) -> Iterator[tuple[int, Record | SkippedFile, int]]:
+        """(position, record or skipped file, bytes read) of ``tasks[first:]``, in order, for the
+        local engine's writer: prepared in ``workers`` processes (:func:`~iotool.pipeline.pool.results`).
+        A job whose records need no preparing (a copy of stored records) reads them its own way."""
+        source = self.source
+        return results(source.load, source.worker_state(), tasks, self.payload, self.workers, first)
 
     def known_images(self) -> dict[bytes, str]:
         """Images written before this run, by ``dedup`` digest (an append's), with their keys."""

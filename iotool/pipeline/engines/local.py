@@ -11,7 +11,6 @@ from ...records import SkippedFile
 from ..dedup import Duplicate, SeenImages
 from ..destination import Destination
 from ..job import SKIP_BAD_FILES, Job
-from ..pool import results
 from ..resume import Checkpoint, fingerprint, restore
 from .base import Engine, EngineResult
 
@@ -70,10 +69,7 @@ def feed(job: Job, tasks: Sequence, writer: FormatWriter, checkpoint: Checkpoint
     seen = SeenImages(job.known_images())
     bytes_in = checkpoint.bytes_in
     checkpoint.read_up_to(checkpoint.source_done, bytes_in)
-    source = job.source
-    for position, item, size in results(
-        source.load, source.worker_state(), tasks, job.payload, job.workers, checkpoint.source_done
-    ):
+    for position, item, size in job.records(tasks, checkpoint.source_done):
         bytes_in += size
         checkpoint.read_up_to(position + 1, bytes_in)
         original = None if isinstance(item, SkippedFile) else seen.original(item)

@@ -40,6 +40,7 @@ from .picks import (
     rest,
 )
 from .reconcile import KeyClash, merged_classes, merged_schema, relabelled, unique_keys
+from .stored import key_list, label_array
 
 __all__ = ["ChangeReport", "KeyClash", "Written", "merge", "split", "subset"]
 
@@ -122,7 +123,7 @@ def merge(
     names = [s.root for s in sources]
     schema = merged_schema([s.schema for s in sources], names)
     classes, maps = merged_classes([s.classes for s in sources]) if schema.has_class else ([], [])
-    taken, renamed, clashes = unique_keys([s.reader.keys for s in sources], names, on_duplicate)
+    taken, renamed, clashes = unique_keys([key_list(s.reader) for s in sources], names, on_duplicate)
     parts = [Part(s, idx, maps[n] if maps else None, renamed[n]) for n, (s, idx) in enumerate(zip(sources, taken))]
     parts = [p for p in parts if len(p.indices)]
     given = {**carried_payload_options(sources), "merged_from": names}
@@ -277,7 +278,7 @@ def _selection(source: DatasetSource, name: str, value: Any, seed: int, stratify
         names = [n.strip() for n in value.split(",") if n.strip()] if isinstance(value, str) else list(value)
         if not source.schema.has_class:
             raise UsageError(f"{where}: its records have no class to choose by.")
-        return pick_classes(names, reader.classes, np.asarray(reader.labels), where), f"classes={','.join(names)}"
+        return pick_classes(names, reader.classes, label_array(reader), where), f"classes={','.join(names)}"
     if name == "fraction":
         fraction, seed = check_fraction(value), check_seed(seed)
         stratified = check_stratify(stratify, source.schema.has_class, where)
@@ -287,16 +288,16 @@ def _selection(source: DatasetSource, name: str, value: Any, seed: int, stratify
         return pick_first(len(reader), value, where), f"first={value}"
     if name == "keys_file":
         wanted = read_key_file(os.fspath(value))
-        return pick_keys(wanted, reader.keys, where, f"{len(wanted)} keys of {os.fspath(value)}"), (
+        return pick_keys(wanted, key_list(reader), where, f"{len(wanted)} keys of {os.fspath(value)}"), (
             f"keys_file={os.fspath(value)}"
         )
     wanted = [value] if isinstance(value, str) else list(value)
-    return pick_keys(wanted, reader.keys, where, f"{len(wanted)} keys given"), f"keys ({len(wanted)})"
+    return pick_keys(wanted, key_list(reader), where, f"{len(wanted)} keys given"), f"keys ({len(wanted)})"
 
 
 def _fraction_of(source: DatasetSource, fraction: float, seed: int, stratified: bool) -> np.ndarray:
-    labels = np.asarray(source.reader.labels) if stratified else None
-    return pick_fraction(source.reader.keys, labels, fraction, seed)
+    labels = label_array(source.reader) if stratified else None
+    return pick_fraction(key_list(source.reader), labels, fraction, seed)
 
 
 def _single(source: DatasetSource, dst: str | os.PathLike, picked: np.ndarray, spec: Any, made: dict) -> Output:

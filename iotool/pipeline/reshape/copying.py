@@ -16,13 +16,14 @@ import logging
 import os
 import signal
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from ...errors import DestinationError, Interrupted, RecordError, UsageError
 from ...fields import Schema
 from ...formats import FormatSpec
+from ...records import Record, SkippedFile
 from ...storage import is_url
 from ...storage.units import human_bytes
 from ..destination import LocalDestination
@@ -32,6 +33,7 @@ from ..order import choose_order
 from ..overwrite import check_apart
 from ..prepare import PayloadOptions
 from ..sources.dataset import DatasetSource
+from .stored import carried, key_list, stored_records
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +77,10 @@ class PickedSource:
     def tasks(self) -> Sequence[PickedTask]:
         out = []
         for p, part in enumerate(self.parts):
-            keys, root = part.source.reader.keys, part.source.root
+            keys, root, renamed = key_list(part.source.reader), part.source.root, part.keys
             for i in part.indices.tolist():
-                key: str = keys[i]
-                out.append(PickedTask(p, i, part.keys[i] if i in part.keys else key, f"{root}#{key}"))
+                key = keys[i]
+                out.append(PickedTask(p, i, renamed[i] if i in renamed else key, f"{root}#{key}"))
         return out
 
     def worker_state(self) -> tuple[tuple[Any, tuple[str, ...], bool, np.ndarray | None], ...]:
@@ -100,6 +102,18 @@ class PickedSource:
             return task.key, task.path, label, bytes(data)
         values = {name: bytes(value) for name, value in reader.read_fields(task.index, names).items()}
         return task.key, task.path, label, bytes(data), values
+
+
+class CopyJob(Job):
+    """Convert's job for an output of stored records: read in blocks, in this process, as stored
+    (:mod:`.stored`), instead of prepared one by one in worker processes."""
+
+    def records(self, tasks: Sequence[Any], first: int) -> Iterator[tuple[int, Record | SkippedFile, int]]:
+        source = self.source
+        assert isinstance(source, PickedSource)
+        schema = self.payload.schema
+        parts = [carried(part.source.reader, schema, part.labels) for part in source.parts]
+        return stored_records(source, parts, tasks, first, self.payload)
 
 
 @dataclass
@@ -225,7 +239,7 @@ def _job(out: Output, options: CopyOptions, workers: int) -> Job:
     given = {name: getattr(format_opts, name) for name in options.format_options}
     first = out.source.parts[0].source
     progress = None if options.progress is None else _progress_of(out.dst, options.progress)
-    return Job(
+    return CopyJob(
         out.source,
         spec,
         first.reader.format_name,
@@ -255,7 +269,7 @@ def _per_class(job: Job) -> dict[str, int]:
         return {}
     counts = np.zeros(len(source.classes), dtype=np.int64)
     for part in source.parts:
-        labels = np.asarray(part.source.reader.labels, dtype=np.int64)[part.indices]
+        labels = part.source.reader.labels_of(part.indices.tolist())
         mapped = labels if part.labels is None else part.labels[labels]
         counts += np.bincount(mapped, minlength=len(source.classes))[: len(source.classes)]
     return {name: int(n) for name, n in zip(source.classes, counts)}
