@@ -1,24 +1,28 @@
 """Changing a dataset without converting it again: merge, split, subset (and append) against a conversion.
 
-Builds, once, an ImageFolder of N tiny JPEGs (one 64x64 image per class made with PIL, each file
-made unique by a JPEG comment holding its number, so nothing is encoded per file) in two halves
-with overlapping and disjoint classes; converts half A to lmdb and half B to tar shards; then
-times, in interleaved rounds (median and spread):
+Builds, once, an ImageFolder of N JPEGs (a few base images made with PIL, each file made unique
+by a JPEG comment holding its number, so nothing is encoded per file) in two halves with
+overlapping and disjoint classes: tiny ones by default (64x64), photo-sized ones with
+``--image-size 500x375 --quality 90`` (about 100 KB each), or both in one run (``--photos N``
+adds a second set of N photo-sized records). Converts half A to lmdb and half B to tar shards;
+then times, in interleaved rounds (median and spread), each step in a fresh Python process (as
+the command line runs it; the time is the call's, the interpreter's start left out):
 
   * merge A.lmdb + B.tar -> lmdb, against converting the union's ImageFolder to lmdb;
   * split of the union's lmdb (5%, stratified by class), against converting the ImageFolder again
     and converting the dataset again (``convert lmdb lmdb --no-validate``);
   * subset of 10% of the union's lmdb, against converting an ImageFolder of the same records;
-  * ``convert --append`` of half B onto a copy of A.lmdb (when this iotool has it), against
-    converting the union's ImageFolder.
+  * ``convert --append`` of half B's ImageFolder onto a copy of A.lmdb (validated and not),
+    against converting the union's ImageFolder.
 
 Each conversion from the ImageFolder runs as convert's default does (every image decoded to
 validate it) and with ``--no-validate`` (the bytes copied, as merge, split and subset copy them).
 
 Example:
 
-    python benchmarks/changing.py --records 100000 --rounds 3 --json /tmp/changing.json
-    python benchmarks/changing.py --smoke  # 200 records, one round
+    python benchmarks/changing.py --records 100000 --rounds 3 --photos 5000 --json /tmp/changing.json
+    python benchmarks/changing.py --records 5000 --image-size 500x375 --quality 90
+    python benchmarks/changing.py --smoke  # 200 tiny and 200 photo-sized records, one round
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,17 +47,30 @@ CLASSES_A = [f"c{i:02d}" for i in range(10)]
 CLASSES_B = [f"c{i:02d}" for i in range(5, 15)]  # five shared with A, five new
 
 
-def base_jpegs(classes: list[str]) -> dict[str, bytes]:
-    """One 64x64 JPEG per class, made with PIL."""
+def base_jpegs(classes: list[str], size: tuple[int, int] = (64, 64), quality: int = 90) -> dict[str, bytes]:
+    """One JPEG of ``size`` (width, height) per class, made with PIL: a smooth field of colour
+    (bilinear from 8x8) for tiny images; for larger ones, detail at several scales plus a little
+    noise, so that a 500x375 image at quality 90 takes about 100 KB, as a photograph does."""
     import numpy as np
     from PIL import Image
 
+    width, height = size
     out = {}
     for i, name in enumerate(classes):
         rng = np.random.default_rng(i)
-        small = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+        if width * height <= 128 * 128:
+            small = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+            image = Image.fromarray(small).resize(size, Image.Resampling.BILINEAR)
+        else:
+            field = np.zeros((height, width, 3), dtype=np.float32)
+            for cells, weight in ((8, 0.5), (32, 0.3), (width // 2, 0.2)):
+                grid = rng.integers(0, 256, (max(cells * height // width, 1), cells, 3), dtype=np.uint8)
+                layer = Image.fromarray(grid).resize(size, Image.Resampling.BICUBIC)
+                field += weight * np.asarray(layer, dtype=np.float32)
+            field += rng.normal(0, 13, field.shape)
+            image = Image.fromarray(np.clip(field, 0, 255).astype(np.uint8))
         buf = io.BytesIO()
-        Image.fromarray(small).resize((64, 64), Image.Resampling.BILINEAR).save(buf, "JPEG", quality=90)
+        image.save(buf, "JPEG", quality=quality)
         out[name] = buf.getvalue()
     return out
 
@@ -83,9 +102,9 @@ def link_folder(root: Path, files: list[Path], base: Path) -> None:
         os.link(f, dst)
 
 
-def build(work: Path, records: int) -> dict[str, Path]:
+def build(work: Path, records: int, size: tuple[int, int] = (64, 64), quality: int = 90) -> dict[str, Path]:
     """The two halves as folders, their union and a 10% folder (hard links), A.lmdb, B.tar, all.lmdb."""
-    bases = base_jpegs(sorted(set(CLASSES_A) | set(CLASSES_B)))
+    bases = base_jpegs(sorted(set(CLASSES_A) | set(CLASSES_B)), size, quality)
     half = records // 2
     files_a = make_folder(work / "src" / "a", CLASSES_A, half, 0, bases)
     files_b = make_folder(work / "src" / "b", CLASSES_B, records - half, half, bases)
@@ -105,32 +124,51 @@ def clean(*paths: Path) -> None:
             p.unlink()
 
 
-def timed(step: Callable[[], None], before: Callable[[], None] | None = None) -> float:
+def timed(call: str, args: list, kwargs: dict, before: Callable[[], None] | None = None) -> float:
+    """The seconds ``iotool.<call>(*args, **kwargs)`` takes in a fresh Python process (no handle,
+    cache or import of an earlier step), the interpreter's start and imports left out."""
     if before is not None:
         before()
+    spec = json.dumps({"call": call, "args": [str(a) for a in args], "kwargs": kwargs})
+    proc = subprocess.run([sys.executable, __file__, "--step", spec], capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"iotool.{call} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def run_step(spec: str) -> None:
+    """Run one step (``--step``) and print its seconds."""
+    step = json.loads(spec)
+    call = getattr(iotool, step["call"])
+    args = step["args"]
+    if step["call"] == "merge":
+        args = [args[:-1], args[-1]]
     start = time.perf_counter()
-    step()
-    return time.perf_counter() - start
+    call(*args, **step["kwargs"])
+    print(time.perf_counter() - start)
 
 
 def cases(work: Path, d: dict[str, Path], workers: int | None) -> dict[str, Callable[[], float]]:
     out = work / "out"
     out2 = work / "out2"
     append_copy = work / "append.lmdb"
+    w = {} if workers is None else {"workers": workers}
 
-    def convert(src: Path, validate: bool = True, fmt: str = "imagefolder", to_dir: Path = out) -> float:
-        return timed(lambda: iotool.convert(src, to_dir, "lmdb", src_format=fmt, workers=workers, validate=validate))
+    def convert(src: Path, validate: bool = True, fmt: str = "imagefolder") -> float:
+        return timed("convert", [src, out, "lmdb"], {"src_format": fmt, "validate": validate, **w})
 
     def copy_a() -> None:
         clean(append_copy)
         shutil.copytree(d["a"], append_copy)
 
+    def append(validate: bool) -> float:
+        kwargs = {"append": True, "validate": validate, **w}
+        return timed("convert", [work / "src" / "b", append_copy, "lmdb"], kwargs, copy_a)
+
     found = {
-        "merge": lambda: timed(lambda: iotool.merge([d["a"], d["b"]], out, workers=workers)),
-        "split": lambda: timed(
-            lambda: iotool.split(d["all"], out, out2, fraction=0.05, stratify="class", workers=workers)
-        ),
-        "subset": lambda: timed(lambda: iotool.subset(d["all"], out, fraction=0.1, workers=workers)),
+        "merge": lambda: timed("merge", [d["a"], d["b"], out], w),
+        "split": lambda: timed("split", [d["all"], out, out2], {"fraction": 0.05, "stratify": "class", **w}),
+        "subset": lambda: timed("subset", [d["all"], out], {"fraction": 0.1, **w}),
         "convert all (validate)": lambda: convert(work / "all"),
         "convert all (no validate)": lambda: convert(work / "all", validate=False),
         "convert all.lmdb again": lambda: convert(d["all"], validate=False, fmt="lmdb"),
@@ -138,9 +176,8 @@ def cases(work: Path, d: dict[str, Path], workers: int | None) -> dict[str, Call
         "convert tenth (no validate)": lambda: convert(work / "tenth", validate=False),
     }
     if "append" in inspect.signature(iotool.convert).parameters:
-        found["append"] = lambda: timed(
-            lambda: iotool.convert(work / "src" / "b", append_copy, "lmdb", append=True, workers=workers), copy_a
-        )
+        found["append (validate)"] = lambda: append(True)
+        found["append (no validate)"] = lambda: append(False)
     return found
 
 
@@ -149,12 +186,16 @@ COMPARED = {
     "merge": ["convert all (validate)", "convert all (no validate)"],
     "split": ["convert all (validate)", "convert all (no validate)", "convert all.lmdb again"],
     "subset": ["convert tenth (validate)", "convert tenth (no validate)"],
-    "append": ["convert all (validate)", "convert all (no validate)"],
+    "append (validate)": ["convert all (validate)"],
+    "append (no validate)": ["convert all (no validate)"],
 }
 
 
-def run(work: Path, records: int, rounds: int, workers: int | None) -> dict:
-    d = build(work, records)
+def run(
+    work: Path, records: int, rounds: int, workers: int | None, size: tuple[int, int] = (64, 64), quality: int = 90
+) -> dict:
+    d = build(work, records, size, quality)
+    image_bytes = sum(f.stat().st_size for f in (work / "all").rglob("*.jpg"))
     steps = cases(work, d, workers)
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(rounds):
@@ -178,6 +219,9 @@ def run(work: Path, records: int, rounds: int, workers: int | None) -> dict:
             )
     return {
         "records": records,
+        "image_size": list(size),
+        "quality": quality,
+        "mean_bytes": round(image_bytes / records),
         "rounds": rounds,
         "workers": workers if workers is not None else os.cpu_count(),
         "cpus": os.cpu_count(),
@@ -188,9 +232,10 @@ def run(work: Path, records: int, rounds: int, workers: int | None) -> dict:
 
 
 def table(result: dict) -> str:
+    width, height = result["image_size"]
     lines = [
-        f"{result['records']:,} records, {result['rounds']} rounds (median), {result['workers']} workers, "
-        f"{result['cpus']} CPUs",
+        f"{result['records']:,} records of {width}x{height} JPEGs ({result['mean_bytes'] / 1000:.1f} KB on average), "
+        f"{result['rounds']} rounds (median), {result['workers']} workers, {result['cpus']} CPUs",
         "",
         "| operation | seconds | compared with | seconds | speed-up |",
         "| --- | ---: | --- | ---: | ---: |",
@@ -203,24 +248,43 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def image_size(text: str) -> tuple[int, int]:
+    """``WxH`` as (width, height)."""
+    width, _, height = text.lower().partition("x")
+    return int(width), int(height)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--image-size", type=image_size, default=(64, 64), help="WxH of the records (default 64x64)")
+    parser.add_argument("--quality", type=int, default=90, help="JPEG quality of the base images")
+    parser.add_argument("--photos", type=int, default=0, help="also this many photo-sized records (--photo-size)")
+    parser.add_argument("--photo-size", type=image_size, default=(500, 375), help="WxH of --photos (500x375)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=None, help="default: CPU count, as convert")
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--smoke", action="store_true", help="200 records, one round")
+    parser.add_argument("--smoke", action="store_true", help="200 tiny and 200 photo-sized records, one round")
+    parser.add_argument("--step", default=None, help=argparse.SUPPRESS)  # one timed step, in its own process
     args = parser.parse_args()
+    if args.step is not None:
+        run_step(args.step)
+        return
     if args.smoke:
-        args.records, args.rounds = 200, 1
+        args.records, args.rounds, args.photos = 200, 1, 200
     work = args.work or Path(tempfile.mkdtemp(prefix="iotool-changing-"))
     try:
-        result = run(work, args.records, args.rounds, args.workers)
+        result = run(work / "main", args.records, args.rounds, args.workers, args.image_size, args.quality)
+        if args.photos:
+            result["photos"] = run(work / "photos", args.photos, args.rounds, args.workers, args.photo_size, 90)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     print(table(result))
+    if "photos" in result:
+        print()
+        print(table(result["photos"]))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 

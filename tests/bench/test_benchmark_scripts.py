@@ -717,3 +717,6 @@ def test_changing_times_merge_split_subset_against_converting_again(tmp_path):
     assert {"merge", "split", "subset"} <= ops
     assert all(r["seconds"] > 0 and r["their_seconds"] > 0 for r in figures["rows"])
     assert "| merge |" in proc.stdout
+    photos = figures["photos"]  # the photo-sized set: 500x375 JPEGs of about 100 KB
+    assert photos["records"] == 200 and photos["image_size"] == [500, 375] and photos["mean_bytes"] > 50_000
+    assert {"merge", "split", "subset"} <= {r["operation"] for r in photos["rows"]}
