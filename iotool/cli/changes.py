@@ -40,7 +40,14 @@ To = Annotated[
     ),
 ]
 Workers = Annotated[
-    int | None, typer.Option("--workers", "-w", min=0, help="Reader processes (default: CPU count; 0: this one).")
+    int | None,
+    typer.Option(
+        "--workers",
+        "-w",
+        min=0,
+        help="Reader processes for inputs at URLs (default: CPU count; 0: this one); "
+        "local inputs are copied in this process, a block of records at a time.",
+    ),
 ]
 Overwrite = Annotated[
     bool,

@@ -1,7 +1,8 @@
 """How merge, split and subset copy a record as stored: each record keeps the checksum its input
 recorded (so damage in an input stays visible to ``verify`` of the output, where hashing again
 would hide it), a record whose fields change is hashed again, and a record that does not read
-is named as convert's own path names it. References: the shard read with ``tarfile``, SHA-256
+is named as convert's own path names it; shards at a URL are read by worker processes on
+convert's path. References: the shard read with ``tarfile``, SHA-256
 computed here, and ``convert`` of the same dataset."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import iotool
 from iotool.errors import ConversionError
 
 from ..support.fields import convert_fields, schema_of
-from .reshape_support import assert_verified, make_folder, read
+from ..support.servers import http_server
+from .reshape_support import assert_copied, assert_verified, make_folder, read, same_keys
 
 CLASSES = {"ant": [f"a{i}" for i in range(4)], "bee": [f"b{i}" for i in range(4)]}
 
@@ -89,3 +91,11 @@ def test_a_record_that_does_not_read_is_named_as_convert_names_it(shards, tmp_pa
     assert str(copying.value) == str(converting.value)
     assert str(shards) in str(copying.value) and "#" in str(copying.value)
     assert not (tmp_path / "s").exists()
+
+
+def test_tar_shards_at_a_url_are_copied_as_the_local_shards_are(shards, tmp_path):
+    local = read(shards)
+    with http_server(shards.parent) as url:
+        iotool.subset(f"{url}/{shards.name}", tmp_path / "s", first=5, order="source", workers=2)
+    assert_copied(read(tmp_path / "s"), same_keys(local, local.keys[:5]))
+    assert_verified(tmp_path / "s")

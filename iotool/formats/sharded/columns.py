@@ -337,7 +337,7 @@ class StringColumn(LazyColumn):
         starts, stops = offsets[picked].tolist(), offsets[picked + 1].tolist()
         if min(starts) < 0 or max(stops) > len(self.blob) or any(a > b for a, b in zip(starts, stops)):
             return [self._item(i) for i in indices]  # names the first bad item
-        blob = memoryview(np.asarray(self.blob))
+        blob = np.ascontiguousarray(self.blob).data
         return [str(blob[a:b], "utf-8", "surrogateescape") for a, b in zip(starts, stops)]
 
     def tolist(self) -> list[str]:

@@ -1,8 +1,10 @@
 """``merge``, ``split`` and ``subset``: new datasets from the records of existing ones, copied as stored.
 
 Nothing is decoded or re-encoded: each record's stored image bytes, field bytes and checksum are
-those of its input. The work runs on convert's local engine (worker processes read, one writer
-writes, in ``order``) into temporary siblings renamed into place when every output is complete.
+those of its input (the checksum recorded when the input was converted, carried over; computed
+again only for a record whose fields change). The work runs on convert's local engine (records
+read a block at a time in this process, :mod:`.stored`; one writer writes, in ``order``) into
+temporary siblings renamed into place when every output is complete.
 """
 
 from __future__ import annotations
@@ -96,7 +98,9 @@ def merge(
         on_duplicate: a key two inputs hold: ``fail`` (the default; the error names both),
             ``skip`` (the later input's record is left out) or ``prefix`` (its key becomes
             ``NAME/KEY``, NAME the input's last path component without its extension).
-        workers: reader processes (default: CPU count; 0 or 1: in this process).
+        workers: reader processes for inputs at URLs (default: CPU count; 0 or 1: in this
+            process). Local inputs are read in this process, a block of records at a time:
+            handing a record's bytes to a worker and back costs more than copying them.
         overwrite: replace an existing ``dst`` (only a dataset iotool wrote).
         order: ``shuffled`` or ``source``, as for :func:`iotool.convert` (default: shuffled for
             formats read as shards in sequence, tar and tfrecord; source otherwise).

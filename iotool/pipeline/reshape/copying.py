@@ -106,11 +106,14 @@ class PickedSource:
 
 class CopyJob(Job):
     """Convert's job for an output of stored records: read in blocks, in this process, as stored
-    (:mod:`.stored`), instead of prepared one by one in worker processes."""
+    (:mod:`.stored`), instead of prepared one by one in worker processes. Where an input is at a
+    URL (a record a request), its records are read by ``workers`` processes on convert's path."""
 
     def records(self, tasks: Sequence[Any], first: int) -> Iterator[tuple[int, Record | SkippedFile, int]]:
         source = self.source
         assert isinstance(source, PickedSource)
+        if any(part.source.reader.remote for part in source.parts):
+            return super().records(tasks, first)
         schema = self.payload.schema
         parts = [carried(part.source.reader, schema, part.labels) for part in source.parts]
         return stored_records(source, parts, tasks, first, self.payload)
