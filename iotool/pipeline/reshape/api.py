@@ -163,7 +163,9 @@ def split(
 
     Args:
         src: an iotool dataset of any format.
-        dst_a, dst_b: the two outputs (local paths); both appear only when both are complete.
+        dst_a: the first output, the records ``dst_b`` does not take (a local path).
+        dst_b: the second output, ``fraction`` of the records (a local path). Both outputs
+            appear only when both are complete.
         fraction: the share ``dst_b`` takes, between 0 and 1 (both excluded): ``round(count *
             fraction)`` records (halves rounded up), chosen by a hash of each record's key keyed
             with ``seed`` (the same choice on every machine; a record keeps its side when others are
@@ -171,9 +173,16 @@ def split(
             so every class's share is exact to one record.
         seed: the seed of the choice (0 or more).
         stratify: ``class`` to split each class on its own; None to split the records as a whole.
-        to, workers, overwrite, order, order_seed, progress, storage_options, format_options:
-            as for :func:`merge`. Both outputs keep the input's classes and class indices, and
-            its records' keys, each output's records in the input's order (or ``order``'s).
+        to: the output format (default: the input's).
+        workers: as for :func:`merge`.
+        overwrite: as for :func:`merge`.
+        order: as for :func:`merge`; without it each output's records keep the input's order.
+        order_seed: as for :func:`merge`.
+        progress: as for :func:`merge`.
+        storage_options: as for :func:`merge`.
+        **format_options: as for :func:`merge`.
+
+    Both outputs keep the input's classes and class indices, and its records' keys.
 
     Returns:
         A :class:`ChangeReport` whose ``outputs`` are ``dst_a`` then ``dst_b``, each with its
