@@ -14,6 +14,7 @@ import mmap
 import os
 import struct
 from array import array
+from bisect import bisect_right
 
 from ...errors import FormatError
 
@@ -48,6 +49,9 @@ class ValueBounds:
             raise
         self.needed = self.next_pgno * psize  # the bytes LMDB's map may touch, checked at each read
         self.branches: dict[int, bytes] = {}  # the upper levels of the tree, read once
+        # per branch page of ``branches``: its separator keys (nodes 1..) and its children, every
+        # node checked once; None for a page whose keys are not in order (searched as LMDB does)
+        self.separators: dict[int, tuple[list[bytes], list[int]] | None] = {}
         self.checked = bytearray()  # a bit per record index whose value passed check()
         self.spans = array("q")  # per record index: its value's (offset, size) in data.mdb; -1: not known yet
         self._view: memoryview | None = None  # data.mdb's first `needed` bytes, mapped when first asked for
@@ -188,6 +192,34 @@ class ValueBounds:
         lo, hi, flags = struct.unpack_from("<HHH", page, self._node(page, pgno, i)[0])
         return lo | hi << 16 | flags << 32
 
+    def _cached_child(self, page: bytes, pgno: int, key: bytes) -> int:
+        """:meth:`_child`, by ``bisect`` over the page's separator keys read once (a branch page
+        is passed by every key under it): the child LMDB's binary search picks, where the keys are
+        in order; a page whose keys are not is searched node by node, as LMDB searches it."""
+        if pgno not in self.separators:
+            self.separators[pgno] = self._separators(page, pgno)
+        found = self.separators[pgno]
+        if found is None:
+            return self._child(page, pgno, key)
+        keys, children = found
+        return children[bisect_right(keys, key)]
+
+    def _separators(self, page: bytes, pgno: int) -> tuple[list[bytes], list[int]] | None:
+        """(keys of nodes 1.., child page of every node) of branch page ``pgno``, each node checked
+        to lie inside the page; None when the keys are not strictly increasing."""
+        count = self._count(page, pgno)
+        if count == 0:
+            raise self._bad(f"branch page {pgno} has no nodes")
+        nodes = [self._node(page, pgno, i) for i in range(count)]
+        keys = [key for _, key in nodes[1:]]
+        if any(a >= b for a, b in zip(keys, keys[1:])):
+            return None
+        children = []
+        for ptr, _ in nodes:
+            lo, hi, flags = struct.unpack_from("<HHH", page, ptr)
+            children.append(lo | hi << 16 | flags << 32)
+        return keys, children
+
     def check(self, key: bytes) -> tuple[int, int] | None:
         """Raise FormatError unless the value LMDB returns for ``key`` (if any) lies inside the file;
         return where it lies, (file offset, length), checked (None: no such key)."""
@@ -203,8 +235,9 @@ class ValueBounds:
                     break
                 if len(self.branches) >= _BRANCH_CACHE:
                     self.branches.clear()
+                    self.separators.clear()
                 self.branches[pgno] = page
-            pgno = self._child(page, pgno, key)
+            pgno = self._cached_child(page, pgno, key)
             levels += 1
             if levels > 64:
                 raise self._bad("its tree is deeper than any LMDB tree")
