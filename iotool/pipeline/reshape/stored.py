@@ -153,7 +153,7 @@ def _record(
         label = int(part.labels[label])
     data = bytes(data)
     stored = {name: bytes(value) for name, value in values.items()} if values else {}
-    encoded = encode_fields(schema, stored, key)
+    encoded = encode_fields(schema, stored, key) if part.names else stored
     if checksum is None or encoded != stored or not HEX_DIGEST.fullmatch(checksum):
         checksum = record_checksum(data, encoded)
     ext = payload_extension(key, image_format(data))
