@@ -94,7 +94,9 @@ def fuse(
     """
     if native is not None and native is not decode_bmp:
         return None
-    return FusedTransform(transform, native) if leaves_input_alone(transform) else None
+    if transform is None or not leaves_input_alone(transform):
+        return None
+    return FusedTransform(transform, native)
 
 
 def leaves_input_alone(transform: Callable[[Any], Any] | None) -> bool:

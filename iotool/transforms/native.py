@@ -6,7 +6,7 @@ without it :func:`native_available` is False and the transforms use torch's kern
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -24,6 +24,13 @@ else:
     _MISSING = ""
 
 HINT = "install a C compiler (Debian/Ubuntu: apt-get install gcc), then reinstall iotool"
+
+
+def _kernel() -> Any:
+    """The built extension module (callers check :func:`kernel_chosen` first); RuntimeError if not built."""
+    if _ext is None:
+        raise RuntimeError(f"iotool's C resize kernel is not built ({_MISSING}); {HINT}")
+    return _ext
 
 
 def native_available() -> bool:
@@ -73,7 +80,7 @@ def _native_into(hwc: np.ndarray, size: tuple[int, int], output: str) -> np.ndar
     out = None if interleaved else take_slot((channels, out_h, out_w))  # a loader's batch slot
     if out is None:
         out = np.empty((out_h, out_w, channels) if interleaved else (channels, out_h, out_w), dtype=np.uint8)
-    _ext.resize(hwc, out, out_h, out_w, not interleaved)
+    _kernel().resize(hwc, out, out_h, out_w, not interleaved)
     return out
 
 
@@ -82,7 +89,7 @@ def kernel_chosen(antialias: bool, backend: str) -> bool:
     return _ext is not None and antialias and backend in ("auto", "native")
 
 
-def native_hwc(image: object, antialias: bool, backend: str) -> bool:
+def native_hwc(image: object, antialias: bool, backend: str) -> TypeGuard[np.ndarray]:
     """True when an input array can go straight to the C kernel, without torch views: an HxWxC
     uint8 numpy array (1-4 adjacent channel bytes, rows may be strided) with pixels, and the
     transform's kernel choice allows it."""
@@ -120,7 +127,7 @@ def bgr_crop_planes(bgr: np.ndarray, box: tuple[int, int, int, int], size: tuple
     out = take_slot((3, out_h, out_w))
     if out is None:
         out = np.empty((3, out_h, out_w), dtype=np.uint8)
-    _ext.resize(bgr[i : i + h, j : j + w], out, out_h, out_w, True, True)
+    _kernel().resize(bgr[i : i + h, j : j + w], out, out_h, out_w, True, True)
     return torch.from_numpy(out)
 
 

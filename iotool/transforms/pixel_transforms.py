@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import InternalError, UsageError
 from .arguments import check_backend, check_output, size_pair, value_range
 from .cropboxes import ProcessRandom, center_crop_box, random_resized_crop_params
 from .geometry import note_canvas, note_crop, note_crop_resize, note_flip, note_resize
@@ -148,6 +148,8 @@ class Resize:
         """The (height, width) an image of ``height`` x ``width`` is resized to."""
         if self.size is not None:
             return self.size
+        if self.shorter is None:  # __init__ sets one of the two
+            raise InternalError("Resize has neither a size nor a shorter side")
         return shorter_side_to(height, width, self.shorter, self.max_size)
 
     def __call__(self, image: Image, target: Any = None) -> Any:
