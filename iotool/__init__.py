@@ -11,6 +11,11 @@ Importing iotool is light: torch, lmdb, h5py, fsspec, Ray and every format modul
 first use of what needs them.
 """
 
+# pyright: reportUnsupportedDunderAll=false
+# (__all__ names the lazy attributes, bound by __getattr__ on first use; a TYPE_CHECKING import of
+# them here would run the floors upward, as the modules with C extensions import this package;
+# tests/docs/test_architecture.py resolves every name of __all__ instead)
+
 from __future__ import annotations
 
 from ._version import __version__
