@@ -56,7 +56,13 @@ def unplaced() -> dict[str, list[str]]:
 
 def test_the_layered_packages_are_the_root_and_the_containers():
     packages = {c for contract in contracts() for c in contract.get("containers", ["iotool"])}
-    assert {"iotool", "iotool.pipeline", "iotool.pipeline.sources", "iotool.loading", "iotool.loading.loader"} <= packages
+    assert {
+        "iotool",
+        "iotool.pipeline",
+        "iotool.pipeline.sources",
+        "iotool.loading",
+        "iotool.loading.loader",
+    } <= packages
 
 
 def test_every_module_of_a_layered_package_is_in_a_layer():
