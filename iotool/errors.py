@@ -7,6 +7,9 @@ Every error iotool raises on bad input derives from :class:`IotoolError`, so cal
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import warnings
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -192,3 +195,15 @@ def checked_keywords(hints: Mapping[str, str] | None = None) -> Callable[[F], F]
         return checked  # pyright: ignore[reportReturnType]
 
     return decorate
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_deprecated(message: str) -> None:
+    """A DeprecationWarning pointing at the user's line: the first caller outside the iotool
+    package, however many of iotool's frames lie between it and the deprecated spelling."""
+    level, frame = 2, sys._getframe(1)  # stacklevel 2 is the frame that called this function
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, DeprecationWarning, stacklevel=level)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
-import warnings
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..decode.backends import DCT_SCALES
-from ..errors import IotoolError, UsageError
+from ..errors import IotoolError, UsageError, warn_deprecated
 from ..storage.units import human_bytes
 from ..transforms import resize as _resize
 from ..transforms.sizing import min_decode_size, shorter_side_to, shorter_sides_to
@@ -425,11 +424,9 @@ def ram_cache_options(
             for k, v in (("cache", cache), ("cache_resize", cache_resize), ("cache_fallback", cache_fallback))
             if v is not None
         ]
-        warnings.warn(
+        warn_deprecated(
             f"{', '.join(used)}: deprecated spelling of the RAM cache's options; use ram_cache=True, "
-            f"ram_cache_resize=, ram_cache_fallback= (cache_dir and cache_max_bytes are the remote shard cache).",
-            DeprecationWarning,
-            stacklevel=3,
+            f"ram_cache_resize=, ram_cache_fallback= (cache_dir and cache_max_bytes are the remote shard cache)."
         )
     if cache not in CACHES:
         raise UsageError(f"cache={cache!r}; choose one of: None, 'ram' (or use ram_cache=True).")

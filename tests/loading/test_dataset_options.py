@@ -121,3 +121,13 @@ def test_the_deprecated_ram_cache_spelling_warns_once(built):
         ds = iotool.open_dataset(built("lmdb"), cache="ram", decoder="pil")
     deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning) and "cache" in str(w.message)]
     assert len(deprecations) == 1 and ds.cache is not None
+
+
+def test_the_deprecated_ram_cache_spelling_points_at_the_callers_line(built):
+    """The warning names the user's file and line, not one of iotool's (however deep the call)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        iotool.open_dataset(built("lmdb"), cache="ram", decoder="pil")  # the line the warning names
+        iotool.Loader(iotool.open_dataset(built("lmdb"), cache="ram", decoder="pil"), batch_size=2).close()
+    deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning) and "cache" in str(w.message)]
+    assert deprecations and all(w.filename == __file__ for w in deprecations)
