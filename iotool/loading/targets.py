@@ -314,9 +314,10 @@ class TargetMover:
 
 
 def _mask_field(spec: Any) -> bool:
-    """Whether ``masks=`` may name the field: a bytes field (a mask image) or one whose kind
-    draws its values as masks (a segmentation)."""
-    return spec.kind == "bytes" or getattr(spec.field_kind, "draws_masks", False)
+    """Whether ``masks=`` may name the field: its kind stores mask images (bytes) or draws its
+    values as masks (a segmentation)."""
+    kind = spec.field_kind
+    return kind.mask_images or kind.draws_masks
 
 
 def stored_size(image: Any) -> tuple[int, int]:

@@ -97,6 +97,7 @@ class FieldKind:
     on_grid: ClassVar[bool] = False  # its values lie on the image's pixel grid and move with it
     drops_rows: ClassVar[bool] = False  # a move may drop some of its entries (boxes), per-box fields follow
     draws_masks: ClassVar[bool] = False  # open_dataset(masks=...) may name it: its values become masks
+    mask_images: ClassVar[bool] = False  # open_dataset(masks=...) may name it: its values are mask images
 
     # --- attributes -----------------------------------------------------------------------------
 

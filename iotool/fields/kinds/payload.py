@@ -19,6 +19,7 @@ class BytesKind(FieldKind):
     name = "bytes"
     max_bytes = MAX_BYTES
     attributes = frozenset({"ext"})
+    mask_images = True  # a field masks= may name: a mask stored as an image (seg.png)
 
     def unscaled_pixels(self, spec: Any) -> bool:
         return (spec.ext or "").rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS
