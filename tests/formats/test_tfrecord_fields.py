@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -154,3 +155,26 @@ def test_a_list_beyond_its_bound_is_refused_before_it_is_unpacked():
         example.find_features(data, {"boxes/boxes": 8})
     with pytest.raises(example.ExampleError, match="more than the 2 values"):
         example.find_features(data, {"boxes/labels": 2})
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda f: f.update({"score": ("float", [f["score"][1][0] + 1.0])}), r"float feature 'score' is not its value"),
+        (lambda f: f.pop("score"), r"no float feature 'score' of 1 value"),
+        (lambda f: f.update({"score": ("float", [1.0, 2.0])}), r"no float feature 'score' of 1 value"),
+    ],
+    ids=["other value", "absent", "two values"],
+)
+def test_verify_names_a_float_feature_that_is_not_the_stored_value(every_kind, tmp_path, change, problem):
+    """What TensorFlow reads of a float field (its float_list) must be the stored value as float32:
+    verify catches a shard whose float feature disagrees, though iotool reads only the decimal."""
+    path = tmp_path / "ds"
+    shutil.copytree(every_kind, path)
+    assert iotool.verify(path).ok
+    _rewrite_record(path, iotool.open_reader(path), 2, change)
+    report = iotool.verify(path)
+    assert not report.ok
+    assert any(re.search(r"record at byte .*field 'score'.*" + problem, p.reason) for p in report.problems), (
+        report.problems
+    )

@@ -95,13 +95,22 @@ def stored_field(spec: FieldSpec, features: dict[str, example.Feature], bound: i
         raise RecordError(str(exc)) from None
 
 
-def float_problem(spec: FieldSpec, features: dict[str, example.Feature], stored: bytes) -> str | None:
-    """For verify: why a float field's float_list does not hold its exact value as float32."""
-    found = features.get(spec.name)
-    with np.errstate(over="ignore"):
-        expected = np.float32(float(stored))
-    if found is None or found[0] != "float" or len(found[1]) != 1:
-        return f"field {spec.name!r}: no float feature {spec.name!r} of one value"
-    if np.float32(found[1][0]).tobytes() != expected.tobytes():
-        return f"field {spec.name!r}: its float feature is not its value {stored[:40]!r} as float32"
-    return None
+def extra_problems(spec: FieldSpec, features: dict[str, example.Feature], stored: bytes) -> list[str]:
+    """For verify: why the features a field's kind writes for other readers
+    (:meth:`~iotool.fields.kinds.FieldKind.tfrecord_extra`: a float's float_list) do not hold
+    what the kind writes from the stored value; floats compared as the float32 a reader gets."""
+    problems = []
+    for name, (kind, values) in spec.field_kind.tfrecord_extra(spec, stored).items():
+        found = features.get(name)
+        if found is None or found[0] != kind or len(found[1]) != len(values):
+            problems.append(f"field {spec.name!r}: no {kind} feature {name!r} of {len(values)} value(s)")
+        elif not _same_values(kind, found[1], values):
+            problems.append(f"field {spec.name!r}: its {kind} feature {name!r} is not its value {stored[:40]!r}")
+    return problems
+
+
+def _same_values(kind: str, found: list[Any], expected: list[Any]) -> bool:
+    if kind == "float":
+        with np.errstate(over="ignore"):
+            return np.asarray(found, np.float32).tobytes() == np.asarray(expected, np.float32).tobytes()
+    return list(found) == list(expected)

@@ -9,7 +9,7 @@ from ...errors import FormatError, IotoolError
 from ..sharded.fieldcols import stored_bytes, value_column, value_kind
 from ..sharded.reader import OffsetShardReader, Read
 from . import example
-from .fields import feature_limits, float_problem, stored_field
+from .fields import extra_problems, feature_limits, stored_field
 from .framing import MAX_RECORD_BYTES, RecordError, framed_size, scan, unframe
 from .writer import KINDS, index_name
 
@@ -132,9 +132,7 @@ class TfrecordReader(OffsetShardReader):
             except IotoolError as exc:
                 problems.append(str(exc))
                 continue
-            problem = float_problem(spec, features, stored) if spec.kind == "float" else None
-            if problem:
-                problems.append(f"{where}: {problem}.")
+            problems += [f"{where}: {problem}." for problem in extra_problems(spec, features, stored)]
             column = value_kind(spec)
             if column is not None and stored != stored_bytes(column, self.column(value_column(spec.name))[i]):
                 problems.append(f"{where}: field {spec.name!r} does not hold the index's value.")
