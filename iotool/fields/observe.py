@@ -24,7 +24,7 @@ class SchemaObserver:
         self.base = schema
         # a per-box array's length is its record's box count: never one shape, even when it repeats
         self._arrays = {
-            f.name: None for f in schema.stored if f.kind == "array" and f.shape is None and f.per_box is None
+            f.name: None for f in schema.stored if f.field_kind.observed and f.shape is None and f.per_box is None
         }
         self._dtypes: dict[str, object] = {}
         self._shapes: dict[str, object] = {}

@@ -55,6 +55,7 @@ class ArrayKind(FieldKind):
     max_bytes = MAX_ARRAY_BYTES + MAX_NPY_HEADER_BYTES
     attributes = frozenset({"dtype", "shape"})
     per_box = True
+    observed = True  # a conversion fills in dtype and shape from the values it writes
 
     def spec_problem(self, spec: Any) -> str | None:
         if spec.per_box is not None and spec.shape is not None:

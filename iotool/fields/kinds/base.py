@@ -98,6 +98,7 @@ class FieldKind:
     drops_rows: ClassVar[bool] = False  # a move may drop some of its entries (boxes), per-box fields follow
     draws_masks: ClassVar[bool] = False  # open_dataset(masks=...) may name it: its values become masks
     mask_images: ClassVar[bool] = False  # open_dataset(masks=...) may name it: its values are mask images
+    observed: ClassVar[bool] = False  # a conversion finds its common dtype and shape from each .npy header
 
     # --- attributes -----------------------------------------------------------------------------
 
