@@ -24,6 +24,10 @@ it the same steps run in Python.
 CPU's SSE4.2 instruction, the ``tf.train.Example`` walked as ``formats/tfrecord/example.py`` walks
 it) with the GIL released; without it, or without SSE4.2, each record is parsed in Python.
 
+``iotool._masks`` decodes a run's masks stored as one-channel PNGs and moves them as their images
+moved, with the GIL released (see ``iotool/loading/targets.py``). It needs zlib's headers
+(Debian/Ubuntu: ``apt-get install zlib1g-dev``); without it masks are decoded by Pillow.
+
 All use only CPython's limited API (the stable ABI) of the oldest CPython that pyproject.toml's
 ``requires-python`` admits: one wheel, tagged ``cp3X-abi3``, serves that CPython and every newer
 one.
@@ -105,6 +109,15 @@ setup(
         Extension(
             "iotool._readfile",
             sources=["csrc/_readfile.c"],
+            optional=True,
+            **STABLE_ABI,
+        ),
+        Extension(
+            "iotool._masks",
+            sources=["csrc/_masks.c", "csrc/_masks_png.c", "csrc/_masks_move.c"],
+            depends=HEADERS,
+            extra_compile_args=["-O3"],
+            libraries=["z"],  # zlib: the PNGs' data
             optional=True,
             **STABLE_ABI,
         ),

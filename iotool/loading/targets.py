@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..decode.headers import image_size
-from ..decode.masks import decode_mask
+from ..decode.masks import decode_mask, decode_moved_masks, masks_in_c
 from ..errors import RECORD_ERRORS, RecordError, UsageError
 from ..fields import Schema
 from ..transforms.geometry import (
@@ -232,8 +232,9 @@ class TargetMover:
         failed: set[int] = set()
         if not self.move:  # move_targets=False: the masks decoded as stored, nothing moved
             for name in self.masks:
+                done = self._masks_in_c(name, samples, run, failed)
                 for k, values in enumerate(samples):
-                    if name in values:
+                    if name in values and k not in done:
                         try:
                             values[name] = self._as_mask(name, values[name], tuple(run.sources[k].tolist()))
                         except RECORD_ERRORS:
@@ -241,9 +242,10 @@ class TargetMover:
             for values in samples:
                 self.recount_areas(values)
             return failed
-        for name in self.masks:  # one at a time: a mask's size is its image's
+        for name in self.masks:  # those C does not take one at a time: a mask's size is its image's
+            done = self._masks_in_c(name, samples, run, failed)
             for k, values in enumerate(samples):
-                if name in values and k not in failed:
+                if name in values and k not in failed and k not in done:
                     try:
                         self._move_mask(name, values, run.record(k))
                     except RECORD_ERRORS:
@@ -282,6 +284,24 @@ class TargetMover:
             self.warn_unmoved()
         return failed
 
+    def _masks_in_c(self, name: str, samples: list[dict[str, Any]], run: RunGeometry, failed: set[int]) -> set[int]:
+        """Mask field ``name`` of the run's ``samples`` decoded and moved in one C call that
+        releases the GIL (:func:`~iotool.decode.masks.decode_moved_masks`), in place, where it can
+        be: stored mask images (not drawn segmentations) of samples not ``failed``. Returns the
+        samples it did; the others are left as they are, for the per-sample steps."""
+        if name in self.drawn or not masks_in_c():
+            return set()
+        ks = [k for k, values in enumerate(samples) if k not in failed and isinstance(values.get(name), _BYTES)]
+        if not ks:
+            return set()
+        moved = decode_moved_masks([samples[k][name] for k in ks], run.mask_moves(ks, self.move))
+        done = set()
+        for k, mask in zip(ks, moved):
+            if mask is not None:
+                samples[k][name] = mask
+                done.add(k)
+        return done
+
     def _move_mask(self, name: str, values: dict[str, Any], record: GeometryRecord) -> None:
         """Move mask field ``name`` of ``values`` by ``record`` (its stored bytes decoded first,
         refused unless of the stored image's size)."""
@@ -311,6 +331,9 @@ class TargetMover:
             return
         values[name] = {"boxes": moved[keep], "labels": np.asarray(value["labels"])[keep]}
         values.update(per_box)
+
+
+_BYTES = (bytes, bytearray, memoryview)  # a mask image as stored
 
 
 def _mask_field(spec: Any) -> bool:

@@ -376,6 +376,20 @@ class RunGeometry:
             record.add(self.out, FlipOp())
         return record
 
+    def mask_moves(self, samples: list[int], move: bool = True) -> np.ndarray:
+        """Samples ``samples``' rows as :func:`iotool.decode.masks.decode_moved_masks` takes them
+        ((n, 9) int64: stored size, crop box, output size, flip); with ``move`` False, each left as
+        stored (its whole image, nothing flipped)."""
+        at = np.asarray(samples, dtype=np.intp)
+        sources = self.sources[at].astype(np.int64).reshape(-1, 2)
+        whole = np.concatenate([np.zeros_like(sources), sources], axis=1)
+        if not move:
+            return np.concatenate([sources, whole, sources, np.zeros((len(at), 1), np.int64)], axis=1)
+        boxes = self.boxes[at].astype(np.int64).reshape(-1, 4) if self.cropped else whole
+        out = np.broadcast_to(np.asarray(self.out, np.int64), (len(at), 2)) if self.resized else boxes[:, 2:]
+        flip = self.flipped[at].astype(np.int64).reshape(-1, 1)
+        return np.concatenate([sources, boxes, out, flip], axis=1)
+
 
 def move_xyxy_run(xyxy: np.ndarray, owner: np.ndarray, run: RunGeometry) -> np.ndarray:
     """:func:`move_xyxy` of the boxes of a run's samples at once (in place): box ``i`` belongs to

@@ -15,10 +15,13 @@ import lmdb
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import iotool
 import iotool.loading.loader.fieldruns as fieldruns
 import iotool.loading.loader.reading as reading
+import iotool.loading.targets as targets
+from iotool.decode.masks import masks_in_c
 from iotool.formats import all_formats
 from iotool.formats.lmdb.layout import field_key, record_key
 from iotool.loading.loader.columns import layout_of
@@ -34,7 +37,7 @@ from iotool.transforms import (
 )
 
 from ..conftest import make_image
-from ..support.detection import boxes_of, convert_detection, image_size
+from ..support.detection import boxes_of, convert_detection, image_size, mask_png
 from ..support.fields import convert_fields, schema_of, value
 from .test_loader_fields import as_dict, equal, expected, snapshot
 
@@ -348,3 +351,73 @@ def test_boxes_alone_moved_in_the_run_equal_the_per_sample_path(detection, keep_
     assert equal(runs, alone)
     kept = sum(len(b["boxes"]) for batch in runs for b in batch[1])
     assert keep_empty == (kept == sum(len(boxes_of(i)) for i in range(12)))
+
+
+# -- masks decoded and moved in C (iotool._masks) ---------------------------------------------
+
+
+def _count_pillow_masks(monkeypatch) -> list[int]:
+    """Counts the masks decoded one at a time by Pillow (the real decode_mask, wrapped)."""
+    calls = [0]
+    real = targets.decode_mask
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(targets, "decode_mask", counted)
+    return calls
+
+
+@pytest.mark.skipif(not masks_in_c(), reason="iotool's C extension iotool._masks is not built")
+@pytest.mark.parametrize("move", [True, False], ids=["moved", "as-stored"])
+def test_a_runs_masks_are_decoded_in_c_and_equal_pillows_and_torchs(detection, move, monkeypatch):
+    def epoch(extra: bool) -> list[Any]:
+        ds = iotool.open_dataset(
+            detection["lmdb"],
+            transform=_chain(extra),
+            fields=(*DETECTION, "seg.png"),
+            masks=("seg.png",),
+            move_targets=move,
+        )
+        return _batches(ds, threads=2)[0]
+
+    pillow = _count_pillow_masks(monkeypatch)
+    runs = epoch(False)
+    assert pillow[0] == 0  # not one mask of the run decoded by Pillow
+    assert equal(runs, epoch(True))
+    assert pillow[0] == 12  # the per-sample path's: Pillow, then torch's moves
+
+
+@pytest.mark.skipif(not masks_in_c(), reason="iotool's C extension iotool._masks is not built")
+def test_masks_c_does_not_take_are_decoded_by_pillow_or_refused_as_per_sample(tmp_path, monkeypatch):
+    """In one run: record 1's mask is RGB (C leaves it, Pillow decodes it), record 2's is cut
+    short (both refuse it: skipped or raised naming the record), record 4's is of another size."""
+    path = tmp_path / "det.lmdb"
+    convert_detection(path, "lmdb", 6)
+    size = image_size(1)
+    rgb = io.BytesIO()
+    Image.fromarray(np.full((size[1], size[0], 3), 7, np.uint8)).save(rgb, "PNG")
+    _spoil(path, field_key(1, "seg.png"), rgb.getvalue())
+    _spoil(path, field_key(2, "seg.png"), mask_png(2)[:40])
+    _spoil(path, field_key(4, "seg.png"), mask_png(5))
+    fields, chosen = (*DETECTION, "seg.png"), dict(masks=("seg.png",))
+
+    def epoch(extra: bool) -> tuple[list[Any], int]:
+        ds = iotool.open_dataset(path, transform=_chain(extra), fields=fields, on_error="skip", **chosen)
+        loader = iotool.Loader(ds, batch_size=6, threads=1, on_error="skip", seed=3)  # one run
+        return [snapshot(b) for b in loader], loader.skipped
+
+    pillow = _count_pillow_masks(monkeypatch)
+    (runs, skipped) = epoch(False)
+    # Pillow: records 1 (RGB), 2 and 4 in the run; 2 and 4 again on the per-sample path, which
+    # refuses them; 3 and 5 served per sample in their places (as ds[2] and ds[4] would be)
+    assert skipped == 2 and pillow[0] == 7
+    masks = [m for batch in runs for m in batch[5]]
+    assert sum(m.dim() == 3 for m in masks) == 1  # record 1's three channels
+    assert equal((runs, skipped), epoch(True))
+    raising = iotool.Loader(
+        iotool.open_dataset(path, transform=_chain(False), fields=fields, **chosen), batch_size=6, threads=1
+    )
+    with pytest.raises(iotool.RecordError, match=r"record 2 .*seg\.png"):
+        list(raising)
