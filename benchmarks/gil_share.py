@@ -49,6 +49,10 @@ Paths:
 - ``detection: ...``: a COCO-like file (``detection.py``'s, 7.5 boxes an image) converted to lmdb,
   ``(image, boxes)`` with ``RandomResizedCrop(scale=(0.3, 1))`` and a flip, the boxes moved a run
   at a time, and ``per sample`` the same the per-sample way;
+- ``masks: ...``: each image with a palette PNG segmentation map of its size (``seg.png``) in lmdb,
+  ``(image, class, seg.png)`` with ``masks=("seg.png",)``, the same crop and flip: ``moved``, the
+  run's masks decoded and moved in one C call (``iotool._masks.move_masks``), and ``per sample``
+  Pillow's decode and torch's moves;
 - ``read FORMAT``: each format's stored bytes (``decoder=None``), ``ds[i]`` in a loop (tar and
   tfrecord: their sharded datasets iterated), no decoding: the format's reader alone.
 
@@ -80,10 +84,9 @@ SAMPLE = REPO / "sample_data" / "imagefolder"
 CROP = 224
 SEEKABLE = "seekable lmdb"
 CAPTIONS = ("image", "class", "txt", "json")
-FIELD_DATASETS = (
-    "captions",
-    "detection",
-)  # built as lmdb, beside the formats  # lmdb with restart segments: the built dataset's name among the formats
+# the datasets with fields, built as lmdb beside the formats
+FIELD_DATASETS = ("captions", "detection", "masks")
+MASKS = ("image", "class", "seg.png")
 
 Work = Callable[[], int]  # runs the path over its samples once; returns the samples done
 
@@ -110,6 +113,7 @@ RELEASING = (
     "iotool._readfile.read_many_inside",  # a run's files (shards' ranges): the same, two hand-overs a run
     "iotool._readfile.read_named_inside",  # the bmp cache's run: the same, its names joined in C
     "iotool._tfrecord.image_spans",  # a run of TFRecord records: CRCs and the Example walk
+    "iotool._masks.move_masks",  # a run's PNG masks: decoded, cropped, resized and flipped
     # file-system calls (CPython releases the GIL around each system call)
     "posix.pread",
     "posix.read",
@@ -354,11 +358,43 @@ def build(src: Path, workdir: Path, formats: list[str]) -> dict[str, Path]:
             source_options={"annotations": str(annotations)},
         )
         out["detection"] = dst
+    if "masks" in formats:  # each image with a palette PNG of its size (21 classes in blocks) -> lmdb
+        shards = write_mask_shards(src, workdir / "mask-shards")
+        dst = workdir / "data.masks.lmdb"
+        iotool.convert(shards, dst, "lmdb", src_format="webdataset", workers=0, overwrite=True)
+        out["masks"] = dst
     if "lmdb" in formats:  # the same JPEGs with restart segments (lossless transcode)
         dst = workdir / "data.seekable.lmdb"
         iotool.convert(src, dst, "lmdb", workers=0, overwrite=True, seekable=True, **conversion_options("lmdb", CROP))
         out[SEEKABLE] = dst
     return out
+
+
+def write_mask_shards(src: Path, out: Path) -> str:
+    """The ImageFolder as shards of (jpg, cls, seg.png): a segmentation map of each image's size,
+    palette PNG, as VOC and ADE20K store them; their brace pattern."""
+    import io
+
+    import numpy as np
+    import webdataset as wds
+    from PIL import Image
+
+    from iotool.pipeline.sources import scan_imagefolder
+
+    scan = scan_imagefolder(src)
+    out.mkdir(parents=True)
+    with wds.ShardWriter(str(out / "m-%06d.tar"), maxcount=250, verbose=0) as sink:
+        for i, s in enumerate(scan.samples):
+            data = Path(s.path).read_bytes()
+            width, height = Image.open(io.BytesIO(data)).size
+            labels = (np.arange(height * width, dtype=np.uint32).reshape(height, width) // 997 % 21).astype(np.uint8)
+            mask = Image.fromarray(labels, "P")
+            mask.putpalette([v for k in range(256) for v in (k, 255 - k, (7 * k) % 256)])
+            buffer = io.BytesIO()
+            mask.save(buffer, "PNG")
+            sink.write({"__key__": f"s{i:07d}", "jpg": data, "cls": s.label, "seg.png": buffer.getvalue()})
+    last = len(list(out.glob("*.tar"))) - 1
+    return str(out / f"m-{{000000..{last:06d}}}.tar")
 
 
 def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
@@ -382,6 +418,11 @@ def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
         for name, extra in (("detection: boxes", []), ("detection: per sample", [pixel_only(lambda image: image)])):
             chain = Compose([RandomResizedCrop(CROP, scale=(0.3, 1.0)), RandomHorizontalFlip(), *extra])
             ds = iotool.open_dataset(built["detection"], transform=chain, fields=("image", "boxes"))
+            works[name] = loader_path(ds)
+    if "masks" in built:  # the masks follow the crop and the flip (decoded and moved in C in the runs)
+        for name, extra in (("masks: moved", []), ("masks: per sample", [pixel_only(lambda image: image)])):
+            chain = Compose([RandomResizedCrop(CROP, scale=(0.3, 1.0)), RandomHorizontalFlip(), *extra])
+            ds = iotool.open_dataset(built["masks"], transform=chain, fields=MASKS, masks=("seg.png",))
             works[name] = loader_path(ds)
     for fmt in ("lmdb", SEEKABLE, "hdf5", "tar", "tfrecord"):  # the fused crop of stored JPEGs
         if fmt in built:
@@ -416,8 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
         "--formats",
-        default="lmdb,hdf5,tar,tfrecord,bmp,captions,detection",
-        help="formats, and the datasets with fields: captions (class, txt, json) and detection (boxes), as lmdb",
+        default="lmdb,hdf5,tar,tfrecord,bmp,captions,detection,masks",
+        help="formats, and the datasets with fields, as lmdb: captions (class, txt, json), detection (boxes), "
+        "masks (a PNG segmentation map)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     parser.add_argument("--smoke", action="store_true", help="sample_data, one round, lmdb and bmp")
@@ -426,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gil-share-") as tmp:
         src = args.src
         if args.smoke:
-            src, args.rounds, args.formats, args.batch_size = src or SAMPLE, 1, "lmdb,bmp,captions,detection", 8
+            src, args.rounds, args.formats, args.batch_size = src or SAMPLE, 1, "lmdb,bmp,captions,detection,masks", 8
         if src is None:
             src = Path(tmp) / "src"
             subprocess.run(
