@@ -28,6 +28,10 @@ it) with the GIL released; without it, or without SSE4.2, each record is parsed 
 moved, with the GIL released (see ``iotool/loading/targets.py``). It needs zlib's headers
 (Debian/Ubuntu: ``apt-get install zlib1g-dev``); without it masks are decoded by Pillow.
 
+``iotool._boxes`` parses a run's stored boxes (the canonical JSON iotool writes) with the GIL
+released (see ``iotool/fields/kinds/boxes.py``); without it, or for any other JSON, Python's
+``json`` does.
+
 All use only CPython's limited API (the stable ABI) of the oldest CPython that pyproject.toml's
 ``requires-python`` admits: one wheel, tagged ``cp3X-abi3``, serves that CPython and every newer
 one.
@@ -118,6 +122,13 @@ setup(
             depends=HEADERS,
             extra_compile_args=["-O3"],
             libraries=["z"],  # zlib: the PNGs' data
+            optional=True,
+            **STABLE_ABI,
+        ),
+        Extension(
+            "iotool._boxes",
+            sources=["csrc/_boxes.c"],
+            extra_compile_args=["-O3"],
             optional=True,
             **STABLE_ABI,
         ),

@@ -114,6 +114,7 @@ RELEASING = (
     "iotool._readfile.read_named_inside",  # the bmp cache's run: the same, its names joined in C
     "iotool._tfrecord.image_spans",  # a run of TFRecord records: CRCs and the Example walk
     "iotool._masks.move_masks",  # a run's PNG masks: decoded, cropped, resized and flipped
+    "iotool._boxes.parse_run",  # a run's boxes values: their JSON parsed
     # file-system calls (CPython releases the GIL around each system call)
     "posix.pread",
     "posix.read",

@@ -4,7 +4,9 @@ classes, stored as JSON ``{"boxes": [[x, y, x, y], ...], "labels": [...]}``.
 The kind owns the box formats (:data:`BOX_FORMATS`, torchvision's ``BoundingBoxFormat`` names) and
 their conversions (:func:`to_xyxy`, :func:`from_xyxy`); a value is read as
 ``{"boxes": (N, 4) float32, "labels": (N,) int64}`` (what :meth:`Boxes.to_torchvision` gives), a
-list column of those as tensors; a run's values decode together (:meth:`BoxesKind.decode_run`).
+list column of those as tensors; a run's values decode together (:meth:`BoxesKind.decode_run`: in
+one C call that releases the GIL where iotool's ``_boxes`` extension is built and every value is
+the canonical JSON :meth:`BoxesKind.encode` writes).
 In a TFRecord: ``name/boxes`` (float_list, N x 4 flattened) and ``name/labels`` (int64_list).
 Boxes lie on the image's grid: a crop can drop some, and the fields listing one entry per box
 (``per_box``) follow.
@@ -24,6 +26,11 @@ from ..bounded import parse_json
 from ..limits import MAX_BOXES, MAX_BOXES_BYTES
 from .base import FieldKind, TfFeature
 from .tensors import boxes_tensors
+
+try:
+    from ... import _boxes  # optional C extension (setup.py)
+except ImportError:  # pragma: no cover - built by CI
+    _boxes = None
 
 BOX_FORMATS = ("XYXY", "XYWH", "CXCYWH")  # torchvision's BoundingBoxFormat names
 # the JSON values of MAX_BOXES boxes: the object, its lists, a list and 4 numbers a box, a label a box
@@ -105,6 +112,23 @@ def _from_json(raw: Any, at: str) -> tuple[np.ndarray, np.ndarray]:
     return boxes_arrays(raw["boxes"], raw.get("labels"), at)
 
 
+def parse_canonical(datas: Sequence[bytes | memoryview | None]) -> list[dict[str, np.ndarray]] | None:
+    """A run's boxes values parsed in one C call that releases the GIL (``iotool._boxes``), where
+    each is the canonical ``{"boxes":[[x,y,x,y],...],"labels":[...]}`` :meth:`BoxesKind.encode`
+    writes (no spaces, finite coordinates without an exponent, labels below 2**31, one a box) and
+    within :data:`MAX_BOXES_BYTES` and :data:`MAX_BOXES`: the arrays :func:`boxes_arrays` makes
+    of the values ``json`` reads. None for the whole run otherwise, or without the extension."""
+    if _boxes is None or not datas:
+        return None
+    parsed = _boxes.parse_run(list(datas), MAX_BOXES_BYTES, MAX_BOXES)
+    if parsed is None:
+        return None
+    boxes = np.frombuffer(parsed[0], dtype=np.float32).reshape(-1, 4)
+    labels = np.frombuffer(parsed[1], dtype=np.int64)
+    ends = np.cumsum(np.frombuffer(parsed[2], dtype=np.int64)).tolist()
+    return [{"boxes": boxes[start:end], "labels": labels[start:end]} for start, end in zip([0, *ends], ends)]
+
+
 def _f32(x: float) -> str:
     """The shortest decimal that reads back as the same float32."""
     return np.format_float_positional(np.float32(x), unique=True, trim="-") if math.isfinite(x) else "0"
@@ -152,7 +176,11 @@ class BoxesKind(FieldKind):
         every box and label of the run made one array and checked at once by
         :func:`boxes_arrays`' rules; None (decode each alone) unless every value is the plain
         ``{"boxes": [[x, y, x, y], ...], "labels": [...]}`` those rules accept, so a run decodes
-        to what each value alone gives."""
+        to what each value alone gives. Where every value is the canonical JSON :meth:`encode`
+        writes, it is parsed in C with the GIL released (:func:`parse_canonical`)."""
+        parsed = parse_canonical(datas)
+        if parsed is not None:
+            return parsed
         boxes: list[Any] = []
         labels: list[Any] = []
         counts: list[int] = []
