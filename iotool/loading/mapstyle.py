@@ -33,6 +33,7 @@ from ..transforms.samplescope import keyed_sample
 from .options import DECODERS, DEFAULT_DECODER, FUSED, ON_ERROR, UNSET, DatasetOptions, Unset, check_decoder, resolve
 from .order import ArrayOrder, EpochOrder, RecordOrder, permutation_order
 from .ramcache import RamCache, open_ram_cache
+from .runreads import RunReads
 from .split import rank_world
 from .storedvalues import NOTHING, Given, StoredValues
 from .targets import TargetMover, record_image_size
@@ -406,6 +407,11 @@ class ImageDataset(ReaderInfo, Dataset):
             pixels = self._decode(index, data, cache.decode_size(index))
         return cache.put(index, pixels), label, got  # bad records are never cached
 
+    def run_source(self) -> RunReads:
+        """What :class:`iotool.Loader`'s runs read of the records, a run at a time: the reader's
+        run reads and the RAM cache (:class:`~iotool.loading.runreads.RunReads`)."""
+        return RunReads(self.reader, self.cache)
+
     # -- bad records: one owner of on_error ----------------------------------------------------
     @contextmanager
     def _bad(self, index: int, errors: tuple[type[BaseException], ...] = RECORD_ERRORS) -> Iterator[None]:
@@ -414,11 +420,16 @@ class ImageDataset(ReaderInfo, Dataset):
         try:
             yield
         except errors as exc:
-            try:
-                key = self.reader.keys[index]
-            except Exception:  # the key index itself may be what is broken
-                key = "?"
-            raise RecordError(f"{self.reader.path}: record {index} ({key}): {exc}") from None
+            raise RecordError(f"{self.record_name(index)}: {exc}") from None
+
+    def record_name(self, index: int) -> str:
+        """``PATH: record I (KEY)``, as the dataset's errors name record ``index`` (``?`` for a
+        key that does not read)."""
+        try:
+            key = self.reader.keys[index]
+        except Exception:  # the key index itself may be what is broken
+            key = "?"
+        return f"{self.reader.path}: record {index} ({key})"
 
     def skip_or_raise(self, error: RecordError) -> None:
         """What the dataset's ``on_error`` does with a bad record's ``error``: raise it, or count a
