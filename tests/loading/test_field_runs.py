@@ -18,12 +18,12 @@ import torch
 from PIL import Image
 
 import iotool
-import iotool.loading.loader.fieldruns as fieldruns
 import iotool.loading.loader.reading as reading
 import iotool.loading.targets as targets
 from iotool.decode.masks import masks_in_c
 from iotool.formats import all_formats
 from iotool.formats.lmdb.layout import field_key, record_key
+from iotool.formats.reader import FormatReader
 from iotool.loading.loader.columns import layout_of
 from iotool.loading.loader.runs import sample_runs
 from iotool.transforms import (
@@ -65,7 +65,7 @@ class Counted:
 
     def __init__(self, monkeypatch):
         self.records = self.per_sample = 0
-        owners = {fieldruns.FormatReader, *(spec.reader for spec in all_formats())}
+        owners = {FormatReader, *(spec.reader for spec in all_formats())}
         for owner in owners:
             if "read_run_fields" in vars(owner):
                 monkeypatch.setattr(owner, "read_run_fields", self._counting(vars(owner)["read_run_fields"]))

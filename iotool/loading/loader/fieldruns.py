@@ -2,8 +2,8 @@
 lets a sample with a caption, a JSON value, numbers, arrays or boxes take the runs path of
 :mod:`.runs` beside its image.
 
-The run's records' values are read in one call (:meth:`~iotool.formats.FormatReader.read_run_fields`:
-LMDB gives views of its map, as for the images), each column is decoded by
+The run's records' values are read in one call (:meth:`~.protocols.RunSource.read_run_fields`,
+the format reader's: LMDB gives views of its map, as for the images), each column is decoded by
 :func:`iotool.fields.codec.decode_column` under the same rules and bounds as ``ds[i]``, and written
 into the batch: the int, float and fixed-shape array columns into the ring's memory a run at a time,
 the others into the batch's lists. Targets (boxes, their per-box fields, masks) are moved first by
@@ -21,20 +21,20 @@ import numpy as np
 from ...fields.codec import decode_column
 from ...fields.kinds import FieldKind
 from ...fields.schema import CLASS
-from ...formats.reader import FormatReader
 from ...transforms.geometry import RunGeometry
 from ..targets import TargetMover
 from .columns import Column, Layout, list_value, write_fixed
+from .protocols import RunSource
 
 _FIXED_DTYPES = {"int": np.int64, "float": np.float64}  # by the kind's index column: one number a sample
 
 
 class RunFields:
-    """The stored fields of ``layout`` (all but the image and the class) of ``reader``'s records,
-    a run at a time."""
+    """The stored fields of ``layout`` (all but the image and the class) of the records ``source``
+    reads, a run at a time."""
 
-    def __init__(self, reader: FormatReader, layout: Layout, mover: TargetMover | None = None):
-        self.reader, self.mover = reader, mover
+    def __init__(self, source: RunSource, layout: Layout, mover: TargetMover | None = None):
+        self.source, self.mover = source, mover
         self.parts: list[tuple[Column, bool, int]] = []  # (column, fixed, its place among those)
         fixed = lists = 0
         for col in layout.columns:
@@ -51,7 +51,7 @@ class RunFields:
         # the values the mover moves or cuts: the boxes, their per-box fields, the masks
         targets = set() if mover is None else mover.targets
         # each value decoded as stored (a mask is a bytes field its column holds decoded)
-        self.stored = [reader.schema[name] for name in self.names]
+        self.stored = [source.schema[name] for name in self.names]
         self.targets = [j for j, name in enumerate(self.names) if name in targets]
 
     @classmethod
@@ -73,7 +73,7 @@ class RunFields:
         values did not read, decode, move or fit (their rows are the per-sample path's)."""
         if not self.parts or not indices:
             return set()
-        stored = self.reader.read_run_fields(indices, self.names)
+        stored = self.source.read_run_fields(indices, self.names)
         bad = {k for k, got in enumerate(stored) if got is None}
         decoded = []
         for (col, _, _), spec in zip(self.parts, self.stored):

@@ -9,21 +9,36 @@ needs of the others, not against their classes:
 - :class:`SampleSource`: what a pass computes each sample with (the Loader's skip policy), and
   its :class:`Runs` (samples a run at a time in one C call: :class:`~.runs.SampleRuns`).
 - :class:`OrderedDataset`: what the Loader asks of a dataset kind (its order, its map-style
-  dataset, a :class:`RecordDataset`).
+  dataset, a :class:`RecordDataset`); :class:`SampleDataset`: what a pass's sample reader and its
+  runs ask of that map-style dataset, and :class:`RunSource`: what a run reads of its records
+  (with :class:`PixelCache`, the RAM cache's pixels), so that the runs name no reader or cache.
 - :class:`PassPlan`: the plain numbers a pass is given (no back reference to the Loader).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..order import EpochOrder, GlobalOrder, RecordOrder
 from .columns import Layout
-from .runs import Stored
 from .slot import Slot
 
+if TYPE_CHECKING:
+    import mmap
+
+    import numpy as np
+
+    from ...fields.schema import Schema
+    from ...formats.sharded.columns import LabelTable
+    from ...storage.files import Packed
+    from ..storedvalues import Given
+    from ..targets import TargetMover
+
 T = TypeVar("T")
+
+Stored = tuple[bytes, int] | None
+"""A record's stored bytes and label, when read already (a run hands them to the per-sample path)."""
 
 Batch = Any
 """What a pass delivers: a tuple in the dataset's ``fields`` order (or a dict) of uint8 images
@@ -93,6 +108,87 @@ class RecordDataset(Protocol):
 
     def first_readable(self, index: int, attempt: Callable[[int], T | None]) -> tuple[T, int]:
         """(``attempt(record)``, record) for the first record from ``index`` on that gives something."""
+        ...
+
+
+class PixelCache(Protocol):
+    """The RAM cache's decoded pixels as a run's C code reads them
+    (:class:`~iotool.loading.ramcache.RamCache`)."""
+
+    resize: int | None  # the shorter side the cached images are shrunk to; None: as decoded
+
+    def block(self) -> tuple[mmap.mmap, tuple[int, int, int, int, int]] | None:
+        """The shared block and where its tables lie in it; None when detached."""
+        ...
+
+
+class RunSource(Protocol):
+    """What a run reads of its dataset's records, a run at a time
+    (:meth:`~iotool.loading.mapstyle.ImageDataset.run_source`; the reads are those of
+    :class:`~iotool.formats.FormatReader`)."""
+
+    @property
+    def schema(self) -> Schema:
+        """The stored fields' specs (what each value decodes as)."""
+        ...
+
+    @property
+    def native_decode(self) -> Callable[[bytes], Any] | None:
+        """The format's own decoder of its payloads (the bmp cache's), or None."""
+        ...
+
+    @property
+    def ram_cache(self) -> PixelCache | None:
+        """The RAM cache the records' pixels come from, or None."""
+        ...
+
+    def read_views(self, indices: list[int]) -> list[tuple[int, Any, int | None]]:
+        """(index, payload, label) of ``indices``; a payload is None where the record does not read."""
+        ...
+
+    def read_packed(self, indices: list[int]) -> Packed | None:
+        """The payloads of ``indices`` read at once into one buffer, or None."""
+        ...
+
+    def labels_of(self, indices: list[int]) -> np.ndarray:
+        """The labels of ``indices`` as one int64 array."""
+        ...
+
+    def label_table(self) -> LabelTable | None:
+        """Every record's label as one int64 array with its check, or None."""
+        ...
+
+    def read_run_fields(self, indices: list[int], names: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored bytes of fields ``names`` of each record of ``indices``; None: does not read."""
+        ...
+
+
+class SampleDataset(RecordDataset, Protocol):
+    """What a pass's sample reader (:class:`~.reading.SampleReader`) and its runs ask of the
+    map-style dataset: a record's sample and name, its options the runs depend on, its
+    :class:`RunSource`."""
+
+    check_checksums: bool
+    fusing: bool  # the transform may be fused with decoding (no RAM cache, decoder "fused")
+
+    @property
+    def transform(self) -> Callable[[Any], Any] | None: ...
+
+    @property
+    def mover(self) -> TargetMover | None:
+        """What moves the targets with the image, or None."""
+        ...
+
+    def compute(self, index: int, given: Given = ...) -> Any:
+        """Record ``index``'s sample from what was ``given`` of it; raises a bad record, named."""
+        ...
+
+    def record_name(self, index: int) -> str:
+        """``PATH: record I (KEY)``, as the dataset's own errors name a record."""
+        ...
+
+    def run_source(self) -> RunSource:
+        """What a run reads of the dataset's records."""
         ...
 
 

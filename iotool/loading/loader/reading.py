@@ -9,21 +9,17 @@ import threading
 from typing import Any
 
 from ...errors import IotoolError, RecordError, UsageError
-from ..mapstyle import ImageDataset
 from ..storedvalues import NOTHING, Given
 from .columns import Layout, layout_of
-from .runs import SampleRuns, Stored, sample_runs
+from .protocols import SampleDataset, Stored
+from .runs import SampleRuns, sample_runs
 
 log = logging.getLogger("iotool.loading.loader")
 
 
-def record_name(ds: ImageDataset, index: int) -> str:
+def record_name(ds: SampleDataset, index: int) -> str:
     """``PATH: record I (KEY)``, as the datasets' own errors name a record."""
-    try:
-        key = ds.reader.keys[index]
-    except Exception:
-        key = "?"
-    return f"{ds.reader.path}: record {index} ({key})"
+    return ds.record_name(index)
 
 
 def _named(exc: IotoolError, message: str) -> IotoolError:
@@ -45,7 +41,7 @@ class SampleReader:
             (default: the dataset's).
     """
 
-    def __init__(self, dataset: ImageDataset, on_error: str, layout: Layout | None = None):
+    def __init__(self, dataset: SampleDataset, on_error: str, layout: Layout | None = None):
         self.dataset, self.on_error = dataset, on_error
         self.layout = layout if layout is not None else layout_of(dataset)
         self.skipped = 0  # bad records skipped (on_error="skip")

@@ -35,9 +35,9 @@ from ...transforms.runs import (
     run_packed_samples,
     run_samples,
 )
-from ..mapstyle import ImageDataset
 from .columns import CLASSIC, Layout
 from .fieldruns import RunFields
+from .protocols import RunSource, SampleDataset, Stored
 from .slot import Slot
 
 if TYPE_CHECKING:
@@ -45,23 +45,31 @@ if TYPE_CHECKING:
 
 CHANNELS = 3  # the batch's channels the C code writes (RGB); other images go the per-sample way
 PIXELS, BITMAPS, JPEGS = "pixels", "bitmaps", "jpegs"  # what a run's sources are: cached pixels, stored files
-Stored = tuple[bytes, int] | None  # a record's stored bytes and label, when read already
 
 
 class SampleRuns:
     """The samples of ``dataset`` through ``op``, a run at a time (see the module's docstring);
     ``kind``: what the sources are (:data:`PIXELS`, :data:`BITMAPS` or :data:`JPEGS`); ``layout``:
-    the batch's columns (its stored fields computed by :class:`~.fieldruns.RunFields`)."""
+    the batch's columns (its stored fields computed by :class:`~.fieldruns.RunFields`); ``source``:
+    what the runs read (default: the dataset's :meth:`~.protocols.SampleDataset.run_source`)."""
 
-    def __init__(self, dataset: ImageDataset, op: RunOp, kind: str, layout: Layout | None = None):
-        self.dataset, self.op, self.kind = dataset, op, kind
+    def __init__(
+        self,
+        dataset: SampleDataset,
+        op: RunOp,
+        kind: str,
+        layout: Layout | None = None,
+        source: RunSource | None = None,
+    ):
+        self.source: RunSource = source if source is not None else dataset.run_source()
+        self.op, self.kind = op, kind
         self.shape = op.shape(CHANNELS)
-        self.label_table = dataset.reader.label_table()  # the C calls gather the labels from it
+        self.label_table = self.source.label_table()  # the C calls gather the labels from it
         layout = layout if layout is not None else Layout.of(CLASSIC, Schema.classification())
         fixed = [c.kind for c in layout.fixed]
         self.label_at = fixed.index(CLASS) if CLASS in fixed else None  # the class's fixed column
         self.mover = dataset.mover  # boxes moved with the image: from the geometry the C code reports
-        self.fields = RunFields(dataset.reader, layout, self.mover)
+        self.fields = RunFields(self.source, layout, self.mover)
 
     def fill(self, slot: Slot, first: int, indices: list[int], words: tuple[int, int, int]) -> list[tuple[int, Stored]]:
         """Compute records ``indices`` into rows ``first`` on of ``slot`` (its images, label and
@@ -102,7 +110,7 @@ class SampleRuns:
         if self.kind == PIXELS:
             return self._fill_cached(rows, labels, first, indices, words, geometry)
         if self.kind == BITMAPS:
-            packed = self.dataset.reader.read_packed(indices)
+            packed = self.source.read_packed(indices)
             if packed is not None:
                 return self._fill_packed(rows, labels, first, indices, words, packed, geometry)
         sources, got = self._read(indices)
@@ -133,7 +141,8 @@ class SampleRuns:
         """:meth:`fill` from the RAM cache: the C code finds each record's pixels in its block (a
         record not cached yet is left); the labels gathered from the column at once (a left
         sample's label is written again by the per-sample path)."""
-        block = self.dataset.cache.block() if self.dataset.cache is not None else None
+        cache = self.source.ram_cache
+        block = cache.block() if cache is not None else None
         if block is None:
             return [(k, None) for k in range(len(indices))]
         gather = self._gather(labels, first, indices)
@@ -170,7 +179,7 @@ class SampleRuns:
         label table: the labels are then written here, gathered by ``labels_of``."""
         table = self.label_table
         if table is None:
-            labels[first : first + len(indices)] = self.dataset.reader.labels_of(indices)
+            labels[first : first + len(indices)] = self.source.labels_of(indices)
             return None
         table.check()
         return table.array, labels
@@ -179,11 +188,11 @@ class SampleRuns:
         """The stored bytes (or views of a mapped file: :meth:`~iotool.formats.FormatReader.read_views`)
         and labels of ``indices``; None for a record that does not read: the per-sample path reads
         it again, and raises or skips as it should."""
-        records = self.dataset.reader.read_views(indices)
+        records = self.source.read_views(indices)
         return [data for _, data, _ in records], [label for _, _, label in records]
 
 
-def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:
+def sample_runs(dataset: SampleDataset, layout: Layout) -> SampleRuns | None:
     """The runs of ``dataset``'s samples for a pass, or None where every sample runs in Python:
     samples with their image (no checksum checked), whose fields are of kinds a run computes
     (:class:`~.fieldruns.RunFields`) and, where targets move, not the RAM cache's shrunk copies
@@ -194,17 +203,19 @@ def sample_runs(dataset: ImageDataset, layout: Layout) -> SampleRuns | None:
     op = run_op(dataset.transform)
     if op is None:
         return None
-    if dataset.cache is not None:
+    source = dataset.run_source()
+    cache = source.ram_cache
+    if cache is not None:
         kind = PIXELS
     elif not dataset.fusing:
         return None
-    elif dataset.reader.native_decode is decode_bmp:
+    elif source.native_decode is decode_bmp:
         kind = BITMAPS
-    elif dataset.reader.native_decode is None and jpeg_runs_available(op):
+    elif source.native_decode is None and jpeg_runs_available(op):
         kind = JPEGS
     else:
         return None
-    if mover is not None and kind == PIXELS and dataset.cache is not None and dataset.cache.resize is not None:
+    if mover is not None and kind == PIXELS and cache is not None and cache.resize is not None:
         return None  # the cache's shrunk pixels: the per-sample path shrinks the targets first
 
-    return SampleRuns(dataset, op, kind, layout)
+    return SampleRuns(dataset, op, kind, layout, source)
