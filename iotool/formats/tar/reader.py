@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import tarfile
 from typing import IO, Any, Iterable, Sequence
 
@@ -11,8 +12,10 @@ import numpy as np
 from ...errors import FormatError, RecordError
 from ...names import ALLOWED, first_bad_name, name_problem
 from ...records import DatasetMeta
+from ...storage.files import read_regular_many
 from ..sharded.fieldcols import location_column, stored_bytes, value_column, value_kind
 from ..sharded.reader import OffsetShardReader, Read
+from .headers import BLOCK, plain_members
 from .members import Member, TarDamage, members
 
 FORMAT_VERSION = 3  # 3: the shapes column (decoded sizes); 2: columns in memory-mapped files; 1: JSON lists
@@ -112,6 +115,77 @@ class TarReader(OffsetShardReader):
             check_member(block[:_BLOCK], f"{member_key}.{name}", size, f"{where}, field {name!r}")
             found[name] = block[_BLOCK:]
         return {name: found[name] for name in names}
+
+    def read_run_fields(self, indices: list[int], names: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored bytes of fields ``names`` of each record of a run: every member's location
+        gathered from the mapped columns at once and refused beyond :meth:`field_bound` unread,
+        every member read with its header in one C call (:func:`~iotool.storage.files.read_regular_many`),
+        the headers checked together (:func:`.headers.plain_members`; one it cannot vouch for by
+        :func:`check_member`, as a record alone). None for a record whose fields do not read:
+        :meth:`read_fields` of it names why. Remote datasets: a record at a time."""
+        locations = self.locations
+        stored = {f.name for f in self.schema.stored}
+        if self.remote or not names or not indices or not isinstance(locations, np.ndarray):
+            return super().read_run_fields(indices, names)
+        if not self.in_range(indices) or any(n not in stored for n in names):
+            return super().read_run_fields(indices, names)
+        at = np.asarray(indices, dtype=np.int64)
+        shards = np.asarray(locations)[at, 0]
+        if shards.min() < 0 or shards.max() >= len(self.shards):
+            return super().read_run_fields(indices, names)
+        spans = np.stack([np.asarray(self.column(location_column(n)))[at] for n in names], axis=1)  # (run, names, 2)
+        bounds = np.asarray([self.field_bound(n) for n in names], dtype=np.int64)
+        sizes = spans[..., 1]  # each member also read with its header, as a record alone reads it
+        fits = (sizes >= 0) & (sizes <= bounds) & (sizes + BLOCK <= self.max_record_bytes) & (spans[..., 0] >= BLOCK)
+        fits = np.asarray(fits.all(axis=1))
+        return self._fields_of_run(indices, list(names), shards, spans, fits)
+
+    def _fields_of_run(
+        self, indices: list[int], names: list[str], shards: np.ndarray, spans: np.ndarray, fits: np.ndarray
+    ) -> list[dict[str, Any] | None]:
+        """:meth:`read_run_fields` once the locations are gathered: the members of the records that
+        ``fits`` read at once, their headers checked, each record's values or None."""
+        width = len(names)
+        wanted = np.flatnonzero(fits).tolist()
+        try:
+            keys = self.member_keys.items([indices[k] for k in wanted])
+        except Exception:  # each record read alone, which names the error
+            return super().read_run_fields(indices, names)
+        paths = {shard: os.fsencode(self.shard_path(shard)) for shard in set(shards.tolist())}
+        chosen = spans[wanted]  # (records read, names, 2): each member's offset and size
+        offsets, sizes = chosen[..., 0].ravel(), chosen[..., 1].ravel()
+        ranges = list(zip((offsets - BLOCK).tolist(), (sizes + BLOCK).tolist()))
+        member_paths = [paths[shard] for shard in np.repeat(shards[wanted], width).tolist()]
+        packed = read_regular_many(member_paths, self.path, int(sizes.max(initial=0)) + BLOCK, ranges)
+        where = np.frombuffer(packed.spans, dtype=np.int64).reshape(-1, 2)
+        read = where[:, 0] >= 0
+        blob = np.frombuffer(packed.blob, dtype=np.uint8)
+        headers = blob[np.where(read, where[:, 0], 0)[:, None] + np.arange(BLOCK)[None, :]] if len(blob) else None
+        member = [f"{key}.{name}" for key in keys for name in names]
+        expected = [m.encode("ascii", "replace")[: tarfile.LENGTH_NAME] for m in member]
+        plain = plain_members(headers, expected, sizes) & read if headers is not None else read & False
+        views = packed.views()
+        out: list[dict[str, Any] | None] = [None] * len(indices)
+        for j, k in enumerate(wanted):
+            values = {}
+            for m, name in enumerate(names):
+                view = views[j * width + m]
+                if view is None or not (
+                    plain[j * width + m] or self._checked(view, member[j * width + m], indices[k], name)
+                ):
+                    break
+                values[name] = view[BLOCK:]
+            else:
+                out[k] = values
+        return out
+
+    def _checked(self, block: Any, member: str, index: int, name: str) -> bool:
+        """Whether ``check_member`` passes the header a run's check could not vouch for."""
+        try:
+            check_member(bytes(block[:BLOCK]), member, len(block) - BLOCK, f"record {index}, field {name!r}")
+        except RecordError:
+            return False
+        return True
 
     def _record_end(self, index: int) -> int:
         """The end of the record's last member: its payload's or a field's."""
