@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from ... import storage
 from ...errors import FormatError, IotoolError
+from ...storage.files import read_regular_many
 from ..sharded.fieldcols import stored_bytes, value_column, value_kind
 from ..sharded.reader import OffsetShardReader, Read
 from . import example
@@ -62,6 +65,66 @@ class TfrecordReader(OffsetShardReader):
             raw[span[0] : span[1]] if span is not None else self._payload_or_none(shard, offset, raw)
             for shard, offset, raw, span in zip(shards, offsets, raws, spans)
         ]
+
+    def read_run_fields(self, indices: list[int], names: Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored bytes of fields ``names`` of each record of a run: where each field is one
+        bytes feature a record (text, JSON, arrays, bytes, a float's decimal), the run's records
+        read in one C call and their features found in another, both with the GIL released
+        (``iotool._tfrecord.field_spans``: CRCs and the Example checked, each feature read with a
+        limit of one value, as :meth:`_record` reads them), each value then taken by its kind's
+        ``from_tfrecord``. None for a record whose fields do not read (:meth:`read_fields` of it
+        names why); other kinds, remote datasets and records the C code leaves: a record at a time."""
+        plan = self._bytes_features(names)
+        locations = self.locations
+        if _tfrecord is None or plan is None or self.remote or not indices or not isinstance(locations, np.ndarray):
+            return super().read_run_fields(indices, names)
+        found = np.asarray(locations)[np.asarray(indices, dtype=np.int64)] if self.in_range(indices) else None
+        if found is None or found.min() < 0 or found[:, 0].max() >= len(self.shards):
+            return super().read_run_fields(indices, names)
+        paths = {shard: self.shard_path(shard) for shard in set(found[:, 0].tolist())}
+        ranges = [(offset, size) for offset, size in found[:, 1:].tolist()]
+        raws = read_regular_many(
+            [paths[shard] for shard in found[:, 0].tolist()], self.path, self.max_record_bytes, ranges
+        ).views()
+        features = [IMAGE_KEY, *(feature.encode("ascii") for _, _, fs in plan for feature in fs)]
+        rows = _tfrecord.field_spans(raws, features, MAX_RECORD_BYTES)
+        return [
+            self._run_values(raw, row, plan) if raw is not None and row is not None else None
+            for raw, row in zip(raws, rows)
+        ]
+
+    def _bytes_features(self, names: Sequence[str]) -> list[tuple[str, Any, list[str]]] | None:
+        """For each of ``names``: (name, spec, its features' names) where every feature of every
+        field is one bytes value (what ``field_spans`` finds); None otherwise."""
+        stored = {f.name: f for f in self.schema.stored}
+        plan = []
+        for name in names:
+            spec = stored.get(name)
+            if spec is None or not name.isascii():
+                return None
+            features = spec.field_kind.tfrecord_features(spec)
+            if not all(f.type == "bytes" and f.fixed and f.most == 1 for f in features):
+                return None
+            plan.append((name, spec, [name + f.suffix for f in features]))
+        return plan if plan and len(plan) < 64 else None
+
+    def _run_values(self, raw: Any, row: bytes, plan: list[tuple[str, Any, list[str]]]) -> dict[str, Any] | None:
+        """One record's values from its ``field_spans`` row: each feature (and the image) exactly
+        one bytes value, each field's stored bytes its kind's ``from_tfrecord`` of them; None
+        where one is not (the per-sample path names why)."""
+        spans = np.frombuffer(row, dtype=np.int64).reshape(-1, 3)
+        if not (spans[:, 2] == 1).all():
+            return None
+        starts, stops = spans[:, 0].tolist(), spans[:, 1].tolist()
+        values, at = {}, 1  # row 0 is the image's
+        for name, spec, features in plan:
+            found = [[raw[starts[j] : stops[j]]] for j in range(at, at + len(features))]
+            at += len(features)
+            try:
+                values[name] = spec.field_kind.from_tfrecord(spec, found, self.field_bound(name), name)
+            except Exception:
+                return None
+        return values
 
     def _record(
         self, shard: int, offset: int, raw: bytes, index: int, names: Sequence[str], read: Read
