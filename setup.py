@@ -134,7 +134,13 @@ setup(
         ),
         Extension(
             "iotool._tfrecord",
-            sources=["csrc/_tfrecord.c"],
+            sources=[  # one module, a file per concept (csrc/_tfrecord.c says which)
+                "csrc/_tfrecord.c",
+                "csrc/_tfrecord_crc.c",
+                "csrc/_tfrecord_example.c",
+                "csrc/_tfrecord_record.c",
+            ],
+            depends=HEADERS,
             extra_compile_args=["-O3"],
             optional=True,
             **STABLE_ABI,
