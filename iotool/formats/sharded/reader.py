@@ -211,7 +211,7 @@ class OffsetShardReader(IndexedReader, ShardedReader):
         if found.min() < 0 or found[:, 0].max() >= len(self.shards):
             return super().read_views(indices)
         shards = found[:, 0].tolist()
-        names = {shard: self.shard_path(shard) for shard in set(shards)}
+        names = {shard: os.fsencode(self.shard_path(shard)) for shard in set(shards)}  # encoded once a shard
         spans = [(offset, size) for offset, size in found[:, 1:].tolist()]
         raws = read_regular_many([names[shard] for shard in shards], self.path, self.max_record_bytes, spans).views()
         return self.labelled(indices, self._payloads(shards, [offset for offset, _ in spans], raws))

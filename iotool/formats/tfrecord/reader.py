@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -81,17 +82,25 @@ class TfrecordReader(OffsetShardReader):
         found = np.asarray(locations)[np.asarray(indices, dtype=np.int64)] if self.in_range(indices) else None
         if found is None or found.min() < 0 or found[:, 0].max() >= len(self.shards):
             return super().read_run_fields(indices, names)
-        paths = {shard: self.shard_path(shard) for shard in set(found[:, 0].tolist())}
+        paths = {shard: os.fsencode(self.shard_path(shard)) for shard in set(found[:, 0].tolist())}
         ranges = [(offset, size) for offset, size in found[:, 1:].tolist()]
         raws = read_regular_many(
             [paths[shard] for shard in found[:, 0].tolist()], self.path, self.max_record_bytes, ranges
         ).views()
         features = [IMAGE_KEY, *(feature.encode("ascii") for _, _, fs in plan for feature in fs)]
         rows = _tfrecord.field_spans(raws, features, MAX_RECORD_BYTES)
-        return [
-            self._run_values(raw, row, plan) if raw is not None and row is not None else None
-            for raw, row in zip(raws, rows)
-        ]
+        found_all = [k for k, (raw, row) in enumerate(zip(raws, rows)) if raw is not None and row is not None]
+        out: list[dict[str, Any] | None] = [None] * len(indices)
+        if not found_all:
+            return out
+        table = np.frombuffer(b"".join(rows[k] for k in found_all), dtype=np.int64).reshape(len(found_all), -1, 3)
+        whole = (table[:, :, 2] == 1).all(axis=1).tolist()  # the image and every feature: one bytes value
+        starts, stops = table[:, :, 0].tolist(), table[:, :, 1].tolist()
+        bounds = [self.field_bound(name) for name, _, _ in plan]
+        for j, k in enumerate(found_all):
+            if whole[j]:
+                out[k] = _run_values(raws[k], starts[j], stops[j], plan, bounds)
+        return out
 
     def _bytes_features(self, names: Sequence[str]) -> list[tuple[str, Any, list[str]]] | None:
         """For each of ``names``: (name, spec, its features' names) where every feature of every
@@ -107,24 +116,6 @@ class TfrecordReader(OffsetShardReader):
                 return None
             plan.append((name, spec, [name + f.suffix for f in features]))
         return plan if plan and len(plan) < 64 else None
-
-    def _run_values(self, raw: Any, row: bytes, plan: list[tuple[str, Any, list[str]]]) -> dict[str, Any] | None:
-        """One record's values from its ``field_spans`` row: each feature (and the image) exactly
-        one bytes value, each field's stored bytes its kind's ``from_tfrecord`` of them; None
-        where one is not (the per-sample path names why)."""
-        spans = np.frombuffer(row, dtype=np.int64).reshape(-1, 3)
-        if not (spans[:, 2] == 1).all():
-            return None
-        starts, stops = spans[:, 0].tolist(), spans[:, 1].tolist()
-        values, at = {}, 1  # row 0 is the image's
-        for name, spec, features in plan:
-            found = [[raw[starts[j] : stops[j]]] for j in range(at, at + len(features))]
-            at += len(features)
-            try:
-                values[name] = spec.field_kind.from_tfrecord(spec, found, self.field_bound(name), name)
-            except Exception:
-                return None
-        return values
 
     def _record(
         self, shard: int, offset: int, raw: bytes, index: int, names: Sequence[str], read: Read
@@ -217,3 +208,20 @@ class TfrecordReader(OffsetShardReader):
 
 
 __all__ = ["FIELDS_VERSION", "FORMAT_VERSION", "RecordError", "TfrecordReader"]
+
+
+def _run_values(
+    raw: Any, starts: list[int], stops: list[int], plan: list[tuple[str, Any, list[str]]], bounds: list[int]
+) -> dict[str, Any] | None:
+    """One record's values from its ``field_spans`` row (feature ``j``'s value at
+    ``raw[starts[j]:stops[j]]``, the image's first): each field's stored bytes its kind's
+    ``from_tfrecord`` of its features; None where one refuses (the per-sample path names why)."""
+    values, at = {}, 1  # feature 0 is the image
+    for (name, spec, features), bound in zip(plan, bounds):
+        found = [[raw[starts[j] : stops[j]]] for j in range(at, at + len(features))]
+        at += len(features)
+        try:
+            values[name] = spec.field_kind.from_tfrecord(spec, found, bound, name)
+        except Exception:
+            return None
+    return values
