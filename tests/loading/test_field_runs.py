@@ -428,3 +428,19 @@ def test_masks_c_does_not_take_are_decoded_by_pillow_or_refused_as_per_sample(tm
     )
     with pytest.raises(iotool.RecordError, match=r"record 2 .*seg\.png"):
         list(raising)
+
+
+@pytest.mark.skipif(not masks_in_c(), reason="iotool's C extension iotool._masks is not built")
+@pytest.mark.parametrize(
+    "options",
+    [{"processes": 2}, pytest.param({"isolate": True}, marks=pytest.mark.skipif(not LINUX, reason="Linux"))],
+    ids=["processes", "isolate"],
+)
+def test_masks_and_boxes_moved_in_runs_are_the_same_in_processes_and_the_isolated_child(detection, options):
+    def epoch(extra: bool, **how: Any) -> list[Any]:
+        ds = iotool.open_dataset(
+            detection["lmdb"], transform=_chain(extra), fields=(*DETECTION, "seg.png"), masks=("seg.png",)
+        )
+        return _batches(ds, **how)[0]
+
+    assert equal(epoch(False, **options), epoch(True, threads=1))  # the per-sample path's batches
