@@ -15,10 +15,10 @@ import pytest
 import iotool
 from iotool.errors import FormatError, RecordError, UsageError
 from iotool.fields import decode, record_checksum
-from iotool.formats.sharded.index import canonical_json, sha256_hex
 from iotool.formats.tar import FIELDS_VERSION, FORMAT_VERSION
 
 from ..support.fields import EVERY_KIND, convert_fields, same, schema_of, value
+from ..support.forged_index import rewrite_index, set_column
 
 wds = pytest.importorskip("webdataset")
 N = 7
@@ -124,15 +124,6 @@ def test_class_only_datasets_stay_at_the_old_version(tmp_path):
     assert not any(name.startswith(("field.", "value.")) for name in index["columns"])
 
 
-def _rewrite_index(path: Path, change) -> None:
-    """Change index.json and give it a matching digest (the digest is no signature)."""
-    raw = json.loads((path / "index.json").read_bytes())
-    raw.pop("integrity")
-    change(raw)
-    body = {**raw, "integrity": sha256_hex(canonical_json(raw))}
-    (path / "index.json").write_bytes(canonical_json(body))
-
-
 def _copy(src: Path, dst: Path) -> Path:
     import shutil
 
@@ -140,39 +131,31 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _set_column(path: Path, name: str, array: np.ndarray) -> None:
-    """Replace column file ``name`` and its digest in the index."""
-    from iotool.formats.sharded.columns import file_digest
-
-    np.save(path / f"index.{name}.npy", array)
-
-    def change(raw):
-        raw["columns"][name]["files"][f"index.{name}.npy"] = file_digest(str(path / f"index.{name}.npy"))
-
-    _rewrite_index(path, change)
-
-
 def test_a_member_size_beyond_the_field_bound_is_refused_before_reading(every_kind, tmp_path):
     path = _copy(every_kind, tmp_path / "ds")
     spans = np.load(path / "index.field.count.npy")
     spans[2, 1] = 1 << 40  # an int's stored text has at most 64 bytes
-    _set_column(path, "field.count", spans)
+    set_column(path, "field.count", spans)
     reader = iotool.open_reader(path)
     with pytest.raises(RecordError, match=r"record 2, field 'count'.*1099511627776 bytes.*refused unread"):
         reader.read_fields(2, ["count"])
     assert reader.read_fields(1, ["count"]) == {"count": str(value("count", 1)).encode()}
     records = list(reader.read_records(range(N), ["count"]))
     assert [r[0] for r in records if r[1] is None] == [2]
+    run = reader.read_run_fields(list(range(N)), ["count"])  # a run refuses it too, alone
+    assert [k for k, got in enumerate(run) if got is None] == [2]
 
 
 def test_a_location_on_another_member_is_a_record_error_naming_the_field(every_kind, tmp_path):
     path = _copy(every_kind, tmp_path / "ds")
     spans = np.load(path / "index.field.txt.npy")
     spans[1] = np.load(path / "index.field.json.npy")[1]  # the .json member where .txt is declared
-    _set_column(path, "field.txt", spans)
+    set_column(path, "field.txt", spans)
     reader = iotool.open_reader(path)
     with pytest.raises(RecordError, match=r"record 1, field 'txt'.*no member '.*img001\.txt'.*img001\.json"):
         reader.read_fields(1, ["txt"])
+    run = reader.read_run_fields(list(range(N)), ["txt"])
+    assert [k for k, got in enumerate(run) if got is None] == [1]
     assert any("field 'txt'" in p for p in reader.integrity_problems())
 
 
@@ -211,14 +194,14 @@ def test_a_schema_with_a_pickle_extension_is_refused(captions, tmp_path):
     def change(raw):
         raw["meta"]["fields"] = [{"name": "txt.pth", "kind": "bytes"}, {"name": "score", "kind": "float"}]
 
-    _rewrite_index(path, change)
+    rewrite_index(path, change)
     with pytest.raises(FormatError, match=r"txt\.pth.*pickled"):
         iotool.open_reader(path)
 
 
 def test_fields_in_an_old_version_are_refused(captions, tmp_path):
     path = _copy(captions, tmp_path / "ds")
-    _rewrite_index(path, lambda raw: raw["meta"].update(format_version=FORMAT_VERSION))
+    rewrite_index(path, lambda raw: raw["meta"].update(format_version=FORMAT_VERSION))
     with pytest.raises(FormatError, match="lists fields, but format version 3 stores none"):
         iotool.open_reader(path)
 

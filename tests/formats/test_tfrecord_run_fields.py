@@ -7,6 +7,7 @@ mutated ones, whatever C gives is what Python gives, and a record C leaves is re
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from iotool.formats.tfrecord import example, framing
 
 from ..support.address_space import CAP_AFTER_IMPORTS, run_capped
 from ..support.fields import convert_fields, schema_of
+from ..support.forged_index import set_column
 from .test_tfrecord_spans import CASES, entry, made
 
 _tfrecord = pytest.importorskip("iotool._tfrecord", reason="iotool's C extension iotool._tfrecord is not built")
@@ -140,6 +142,41 @@ def test_a_damaged_record_fails_alone(dataset, tmp_path):
     run = reader.read_run_fields(list(range(12)), ("txt", "json"))
     assert [k for k, got in enumerate(run) if got is None] == [4]
     with pytest.raises(iotool.IotoolError, match="CRC|checksum"):
+        reader.read_fields(4, ("txt", "json"))
+
+
+@pytest.mark.parametrize(
+    "txt, error",
+    [
+        (("bytes", [b"one", b"two"]), "feature 'txt': a list of more than the 1 values"),  # C leaves the record
+        (("bytes", []), "feature 'txt' must hold one bytes value"),  # C finds it: its count refuses it
+        (("int64", [7]), "feature 'txt' must hold one bytes value"),  # C finds it: not bytes
+    ],
+    ids=["two values", "no value", "an int64"],
+)
+def test_a_txt_feature_not_of_one_bytes_value_fails_its_record_alone(tmp_path, txt, error):
+    """Record 4 rewritten (appended to its shard, the index pointed at it) with a txt feature that
+    is not one bytes value: the run leaves it, and read alone it is refused naming the feature."""
+    path = tmp_path / "two.tfrecord"
+    convert_fields(path, "tfrecord", schema_of(*FIELDS), 12)
+    reader = iotool.open_reader(path)
+    shard, offset, size = reader._location(4)
+    shard_file = Path(reader.shard_path(shard))
+    data = shard_file.read_bytes()
+    features = example.decode_example(framing.unframe(data[offset : offset + size], "x", 0))
+    features = {
+        k: (kind, [bytes(v) if kind == "bytes" else v for v in values]) for k, (kind, values) in features.items()
+    }
+    features["txt"] = txt
+    record = framing.frame(example.encode_example(features))
+    shard_file.write_bytes(data + record)
+    locations = np.load(path / "index.locations.npy")
+    locations[4] = [shard, len(data), len(record)]
+    set_column(path, "locations", locations)
+    reader = iotool.open_reader(path)
+    run = reader.read_run_fields(list(range(12)), ("txt", "json"))
+    assert [k for k, got in enumerate(run) if got is None] == [4]
+    with pytest.raises(iotool.IotoolError, match=rf"record 4 .*{error}"):
         reader.read_fields(4, ("txt", "json"))
 
 
