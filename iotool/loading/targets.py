@@ -2,7 +2,8 @@
 (:attr:`~iotool.fields.kinds.FieldKind.on_grid`: boxes, keypoints), the fields listing one entry
 per box, and its mask fields are moved by the crops, resizes and flips its transform did. A
 kind that keeps every entry moves its own values (:meth:`~iotool.fields.kinds.FieldKind.move`:
-keypoints); boxes, whose moves may drop entries, are moved here a run at a time.
+keypoints, a run's at once with the kind's ``move_run``); boxes, whose moves may drop entries, are
+moved here a run at a time.
 
 The dataset runs each sample's transform inside :func:`iotool.transforms.geometry.recording`;
 iotool's geometric transforms (also in their fused decoding forms) record what they did on the
@@ -227,7 +228,9 @@ class TargetMover:
     def move_run(self, samples: list[dict[str, Any]], run: RunGeometry) -> set[int]:
         """:meth:`moved` for each sample of a run (``samples[k]``: its values, changed in place),
         ``run`` saying what was done to each image: the boxes of all of them moved at once
-        (:func:`~iotool.transforms.geometry.move_xyxy_run`, the same arithmetic). Returns the
+        (:func:`~iotool.transforms.geometry.move_xyxy_run`, the same arithmetic), and the points
+        of a kind that moves a run at once (keypoints: ``move_run``, with
+        :func:`~iotool.transforms.geometry.move_points_run`). Returns the
         samples whose per-box entries do not match their boxes (left as they were)."""
         failed: set[int] = set()
         if not self.move:  # move_targets=False: the masks decoded as stored, nothing moved
@@ -250,14 +253,8 @@ class TargetMover:
                         self._move_mask(name, values, run.record(k))
                     except RECORD_ERRORS:
                         failed.add(k)
-        for name, spec in self.points.items():  # each sample by its record, as the per-sample path
-            kind = spec.field_kind
-            for k, values in enumerate(samples):
-                if name in values and k not in failed:
-                    try:
-                        values[name] = kind.move(spec, values[name], run.record(k))[0]
-                    except RECORD_ERRORS:
-                        failed.add(k)
+        for name, spec in self.points.items():
+            self._move_points_run(name, spec, samples, run, failed)
         for name, box_format in self.boxes.items():
             present = [k for k, values in enumerate(samples) if name in values]
             arrays = [np.asarray(samples[k][name]["boxes"], dtype=np.float32).reshape(-1, 4) for k in present]
@@ -283,6 +280,27 @@ class TargetMover:
         if samples and self.unmoved and not self.warned:
             self.warn_unmoved()
         return failed
+
+    def _move_points_run(
+        self, name: str, spec: Any, samples: list[dict[str, Any]], run: RunGeometry, failed: set[int]
+    ) -> None:
+        """Move points field ``name`` of the run's ``samples`` not ``failed`` (in place): all at
+        once where its kind can (a ``move_run``, keypoints': the same values as its ``move``),
+        else each by its record as the per-sample path; a value refused adds its sample to
+        ``failed``."""
+        kind = spec.field_kind
+        ks = [k for k, values in enumerate(samples) if name in values and k not in failed]
+        at_once = getattr(kind, "move_run", None)
+        moved = at_once(spec, [samples[k][name] for k in ks], ks, run) if at_once is not None else None
+        if moved is not None:
+            for k, value in zip(ks, moved):
+                samples[k][name] = value
+            return
+        for k in ks:
+            try:
+                samples[k][name] = kind.move(spec, samples[k][name], run.record(k))[0]
+            except RECORD_ERRORS:
+                failed.add(k)
 
     def _masks_in_c(self, name: str, samples: list[dict[str, Any]], run: RunGeometry, failed: set[int]) -> set[int]:
         """Mask field ``name`` of the run's ``samples`` decoded and moved in one C call that

@@ -376,6 +376,17 @@ class RunGeometry:
             record.add(self.out, FlipOp())
         return record
 
+    @property
+    def canvas(self) -> tuple[int, int]:
+        """Every sample's final (height, width), ``out`` (a centre crop's box is its output):
+        each row's :attr:`GeometryRecord.canvas`."""
+        return self.out
+
+    def move_points(self, xy: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        """:func:`move_points_run` of this run: what a kind that moves points asks of a run, as
+        it asks :meth:`GeometryOp.move_points` of a sample's ops."""
+        return move_points_run(xy, owner, self)
+
     def mask_moves(self, samples: list[int], move: bool = True) -> np.ndarray:
         """Samples ``samples``' rows as :func:`iotool.decode.masks.decode_moved_masks` takes them
         ((n, 9) int64: stored size, crop box, output size, flip); with ``move`` False, each left as

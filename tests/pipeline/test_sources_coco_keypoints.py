@@ -18,22 +18,15 @@ from iotool.fields import decode
 from iotool.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
 from iotool.transforms.geometry import CropOp, FlipOp, ResizeOp, recording
 
-from ..support.coco import make_coco
+from ..support.coco import NAMES, SKELETON, make_coco, make_keypoints
 
 import_torchvision()  # beside a CPU-only torch, without its compiled operators
 import torch  # noqa: E402
 import torchvision.transforms.v2.functional as F  # noqa: E402
 from torchvision import tv_tensors  # noqa: E402
 
-NAMES = [
-    "nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder", "left_elbow",
-    "right_elbow", "left_wrist", "right_wrist", "left_hip", "right_hip", "left_knee", "right_knee", "left_ankle",
-    "right_ankle",
-]  # fmt: skip
-SKELETON = [[16, 14], [14, 12], [17, 15], [15, 13], [12, 13], [6, 12], [7, 13], [6, 7], [6, 8], [7, 9], [8, 10]]
 # detectron2's COCO flip map, written out: the swap's reference
 FLIP_PAIRS = [(1, 2), (3, 4), (5, 6), (7, 8), (9, 10), (11, 12), (13, 14), (15, 16)]
-PERSON = 1
 FORMATS = ("lmdb", "tar", "hdf5", "tfrecord")
 
 
@@ -42,32 +35,6 @@ def flipped_order() -> list[int]:
     for a, b in FLIP_PAIRS:
         order[a], order[b] = b, a
     return order
-
-
-def make_keypoints(root, n: int = 6, seed: int = 7):
-    """A tiny COCO person keypoints file: make_coco's, the person category declaring the 17 COCO
-    points and skeleton, each person annotation given triplets inside its box (some unlabelled)."""
-    images, annotations = make_coco(root, n, seed=seed)
-    doc = json.loads(annotations.read_text())
-    rng = np.random.default_rng(seed)
-    for cat in doc["categories"]:
-        if cat["id"] == PERSON:
-            cat.update(keypoints=NAMES, skeleton=SKELETON, supercategory="person")
-    for ann in doc["annotations"]:
-        if ann["category_id"] != PERSON:
-            continue
-        x, y, w, h = ann["bbox"]
-        v = rng.integers(0, 3, len(NAMES))
-        xs, ys = rng.uniform(x, x + w, len(NAMES)), rng.uniform(y, y + h, len(NAMES))
-        ann["keypoints"] = [
-            float(t)
-            for k in range(len(NAMES))
-            for t in ((round(xs[k], 2), round(ys[k], 2), int(v[k])) if v[k] else (0, 0, 0))
-        ]
-        ann["num_keypoints"] = int((v > 0).sum())
-    path = annotations.with_name("person_keypoints.json")
-    path.write_text(json.dumps(doc))
-    return images, path, doc
 
 
 def expected_rows(doc: dict, image_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,6 +6,7 @@ categories with ids 1, 3 and 90 listed out of order (the dense labels sort them)
 that are neither contiguous nor listed in order, annotations listed shuffled (not grouped by
 image), 0 to 4 boxes per image with float coordinates, a polygon on most annotations, an
 uncompressed RLE crowd annotation (``iscrowd`` 1), and an image without annotations (the second).
+``make_keypoints(root, n, seed)`` adds COCO's person keypoints (``person_keypoints.json``).
 Generating 10,000 images takes a few seconds (small JPEGs from a few shared bases).
 """
 
@@ -121,3 +122,39 @@ def make_coco(root: str | Path, n: int = 8, seed: int = 0) -> tuple[Path, Path]:
     path = root / "instances.json"
     path.write_text(json.dumps(doc))
     return images_dir, path
+
+
+# COCO's person keypoints: the 17 points and the skeleton of its person category
+NAMES = [
+    "nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder", "left_elbow",
+    "right_elbow", "left_wrist", "right_wrist", "left_hip", "right_hip", "left_knee", "right_knee", "left_ankle",
+    "right_ankle",
+]  # fmt: skip
+SKELETON = [[16, 14], [14, 12], [17, 15], [15, 13], [12, 13], [6, 12], [7, 13], [6, 7], [6, 8], [7, 9], [8, 10]]
+PERSON = 1  # the person category's id
+
+
+def make_keypoints(root, n: int = 6, seed: int = 7):
+    """A tiny COCO person keypoints file: make_coco's, the person category declaring the 17 COCO
+    points and skeleton, each person annotation given triplets inside its box (some unlabelled)."""
+    images, annotations = make_coco(root, n, seed=seed)
+    doc = json.loads(annotations.read_text())
+    rng = np.random.default_rng(seed)
+    for cat in doc["categories"]:
+        if cat["id"] == PERSON:
+            cat.update(keypoints=NAMES, skeleton=SKELETON, supercategory="person")
+    for ann in doc["annotations"]:
+        if ann["category_id"] != PERSON:
+            continue
+        x, y, w, h = ann["bbox"]
+        v = rng.integers(0, 3, len(NAMES))
+        xs, ys = rng.uniform(x, x + w, len(NAMES)), rng.uniform(y, y + h, len(NAMES))
+        ann["keypoints"] = [
+            float(t)
+            for k in range(len(NAMES))
+            for t in ((round(xs[k], 2), round(ys[k], 2), int(v[k])) if v[k] else (0, 0, 0))
+        ]
+        ann["num_keypoints"] = int((v > 0).sum())
+    path = annotations.with_name("person_keypoints.json")
+    path.write_text(json.dumps(doc))
+    return images, path, doc

@@ -22,7 +22,7 @@ A batch holds a list of ``(N, K, 3)`` float32 tensors, one a sample (as boxes ar
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -152,7 +152,7 @@ class KeypointsKind(FieldKind):
 
     def move(self, spec: Any, value: Any, record: Any) -> tuple[np.ndarray, None]:
         """``value`` moved by ``record`` as the module docstring says; every row kept."""
-        points = np.array(value, dtype=np.float32, copy=True).reshape(-1, len(spec.param("names", ())), 3)
+        points = _points_of(spec, value)
         if record.source is None or not points.size:
             return points, None
         xy = np.ascontiguousarray(points[:, :, :2]).reshape(-1, 2)
@@ -161,12 +161,50 @@ class KeypointsKind(FieldKind):
             op.move_points(xy, size)
             mirrored ^= _mirrors(op, size)
         points[:, :, :2] = xy.reshape(points.shape[0], points.shape[1], 2)
-        height, width = record.canvas
-        x, y = points[:, :, 0], points[:, :, 1]
-        points[:, :, 2][(x < 0) | (x > width - 1) | (y < 0) | (y > height - 1)] = 0
-        if mirrored:
-            points = points[:, flip_order(spec.param("names", ()))]
-        return points, None
+        return _settled(spec, points, record.canvas, np.asarray(mirrored)), None
+
+    def move_run(self, spec: Any, values: Sequence[Any], samples: Sequence[int], run: Any) -> list[np.ndarray] | None:
+        """:meth:`move` of the values of a run's samples at once, the same values bit for bit:
+        ``values[j]`` is sample ``samples[j]``'s of ``run`` (asked, as :meth:`move` asks a record's
+        ops, for ``run.move_points(xy, owner)``, point ``i`` of sample ``owner[i]``, and its final
+        ``run.canvas``). None when a value is not points (each is then moved alone, and refused
+        as :meth:`move` refuses it)."""
+        count = len(spec.param("names", ()))
+        try:
+            arrays = [_points_of(spec, value) for value in values]
+        except (ValueError, TypeError):
+            return None
+        rows = [len(a) for a in arrays]
+        points = np.concatenate(arrays) if arrays else np.empty((0, count, 3), np.float32)
+        owner = np.repeat(np.asarray(samples, dtype=np.intp), rows)
+        xy = np.ascontiguousarray(points[:, :, :2]).reshape(-1, 2)
+        run.move_points(xy, np.repeat(owner, count))
+        points[:, :, :2] = xy.reshape(points.shape[0], count, 2)
+        # each sample's mirroring asked of the run by two points it moves (as _mirrors asks an op)
+        probe = np.tile(np.array([[0.0, 0.0], [1.0, 0.0]]), (len(samples), 1))
+        run.move_points(probe, np.repeat(np.asarray(samples, dtype=np.intp), 2))
+        mirrored = probe[1::2, 0] < probe[0::2, 0]
+        _settled(spec, points, run.canvas, np.repeat(mirrored, rows))
+        ends = np.cumsum(rows).tolist()
+        return [points[start:end] for start, end in zip([0, *ends], ends)]
+
+
+def _points_of(spec: Any, value: Any) -> np.ndarray:
+    """A value to move: a float32 ``(N, K, 3)`` copy (ValueError, TypeError: not one)."""
+    return np.array(value, dtype=np.float32, copy=True).reshape(-1, len(spec.param("names", ())), 3)
+
+
+def _settled(spec: Any, points: np.ndarray, canvas: tuple[int, int], mirrored: np.ndarray) -> np.ndarray:
+    """``points`` whose x, y are moved onto ``canvas`` (height, width), in place: a point outside
+    its pixel indices marked not labelled, the rows where ``mirrored`` (a bool, or one a row)
+    with their left and right points swapped by name."""
+    height, width = canvas
+    x, y = points[:, :, 0], points[:, :, 1]
+    points[:, :, 2][(x < 0) | (x > width - 1) | (y < 0) | (y > height - 1)] = 0
+    rows = np.broadcast_to(mirrored, points.shape[:1])
+    if rows.any():
+        points[rows] = points[rows][:, flip_order(spec.param("names", ()))]
+    return points
 
 
 def _as_points(value: Any, count: int, at: str) -> np.ndarray:
