@@ -13,7 +13,9 @@ not listed; ``class`` is the one field stored as today's label (an index into th
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from functools import cached_property
 from typing import Any, Iterable, Sequence
 
@@ -96,6 +98,10 @@ class FieldSpec:
             refuses to keep the field (see :attr:`on_image_grid`).
         params: the kind's own attributes (:attr:`FieldKind.params`), as ``(name, value)`` pairs,
             stored beside the others in the schema (keypoints: their names and skeleton).
+
+    Each kind takes some of these attributes only
+    (:meth:`~iotool.fields.kinds.FieldKind.taken_attributes`); a spec setting another is refused
+    (UsageError naming the field, the attribute, what the kind takes and the kinds that take it).
     """
 
     name: str
@@ -118,6 +124,8 @@ class FieldSpec:
         kind = find_kind(self.kind) if problem is None and isinstance(self.kind, str) else None
         if problem is None and kind is None:
             problem = f"kind {self.kind!r:.80} is not one of {', '.join(kind_names())}"
+        if problem is None and kind is not None:  # per_box: _per_box_problem names the kinds taking it
+            problem = _stray_problem(self.kind, kind, [a for a in set_attributes(self) if a != "per_box"])
         if problem is None and self.ext is not None and not _NAME.fullmatch(self.ext):
             problem = f"ext {self.ext!r:.40} is not a file extension (letters, digits, '_', '-', inner dots)"
         if problem is None and self.per_box is not None:
@@ -205,6 +213,9 @@ class FieldSpec:
         if raw.get("dtype") is not None:
             _check_dtype(raw["dtype"], raw["name"], where)
         params = kind.parse_params(raw, f"{where}: schema field {raw['name']!r:.80}") if kind is not None else ()
+        if kind is not None:
+            raw = _without_stray(raw, kind, where)
+            shape, classes = raw.get("shape"), raw.get("classes", [])
         try:
             return cls(
                 raw["name"],
@@ -220,6 +231,60 @@ class FieldSpec:
             )
         except UsageError as exc:
             raise FormatError(f"{where}: {exc}") from None
+
+
+def set_attributes(spec: FieldSpec) -> tuple[str, ...]:
+    """The :data:`~iotool.fields.kinds.SPEC_ATTRIBUTES` ``spec`` sets (those not left at their
+    default: None, ``()`` for classes, False for pixels), in that order."""
+    return tuple(key for key in SPEC_ATTRIBUTES if _is_set(getattr(spec, key), _DEFAULTS[key]))
+
+
+def _is_set(value: Any, default: Any) -> bool:
+    if default is None or default is False:
+        return value is not default
+    return not (isinstance(value, tuple | list) and not value)  # classes: empty is unset
+
+
+def _stray_problem(name: str, kind: FieldKind, given: Iterable[str]) -> str | None:
+    """Why a ``name`` field (of ``kind``) cannot set the attributes ``given``: those its kind does
+    not take (:meth:`~iotool.fields.kinds.FieldKind.taken_attributes`), or None."""
+    taken = kind.taken_attributes()
+    stray = [key for key in given if key not in taken]
+    if not stray:
+        return None
+    takers = {key: sorted(n for n in kind_names() if key in _taken_by(n)) for key in stray}
+    where = "; ".join(f"{key} is for {', '.join(takers[key]) or 'no'} fields" for key in stray)
+    return (
+        f"a {name} field takes no {', '.join(stray)} (it takes {', '.join(sorted(taken)) or 'none of them'}; {where})"
+    )
+
+
+def _taken_by(name: str) -> frozenset[str]:
+    kind = find_kind(name)
+    return kind.taken_attributes() if kind is not None else frozenset()
+
+
+_DEFAULTS = {f.name: f.default for f in dataclass_fields(FieldSpec) if f.name in SPEC_ATTRIBUTES}
+# what earlier versions took on any kind, so a stored schema may hold it stray: all but per_box,
+# refused on a kind without per-box values since it existed
+_ONCE_TAKEN = tuple(key for key in SPEC_ATTRIBUTES if key != "per_box")
+
+
+def _without_stray(raw: dict[str, Any], kind: FieldKind, where: str) -> dict[str, Any]:
+    """A stored field ``raw`` less the attributes its kind does not take, with a warning naming
+    them (``per_box`` is left for the spec to refuse). Earlier iotool versions took any attribute
+    on any kind and stored it, and a dataset they wrote must still open: such an attribute meant
+    nothing to its kind (but ``pixels`` on a class, boxes or keypoints field, which made a
+    resizing conversion refuse the field)."""
+    given = [key for key in _ONCE_TAKEN if key in raw and _is_set(raw[key], _DEFAULTS[key])]
+    problem = _stray_problem(raw["kind"], kind, given)
+    if problem is None:
+        return raw
+    warnings.warn(
+        f"{where}: schema field {raw['name']!r:.80}: {problem}; read without them.", UserWarning, stacklevel=2
+    )
+    taken = kind.taken_attributes()
+    return {key: value for key, value in raw.items() if key not in _ONCE_TAKEN or key in taken}
 
 
 def _per_box_problem(spec: FieldSpec) -> str | None:

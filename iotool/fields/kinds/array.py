@@ -53,7 +53,7 @@ class ArrayKind(FieldKind):
 
     name = "array"
     max_bytes = MAX_ARRAY_BYTES + MAX_NPY_HEADER_BYTES
-    attributes = frozenset({"dtype", "shape"})
+    attributes = frozenset({"dtype", "shape", "pixels"})
     per_box = True
     observed = True  # a conversion fills in dtype and shape from the values it writes
 

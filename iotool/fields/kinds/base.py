@@ -88,7 +88,7 @@ class FieldKind:
 
     name: ClassVar[str]
     max_bytes: ClassVar[int] = 0  # a stored value's bound, refused beyond it before it is read
-    attributes: ClassVar[frozenset[str]] = frozenset()  # of SPEC_ATTRIBUTES that the kind uses
+    attributes: ClassVar[frozenset[str]] = frozenset()  # of SPEC_ATTRIBUTES that the kind takes (taken_attributes)
     params: ClassVar[tuple[str, ...]] = ()  # the kind's own attributes, stored in the schema
     per_box: ClassVar[bool] = False  # may list one value per box of a boxes field (per_box=)
     stored: ClassVar[bool] = True  # False: the class, stored as the record's label
@@ -101,6 +101,18 @@ class FieldKind:
     observed: ClassVar[bool] = False  # a conversion finds its common dtype and shape from each .npy header
 
     # --- attributes -----------------------------------------------------------------------------
+
+    def taken_attributes(self) -> frozenset[str]:
+        """The :data:`SPEC_ATTRIBUTES` a field of this kind may set: :attr:`attributes`, plus
+        ``per_box`` where its values may list one per box (:attr:`per_box`) and ``dtype`` and
+        ``shape`` where a conversion finds them (:attr:`observed`). A spec setting another is
+        refused by name."""
+        taken = set(self.attributes)
+        if self.per_box:
+            taken.add("per_box")
+        if self.observed:
+            taken.update(("dtype", "shape"))
+        return frozenset(taken)
 
     def spec_problem(self, spec: FieldSpec) -> str | None:
         """Why ``spec`` is not a field of this kind (its attributes), or None."""

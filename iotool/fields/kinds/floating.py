@@ -22,6 +22,7 @@ class FloatKind(FieldKind):
 
     name = "float"
     max_bytes = MAX_SCALAR_BYTES
+    attributes = frozenset({"pixels"})
     index_column = "float"
 
     def encode(self, spec: Any, value: Any, at: str) -> bytes:

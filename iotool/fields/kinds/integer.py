@@ -21,6 +21,7 @@ class IntKind(FieldKind):
 
     name = "int"
     max_bytes = MAX_SCALAR_BYTES
+    attributes = frozenset({"pixels"})
     index_column = "int"
 
     def encode(self, spec: Any, value: Any, at: str) -> bytes:

@@ -15,6 +15,7 @@ class JsonKind(FieldKind):
 
     name = "json"
     max_bytes = MAX_JSON_BYTES
+    attributes = frozenset({"pixels"})
     per_box = True
 
     def encode(self, spec: Any, value: Any, at: str) -> bytes:

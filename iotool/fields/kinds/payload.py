@@ -18,7 +18,7 @@ class BytesKind(FieldKind):
 
     name = "bytes"
     max_bytes = MAX_BYTES
-    attributes = frozenset({"ext"})
+    attributes = frozenset({"ext", "pixels"})
     mask_images = True  # a field masks= may name: a mask stored as an image (seg.png)
 
     def unscaled_pixels(self, spec: Any) -> bool:

@@ -14,6 +14,7 @@ class TextKind(FieldKind):
 
     name = "text"
     max_bytes = MAX_TEXT_BYTES
+    attributes = frozenset({"pixels"})
 
     def encode(self, spec: Any, value: Any, at: str) -> bytes:
         if isinstance(value, bytes):
