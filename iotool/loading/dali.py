@@ -23,6 +23,13 @@ and float64 tensors, arrays as one tensor when every record's shape is the same 
 boxes as a list of ``{"boxes": (N, 4) float32, "labels": (N,) int64}``; each value is read from
 the tar member / TFRecord feature DALI gives, held to its field's bound and decoded on the CPU.
 
+DALI's crops, resizes and flips move the images only: the targets that lie on the image's grid
+(boxes, keypoints: a kind's ``on_grid``) would come as stored, off their images. So such fields
+are refused unless ``move_targets=False`` asks for them as stored (``open_dataset``'s option of
+the same name), and ``masks=`` is refused: :class:`iotool.Loader` over
+``iotool.open_dataset(path, transform=..., masks=...)`` moves boxes, keypoints and masks with the
+image.
+
 The output is :class:`iotool.CUDAPrefetcher`'s: ``(images, labels)`` with float32 NCHW images
 normalised as ``(x - mean255) / std255`` (``mean``/``std`` in 0-1 or 0-255 units, the same rule)
 and int64 labels, on the pipeline's GPU, or on the CPU for a CPU pipeline (``device_id=None``).
@@ -134,6 +141,8 @@ def build_pipeline(
     seed: int | None = None,
     prefetch_queue_depth: int = 2,
     fields: Sequence[str] = (),
+    move_targets: bool = True,
+    masks: str | Sequence[str] = (),
 ) -> Any:
     """A DALI pipeline over the iotool dataset at ``path`` (a format DALI reads), outputs ``(images, labels)``.
 
@@ -155,12 +164,20 @@ def build_pipeline(
 
     ``fields``: stored fields of the dataset read as more outputs (the tar members, the TFRecord
     features), after the labels; :class:`DALIIterator` decodes them (see the module's docstring).
+    Fields on the image's grid (boxes, keypoints), which DALI's crops and flips do not move, only
+    with ``move_targets=False`` (as stored); ``masks`` (moved mask fields) is refused.
+
+    Raises:
+        UsageError: ``masks`` given, a field on the image's grid chosen with ``move_targets``, or
+            a dataset, field or shard that DALI cannot read (naming what it can).
     """
+    _refuse_masks(masks)
+    inputs = dali_inputs(path)
+    fields = _field_names(inputs["reader"], fields)
+    _refuse_unmoved(inputs["reader"], fields, move_targets)
     dali = _import_dali()
     from nvidia.dali import fn, types
 
-    inputs = dali_inputs(path)
-    fields = _field_names(inputs["reader"], fields)
     rank, world = ddp_rank()
     shard_id, num_shards = (rank if shard_id is None else shard_id), (world if num_shards is None else num_shards)
     if not 0 <= shard_id < num_shards:
@@ -221,6 +238,32 @@ def build_pipeline(
     pipe = pipeline()
     pipe.iotool_outputs = FieldOutputs(inputs["reader"], inputs["dali"], tuple(fields))
     return pipe
+
+
+def _refuse_masks(masks: str | Sequence[str]) -> None:
+    """Refuse ``masks=``: DALI's crops, resizes and flips would leave the masks as stored."""
+    names = (masks,) if isinstance(masks, str) else tuple(masks or ())
+    if names:
+        raise UsageError(
+            f"masks={names!r:.120}: iotool.loading.dali does not move masks with DALI's crops, resizes and "
+            f"flips, so they would come as stored, off their images. Use iotool.Loader(iotool.open_dataset(path, "
+            f"transform=..., masks={names!r:.80})), which moves them with the image, or read the stored mask "
+            f"bytes as a field (fields={names!r:.80}) to move them yourself."
+        )
+
+
+def _refuse_unmoved(reader: Any, fields: Sequence[str], move_targets: bool) -> None:
+    """Refuse the fields on the image's grid (boxes, keypoints: the kind's ``on_grid``) unless
+    ``move_targets`` is False: DALI would give them as stored while it crops and flips the image."""
+    specs = {spec.name: spec for spec in reader.schema.stored}
+    grid = [name for name in fields if name in specs and specs[name].field_kind.on_grid]
+    if grid and move_targets:
+        raise UsageError(
+            f"fields {', '.join(repr(n) for n in grid)} lie on the image's grid, but iotool.loading.dali does "
+            f"not move them with DALI's crops, resizes and flips. Use iotool.Loader(iotool.open_dataset(path, "
+            f"transform=..., fields=...)), which moves boxes and keypoints (and masks=...) with the image, or "
+            f"pass move_targets=False to get them as stored, in the stored image's pixels."
+        )
 
 
 def _field_names(reader: Any, fields: Sequence[str]) -> list[str]:
