@@ -56,6 +56,14 @@ class ArrayKind(FieldKind):
     attributes = frozenset({"dtype", "shape", "pixels"})
     per_box = True
     observed = True  # a conversion fills in dtype and shape from the values it writes
+    infer_order = 50
+
+    def infers(self, value: Any) -> bool:
+        """A numpy array of bools or numbers, or a non-empty list or tuple of numbers (not bools),
+        at any depth, no list empty."""
+        if isinstance(value, np.ndarray):
+            return value.dtype.kind in "biuf"
+        return isinstance(value, list | tuple) and _numeric(value)
 
     def spec_problem(self, spec: Any) -> str | None:
         if spec.per_box is not None and spec.shape is not None:
@@ -113,3 +121,10 @@ class ArrayKind(FieldKind):
 
 
 KIND = ArrayKind()
+
+
+def _numeric(value: Any) -> bool:
+    """A number (not a bool), or a non-empty list or tuple of them at any depth."""
+    if isinstance(value, list | tuple):
+        return bool(value) and all(_numeric(v) for v in value)
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)

@@ -99,6 +99,7 @@ class FieldKind:
     draws_masks: ClassVar[bool] = False  # open_dataset(masks=...) may name it: its values become masks
     mask_images: ClassVar[bool] = False  # open_dataset(masks=...) may name it: its values are mask images
     observed: ClassVar[bool] = False  # a conversion finds its common dtype and shape from each .npy header
+    infer_order: ClassVar[int | None] = None  # where kind_for_value asks it (lower first); None: never
 
     # --- attributes -----------------------------------------------------------------------------
 
@@ -113,6 +114,13 @@ class FieldKind:
         if self.observed:
             taken.update(("dtype", "shape"))
         return frozenset(taken)
+
+    def infers(self, value: Any) -> bool:
+        """Whether a source's plain Python ``value`` (never None) is kept as this kind when
+        nothing declares the field's kind. :func:`~.registry.kind_for_value` asks the kinds with
+        an :attr:`infer_order` in that order, and the first to answer True names the kind: the
+        built-ins are text 10, int 20, float 30, bytes 40, array 50, json 1000 (any value)."""
+        return False
 
     def spec_problem(self, spec: FieldSpec) -> str | None:
         """Why ``spec`` is not a field of this kind (its attributes), or None."""

@@ -24,6 +24,10 @@ class FloatKind(FieldKind):
     max_bytes = MAX_SCALAR_BYTES
     attributes = frozenset({"pixels"})
     index_column = "float"
+    infer_order = 30
+
+    def infers(self, value: Any) -> bool:
+        return isinstance(value, float | np.floating)
 
     def encode(self, spec: Any, value: Any, at: str) -> bytes:
         if isinstance(value, bytes):

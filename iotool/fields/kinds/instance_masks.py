@@ -31,6 +31,7 @@ class SegmentationKind(JsonKind):
     name = "segmentation"
     attributes = frozenset({"per_box", "pixels"})
     params = ("area",)
+    infer_order = None  # a json field's values, but only when declared
     draws_masks = True  # a field ``masks=`` may name: its values become masks on the image's grid
 
     def spec_problem(self, spec: Any) -> str | None:

@@ -23,6 +23,10 @@ class IntKind(FieldKind):
     max_bytes = MAX_SCALAR_BYTES
     attributes = frozenset({"pixels"})
     index_column = "int"
+    infer_order = 20
+
+    def infers(self, value: Any) -> bool:
+        return isinstance(value, bool | int | np.integer | np.bool_)  # a bool too: kept as 0 or 1
 
     def encode(self, spec: Any, value: Any, at: str) -> bytes:
         if isinstance(value, bytes):

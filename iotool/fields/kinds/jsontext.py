@@ -17,6 +17,10 @@ class JsonKind(FieldKind):
     max_bytes = MAX_JSON_BYTES
     attributes = frozenset({"pixels"})
     per_box = True
+    infer_order = 1000  # last: any value the kinds before it do not take
+
+    def infers(self, value: Any) -> bool:
+        return True
 
     def encode(self, spec: Any, value: Any, at: str) -> bytes:
         if isinstance(value, bytes):

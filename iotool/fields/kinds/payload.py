@@ -20,6 +20,10 @@ class BytesKind(FieldKind):
     max_bytes = MAX_BYTES
     attributes = frozenset({"ext", "pixels"})
     mask_images = True  # a field masks= may name: a mask stored as an image (seg.png)
+    infer_order = 40
+
+    def infers(self, value: Any) -> bool:
+        return isinstance(value, bytes | bytearray | memoryview)
 
     def unscaled_pixels(self, spec: Any) -> bool:
         return (spec.ext or "").rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS

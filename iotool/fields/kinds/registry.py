@@ -5,6 +5,9 @@ whose ``KIND`` is taken), and those added with :func:`register_kind`; each impor
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from ...errors import UsageError
 from ...registry import Registry
 from .base import FieldKind
@@ -25,6 +28,8 @@ BUILTIN: dict[str, str] = {
 KIND_REGISTRY: Registry[FieldKind] = Registry(
     "field kind", FieldKind, "iotool.field_kinds", BUILTIN, "KIND", UsageError, unknown="Unknown field kind"
 )
+log = logging.getLogger(__name__)
+_inferring: tuple[list[str], list[FieldKind]] = ([], [])  # (the kind names it was made for, the kinds in order)
 
 
 def field_kind(name: str) -> FieldKind:
@@ -46,4 +51,39 @@ def register_kind(kind: FieldKind) -> FieldKind:
     """Add ``kind`` under its name at run time (an installed package uses the entry point)."""
     if not isinstance(kind, FieldKind):
         raise UsageError(f"register_kind takes a FieldKind, not a {type(kind).__name__}.")
+    global _inferring
+    _inferring = ([], [])  # asked afresh: the kind may replace one of the same name
     return KIND_REGISTRY.register(kind, kind.name)
+
+
+def kind_for_value(value: Any) -> str | None:
+    """The kind a source's plain Python ``value`` is kept as when nothing declares it: the first
+    kind, in :attr:`~.base.FieldKind.infer_order`, whose :meth:`~.base.FieldKind.infers` takes it
+    (str -> text, int/bool -> int, float -> float, bytes -> bytes, a numeric list or array ->
+    array, anything else -> json, unless an installed kind comes first); None for None."""
+    if value is None:
+        return None
+    for kind in inferring_kinds():
+        if kind.infers(value):
+            return kind.name
+    return None
+
+
+def inferring_kinds() -> list[FieldKind]:
+    """The kinds :func:`kind_for_value` asks, in their :attr:`~.base.FieldKind.infer_order` (ties in
+    :func:`kind_names` order); an installed kind that cannot be loaded is left out, with a warning
+    in the log (asking for it by name names the problem)."""
+    global _inferring
+    names = kind_names()
+    if names != _inferring[0]:
+        kinds = []
+        for name in names:
+            try:
+                kind = find_kind(name)
+            except UsageError as exc:
+                log.warning("field kind %r is not asked what a value is: %s", name, exc)
+                continue
+            if kind is not None and kind.infer_order is not None:
+                kinds.append(kind)
+        _inferring = (names, sorted(kinds, key=lambda k: k.infer_order or 0))
+    return _inferring[1]

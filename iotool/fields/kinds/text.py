@@ -15,6 +15,10 @@ class TextKind(FieldKind):
     name = "text"
     max_bytes = MAX_TEXT_BYTES
     attributes = frozenset({"pixels"})
+    infer_order = 10
+
+    def infers(self, value: Any) -> bool:
+        return isinstance(value, str)
 
     def encode(self, spec: Any, value: Any, at: str) -> bytes:
         if isinstance(value, bytes):

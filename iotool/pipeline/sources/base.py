@@ -14,6 +14,7 @@ from typing import Any, Callable, ClassVar, Hashable, Protocol, Sequence
 
 from ...errors import SourceError, UsageError
 from ...fields import MAX_UNIQUE_CLASS_VALUES, FieldSpec, Schema
+from ...fields.kinds import kind_for_value
 from ...formats import FormatOptions
 from ...formats.plugins import missing_extra
 from ...storage import StorageConfig
@@ -250,29 +251,6 @@ def merge_kind(a: str | None, b: str) -> str:
 
 def kind_of_value(value: Any) -> str | None:
     """The kind a plain Python value is kept as (str -> text, int/bool -> int, float -> float, a
-    list or array of numbers -> array, other lists and dicts -> json, bytes -> bytes); None for None."""
-    import numpy as np
-
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, bool | int | np.integer | np.bool_):
-        return "int"
-    if isinstance(value, float | np.floating):
-        return "float"
-    if isinstance(value, bytes | bytearray | memoryview):
-        return "bytes"
-    if isinstance(value, np.ndarray):
-        return "array" if value.dtype.kind in "biuf" else "json"
-    if isinstance(value, list | tuple) and value and all(_numeric(v) for v in value):
-        return "array"
-    return "json"
-
-
-def _numeric(value: Any) -> bool:
-    import numpy as np
-
-    if isinstance(value, list | tuple):
-        return bool(value) and all(_numeric(v) for v in value)
-    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    list or array of numbers -> array, other lists and dicts -> json, bytes -> bytes); None for None.
+    The kinds answer (:func:`iotool.fields.kinds.kind_for_value`), so an installed kind can too."""
+    return kind_for_value(value)
