@@ -49,6 +49,8 @@ Paths:
 - ``detection: ...``: a COCO-like file (``detection.py``'s, 7.5 boxes an image) converted to lmdb,
   ``(image, boxes)`` with ``RandomResizedCrop(scale=(0.3, 1))`` and a flip, the boxes moved a run
   at a time, and ``per sample`` the same the per-sample way;
+- ``captions-FORMAT: ...`` (asked for by name, e.g. ``--formats captions-tar``): the same caption
+  shards converted to FORMAT, ``(image, class, txt, json)`` read by the runs and per sample;
 - ``masks: ...``: each image with a palette PNG segmentation map of its size (``seg.png``) in lmdb,
   ``(image, class, seg.png)`` with ``masks=("seg.png",)``, the same crop and flip: ``moved``, the
   run's masks decoded and moved in one C call (``iotool._masks.move_masks``), and ``per sample``
@@ -86,6 +88,14 @@ SEEKABLE = "seekable lmdb"
 CAPTIONS = ("image", "class", "txt", "json")
 # the datasets with fields, built as lmdb beside the formats
 FIELD_DATASETS = ("captions", "detection", "masks")
+CAPTIONS_IN = "captions-"  # "captions-tar": the caption shards converted to tar (any format that stores fields)
+
+
+def is_field_dataset(name: str) -> bool:
+    """Whether ``name`` (of ``--formats``) is a dataset with fields, not a format of the images."""
+    return name in FIELD_DATASETS or name.startswith(CAPTIONS_IN)
+
+
 MASKS = ("image", "class", "seg.png")
 
 Work = Callable[[], int]  # runs the path over its samples once; returns the samples done
@@ -331,18 +341,21 @@ def build(src: Path, workdir: Path, formats: list[str]) -> dict[str, Path]:
 
     out = {}
     for fmt in formats:
-        if fmt in FIELD_DATASETS:
+        if is_field_dataset(fmt):
             continue
         dst = workdir / f"data.{fmt}"
         iotool.convert(src, dst, fmt, workers=0, overwrite=True, **conversion_options(fmt, CROP))
         out[fmt] = dst
-    if "captions" in formats:  # caption shards (jpg, cls, txt, json) -> lmdb, every member kept
+    caption_formats = [("lmdb", "captions")] if "captions" in formats else []
+    caption_formats += [(f.removeprefix(CAPTIONS_IN), f) for f in formats if f.startswith(CAPTIONS_IN)]
+    if caption_formats:  # caption shards (jpg, cls, txt, json) -> lmdb (and the others asked), every member kept
         from fields_loader import write_caption_shards
 
         shards, _ = write_caption_shards(src, workdir / "caption-shards")
-        dst = workdir / "data.captions.lmdb"
-        iotool.convert(shards, dst, "lmdb", src_format="webdataset", workers=0, overwrite=True)
-        out["captions"] = dst
+        for fmt, name in caption_formats:
+            dst = workdir / f"data.{name}.{fmt}"
+            iotool.convert(shards, dst, fmt, src_format="webdataset", workers=0, overwrite=True)
+            out[name] = dst
     if "detection" in formats:  # a COCO-like file (7.5 boxes an image) -> lmdb
         from detection import write_annotations
 
@@ -415,6 +428,13 @@ def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
         per_sample = Compose([RandomResizedCrop(CROP), pixel_only(lambda image: image)])
         ds = iotool.open_dataset(built["captions"], transform=per_sample, fields=CAPTIONS)
         works["captions: per sample"] = loader_path(ds)
+    for name in [n for n in built if n.startswith(CAPTIONS_IN)]:  # the caption fields in another format
+        for path, chain in (
+            ("runs", RandomResizedCrop(CROP)),
+            ("per sample", Compose([RandomResizedCrop(CROP), pixel_only(lambda image: image)])),
+        ):
+            ds = iotool.open_dataset(built[name], transform=chain, fields=CAPTIONS)
+            works[f"{name}: {path}"] = loader_path(ds)
     if "detection" in built:  # the boxes follow the crop and the flip
         for name, extra in (("detection: boxes", []), ("detection: per sample", [pixel_only(lambda image: image)])):
             chain = Compose([RandomResizedCrop(CROP, scale=(0.3, 1.0)), RandomHorizontalFlip(), *extra])
@@ -436,7 +456,7 @@ def paths(built: dict[str, Path], batch_size: int) -> dict[str, Path_]:
         works["bmp crop"] = loader_path(iotool.open_dataset(built["bmp"], transform=RandomResizedCrop(CROP)))
     for fmt, path in built.items():
         if fmt != SEEKABLE:  # its reads are lmdb's
-            if fmt not in FIELD_DATASETS:
+            if not is_field_dataset(fmt):
                 works[f"read {fmt}"] = Path_(read_work(iotool.open_dataset(path, decoder=None)))
     return works
 
@@ -460,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         "--formats",
         default="lmdb,hdf5,tar,tfrecord,bmp,captions,detection,masks",
         help="formats, and the datasets with fields, as lmdb: captions (class, txt, json), detection (boxes), "
-        "masks (a PNG segmentation map)",
+        "masks (a PNG segmentation map); captions-FORMAT: the caption fields in FORMAT (hdf5, tar, tfrecord)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     parser.add_argument("--smoke", action="store_true", help="sample_data, one round, lmdb and bmp")
@@ -469,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gil-share-") as tmp:
         src = args.src
         if args.smoke:
-            src, args.rounds, args.formats, args.batch_size = src or SAMPLE, 1, "lmdb,bmp,captions,detection,masks", 8
+            src, args.rounds, args.formats, args.batch_size = src or SAMPLE, 1, "lmdb,bmp,captions,captions-tar,detection,masks", 8
         if src is None:
             src = Path(tmp) / "src"
             subprocess.run(

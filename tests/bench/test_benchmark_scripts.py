@@ -145,6 +145,8 @@ def test_gil_share_reports_a_share_and_a_thread_bound_per_path(tmp_path):
         "detection: per sample",
         "masks: moved",
         "masks: per sample",
+        "captions-tar: runs",
+        "captions-tar: per sample",
     }
     for name, r in report["paths"].items():
         assert r["us_per_sample"] > 0 and 0 <= r["gil_us_per_sample"] <= r["us_per_sample"], name
