@@ -23,6 +23,7 @@ from ..fields.kinds.tensors import INT64_MAX as INT64_MAX  # the batch's tensors
 from ..fields.kinds.tensors import array_tensor as array_tensor
 from ..fields.kinds.tensors import boxes_tensors as boxes_tensors
 from ..fields.kinds.tensors import check_fits as check_fits
+from ..fields.kinds.tensors import is_boxes_value
 from ..fields.kinds.tensors import torch_dtype as torch_dtype
 
 MEMORY_FORMATS = (torch.contiguous_format, torch.channels_last)
@@ -181,7 +182,7 @@ def value_kind(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         integral = not (value.is_floating_point() or value.is_complex())
         return "int" if integral and value.numel() == 1 and value.dim() <= 1 else "tensor"
-    if isinstance(value, Mapping) and set(value) == {"boxes", "labels"}:
+    if is_boxes_value(value):
         return "boxes"
     return "list"
 

@@ -53,6 +53,12 @@ def array_tensor(value: np.ndarray, where: str) -> torch.Tensor:
     return out
 
 
+def is_boxes_value(value: Any) -> bool:
+    """Whether ``value`` is a boxes value as a dataset returns it: a mapping of exactly ``boxes``
+    and ``labels`` (what :func:`boxes_tensors` takes; a collate of untyped samples asks this)."""
+    return isinstance(value, Mapping) and set(value) == {"boxes", "labels"}
+
+
 def boxes_tensors(value: Mapping[str, Any], where: str, owned: bool = False) -> dict[str, torch.Tensor]:
     """A boxes value as ``{"boxes": float32 (n, 4), "labels": int64 (n,)}`` tensors of their own;
     ``owned``: the value's arrays are nobody else's (a run decoded them), so arrays of those
