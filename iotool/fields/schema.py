@@ -260,7 +260,11 @@ def _stray_problem(name: str, kind: FieldKind, given: Iterable[str]) -> str | No
 
 
 def _taken_by(name: str) -> frozenset[str]:
-    kind = find_kind(name)
+    """What kind ``name`` takes; nothing when it cannot be loaded (asking for it names why)."""
+    try:
+        kind = find_kind(name)
+    except UsageError:
+        return frozenset()
     return kind.taken_attributes() if kind is not None else frozenset()
 
 

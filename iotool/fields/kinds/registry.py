@@ -29,7 +29,7 @@ KIND_REGISTRY: Registry[FieldKind] = Registry(
     "field kind", FieldKind, "iotool.field_kinds", BUILTIN, "KIND", UsageError, unknown="Unknown field kind"
 )
 log = logging.getLogger(__name__)
-_inferring: tuple[list[str], list[FieldKind]] = ([], [])  # (the kind names it was made for, the kinds in order)
+_inferring: list[FieldKind] | None = None  # inferring_kinds(), kept until register_kind adds one
 
 
 def field_kind(name: str) -> FieldKind:
@@ -52,7 +52,7 @@ def register_kind(kind: FieldKind) -> FieldKind:
     if not isinstance(kind, FieldKind):
         raise UsageError(f"register_kind takes a FieldKind, not a {type(kind).__name__}.")
     global _inferring
-    _inferring = ([], [])  # asked afresh: the kind may replace one of the same name
+    _inferring = None  # asked afresh: a new kind, or one replacing the kind of that name
     return KIND_REGISTRY.register(kind, kind.name)
 
 
@@ -71,13 +71,12 @@ def kind_for_value(value: Any) -> str | None:
 
 def inferring_kinds() -> list[FieldKind]:
     """The kinds :func:`kind_for_value` asks, in their :attr:`~.base.FieldKind.infer_order` (ties in
-    :func:`kind_names` order); an installed kind that cannot be loaded is left out, with a warning
-    in the log (asking for it by name names the problem)."""
+    :func:`kind_names` order), found once and again after :func:`register_kind`; an installed kind
+    that cannot be loaded is left out, with a warning in the log (asking for it by name names why)."""
     global _inferring
-    names = kind_names()
-    if names != _inferring[0]:
+    if _inferring is None:
         kinds = []
-        for name in names:
+        for name in kind_names():
             try:
                 kind = find_kind(name)
             except UsageError as exc:
@@ -85,5 +84,5 @@ def inferring_kinds() -> list[FieldKind]:
                 continue
             if kind is not None and kind.infer_order is not None:
                 kinds.append(kind)
-        _inferring = (names, sorted(kinds, key=lambda k: k.infer_order or 0))
-    return _inferring[1]
+        _inferring = sorted(kinds, key=lambda k: k.infer_order or 0)
+    return _inferring
