@@ -107,3 +107,36 @@ def test_a_registered_kind_is_inferred_by_a_source_and_converted(tmp_path: Path)
     assert got["plain"] == [["colour", "text"], ["caption", "text"]]
     assert got["kinds"] == [["colour", "hexcolor"], ["caption", "text"]]
     assert got["read"] == [[line["colour"], line["caption"]] for line in lines]
+
+
+def test_an_installed_kind_that_cannot_load_is_left_out_of_inference(tmp_path: Path) -> None:
+    info = tmp_path / "iotool_broken_kind-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: iotool-broken-kind\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[iotool.field_kinds]\nbroken = iotool_no_such_module:KIND\n")
+    got = run(
+        """
+        import json, logging, sys
+        sys.path.insert(0, sys.argv[1])
+        logged = []
+        handler = logging.Handler()
+        handler.emit = lambda record: logged.append(record.getMessage())
+        logging.getLogger("iotool").addHandler(handler)
+        from iotool.errors import UsageError
+        from iotool.fields import FieldSpec
+        from iotool.fields.kinds import kind_names
+        from iotool.pipeline.sources.base import kind_of_value
+        kinds = [kind_of_value(v) for v in ("a", 1, 1.5, b"x", [1], {})]
+        try:
+            FieldSpec("caption", "text", box_format="XYXY")
+        except UsageError as exc:
+            refused = str(exc)
+        print(json.dumps({"names": kind_names(), "kinds": kinds, "refused": refused, "logged": logged}))
+        """,
+        str(tmp_path),
+    )
+    assert "broken" in got["names"]
+    assert got["kinds"] == ["text", "int", "float", "bytes", "array", "json"]
+    assert got["refused"].startswith("field 'caption': a text field takes no box_format (it takes pixels;")
+    assert len(got["logged"]) == 1
+    assert got["logged"][0].startswith("field kind 'broken' is not asked what a value is: Field kind 'broken'")
