@@ -290,8 +290,7 @@ class TargetMover:
         ``failed``."""
         kind = spec.field_kind
         ks = [k for k, values in enumerate(samples) if name in values and k not in failed]
-        at_once = getattr(kind, "move_run", None)
-        moved = at_once(spec, [samples[k][name] for k in ks], ks, run) if at_once is not None else None
+        moved = kind.move_run(spec, [samples[k][name] for k in ks], ks, run)
         if moved is not None:
             for k, value in zip(ks, moved):
                 samples[k][name] = value

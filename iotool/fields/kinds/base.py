@@ -209,6 +209,12 @@ class FieldKind:
         the ops one sample's image went through), and the entries kept (None: all of them)."""
         raise NotImplementedError(f"a {self.name} field does not move with the image")
 
+    def move_run(self, spec: FieldSpec, values: Sequence[Any], samples: Sequence[int], run: Any) -> list[Any] | None:
+        """:meth:`move` of the values of a run's ``samples`` at once (``run``: a
+        :class:`~iotool.transforms.geometry.RunGeometry`), the same values as :meth:`move` of each;
+        None (the default) to have each moved alone by :meth:`move`."""
+        return None
+
     def draw_masks(self, spec: FieldSpec, value: Any, size: tuple[int, int]) -> Any:
         """A kind that :attr:`draws_masks`: ``value`` as uint8 masks ``(N, H, W)`` of ``size``."""
         raise NotImplementedError(f"a {self.name} field is not drawn as masks")
