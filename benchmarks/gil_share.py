@@ -489,7 +489,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gil-share-") as tmp:
         src = args.src
         if args.smoke:
-            src, args.rounds, args.formats, args.batch_size = src or SAMPLE, 1, "lmdb,bmp,captions,captions-tar,detection,masks", 8
+            src, args.rounds, args.formats, args.batch_size = (
+                src or SAMPLE,
+                1,
+                "lmdb,bmp,captions,captions-tar,detection,masks",
+                8,
+            )
         if src is None:
             src = Path(tmp) / "src"
             subprocess.run(
