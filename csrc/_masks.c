@@ -27,11 +27,17 @@
  * what any image iotool decodes stays under). */
 #define MAX_PIXELS ((int64_t)1 << 30)
 
+/* Whether a side is at least 1 and at most MAX_PIXELS, and an offset within +-MAX_PIXELS: checked
+ * before any product or sum of them, so none can overflow. */
+static int side(int64_t v) { return v >= 1 && v <= MAX_PIXELS; }
+static int offset(int64_t v) { return v >= -MAX_PIXELS && v <= MAX_PIXELS; }
+
 static int valid(const mk_move_t *m)
 {
-    return m->src_h >= 1 && m->src_w >= 1 && m->src_h * m->src_w <= MAX_PIXELS && m->box_h >= 1 && m->box_w >= 1 &&
-           m->box_h <= MAX_PIXELS && m->box_w <= MAX_PIXELS && m->out_h >= 1 && m->out_w >= 1 &&
-           m->out_h * m->out_w <= MAX_PIXELS && m->src_h <= 0x7FFFFFFF && m->src_w <= 0x7FFFFFFF;
+    if (!side(m->src_h) || !side(m->src_w) || !side(m->box_h) || !side(m->box_w) || !side(m->out_h) ||
+        !side(m->out_w) || !offset(m->top) || !offset(m->left))
+        return 0;
+    return m->src_h * m->src_w <= MAX_PIXELS && m->out_h * m->out_w <= MAX_PIXELS;
 }
 
 static int whole(const mk_move_t *m)

@@ -183,6 +183,21 @@ def test_missing_bytes_and_outputs_of_another_size_are_not_given():
         _masks.move_masks([_good()], moves.tobytes(), [outs[0]])
 
 
+@pytest.mark.parametrize(
+    "move",
+    [
+        [2**62, 2, 0, 0, 6, 5, 6, 5, 0],  # sides whose product overflows int64
+        [6, 5, 0, 0, 6, 5, 2**40, 2**40, 0],
+        [6, 5, 2**62, -(2**62), 6, 5, 6, 5, 0],  # offsets past any image
+        [6, 5, 0, 0, 0, 5, 6, 5, 0],  # an empty box
+        [-6, 5, 0, 0, 6, 5, 6, 5, 0],
+    ],
+)
+def test_moves_out_of_range_are_not_given_before_any_arithmetic(move):
+    out = np.empty((6, 5), np.uint8)
+    assert _masks.move_masks([_good()], np.array([move], np.int64).tobytes(), [out])[0] == NOT_GIVEN
+
+
 def reference_move(mask: np.ndarray, move: list[int]) -> np.ndarray:
     """torchvision v2's moves of a Mask, in torch: a crop padded with zeros, torch's nearest
     interpolate, a flip."""
