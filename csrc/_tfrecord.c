@@ -35,6 +35,31 @@
 #include "_tfrecord_crc.h"
 #include "_tfrecord_record.h"
 
+/* A buffer view of each item of `raws` (a list of n items): views[k].obj NULL where the item is None
+ * or not bytes-like (left to the Python steps); NULL with MemoryError set when out of memory. */
+static Py_buffer *acquire_views(PyObject *raws, Py_ssize_t n)
+{
+    Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
+    if (views == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GetItem(raws, k);
+        if (item != Py_None && PyObject_GetBuffer(item, &views[k], PyBUF_SIMPLE) < 0)
+            PyErr_Clear();
+    }
+    return views;
+}
+
+static void release_views(Py_buffer *views, Py_ssize_t n)
+{
+    for (Py_ssize_t k = 0; views != NULL && k < n; k++)
+        if (views[k].obj != NULL)
+            PyBuffer_Release(&views[k]);
+    PyMem_Free(views);
+}
+
 static PyObject *py_image_spans(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -45,18 +70,14 @@ static PyObject *py_image_spans(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!y#K", &PyList_Type, &raws, &name, &name_len, &max_bytes))
         return NULL;
     Py_ssize_t n = PyList_Size(raws);
-    Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
+    Py_buffer *views = acquire_views(raws, n);
     size_t *spans = PyMem_Calloc(2 * (size_t)n + 2, sizeof(size_t));
     char *ok = PyMem_Calloc((size_t)n + 1, 1);
     PyObject *out = NULL;
     if (views == NULL || spans == NULL || ok == NULL) {
-        PyErr_NoMemory();
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
         goto done;
-    }
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *item = PyList_GetItem(raws, k);
-        if (item != Py_None && PyObject_GetBuffer(item, &views[k], PyBUF_SIMPLE) < 0)
-            PyErr_Clear(); /* not bytes-like: left to the Python steps */
     }
     if (tf_have_crc()) {
         Py_BEGIN_ALLOW_THREADS
@@ -78,10 +99,7 @@ static PyObject *py_image_spans(PyObject *self, PyObject *args)
         PyList_SetItem(out, k, span);
     }
 done:
-    for (Py_ssize_t k = 0; views != NULL && k < n; k++)
-        if (views[k].obj != NULL)
-            PyBuffer_Release(&views[k]);
-    PyMem_Free(views);
+    release_views(views, n);
     PyMem_Free(spans);
     PyMem_Free(ok);
     return out;
@@ -128,18 +146,14 @@ static PyObject *py_field_spans(PyObject *self, PyObject *args)
         name_ptrs[j] = buffer;
         lens[j] = (size_t)size;
     }
-    Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
+    Py_buffer *views = acquire_views(raws, n);
     int64_t *spans = PyMem_Calloc(3 * (size_t)m * (size_t)n + 1, sizeof(int64_t));
     char *ok = PyMem_Calloc((size_t)n + 1, 1);
     PyObject *out = NULL;
     if (views == NULL || spans == NULL || ok == NULL) {
-        PyErr_NoMemory();
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
         goto done;
-    }
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *item = PyList_GetItem(raws, k);
-        if (item != Py_None && PyObject_GetBuffer(item, &views[k], PyBUF_SIMPLE) < 0)
-            PyErr_Clear(); /* not bytes-like: left to the Python steps */
     }
     if (tf_have_crc()) {
         Py_BEGIN_ALLOW_THREADS
@@ -162,10 +176,7 @@ static PyObject *py_field_spans(PyObject *self, PyObject *args)
         PyList_SetItem(out, k, row);
     }
 done:
-    for (Py_ssize_t k = 0; views != NULL && k < n; k++)
-        if (views[k].obj != NULL)
-            PyBuffer_Release(&views[k]);
-    PyMem_Free(views);
+    release_views(views, n);
     PyMem_Free(spans);
     PyMem_Free(ok);
     return out;

@@ -59,38 +59,6 @@ INTERNAL int tf_next_field(const uint8_t *b, size_t *pos, size_t end, field_t *f
     }
 }
 
-/* A list message of kind 1 (bytes), 2 (float) or 3 (int64) walked whole: 0 with its value count
- * at most 1 counted (*any) and the first bytes value's span, or -1 when malformed. */
-INTERNAL int tf_walk_list(const uint8_t *b, size_t start, size_t end, uint64_t kind, int *any, size_t first[2])
-{
-    field_t f;
-    int got;
-    *any = 0;
-    while ((got = tf_next_field(b, &start, end, &f)) > 0) {
-        if (f.number != 1)
-            continue;
-        if (kind == 1 && f.wire == 2) {
-            if (!*any) {
-                first[0] = f.start;
-                first[1] = f.stop;
-            }
-            *any = 1;
-        } else if (kind == 3 && f.wire == 2) { /* packed varints, each checked */
-            size_t pos = f.start;
-            uint64_t value;
-            while (pos < f.stop)
-                if (tf_varint(b, &pos, f.stop, &value) < 0)
-                    return -1;
-        } else if (kind == 2 && f.wire == 2) {
-            if ((f.stop - f.start) % 4)
-                return -1;
-        } else if (!(kind == 3 && f.wire == 0) && !(kind == 2 && f.wire == 5)) {
-            return -1;
-        }
-    }
-    return got;
-}
-
 /* One entry of the feature map (the map field `entry`): its key's span and its Feature's (the last of
  * each wins); 1 with a Feature, 0 without, -1 when malformed or the key is not ASCII. */
 static int tf_read_entry(const uint8_t *b, const field_t *entry, size_t key[2], size_t feature[2])
@@ -113,35 +81,8 @@ static int tf_read_entry(const uint8_t *b, const field_t *entry, size_t key[2], 
     return got < 0 ? -1 : has_feature;
 }
 
-/* The entries of an Example in data[0, n): the span of the last entry named `name` (found: 1; its
- * Feature absent: 2), 0 when none is, -1 when malformed or a name is not ASCII. */
-INTERNAL int tf_find_entry(const uint8_t *b, size_t n, const char *name, size_t name_len, size_t span[2])
-{
-    field_t features, entry;
-    size_t pos = 0, key[2], feature[2];
-    int found = 0, got, got2 = 0;
-    while (got2 >= 0 && (got = tf_next_field(b, &pos, n, &features)) > 0) {
-        if (features.number != 1 || features.wire != 2)
-            continue; /* an unknown field of Example */
-        size_t at = features.start;
-        while ((got2 = tf_next_field(b, &at, features.stop, &entry)) > 0) {
-            if (entry.number != 1 || entry.wire != 2)
-                continue; /* an unknown field of Features */
-            int has = tf_read_entry(b, &entry, key, feature);
-            if (has < 0)
-                return -1;
-            if (key[1] - key[0] == name_len && memcmp(b + key[0], name, name_len) == 0) {
-                found = has ? 1 : 2;
-                span[0] = feature[0];
-                span[1] = feature[1];
-            }
-        }
-    }
-    return got < 0 || got2 < 0 ? -1 : found;
-}
-
-/* A list message of kind 1 (bytes), 2 (float) or 3 (int64) walked whole, as walk_list walks it:
- * 0 with its count of values (every packed number counted) and its first bytes value's span, or -1
+/* A list message of kind 1 (bytes), 2 (float) or 3 (int64) walked whole, as example.py's
+ * _decode_list walks it (unknown fields skipped, each packed varint checked): 0 with its count of values (every packed number counted) and its first bytes value's span, or -1
  * when malformed. */
 INTERNAL int tf_count_list(const uint8_t *b, size_t start, size_t end, uint64_t kind, uint64_t *count, size_t first[2])
 {
