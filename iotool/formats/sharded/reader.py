@@ -22,7 +22,7 @@ from ... import storage
 from ...errors import FormatError, IotoolError, UsageError
 from ...names import ALLOWED, name_problem
 from ...records import DatasetMeta
-from ...storage.files import read_range_inside, read_regular_many, regular_file
+from ...storage.files import Packed, read_range_inside, read_regular_many, regular_file
 from ..reader import ShardedReader
 from .fieldcols import check_fields_meta, field_kinds, value_column, value_kind
 from .index import INDEX_NAME, IndexedReader, read_index
@@ -200,21 +200,36 @@ class OffsetShardReader(IndexedReader, ShardedReader):
 
     def read_views(self, indices: list[int]) -> list[tuple[int, Any, int | None]]:
         """(index, payload, label) of ``indices`` in any order: their locations gathered from the
-        mapped column at once, every range read in one C call
-        (:func:`~iotool.storage.files.read_regular_many` with ranges: each shard's checks as :meth:`read`'s), each
-        payload then taken from its bytes; a record that fails comes as (index, None, None), and
-        :meth:`read` names its error. Remote and version-1 datasets: a record at a time."""
-        locations = self.locations
-        if self.remote or not isinstance(locations, np.ndarray) or not indices or not self.in_range(indices):
-            return super().read_views(indices)
-        found = np.asarray(locations)[np.asarray(indices, dtype=np.int64)]
-        if found.min() < 0 or found[:, 0].max() >= len(self.shards):
+        mapped column at once (:meth:`run_locations`), every range read in one C call
+        (:meth:`read_ranges`: each shard's checks as :meth:`read`'s), each payload then taken from
+        its bytes; a record that fails comes as (index, None, None), and :meth:`read` names its
+        error. Remote and version-1 datasets: a record at a time."""
+        found = self.run_locations(indices)
+        if found is None:
             return super().read_views(indices)
         shards = found[:, 0].tolist()
-        names = {shard: os.fsencode(self.shard_path(shard)) for shard in set(shards)}  # encoded once a shard
         spans = [(offset, size) for offset, size in found[:, 1:].tolist()]
-        raws = read_regular_many([names[shard] for shard in shards], self.path, self.max_record_bytes, spans).views()
+        raws = self.read_ranges(shards, spans).views()
         return self.labelled(indices, self._payloads(shards, [offset for offset, _ in spans], raws))
+
+    def run_locations(self, indices: list[int]) -> np.ndarray | None:
+        """The (shard, offset, size) rows of a run's ``indices``, gathered from the mapped column at
+        once; None where the run is read a record at a time (a remote or version-1 dataset, an
+        index or a shard out of range: a record alone names it)."""
+        locations = self.locations
+        if self.remote or not isinstance(locations, np.ndarray) or not indices or not self.in_range(indices):
+            return None
+        found = np.asarray(locations)[np.asarray(indices, dtype=np.int64)]
+        if found.min() < 0 or found[:, 0].max() >= len(self.shards):
+            return None
+        return found
+
+    def read_ranges(self, shards: list[int], ranges: list[tuple[int, int]], limit: int | None = None) -> Packed:
+        """Range ``ranges[k]`` (offset, size) of shard ``shards[k]`` for each ``k``, read in one C
+        call (:func:`~iotool.storage.files.read_regular_many`, each size at most ``limit``, by
+        default :attr:`max_record_bytes`), each shard's path encoded once."""
+        names = {shard: os.fsencode(self.shard_path(shard)) for shard in set(shards)}
+        return read_regular_many([names[shard] for shard in shards], self.path, limit or self.max_record_bytes, ranges)
 
     def _payloads(self, shards: list[int], offsets: list[int], raws: list[Any]) -> list[Any]:
         """:meth:`_payload` of each location a run read (a format may take the run at once)."""

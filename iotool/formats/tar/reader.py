@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import tarfile
 from typing import IO, Any, Iterable, Sequence
 
@@ -12,7 +11,6 @@ import numpy as np
 from ...errors import FormatError, RecordError
 from ...names import ALLOWED, first_bad_name, name_problem
 from ...records import DatasetMeta
-from ...storage.files import read_regular_many
 from ..sharded.fieldcols import location_column, stored_bytes, value_column, value_kind
 from ..sharded.reader import OffsetShardReader, Read
 from .headers import BLOCK, plain_members
@@ -123,16 +121,11 @@ class TarReader(OffsetShardReader):
         the headers checked together (:func:`.headers.plain_members`; one it cannot vouch for by
         :func:`check_member`, as a record alone). None for a record whose fields do not read:
         :meth:`read_fields` of it names why. Remote datasets: a record at a time."""
-        locations = self.locations
         stored = {f.name for f in self.schema.stored}
-        if self.remote or not names or not indices or not isinstance(locations, np.ndarray):
+        found = self.run_locations(indices) if names and all(n in stored for n in names) else None
+        if found is None:
             return super().read_run_fields(indices, names)
-        if not self.in_range(indices) or any(n not in stored for n in names):
-            return super().read_run_fields(indices, names)
-        at = np.asarray(indices, dtype=np.int64)
-        shards = np.asarray(locations)[at, 0]
-        if shards.min() < 0 or shards.max() >= len(self.shards):
-            return super().read_run_fields(indices, names)
+        at, shards = np.asarray(indices, dtype=np.int64), found[:, 0]
         spans = np.stack([np.asarray(self.column(location_column(n)))[at] for n in names], axis=1)  # (run, names, 2)
         bounds = np.asarray([self.field_bound(n) for n in names], dtype=np.int64)
         sizes = spans[..., 1]  # each member also read with its header, as a record alone reads it
@@ -151,12 +144,11 @@ class TarReader(OffsetShardReader):
             keys = self.member_keys.items([indices[k] for k in wanted])
         except Exception:  # each record read alone, which names the error
             return super().read_run_fields(indices, names)
-        paths = {shard: os.fsencode(self.shard_path(shard)) for shard in set(shards.tolist())}
         chosen = spans[wanted]  # (records read, names, 2): each member's offset and size
         offsets, sizes = chosen[..., 0].ravel(), chosen[..., 1].ravel()
         ranges = list(zip((offsets - BLOCK).tolist(), (sizes + BLOCK).tolist()))
-        member_paths = [paths[shard] for shard in np.repeat(shards[wanted], width).tolist()]
-        packed = read_regular_many(member_paths, self.path, int(sizes.max(initial=0)) + BLOCK, ranges)
+        member_shards = np.repeat(shards[wanted], width).tolist()
+        packed = self.read_ranges(member_shards, ranges, int(sizes.max(initial=0)) + BLOCK)
         where = np.frombuffer(packed.spans, dtype=np.int64).reshape(-1, 2)
         read = where[:, 0] >= 0
         blob = np.frombuffer(packed.blob, dtype=np.uint8)

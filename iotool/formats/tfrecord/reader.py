@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import numpy as np
 
 from ... import storage
 from ...errors import FormatError, IotoolError
-from ...storage.files import read_regular_many
 from ..sharded.fieldcols import stored_bytes, value_column, value_kind
 from ..sharded.reader import OffsetShardReader, Read
 from . import example
@@ -23,6 +21,7 @@ except ImportError:  # pragma: no cover - built without a C compiler
     _tfrecord = None
 
 IMAGE_KEY = example.IMAGE.encode()
+MAX_FEATURES = 64  # the most feature names _tfrecord.field_spans takes (csrc/_tfrecord_common.h, MAX_NAMES)
 FORMAT_VERSION = 2  # 2: the shapes column (decoded sizes)
 FIELDS_VERSION = 3  # 3: stored fields as features, value.<name> columns (a dataset with fields besides the class)
 
@@ -76,17 +75,11 @@ class TfrecordReader(OffsetShardReader):
         ``from_tfrecord``. None for a record whose fields do not read (:meth:`read_fields` of it
         names why); other kinds, remote datasets and records the C code leaves: a record at a time."""
         plan = self._bytes_features(names)
-        locations = self.locations
-        if _tfrecord is None or plan is None or self.remote or not indices or not isinstance(locations, np.ndarray):
+        found = self.run_locations(indices) if _tfrecord is not None and plan is not None else None
+        if found is None or plan is None or _tfrecord is None:
             return super().read_run_fields(indices, names)
-        found = np.asarray(locations)[np.asarray(indices, dtype=np.int64)] if self.in_range(indices) else None
-        if found is None or found.min() < 0 or found[:, 0].max() >= len(self.shards):
-            return super().read_run_fields(indices, names)
-        paths = {shard: os.fsencode(self.shard_path(shard)) for shard in set(found[:, 0].tolist())}
         ranges = [(offset, size) for offset, size in found[:, 1:].tolist()]
-        raws = read_regular_many(
-            [paths[shard] for shard in found[:, 0].tolist()], self.path, self.max_record_bytes, ranges
-        ).views()
+        raws = self.read_ranges(found[:, 0].tolist(), ranges).views()
         features = [IMAGE_KEY, *(feature.encode("ascii") for _, _, fs in plan for feature in fs)]
         rows = _tfrecord.field_spans(raws, features, MAX_RECORD_BYTES)
         found_all = [k for k, (raw, row) in enumerate(zip(raws, rows)) if raw is not None and row is not None]
@@ -115,7 +108,8 @@ class TfrecordReader(OffsetShardReader):
             if not all(f.type == "bytes" and f.fixed and f.most == 1 for f in features):
                 return None
             plan.append((name, spec, [name + f.suffix for f in features]))
-        return plan if plan and len(plan) < 64 else None
+        # field_spans looks for at most MAX_FEATURES names in a record, the image's among them
+        return plan if plan and sum(len(f) for _, _, f in plan) < MAX_FEATURES else None
 
     def _record(
         self, shard: int, offset: int, raw: bytes, index: int, names: Sequence[str], read: Read
