@@ -89,7 +89,7 @@ RECORDS = {
     ),
     "an earlier kind past its limit": made(
         entry(b"image/encoded", BYTES),
-        entry(b"txt", feature((3, [b"\x08\x05\x06"]), (1, [b"x"]))),
+        entry(b"txt", feature((3, [b"\x08\x05\x08\x06"]), (1, [b"x"]))),
         entry(b"json", BYTES),
     ),
     "no json": made(entry(b"image/encoded", BYTES), entry(b"txt", BYTES)),
