@@ -1,17 +1,22 @@
 """Boxes, keypoints and masks follow the image: a sample's fields of a kind on the image's grid
 (:attr:`~iotool.fields.kinds.FieldKind.on_grid`: boxes, keypoints), the fields listing one entry
-per box, and its mask fields are moved by the crops, resizes and flips its transform did. A
-kind that keeps every entry moves its own values (:meth:`~iotool.fields.kinds.FieldKind.move`:
-keypoints, a run's at once with the kind's ``move_run``); boxes, whose moves may drop entries, are
-moved here a run at a time.
+per box, and its mask fields are moved by the crops, resizes and flips its transform did.
+
+Every grid field is moved the same way, by its kind: :meth:`~iotool.fields.kinds.FieldKind.move`
+gives a sample's value moved and the entries to keep, ``move_run`` a run's values at once (boxes:
+every box of the run in one NumPy pass; keypoints: every point). The kinds that keep every entry
+(keypoints) move first, so that a kind whose moves drop entries
+(:attr:`~iotool.fields.kinds.FieldKind.drops_rows`: boxes) drops the rows of its per-box fields,
+moved already. What is left here is the mover's: cutting the dropped entries from the value and
+from its per-box fields (unless ``keep_empty_boxes``), the masks, the recounted areas, the warning
+about fields no transform moves.
 
 The dataset runs each sample's transform inside :func:`iotool.transforms.geometry.recording`;
 iotool's geometric transforms (also in their fused decoding forms) record what they did on the
 stored image's canvas, and :class:`TargetMover` replays that on the targets with torchvision v2's
-conventions (:func:`~iotool.transforms.geometry.move_boxes`,
-:func:`~iotool.transforms.geometry.move_mask`). Boxes left smaller than 1 pixel (torchvision's
-``SanitizeBoundingBoxes`` defaults) are dropped with their labels and per-box entries, unless
-``keep_empty_boxes``.
+conventions (the kinds' moves, :func:`~iotool.transforms.geometry.move_mask`). Boxes left smaller
+than 1 pixel (torchvision's ``SanitizeBoundingBoxes`` defaults, the boxes kind's rule) are dropped
+with their labels and per-box entries, unless ``keep_empty_boxes``.
 
 A transform whose geometry iotool cannot see (a user's callable, torchvision's transforms) with
 boxes or masks chosen is refused when the dataset opens (:func:`check_transform`): wrap callables
@@ -22,6 +27,7 @@ that only change pixel values in :func:`iotool.transforms.pixel_only`, or open w
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -31,18 +37,7 @@ from ..decode.headers import image_size
 from ..decode.masks import decode_mask, decode_moved_masks, masks_in_c
 from ..errors import RECORD_ERRORS, RecordError, UsageError
 from ..fields import Schema
-from ..transforms.geometry import (
-    GeometryRecord,
-    ResizeOp,
-    RunGeometry,
-    from_xyxy,
-    move_boxes,
-    move_mask,
-    move_xyxy_run,
-    recording,
-    sanitize_keep,
-    to_xyxy,
-)
+from ..transforms.geometry import GeometryRecord, ResizeOp, RunGeometry, move_mask, recording
 from ..transforms.pixel_transforms import GEOMETRIC, Compose, PixelOnly
 
 
@@ -112,27 +107,30 @@ class TargetMover:
         self.keep_empty = options.keep_empty_boxes
         self.move = options.move_targets
         grid = [specs[n] for n in names if n in specs and specs[n].field_kind.on_grid]
-        self.boxes = {f.name: f.box_format or "XYXY" for f in grid if f.field_kind.drops_rows}
-        # the grid fields whose kind moves each value itself, every entry kept (keypoints)
-        self.points = {f.name: f for f in grid if not f.field_kind.drops_rows}
+        # the grid fields whose moves may drop entries (boxes), their per-box fields following
+        self.dropping = tuple(f.name for f in grid if f.field_kind.drops_rows)
+        # every grid field, moved by its kind: those that keep every entry first (keypoints), since
+        # a dropped entry drops its row of the per-box fields, which must be moved already
+        self.grid = {f.name: f for f in sorted(grid, key=lambda f: f.field_kind.drops_rows)}
         self.per_box = {
-            b: tuple(f.name for f in schema.stored if f.per_box == b and f.name in names) for b in self.boxes
+            b: tuple(f.name for f in schema.stored if f.per_box == b and f.name in names) for b in self.dropping
         }
         # values in the stored image's pixels that no transform moves (COCO's area, segmentation)
         moved = {*self.drawn, *self.recount.values()}
         self.unmoved = (
             tuple(f.name for f in schema.stored if f.pixels and f.name in names and f.name not in moved)
-            if self.boxes
+            if self.dropping
             else ()
         )
         self.warned = False
         if self.move:
-            check_transform(transform, (*self.boxes, *self.points, *self.masks))
+            keeping = (n for n in self.grid if n not in self.per_box)
+            check_transform(transform, (*self.dropping, *keeping, *self.masks))
 
     @property
     def targets(self) -> set[str]:
         """The names of the values this mover moves or cuts: grid fields, per-box fields, masks."""
-        return {*self.boxes, *self.points, *self.masks, *(n for b in self.per_box.values() for n in b)}
+        return {*self.grid, *self.masks, *(n for b in self.per_box.values() for n in b)}
 
     @classmethod
     def plan(cls, schema: Schema, names: Sequence[str], options: TargetOptions, transform: Any) -> TargetMover | None:
@@ -180,7 +178,7 @@ class TargetMover:
         self.warned = True
         fields = ", ".join(repr(n) for n in self.unmoved)
         warnings.warn(
-            f"the transform moved the boxes ({', '.join(self.boxes)}), but the fields {fields} stay in the "
+            f"the transform moved the boxes ({', '.join(self.dropping)}), but the fields {fields} stay in the "
             f"stored image's pixels (iotool does not move COCO's area and segmentation): they no longer "
             f"match the boxes or the image. Leave them out (fields=...), recompute them from the boxes "
             f"(area) or a mask (masks=...), or draw a segmentation field as masks that move, its area "
@@ -218,20 +216,17 @@ class TargetMover:
         for name in self.masks:
             if name in values:
                 self._move_mask(name, values, record)
-        for name, spec in self.points.items():  # before the boxes: a box dropped drops its row of these
+        for name, spec in self.grid.items():  # keeping kinds first: a dropped box drops its row of these
             if name in values:
-                values[name] = spec.field_kind.move(spec, values[name], record)[0]
-        for name, box_format in self.boxes.items():
-            if name in values:
-                self._move_boxes(name, box_format, record, values)
+                moved, keep = spec.field_kind.move(spec, values[name], record)
+                self._settle(name, values, moved, keep)
 
     def move_run(self, samples: list[dict[str, Any]], run: RunGeometry) -> set[int]:
         """:meth:`moved` for each sample of a run (``samples[k]``: its values, changed in place),
-        ``run`` saying what was done to each image: the boxes of all of them moved at once
-        (:func:`~iotool.transforms.geometry.move_xyxy_run`, the same arithmetic), and the points
-        of a kind that moves a run at once (keypoints: ``move_run``, with
-        :func:`~iotool.transforms.geometry.move_points_run`). Returns the
-        samples whose per-box entries do not match their boxes (left as they were)."""
+        ``run`` saying what was done to each image: each grid field's values of all of them moved
+        at once by its kind (``move_run``: boxes in one NumPy pass, the same arithmetic as each
+        sample's ``move``), in the same order as :meth:`apply`. Returns the samples whose per-box
+        entries do not match their boxes (left as they were)."""
         failed: set[int] = set()
         if not self.move:  # move_targets=False: the masks decoded as stored, nothing moved
             for name in self.masks:
@@ -253,52 +248,36 @@ class TargetMover:
                         self._move_mask(name, values, run.record(k))
                     except RECORD_ERRORS:
                         failed.add(k)
-        for name, spec in self.points.items():
-            self._move_points_run(name, spec, samples, run, failed)
-        for name, box_format in self.boxes.items():
-            present = [k for k, values in enumerate(samples) if name in values]
-            arrays = [np.asarray(samples[k][name]["boxes"], dtype=np.float32).reshape(-1, 4) for k in present]
-            counts = [len(a) for a in arrays]
-            xyxy = to_xyxy(np.concatenate(arrays) if arrays else np.empty((0, 4), np.float32), box_format)
-            moved = move_xyxy_run(xyxy, np.repeat(np.asarray(present, dtype=np.intp), counts), run)
-            keep = sanitize_keep(moved, run.out)
-            out = from_xyxy(moved, box_format).astype(np.float32)
-            ends = np.cumsum(counts).tolist()
-            # the samples that lose no box and list nothing per box keep their labels as they are
-            lost = np.bincount(np.repeat(np.arange(len(present)), counts)[~keep], minlength=len(present))
-            whole = (lost == 0).tolist() if not self.per_box[name] else [False] * len(present)
-            for k, start, end, kept in zip(present, [0, *ends], ends, whole):
-                if kept or self.keep_empty and not self.per_box[name]:
-                    samples[k][name] = {"boxes": out[start:end], "labels": samples[k][name]["labels"]}
-                    continue
-                try:
-                    self._cut(name, samples[k], out[start:end], keep[start:end])
-                except RecordError:
-                    failed.add(k)
+        for name, spec in self.grid.items():
+            self._move_grid_run(name, spec, samples, run, failed)
         for values in samples:
             self.recount_areas(values)
         if samples and self.unmoved and not self.warned:
             self.warn_unmoved()
         return failed
 
-    def _move_points_run(
+    def _move_grid_run(
         self, name: str, spec: Any, samples: list[dict[str, Any]], run: RunGeometry, failed: set[int]
     ) -> None:
-        """Move points field ``name`` of the run's ``samples`` not ``failed`` (in place): all at
-        once where its kind can (a ``move_run``, keypoints': the same values as its ``move``),
-        else each by its record as the per-sample path; a value refused adds its sample to
-        ``failed``."""
+        """Move grid field ``name`` of the run's ``samples`` not ``failed`` (in place): all at
+        once where its kind can (its ``move_run``: the same pairs as its ``move``), else each by
+        its record as the per-sample path; then each settled (:meth:`_settle`). A value refused,
+        or whose per-box entries do not match it, adds its sample to ``failed``."""
         kind = spec.field_kind
         ks = [k for k, values in enumerate(samples) if name in values and k not in failed]
-        moved = kind.move_run(spec, [samples[k][name] for k in ks], ks, run)
-        if moved is not None:
-            for k, value in zip(ks, moved):
-                samples[k][name] = value
-            return
-        for k in ks:
+        pairs = kind.move_run(spec, [samples[k][name] for k in ks], ks, run)
+        if pairs is None:
+            pairs = []
+            for k in list(ks):
+                try:
+                    pairs.append(kind.move(spec, samples[k][name], run.record(k)))
+                except RECORD_ERRORS:
+                    failed.add(k)
+                    ks.remove(k)
+        for k, (moved, keep) in zip(ks, pairs):
             try:
-                samples[k][name] = kind.move(spec, samples[k][name], run.record(k))[0]
-            except RECORD_ERRORS:
+                self._settle(name, samples[k], moved, keep)
+            except RecordError:
                 failed.add(k)
 
     def _masks_in_c(self, name: str, samples: list[dict[str, Any]], run: RunGeometry, failed: set[int]) -> set[int]:
@@ -331,22 +310,27 @@ class TargetMover:
             )
         values[name] = move_mask(mask, record)
 
-    def _move_boxes(self, name: str, box_format: str, record: GeometryRecord, values: dict[str, Any]) -> None:
-        moved, keep = move_boxes(values[name]["boxes"], box_format, record)
+    def _settle(self, name: str, values: dict[str, Any], moved: Any, keep: np.ndarray | None) -> None:
+        """Give grid field ``name`` its ``moved`` value, as its kind's move gave it with the
+        entries to ``keep`` (None: all), cut where some are dropped (:meth:`_cut`)."""
+        if keep is None or not self.per_box.get(name) and (self.keep_empty or keep.all()):
+            values[name] = moved  # nothing to cut, and no per-box entries to hold to its count
+            return
         self._cut(name, values, moved, keep)
 
-    def _cut(self, name: str, values: dict[str, Any], moved: np.ndarray, keep: np.ndarray) -> None:
-        """Give boxes field ``name`` its ``moved`` boxes, without those not to ``keep`` (unless
-        ``keep_empty_boxes``) and their labels and per-box entries."""
-        value = values[name]
-        # every per-box value is held to the boxes' count, whatever the crop keeps
+    def _cut(self, name: str, values: dict[str, Any], moved: Any, keep: np.ndarray) -> None:
+        """Give grid field ``name`` its ``moved`` value, without the entries not to ``keep``
+        (unless ``keep_empty_boxes``) and their per-box entries."""
+        # every per-box value is held to the entries' count, whatever the crop keeps
         per_box = {
-            other: _keep_entries(values[other], keep, other, name) for other in self.per_box[name] if other in values
+            other: _keep_entries(values[other], keep, other, name)
+            for other in self.per_box.get(name, ())
+            if other in values
         }
         if self.keep_empty or keep.all():  # the entries kept whole, as stored
-            values[name] = {"boxes": moved, "labels": value["labels"]}
+            values[name] = moved
             return
-        values[name] = {"boxes": moved[keep], "labels": np.asarray(value["labels"])[keep]}
+        values[name] = _keep_rows(moved, keep, name)
         values.update(per_box)
 
 
@@ -380,6 +364,14 @@ def record_image_size(reader: Any, index: int) -> tuple[int, int]:
 def _size_of(image: Any) -> tuple[int, int]:
     """(height, width) of an HxWxC array."""
     return int(image.shape[0]), int(image.shape[1])
+
+
+def _keep_rows(value: Any, keep: np.ndarray, name: str) -> Any:
+    """A grid value's entries to ``keep``: of each of its parts where it is a mapping (boxes:
+    ``{"boxes", "labels"}``, one row an entry in each), else of the value itself."""
+    if isinstance(value, Mapping):
+        return {part: _keep_entries(np.asarray(rows), keep, f"{name}[{part!r}]", name) for part, rows in value.items()}
+    return _keep_entries(value, keep, name, name)
 
 
 def _keep_entries(value: Any, keep: np.ndarray, name: str, boxes: str) -> Any:

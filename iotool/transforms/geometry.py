@@ -36,7 +36,9 @@ the op, never its class):
 Whole records replay with :func:`move_points`, :func:`move_xyxy`, :func:`move_boxes` and
 :func:`move_mask`; a run's samples (the C code's :class:`RunGeometry`, one row a sample) with the
 vectorised :func:`move_xyxy_run` and :func:`move_points_run`, element for element the same
-arithmetic as each sample's record.
+arithmetic as each sample's record. A kind asks a record (:meth:`GeometryRecord.move_xyxy`,
+:meth:`GeometryRecord.steps`) or a run (:meth:`RunGeometry.move_xyxy`,
+:meth:`RunGeometry.move_points`), never these functions: the kinds lie below the transforms.
 
 The fused decoding steps record the box they draw on the full image and the output size,
 whatever DCT scale they decode at, so the fused and the full-decode paths record the same thing
@@ -50,7 +52,7 @@ be handed the record, so the geometric transforms find it there; everything down
 transform (the record, the moved targets) is passed explicitly.
 
 :func:`move_boxes` drops nothing itself: it marks the boxes left too small by torchvision's
-``SanitizeBoundingBoxes`` rule (:func:`sanitize_keep`).
+``SanitizeBoundingBoxes`` rule (:func:`sanitize_keep`, the boxes kind's, re-exported here).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ import numpy as np
 from ..errors import UsageError
 from ..fields.kinds.boxes import BOX_FORMATS as BOX_FORMATS  # the boxes kind owns them
 from ..fields.kinds.boxes import from_xyxy as from_xyxy
+from ..fields.kinds.boxes import moved_boxes
+from ..fields.kinds.boxes import sanitize_keep as sanitize_keep  # the boxes kind owns the rule
 from ..fields.kinds.boxes import to_xyxy as to_xyxy
 from .maskpixels import crop_padded, resize_nearest
 from .maskpixels import nearest_indices as nearest_indices  # re-exported: torch's nearest rule
@@ -253,6 +257,10 @@ class GeometryRecord:
             yield typed, size
             size = typed.canvas(size)
 
+    def move_xyxy(self, xyxy: np.ndarray) -> np.ndarray:
+        """:func:`move_xyxy` by this record: what a kind that moves boxes asks of a record."""
+        return move_xyxy(xyxy, self)
+
     def extend(self, later: GeometryRecord) -> None:
         """Append the ops of ``later``, recorded after this record's own (a nested :func:`recording`)."""
         if later.source is None:
@@ -387,6 +395,11 @@ class RunGeometry:
         it asks :meth:`GeometryOp.move_points` of a sample's ops."""
         return move_points_run(xy, owner, self)
 
+    def move_xyxy(self, xyxy: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        """:func:`move_xyxy_run` of this run: what a kind that moves boxes asks of a run, as it
+        asks :meth:`GeometryRecord.move_xyxy` of a sample's record."""
+        return move_xyxy_run(xyxy, owner, self)
+
     def mask_moves(self, samples: list[int], move: bool = True) -> np.ndarray:
         """Samples ``samples``' rows as :func:`iotool.decode.masks.decode_moved_masks` takes them
         ((n, 9) int64: stored size, crop box, output size, flip); with ``move`` False, each left as
@@ -442,18 +455,6 @@ def move_points_run(xy: np.ndarray, owner: np.ndarray, run: RunGeometry) -> np.n
     return xy
 
 
-def sanitize_keep(
-    xyxy: np.ndarray, canvas: tuple[int, int], min_size: float = 1.0, min_area: float = 1.0
-) -> np.ndarray:
-    """torchvision 0.28's ``SanitizeBoundingBoxes`` rule on XYXY boxes: True where a box is kept
-    (both sides >= ``min_size``, area >= ``min_area``, every coordinate in the canvas)."""
-    height, width = canvas
-    ws, hs = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
-    keep = (ws >= min_size) & (hs >= min_size) & (xyxy >= 0).all(axis=1) & (ws * hs >= min_area)
-    keep &= (xyxy[:, 0] <= width) & (xyxy[:, 2] <= width) & (xyxy[:, 1] <= height) & (xyxy[:, 3] <= height)
-    return keep
-
-
 def move_boxes(
     boxes: np.ndarray,
     box_format: str,
@@ -474,13 +475,10 @@ def move_boxes(
     Returns:
         ``(moved, keep)``: float32 (N, 4) boxes in ``box_format`` on the final canvas, clamped to
         it, and a bool (N,) array, False for the boxes ``SanitizeBoundingBoxes`` would drop.
+        (The boxes kind's arithmetic, :func:`iotool.fields.kinds.boxes.moved_boxes`, which its
+        ``move`` runs.)
     """
-    xyxy = to_xyxy(boxes, box_format)
-    if record.source is None:
-        return np.asarray(boxes, dtype=np.float32).reshape(-1, 4).copy(), np.ones(len(xyxy), dtype=bool)
-    moved = move_xyxy(xyxy, record)
-    keep = sanitize_keep(moved, record.canvas or record.source, min_size, min_area)
-    return from_xyxy(moved, box_format).astype(np.float32), keep
+    return moved_boxes(boxes, box_format, record, min_size, min_area)
 
 
 def move_mask(mask: torch.Tensor, record: GeometryRecord) -> torch.Tensor:

@@ -184,8 +184,9 @@ def test_the_kinds_move_run_gives_each_samples_move_bit_for_bit(kind, seed):
         values.append(points)
     moved = KIND.move_run(SPEC, values, samples, run)
     assert moved is not None and len(moved) == len(samples)
-    for k, value, got in zip(samples, values, moved):
-        want = KIND.move(SPEC, value, run.record(k))[0]
+    for k, value, (got, keep) in zip(samples, values, moved):
+        want, want_keep = KIND.move(SPEC, value, run.record(k))
+        assert keep is None and want_keep is None  # every row kept: (value, keep) pairs, as move gives
         assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
         assert np.array_equal(got.view(np.int32), want.view(np.int32)), k
 

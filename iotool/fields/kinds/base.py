@@ -206,13 +206,18 @@ class FieldKind:
 
     def move(self, spec: FieldSpec, value: Any, record: Any) -> tuple[Any, np.ndarray | None]:
         """``value`` moved by ``record`` (a :class:`~iotool.transforms.geometry.GeometryRecord`:
-        the ops one sample's image went through), and the entries kept (None: all of them)."""
+        the ops one sample's image went through), and the entries to keep: a bool array, one a
+        row of ``value`` (a kind that :attr:`drops_rows`; the value keeps every row, the caller
+        cuts the dropped ones from it and from the per-box fields), or None: all of them."""
         raise NotImplementedError(f"a {self.name} field does not move with the image")
 
-    def move_run(self, spec: FieldSpec, values: Sequence[Any], samples: Sequence[int], run: Any) -> list[Any] | None:
+    def move_run(
+        self, spec: FieldSpec, values: Sequence[Any], samples: Sequence[int], run: Any
+    ) -> list[tuple[Any, np.ndarray | None]] | None:
         """:meth:`move` of the values of a run's ``samples`` at once (``run``: a
-        :class:`~iotool.transforms.geometry.RunGeometry`), the same values as :meth:`move` of each;
-        None (the default) to have each moved alone by :meth:`move`."""
+        :class:`~iotool.transforms.geometry.RunGeometry`): one ``(moved, keep)`` pair a value, the
+        same as :meth:`move` of each by its sample's record; None (the default) to have each
+        moved alone by :meth:`move`."""
         return None
 
     def draw_masks(self, spec: FieldSpec, value: Any, size: tuple[int, int]) -> Any:

@@ -8,8 +8,12 @@ list column of those as tensors; a run's values decode together (:meth:`BoxesKin
 one C call that releases the GIL where iotool's ``_boxes`` extension is built and every value is
 the canonical JSON :meth:`BoxesKind.encode` writes).
 In a TFRecord: ``name/boxes`` (float_list, N x 4 flattened) and ``name/labels`` (int64_list).
-Boxes lie on the image's grid: a crop can drop some, and the fields listing one entry per box
-(``per_box``) follow.
+Boxes lie on the image's grid and move with it (:meth:`BoxesKind.move`, a run's at once with
+:meth:`BoxesKind.move_run`: the same arithmetic, in one NumPy pass): the kind converts its box
+format to XYXY, asks the record (or the run) to move those as torchvision v2 moves
+``BoundingBoxes``, and marks the boxes ``SanitizeBoundingBoxes`` would drop
+(:func:`sanitize_keep`). A crop can so drop some, and the fields listing one entry per box
+(``per_box``) follow (the dataset's target mover cuts them).
 """
 
 from __future__ import annotations
@@ -61,6 +65,33 @@ def from_xyxy(xyxy: np.ndarray, box_format: str) -> np.ndarray:
     if box_format == "CXCYWH":
         return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1)
     raise UsageError(f"box_format={box_format!r}; choose one of: {', '.join(BOX_FORMATS)}.")
+
+
+def sanitize_keep(
+    xyxy: np.ndarray, canvas: tuple[int, int], min_size: float = 1.0, min_area: float = 1.0
+) -> np.ndarray:
+    """torchvision 0.28's ``SanitizeBoundingBoxes`` rule on XYXY boxes: True where a box is kept
+    (both sides >= ``min_size``, area >= ``min_area``, every coordinate in the canvas)."""
+    height, width = canvas
+    ws, hs = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
+    keep = (ws >= min_size) & (hs >= min_size) & (xyxy >= 0).all(axis=1) & (ws * hs >= min_area)
+    keep &= (xyxy[:, 0] <= width) & (xyxy[:, 2] <= width) & (xyxy[:, 1] <= height) & (xyxy[:, 3] <= height)
+    return keep
+
+
+def moved_boxes(
+    boxes: Any, box_format: str, record: Any, min_size: float = 1.0, min_area: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 4) ``boxes`` of ``box_format`` moved by ``record`` (a
+    :class:`~iotool.transforms.geometry.GeometryRecord`, asked ``record.move_xyxy(xyxy)``), as
+    float32 in ``box_format``, and which to keep (:func:`sanitize_keep`); a record of no
+    geometric transform leaves them as they are, all kept."""
+    xyxy = to_xyxy(boxes, box_format)
+    if record.source is None:
+        return np.asarray(boxes, dtype=np.float32).reshape(-1, 4).copy(), np.ones(len(xyxy), dtype=bool)
+    moved = record.move_xyxy(xyxy)
+    keep = sanitize_keep(moved, record.canvas or record.source, min_size, min_area)
+    return from_xyxy(moved, box_format).astype(np.float32), keep
 
 
 @dataclass(frozen=True)
@@ -237,6 +268,37 @@ class BoxesKind(FieldKind):
             raise
         except UsageError as exc:
             raise RecordError(str(exc)) from None
+
+    # --- the image's pixel grid -----------------------------------------------------------------
+
+    def move(self, spec: Any, value: Any, record: Any) -> tuple[dict[str, Any], np.ndarray]:
+        """``value``'s boxes moved by ``record`` (:func:`moved_boxes`, in the field's box format),
+        its labels as they are, and the boxes to keep: every entry still there, the caller cuts."""
+        moved, keep = moved_boxes(value["boxes"], spec.box_format or "XYXY", record)
+        return {"boxes": moved, "labels": value["labels"]}, keep
+
+    def move_run(
+        self, spec: Any, values: Sequence[Any], samples: Sequence[int], run: Any
+    ) -> list[tuple[dict[str, Any], np.ndarray]] | None:
+        """:meth:`move` of the values of a run's samples at once, the same values bit for bit:
+        every box of the run in one pass (``run.move_xyxy(xyxy, owner)``, box ``i`` of sample
+        ``owner[i]``; then :func:`sanitize_keep` on the run's ``canvas``). None when a value is
+        not boxes (each is then moved alone, and refused as :meth:`move` refuses it)."""
+        box_format = spec.box_format or "XYXY"
+        try:
+            arrays = [np.asarray(value["boxes"], dtype=np.float32).reshape(-1, 4) for value in values]
+        except (KeyError, IndexError, ValueError, TypeError):
+            return None
+        counts = [len(a) for a in arrays]
+        xyxy = to_xyxy(np.concatenate(arrays) if arrays else np.empty((0, 4), np.float32), box_format)
+        moved = run.move_xyxy(xyxy, np.repeat(np.asarray(samples, dtype=np.intp), counts))
+        keep = sanitize_keep(moved, run.canvas)
+        out = from_xyxy(moved, box_format).astype(np.float32)
+        ends = np.cumsum(counts).tolist()
+        return [
+            ({"boxes": out[start:end], "labels": value["labels"]}, keep[start:end])
+            for value, start, end in zip(values, [0, *ends], ends)
+        ]
 
 
 KIND = BoxesKind()

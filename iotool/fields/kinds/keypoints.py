@@ -163,8 +163,10 @@ class KeypointsKind(FieldKind):
         points[:, :, :2] = xy.reshape(points.shape[0], points.shape[1], 2)
         return _settled(spec, points, record.canvas, np.asarray(mirrored)), None
 
-    def move_run(self, spec: Any, values: Sequence[Any], samples: Sequence[int], run: Any) -> list[np.ndarray] | None:
-        """:meth:`move` of the values of a run's samples at once, the same values bit for bit:
+    def move_run(
+        self, spec: Any, values: Sequence[Any], samples: Sequence[int], run: Any
+    ) -> list[tuple[np.ndarray, None]] | None:
+        """:meth:`move` of the values of a run's samples at once, the same pairs bit for bit:
         ``values[j]`` is sample ``samples[j]``'s of ``run`` (asked, as :meth:`move` asks a record's
         ops, for ``run.move_points(xy, owner)``, point ``i`` of sample ``owner[i]``, and its final
         ``run.canvas``). None when a value is not points (each is then moved alone, and refused
@@ -186,7 +188,7 @@ class KeypointsKind(FieldKind):
         mirrored = probe[1::2, 0] < probe[0::2, 0]
         _settled(spec, points, run.canvas, np.repeat(mirrored, rows))
         ends = np.cumsum(rows).tolist()
-        return [points[start:end] for start, end in zip([0, *ends], ends)]
+        return [(points[start:end], None) for start, end in zip([0, *ends], ends)]
 
 
 def _points_of(spec: Any, value: Any) -> np.ndarray:
