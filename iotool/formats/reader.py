@@ -347,6 +347,20 @@ class FormatReader(ABC):
                 out.append(None)
         return out
 
+    def read_run(
+        self, indices: list[int], names: typing.Sequence[str]
+    ) -> tuple[list[tuple[int, Any, int | None]], list[dict[str, Any] | None]]:
+        """(:meth:`read_views`, :meth:`read_run_fields`) of a run's ``indices``: its payloads and
+        labels and the stored bytes of its fields ``names``, each as those methods give it. Here
+        the two calls; a format whose records hold both (TFRecord) reads each record once."""
+        return self.read_views(indices), self.read_run_fields(indices, names)
+
+    def reads_run_once(self, names: typing.Sequence[str]) -> bool:
+        """Whether :meth:`read_run` of fields ``names`` reads each record once (its payload and
+        fields together) rather than making the two calls: the Loader's runs then read a run's
+        fields with its images, else only those of the records whose images they took. Here False."""
+        return False
+
     def read_packed(self, indices: list[int]) -> Packed | None:
         """The stored payloads of ``indices`` read at once into one buffer
         (:class:`~iotool.storage.files.Packed`: no Python object a record, so a run's samples go from

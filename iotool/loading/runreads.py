@@ -60,3 +60,13 @@ class RunReads:
     def read_run_fields(self, indices: list[int], names: Sequence[str]) -> list[dict[str, Any] | None]:
         """:meth:`~iotool.formats.FormatReader.read_run_fields` of ``indices``."""
         return self._reader.read_run_fields(indices, names)
+
+    def read_run(
+        self, indices: list[int], names: Sequence[str]
+    ) -> tuple[list[tuple[int, Any, int | None]], list[dict[str, Any] | None]]:
+        """:meth:`~iotool.formats.FormatReader.read_run` of ``indices``: their views and fields."""
+        return self._reader.read_run(indices, names)
+
+    def reads_run_once(self, names: Sequence[str]) -> bool:
+        """:meth:`~iotool.formats.FormatReader.reads_run_once` of fields ``names``."""
+        return self._reader.reads_run_once(names)

@@ -74,26 +74,66 @@ class TfrecordReader(OffsetShardReader):
         limit of one value, as :meth:`_record` reads them), each value then taken by its kind's
         ``from_tfrecord``. None for a record whose fields do not read (:meth:`read_fields` of it
         names why); other kinds, remote datasets and records the C code leaves: a record at a time."""
+        run = self._field_run(indices, names)
+        if run is None:
+            return super().read_run_fields(indices, names)
+        return run[3]
+
+    def read_run(
+        self, indices: list[int], names: Sequence[str]
+    ) -> tuple[list[tuple[int, Any, int | None]], list[dict[str, Any] | None]]:
+        """(:meth:`read_views`, :meth:`read_run_fields`) of a run with each record read once: the
+        ranges read and the features found as :meth:`read_run_fields` does, the image's span its
+        ``field_spans`` row's first (the image bytes :meth:`read_views` gives); a record that C
+        call leaves, or whose image is not one bytes value, has its image from :meth:`_payload`
+        (None where that raises). Where :meth:`read_run_fields` reads a record at a time: the two
+        calls."""
+        run = self._field_run(indices, names)
+        if run is None:
+            return super().read_run(indices, names)
+        found, raws, spans, fields = run
+        images = [
+            raw[span[0] : span[1]] if span is not None else self._payload_or_none(shard, offset, raw)
+            for shard, offset, raw, span in zip(found[:, 0].tolist(), found[:, 1].tolist(), raws, spans)
+        ]
+        return self.labelled(indices, images), fields
+
+    def reads_run_once(self, names: Sequence[str]) -> bool:
+        """Whether :meth:`read_run` of fields ``names`` reads each record once: the extension is
+        built, the dataset is local and each field is one bytes feature a record."""
+        return _tfrecord is not None and not self.remote and self._bytes_features(names) is not None
+
+    def _field_run(
+        self, indices: list[int], names: Sequence[str]
+    ) -> tuple[np.ndarray, list[Any], list[tuple[int, int] | None], list[dict[str, Any] | None]] | None:
+        """A run's locations, framed records (one range read), the span of each one's image where
+        ``field_spans`` found it as one bytes value (its row's first feature; else None) and the
+        values of fields ``names`` of each record; None where the run is read a record at a time
+        (no extension, a field of another kind, a remote dataset)."""
         plan = self._bytes_features(names)
         found = self.run_locations(indices) if _tfrecord is not None and plan is not None else None
         if found is None or plan is None or _tfrecord is None:
-            return super().read_run_fields(indices, names)
+            return None
         ranges = [(offset, size) for offset, size in found[:, 1:].tolist()]
         raws = self.read_ranges(found[:, 0].tolist(), ranges).views()
         features = [IMAGE_KEY, *(feature.encode("ascii") for _, _, fs in plan for feature in fs)]
         rows = _tfrecord.field_spans(raws, features, MAX_RECORD_BYTES)
         found_all = [k for k, (raw, row) in enumerate(zip(raws, rows)) if raw is not None and row is not None]
         out: list[dict[str, Any] | None] = [None] * len(indices)
+        spans: list[tuple[int, int] | None] = [None] * len(indices)
         if not found_all:
-            return out
+            return found, raws, spans, out
         table = np.frombuffer(b"".join(rows[k] for k in found_all), dtype=np.int64).reshape(len(found_all), -1, 3)
         whole = (table[:, :, 2] == 1).all(axis=1).tolist()  # the image and every feature: one bytes value
+        image = (table[:, 0, 2] == 1).tolist()  # the image alone: one bytes value
         starts, stops = table[:, :, 0].tolist(), table[:, :, 1].tolist()
         bounds = [self.field_bound(name) for name, _, _ in plan]
         for j, k in enumerate(found_all):
+            if image[j]:
+                spans[k] = (starts[j][0], stops[j][0])
             if whole[j]:
                 out[k] = _run_values(raws[k], starts[j], stops[j], plan, bounds)
-        return out
+        return found, raws, spans, out
 
     def _bytes_features(self, names: Sequence[str]) -> list[tuple[str, Any, list[str]]] | None:
         """For each of ``names``: (name, spec, its features' names) where every feature of every

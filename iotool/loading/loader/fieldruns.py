@@ -3,13 +3,14 @@ lets a sample with a caption, a JSON value, numbers, arrays or boxes take the ru
 :mod:`.runs` beside its image.
 
 The run's records' values are read in one call (:meth:`~.protocols.RunSource.read_run_fields`,
-the format reader's: LMDB gives views of its map, as for the images), each column is decoded by
-:func:`iotool.fields.codec.decode_column` under the same rules and bounds as ``ds[i]``, and written
-into the batch: the int, float and fixed-shape array columns into the ring's memory a run at a time,
-the others into the batch's lists. Targets (boxes, their per-box fields, masks) are moved first by
-the dataset's :class:`~iotool.loading.targets.TargetMover`, by what the run's C code did to each
-image. A record whose values do not read, decode or move is handed back: the per-sample path
-computes it again, and raises or skips it exactly as it would have.
+the format reader's: LMDB gives views of its map, as for the images), or in the call that reads the
+run's stored images (:meth:`~.protocols.RunSource.read_run`: TFRecord reads each record once); each
+column is decoded by :func:`iotool.fields.codec.decode_column` under the same rules and bounds as
+``ds[i]``, and written into the batch: the int, float and fixed-shape array columns into the
+ring's memory a run at a time, the others into the batch's lists. Targets (boxes, their per-box
+fields, masks) are moved first by the dataset's :class:`~iotool.loading.targets.TargetMover`, by
+what the run's C code did to each image. A record whose values do not read, decode or move is
+handed back: the per-sample path computes it again, and raises or skips it exactly as it would have.
 """
 
 from __future__ import annotations
@@ -66,14 +67,18 @@ class RunFields:
         rows: list[int],
         indices: list[int],
         moves: RunGeometry | None = None,
+        stored: list[dict[str, Any] | None] | None = None,
     ) -> set[int]:
         """Write the fields of records ``indices`` into batch rows ``rows`` (one each) of the fixed
         columns' memory (``column_rows``) and the ``lists``, the targets moved by ``moves`` (what
         was done to each image) where there is a mover; returns the positions in ``indices`` whose
-        values did not read, decode, move or fit (their rows are the per-sample path's)."""
+        values did not read, decode, move or fit (their rows are the per-sample path's).
+        ``stored``: the records' stored fields when read already with their images
+        (:meth:`~.protocols.RunSource.read_run`, one a record of ``indices``); else read here."""
         if not self.parts or not indices:
             return set()
-        stored = self.source.read_run_fields(indices, self.names)
+        if stored is None:
+            stored = self.source.read_run_fields(indices, self.names)
         bad = {k for k, got in enumerate(stored) if got is None}
         decoded = []
         for (col, _, _), spec in zip(self.parts, self.stored):

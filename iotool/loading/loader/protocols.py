@@ -162,6 +162,16 @@ class RunSource(Protocol):
         """The stored bytes of fields ``names`` of each record of ``indices``; None: does not read."""
         ...
 
+    def read_run(
+        self, indices: list[int], names: Sequence[str]
+    ) -> tuple[list[tuple[int, Any, int | None]], list[dict[str, Any] | None]]:
+        """(:meth:`read_views`, :meth:`read_run_fields`) of ``indices``, in one read where the format can."""
+        ...
+
+    def reads_run_once(self, names: Sequence[str]) -> bool:
+        """Whether :meth:`read_run` of fields ``names`` reads each record once (else: two reads)."""
+        ...
+
 
 class SampleDataset(RecordDataset, Protocol):
     """What a pass's sample reader (:class:`~.reading.SampleReader`) and its runs ask of the

@@ -70,6 +70,9 @@ class SampleRuns:
         self.label_at = fixed.index(CLASS) if CLASS in fixed else None  # the class's fixed column
         self.mover = dataset.mover  # boxes moved with the image: from the geometry the C code reports
         self.fields = RunFields(self.source, layout, self.mover)
+        # the run's fields read with its stored images where the format reads each record once
+        # (else: those of the records whose images the run took, once it took them)
+        self.together = bool(self.fields.parts) and self.source.reads_run_once(self.fields.names)
 
     def fill(self, slot: Slot, first: int, indices: list[int], words: tuple[int, int, int]) -> list[tuple[int, Stored]]:
         """Compute records ``indices`` into rows ``first`` on of ``slot`` (its images, label and
@@ -82,14 +85,15 @@ class SampleRuns:
             slot.column_rows[self.label_at] if self.label_at is not None else np.empty(first + len(indices), np.int64)
         )
         geometry = np.empty((len(indices), GEOMETRY), np.int64) if self.mover is not None else None
-        left = self._images(rows, labels, first, indices, words, geometry)
+        left, fields = self._images(rows, labels, first, indices, words, geometry)
         if not self.fields.parts:
             return left
         kept = {k for k, _ in left}
         taken = [k for k in range(len(indices)) if k not in kept]
         moves = None if geometry is None else self.op.geometry(geometry[taken])
         rows_of = [first + k for k in taken]
-        bad = self.fields.fill(slot.column_rows, slot.lists, rows_of, [indices[k] for k in taken], moves)
+        stored = None if fields is None else [fields[k] for k in taken]  # read with the images
+        bad = self.fields.fill(slot.column_rows, slot.lists, rows_of, [indices[k] for k in taken], moves, stored)
         if not bad:
             return left
         # read again and named by the per-sample path, which raises or skips them
@@ -103,17 +107,18 @@ class SampleRuns:
         indices: list[int],
         words: tuple[int, int, int],
         geometry: np.ndarray | None = None,
-    ) -> list[tuple[int, Stored]]:
+    ) -> tuple[list[tuple[int, Stored]], list[dict[str, Any] | None] | None]:
         """The run's images into ``rows[first + k]`` and labels into ``labels[first + k]`` (and
-        each one's geometry into ``geometry[k]`` when given); the samples left to the
-        per-sample path, as :meth:`fill`."""
+        each one's geometry into ``geometry[k]`` when given): the samples left to the
+        per-sample path, as :meth:`fill`, and the stored fields of every record of the run where
+        they were read with the images (:meth:`_read`; else None)."""
         if self.kind == PIXELS:
-            return self._fill_cached(rows, labels, first, indices, words, geometry)
+            return self._fill_cached(rows, labels, first, indices, words, geometry), None
         if self.kind == BITMAPS:
             packed = self.source.read_packed(indices)
             if packed is not None:
-                return self._fill_packed(rows, labels, first, indices, words, packed, geometry)
-        sources, got = self._read(indices)
+                return self._fill_packed(rows, labels, first, indices, words, packed, geometry), None
+        sources, got, fields = self._read(indices)
         if self.kind == JPEGS:
             status = run_jpeg_samples(self.op, sources, words, indices, rows, first, geometry=geometry)
         else:
@@ -127,7 +132,7 @@ class SampleRuns:
                 left.append((k, None))
             else:  # read already: the per-sample path decodes these bytes instead of reading again
                 left.append((k, (bytes(sources[k]), got[k])))
-        return left
+        return left, fields
 
     def _fill_cached(
         self,
@@ -184,12 +189,16 @@ class SampleRuns:
         table.check()
         return table.array, labels
 
-    def _read(self, indices: list[int]) -> tuple[list[Any], list[Any]]:
+    def _read(self, indices: list[int]) -> tuple[list[Any], list[Any], list[dict[str, Any] | None] | None]:
         """The stored bytes (or views of a mapped file: :meth:`~iotool.formats.FormatReader.read_views`)
-        and labels of ``indices``; None for a record that does not read: the per-sample path reads
-        it again, and raises or skips as it should."""
-        records = self.source.read_views(indices)
-        return [data for _, data, _ in records], [label for _, _, label in records]
+        and labels of ``indices`` and, where the format reads each record once, their stored fields
+        read with them (:meth:`~.protocols.RunSource.read_run`; else None); None for a record that
+        does not read: the per-sample path reads it again, and raises or skips as it should."""
+        if self.together:
+            records, fields = self.source.read_run(indices, self.fields.names)
+        else:
+            records, fields = self.source.read_views(indices), None
+        return [data for _, data, _ in records], [label for _, _, label in records], fields
 
 
 def sample_runs(dataset: SampleDataset, layout: Layout) -> SampleRuns | None:
