@@ -20,11 +20,16 @@ from functools import cached_property
 from typing import Any, Iterable, Sequence
 
 from ..errors import FormatError, UsageError
+from .kinds.array import ARRAY_EXTENSIONS as ARRAY_EXTENSIONS  # re-exported: the kinds claim extensions
 from .kinds.array import dtype_name as dtype_name  # re-exported: its home is the array kind
 from .kinds.base import SPEC_ATTRIBUTES, FieldKind
 from .kinds.boxes import BOX_FORMATS as BOX_FORMATS  # re-exported: its home is the boxes kind
+from .kinds.integer import INT_EXTENSIONS as INT_EXTENSIONS
+from .kinds.jsontext import JSON_EXTENSIONS as JSON_EXTENSIONS
 from .kinds.payload import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS  # re-exported
 from .kinds.registry import BUILTIN, find_kind, kind_names
+from .kinds.registry import kind_for_extension as kind_for_extension  # re-exported: the registry answers
+from .kinds.text import TEXT_EXTENSIONS as TEXT_EXTENSIONS
 from .limits import MAX_BOX_CLASSES, MAX_FIELDS, MAX_NAME_CHARS
 
 KINDS = tuple(BUILTIN)  # the built-in kinds' names; kind_names() adds the installed ones
@@ -32,11 +37,7 @@ IMAGE = "image"
 CLASS = "class"
 RESERVED_NAMES = frozenset({IMAGE, "__key__", "__url__", "__local_path__", "all"})
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-# member extensions webdataset decodes as what (its basichandlers), and those that unpickle
-TEXT_EXTENSIONS = frozenset({"txt", "text", "transcript"})
-JSON_EXTENSIONS = frozenset({"json", "jsn"})
-INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
-ARRAY_EXTENSIONS = frozenset({"npy"})
+# member extensions that unpickle (the kinds claim those webdataset decodes as what they hold)
 PICKLE_EXTENSIONS = frozenset({"pyd", "pickle", "pkl", "pth", "pt", "mp", "msgpack", "npz", "ten", "tb"})
 
 
@@ -59,22 +60,6 @@ def pickle_problem(ext: str) -> str | None:
     if last in PICKLE_EXTENSIONS:
         return f"a .{ext} member is pickled or serialized Python/torch data, which iotool never loads"
     return None
-
-
-def kind_for_extension(ext: str) -> str:
-    """The kind a webdataset member with extension ``ext`` is kept as, by its last part as
-    webdataset's decoders read it: txt -> text, json -> json, cls/index/id -> int, npy -> array,
-    anything else -> bytes. Pickle extensions are refused by :func:`pickle_problem` first."""
-    last = ext.rsplit(".", 1)[-1].lower()
-    if last in TEXT_EXTENSIONS:
-        return "text"
-    if last in JSON_EXTENSIONS:
-        return "json"
-    if last in INT_EXTENSIONS:
-        return "int"
-    if last in ARRAY_EXTENSIONS:
-        return "array"
-    return "bytes"
 
 
 @dataclass(frozen=True)

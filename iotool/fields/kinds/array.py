@@ -48,6 +48,9 @@ def dtype_name(descr: str | None) -> str | None:
         return descr
 
 
+ARRAY_EXTENSIONS = frozenset({"npy"})  # as webdataset's decoders read them
+
+
 class ArrayKind(FieldKind):
     """``array``: ``dtype`` and ``shape`` found at conversion (None where records differ)."""
 
@@ -57,6 +60,7 @@ class ArrayKind(FieldKind):
     per_box = True
     observed = True  # a conversion fills in dtype and shape from the values it writes
     infer_order = 50
+    extensions = ARRAY_EXTENSIONS
 
     def infers(self, value: Any) -> bool:
         """A numpy array of bools or numbers, or a non-empty list or tuple of numbers (not bools),

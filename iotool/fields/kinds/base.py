@@ -12,6 +12,10 @@ A kind (``text``, ``boxes``, ``keypoints`` ...) is a :class:`FieldKind` instance
 - its **batch column**: a fixed column written into the ring's memory
   (:meth:`FieldKind.batch_dtype`) or a list column, and what a list holds of one value
   (:meth:`FieldKind.batch_value`);
+- what a source's column of it **widens** to beside another kind (:meth:`FieldKind.widens`),
+  the webdataset member **extensions** kept as it (:attr:`FieldKind.extensions`), and its own
+  **transport form** in the isolated Loader, if any (:attr:`FieldKind.wire_tag`,
+  :meth:`FieldKind.to_wire`, :meth:`FieldKind.from_wire`);
 - its **TFRecord mapping** (:meth:`FieldKind.tfrecord_features`, the features a value becomes,
   also what DALI reads) and back (:meth:`FieldKind.from_tfrecord`);
 - for a kind on the image's pixel grid, how a value **moves** with the image's geometric ops
@@ -25,7 +29,7 @@ and never branches on its name, so a new kind is one module, registered through 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, Sequence
 
 from ...errors import RecordError
 
@@ -100,6 +104,8 @@ class FieldKind:
     mask_images: ClassVar[bool] = False  # open_dataset(masks=...) may name it: its values are mask images
     observed: ClassVar[bool] = False  # a conversion finds its common dtype and shape from each .npy header
     infer_order: ClassVar[int | None] = None  # where kind_for_value asks it (lower first); None: never
+    extensions: ClassVar[frozenset[str]] = frozenset()  # webdataset member extensions kept as it (lower case)
+    wire_tag: ClassVar[bytes | None] = None  # the byte tagging its own form in the isolated Loader (to_wire)
 
     # --- attributes -----------------------------------------------------------------------------
 
@@ -121,6 +127,12 @@ class FieldKind:
         an :attr:`infer_order` in that order, and the first to answer True names the kind: the
         built-ins are text 10, int 20, float 30, bytes 40, array 50, json 1000 (any value)."""
         return False
+
+    def widens(self, other: str) -> str | None:
+        """The kind a source's column takes when one value is of this kind and another of kind
+        ``other`` (int with float: float), or None: the kinds do not widen (the column is JSON,
+        or refused where bytes mix). Asked both ways, so one of the two kinds declares it."""
+        return None
 
     def spec_problem(self, spec: FieldSpec) -> str | None:
         """Why ``spec`` is not a field of this kind (its attributes), or None."""
@@ -176,6 +188,17 @@ class FieldKind:
         """One sample's value as a list column holds it; ``owned``: the value's arrays are
         nobody else's (a run decoded them), so they may become tensors without a copy."""
         return value
+
+    def to_wire(self, value: Any, array: Callable[[Any], bytes]) -> bytes | None:
+        """A kind with a :attr:`wire_tag`: the body of one served ``value``'s transport form from
+        the isolated Loader's child (``array(a)``: the ``.npy`` of an array or tensor, checked), or
+        None where ``value`` is a plain value that travels as one (text, bytes, JSON, an array)."""
+        return None
+
+    def from_wire(self, body: bytes, load: Callable[[bytes], np.ndarray]) -> Any:
+        """A kind with a :attr:`wire_tag`: the served value from the ``body`` :meth:`to_wire` gave
+        (``load(b)``: the array of an ``.npy``, within bounds); ValueError where it is not one."""
+        raise ValueError(f"a {self.name} value has no transport form of its own")
 
     # --- TFRecord and DALI ----------------------------------------------------------------------
 

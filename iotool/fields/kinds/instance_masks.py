@@ -32,6 +32,7 @@ class SegmentationKind(JsonKind):
     attributes = frozenset({"per_box", "pixels"})
     params = ("area",)
     infer_order = None  # a json field's values, but only when declared
+    extensions = frozenset()  # a .json member is a json field: this kind claims none
     draws_masks = True  # a field ``masks=`` may name: its values become masks on the image's grid
 
     def spec_problem(self, spec: Any) -> str | None:

@@ -14,6 +14,7 @@ from .base import FieldKind, TfFeature
 
 INT = re.compile(rb"\s*[-+]?\d{1,19}\s*")
 INT64 = (-(1 << 63), (1 << 63) - 1)
+INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})  # as webdataset reads them
 
 
 class IntKind(FieldKind):
@@ -24,9 +25,13 @@ class IntKind(FieldKind):
     attributes = frozenset({"pixels"})
     index_column = "int"
     infer_order = 20
+    extensions = INT_EXTENSIONS
 
     def infers(self, value: Any) -> bool:
         return isinstance(value, bool | int | np.integer | np.bool_)  # a bool too: kept as 0 or 1
+
+    def widens(self, other: str) -> str | None:
+        return "float" if other == "float" else None  # a column of ints and floats holds floats
 
     def encode(self, spec: Any, value: Any, at: str) -> bytes:
         if isinstance(value, bytes):

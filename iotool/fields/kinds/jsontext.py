@@ -9,6 +9,8 @@ from ..bounded import dumps_json, parse_json
 from ..limits import MAX_JSON_BYTES
 from .base import FieldKind
 
+JSON_EXTENSIONS = frozenset({"json", "jsn"})  # as webdataset's decoders read them
+
 
 class JsonKind(FieldKind):
     """``json``: any JSON value (a ``.json`` member)."""
@@ -18,6 +20,7 @@ class JsonKind(FieldKind):
     attributes = frozenset({"pixels"})
     per_box = True
     infer_order = 1000  # last: any value the kinds before it do not take
+    extensions = JSON_EXTENSIONS
 
     def infers(self, value: Any) -> bool:
         return True

@@ -8,6 +8,8 @@ from ...errors import RecordError
 from ..limits import MAX_TEXT_BYTES
 from .base import FieldKind
 
+TEXT_EXTENSIONS = frozenset({"txt", "text", "transcript"})  # as webdataset's decoders read them
+
 
 class TextKind(FieldKind):
     """``text``: a ``str``, stored as its UTF-8 bytes (a ``.txt`` member)."""
@@ -16,6 +18,7 @@ class TextKind(FieldKind):
     max_bytes = MAX_TEXT_BYTES
     attributes = frozenset({"pixels"})
     infer_order = 10
+    extensions = TEXT_EXTENSIONS
 
     def infers(self, value: Any) -> bool:
         return isinstance(value, str)

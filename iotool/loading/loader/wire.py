@@ -7,8 +7,10 @@ they are sent as they are, not re-encoded and held to those bounds again (the th
 serves the same values unchecked; one dataset gives one answer, whichever runs it). Each value
 travels in a lossless transport form, tagged by its first byte: ``s`` a ``str`` (UTF-8, lone
 surrogates kept), ``b`` ``bytes``, ``j`` any other plain value as JSON (ASCII, so lone surrogates
-and every float come back exactly), ``n`` an ``.npy`` array, ``x`` boxes (the ``.npy`` of the
-boxes, of its length first, then that of the labels). All of one batch lie in one anonymous shared
+and every float come back exactly), ``n`` an ``.npy`` array, or a kind's own form, tagged by the
+byte the kind declares (:attr:`~iotool.fields.kinds.FieldKind.wire_tag`; its
+:meth:`~iotool.fields.kinds.FieldKind.to_wire` and ``from_wire``): ``x`` boxes (the ``.npy`` of
+the boxes, of its length first, then that of the labels). All of one batch lie in one anonymous shared
 file (``memfd``) whose descriptor travels with the batch message: a header of int64 lengths (one
 per value, column by column), then the values. The parent checks the lengths against the file's
 size and :data:`MAX_WIRE_VALUE_BYTES` before reading, and parses each value with the bounded
@@ -21,7 +23,6 @@ import io
 import json
 import mmap
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,8 @@ import torch
 
 from ...errors import InternalError, UsageError
 from ...fields.bounded import array_dtype_problem, load_npy, parse_json
+from ...fields.kinds import FieldKind, find_kind
+from ...fields.kinds.registry import kind_for_wire_tag
 from .columns import Layout, list_value
 
 # One value of a list column in transport: a bound on what a corrupt message could make the parent
@@ -49,12 +52,15 @@ def _array(value: Any, where: str) -> bytes:
     return out.getvalue()
 
 
-def encode_value(kind: str, value: Any, where: str) -> bytes:
-    """The transport form of one served value of a list column of ``kind``."""
+def encode_value(kind: FieldKind | str, value: Any, where: str) -> bytes:
+    """The transport form of one served value of a list column of ``kind`` (the kind or its name):
+    the kind's own form where it has one for the value, else that of a plain value."""
+    own_kind = find_kind(kind) if isinstance(kind, str) else kind
     try:
-        if kind == "boxes" and isinstance(value, Mapping):
-            boxes = _array(value["boxes"], where)
-            return b"x" + len(boxes).to_bytes(8, "little") + boxes + _array(value["labels"], where)
+        if own_kind is not None and own_kind.wire_tag is not None:
+            own = own_kind.to_wire(value, lambda array: _array(array, where))
+            if own is not None:
+                return own_kind.wire_tag + own
         if isinstance(value, np.ndarray | torch.Tensor):  # an array or a kind's tensor (keypoints)
             return b"n" + _array(value, where)
         if isinstance(value, str):
@@ -89,16 +95,19 @@ def decode_value(data: bytes, where: str) -> Any:
         return parse_json(body, where, MAX_WIRE_VALUE_BYTES, max_items=None, max_depth=MAX_WIRE_JSON_DEPTH)
     if tag == b"n":
         return _load(body, where)
-    if tag == b"x" and len(body) >= 8 and int.from_bytes(body[:8], "little") <= len(body) - 8:
-        n = 8 + int.from_bytes(body[:8], "little")
-        return {"boxes": _load(body[8:n], where), "labels": _load(body[n:], where)}
+    kind = kind_for_wire_tag(tag)
+    if kind is not None:
+        try:
+            return kind.from_wire(body, lambda data: _load(data, where))
+        except ValueError:
+            pass  # not a value of the kind: refused below
     raise InternalError(f"{where}: the iotool.Loader's child sent a value tagged {tag!r}; report this as a bug.")
 
 
 def pack(layout: Layout, lists: list[list[Any]], count: int) -> tuple[int, int]:
     """(descriptor, size) of a new shared file holding the first ``count`` values of each list column."""
     parts = [
-        encode_value(col.kind, values[row], f"batch row {row}: field {col.name!r}")
+        encode_value(col.spec.field_kind, values[row], f"batch row {row}: field {col.name!r}")
         for col, values in zip(layout.lists, lists)
         if col.spec is not None
         for row in range(count)

@@ -14,7 +14,7 @@ from typing import Any, Callable, ClassVar, Hashable, Protocol, Sequence
 
 from ...errors import SourceError, UsageError
 from ...fields import MAX_UNIQUE_CLASS_VALUES, FieldSpec, Schema
-from ...fields.kinds import kind_for_value
+from ...fields.kinds import find_kind, kind_for_value
 from ...formats import FormatOptions
 from ...formats.plugins import missing_extra
 from ...storage import StorageConfig
@@ -241,12 +241,21 @@ def refuse_unique_class(values: Sequence[Any], what: str, hint: str) -> None:
 
 def merge_kind(a: str | None, b: str) -> str:
     """The kind a column has when one sample's value is of kind ``a`` and another's of ``b``:
-    the same, float for int and float, json for anything else that JSON holds (bytes never mix)."""
+    the same, what one of the kinds widens to beside the other (:meth:`~iotool.fields.kinds.FieldKind.widens`:
+    float for int and float), json for anything else that JSON holds (bytes never mix)."""
     if a is None or a == b:
         return b
-    if {a, b} == {"int", "float"}:
-        return "float"
+    widened = _widens(a, b) or _widens(b, a)
+    if widened is not None:
+        return widened
     return "bytes-mixed" if "bytes" in (a, b) else "json"
+
+
+def _widens(a: str, b: str) -> str | None:
+    """What kind ``a`` widens to beside kind ``b`` (None also where ``a`` names no kind:
+    ``bytes-mixed``)."""
+    kind = find_kind(a)
+    return None if kind is None else kind.widens(b)
 
 
 def kind_of_value(value: Any) -> str | None:
