@@ -379,6 +379,16 @@ class FormatReader(ABC):
         labels = self.labels_of(indices).tolist()
         return [(i, data, label if data is not None else None) for i, data, label in zip(indices, payloads, labels)]
 
+    def warm(self) -> None:
+        """Open this process's handles now, in the calling thread (an LMDB environment, an HDF5
+        file: opened lazily once per process, and threads racing to do it collide, e.g. after a
+        fork). A record that does not read is left for its own read to name."""
+        if len(self):
+            try:
+                self.read(0)
+            except Exception:
+                pass
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for name in list(state):

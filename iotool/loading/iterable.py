@@ -15,6 +15,7 @@ from .options import UNSET, DatasetOptions, Unset, resolve
 from .order import EpochOrder
 from .ramcache import RamCache
 from .split import DEFAULT_WINDOW, MAX_WINDOW_RECORDS, ShardEnv, WindowOrder, WorkerStream
+from .storedvalues import NOTHING, Given
 from .streaming import OrderedStream
 
 __all__ = ["ShardedIterableDataset"]
@@ -138,16 +139,17 @@ class ShardedIterableDataset(ReaderInfo, OrderedStream):
         over each shard file (the fields chosen read with the images)."""
         names = self.mapstyle.fields_to_read  # stored fields read with each record (none by default)
         if self.shuffle:  # random reads in the window's shards, one index at a time
-            records: Iterator[tuple[int, Any, Any, Any]] = ((i, None, None, None) for i in stream)
+            records: Iterator[tuple[int, Given]] = ((i, NOTHING) for i in stream)
         elif names:
-            records = self.reader.read_records(stream.remaining(), names)
+            read = self.reader.read_records(stream.remaining(), names)
+            records = ((i, Given(data, label, stored)) for i, data, label, stored in read)
         else:
-            records = ((i, data, label, None) for i, data, label in self.reader.read_many(stream.remaining()))
-        for i, data, label, stored in records:
+            records = ((i, Given(data, label)) for i, data, label in self.reader.read_many(stream.remaining()))
+        for i, given in records:
             if not self.shuffle:
                 stream.consumed += 1
             with keyed_sample(sample_key(self.seed, epoch, env.rank, i)):  # as iotool.Loader keys it
-                sample = self.mapstyle.sample(i, data, label, stored=stored)
+                sample = self.mapstyle.sample(i, given=given)
             if sample is not None:
                 yield sample
 

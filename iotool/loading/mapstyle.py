@@ -17,28 +17,30 @@ from __future__ import annotations
 import logging
 import operator
 import os
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Literal, Sequence, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Literal, Sequence, TypeVar
 
 from torch.utils.data import Dataset
 
-from ..decode import AUTO, decode
 from ..errors import RECORD_ERRORS, DecodeError, RecordError
 from ..fields import CLASS, IMAGE, Schema
 from ..fields import decode as decode_field
 from ..formats import FormatReader
 from ..transforms.draws import sample_key
-from ..transforms.fused import fuse, leaves_input_alone
 from ..transforms.samplescope import keyed_sample
+from .assembly import Assembly
+from .badrecords import named_errors, record_name
+from .imagestep import ImageStep
 from .options import DECODERS, DEFAULT_DECODER, FUSED, ON_ERROR, UNSET, DatasetOptions, Unset, check_decoder, resolve
 from .order import ArrayOrder, EpochOrder, RecordOrder, permutation_order
 from .ramcache import RamCache, open_ram_cache
 from .runreads import RunReads
 from .split import rank_world
-from .storedvalues import NOTHING, Given, StoredValues
+from .storedvalues import NOTHING, Given, StoredValues, old_given
 from .targets import TargetMover, record_image_size
 
 T = TypeVar("T")
+CLASSIC = (IMAGE, CLASS)
 
 log = logging.getLogger(__name__)
 __all__ = ["DECODERS", "DEFAULT_DECODER", "FUSED", "ON_ERROR", "ImageDataset", "ReaderInfo", "check_decoder"]
@@ -129,10 +131,9 @@ class ImageDataset(ReaderInfo, Dataset):
         self.options = options = resolve(options, decoder, transform, keywords)
         self.reader = reader
         # what a sample is: the names chosen, in order, and whether a dict (UsageError on an unknown name)
-        self.fields, self.as_dict = reader.schema.select(options.fields)
+        self.assembly = Assembly.of(reader.schema, options.fields)
+        self.fields, self.as_dict = self.assembly.names, self.assembly.as_dict
         self.decoder = options.decoder
-        self._backend = AUTO if options.decoder == FUSED else options.decoder  # what decodes when nothing is fused
-        self.transform = options.transform
         self.on_error = options.on_error
         self.max_skips = options.max_skips
         self.check_checksums = options.check_checksums
@@ -140,14 +141,8 @@ class ImageDataset(ReaderInfo, Dataset):
         self.skipped = 0  # bad records skipped in this process
         ram = options.ram_cache
         self.cache: RamCache | None = open_ram_cache(reader, ram.resize, ram.fallback) if ram.enabled else None
-        # without a cache (also after ram_cache_fallback), as plain open_dataset(path, transform=T)
-        self.fusing = options.decoder == FUSED and self.cache is None
-        self._fused_for: tuple[Any, Any] = (None, None)
-        # (image, class) as a tuple: ds[i] is (image, label) as before fields existed
-        self._plain = self.fields == (IMAGE, CLASS) and not self.as_dict
-        # the chosen names besides the image, and the stored ones among them: asked per sample
-        self._others = tuple(n for n in self.fields if n != IMAGE)
-        self._wanted = tuple(n for n in self._others if n != CLASS)
+        # the image's three ways (RAM cache, fused with the transform, decoded whole) and the transform
+        self.image_step = ImageStep(reader, self.values, options.decoder, self.cache, options.transform)
         self.target_options = options.targets
         self._mover = TargetMover.plan(reader.schema, self.fields, self.target_options, options.transform)
         self.seed = options.seed
@@ -249,31 +244,55 @@ class ImageDataset(ReaderInfo, Dataset):
         """``order``'s record indices from position ``start``, as ``DistributedSampler``."""
         return RecordOrder(order.indices(len(self)), start)
 
-    # -- the sample path: read its stored values, decode and transform, move the targets, assemble --
+    # -- the sample path: read its stored values, the image step, move the targets, assemble --
     def load(
-        self, index: int, data: bytes | None = None, label: int | None = None, min_size: tuple[int, int] | None = None
+        self,
+        index: int,
+        given: Given | bytes | None = NOTHING,
+        label: int | None = None,
+        min_size: tuple[int, int] | None = None,
+        *,
+        data: bytes | None = None,
     ) -> tuple[Any, int] | None:
-        """Read (unless given) and decode record ``index``; None when it is bad and skipped."""
+        """Record ``index``'s image decoded whole (not transformed) and its label, from what was
+        ``given`` of it (:class:`~iotool.loading.storedvalues.Given`: its stored bytes and label
+        when a read already gave them), JPEGs at a DCT reduction that keeps ``min_size``; None
+        when it is bad and skipped (``on_error``). ``data`` and ``label`` (the second argument
+        being the bytes) are deprecated: ``given=Given(data, label)``."""
+        if label is not None or data is not None or not isinstance(given, Given):
+            given = old_given("ImageDataset.load", given, label, None, data)
         try:
             with self._bad(index):
-                data, label, _ = self.values.record(index, (), Given(data, label))
-                return self._decode(index, data, min_size), label
+                data, label, _ = self.values.record(index, (), given)
+                return self.image_step.decode(index, data, min_size), label
         except RecordError as exc:
             return self.skip_or_raise(exc)
 
     def sample(
-        self, index: int, data: bytes | None = None, label: int | None = None, *, stored: dict[str, bytes] | None = None
+        self,
+        index: int,
+        given: Given | bytes | None = NOTHING,
+        label: int | None = None,
+        *,
+        stored: dict[str, bytes] | None = None,
+        data: bytes | None = None,
     ) -> Any:
         """Load, decode and transform record ``index`` into what ``ds[index]`` returns: ``(image,
         label)`` with the default fields of a class-labelled dataset, else the tuple or dict of
-        :attr:`fields`; None when it is bad and skipped (``on_error``). ``data``, ``label`` and
-        ``stored`` (field name -> stored bytes) are what a sequential read already gave.
+        :attr:`fields`; None when it is bad and skipped (``on_error``). ``given``: what a
+        sequential read already gave of it (:class:`~iotool.loading.storedvalues.Given`: its
+        stored bytes and label, the stored bytes of some fields), not read again.
+
+        ``data``, ``label`` and ``stored`` (the second argument being the bytes) are deprecated
+        (a DeprecationWarning): ``given=Given(data, label, stored)``.
 
         A :class:`~iotool.DecodeError` raised by the transform (a decoding transform such as
         ``DecodeRandomResizedCrop`` fed the stored bytes) counts as a bad record too.
         """
+        if label is not None or stored is not None or data is not None or not isinstance(given, Given):
+            given = old_given("ImageDataset.sample", given, label, stored, data)
         try:
-            return self.compute(index, Given(data, label, stored))
+            return self.compute(index, given)
         except RecordError as exc:
             return self.skip_or_raise(exc)
 
@@ -284,44 +303,56 @@ class ImageDataset(ReaderInfo, Dataset):
             RecordError: the record is bad, naming the dataset, the record and its key (the
                 caller decides: :meth:`sample` by ``on_error``, :class:`iotool.Loader` by its own).
         """
-        if self._plain:  # (image, label), nothing else decoded
+        assembly = self.assembly
+        if assembly.plain:  # (image, label), nothing else decoded
             image, label, _ = self._image_sample(index, given, (), ())
             return image, label
-        image, values = self._fields_sample(index, given, None)
-        if self.as_dict:
-            return {IMAGE: image, **values}
-        return tuple(image if n == IMAGE else values[n] for n in self.fields)
+        return assembly.assemble(*self._fields_sample(index, given, assembly))
+
+    def compute_items(self, index: int, given: Given = NOTHING, names: Sequence[str] | None = None) -> tuple[Any, ...]:
+        """Record ``index``'s sample, as :meth:`compute` computes it, as its elements in ``names``
+        order (default :attr:`fields`; any order of some of them), not assembled into a tuple or
+        dict: what :class:`iotool.Loader` writes into a batch's columns.
+
+        Raises:
+            RecordError: the record is bad, named (as :meth:`compute`).
+            UsageError: a name that is not among :attr:`fields`.
+        """
+        assembly = self.assembly
+        if names is None:
+            names = assembly.names
+        if assembly.plain and names == CLASSIC:
+            image, label, _ = self._image_sample(index, given, (), ())
+            return image, label
+        return assembly.items(*self._fields_sample(index, given, assembly), names)
 
     def sample_fields(
         self,
         index: int,
-        data: bytes | None = None,
+        given: Given | bytes | None = NOTHING,
         label: int | None = None,
         fields: str | Sequence[str] | None = None,
         *,
         stored: dict[str, bytes] | None = None,
+        data: bytes | None = None,
     ) -> tuple[Any, dict[str, Any]] | None:
         """Record ``index`` as ``(image, {name: value})``: the image decoded and transformed as in
         ``ds[index]`` (None when ``"image"`` is not among the fields), and the value of every other
         field chosen, by name in their order (``class``: the int label). ``fields``: as the
         dataset's ``fields=`` (None: :attr:`fields`). None when the record is bad and skipped.
-        ``data``, ``label``, ``stored``: as in :meth:`sample` (read when not given)."""
+        ``given``: as in :meth:`sample`; ``data``, ``label``, ``stored`` are deprecated as there."""
+        if label is not None or stored is not None or data is not None or not isinstance(given, Given):
+            given = old_given("ImageDataset.sample_fields", given, label, stored, data)
         try:
-            return self._fields_sample(index, Given(data, label, stored), fields)
+            chosen = self.assembly if fields is None else Assembly.of(self.schema, fields)
+            return self._fields_sample(index, given, chosen)
         except RecordError as exc:
             return self.skip_or_raise(exc)
 
-    def _fields_sample(
-        self, index: int, given: Given, fields: str | Sequence[str] | None
-    ) -> tuple[Any, dict[str, Any]]:
-        """(image or None, values of the other fields chosen) of record ``index``; raises a named RecordError."""
-        if fields is None:
-            names, others, wanted = self.fields, self._others, self._wanted
-        else:
-            names = self.schema.select(fields)[0]
-            others = tuple(n for n in names if n != IMAGE)
-            wanted = tuple(n for n in others if n != CLASS)
-        if IMAGE not in names:
+    def _fields_sample(self, index: int, given: Given, chosen: Assembly) -> tuple[Any, dict[str, Any]]:
+        """(image or None, values of the other fields ``chosen``) of record ``index``; raises a named RecordError."""
+        others, wanted = chosen.others, chosen.wanted
+        if not chosen.image:
             with self._bad(index):  # no image to decode: its bytes are read only to check the checksum
                 label, got = self.values.without_image(index, wanted, CLASS in others, given)
                 values = self._values(others, label, got)
@@ -335,77 +366,51 @@ class ImageDataset(ReaderInfo, Dataset):
         self, index: int, given: Given, wanted: Sequence[str], others: Sequence[str]
     ) -> tuple[Any, int, dict[str, Any]]:
         """(image, label, values of fields ``others``) of record ``index``: its stored values read
-        (fields ``wanted``), its image decoded and transformed, its targets moved with it."""
-        pixels, transform, label, got = self._stored_image(index, given, wanted)
+        (fields ``wanted``), its image taken by the image step and transformed, its targets moved
+        with it."""
+        pixels, transform, label, got = self.image_step.take(index, given, wanted)
         with self._bad(index):  # a stored field that does not decode
             values = self._values(others, label, got) if others else {}
         with self._bad(index, (DecodeError, RecordError)):
             if self._mover is None:
                 return transform(pixels), label, values
             # boxes and masks follow the image
-            image, values = self._mover.run(transform, pixels, values, self._shrunk(index, pixels))
+            image, values = self._mover.run(transform, pixels, values, self.image_step.shrunk(index, pixels))
             return image, label, values
-
-    def _stored_image(
-        self, index: int, given: Given, wanted: Sequence[str]
-    ) -> tuple[Any, Callable[[Any], Any], int, dict[str, bytes]]:
-        """(what the transform takes, the transform, label, stored fields ``wanted``) of record
-        ``index`` by one of three ways: the RAM cache's pixels, the stored bytes for a transform
-        fused with decoding, or the image decoded whole."""
-        if self.cache is not None:
-            pixels, label, got = self._cached(self.cache, index, given, wanted)
-            return pixels, self._transform, label, got
-        fused = self.fused
-        with self._bad(index):
-            data, label, got = self.values.record(index, wanted, given)
-            if fused is not None:
-                return data, fused, label, got
-            return self._decode(index, data), self._transform, label, got
 
     def _values(self, names: Sequence[str], label: int | None, stored: dict[str, bytes]) -> dict[str, Any]:
         """The values of fields ``names`` (not the image): the label for ``class``, the others decoded."""
         schema = self.schema
         return {n: int(label or 0) if n == CLASS else decode_field(schema[n], stored[n], "decoding") for n in names}
 
-    def _shrunk(self, index: int, image: Any) -> tuple[int, int] | None:
-        """The stored image's (height, width) when ``image`` is the RAM cache's shrunk copy of it."""
-        cache = self.cache
-        if cache is None or cache.resize is None or cache.decoded is None:
-            return None
-        stored = (int(cache.decoded[index][0]), int(cache.decoded[index][1]))
-        return stored if stored != image.shape[:2] else None
+    # -- the image step's settings, as attributes of the dataset ---------------------------------
+    @property
+    def transform(self) -> Callable[[Any], Any] | None:
+        """Applied to the image last; may be replaced after opening (the fused transform follows)."""
+        return self.image_step.transform
+
+    @transform.setter
+    def transform(self, transform: Callable[[Any], Any] | None) -> None:
+        self.image_step.transform = transform
+
+    @property
+    def fusing(self) -> bool:
+        """Whether the transform may be fused with decoding (decoder ``"fused"``, no RAM cache)."""
+        return self.image_step.fusing
+
+    @fusing.setter
+    def fusing(self, fusing: bool) -> None:
+        self.image_step.fusing = bool(fusing)
 
     @property
     def fused(self) -> Callable[[bytes], Any] | None:
         """The transform fused with decoding that records go through, or None (decode, then transform)."""
-        if not self.fusing or self.transform is None:
-            return None
-        if self._fused_for[0] is not self.transform:  # the transform may be replaced after opening
-            self._fused_for = (self.transform, fuse(self.transform, self.reader.native_decode))
-        return self._fused_for[1]
+        return self.image_step.fused
 
-    def _cached(
-        self, cache: RamCache, index: int, given: Given, names: Sequence[str]
-    ) -> tuple[Any, int, dict[str, bytes]]:
-        """Record ``index``'s pixels from the RAM ``cache``, decoding (and caching) them when not
-        there yet, with the stored bytes of fields ``names`` (never cached: read each time)."""
-        image = cache.get(index)
-        if image is not None:
-            label = given.label
-            got: dict[str, bytes] = {}
-            if names:
-                with self._bad(index):  # with check_checksums the record's stored image is read again to check them
-                    if self.check_checksums:
-                        _, label, got = self.values.record(index, names, given)
-                    else:
-                        got = self.values.fields(index, names, given.stored)
-            # iotool's crops and resizes only read their input; anything else gets its own copy
-            owned = image if leaves_input_alone(self.transform) else image.copy()
-            return owned, label if label is not None else self.reader.labels[index], got
-        with self._bad(index):
-            data, label, got = self.values.record(index, names, given)
-            pixels = self._decode(index, data, cache.decode_size(index))
-        return cache.put(index, pixels), label, got  # bad records are never cached
+    def warm(self) -> None:
+        """Open this process's handles of the reader now, in one thread (after a fork: the readers
+        open them lazily once per process, and threads racing to do it collide)."""
+        self.reader.warm()
 
     def run_source(self) -> RunReads:
         """What :class:`iotool.Loader`'s runs read of the records, a run at a time: the reader's
@@ -413,23 +418,15 @@ class ImageDataset(ReaderInfo, Dataset):
         return RunReads(self.reader, self.cache)
 
     # -- bad records: one owner of on_error ----------------------------------------------------
-    @contextmanager
-    def _bad(self, index: int, errors: tuple[type[BaseException], ...] = RECORD_ERRORS) -> Iterator[None]:
+    def _bad(self, index: int, errors: tuple[type[BaseException], ...] = RECORD_ERRORS) -> AbstractContextManager[None]:
         """Raise ``errors`` raised in the block as a RecordError naming the dataset, record
         ``index`` and its key."""
-        try:
-            yield
-        except errors as exc:
-            raise RecordError(f"{self.record_name(index)}: {exc}") from None
+        return named_errors(self.reader, index, errors)
 
     def record_name(self, index: int) -> str:
         """``PATH: record I (KEY)``, as the dataset's errors name record ``index`` (``?`` for a
         key that does not read)."""
-        try:
-            key = self.reader.keys[index]
-        except Exception:  # the key index itself may be what is broken
-            key = "?"
-        return f"{self.reader.path}: record {index} ({key})"
+        return record_name(self.reader, index)
 
     def skip_or_raise(self, error: RecordError) -> None:
         """What the dataset's ``on_error`` does with a bad record's ``error``: raise it, or count a
@@ -449,18 +446,6 @@ class ImageDataset(ReaderInfo, Dataset):
             ) from None
         log.warning("skipping %s", error)
         return None
-
-    def _decode(self, index: int, data: bytes, min_size: tuple[int, int] | None = None) -> Any:
-        """Decode one payload (unless decoder=None); JPEGs at a DCT reduction that keeps ``min_size``."""
-        if self._backend is None:
-            return data
-        native = self.reader.native_decode
-        if native is not None and self._backend == AUTO:
-            return native(data)  # e.g. the BMP cache: numpy, no PIL
-        return decode(data, self._backend, min_size=min_size, name=f"{self.reader.path}[{index}]")
-
-    def _transform(self, image: Any) -> Any:
-        return self.transform(image) if self.transform is not None else image
 
     def __repr__(self) -> str:
         cache = f", cache={self.cache!r}" if self.cache is not None else ""

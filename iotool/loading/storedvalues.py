@@ -10,12 +10,13 @@ is read twice.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple, Sequence
 
-from ..errors import RecordError
+from ..errors import RecordError, UsageError
 from ..fields import record_checksum
 
-__all__ = ["Given", "StoredValues"]
+__all__ = ["NOTHING", "Given", "StoredValues", "old_given"]
 
 
 class Given(NamedTuple):
@@ -105,3 +106,37 @@ class StoredValues:
         if label is None and label_wanted:
             label = self.reader.labels[index]
         return label, self.fields(index, names, given.stored)
+
+
+def old_given(where: str, given: Any, label: Any, stored: Any, data: Any) -> Given:
+    """The :class:`Given` of the deprecated arguments of ``where`` (``data``, ``label``,
+    ``stored=``: what a sequential read gave), warning that ``given=`` replaces them; ``given``
+    itself when it is one and nothing else was given.
+
+    Raises:
+        UsageError: a :class:`Given` and the old arguments both, or ``data`` twice.
+    """
+    if isinstance(given, Given):
+        if label is None and stored is None and data is None:
+            return given
+        if given is not NOTHING:
+            raise UsageError(
+                f"{where}: give what was read as given=Given(data, label, stored) alone, not with "
+                f"{_old(label, stored, data)}."
+            )
+        given = None  # left out: the old arguments are what was read
+    if given is not None and data is not None:
+        raise UsageError(
+            f"{where}: data given twice (the second argument and data=); pass given=Given(data, label, stored)."
+        )
+    warnings.warn(
+        f"{where}(index, data, label, stored=...) is deprecated; pass what a read already gave as "
+        f"given=Given(data, label, stored) (iotool.loading.storedvalues.Given).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return Given(data if given is None else given, label, stored)
+
+
+def _old(label: Any, stored: Any, data: Any) -> str:
+    return ", ".join(n + "=" for n, v in (("label", label), ("stored", stored), ("data", data)) if v is not None)

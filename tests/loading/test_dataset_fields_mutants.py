@@ -13,6 +13,7 @@ import pytest
 import iotool
 from iotool.errors import RecordError
 from iotool.loading.mapstyle import ImageDataset
+from iotool.loading.storedvalues import Given
 
 from ..support.fields import convert_fields, schema_of, value
 
@@ -45,10 +46,10 @@ def swapping(path: Path, swapped: dict[tuple[int, str], bytes]):
 def test_stored_bytes_given_for_some_fields_read_the_others(lmdb_path):
     ds = ImageDataset(iotool.open_reader(lmdb_path), fields=("image", "txt", "count"))
     txt = value("txt", 1).encode("utf-8")
-    image, got_txt, count = ds.sample(1, stored={"txt": txt})
+    image, got_txt, count = ds.sample(1, given=Given(stored={"txt": txt}))
     assert got_txt == value("txt", 1) and count == value("count", 1)
     assert isinstance(image, np.ndarray)
-    _, given, _ = ds.sample(1, stored={"txt": b"given", "count": b"7"})
+    _, given, _ = ds.sample(1, given=Given(stored={"txt": b"given", "count": b"7"}))
     assert given == "given"  # what the sequential read gave is used as given
 
 
