@@ -1,6 +1,5 @@
 """A Loader batch's layout at its edges: ``(image, class)`` as a dict is not the classic pair, a
-dict sample without one of the names is refused by name, a float column takes numbers only, an
-array column only its shape (a mutation audit's survivors, pinned)."""
+float column takes numbers only, an array column only its shape (a mutation audit's survivors, pinned)."""
 
 from __future__ import annotations
 
@@ -25,14 +24,6 @@ SCHEMA = Schema(
 def test_image_and_class_as_a_dict_is_not_the_classic_pair() -> None:
     assert Layout.of(CLASSIC, SCHEMA).classic
     assert not Layout.of(CLASSIC, SCHEMA, as_dict=True).classic
-
-
-def test_a_dict_sample_without_every_name_is_refused_naming_the_fields() -> None:
-    layout = Layout.of(("image", "txt", "class"), SCHEMA, as_dict=True)
-    image = np.zeros((2, 2, 3), np.uint8)
-    assert layout.items({"class": 1, "image": image, "txt": "a"}) == (image, "a", 1)
-    with pytest.raises(UsageError, match=r"for its 3 fields \(image, txt, class\)"):
-        layout.items({"image": image, "txt": "a"})
 
 
 @pytest.mark.parametrize("bad", ["0.5", b"1", None, [1.0]])

@@ -59,7 +59,7 @@ from .columns import Layout, layout_of
 from .isolated import ChildPlan, check_isolation
 from .mixreading import MixSampleReader
 from .processes import Children, ProcessesPass
-from .protocols import OrderedDataset, Pass, PassPlan, Ring
+from .protocols import OrderedDataset, Pass, PassPlan, Ring, SampleDataset
 from .reading import SampleReader
 from .resume import Here, resume_point, saved_state
 from .threadpass import ThreadPass
@@ -183,7 +183,7 @@ class Loader:
         if on_error not in ON_ERROR:
             raise UsageError(f"Loader: on_error={on_error!r}; choose one of: None (the dataset's), 'raise', 'skip'.")
         self.dataset: OrderedDataset = dataset
-        self.mapstyle: ImageDataset = dataset.mapstyle  # decodes and transforms each record
+        self.mapstyle: SampleDataset = dataset.mapstyle  # decodes and transforms each record
         self.batch_size = positive(batch_size, "batch_size")
         self.threads = default_threads() if threads is None else positive(threads, "threads")
         self.prefetch = positive(prefetch, "prefetch")
@@ -259,7 +259,7 @@ class Loader:
         return isinstance(self.dataset, ShardedIterableDataset)
 
     @property
-    def samples(self) -> ImageDataset:
+    def samples(self) -> SampleDataset:
         """Deprecated spelling of :attr:`mapstyle` (a dataset, not samples)."""
         _deprecated("samples", "mapstyle")
         return self.mapstyle
@@ -484,13 +484,9 @@ class Loader:
         """Reopen the handles inherited across the fork (an LMDB environment, an HDF5 file) in one
         thread: the readers open them lazily once per process, and threads racing to do it collide."""
         for decoding in self._decoders():
-            if len(decoding):
-                try:
-                    decoding.reader.read(0)
-                except Exception:
-                    pass
+            decoding.warm()
 
-    def _decoders(self) -> list[ImageDataset]:
+    def _decoders(self) -> list[SampleDataset]:
         """The map-style datasets that decode this loader's records (a mix: one per source)."""
         if isinstance(self.dataset, MixedDataset):
             return [source.mapstyle for source in self.dataset.sources]

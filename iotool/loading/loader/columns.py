@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -117,20 +117,6 @@ class Layout:
         fixed_parts, list_parts = iter(fixed), iter(lists)
         parts = [images if c.spec is None else next(fixed_parts) if c.fixed else next(list_parts) for c in self.columns]
         return dict(zip(self.names, parts)) if self.as_dict else tuple(parts)
-
-    def items(self, served: Any) -> tuple[Any, ...]:
-        """A dataset's sample (what ``ds[i]`` returns: a tuple in ``names`` order, or a dict by
-        name) as its elements in ``names`` order."""
-        names = self.names
-        if isinstance(served, Mapping) and all(n in served for n in names):
-            return tuple(served[n] for n in names)
-        if not isinstance(served, (tuple, list)) or len(served) != len(names):
-            raise UsageError(
-                f"the dataset gave a {type(served).__name__} sample"
-                + (f" of {len(served)} elements" if isinstance(served, (tuple, list)) else "")
-                + f" for its {len(names)} fields ({', '.join(names)})."
-            )
-        return tuple(served)
 
 
 def layout_of(dataset: Any) -> Layout:

@@ -97,7 +97,8 @@ class Runs(Protocol):
 
 class RecordDataset(Protocol):
     """What the Loader asks of the map-style dataset that decodes and transforms each record
-    (:class:`~iotool.loading.mapstyle.ImageDataset`)."""
+    (:class:`~iotool.loading.mapstyle.ImageDataset`): its sample's names, its bad-record policy,
+    its skip-and-advance loop, and to open its handles (:meth:`warm`)."""
 
     fields: tuple[str, ...]  # the names a sample holds, in order
     as_dict: bool  # a sample is a dict rather than a tuple
@@ -108,6 +109,11 @@ class RecordDataset(Protocol):
 
     def first_readable(self, index: int, attempt: Callable[[int], T | None]) -> tuple[T, int]:
         """(``attempt(record)``, record) for the first record from ``index`` on that gives something."""
+        ...
+
+    def warm(self) -> None:
+        """Open this process's handles of its stored data in the calling thread (a forked child
+        does, before its threads start)."""
         ...
 
 
@@ -175,11 +181,15 @@ class RunSource(Protocol):
 
 class SampleDataset(RecordDataset, Protocol):
     """What a pass's sample reader (:class:`~.reading.SampleReader`) and its runs ask of the
-    map-style dataset: a record's sample and name, its options the runs depend on, its
+    map-style dataset: a record's sample's elements and its name, its options the runs depend on, its
     :class:`RunSource`."""
 
     check_checksums: bool
-    fusing: bool  # the transform may be fused with decoding (no RAM cache, decoder "fused")
+
+    @property
+    def fusing(self) -> bool:
+        """The transform may be fused with decoding (no RAM cache, decoder ``"fused"``)."""
+        ...
 
     @property
     def transform(self) -> Callable[[Any], Any] | None: ...
@@ -189,8 +199,9 @@ class SampleDataset(RecordDataset, Protocol):
         """What moves the targets with the image, or None."""
         ...
 
-    def compute(self, index: int, given: Given = ...) -> Any:
-        """Record ``index``'s sample from what was ``given`` of it; raises a bad record, named."""
+    def compute_items(self, index: int, given: Given = ..., names: Sequence[str] | None = None) -> tuple[Any, ...]:
+        """Record ``index``'s sample from what was ``given`` of it, as its elements in ``names``
+        order (not assembled into a tuple or dict); raises a bad record, named."""
         ...
 
     def record_name(self, index: int) -> str:

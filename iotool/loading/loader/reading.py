@@ -8,7 +8,7 @@ import logging
 import threading
 from typing import Any
 
-from ...errors import IotoolError, RecordError, UsageError
+from ...errors import IotoolError, RecordError
 from ..storedvalues import NOTHING, Given
 from .columns import Layout, layout_of
 from .protocols import SampleDataset, Stored
@@ -44,6 +44,7 @@ class SampleReader:
     def __init__(self, dataset: SampleDataset, on_error: str, layout: Layout | None = None):
         self.dataset, self.on_error = dataset, on_error
         self.layout = layout if layout is not None else layout_of(dataset)
+        self.names = self.layout.names  # the order the dataset gives each sample's elements in
         self.skipped = 0  # bad records skipped (on_error="skip")
         self._lock = threading.Lock()
 
@@ -62,20 +63,16 @@ class SampleReader:
         Raises:
             RecordError: a bad record under ``on_error="raise"``, or any other exception of a
                 transform, naming the record.
-            UsageError: a sample that does not have the layout's fields, naming the record.
+            UsageError: a layout name that is not among the dataset's fields, naming the record.
         """
         # the first record's bytes may be at hand; the next ones (skipping a bad one) are read
-        served, record = self.dataset.first_readable(index, lambda r: self._attempt(r, stored if r == index else None))
-        try:
-            return self.layout.items(served), record
-        except UsageError as exc:
-            raise UsageError(f"{record_name(self.dataset, record)}: {exc}") from None
+        return self.dataset.first_readable(index, lambda r: self._attempt(r, stored if r == index else None))
 
-    def _attempt(self, record: int, stored: Stored = None) -> Any:
+    def _attempt(self, record: int, stored: Stored = None) -> tuple[Any, ...] | None:
         ds = self.dataset
         try:
-            # the dataset raises each bad record (compute: its own on_error is not applied); self.on_error decides
-            return ds.compute(record, NOTHING if stored is None else Given(*stored))
+            # the dataset raises each bad record (compute_items: its own on_error is not applied); self.on_error decides
+            return ds.compute_items(record, NOTHING if stored is None else Given(*stored), self.names)
         except RecordError as exc:
             if self.on_error != "skip":
                 raise
