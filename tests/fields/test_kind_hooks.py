@@ -5,7 +5,9 @@ The tables were taken from the code that branched on names and pin the same answ
 
 from __future__ import annotations
 
+import functools
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -44,12 +46,12 @@ MERGED_NAMES = ["text", "json", "int", "float", "array", "bytes", "boxes", "keyp
 
 def merged(a: str | None, b: str) -> str:
     """The table's answer, written out: the same kind, int and float widen to float, bytes never
-    mix (bytes-mixed), anything else is JSON."""
+    mix (bytes-mixed, which stays so), anything else is JSON."""
     if a is None or a == b:
         return b
     if {a, b} == {"int", "float"}:
         return "float"
-    if "bytes" in (a, b):
+    if "bytes" in (a, b) or "bytes-mixed" in (a, b):
         return "bytes-mixed"
     return "json"
 
@@ -58,6 +60,13 @@ def merged(a: str | None, b: str) -> str:
 @pytest.mark.parametrize("b", MERGED_NAMES)
 def test_two_values_kinds_merge_into_the_kind_their_column_is_kept_as(a, b):
     assert merge_kind(a, b) == merged(a, b)
+
+
+@pytest.mark.parametrize("kinds", list(itertools.combinations_with_replacement(MERGED_NAMES[:-1], 3)), ids=str)
+def test_a_columns_kind_does_not_hang_on_the_order_its_values_come_in(kinds):
+    """bytes, then text, then text was json (bytes-mixed forgotten), text, text, bytes refused."""
+    found = {functools.reduce(merge_kind, order, None) for order in itertools.permutations(kinds)}
+    assert len(found) == 1, (kinds, found)
 
 
 def test_int_and_float_widen_to_float_either_way_and_nothing_else_widens():

@@ -248,7 +248,7 @@ def merge_kind(a: str | None, b: str) -> str:
     widened = _widens(a, b) or _widens(b, a)
     if widened is not None:
         return widened
-    return "bytes-mixed" if "bytes" in (a, b) else "json"
+    return "bytes-mixed" if "bytes" in (a, b) or "bytes-mixed" in (a, b) else "json"  # once mixed, for good
 
 
 def _widens(a: str, b: str) -> str | None:
