@@ -274,7 +274,11 @@ class TargetMover:
                 except RECORD_ERRORS:
                     failed.add(k)
                     ks.remove(k)
+        whole = not self.per_box.get(name)  # nothing listed per entry: a value that keeps all is set as is
         for k, (moved, keep) in zip(ks, pairs):
+            if keep is None and whole:
+                samples[k][name] = moved
+                continue
             try:
                 self._settle(name, samples[k], moved, keep)
             except RecordError:
@@ -311,27 +315,24 @@ class TargetMover:
         values[name] = move_mask(mask, record)
 
     def _settle(self, name: str, values: dict[str, Any], moved: Any, keep: np.ndarray | None) -> None:
-        """Give grid field ``name`` its ``moved`` value, as its kind's move gave it with the
-        entries to ``keep`` (None: all), cut where some are dropped (:meth:`_cut`)."""
-        if keep is None or not self.per_box.get(name) and (self.keep_empty or keep.all()):
-            values[name] = moved  # nothing to cut, and no per-box entries to hold to its count
-            return
-        self._cut(name, values, moved, keep)
+        """Give grid field ``name`` its ``moved`` value, as its kind's move gave it (every entry
+        still there), without the entries not to ``keep`` (None: all kept; all kept too with
+        ``keep_empty_boxes``) and their per-box entries. Every per-box value is held to the
+        entries' count, whatever the move keeps.
 
-    def _cut(self, name: str, values: dict[str, Any], moved: Any, keep: np.ndarray) -> None:
-        """Give grid field ``name`` its ``moved`` value, without the entries not to ``keep``
-        (unless ``keep_empty_boxes``) and their per-box entries."""
-        # every per-box value is held to the entries' count, whatever the crop keeps
-        per_box = {
-            other: _keep_entries(values[other], keep, other, name)
-            for other in self.per_box.get(name, ())
-            if other in values
-        }
-        if self.keep_empty or keep.all():  # the entries kept whole, as stored
+        Raises:
+            RecordError: a per-box value that does not list one entry an entry of ``moved``.
+        """
+        per_box = self.per_box.get(name)
+        if per_box:
+            held = np.ones(_entry_count(moved), dtype=bool) if keep is None else keep
+            cut = {other: _keep_entries(values[other], held, other, name) for other in per_box if other in values}
+        if keep is None or self.keep_empty or keep.all():  # the entries kept whole, as stored
             values[name] = moved
             return
         values[name] = _keep_rows(moved, keep, name)
-        values.update(per_box)
+        if per_box:
+            values.update(cut)
 
 
 _BYTES = (bytes, bytearray, memoryview)  # a mask image as stored
@@ -366,11 +367,19 @@ def _size_of(image: Any) -> tuple[int, int]:
     return int(image.shape[0]), int(image.shape[1])
 
 
+def _entry_count(value: Any) -> int:
+    """A grid value's entries (:func:`_keep_rows`' rows): those of its first part where it is a
+    mapping (boxes: ``{"boxes", "labels"}``), else its length."""
+    if isinstance(value, Mapping):
+        return len(next(iter(value.values()), ()))
+    return len(value)
+
+
 def _keep_rows(value: Any, keep: np.ndarray, name: str) -> Any:
     """A grid value's entries to ``keep``: of each of its parts where it is a mapping (boxes:
     ``{"boxes", "labels"}``, one row an entry in each), else of the value itself."""
-    if isinstance(value, Mapping):
-        return {part: _keep_entries(np.asarray(rows), keep, f"{name}[{part!r}]", name) for part, rows in value.items()}
+    if type(value) is dict or isinstance(value, Mapping):  # the type first: an ABC check costs more
+        return {part: np.asarray(rows)[keep] for part, rows in value.items()}
     return _keep_entries(value, keep, name, name)
 
 

@@ -284,19 +284,21 @@ class BoxesKind(FieldKind):
 
     # --- the image's pixel grid -----------------------------------------------------------------
 
-    def move(self, spec: Any, value: Any, record: Any) -> tuple[dict[str, Any], np.ndarray]:
+    def move(self, spec: Any, value: Any, record: Any) -> tuple[dict[str, Any], np.ndarray | None]:
         """``value``'s boxes moved by ``record`` (:func:`moved_boxes`, in the field's box format),
-        its labels as they are, and the boxes to keep: every entry still there, the caller cuts."""
+        its labels as they are, every entry still there, and the boxes to keep
+        (:func:`sanitize_keep`; None where it keeps them all): the caller cuts."""
         moved, keep = moved_boxes(value["boxes"], spec.box_format or "XYXY", record)
-        return {"boxes": moved, "labels": value["labels"]}, keep
+        return {"boxes": moved, "labels": value["labels"]}, None if keep.all() else keep
 
     def move_run(
         self, spec: Any, values: Sequence[Any], samples: Sequence[int], run: Any
-    ) -> list[tuple[dict[str, Any], np.ndarray]] | None:
-        """:meth:`move` of the values of a run's samples at once, the same values bit for bit:
+    ) -> list[tuple[dict[str, Any], np.ndarray | None]] | None:
+        """:meth:`move` of the values of a run's samples at once, the same pairs bit for bit:
         every box of the run in one pass (``run.move_xyxy(xyxy, owner)``, box ``i`` of sample
-        ``owner[i]``; then :func:`sanitize_keep` on the run's ``canvas``). None when a value is
-        not boxes (each is then moved alone, and refused as :meth:`move` refuses it)."""
+        ``owner[i]``; then :func:`sanitize_keep` on the run's ``canvas``, and the values that
+        keep every box found at once). None when a value is not boxes (each is then moved
+        alone, and refused as :meth:`move` refuses it)."""
         box_format = spec.box_format or "XYXY"
         try:
             arrays = [np.asarray(value["boxes"], dtype=np.float32).reshape(-1, 4) for value in values]
@@ -308,9 +310,10 @@ class BoxesKind(FieldKind):
         keep = sanitize_keep(moved, run.canvas)
         out = from_xyxy(moved, box_format).astype(np.float32)
         ends = np.cumsum(counts).tolist()
+        lost = np.bincount(np.repeat(np.arange(len(values)), counts)[~keep], minlength=len(values))
         return [
-            ({"boxes": out[start:end], "labels": value["labels"]}, keep[start:end])
-            for value, start, end in zip(values, [0, *ends], ends)
+            ({"boxes": out[start:end], "labels": value["labels"]}, keep[start:end] if dropped else None)
+            for value, start, end, dropped in zip(values, [0, *ends], ends, lost.tolist())
         ]
 
 
