@@ -257,3 +257,16 @@ def test_the_built_ins_claim_what_webdataset_decodes_and_boxes_its_wire_form() -
     tags = {name: field_kind(name).wire_tag for name in kind_names() if field_kind(name).wire_tag is not None}
     assert tags == {"boxes": b"x"}
     assert kind_for_wire_tag(b"x") is field_kind("boxes") and kind_for_wire_tag(b"j") is None
+
+
+def test_a_merge_keeps_an_array_fields_dtype_and_shape_only_where_every_input_agrees():
+    from iotool.fields import FieldSpec, Schema
+    from iotool.pipeline.reshape.reconcile import merged_schema
+
+    def schema(shape):
+        return Schema((FieldSpec("a", "array", dtype="<f4", shape=shape), FieldSpec("t", "text")))
+
+    same = merged_schema([schema((2,)), schema((2,))], ["x", "y"])
+    assert same["a"].shape == (2,) and same["a"].dtype == "<f4" and same["t"] == FieldSpec("t", "text")
+    differ = merged_schema([schema((2,)), schema((3,))], ["x", "y"])
+    assert differ["a"].shape is None and differ["a"].dtype == "<f4"

@@ -85,7 +85,7 @@ def _one_field(specs: Sequence[FieldSpec], names: Sequence[str]) -> FieldSpec:
                     f"field {base.name!r}: {attr} {a!r:.80} in {names[0]} but {b!r:.80} in {name}; a merge copies "
                     f"stored values unchanged, so a field must be the same in every input."
                 ).with_remedy(Remedy(api="Leave it out with fields=[...].", cli="Leave it out with --fields NAME,...."))
-    if base.kind != "array":
+    if not base.field_kind.observed:  # a kind whose dtype and shape are found from its values (array)
         return base
     dtypes = {s.dtype for s in specs}
     shapes = {s.shape for s in specs}
