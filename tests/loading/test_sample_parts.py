@@ -59,26 +59,29 @@ def read(lmdb_path) -> Any:
 # -- the deprecated arguments ----------------------------------------------------------------------
 def test_the_old_arguments_warn_naming_given_and_give_the_same_sample(lmdb_path, read):
     ds = iotool.open_dataset(lmdb_path, decoder="auto", fields=FIELDS)
-    data, label, stored = read(2)
+    data, label, stored = read(2)  # record 2's, served as record 0: what was given is used
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # given= warns nothing
-        new = ds.sample(2, given=Given(data, label, stored))
-        positional = ds.sample(2, Given(data, label, stored))
-        fields_new = ds.sample_fields(2, given=Given(data, label), fields=("image", "class"))
-        load_new = ds.load(2, given=Given(data, label))
-    assert same(positional, new) and same(new, ds[2])
+        new = ds.sample(0, given=Given(data, label, stored))
+        positional = ds.sample(0, Given(data, label, stored))
+        fields_new = ds.sample_fields(0, given=Given(data, label), fields=("image", "class"))
+        load_new = ds.load(0, given=Given(data, label))
+        stored_new = ds.sample(0, given=Given(stored=stored))
+    assert same(positional, new) and same(new, ds[2]) and not same(new, ds[0])
+    assert same(stored_new[1:], ds[2][1:]) and same(stored_new[0], ds[0][0])  # the fields given, the image read
     for old in (
-        lambda: ds.sample(2, data, label, stored=stored),
-        lambda: ds.sample(2, data=data, label=label, stored=stored),
+        lambda: ds.sample(0, data, label, stored=stored),
+        lambda: ds.sample(0, data=data, label=label, stored=stored),
     ):
         with pytest.warns(DeprecationWarning, match=r"ImageDataset\.sample.*given=Given\(data, label, stored\)"):
             assert same(old(), new)
     with pytest.warns(DeprecationWarning, match=r"ImageDataset\.sample_fields.*given="):
-        assert same(ds.sample_fields(2, data, label, ("image", "class")), fields_new)
+        assert same(ds.sample_fields(0, data, label, ("image", "class")), fields_new)
     with pytest.warns(DeprecationWarning, match=r"ImageDataset\.load.*given="):
-        assert same(ds.load(2, data, label), load_new)
+        assert same(ds.load(0, data, label), load_new)
+    assert same(load_new, ds.load(2))
     with pytest.warns(DeprecationWarning):
-        assert same(ds.sample(2, stored={"txt": stored["txt"]}), new)
+        assert same(ds.sample(0, stored=stored), stored_new)
 
 
 def test_a_given_and_the_old_arguments_both_are_refused(lmdb_path, read):
