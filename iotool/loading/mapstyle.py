@@ -1,15 +1,18 @@
 """The map-style dataset over any format reader: decoding, fused decoding, the RAM cache, bad records.
 
-A sample is computed in steps, each with one owner: the record is chosen by the caller (``ds[i]``,
-a sampler, the Loader's order); its stored values are read by
-:class:`~iotool.loading.storedvalues.StoredValues` (from what a sequential read already gave, a
-:class:`~iotool.loading.storedvalues.Given`); the image comes by one of three ways (the RAM
-cache's pixels, the stored bytes for a transform fused with decoding, or decoded whole) and is
-transformed; the targets are moved by :class:`~iotool.loading.targets.TargetMover`; the sample is
-assembled in :attr:`ImageDataset.fields` order. :meth:`ImageDataset.compute` raises a bad record,
-named; :meth:`ImageDataset.skip_or_raise` is the one place the dataset's ``on_error`` is applied
-(``ds[i]``, :meth:`ImageDataset.sample`, the iterable datasets), and :class:`iotool.Loader` calls
-``compute`` and applies its own.
+A sample is computed in steps, each with one owner, which the dataset holds: the record is
+chosen by the caller (``ds[i]``, a sampler, the Loader's order); what a sequential read already
+gave of it travels as one :class:`~iotool.loading.storedvalues.Given` (``given=``), and its
+stored values are read by :class:`~iotool.loading.storedvalues.StoredValues`; the image comes by
+one of three ways (the RAM cache's pixels, the stored bytes for a transform fused with decoding,
+or decoded whole) and is transformed, by :class:`~iotool.loading.imagestep.ImageStep`; the
+targets are moved by :class:`~iotool.loading.targets.TargetMover`; the sample is assembled in
+:attr:`ImageDataset.fields` order, a tuple or a dict, by
+:class:`~iotool.loading.assembly.Assembly` (:meth:`ImageDataset.compute_items` gives its elements
+in any order of the names without assembling). :meth:`ImageDataset.compute` raises a bad record,
+named (:mod:`iotool.loading.badrecords`); :meth:`ImageDataset.skip_or_raise` is the one place
+the dataset's ``on_error`` is applied (``ds[i]``, :meth:`ImageDataset.sample`, the iterable
+datasets), and :class:`iotool.Loader` calls ``compute_items`` and applies its own.
 """
 
 from __future__ import annotations
