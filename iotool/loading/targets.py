@@ -27,7 +27,6 @@ that only change pixel values in :func:`iotool.transforms.pixel_only`, or open w
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -324,13 +323,14 @@ class TargetMover:
             RecordError: a per-box value that does not list one entry an entry of ``moved``.
         """
         per_box = self.per_box.get(name)
+        spec = self.grid[name]
         if per_box:
-            held = np.ones(_entry_count(moved), dtype=bool) if keep is None else keep
+            held = np.ones(spec.field_kind.entries(spec, moved), dtype=bool) if keep is None else keep
             cut = {other: _keep_entries(values[other], held, other, name) for other in per_box if other in values}
         if keep is None or self.keep_empty or keep.all():  # the entries kept whole, as stored
             values[name] = moved
             return
-        values[name] = _keep_rows(moved, keep, name)
+        values[name] = spec.field_kind.keep_entries(spec, moved, keep)
         if per_box:
             values.update(cut)
 
@@ -365,22 +365,6 @@ def record_image_size(reader: Any, index: int) -> tuple[int, int]:
 def _size_of(image: Any) -> tuple[int, int]:
     """(height, width) of an HxWxC array."""
     return int(image.shape[0]), int(image.shape[1])
-
-
-def _entry_count(value: Any) -> int:
-    """A grid value's entries (:func:`_keep_rows`' rows): those of its first part where it is a
-    mapping (boxes: ``{"boxes", "labels"}``), else its length."""
-    if isinstance(value, Mapping):
-        return len(next(iter(value.values()), ()))
-    return len(value)
-
-
-def _keep_rows(value: Any, keep: np.ndarray, name: str) -> Any:
-    """A grid value's entries to ``keep``: of each of its parts where it is a mapping (boxes:
-    ``{"boxes", "labels"}``, one row an entry in each), else of the value itself."""
-    if type(value) is dict or isinstance(value, Mapping):  # the type first: an ABC check costs more
-        return {part: np.asarray(rows)[keep] for part, rows in value.items()}
-    return _keep_entries(value, keep, name, name)
 
 
 def _keep_entries(value: Any, keep: np.ndarray, name: str, boxes: str) -> Any:

@@ -234,6 +234,18 @@ class FieldKind:
         cuts the dropped ones from it and from the per-box fields), or None: all of them."""
         raise NotImplementedError(f"a {self.name} field does not move with the image")
 
+    def entries(self, spec: FieldSpec, value: Any) -> int:
+        """A kind that :attr:`drops_rows`: how many entries ``value`` holds (one a row of its
+        :meth:`move`'s keep mask). By default its length."""
+        return len(value)
+
+    def keep_entries(self, spec: FieldSpec, value: Any, keep: np.ndarray) -> Any:
+        """A kind that :attr:`drops_rows`: ``value`` (as :meth:`move` gave it) without the entries
+        not to ``keep``. By default the rows of an array."""
+        import numpy  # the kinds that move import it; this module does not at import time
+
+        return numpy.asarray(value)[keep]
+
     def move_run(
         self, spec: FieldSpec, values: Sequence[Any], samples: Sequence[int], run: Any
     ) -> list[tuple[Any, np.ndarray | None]] | None:

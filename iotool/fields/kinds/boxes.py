@@ -291,6 +291,14 @@ class BoxesKind(FieldKind):
         moved, keep = moved_boxes(value["boxes"], spec.box_format or "XYXY", record)
         return {"boxes": moved, "labels": value["labels"]}, None if keep.all() else keep
 
+    def entries(self, spec: Any, value: Any) -> int:
+        """The boxes ``value`` holds."""
+        return len(value["boxes"])
+
+    def keep_entries(self, spec: Any, value: Any, keep: np.ndarray) -> dict[str, Any]:
+        """``value`` without the boxes, and their labels, not to ``keep``."""
+        return {"boxes": np.asarray(value["boxes"])[keep], "labels": np.asarray(value["labels"])[keep]}
+
     def move_run(
         self, spec: Any, values: Sequence[Any], samples: Sequence[int], run: Any
     ) -> list[tuple[dict[str, Any], np.ndarray | None]] | None:
