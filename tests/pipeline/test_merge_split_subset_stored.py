@@ -99,3 +99,23 @@ def test_tar_shards_at_a_url_are_copied_as_the_local_shards_are(shards, tmp_path
         iotool.subset(f"{url}/{shards.name}", tmp_path / "s", first=5, order="source", workers=2)
     assert_copied(read(tmp_path / "s"), same_keys(local, local.keys[:5]))
     assert_verified(tmp_path / "s")
+
+
+def test_a_tfrecord_copy_keeps_each_records_image_and_fields_as_the_tfrecord_package_reads_them(tmp_path):
+    """A copy of TFRecord shards with caption and JSON fields reads each record once for both
+    (``read_run``): what it writes is what the ``tfrecord`` package reads from the input."""
+    from tfrecord.reader import tfrecord_loader
+
+    src = tmp_path / "f.tfrecord"
+    convert_fields(src, "tfrecord", schema_of("txt", "json"), n=6)
+    expected = {}
+    for shard in sorted(src.glob("shard-*.tfrecord")):
+        for example in tfrecord_loader(str(shard), None):
+            key = bytes(example["image/filename"]).decode()
+            expected[key] = (bytes(example["image/encoded"]), bytes(example["txt"]), bytes(example["json"]))
+
+    iotool.subset(src, tmp_path / "s", first=6, to="lmdb")
+    out = read(tmp_path / "s")
+    got = {k: (r.payload, r.fields["txt"], r.fields["json"]) for k, r in out.records.items()}
+    assert got == expected and len(got) == 6
+    assert_verified(tmp_path / "s")

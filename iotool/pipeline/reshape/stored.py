@@ -3,9 +3,9 @@
 Convert prepares every record on its own (read it, sniff it, parse its header, encode its
 fields, hash it) in worker processes that pickle it back; a copy needs almost none of that. Here
 the tasks of a block (:data:`BLOCK` of them, in write order) are read from each input as one
-run (:meth:`~iotool.formats.FormatReader.read_views` and ``read_run_fields``: LMDB and tar
-shards read a run at once), in this process (a record's bytes cost more to pickle to a worker
-and back than to copy), and each record keeps what its input recorded:
+run (:meth:`~iotool.formats.FormatReader.read_run`: payloads and fields; LMDB and tar shards
+read a run at once, TFRecord each record once for both), in this process (a record's bytes cost
+more to pickle to a worker and back than to copy), and each record keeps what its input recorded:
 
 - its checksum, when its stored fields are the output's (the same names, the same order, the
   same bytes): ``verify`` of the output then proves its bytes are those recorded when the input
@@ -123,8 +123,11 @@ def _run(part: Carried, tasks: list[Any], schema: Schema) -> list[Record | None]
     """The records of one input's ``tasks`` read as one run; None for one to read alone."""
     reader = part.reader
     indices = [t.index for t in tasks]
-    views = reader.read_views(indices)
-    fields = reader.read_run_fields(indices, part.names) if part.names else None
+    if part.names:  # TFRecord reads each record once for both
+        views, found = reader.read_run(indices, part.names)
+        fields: list[dict[str, Any] | None] | None = found
+    else:
+        views, fields = reader.read_views(indices), None
     sums = _checksums(reader, indices) if part.checksums else None
     out: list[Record | None] = []
     for n, (task, (_, data, label)) in enumerate(zip(tasks, views)):
