@@ -53,6 +53,7 @@ from ...fields import (
     parse_json,
     pickle_problem,
 )
+from ...fields.kinds import field_kind
 from ...formats.tar.members import Member, TarDamage, members
 from .base import (
     SourceKind,
@@ -292,7 +293,8 @@ class WebDatasetSource:
                     )
                 if not problem:
                     kind = kind_for_extension(ext)
-                    found.append(FieldSpec(ext, kind, ext=ext.rsplit(".", 1)[-1] if kind == "bytes" else None))
+                    keeps_ext = "ext" in field_kind(kind).taken_attributes()  # bytes: the payload's extension
+                    found.append(FieldSpec(ext, kind, ext=ext.rsplit(".", 1)[-1] if keeps_ext else None))
         return choose_fields(found, chosen, self.root)
 
     def _refuse_unique(self, samples: list[_Sample]) -> None:
