@@ -436,7 +436,7 @@ class ImageDataset(ReaderInfo, Dataset):
         skip (logged, at most ``max_skips`` in this process) and give None.
 
         This is the one place ``on_error`` is applied to ``ds[i]``, :meth:`sample` and the
-        iterable datasets' streams; :class:`iotool.Loader` calls :meth:`compute` and applies its own.
+        iterable datasets' streams; :class:`iotool.Loader` calls :meth:`compute_items` and applies its own.
         """
         if self.on_error == "raise":
             raise error from None
