@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import operator
 import os
-from contextlib import AbstractContextManager
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
 from torch.utils.data import Dataset
@@ -44,6 +43,7 @@ from .targets import TargetMover, record_image_size
 
 T = TypeVar("T")
 CLASSIC = (IMAGE, CLASS)
+_TRANSFORM_ERRORS = (DecodeError, RecordError)  # what a transform raises that makes its record bad
 
 log = logging.getLogger(__name__)
 __all__ = ["DECODERS", "DEFAULT_DECODER", "FUSED", "ON_ERROR", "ImageDataset", "ReaderInfo", "check_decoder"]
@@ -372,9 +372,11 @@ class ImageDataset(ReaderInfo, Dataset):
         (fields ``wanted``), its image taken by the image step and transformed, its targets moved
         with it."""
         pixels, transform, label, got = self.image_step.take(index, given, wanted)
-        with self._bad(index):  # a stored field that does not decode
-            values = self._values(others, label, got) if others else {}
-        with self._bad(index, (DecodeError, RecordError)):
+        values: dict[str, Any] = {}
+        if others:
+            with self._bad(index):  # a stored field that does not decode
+                values = self._values(others, label, got)
+        with named_errors(self.reader, index, _TRANSFORM_ERRORS):
             if self._mover is None:
                 return transform(pixels), label, values
             # boxes and masks follow the image
@@ -421,7 +423,7 @@ class ImageDataset(ReaderInfo, Dataset):
         return RunReads(self.reader, self.cache)
 
     # -- bad records: one owner of on_error ----------------------------------------------------
-    def _bad(self, index: int, errors: tuple[type[BaseException], ...] = RECORD_ERRORS) -> AbstractContextManager[None]:
+    def _bad(self, index: int, errors: tuple[type[BaseException], ...] = RECORD_ERRORS) -> named_errors:
         """Raise ``errors`` raised in the block as a RecordError naming the dataset, record
         ``index`` and its key."""
         return named_errors(self.reader, index, errors)
