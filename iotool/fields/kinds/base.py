@@ -106,6 +106,8 @@ class FieldKind:
     infer_order: ClassVar[int | None] = None  # where kind_for_value asks it (lower first); None: never
     extensions: ClassVar[frozenset[str]] = frozenset()  # webdataset member extensions kept as it (lower case)
     wire_tag: ClassVar[bytes | None] = None  # the byte tagging its own form in the isolated Loader (to_wire)
+    # a subclass of another kind inherits its extensions and wire tag, which that kind already
+    # claims: set them again (frozenset(), None, or its own), or the registry refuses the claim
 
     # --- attributes -----------------------------------------------------------------------------
 
