@@ -12,19 +12,12 @@ from iotool.fields import FieldSpec
 from iotool.fields.kinds.boxes import BOX_FORMATS, KIND
 from iotool.transforms.geometry import RunGeometry, move_boxes
 
+from ..support.runs import random_run as support_random_run
+
 
 def random_run(rng, kind: str, n: int = 12):
     """A run of ``n`` samples (sizes 20..60) cropped, resized or centre-cropped to 24x24, some flipped."""
-    sizes = rng.integers(20, 61, size=(n, 2))
-    out = (24, 24)
-    crops = []
-    for height, width in sizes.tolist():
-        box_h = height if kind == "resize" else int(rng.integers(4, height + 1)) if kind == "crop" else out[0]
-        box_w = width if kind == "resize" else int(rng.integers(4, width + 1)) if kind == "crop" else out[1]
-        top = 0 if kind == "resize" else int(rng.integers(-3, max(height - box_h, 0) + 1))
-        left = 0 if kind == "resize" else int(rng.integers(-3, max(width - box_w, 0) + 1))
-        crops.append([top, left, box_h, box_w])
-    return RunGeometry(np.asarray(crops, np.int64), rng.random(n) < 0.5, out, kind != "resize", kind != "center", sizes)
+    return support_random_run(rng, kind, rng.integers(20, 61, size=(n, 2)), (24, 24), min_box=4)
 
 
 @pytest.mark.parametrize("box_format", BOX_FORMATS)

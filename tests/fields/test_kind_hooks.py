@@ -9,8 +9,6 @@ import functools
 import io
 import itertools
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from iotool.loading.loader.wire import decode_value, encode_value
 from iotool.pipeline.sources.base import merge_kind
 
 from ..conftest import make_image
+from ..support.subprocesses import python_json
 
 EXTENSIONS = {
     "txt": "text", "text": "text", "transcript": "text", "TXT": "text", "seg.txt": "text",
@@ -162,15 +161,7 @@ def claims(name, extensions=frozenset(), tag=None):
 def run_with_hexcolor(body: str, *args: str) -> dict:
     """The JSON ``body`` prints last, run after :data:`HEXCOLOR` in a fresh interpreter (a kind
     registered stays registered for the process)."""
-    done = subprocess.run(
-        [sys.executable, "-c", HEXCOLOR + textwrap.dedent(body), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return python_json(HEXCOLOR + textwrap.dedent(body), *args)
 
 
 def test_a_registered_kind_claims_extensions_a_wire_form_and_a_widening(tmp_path: Path) -> None:

@@ -8,8 +8,6 @@ Registering a kind changes the process's registry for good, so those tests run i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from iotool.fields.kinds import field_kind, kind_names
 from iotool.fields.kinds.registry import inferring_kinds
 
 from ..conftest import make_image
+from ..support.subprocesses import python_json
 
 
 def test_the_built_ins_are_asked_in_their_declared_order() -> None:
@@ -51,15 +50,7 @@ class Greedy(FieldKind):  # after json, which takes any value: never the answer
 
 def run(body: str, *args: str) -> dict:
     """The JSON ``body`` prints last, run after :data:`HEXCOLOR`'s definitions in a fresh interpreter."""
-    done = subprocess.run(
-        [sys.executable, "-c", HEXCOLOR + textwrap.dedent(body), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return python_json(HEXCOLOR + textwrap.dedent(body), *args)
 
 
 def test_a_registered_kind_is_asked_in_its_order() -> None:

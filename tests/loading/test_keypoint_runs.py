@@ -25,6 +25,7 @@ from iotool.transforms.geometry import RunGeometry
 
 from ..conftest import make_image
 from ..support.coco import make_keypoints
+from ..support.runs import random_run
 from .test_loader_fields import equal, snapshot
 
 pytestmark = pytest.mark.skipif(draws._ext is None, reason="iotool's C extension iotool._resize is not built")
@@ -165,14 +166,7 @@ def test_the_kinds_move_run_gives_each_samples_move_bit_for_bit(kind, seed):
     n = 24
     sizes = rng.integers(8, 120, size=(n, 2))
     out = (19, 19) if kind == "center" else (37, 53)
-    crops = []
-    for height, width in sizes.tolist():
-        box_h = height if kind == "resize" else int(rng.integers(1, height + 1)) if kind == "crop" else out[0]
-        box_w = width if kind == "resize" else int(rng.integers(1, width + 1)) if kind == "crop" else out[1]
-        top = 0 if kind == "resize" else int(rng.integers(-3, max(height - box_h, 0) + 1))
-        left = 0 if kind == "resize" else int(rng.integers(-3, max(width - box_w, 0) + 1))
-        crops.append([top, left, box_h, box_w])
-    run = RunGeometry(np.asarray(crops, np.int64), rng.random(n) < 0.5, out, kind != "resize", kind != "center", sizes)
+    run = random_run(rng, kind, sizes, out, min_box=1)
     samples = sorted(rng.choice(n, size=n - 4, replace=False).tolist())  # four samples without the field
     values = []
     for k in samples:
