@@ -10,10 +10,9 @@ is read twice.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, NamedTuple, Sequence
 
-from ..errors import RecordError, UsageError
+from ..errors import RecordError, UsageError, warn_deprecated
 from ..fields import record_checksum
 
 __all__ = ["NOTHING", "Given", "StoredValues", "old_given"]
@@ -129,11 +128,9 @@ def old_given(where: str, given: Any, label: Any, stored: Any, data: Any) -> Giv
         raise UsageError(
             f"{where}: data given twice (the second argument and data=); pass given=Given(data, label, stored)."
         )
-    warnings.warn(
+    warn_deprecated(
         f"{where}(index, data, label, stored=...) is deprecated; pass what a read already gave as "
-        f"given=Given(data, label, stored) (iotool.loading.storedvalues.Given).",
-        DeprecationWarning,
-        stacklevel=3,
+        f"given=Given(data, label, stored) (iotool.loading.storedvalues.Given)."
     )
     return Given(data if given is None else given, label, stored)
 

@@ -176,3 +176,13 @@ def test_the_loader_over_fields_batches_what_dataloader_collates(lmdb_path, chec
         ]
         assert [x for x, _ in dtypes] == [torch.uint8, torch.int64, torch.int64, torch.float64]
         assert all(x == y for x, y in dtypes) and same(a, b)
+
+
+def test_the_deprecation_points_at_the_callers_line(lmdb_path, read):
+    """The warning names the line that used the old arguments, not one inside iotool."""
+    ds = iotool.open_dataset(lmdb_path, decoder="auto", fields=FIELDS)
+    data, label, stored = read(2)
+    for call in (lambda: ds.sample(0, data, label, stored=stored), lambda: ds.load(0, data, label)):
+        with pytest.warns(DeprecationWarning) as caught:
+            call()
+        assert [w.filename for w in caught] == [__file__]
